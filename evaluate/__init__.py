@@ -1,0 +1,1 @@
+"""quantbench evaluate stage: artifact x scenarios x runs -> results rows."""

@@ -1,0 +1,1 @@
+"""quantbench quantize stage: model + recipe + calibration text -> artifact."""

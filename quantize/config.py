@@ -1,0 +1,62 @@
+"""Hydra plumbing shared by both stages: resolvers, recipe discovery, and the
+path shorthands (`model=/some/dir`, `recipe=my.yaml`, `calibration=data.jsonl`)."""
+import os
+import sys
+from pathlib import Path
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
+
+from quantize.paths import CACHE_DIR, CONF_DIR, PROJECT_ROOT, RECIPES_DIR
+
+# Config groups whose value may also be a filesystem path; the shorthand maps
+# `group=<path>` to `group=<fallback option> group.path=<path>`.
+PATH_GROUPS = {"model": "local", "recipe": "file", "calibration": "file"}
+
+
+def register() -> None:
+    """Idempotent: resolvers for config files, and every recipes/*.yaml as a
+    `recipe=<stem>` option, so adding a recipe is dropping one YAML file."""
+    resolvers = {
+        "qb_root": lambda: str(PROJECT_ROOT),
+        "qb_cache": lambda: str(CACHE_DIR),
+        "basename": lambda p: Path(str(p)).name,
+        "stem": lambda p: Path(str(p)).stem,
+    }
+    for name, fn in resolvers.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)
+    cs = ConfigStore.instance()
+    with_conf = {p.stem for p in (CONF_DIR / "recipe").glob("*.yaml")}
+    for path in sorted(RECIPES_DIR.glob("*.yaml")):
+        if path.stem not in with_conf:
+            cs.store(group="recipe", name=path.stem,
+                     node={"name": path.stem, "path": str(path), "description": ""})
+
+
+def expand_path_shorthands(argv: list[str]) -> list[str]:
+    """Rewrite `group=<existing path>` into the group's path option.
+
+    Hydra only accepts option names for a config group; users expect to pass a
+    directory or file directly, as with `vllm serve <dir>`."""
+    out = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and key in PATH_GROUPS and _looks_like_path(value):
+            path = Path(os.path.expanduser(value)).resolve()
+            out += [f"{key}={PATH_GROUPS[key]}", f"{key}.path={path}"]
+        else:
+            out.append(arg)
+    return out
+
+
+def _looks_like_path(value: str) -> bool:
+    if "," in value or value.startswith(("glob(", "choice(", "range(")):
+        return False  # a sweep expression: leave it to Hydra
+    return os.sep in value or value.startswith((".", "~")) or Path(value).suffix in (
+        ".yaml", ".yml", ".json", ".jsonl", ".txt")
+
+
+def prepare_argv() -> None:
+    register()
+    sys.argv[1:] = expand_path_shorthands(sys.argv[1:])

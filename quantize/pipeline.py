@@ -1,0 +1,200 @@
+"""model + recipe + calibration -> artifact directory (checkpoint, recipe.yaml,
+manifest.json), written atomically and skipped when already complete."""
+import json
+import logging
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+from quantize import calibration, recipe as recipes, verify
+from quantize.atomic import staging_dir, write_json
+from quantize.errors import UserError
+from quantize.paths import resolve
+from quantize.provenance import (dir_bytes, hardware, sha256_files, sha256_json,
+                                 versions, weight_files)
+
+log = logging.getLogger("quantbench.quantize")
+
+MANIFEST = "manifest.json"
+MANIFEST_SCHEMA = 1
+# Library versions that change the bytes of an artifact are part of its id.
+ID_VERSIONS = ("llmcompressor", "compressed-tensors", "transformers", "torch")
+
+
+class Timer:
+    def __init__(self):
+        self.phases: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str):
+        log.info("%s ...", name)
+        start = time.perf_counter()
+        yield
+        self.phases[name] = round(time.perf_counter() - start, 3)
+        log.info("%s done in %.1f s", name, self.phases[name])
+
+
+def read_manifest(artifact_dir: Path) -> dict | None:
+    path = Path(artifact_dir) / MANIFEST
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def run(cfg) -> Path:
+    """Quantize per the composed Hydra config; return the artifact directory."""
+    timer = Timer()
+    model_dir = _model_dir(cfg.model.path)
+    recipe = recipes.load(cfg.recipe)
+    out = resolve(cfg.artifact_dir)
+
+    with timer.phase("load tokenizer and calibration"):
+        tokenizer = _load_tokenizer(model_dir, cfg.trust_remote_code)
+        calib = None if recipe.is_baseline else calibration.build(cfg.calibration, tokenizer, cfg.seed)
+    identity = _identity(cfg, model_dir, recipe, calib)
+    artifact_id = sha256_json(identity)[:16]
+    existing = read_manifest(out)
+    if existing and not cfg.force:
+        if existing.get("artifact_id") == artifact_id:
+            log.info("artifact %s is complete at %s: skipping (force=true rebuilds)", artifact_id, out)
+            return out
+        raise UserError(f"{out} holds artifact {existing.get('artifact_id')} built from other inputs; "
+                        "pass force=true to replace it, or artifact_dir=<new dir> to keep both")
+
+    with timer.phase("load model"):
+        model = _load_model(model_dir, cfg.trust_remote_code)
+    recipes.check_group_sizes(recipe, model)
+
+    with staging_dir(out) as tmp:
+        if recipe.is_baseline:
+            with timer.phase("save"):
+                model.save_pretrained(tmp, safe_serialization=True)
+                (tmp / "recipe.yaml").write_text(recipe.text)
+        else:
+            with timer.phase("oneshot (calibrate + quantize)"):
+                _oneshot(model, tokenizer, recipe, calib, cfg.seed)
+            with timer.phase("save"):
+                model.save_pretrained(tmp, save_compressed=True)
+                # llm-compressor's own dump holds !!python/tuple tags that safe
+                # YAML loaders reject: keep the exact source recipe instead.
+                (tmp / "recipe.yaml").write_text(recipe.text)
+        tokenizer.save_pretrained(tmp)
+        del model
+        checks = {}
+        if cfg.verify:
+            with timer.phase("verify (reload saved checkpoint)"):
+                checks = _verify(tmp, recipe)
+        manifest = _manifest(cfg, artifact_id, identity, model_dir, recipe, calib, tmp, timer, checks)
+        write_json(tmp / MANIFEST, manifest)  # last: its presence means "complete"
+    log.info("artifact %s written to %s (%.1f MB)", artifact_id, out, manifest["bytes_on_disk"]["total"] / 1e6)
+    return out
+
+
+def _model_dir(path) -> Path:
+    from quantize.assets import SMOLLM2_DIR, ensure_default_model
+    model_dir = resolve(path)
+    if model_dir == SMOLLM2_DIR and not model_dir.exists():
+        ensure_default_model()
+    if not (model_dir / "config.json").is_file():
+        raise UserError(f"model {model_dir} is not a Hugging Face checkpoint (no config.json); "
+                        "pass model=<preset> (see conf/model/) or model=<local checkpoint dir>")
+    if not weight_files(model_dir):
+        raise UserError(f"model {model_dir} has no *.safetensors weights; only safetensors "
+                        "checkpoints are loaded (convert .bin weights first)")
+    return model_dir
+
+
+def _load_tokenizer(model_dir: Path, trust_remote_code: bool):
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
+
+
+def _load_model(model_dir: Path, trust_remote_code: bool):
+    from transformers import AutoModelForCausalLM
+    return AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype="auto", trust_remote_code=trust_remote_code, use_safetensors=True)
+
+
+def _identity(cfg, model_dir, recipe, calib) -> dict:
+    """Everything that determines an artifact's bytes; its hash is the artifact id."""
+    v = versions()
+    return {
+        "model_weights_sha256": sha256_files(weight_files(model_dir)),
+        "recipe_sha256": recipe.sha256,
+        "calibration_sha256": calib.sha256 if calib else None,
+        "seed": int(cfg.seed) if calib else None,
+        "versions": {k: v.get(k) for k in ID_VERSIONS} if not recipe.is_baseline else None,
+    }
+
+
+def _oneshot(model, tokenizer, recipe, calib, seed: int) -> None:
+    import torch
+    from llmcompressor import oneshot
+
+    from quantize.compat import allow_awq_without_accelerator
+    if "AWQModifier" in recipe.modifiers:
+        allow_awq_without_accelerator()
+    torch.manual_seed(seed)
+    try:
+        oneshot(
+            model=model,
+            tokenizer=tokenizer,
+            recipe=str(recipe.path),
+            dataset=calib.to_dataset(),
+            num_calibration_samples=len(calib.samples),
+            max_seq_length=max(len(s) for s in calib.samples),
+            shuffle_calibration_samples=False,
+        )
+    except (ValueError, TypeError, KeyError) as e:
+        # llm-compressor reports recipe/model mismatches (no matching layers,
+        # unresolvable mappings) as these; anything else is a real crash.
+        msg = " ".join(str(e).split())[:300]
+        raise UserError(f"llm-compressor could not apply recipe {recipe.path.name} to this model: {msg}") from e
+
+
+def _verify(artifact_dir: Path, recipe) -> dict:
+    import torch
+    model = verify.reload_dense(artifact_dir)
+    checks = {"reloads_in_transformers": True}
+    with torch.no_grad():
+        ids = torch.arange(1, 17).unsqueeze(0)
+        logits = model(input_ids=ids).logits
+        checks["logits_finite"] = bool(torch.isfinite(logits).all())
+    if recipe.prunes:
+        checks["sparsity"] = verify.sparsity_report(model)
+    if not checks["logits_finite"]:
+        raise RuntimeError(f"reloaded checkpoint in {artifact_dir} produces non-finite logits")
+    return checks
+
+
+def _manifest(cfg, artifact_id, identity, model_dir, recipe, calib, tmp, timer, checks) -> dict:
+    from omegaconf import OmegaConf
+    weights = weight_files(tmp)
+    model_config = json.loads((model_dir / "config.json").read_text())
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "artifact_id": artifact_id,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "model": {
+            "name": cfg.model.name,
+            "path": str(model_dir),
+            "weights_sha256": identity["model_weights_sha256"],
+            "architecture": (model_config.get("architectures") or [None])[0],
+            "max_position_embeddings": model_config.get("max_position_embeddings"),
+        },
+        "recipe": {
+            "name": recipe.name,
+            "source": str(recipe.path),
+            "sha256": recipe.sha256,
+            "modifiers": recipe.modifiers,
+            "description": cfg.recipe.get("description", ""),
+        },
+        "calibration": calib.describe() if calib else None,
+        "seed": identity["seed"],
+        "quantization": verify.quantization_summary(tmp),
+        "checks": checks,
+        "bytes_on_disk": {"total": dir_bytes(tmp), "weights": sum(p.stat().st_size for p in weights)},
+        "timings_s": {**timer.phases, "total": round(sum(timer.phases.values()), 3)},
+        "versions": versions(),
+        "hardware": hardware(),
+        "config": OmegaConf.to_container(cfg, resolve=True),
+    }

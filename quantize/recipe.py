@@ -1,0 +1,109 @@
+"""llm-compressor recipes: load, validate against llm-compressor and the model,
+and describe (which modifiers, whether it prunes) for the manifest."""
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from quantize.errors import UserError
+from quantize.paths import resolve
+from quantize.provenance import sha256_bytes
+
+PRUNING_MODIFIERS = ("SparseGPTModifier", "WandaPruningModifier", "MagnitudePruningModifier")
+
+
+@dataclass
+class RecipeFile:
+    name: str
+    path: Path
+    text: str
+    data: dict
+
+    @property
+    def sha256(self) -> str:
+        return sha256_bytes(self.text.encode())
+
+    @property
+    def is_baseline(self) -> bool:
+        return not self.data
+
+    @property
+    def modifiers(self) -> list[str]:
+        return [name for _, name, _ in _walk_modifiers(self.data)]
+
+    @property
+    def prunes(self) -> bool:
+        return any(m in PRUNING_MODIFIERS for m in self.modifiers)
+
+    def group_sizes(self) -> set[int]:
+        return {int(v) for v in _find_key(self.data, "group_size") if v is not None}
+
+
+def load(cfg) -> RecipeFile:
+    path = resolve(cfg.path)
+    if not path.is_file():
+        raise UserError(f"recipe file {path} does not exist; pass recipe=<name> or recipe=<path to yaml>")
+    text = path.read_text()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise UserError(f"recipe {path} is not valid YAML ({str(e).splitlines()[0]}); fix the file") from None
+    if data is None or data == {}:
+        data = {}
+    elif not isinstance(data, dict):
+        raise UserError(f"recipe {path} must be a YAML mapping of stages/modifiers")
+    recipe = RecipeFile(name=str(cfg.name), path=path, text=text, data=data)
+    if not recipe.is_baseline:
+        _check_with_llmcompressor(recipe)
+    return recipe
+
+
+def _check_with_llmcompressor(recipe: RecipeFile) -> None:
+    """Parse with llm-compressor itself, so typos in modifier names or
+    arguments fail before the model is loaded."""
+    from llmcompressor.recipe import Recipe
+    try:
+        Recipe.create_instance(str(recipe.path))
+    except Exception as e:  # pydantic / registry errors: all mean "recipe rejected"
+        first = " ".join(str(e).split())[:300]
+        raise UserError(f"llm-compressor rejected recipe {recipe.path}: {first}") from None
+
+
+def check_group_sizes(recipe: RecipeFile, model) -> None:
+    """Every quantized Linear's input width must be a multiple of each group size."""
+    import torch
+    sizes = recipe.group_sizes()
+    if not sizes:
+        return
+    for name, module in model.named_modules():
+        if not isinstance(module, torch.nn.Linear) or name.split(".")[-1] == "lm_head":
+            continue
+        for g in sorted(sizes):
+            if module.in_features % g:
+                divisors = [d for d in (32, 64, 128) if module.in_features % d == 0] or ["channel-wise"]
+                raise UserError(
+                    f"group_size {g} does not divide in_features {module.in_features} of {name}; "
+                    f"use group_size {divisors[-1]} or strategy: channel in {recipe.path.name}")
+
+
+def _walk_modifiers(node, depth=0):
+    """Yield (stage, modifier name, args) from a recipe's nested stage/group layout."""
+    if not isinstance(node, dict):
+        return
+    for key, value in node.items():
+        if isinstance(key, str) and key.endswith("Modifier"):
+            yield depth, key, value
+        elif isinstance(value, dict):
+            yield from _walk_modifiers(value, depth + 1)
+
+
+def _find_key(node, key):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == key:
+                yield v
+            else:
+                yield from _find_key(v, key)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _find_key(v, key)
