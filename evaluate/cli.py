@@ -1,0 +1,17 @@
+"""`python -m evaluate model=<artifact dir | preset> [recipe=…] [scenario=…] [engine=…] [runs=…]`"""
+import hydra
+
+from quantize.config import prepare_argv
+from quantize.jobs import run_job
+from quantize.paths import CONF_DIR
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="evaluate", version_base="1.3")
+def _hydra_main(cfg) -> None:
+    from evaluate import pipeline
+    run_job(pipeline.run, cfg)
+
+
+def main() -> None:
+    prepare_argv()
+    _hydra_main()

@@ -1,0 +1,66 @@
+"""transformers generate(), same scenarios and metrics as vLLM. Greedy, with
+min_new_tokens = max_new_tokens so EOS never ends a request early."""
+import logging
+import time
+
+from evaluate.metrics import RequestTiming
+
+log = logging.getLogger("quantbench.evaluate")
+
+
+class _TimingStreamer:
+    """transformers calls put() once with the prompt, then once per step."""
+
+    def __init__(self, timings):
+        self.timings = timings
+        self.seen_prompt = False
+
+    def put(self, value):
+        if not self.seen_prompt:
+            self.seen_prompt = True
+            return
+        now = time.perf_counter()
+        for t in self.timings:
+            t.chunks.append((now, 1))
+
+    def end(self):
+        pass
+
+
+class HfEngine:
+    name = "hf"
+
+    def __init__(self, target, args: dict, env: dict, max_model_len: int, trust_remote_code=False):
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        device = args.get("device") or "auto"
+        self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+        self.args = {"dtype": args.get("dtype") or "auto", "device": self.device,
+                     "max_model_len": max_model_len}
+        t0 = time.perf_counter()
+        self.model = AutoModelForCausalLM.from_pretrained(
+            target.path, dtype=self.args["dtype"], trust_remote_code=trust_remote_code,
+            use_safetensors=True).to(self.device).eval()
+        self.startup_s = time.perf_counter() - t0
+        self.pad_id = self.model.config.pad_token_id or 0
+
+    def describe(self) -> dict:
+        import torch
+        import transformers
+        return {"engine_args": self.args, "engine_env": {"torch_num_threads": torch.get_num_threads()},
+                "engine_version": transformers.__version__, "engine_startup_s": round(self.startup_s, 2)}
+
+    def run(self, prompts: list[list[int]], output_len: int):
+        import torch
+        ids = torch.tensor(prompts, device=self.device)
+        start = time.perf_counter()
+        timings = [RequestTiming(start=start, prompt_tokens=len(p)) for p in prompts]
+        with torch.inference_mode():
+            self.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                max_new_tokens=output_len, min_new_tokens=output_len,
+                                pad_token_id=self.pad_id, streamer=_TimingStreamer(timings))
+        return start, timings
+
+    def close(self) -> None:
+        del self.model

@@ -1,0 +1,62 @@
+"""Peak memory while a run executes: resident memory of this process and its
+children (vLLM's engine core and workers run in child processes), and device
+memory in use when CUDA is present. Sampled in a background thread."""
+import threading
+
+import psutil
+
+
+class PeakMemory:
+    def __init__(self, interval_s: float = 0.05):
+        self.interval_s = interval_s
+        self.peak_rss_bytes = 0
+        self.peak_gpu_bytes = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._gpu = _gpu_used_bytes() is not None  # probe NVML once
+
+    def __enter__(self):
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def as_metrics(self) -> dict:
+        out = {"peak_memory_bytes": self.peak_rss_bytes}
+        if self.peak_gpu_bytes is not None:
+            out["peak_gpu_memory_bytes"] = self.peak_gpu_bytes
+        return out
+
+    def _loop(self):
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    def _sample(self):
+        me = psutil.Process()
+        rss = 0
+        for p in [me, *me.children(recursive=True)]:
+            try:
+                rss += p.memory_info().rss
+            except psutil.Error:  # a child exiting between listing and reading
+                pass
+        self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
+        gpu = _gpu_used_bytes() if self._gpu else None
+        if gpu is not None:
+            self.peak_gpu_bytes = max(self.peak_gpu_bytes or 0, gpu)
+
+
+def _gpu_used_bytes() -> int | None:
+    """Device memory in use, via NVML: unlike torch.cuda it creates no CUDA
+    context in this process, which would take memory from the engine."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        count = pynvml.nvmlDeviceGetCount()
+        return sum(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).used
+                   for i in range(count))
+    except Exception:  # no NVIDIA driver: CPU-only measurement
+        return None

@@ -1,0 +1,82 @@
+"""Per-run speed metrics from per-request token timestamps.
+
+Names follow `vllm bench`; units are in the names (ms, _s, tok/s for
+*_throughput). Definitions:
+- latency_s: from submitting the batch to the last token of the last request.
+- output_throughput: generated tokens / latency_s.
+- total_token_throughput: (prompt + generated tokens) / latency_s.
+- input_throughput: prompt tokens / time until every request has its first
+  token (the prefill phase of the batch).
+- ttft_ms: submit -> first token, per request.
+- tpot_ms: (last token - first token) / (generated tokens - 1), per request.
+- itl_ms: gaps between successive token arrivals, pooled over requests.
+- weight_bandwidth_gb_s: weight bytes / mean TPOT: each decode step reads every
+  weight once, so this is the memory bandwidth the decode phase achieved.
+"""
+from dataclasses import dataclass, field
+
+import numpy as np
+
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass
+class RequestTiming:
+    start: float                 # submit time (perf_counter seconds)
+    prompt_tokens: int
+    # (arrival time, tokens in this chunk) for every streamed output chunk
+    chunks: list[tuple[float, int]] = field(default_factory=list)
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(n for _, n in self.chunks)
+
+    @property
+    def ttft_s(self) -> float:
+        return self.chunks[0][0] - self.start
+
+    @property
+    def tpot_s(self) -> float | None:
+        n = self.output_tokens
+        return (self.chunks[-1][0] - self.chunks[0][0]) / (n - 1) if n > 1 else None
+
+    def itl_s(self) -> list[float]:
+        times = [t for t, _ in self.chunks]
+        return list(np.diff(times)) if len(times) > 1 else []
+
+
+def summarize(requests: list[RequestTiming], batch_start: float, weight_bytes: int) -> dict:
+    if not requests or any(not r.chunks for r in requests):
+        raise RuntimeError("a request produced no tokens")
+    end = max(r.chunks[-1][0] for r in requests)
+    latency = end - batch_start
+    prompt = sum(r.prompt_tokens for r in requests)
+    output = sum(r.output_tokens for r in requests)
+    prefill_s = max(r.chunks[0][0] for r in requests) - batch_start
+    out = {
+        "latency_s": latency,
+        "num_requests": len(requests),
+        "prompt_tokens": prompt,
+        "output_tokens": output,
+        "request_throughput": len(requests) / latency,
+        "output_throughput": output / latency,
+        "total_token_throughput": (prompt + output) / latency,
+        "input_throughput": prompt / prefill_s,
+    }
+    out |= _stats("ttft_ms", [r.ttft_s * 1e3 for r in requests])
+    tpots = [r.tpot_s * 1e3 for r in requests if r.tpot_s is not None]
+    out |= _stats("tpot_ms", tpots)
+    out |= _stats("itl_ms", [x * 1e3 for r in requests for x in r.itl_s()])
+    if tpots:
+        out["weight_bandwidth_gb_s"] = weight_bytes / (out["tpot_ms_mean"] / 1e3) / 1e9
+    return out
+
+
+def _stats(name: str, values: list[float]) -> dict:
+    if not values:
+        return {}
+    arr = np.asarray(values, dtype=float)
+    out = {f"{name}_mean": float(arr.mean())}
+    for p in PERCENTILES:
+        out[f"{name}_p{p}"] = float(np.percentile(arr, p))
+    return out

@@ -1,0 +1,94 @@
+"""What is being evaluated: a quantbench artifact (with manifest) or any plain
+Hugging Face checkpoint (GPTQ/AWQ/compressed-tensors/dense), with an identity
+that every result row carries."""
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from quantize.errors import UserError
+from quantize.paths import resolve
+from quantize.pipeline import read_manifest
+from quantize.provenance import sha256_files, weight_files
+
+
+@dataclass
+class Target:
+    path: Path
+    artifact_id: str
+    model_name: str
+    recipe: str
+    quant_format: str
+    model_bytes: int
+    max_context: int | None
+    config: dict = field(repr=False)
+    manifest: dict | None = field(default=None, repr=False)
+
+    def as_row(self) -> dict:
+        return {
+            "artifact_id": self.artifact_id, "artifact_path": str(self.path),
+            "model_name": self.model_name, "recipe": self.recipe,
+            "quant_format": self.quant_format, "model_bytes": self.model_bytes,
+            "manifest": _manifest_fields(self.manifest),
+        }
+
+    @property
+    def is_int8_weight_only(self) -> bool:
+        """W8A16-style checkpoints: 8-bit integer weights, 16-bit activations."""
+        q = self.config.get("quantization_config") or {}
+        groups = (q.get("config_groups") or {}).values()
+        if groups:
+            return any((g.get("weights") or {}).get("num_bits") == 8
+                       and (g.get("weights") or {}).get("type") == "int"
+                       and not g.get("input_activations") for g in groups)
+        return q.get("bits") == 8 and q.get("quant_method") in ("gptq", "awq")
+
+
+def load(cfg) -> Target:
+    path = _target_dir(cfg)
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise UserError(f"{path} is not a model checkpoint (no config.json); pass model=<artifact dir> "
+                        "from `python -m quantize`, a model preset, or recipe=<name>")
+    weights = weight_files(path)
+    if not weights:
+        raise UserError(f"{path} has no *.safetensors weights; only safetensors checkpoints are served")
+    config = json.loads(config_file.read_text())
+    manifest = read_manifest(path)
+    q = config.get("quantization_config") or {}
+    common = dict(path=path, config=config, manifest=manifest,
+                  model_bytes=sum(p.stat().st_size for p in weights),
+                  max_context=config.get("max_position_embeddings"))
+    if manifest:
+        return Target(artifact_id=manifest["artifact_id"], model_name=manifest["model"]["name"],
+                      recipe=manifest["recipe"]["name"],
+                      quant_format=manifest["quantization"].get("format") or "dense", **common)
+    # A plain checkpoint: its identity is the hash of its weights.
+    return Target(artifact_id=sha256_files(weights)[:16], model_name=path.name,
+                  recipe="original" if not q else "external",
+                  quant_format=q.get("format") or q.get("quant_method") or "dense", **common)
+
+
+def _target_dir(cfg) -> Path:
+    if cfg.get("recipe"):
+        path = resolve(cfg.artifacts_dir) / cfg.model.name / str(cfg.recipe)
+        if not (path / "manifest.json").is_file():
+            raise UserError(f"no complete artifact at {path}; run `python -m quantize "
+                            f"recipe={cfg.recipe}` first (or pass model=<artifact dir>)")
+        return path
+    path = resolve(cfg.model.path)
+    if not path.exists():
+        raise UserError(f"model {path} does not exist; pass model=<artifact dir> or a preset from conf/model/")
+    return path
+
+
+def _manifest_fields(manifest: dict | None) -> dict | None:
+    """The manifest fields a result row repeats (the rest stays in the artifact)."""
+    if not manifest:
+        return None
+    keep = ("artifact_id", "created_at", "model", "recipe", "calibration", "seed",
+            "quantization", "bytes_on_disk")
+    out = {k: manifest.get(k) for k in keep}
+    sparsity = (manifest.get("checks") or {}).get("sparsity")
+    if sparsity:
+        out["sparsity"] = {k: sparsity[k] for k in ("measured_sparsity", "all_layers_hold_pattern")}
+    return out
