@@ -7,7 +7,7 @@ setup:
 	bash scripts/setup.sh
 
 run: setup
-	$(PY) scripts/main_job.py
+	bash scripts/run_matrix.sh
 
 test: setup
 	$(PY) -m pytest tests

@@ -70,10 +70,11 @@ def load(cfg) -> Target:
 
 def _target_dir(cfg) -> Path:
     if cfg.get("recipe"):
-        path = resolve(cfg.artifacts_dir) / cfg.model.name / str(cfg.recipe)
+        name = cfg.recipe.name
+        path = resolve(cfg.artifacts_dir) / cfg.model.name / name
         if not (path / "manifest.json").is_file():
             raise UserError(f"no complete artifact at {path}; run `python -m quantize "
-                            f"recipe={cfg.recipe}` first (or pass model=<artifact dir>)")
+                            f"recipe={name}` first (or pass model=<artifact dir>)")
         return path
     path = resolve(cfg.model.path)
     if not path.exists():

