@@ -41,21 +41,57 @@ def run(cfg) -> None:
     todo = {s: [i for i in range(int(cfg.runs)) if results.run_key(_key(base, s, i)) not in done]
             for s in fit}
     todo = {s: runs for s, runs in todo.items() if runs}
-    if not todo:
+    acc = cfg.accuracy if cfg.accuracy.get("enabled") else None
+    if acc:
+        from evaluate import accuracy
+        accuracy.validate(acc, target)
+    acc_row = {**base, **_accuracy_key(acc)} if acc else None
+    acc_todo = acc is not None and results.run_key(acc_row) not in done
+    if not todo and not acc_todo:
         log.info("every requested run of %s is already in %s: nothing to do", target.artifact_id, store.parent)
         return
+    args = dict(engine_cfg.get("args", {}))
+    # Prompt-logprob requests need their prompt plus one generated token.
+    needed = [s.max_len for s in fit] + ([int(acc.window_len) + 1, int(acc.lastword.context_tokens) + 16] if acc else [])
+    if acc and int(acc.top_k) > 20 and engine_cfg["name"] == "vllm":
+        args.setdefault("max_logprobs", int(acc.top_k))
     engine = engines.get(engine_cfg["name"])(
-        target, engine_cfg.get("args", {}), engine_cfg.get("env", {}),
-        max_model_len=engine_cfg["args"].get("max_model_len") or max(s.max_len for s in fit),
+        target, args, engine_cfg.get("env", {}),
+        max_model_len=args.get("max_model_len") or min(max(needed), limit or max(needed)),
         trust_remote_code=cfg.trust_remote_code)
     base |= engine.describe()
     vocab = int(target.config.get("vocab_size") or 10000)
     try:
         for s, run_indices in todo.items():
             _run_scenario(engine, s, run_indices, cfg, base, store, target, vocab)
+        if acc_todo:
+            _run_accuracy(engine, target, acc, cfg, {**base, **_accuracy_key(acc)}, store)
     finally:
         engine.close()
     log.info("results appended to %s", store)
+
+
+def _accuracy_key(acc) -> dict:
+    return {"kind": "accuracy", "scenario": acc.name, "dataset": acc.name, "batch_size": None,
+            "input_len": None, "output_len": None, "run_index": 0}
+
+
+def _run_accuracy(engine, target, acc, cfg, row, store) -> None:
+    from transformers import AutoTokenizer
+
+    from evaluate import accuracy
+    tokenizer = AutoTokenizer.from_pretrained(target.path, trust_remote_code=cfg.trust_remote_code)
+    stamp = {"timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    try:
+        metrics = accuracy.measure(engine, target, acc, tokenizer, int(cfg.seed))
+    except Exception as e:
+        results.append(store, row | stamp | {"status": "failed", "reason": f"{type(e).__name__}: {e}"})
+        raise
+    results.append(store, row | stamp | {"status": "ok", "metrics": metrics,
+                                         "accuracy_config": OmegaConf.to_container(acc, resolve=True)})
+    log.info("accuracy: perplexity %.2f (reference %.2f), KL %.4f nats, top-1 agreement %.3f, "
+             "last-word %.3f", metrics["perplexity"], metrics["reference_perplexity"],
+             metrics["kl_divergence"], metrics["top1_agreement"], metrics["lastword_accuracy"])
 
 
 def _run_scenario(engine, s, run_indices, cfg, base, store, target, vocab) -> None:

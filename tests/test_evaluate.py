@@ -64,7 +64,7 @@ def test_scenarios():
 @pytest.mark.slow
 def test_vllm_rows_are_complete_and_consistent(vllm_rows, eval_artifacts):
     _, rows = vllm_rows
-    ok = [r for r in rows if r["status"] == "ok"]
+    ok = [r for r in rows if r["status"] == "ok" and r["kind"] == "speed"]
     assert len(ok) == 4  # 2 scenarios x 2 runs
     manifest = json.loads((eval_artifacts["w8a8_smooth_ptq"] / "manifest.json").read_text())
     labels = set()
@@ -88,6 +88,19 @@ def test_vllm_rows_are_complete_and_consistent(vllm_rows, eval_artifacts):
             m["model_bytes"] / (m["tpot_ms_mean"] / 1e3) / 1e9)
         labels.add((r["scenario"], r["run_index"]))
     assert labels == {(s, i) for s in ("test_tiny_a", "test_tiny_b") for i in (0, 1)}
+
+
+@pytest.mark.slow
+def test_vllm_accuracy_row_is_linked_and_consistent(vllm_rows, eval_artifacts):
+    _, rows = vllm_rows
+    (acc,) = [r for r in rows if r["kind"] == "accuracy"]
+    speed = next(r for r in rows if r["kind"] == "speed")
+    assert acc["status"] == "ok" and acc["artifact_id"] == speed["artifact_id"]
+    assert acc["engine"] == "vllm" and acc["dataset"] == "austen"
+    m = acc["metrics"]
+    assert m["scored_tokens"] == 8 * 511 and m["lastword_items"] == 64
+    assert m["kl_divergence"] >= 0 and 0 <= m["top1_agreement"] <= 1
+    assert m["recovery_pct"] == pytest.approx(100 * m["reference_perplexity"] / m["perplexity"])
 
 
 @pytest.mark.slow
@@ -115,7 +128,7 @@ def test_hf_engine_and_plain_checkpoint(eval_artifacts, tmp_path):
     from quantize.provenance import sha256_files, weight_files
     model = eval_artifacts["model"]
     out = run_cli("evaluate", f"model={model}", "engine=hf", "scenario=test_tiny_a", "runs=2",
-                  f"results_dir={tmp_path}", cwd=tmp_path)
+                  "accuracy=none", f"results_dir={tmp_path}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = results.read(tmp_path)
     assert [r["run_index"] for r in rows] == [0, 1]
@@ -137,7 +150,7 @@ def test_w8a16_on_vllm_cpu_says_use_hf(eval_artifacts, tmp_path):
 
 def test_w8a16_runs_on_hf_engine(eval_artifacts, tmp_path):
     out = run_cli("evaluate", f"model={eval_artifacts['w8a16_awq']}", "engine=hf",
-                  "scenario=test_tiny_a", "runs=1", f"results_dir={tmp_path}", cwd=tmp_path)
+                  "scenario=test_tiny_a", "runs=1", "accuracy=none", f"results_dir={tmp_path}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     (row,) = results.read(tmp_path)
     assert row["recipe"] == "w8a16_awq" and row["quant_format"] == "pack-quantized"
@@ -149,6 +162,8 @@ def test_w8a16_runs_on_hf_engine(eval_artifacts, tmp_path):
     (["runs=0"], "runs=0"),
     (["scenario.input_len=5000"], "max_model_len"),
     (["engine=no_such_engine"], "no_such_engine"),
+    (["accuracy.text=/nonexistent/held_out.txt"], "does not exist"),
+    (["accuracy.window_len=4096"], "exceeds the model's context"),
 ])
 def test_bad_inputs_fail_clearly(eval_artifacts, tmp_path, args, expect):
     base = [f"model={eval_artifacts['original']}", "scenario=test_tiny_a", f"results_dir={tmp_path}"]
@@ -173,7 +188,8 @@ def test_scenario_longer_than_context_is_skipped_with_reason_in_a_set(eval_artif
     (d / "test_set_long.yaml").write_text("name: test_set_long\ninclude: [test_too_long, test_tiny_a]\n")
     try:
         out = run_cli("evaluate", f"model={eval_artifacts['original']}", "engine=hf",
-                      "scenario=test_set_long", "runs=1", f"results_dir={tmp_path}", cwd=tmp_path)
+                      "scenario=test_set_long", "runs=1", "accuracy=none", f"results_dir={tmp_path}",
+                      cwd=tmp_path)
     finally:
         (d / "test_too_long.yaml").unlink()
         (d / "test_set_long.yaml").unlink()
@@ -182,3 +198,34 @@ def test_scenario_longer_than_context_is_skipped_with_reason_in_a_set(eval_artif
     assert rows["test_too_long"]["status"] == "skipped"
     assert "max_model_len is 1024" in rows["test_too_long"]["reason"]
     assert rows["test_tiny_a"]["status"] == "ok"
+
+
+def test_accuracy_of_the_baseline_against_itself(eval_artifacts, tmp_path):
+    """On the same engine as the reference, the baseline has KL 0, full
+    agreement and 100% recovery; the row is keyed by the artifact id."""
+    out = run_cli("evaluate", f"model={eval_artifacts['original']}", "engine=hf", "scenario=test_tiny_a",
+                  "runs=1", "accuracy.num_windows=2", f"results_dir={tmp_path}", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (acc,) = [r for r in results.read(tmp_path) if r["kind"] == "accuracy"]
+    manifest = json.loads((eval_artifacts["original"] / "manifest.json").read_text())
+    m = acc["metrics"]
+    assert acc["artifact_id"] == manifest["artifact_id"]
+    assert m["scored_tokens"] == 2 * 511
+    assert m["kl_divergence"] == pytest.approx(0, abs=1e-6)
+    assert m["recovery_pct"] == pytest.approx(100, abs=1e-3)
+    assert m["perplexity"] == pytest.approx(m["reference_perplexity"], rel=1e-5)
+    assert m["lastword_accuracy"] == m["reference_lastword_accuracy"]
+
+
+def test_accuracy_detects_a_different_model(eval_artifacts, tmp_path):
+    """Against another model's reference, KL is orders of magnitude above the
+    self-comparison (two random tiny models are both near-uniform, so small)."""
+    from tiny_model import build_tiny_llama
+    from quantize.assets import SMOLLM2_DIR
+    other = build_tiny_llama(tmp_path / "other", SMOLLM2_DIR, seed=1)
+    out = run_cli("evaluate", f"model={eval_artifacts['original']}", "engine=hf", "scenario=test_tiny_a",
+                  "runs=1", "accuracy.num_windows=2", f"accuracy.reference={other}",
+                  f"results_dir={tmp_path / 'res'}", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (acc,) = [r for r in results.read(tmp_path / "res") if r["kind"] == "accuracy"]
+    assert acc["metrics"]["kl_divergence"] > 1e-5

@@ -62,5 +62,25 @@ class HfEngine:
                                 pad_token_id=self.pad_id, streamer=_TimingStreamer(timings))
         return start, timings
 
+    def prompt_logprobs(self, prompts: list[list[int]], k: int):
+        """Same shape as VllmEngine.prompt_logprobs, from one forward pass each."""
+        import torch
+        out = []
+        with torch.inference_mode():
+            for ids in prompts:
+                logits = self.model(torch.tensor([ids], device=self.device)).logits[0, :-1]
+                lp = torch.log_softmax(logits.float(), dim=-1)
+                top = lp.topk(k, dim=-1)
+                positions = [None]
+                for i in range(1, len(ids)):
+                    row = lp[i - 1]
+                    d = {int(t): (float(v), r + 1) for r, (v, t) in
+                         enumerate(zip(top.values[i - 1], top.indices[i - 1]))}
+                    if ids[i] not in d:
+                        d[ids[i]] = (float(row[ids[i]]), int((row > row[ids[i]]).sum()) + 1)
+                    positions.append(d)
+                out.append(positions)
+        return out
+
     def close(self) -> None:
         del self.model

@@ -96,6 +96,30 @@ class VllmEngine:
         await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
         return start, timings
 
+    def prompt_logprobs(self, prompts: list[list[int]], k: int):
+        """Per prompt, per position: {token id: (logprob, rank)} for the top-k
+        and the actual token (None at position 0)."""
+        return self.loop.run_until_complete(self._prompt_logprobs(prompts, k))
+
+    async def _prompt_logprobs(self, prompts, k):
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=k,
+                                detokenize=False, output_kind=RequestOutputKind.FINAL_ONLY)
+        batch = uuid.uuid4().hex[:8]
+
+        async def one(i, prompt):
+            final = None
+            async for out in self.engine.generate(TokensPrompt(prompt_token_ids=prompt), params,
+                                                  request_id=f"lp-{batch}-{i}"):
+                final = out
+            return [None if pos is None else {t: (lp.logprob, lp.rank) for t, lp in pos.items()}
+                    for pos in final.prompt_logprobs]
+
+        return await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
+
     def close(self) -> None:
         import gc
         engine, self.engine = self.engine, None

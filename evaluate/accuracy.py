@@ -1,0 +1,180 @@
+"""Accuracy beside speed: is the quantized model still the same model?
+
+Measured with the *serving engine's* prompt logprobs (so W8A8/FP8 activation
+quantization is included, unlike a dequantized transformers copy), against a
+reference: the artifact's unquantized base model run in transformers.
+
+- perplexity: exp(mean NLL) over `num_windows` held-out windows of
+  `window_len` tokens (every token but each window's first is scored: the
+  token count is reported as `scored_tokens`).
+- kl_divergence: mean over scored positions of KL(reference || artifact) in
+  nats. The engine returns the artifact's top-k logprobs (plus the actual
+  token); the reference is known for every token, so the KL is computed
+  exactly on the partition {each returned token, everything else}. By the
+  data-processing inequality this is a lower bound of the full-vocabulary KL,
+  and it equals it when the returned tokens hold all the mass.
+- top1_agreement: fraction of positions where the artifact's most likely next
+  token equals the reference's.
+- lastword_accuracy: a LAMBADA-style task built from the held-out novels: each
+  item is a paragraph of at least `min_words` words whose last word is
+  alphabetic; the model sees the paragraph (last `context_tokens` tokens)
+  without that word, and is right when greedy decoding would produce every
+  token of " <word>" (teacher-forced rank 1 for each of them).
+- recovery_pct: reference perplexity / artifact perplexity x 100;
+  lastword_recovery_pct: artifact / reference last-word accuracy x 100.
+"""
+import logging
+import math
+import random
+import re
+from pathlib import Path
+
+import numpy as np
+
+from quantize.errors import UserError
+from quantize.paths import resolve
+
+log = logging.getLogger("quantbench.accuracy")
+
+WORD = re.compile(r"^(.*\S)\s+([A-Za-z]+)[\W_]*$", re.S)
+
+
+def held_out_text(cfg) -> str:
+    if cfg.text == "austen":
+        from quantize.assets import AUSTEN_BOOKS, ensure_austen
+        unknown = sorted(set(cfg.books) - set(AUSTEN_BOOKS))
+        if unknown:
+            raise UserError(f"unknown Austen book(s) {unknown}; choose from {list(AUSTEN_BOOKS)}")
+        folder = ensure_austen()
+        return "\n\n".join((folder / f"{b}.txt").read_text() for b in cfg.books)
+    path = resolve(cfg.text)
+    if not path.is_file():
+        raise UserError(f"accuracy text {path} does not exist; set accuracy.text=austen or a local .txt file")
+    return path.read_text()
+
+
+def windows(tokenizer, text: str, n: int, length: int) -> list[list[int]]:
+    """n windows of `length` tokens, evenly spaced over the text."""
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    count = len(ids) // length
+    if count < n:
+        raise UserError(f"accuracy text holds {len(ids)} tokens = {count} windows of {length}; "
+                        f"lower accuracy.num_windows ({n}) or accuracy.window_len")
+    step = count // n
+    return [ids[i * step * length:(i * step + 1) * length] for i in range(n)]
+
+
+def lastword_items(tokenizer, text: str, n: int, min_words: int, context_tokens: int, seed: int):
+    """(prompt token ids, number of target tokens at its end) per item."""
+    items = []
+    for para in text.split("\n\n"):
+        para = para.strip()
+        m = WORD.match(para)
+        if len(para.split()) < min_words or not m:
+            continue
+        context = tokenizer(m.group(1), add_special_tokens=False)["input_ids"][-context_tokens:]
+        target = tokenizer(" " + m.group(2), add_special_tokens=False)["input_ids"]
+        items.append((context + target, len(target)))
+    if len(items) < n:
+        raise UserError(f"only {len(items)} paragraphs qualify for the last-word task; lower "
+                        f"accuracy.lastword.num_items ({n}) or accuracy.lastword.min_words")
+    return random.Random(seed).sample(items, n)
+
+
+class Reference:
+    """The unquantized base model in transformers: full next-token distributions."""
+
+    def __init__(self, path: Path, device: str):
+        import torch
+        from transformers import AutoModelForCausalLM
+        self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype="auto", use_safetensors=True)
+        self.model.to(self.device).eval()
+
+    def log_probs(self, ids: list[int]):
+        """[len(ids) - 1, vocab] float64 log-probabilities predicting ids[1:]."""
+        import torch
+        with torch.inference_mode():
+            logits = self.model(torch.tensor([ids], device=self.device)).logits[0, :-1]
+            return torch.log_softmax(logits.double(), dim=-1).cpu().numpy()
+
+
+def validate(cfg, target) -> None:
+    """Checks that need no engine, so bad input fails before anything starts."""
+    if target.max_context and int(cfg.window_len) > target.max_context:
+        raise UserError(f"accuracy.window_len={cfg.window_len} exceeds the model's context "
+                        f"({target.max_context} tokens); lower it")
+    held_out_text(cfg)
+    reference_path(target, cfg)
+
+
+def measure(engine, target, cfg, tokenizer, seed: int) -> dict:
+    text = held_out_text(cfg)
+    wins = windows(tokenizer, text, int(cfg.num_windows), int(cfg.window_len))
+    items = lastword_items(tokenizer, text, int(cfg.lastword.num_items), int(cfg.lastword.min_words),
+                           int(cfg.lastword.context_tokens), seed)
+    log.info("accuracy: %d windows x %d tokens, %d last-word items", len(wins), cfg.window_len, len(items))
+    art_windows = engine.prompt_logprobs(wins, int(cfg.top_k))
+    art_items = engine.prompt_logprobs([p for p, _ in items], 1)
+
+    ref = Reference(reference_path(target, cfg), cfg.reference_device)
+    nll, ref_nll, kl, agree, scored = 0.0, 0.0, 0.0, 0, 0
+    for ids, positions in zip(wins, art_windows):
+        ref_lp = ref.log_probs(ids)
+        for i in range(1, len(ids)):
+            q = positions[i]   # {token id: (logprob, rank)} from the engine
+            p = ref_lp[i - 1]
+            nll -= q[ids[i]][0]
+            ref_nll -= p[ids[i]]
+            kl += _partition_kl(p, q)
+            agree += int(_top1(q) == int(p.argmax()))
+            scored += 1
+    art_hits = sum(all(pos[tok][1] == 1 for pos, tok in _targets(p, n, lp))
+                   for (p, n), lp in zip(items, art_items))
+    ref_hits = sum(_ref_hit(ref, p, n) for p, n in items)
+    ppl, ref_ppl = math.exp(nll / scored), math.exp(ref_nll / scored)
+    acc, ref_acc = art_hits / len(items), ref_hits / len(items)
+    return {
+        "perplexity": ppl, "reference_perplexity": ref_ppl,
+        "kl_divergence": kl / scored, "top1_agreement": agree / scored,
+        "lastword_accuracy": acc, "reference_lastword_accuracy": ref_acc,
+        "recovery_pct": 100 * ref_ppl / ppl,
+        "lastword_recovery_pct": 100 * acc / ref_acc if ref_acc else None,
+        "scored_tokens": scored, "lastword_items": len(items), "top_k": int(cfg.top_k),
+    }
+
+
+def reference_path(target, cfg) -> Path:
+    if cfg.get("reference"):
+        path = resolve(cfg.reference)
+    elif target.manifest:
+        path = Path(target.manifest["model"]["path"])
+    else:
+        path = target.path  # a plain checkpoint is its own reference
+    if not (path / "config.json").is_file():
+        raise UserError(f"reference model {path} not found; set accuracy.reference=<unquantized checkpoint dir>")
+    return path
+
+
+def _partition_kl(p_log: np.ndarray, q: dict) -> float:
+    ids = np.fromiter(q.keys(), dtype=np.int64)
+    q_in = np.exp(np.array([v[0] for v in q.values()], dtype=np.float64))
+    p_in = np.exp(p_log[ids])
+    kl = float(np.sum(p_in * (np.log(np.maximum(p_in, 1e-300)) - np.log(np.maximum(q_in, 1e-300)))))
+    p_rest, q_rest = max(1.0 - p_in.sum(), 0.0), max(1.0 - q_in.sum(), 1e-12)
+    if p_rest > 1e-12:
+        kl += p_rest * math.log(p_rest / q_rest)
+    return max(kl, 0.0)
+
+
+def _top1(q: dict) -> int:
+    return min(q, key=lambda t: q[t][1])  # the returned top-k always holds rank 1
+
+
+def _targets(prompt: list[int], n: int, positions):
+    return [(positions[i], prompt[i]) for i in range(len(prompt) - n, len(prompt))]
+
+
+def _ref_hit(ref: Reference, prompt: list[int], n: int) -> bool:
+    lp = ref.log_probs(prompt)
+    return all(int(lp[i - 1].argmax()) == prompt[i] for i in range(len(prompt) - n, len(prompt)))
