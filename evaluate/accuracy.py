@@ -108,18 +108,25 @@ def validate(cfg, target) -> None:
     reference_path(target, cfg)
 
 
-def measure(engine, target, cfg, tokenizer, seed: int) -> dict:
+def engine_pass(engine, cfg, tokenizer, seed: int) -> dict:
+    """Everything the engine must compute; the engine can be closed afterwards,
+    so the reference model never competes with it for cores or memory."""
     text = held_out_text(cfg)
     wins = windows(tokenizer, text, int(cfg.num_windows), int(cfg.window_len))
     items = lastword_items(tokenizer, text, int(cfg.lastword.num_items), int(cfg.lastword.min_words),
                            int(cfg.lastword.context_tokens), seed)
     log.info("accuracy: %d windows x %d tokens, %d last-word items", len(wins), cfg.window_len, len(items))
-    art_windows = engine.prompt_logprobs(wins, int(cfg.top_k))
-    art_items = engine.prompt_logprobs([p for p, _ in items], 1)
+    return {"windows": wins, "items": items,
+            "window_logprobs": engine.prompt_logprobs(wins, int(cfg.top_k)),
+            "item_logprobs": engine.prompt_logprobs([p for p, _ in items], 1)}
 
+
+def score(passed: dict, target, cfg) -> dict:
+    """Compare the engine's logprobs with the reference model's distributions."""
+    wins, items = passed["windows"], passed["items"]
     ref = Reference(reference_path(target, cfg), cfg.reference_device)
     nll, ref_nll, kl, agree, scored = 0.0, 0.0, 0.0, 0, 0
-    for ids, positions in zip(wins, art_windows):
+    for ids, positions in zip(wins, passed["window_logprobs"]):
         ref_lp = ref.log_probs(ids)
         for i in range(1, len(ids)):
             q = positions[i]   # {token id: (logprob, rank)} from the engine
@@ -130,7 +137,7 @@ def measure(engine, target, cfg, tokenizer, seed: int) -> dict:
             agree += int(_top1(q) == int(p.argmax()))
             scored += 1
     art_hits = sum(all(pos[tok][1] == 1 for pos, tok in _targets(p, n, lp))
-                   for (p, n), lp in zip(items, art_items))
+                   for (p, n), lp in zip(items, passed["item_logprobs"]))
     ref_hits = sum(_ref_hit(ref, p, n) for p, n in items)
     ppl, ref_ppl = math.exp(nll / scored), math.exp(ref_nll / scored)
     acc, ref_acc = art_hits / len(items), ref_hits / len(items)

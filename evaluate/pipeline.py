@@ -5,7 +5,7 @@ from datetime import datetime, timezone
 import numpy as np
 from omegaconf import OmegaConf
 
-from evaluate import engines, results, scenarios as scenario_mod, target as target_mod
+from evaluate import accuracy, engines, results, scenarios as scenario_mod, target as target_mod
 from evaluate.memory import PeakMemory
 from evaluate.metrics import summarize
 from quantize.errors import UserError
@@ -19,85 +19,72 @@ def run(cfg) -> None:
     if int(cfg.runs) < 1:
         raise UserError(f"runs={cfg.runs}: need at least one timed run (runs=3 is typical)")
     target = target_mod.load(cfg)
-    scenarios = scenario_mod.resolve(cfg.scenario)
     engine_cfg = OmegaConf.to_container(cfg.engine, resolve=True)
     limit = engine_cfg["args"].get("max_model_len") or target.max_context
+    fit, unfit = _split_by_context(scenario_mod.resolve(cfg.scenario), limit)
+    acc = cfg.accuracy if cfg.accuracy.get("enabled") else None
+    if acc:
+        accuracy.validate(acc, target)
+
+    store = results.shard_path(resolve(cfg.results_dir))
+    done = results.completed_keys(store.parent) if cfg.skip_completed else set()
+    base = {**target.as_row(), "engine": engine_cfg["name"], "versions": versions(), "hardware": hardware()}
+    for s in unfit:
+        reason = f"needs {s.max_len} tokens, max_model_len is {limit}"
+        _record(store, _speed_row(base, s, None), "skipped", reason=reason)
+        log.warning("skipping scenario %s: %s", s.name, reason)
+    todo = {s: [i for i in range(int(cfg.runs)) if results.run_key(_speed_row(base, s, i)) not in done]
+            for s in fit}
+    todo = {s: runs for s, runs in todo.items() if runs}
+    acc_todo = acc is not None and results.run_key(_accuracy_row(base, acc)) not in done
+    if not todo and not acc_todo:
+        log.info("every requested run of %s is already in %s: nothing to do", target.artifact_id, store.parent)
+        return
+
+    engine = _start_engine(engine_cfg, target, fit, acc, limit, cfg.trust_remote_code)
+    base |= engine.describe()
+    passed = None
+    try:
+        for s, run_indices in todo.items():
+            _run_scenario(engine, s, run_indices, cfg, base, store, target)
+        if acc_todo:
+            passed = _guarded(store, _accuracy_row(base, acc), lambda: accuracy.engine_pass(
+                engine, acc, _tokenizer(target, cfg), int(cfg.seed)))
+    finally:
+        engine.close()  # before the accuracy reference loads: no competition for cores or memory
+    if passed:
+        _score_accuracy(passed, target, acc, _accuracy_row(base, acc), store)
+    log.info("results appended to %s", store)
+
+
+def _split_by_context(scenarios, limit):
     fit = [s for s in scenarios if not limit or s.max_len <= limit]
     unfit = [s for s in scenarios if s not in fit]
     if unfit and not fit:
         s = unfit[0]
         raise UserError(f"scenario {s.name} needs input_len + output_len = {s.max_len} tokens but "
                         f"max_model_len is {limit}; choose a shorter scenario or raise engine.args.max_model_len")
+    return fit, unfit
 
-    store = results.shard_path(resolve(cfg.results_dir))
-    done = results.completed_keys(store.parent) if cfg.skip_completed else set()
-    base = {"kind": "speed", **target.as_row(), "engine": engine_cfg["name"],
-            "versions": versions(), "hardware": hardware()}
-    for s in unfit:
-        _append(store, base, s, None, status="skipped",
-                reason=f"needs {s.max_len} tokens, max_model_len is {limit}")
-        log.warning("skipping scenario %s: needs %d tokens, max_model_len is %d", s.name, s.max_len, limit)
 
-    todo = {s: [i for i in range(int(cfg.runs)) if results.run_key(_key(base, s, i)) not in done]
-            for s in fit}
-    todo = {s: runs for s, runs in todo.items() if runs}
-    acc = cfg.accuracy if cfg.accuracy.get("enabled") else None
-    if acc:
-        from evaluate import accuracy
-        accuracy.validate(acc, target)
-    acc_row = {**base, **_accuracy_key(acc)} if acc else None
-    acc_todo = acc is not None and results.run_key(acc_row) not in done
-    if not todo and not acc_todo:
-        log.info("every requested run of %s is already in %s: nothing to do", target.artifact_id, store.parent)
-        return
+def _start_engine(engine_cfg, target, fit, acc, limit, trust_remote_code):
     args = dict(engine_cfg.get("args", {}))
-    # Prompt-logprob requests need their prompt plus one generated token.
-    needed = [s.max_len for s in fit] + ([int(acc.window_len) + 1, int(acc.lastword.context_tokens) + 16] if acc else [])
-    if acc and int(acc.top_k) > 20 and engine_cfg["name"] == "vllm":
-        args.setdefault("max_logprobs", int(acc.top_k))
-    engine = engines.get(engine_cfg["name"])(
-        target, args, engine_cfg.get("env", {}),
-        max_model_len=args.get("max_model_len") or min(max(needed), limit or max(needed)),
-        trust_remote_code=cfg.trust_remote_code)
-    base |= engine.describe()
-    vocab = int(target.config.get("vocab_size") or 10000)
-    try:
-        for s, run_indices in todo.items():
-            _run_scenario(engine, s, run_indices, cfg, base, store, target, vocab)
-        if acc_todo:
-            _run_accuracy(engine, target, acc, cfg, {**base, **_accuracy_key(acc)}, store)
-    finally:
-        engine.close()
-    log.info("results appended to %s", store)
+    needed = [s.max_len for s in fit]
+    if acc:  # prompt-logprob requests: the prompt plus one generated token
+        needed += [int(acc.window_len) + 1, int(acc.lastword.context_tokens) + 16]
+        if int(acc.top_k) > 20 and engine_cfg["name"] == "vllm":
+            args.setdefault("max_logprobs", int(acc.top_k))
+    max_len = args.get("max_model_len") or min(max(needed), limit or max(needed))
+    return engines.get(engine_cfg["name"])(target, args, engine_cfg.get("env", {}),
+                                           max_model_len=max_len, trust_remote_code=trust_remote_code)
 
 
-def _accuracy_key(acc) -> dict:
-    return {"kind": "accuracy", "scenario": acc.name, "dataset": acc.name, "batch_size": None,
-            "input_len": None, "output_len": None, "run_index": 0}
-
-
-def _run_accuracy(engine, target, acc, cfg, row, store) -> None:
-    from transformers import AutoTokenizer
-
-    from evaluate import accuracy
-    tokenizer = AutoTokenizer.from_pretrained(target.path, trust_remote_code=cfg.trust_remote_code)
-    stamp = {"timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    try:
-        metrics = accuracy.measure(engine, target, acc, tokenizer, int(cfg.seed))
-    except Exception as e:
-        results.append(store, row | stamp | {"status": "failed", "reason": f"{type(e).__name__}: {e}"})
-        raise
-    results.append(store, row | stamp | {"status": "ok", "metrics": metrics,
-                                         "accuracy_config": OmegaConf.to_container(acc, resolve=True)})
-    log.info("accuracy: perplexity %.2f (reference %.2f), KL %.4f nats, top-1 agreement %.3f, "
-             "last-word %.3f", metrics["perplexity"], metrics["reference_perplexity"],
-             metrics["kl_divergence"], metrics["top1_agreement"], metrics["lastword_accuracy"])
-
-
-def _run_scenario(engine, s, run_indices, cfg, base, store, target, vocab) -> None:
+def _run_scenario(engine, s, run_indices, cfg, base, store, target) -> None:
     log.info("scenario %s: batch %d, %d in / %d out tokens, %d warm-up + %d timed runs",
              s.name, s.batch_size, s.input_len, s.output_len, cfg.warmup_runs, len(run_indices))
-    try:
+    vocab = int(target.config.get("vocab_size") or 10000)
+
+    def measure_all():
         for w in range(int(cfg.warmup_runs)):
             engine.run(prompts(s, cfg.seed, -1 - w, vocab), s.output_len)
         for i in run_indices:
@@ -108,12 +95,19 @@ def _run_scenario(engine, s, run_indices, cfg, base, store, target, vocab) -> No
                 raise RuntimeError(f"engine generated {short[0]} tokens instead of {s.output_len}")
             metrics = summarize(timings, start, target.model_bytes) | mem.as_metrics()
             metrics["model_bytes"] = target.model_bytes
-            _append(store, base, s, i, status="ok", metrics=metrics)
+            _record(store, _speed_row(base, s, i), "ok", metrics=metrics)
             log.info("  run %d/%d: %.1f tok/s out, latency %.2f s, TTFT %.0f ms", i + 1, cfg.runs,
                      metrics["output_throughput"], metrics["latency_s"], metrics["ttft_ms_mean"])
-    except Exception as e:
-        _append(store, base, s, None, status="failed", reason=f"{type(e).__name__}: {e}")
-        raise
+
+    _guarded(store, _speed_row(base, s, None), measure_all)
+
+
+def _score_accuracy(passed, target, acc, row, store) -> None:
+    metrics = _guarded(store, row, lambda: accuracy.score(passed, target, acc))
+    _record(store, row, "ok", metrics=metrics, accuracy_config=OmegaConf.to_container(acc, resolve=True))
+    log.info("accuracy: perplexity %.2f (reference %.2f), KL %.4f nats, top-1 agreement %.3f, "
+             "last-word %.3f", metrics["perplexity"], metrics["reference_perplexity"],
+             metrics["kl_divergence"], metrics["top1_agreement"], metrics["lastword_accuracy"])
 
 
 def prompts(s, seed: int, run_index: int, vocab: int) -> list[list[int]]:
@@ -124,15 +118,30 @@ def prompts(s, seed: int, run_index: int, vocab: int) -> list[list[int]]:
     return rng.integers(0, min(vocab, 10000), size=(s.batch_size, s.input_len)).tolist()
 
 
-def _key(base: dict, s, run_index) -> dict:
-    return {**base, **s.as_row(), "run_index": run_index}
+def _tokenizer(target, cfg):
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(target.path, trust_remote_code=cfg.trust_remote_code)
 
 
-def _append(store, base, s, run_index, status, metrics=None, reason=None) -> None:
-    row = _key(base, s, run_index) | {
-        "status": status, "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    if metrics is not None:
-        row["metrics"] = metrics
-    if reason is not None:
-        row["reason"] = reason
-    results.append(store, row)
+def _speed_row(base: dict, s, run_index) -> dict:
+    return {**base, "kind": "speed", **s.as_row(), "run_index": run_index}
+
+
+def _accuracy_row(base: dict, acc) -> dict:
+    return {**base, "kind": "accuracy", "scenario": acc.name, "dataset": acc.name, "batch_size": None,
+            "input_len": None, "output_len": None, "run_index": 0}
+
+
+def _record(store, row: dict, status: str, **extra) -> None:
+    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    results.append(store, row | {"status": status, "timestamp": stamp} | extra)
+
+
+def _guarded(store, row, fn):
+    """Run fn; on failure record a failed row (the sweep summary and the report
+    show it) and re-raise."""
+    try:
+        return fn()
+    except Exception as e:
+        _record(store, row, "failed", reason=f"{type(e).__name__}: {e}")
+        raise
