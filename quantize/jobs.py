@@ -6,6 +6,8 @@ import os
 import sys
 import traceback
 
+from hydra.experimental.callback import Callback
+
 from quantize.errors import UserError
 
 log = logging.getLogger("quantbench")
@@ -40,12 +42,9 @@ def _record_failure(message: str, trace: str) -> None:
                    "overrides": list(HydraConfig.get().overrides.task)}, f, indent=2)
 
 
-class FailureSummary:
+class FailureSummary(Callback):
     """Hydra callback: after a multirun, list the jobs that failed (each left a
     FAILED.json in its output dir) and exit non-zero if any did."""
-
-    def __init__(self, **_):
-        pass
 
     def on_multirun_end(self, config, **_) -> None:
         from pathlib import Path
