@@ -3,7 +3,9 @@ a multirun, a failing job is recorded and the sweep goes on."""
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 import traceback
 
 from hydra.experimental.callback import Callback
@@ -19,6 +21,10 @@ def run_job(fn, cfg):
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no hub here; never wait on the network
+    # SIGTERM (kill, Slurm preemption) unwinds like an exception, so `finally`
+    # blocks shut engines down instead of orphaning their worker processes.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         return fn(cfg)
@@ -32,6 +38,10 @@ def run_job(fn, cfg):
         log.error("job failed: %s", one_line)
         _record_failure(one_line, traceback.format_exc())
         return None
+
+
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
 
 
 def _record_failure(message: str, trace: str) -> None:

