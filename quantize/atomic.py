@@ -42,6 +42,8 @@ def staging_dir(final: Path):
     tmp.chmod(0o755)  # mkdtemp makes 0700; artifacts are meant to be shared
     try:
         yield tmp
+        for p in tmp.rglob("*"):  # mkstemp (manifest) and safetensors write 0600 files
+            p.chmod(0o755 if p.is_dir() else 0o644)
         if final.exists():
             old = final.with_name(f".{final.name}.old-{os.getpid()}")
             os.replace(final, old)

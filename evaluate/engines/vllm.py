@@ -123,8 +123,15 @@ class VllmEngine:
     def close(self) -> None:
         import gc
         engine, self.engine = self.engine, None
-        engine.shutdown()
-        # Collect now: AsyncLLM.__del__ at interpreter exit fails noisily.
+
+        async def shutdown():
+            # Inside the loop, AsyncLLM closes its zmq sockets at once; from
+            # outside it only schedules that, and a later GC of the context
+            # then blocks forever (seen when a multirun starts the next engine).
+            engine.shutdown()
+            await asyncio.sleep(0)
+
+        self.loop.run_until_complete(shutdown())
         del engine
-        gc.collect()
+        gc.collect()  # AsyncLLM.__del__ at interpreter exit fails noisily
         self.loop.close()

@@ -1,0 +1,157 @@
+"""Shared fixtures for the quantize-stage tests.
+
+Every test drives the real thing: `python -m quantize ...` in a subprocess
+(real Hydra CLI, real llm-compressor), run from a temp dir so Hydra's logs/
+land there, on a tiny random Llama built once per session."""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tiny_model import build_tiny_llama
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF_RECIPES = ROOT / "conf" / "recipe"
+RECIPES_DIR = ROOT / "recipes"
+TINY_NAME = "tiny-llama"  # dir name of the tiny model = `model.name` (basename)
+# Small calibration keeps each quantize run ~10 s on the tiny model.
+NUM_SAMPLES, MAX_SEQ_LEN = 8, 64
+SMALL_CALIB = (f"calibration.num_samples={NUM_SAMPLES}", f"calibration.max_seq_len={MAX_SEQ_LEN}")
+QUANTIZE_TIMEOUT_S = 900  # generous: the machine is shared; this is a hang guard, not a speed check
+
+
+def shipped_recipes() -> list[str]:
+    """Every recipe preset in conf/recipe/, except the `file` fallback option."""
+    return sorted(p.stem for p in CONF_RECIPES.glob("*.yaml") if p.stem != "file")
+
+
+def recipe_source(name: str) -> Path:
+    """The llm-compressor recipe file a shipped preset points at."""
+    cfg = yaml.safe_load((CONF_RECIPES / f"{name}.yaml").read_text())
+    return Path(str(cfg["path"]).replace("${qb_root:}", str(ROOT)))
+
+
+def sparse_recipes() -> list[str]:
+    return [r for r in shipped_recipes() if "sparse" in r]
+
+
+def quantize_env(extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    # Import the checkout under test even if the editable install points elsewhere.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env["HF_HUB_OFFLINE"] = "1"
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    env.update(extra or {})
+    return env
+
+
+def quantize_cmd(*overrides: str) -> list[str]:
+    return [sys.executable, "-m", "quantize", *overrides]
+
+
+def run_quantize(*overrides: str, cwd: Path, timeout: float = QUANTIZE_TIMEOUT_S) -> subprocess.CompletedProcess:
+    """Run the real CLI; returns the finished process (never raises on failure)."""
+    return subprocess.run(quantize_cmd(*overrides), cwd=cwd, env=quantize_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def tail(proc: subprocess.CompletedProcess, n: int = 25) -> str:
+    return "\n".join((proc.stdout + proc.stderr).splitlines()[-n:])
+
+
+def check_ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert proc.returncode == 0, f"quantize exited {proc.returncode}:\n{tail(proc)}"
+    return proc
+
+
+def last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def sha256_files_by_hand(paths) -> str:
+    """The manifest's weight-hash definition (name + NUL + content of every
+    file, in sorted path order), recomputed here independently of quantize."""
+    h = hashlib.sha256()
+    for p in sorted(Path(p) for p in paths):
+        h.update(p.name.encode() + b"\0")
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@dataclass
+class Artifact:
+    recipe: str
+    dir: Path
+    proc: subprocess.CompletedProcess
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.dir / "manifest.json"
+
+    @property
+    def manifest(self) -> dict:
+        return json.loads(self.manifest_path.read_text())
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir() -> Path:
+    from quantize.assets import SMOLLM2_DIR, ensure_default_model
+    if not (SMOLLM2_DIR / "config.json").is_file():
+        ensure_default_model()
+    return SMOLLM2_DIR
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory, tokenizer_dir) -> Path:
+    """A 2-layer random Llama (hidden 128) with SmolLM2's tokenizer, built once."""
+    return build_tiny_llama(tmp_path_factory.mktemp("models") / TINY_NAME, tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
+def session_workdir(tmp_path_factory) -> Path:
+    """cwd for the shared builds (Hydra writes logs/ there)."""
+    return tmp_path_factory.mktemp("quantize-cwd")
+
+
+@pytest.fixture(scope="session")
+def session_artifacts_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("artifacts")
+
+
+@pytest.fixture(scope="session")
+def build_artifact(tiny_model, session_workdir, session_artifacts_dir):
+    """`build_artifact(recipe)` quantizes the tiny model with a shipped recipe
+    (small Austen calibration) once per session and returns the Artifact;
+    later calls, from any test, reuse it. A failed build is remembered too, so
+    it fails every test that needs it without being retried."""
+    cache: dict[str, Artifact] = {}
+
+    def build(recipe: str) -> Artifact:
+        if recipe not in cache:
+            proc = run_quantize(f"recipe={recipe}", f"model={tiny_model}", *SMALL_CALIB,
+                                f"artifacts_dir={session_artifacts_dir}", cwd=session_workdir)
+            cache[recipe] = Artifact(recipe, session_artifacts_dir / TINY_NAME / recipe, proc)
+        art = cache[recipe]
+        check_ok(art.proc)
+        return art
+
+    return build
+
+
+@pytest.fixture
+def workdir(tmp_path) -> Path:
+    """A fresh cwd for one quantize run."""
+    d = tmp_path / "cwd"
+    d.mkdir()
+    return d

@@ -1,0 +1,271 @@
+"""Every shipped recipe quantizes the tiny model into a complete artifact whose
+files and manifest are checked against what the test measures itself."""
+import os
+import platform
+import re
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import (MAX_SEQ_LEN, NUM_SAMPLES, TINY_NAME, file_sha256, recipe_source,
+                      sha256_files_by_hand, shipped_recipes, sparse_recipes)
+
+RECIPES = shipped_recipes()
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def expected_format(recipe: str) -> str:
+    """compressed-tensors format each family of recipe must save as."""
+    if recipe == "original":
+        return "dense"
+    if recipe.startswith("fp8"):
+        return "float-quantized"
+    if recipe.startswith("w8a8"):
+        return "int-quantized"          # int8 weights and activations
+    if recipe.startswith(("w4a16", "w8a16")):
+        return "pack-quantized"         # weight-only ints packed into int32
+    pytest.fail(f"no expected format for new recipe {recipe!r}: extend expected_format()")
+
+
+def weight_bits(recipe: str) -> int | None:
+    m = re.match(r"^w(\d+)a\d+", recipe)
+    return int(m.group(1)) if m else None
+
+
+def linear_names(model) -> list[str]:
+    import torch
+    return [n for n, m in model.named_modules()
+            if isinstance(m, torch.nn.Linear) and not n.endswith("lm_head")]
+
+
+def load_checkpoint(path: Path):
+    """Load like a user would: transformers, compressed-tensors decompressed to dense."""
+    import json
+
+    from transformers import AutoModelForCausalLM, CompressedTensorsConfig
+    kwargs = {}
+    if "quantization_config" in json.loads((path / "config.json").read_text()):
+        kwargs["quantization_config"] = CompressedTensorsConfig(dequantize=True)
+    return AutoModelForCausalLM.from_pretrained(path, dtype="auto", **kwargs).eval()
+
+
+_loaded: dict[Path, object] = {}
+
+
+def loaded(path: Path):
+    """Each checkpoint is loaded once per module (several tests read it)."""
+    if path not in _loaded:
+        _loaded[path] = load_checkpoint(path)
+    return _loaded[path]
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(tokenizer_dir):
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    return tok("It is a truth universally acknowledged, that a single man", return_tensors="pt")["input_ids"]
+
+
+def test_recipes_are_discovered():
+    assert "original" in RECIPES and "file" not in RECIPES
+    assert sparse_recipes(), "no sparse recipe found"
+    for r in RECIPES:
+        assert recipe_source(r).is_file(), f"conf/recipe/{r}.yaml points at a missing recipe"
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_artifact_files(build_artifact, recipe):
+    art = build_artifact(recipe)
+    assert art.dir == art.dir.parent.parent / TINY_NAME / recipe
+    assert (art.dir / "config.json").is_file()
+    weights = sorted(art.dir.glob("*.safetensors"))
+    assert weights and all(p.stat().st_size > 0 for p in weights)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        assert (art.dir / name).is_file(), f"{name} missing"
+    # recipe.yaml is exactly the source recipe, and safe-loadable.
+    source = recipe_source(recipe)
+    text = (art.dir / "recipe.yaml").read_text()
+    assert text == source.read_text()
+    assert yaml.safe_load(text) == yaml.safe_load(source.read_text())
+    # Shareable: another user (or an evaluate container) can read every file.
+    modes = {p.name: p.stat().st_mode & 0o777 for p in art.dir.rglob("*")}
+    assert (art.dir.stat().st_mode & 0o755) == 0o755
+    assert all(m & 0o444 == 0o444 for m in modes.values()), {k: oct(m) for k, m in modes.items()}
+    # Staging dirs are gone once the artifact is in place.
+    assert not [p.name for p in art.dir.parent.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_manifest_provenance(build_artifact, tiny_model, recipe):
+    art = build_artifact(recipe)
+    m = art.manifest
+    assert re.fullmatch(r"[0-9a-f]{16}", m["artifact_id"])
+
+    assert m["model"]["name"] == TINY_NAME
+    assert m["model"]["weights_sha256"] == sha256_files_by_hand(tiny_model.glob("*.safetensors"))
+
+    source = recipe_source(recipe)
+    assert m["recipe"]["name"] == recipe
+    assert m["recipe"]["sha256"] == file_sha256(source)
+
+    if recipe == "original":
+        assert m["calibration"] is None  # the baseline is saved as is
+    else:
+        cal = m["calibration"]
+        assert cal["source"] == "austen" and cal["name"] == "austen"
+        assert (cal["num_samples"], cal["max_seq_len"]) == (NUM_SAMPLES, MAX_SEQ_LEN)
+        assert cal["num_tokens"] == NUM_SAMPLES * MAX_SEQ_LEN
+        assert HEX64.match(cal["sha256"])
+
+    for pkg in ("torch", "transformers", "llmcompressor", "compressed-tensors"):
+        assert m["versions"][pkg] == metadata.version(pkg), pkg
+    assert m["hardware"]["cpu_count"] == os.cpu_count()
+    assert m["hardware"]["machine"] == platform.machine()
+
+    timings = m["timings_s"]
+    phases = {k: v for k, v in timings.items() if k != "total"}
+    assert phases and all(isinstance(v, (int, float)) and v >= 0 for v in timings.values())
+    assert timings["total"] == pytest.approx(sum(phases.values()), abs=0.01)
+    assert timings["total"] > 0
+    if recipe != "original":
+        assert any("oneshot" in k for k in phases), phases
+
+    # Sizes: the manifest describes every file of the artifact but itself
+    # (it is written last, after the sizes are known).
+    files = [p for p in art.dir.rglob("*") if p.is_file()]
+    assert m["bytes_on_disk"]["total"] == sum(p.stat().st_size for p in files if p.name != "manifest.json")
+    assert m["bytes_on_disk"]["weights"] == sum(p.stat().st_size for p in art.dir.glob("*.safetensors"))
+
+    assert m["quantization"]["format"] == expected_format(recipe)
+    assert m["checks"]["reloads_in_transformers"] is True
+    assert m["checks"]["logits_finite"] is True
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_saved_tensors_match_format(build_artifact, recipe):
+    """Read the safetensors directly: the dtypes must be what the format claims."""
+    import json
+
+    import torch
+    from safetensors import safe_open
+
+    art = build_artifact(recipe)
+    fmt = expected_format(recipe)
+    config = json.loads((art.dir / "config.json").read_text())
+    assert (config.get("quantization_config") or {}).get("format", "dense") == fmt
+    tensors = {}
+    for path in art.dir.glob("*.safetensors"):
+        with safe_open(path, "pt") as f:
+            tensors.update({k: f.get_tensor(k) for k in f.keys()})
+    proj = sorted({k.rsplit(".", 1)[0] for k in tensors if re.search(r"layers\.\d+\.\w+\.\w+_proj\.", k)})
+    assert len(proj) == 2 * 7, proj  # 2 layers x (q, k, v, o, gate, up, down)
+    for layer in proj:
+        if fmt == "dense":
+            assert tensors[f"{layer}.weight"].dtype == torch.bfloat16
+            assert f"{layer}.weight_scale" not in tensors
+        elif fmt == "int-quantized":
+            assert tensors[f"{layer}.weight"].dtype == torch.int8
+            assert f"{layer}.weight_scale" in tensors
+        elif fmt == "float-quantized":
+            assert tensors[f"{layer}.weight"].dtype == torch.float8_e4m3fn
+            assert f"{layer}.weight_scale" in tensors
+        else:  # pack-quantized: `bits`-wide ints packed 32 / bits per int32
+            packed = tensors[f"{layer}.weight_packed"]
+            out_features, in_features = tensors[f"{layer}.weight_shape"].tolist()
+            assert packed.dtype == torch.int32
+            assert tuple(packed.shape) == (out_features, in_features * weight_bits(recipe) // 32)
+            assert f"{layer}.weight" not in tensors
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_reloads_in_transformers(build_artifact, tiny_model, prompt_ids, recipe):
+    import torch
+    art = build_artifact(recipe)
+    model = loaded(art.dir)
+    base = loaded(tiny_model)
+    with torch.no_grad():
+        logits = model(input_ids=prompt_ids).logits
+        base_logits = base(input_ids=prompt_ids).logits
+    assert logits.shape == base_logits.shape
+    assert torch.isfinite(logits).all()
+
+    base_modules, modules = dict(base.named_modules()), dict(model.named_modules())
+    names = linear_names(base)
+    assert names == linear_names(model)
+    if recipe == "original":
+        for n in names:
+            assert torch.equal(modules[n].weight, base_modules[n].weight), n
+        assert torch.equal(logits, base_logits)
+        return
+    # A quantizing recipe must change every targeted Linear (a recipe that
+    # silently matches nothing would leave them bit-identical).
+    unchanged = [n for n in names if torch.equal(modules[n].weight, base_modules[n].weight)]
+    assert not unchanged, f"weights untouched by {recipe}: {unchanged}"
+    if weight_bits(recipe) == 4:
+        # int4 with group size g: every g consecutive input weights hold at most 16 values.
+        g = weight_group_size(art.dir)
+        for n in names:
+            w = modules[n].weight.float()
+            s = w.reshape(w.shape[0], -1, g).sort(dim=-1).values
+            distinct = int(((s[..., 1:] != s[..., :-1]).sum(-1) + 1).max())
+            assert distinct <= 16, f"{n}: a group of {g} holds {distinct} distinct values"
+
+
+def weight_group_size(artifact_dir: Path) -> int:
+    import json
+    q = json.loads((artifact_dir / "config.json").read_text())["quantization_config"]
+    sizes = {g["weights"]["group_size"] for g in q["config_groups"].values()}
+    assert len(sizes) == 1, sizes
+    return sizes.pop()
+
+
+@pytest.mark.parametrize("recipe", sparse_recipes())
+def test_sparse_recipes_save_2_4_weights(build_artifact, recipe):
+    """The manifest's 2:4 claim, and an independent check on the saved weights."""
+    import torch
+    art = build_artifact(recipe)
+    report = art.manifest["checks"]["sparsity"]
+    assert report["all_layers_hold_pattern"] is True
+    assert report["measured_sparsity"] == pytest.approx(0.5, abs=0.02)
+    assert report["layers_breaking_pattern"] == []
+
+    model = loaded(art.dir)
+    zeros = total = 0
+    names = linear_names(model)
+    modules = dict(model.named_modules())
+    assert len(names) == 14 and report["pruned_layers"] == len(names)
+    for n in names:
+        w = modules[n].weight.detach()
+        assert w.shape[1] % 4 == 0
+        zeros_per_group = (w == 0).reshape(w.shape[0], -1, 4).sum(-1)
+        bad = int((zeros_per_group < 2).sum())
+        assert bad == 0, f"{n}: {bad} groups of 4 hold fewer than 2 zeros"
+        zeros += int((w == 0).sum())
+        total += w.numel()
+    assert zeros / total == pytest.approx(report["measured_sparsity"], abs=1e-6)
+
+
+def test_non_sparse_recipes_are_not_pruned(build_artifact):
+    """Sanity on the checker: dense recipes do not claim (or show) a 2:4 pattern."""
+    import torch
+    for recipe in ("original", "w8a8_smooth_ptq"):
+        if recipe not in RECIPES:
+            continue
+        art = build_artifact(recipe)
+        assert "sparsity" not in art.manifest["checks"]
+        model = loaded(art.dir)
+        modules = dict(model.named_modules())
+        w = modules[linear_names(model)[0]].weight
+        assert float((w == 0).float().mean()) < 0.25
+
+
+def test_same_calibration_same_hash_across_recipes(build_artifact):
+    """All recipes calibrated on the same text record the same calibration hash
+    and distinct artifact ids."""
+    manifests = [build_artifact(r).manifest for r in RECIPES]
+    calib = {m["calibration"]["sha256"] for m in manifests if m["calibration"]}
+    assert len(calib) == 1
+    ids = [m["artifact_id"] for m in manifests]
+    assert len(set(ids)) == len(ids)
