@@ -4,14 +4,21 @@
 # Completed artifacts and result rows are skipped, so a rerun resumes; a failing
 # job is recorded and the others finish (exit status 1 at the end if any failed).
 #
-#   RECIPES=original,w8a8_smooth_ptq SCENARIO=cpu bash scripts/run_matrix.sh [extra overrides]
-#   (on Slurm: add hydra/launcher=submitit_slurm as an extra override)
+#   bash scripts/run_matrix.sh [matrix preset] [extra overrides for both stages]
+#   bash scripts/run_matrix.sh reference hydra/launcher=slurm_gpu
+#   RECIPES=original,w8a8_smooth_ptq SCENARIO=interactive bash scripts/run_matrix.sh cpu
+# A preset is conf/matrix/<name>.env (RECIPES, SCENARIO, RUNS); variables set
+# in the environment win over the preset.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
-RECIPES=${RECIPES:-original,w8a8_smooth_ptq,w4a16_rtn,w4a16_gptq}
-SCENARIO=${SCENARIO:-cpu}
-RUNS=${RUNS:-3}
+MATRIX=cpu
+if [ $# -gt 0 ] && [ -f "conf/matrix/$1.env" ]; then MATRIX=$1; shift; fi
+env_recipes=${RECIPES:-}; env_scenario=${SCENARIO:-}; env_runs=${RUNS:-}
+# shellcheck disable=SC1090
+source "conf/matrix/$MATRIX.env"
+RECIPES=${env_recipes:-$RECIPES}; SCENARIO=${env_scenario:-$SCENARIO}; RUNS=${env_runs:-$RUNS}
+echo "matrix $MATRIX: recipes $RECIPES; scenario $SCENARIO; $RUNS runs"
 RESULTS=${RESULTS:-results}
 REPORT=${REPORT:-reports}
 
