@@ -26,6 +26,21 @@ SMALL_CALIB = (f"calibration.num_samples={NUM_SAMPLES}", f"calibration.max_seq_l
 QUANTIZE_TIMEOUT_S = 900  # generous: the machine is shared; this is a hang guard, not a speed check
 
 
+def w4_rtn_recipe(group_size: int) -> str:
+    """An llm-compressor recipe a user might write: int4 weight-only RTN."""
+    return f"""\
+# A user recipe: int4 weight-only RTN, symmetric, group size {group_size}.
+quant_stage:
+  quant_modifiers:
+    QuantizationModifier:
+      ignore: [lm_head]
+      config_groups:
+        group_0:
+          targets: [Linear]
+          weights: {{num_bits: 4, type: int, symmetric: true, strategy: group, group_size: {group_size}}}
+"""
+
+
 def shipped_recipes() -> list[str]:
     """Every recipe preset in conf/recipe/, except the `file` fallback option."""
     return sorted(p.stem for p in CONF_RECIPES.glob("*.yaml") if p.stem != "file")

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SMALL_CALIB, last_line, run_quantize, shipped_recipes
+from conftest import ROOT, SMALL_CALIB, last_line, run_quantize, shipped_recipes, w4_rtn_recipe
 
 
 def write(path: Path, text: str) -> Path:
@@ -22,22 +22,10 @@ def checkpoint_without_config(tmp: Path, tiny: Path) -> Path:
     return d
 
 
-W4_RECIPE = """\
-quant_stage:
-  quant_modifiers:
-    QuantizationModifier:
-      ignore: [lm_head]
-      config_groups:
-        group_0:
-          targets: [Linear]
-          weights: {{num_bits: 4, type: int, symmetric: true, strategy: group, group_size: {g}}}
-"""
-
-
 BROKEN_YAML = "quant_stage:\n  quant_modifiers: [oops\n"
 LIST_YAML = "- QuantizationModifier\n"
-TYPO_MODIFIER = W4_RECIPE.format(g=64).replace("QuantizationModifier", "QuantizationModifer")
-EXTRA_ARGUMENT = W4_RECIPE.format(g=64).replace("ignore:", "ignored_layers:")
+TYPO_MODIFIER = w4_rtn_recipe(64).replace("QuantizationModifier", "QuantizationModifer")
+EXTRA_ARGUMENT = w4_rtn_recipe(64).replace("ignore:", "ignored_layers:")
 
 
 def with_recipe(filename: str, text: str):
@@ -65,7 +53,7 @@ CASES = {
         with_calibration(lambda tmp: write(tmp / "small.txt", "Emma Woodhouse, handsome, clever, and rich.")),
         ["small.txt", "calibration.num_samples=8", "lower num_samples or max_seq_len"]),
     "group_size_does_not_divide": (
-        with_recipe("w4_g48.yaml", W4_RECIPE.format(g=48)),
+        with_recipe("w4_g48.yaml", w4_rtn_recipe(48)),
         ["group_size 48", "in_features 128", "use group_size", "strategy: channel"]),
     "unknown_modifier": (
         with_recipe("typo.yaml", TYPO_MODIFIER),

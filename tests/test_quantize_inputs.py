@@ -4,7 +4,7 @@ import json
 import uuid
 
 from conftest import (MAX_SEQ_LEN, NUM_SAMPLES, RECIPES_DIR, SMALL_CALIB, TINY_NAME, check_ok,
-                      file_sha256, run_quantize)
+                      file_sha256, run_quantize, w4_rtn_recipe)
 
 RECIPE = "w4a16_rtn"
 
@@ -55,17 +55,7 @@ def test_calibration_from_txt_relative_to_cwd(tmp_path, workdir, tiny_model, bui
     assert_file_calibration(manifest, workdir / "calib.txt", build_artifact(RECIPE).manifest)
 
 
-USER_RECIPE = """\
-# A user recipe: int4 weight-only RTN, symmetric, group size 32.
-quant_stage:
-  quant_modifiers:
-    QuantizationModifier:
-      ignore: [lm_head]
-      config_groups:
-        group_0:
-          targets: [Linear]
-          weights: {num_bits: 4, type: int, symmetric: true, strategy: group, group_size: 32}
-"""
+USER_RECIPE = w4_rtn_recipe(32)
 
 
 def test_recipe_given_as_a_path(tmp_path, workdir, tiny_model):
