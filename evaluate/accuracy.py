@@ -64,21 +64,29 @@ def windows(tokenizer, text: str, n: int, length: int) -> list[list[int]]:
     return [ids[i * step * length:(i * step + 1) * length] for i in range(n)]
 
 
-def lastword_items(tokenizer, text: str, n: int, min_words: int, context_tokens: int, seed: int):
-    """(prompt token ids, number of target tokens at its end) per item."""
-    items = []
+def lastword_passages(text: str, n: int, min_words: int, seed: int) -> list[tuple[str, str]]:
+    """n (paragraph without its last word, last word) pairs: each paragraph has
+    at least `min_words` words and ends in an alphabetic word."""
+    passages = []
     for para in text.split("\n\n"):
         para = para.strip()
         m = WORD.match(para)
-        if len(para.split()) < min_words or not m:
-            continue
-        context = tokenizer(m.group(1), add_special_tokens=False)["input_ids"][-context_tokens:]
-        target = tokenizer(" " + m.group(2), add_special_tokens=False)["input_ids"]
-        items.append((context + target, len(target)))
-    if len(items) < n:
-        raise UserError(f"only {len(items)} paragraphs qualify for the last-word task; lower "
+        if len(para.split()) >= min_words and m:
+            passages.append((m.group(1), m.group(2)))
+    if len(passages) < n:
+        raise UserError(f"only {len(passages)} paragraphs qualify for the last-word task; lower "
                         f"accuracy.lastword.num_items ({n}) or accuracy.lastword.min_words")
-    return random.Random(seed).sample(items, n)
+    return random.Random(seed).sample(passages, n)
+
+
+def lastword_items(tokenizer, text: str, n: int, min_words: int, context_tokens: int, seed: int):
+    """(prompt token ids, number of target tokens at its end) per item."""
+    items = []
+    for context, word in lastword_passages(text, n, min_words, seed):
+        context_ids = tokenizer(context, add_special_tokens=False)["input_ids"][-context_tokens:]
+        target = tokenizer(" " + word, add_special_tokens=False)["input_ids"]
+        items.append((context_ids + target, len(target)))
+    return items
 
 
 class Reference:

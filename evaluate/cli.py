@@ -8,8 +8,8 @@ from quantize.paths import CONF_DIR
 
 @hydra.main(config_path=str(CONF_DIR), config_name="evaluate", version_base="1.3")
 def _hydra_main(cfg) -> None:
-    from evaluate import pipeline
-    run_job(pipeline.run, cfg)
+    from evaluate import lmeval, pipeline
+    run_job(pipeline.run, cfg, needs_hub=lmeval.needs_hub(cfg.lm_eval))
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ from datetime import datetime, timezone
 import numpy as np
 from omegaconf import OmegaConf
 
-from evaluate import accuracy, engines, results, scenarios as scenario_mod, target as target_mod
+from evaluate import accuracy, engines, lmeval, results, scenarios as scenario_mod, target as target_mod
 from evaluate.memory import PeakMemory
 from evaluate.metrics import summarize
 from quantize.errors import UserError
@@ -25,6 +25,8 @@ def run(cfg) -> None:
     acc = cfg.accuracy if cfg.accuracy.get("enabled") else None
     if acc:
         accuracy.validate(acc, target)
+    lm = cfg.lm_eval if cfg.lm_eval.get("enabled") else None
+    lm_versions = lmeval.validate(lm) if lm else None
 
     store = results.shard_path(resolve(cfg.results_dir))
     done = results.completed_keys(store.parent) if cfg.skip_completed else set()
@@ -37,24 +39,54 @@ def run(cfg) -> None:
             for s in fit}
     todo = {s: runs for s, runs in todo.items() if runs}
     acc_todo = acc is not None and results.run_key(_accuracy_row(base, acc)) not in done
-    if not todo and not acc_todo:
+    lm_todo = [t for t in (lm.tasks if lm else []) if results.run_key(lmeval.row(base, lm, t)) not in done]
+    if not todo and not acc_todo and not lm_todo:
         log.info("every requested run of %s is already in %s: nothing to do", target.artifact_id, store.parent)
         return
+    if todo or acc_todo:
+        _evaluate_in_engine(cfg, engine_cfg, target, fit, todo, acc if acc_todo else None, limit, base, store)
+    if lm_todo:
+        _run_lm_eval(cfg, lm, engine_cfg, target, lm_todo, lm_versions, base, store)
+    log.info("results appended to %s", store)
 
+
+def _evaluate_in_engine(cfg, engine_cfg, target, fit, todo, acc, limit, base, store) -> None:
+    """Speed scenarios, then the accuracy pass, in one engine; the accuracy
+    reference is scored after the engine is closed."""
     engine = _start_engine(engine_cfg, target, fit, acc, limit, cfg.trust_remote_code)
-    base |= engine.describe()
+    base = base | engine.describe()
     passed = None
     try:
         for s, run_indices in todo.items():
             _run_scenario(engine, s, run_indices, cfg, base, store, target)
-        if acc_todo:
+        if acc:
             passed = _guarded(store, _accuracy_row(base, acc), lambda: accuracy.engine_pass(
                 engine, acc, _tokenizer(target, cfg), int(cfg.seed)))
     finally:
         engine.close()  # before the accuracy reference loads: no competition for cores or memory
     if passed:
         _score_accuracy(passed, target, acc, _accuracy_row(base, acc), store)
-    log.info("results appended to %s", store)
+
+
+def _run_lm_eval(cfg, lm, engine_cfg, target, tasks, lm_versions, base, store) -> None:
+    """lm-eval's own vLLM engine, in its own environment; one row per task."""
+    from evaluate.engines.vllm import apply_env, on_cpu
+    args = lmeval.model_args(engine_cfg["args"], lm, cfg.trust_remote_code, on_cpu())
+    base = base | {"engine_args": args, "engine_env": apply_env(engine_cfg.get("env", {})),
+                   "engine_version": lm_versions.get("vllm"), "lm_eval_versions": lm_versions}
+    log.info("lm-eval: tasks %s on %s", ", ".join(tasks), target.path)
+    rows = {t: lmeval.row(base, lm, t) for t in tasks}
+    try:
+        scores = lmeval.run(lm, target, args, tasks, int(cfg.seed))
+    except Exception as e:
+        for r in rows.values():
+            _record(store, r, "failed", reason=f"{type(e).__name__}: {e}")
+        raise
+    lm_config = OmegaConf.to_container(lm, resolve=True)
+    for task, score in scores.items():
+        _record(store, rows[task], "ok", metrics=score["metrics"], lm_eval=score, lm_eval_config=lm_config)
+        log.info("lm-eval %s: %s", rows[task]["scenario"],
+                 ", ".join(f"{k} {v:.4g}" for k, v in score["metrics"].items() if "stderr" not in k))
 
 
 def _split_by_context(scenarios, limit):

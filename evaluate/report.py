@@ -310,11 +310,14 @@ DETAIL_METRICS = (
 )
 
 
-def render_markdown(rows: list[dict], speed: list[Group], acc: list[Group], title: str, results_dir: Path) -> str:
+def render_markdown(rows: list[dict], speed: list[Group], acc: list[Group], title: str, results_dir: Path,
+                    lm: list[Group] = ()) -> str:
     parts = [render_header(rows, title, results_dir), render_summary(speed, acc),
              render_ranking(speed), render_details(speed), render_problems(rows)]
     if acc:
         parts.append(render_accuracy(acc))
+    if lm:
+        parts.append(render_lm_eval(lm))
     return "\n\n".join(p for p in parts if p) + "\n"
 
 
@@ -449,6 +452,39 @@ def render_accuracy(acc: list[Group]) -> str:
                 + [pm_auto(g, k) if k in g.stats else MISSING for k in keys]
                 for g in sorted((g for g in acc if g.scenario == sc), key=lambda g: (g.recipe != BASELINE, g.recipe))]
         heads = ["Recipe", "Artifact", "Engine", "Model size (MB)", "Rows (n)"] + [header(k) for k in keys]
+        out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
+    return "\n".join(out)
+
+
+def stderr_key(metric: str) -> str:
+    """lm-eval's standard-error metric of `metric`: acc -> acc_stderr, em[f] -> em_stderr[f]."""
+    name, bracket, filt = metric.partition("[")
+    return f"{name}_stderr{bracket}{filt}"
+
+
+def lm_recovery(g: Group, base: Group | None, metric: str) -> float | None:
+    """Artifact vs baseline in %, oriented so that 100 means no loss."""
+    a, b = g.mean(metric), base.mean(metric) if base else None
+    if not a or not b:
+        return None
+    higher = ((g.runs[0].get("lm_eval") or {}).get("higher_is_better") or {}).get(metric.partition("[")[0], True)
+    return 100 * (a / b if higher else b / a)
+
+
+def render_lm_eval(lm: list[Group]) -> str:
+    out = ["## lm-eval tasks", "",
+           "lm-evaluation-harness, vLLM backend (`lm_eval=<preset>`). ± is lm-eval's standard error; "
+           f"recovery is against `{BASELINE}`, oriented so that 100 % means no loss."]
+    for sc in scenarios(lm):
+        groups = sorted((g for g in lm if g.scenario == sc), key=lambda g: (g.recipe != BASELINE, g.recipe))
+        keys = [k for k in ordered_metrics({k for g in groups for k in g.stats}) if "_stderr" not in k]
+        base = next((g for g in groups if g.recipe == BASELINE), None)
+        rows = [[g.recipe, f"`{short(g.artifact_id)}`", num(mb(g.model_bytes), 1)]
+                + [auto(g.mean(k)) + (f" ± {auto(g.mean(stderr_key(k)))}" if g.mean(stderr_key(k)) else "")
+                   for k in keys]
+                + [num(lm_recovery(g, base, k), 1) for k in keys[:1]]
+                for g in groups]
+        heads = ["Recipe", "Artifact", "Model size (MB)"] + keys + [f"{k} recovery (%)" for k in keys[:1]]
         out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
     return "\n".join(out)
 
@@ -643,9 +679,10 @@ def build_report(results_dir: Path, out_dir: Path, title: str, pareto: str | Non
     speed = aggregate(rows, "speed")
     add_speedups(speed)
     acc = aggregate(rows, "accuracy")
+    lm = aggregate(rows, "lm_eval")
     if pareto is not None and speed:
         pareto_scenario(speed, pareto)  # fail on a bad name before writing anything
-    written = {out_dir / "report.md": render_markdown(rows, speed, acc, title, results_dir),
+    written = {out_dir / "report.md": render_markdown(rows, speed, acc, title, results_dir, lm),
                out_dir / "summary.csv": to_csv(summary_records(speed), SUMMARY_FIELDS),
                out_dir / "runs.csv": to_csv(run_records(rows), RUN_FIELDS)}
     for path, text in written.items():

@@ -9,7 +9,7 @@ from quantize.paths import CONF_DIR
 @hydra.main(config_path=str(CONF_DIR), config_name="quantize", version_base="1.3")
 def _hydra_main(cfg) -> None:
     from quantize import pipeline
-    run_job(pipeline.run, cfg)
+    run_job(pipeline.run, cfg, needs_hub=cfg.calibration.get("source") == "hub")
 
 
 def main() -> None:

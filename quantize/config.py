@@ -57,6 +57,26 @@ def _looks_like_path(value: str) -> bool:
         ".yaml", ".yml", ".json", ".jsonl", ".txt")
 
 
+def check_group_options(argv: list[str]) -> None:
+    """An unknown `group=<name>` becomes one line naming the choices (Hydra's
+    own error is a screenful); sweeps (`a,b`) are checked name by name."""
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        folder = CONF_DIR / key
+        if not sep or key.startswith("hydra") or not folder.is_dir() or _looks_like_path(value.split(",")[0]):
+            continue
+        known = {p.stem for p in folder.glob("*.yaml")}
+        if key == "recipe":
+            known |= {p.stem for p in RECIPES_DIR.glob("*.yaml")}
+        unknown = [name for name in value.split(",") if name not in known and name != "null"]
+        if unknown:
+            hint = " (or a path to a file)" if key in PATH_GROUPS else ""
+            print(f"error: unknown {key} {unknown[0]!r}; choose from {', '.join(sorted(known - {PATH_GROUPS.get(key)}))}{hint}",
+                  file=sys.stderr)
+            raise SystemExit(2)
+
+
 def prepare_argv() -> None:
     register()
+    check_group_options(sys.argv[1:])
     sys.argv[1:] = expand_path_shorthands(sys.argv[1:])

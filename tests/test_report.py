@@ -256,3 +256,28 @@ def test_zero_input_throughput_is_not_a_measurement():
     assert report.numeric_metrics(row)["input_throughput"] == pytest.approx(8 * 256 / 0.5)
     row["metrics"] = {"input_throughput": 0.0}
     assert "input_throughput" not in report.numeric_metrics(row)
+
+
+def lm_eval_row(recipe: str, metrics: dict) -> dict:
+    return base_row(recipe) | {"kind": "lm_eval", "scenario": "gsm8k (5-shot)", "dataset": "gsm8k",
+                               "run_index": 0, "metrics": metrics,
+                               "lm_eval": {"higher_is_better": {"exact_match": True, "perplexity": False}}}
+
+
+def test_lm_eval_section_shows_stderr_and_oriented_recovery(tmp_path):
+    rows = [lm_eval_row("original", {"exact_match[strict-match]": 0.40, "exact_match_stderr[strict-match]": 0.02}),
+            lm_eval_row("w4a16_gptq", {"exact_match[strict-match]": 0.30, "exact_match_stderr[strict-match]": 0.02})]
+    for r in rows:
+        results.append(tmp_path / "res" / "results.jsonl", r)
+    report.build_report(tmp_path / "res", tmp_path / "out", "t")
+    text = (tmp_path / "out" / "report.md").read_text()
+    section = text[text.index("## lm-eval tasks"):]
+    assert "### gsm8k (5-shot)" in section
+    gptq_line = next(line for line in section.splitlines() if line.startswith("| w4a16_gptq"))
+    assert "0.3 ± 0.02" in gptq_line and "| 75.0 |" in gptq_line
+    # lower-is-better metrics are inverted, so 100 % still means no loss
+    lower = [lm_eval_row("original", {"perplexity": 10.0}), lm_eval_row("w4a16_gptq", {"perplexity": 12.5})]
+    groups = report.aggregate(lower, "lm_eval")
+    base = next(g for g in groups if g.recipe == "original")
+    gptq = next(g for g in groups if g.recipe == "w4a16_gptq")
+    assert report.lm_recovery(gptq, base, "perplexity") == pytest.approx(80.0)

