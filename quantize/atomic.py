@@ -1,10 +1,14 @@
 """Atomic writes: a reader sees either nothing or the complete thing."""
+import fcntl
+import hashlib
 import json
 import os
 import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+
+from quantize.paths import CACHE_DIR
 
 
 def write_text(path: Path, text: str) -> None:
@@ -32,12 +36,21 @@ def staging_dir(final: Path):
     """Yield a temp dir beside `final`; on success it replaces `final` in one
     rename, on any error (or kill) it never takes `final`'s name.
 
-    Leftover `.<name>.tmp-*` dirs from killed runs are removed on the next
-    attempt, so they never accumulate."""
-    final = Path(final)
+    Builds of the same `final` take turns (a lock file under .cache/locks/),
+    so the leftover `.<name>.tmp-*` dirs of killed runs can be removed on the
+    next attempt without touching a build in progress."""
+    final = Path(final).absolute()
     final.parent.mkdir(parents=True, exist_ok=True)
-    for stale in final.parent.glob(f".{final.name}.tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
+    locks = CACHE_DIR / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f"{hashlib.sha256(str(final).encode()).hexdigest()[:16]}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also on kill
+        for stale in final.parent.glob(f".{final.name}.tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        yield from _build_and_swap(final)
+
+
+def _build_and_swap(final: Path):
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     tmp.chmod(0o755)  # mkdtemp makes 0700; artifacts are meant to be shared
     try:

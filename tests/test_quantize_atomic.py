@@ -3,6 +3,7 @@ the next run completes and cleans up after it."""
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -75,3 +76,36 @@ def test_killed_run_leaves_no_artifact_and_rerun_recovers(tmp_path, tiny_model):
     proc = check_ok(run_quantize(*args, "force=true", cwd=cwd))
     assert sorted(p.name for p in model_dir.iterdir()) == [RECIPE], tail(proc)
     assert (final / "manifest.json").stat().st_mtime_ns != before["manifest.json"][0]
+
+
+BUILD = """
+import sys, time
+from pathlib import Path
+from quantize.atomic import staging_dir
+final, who, marker = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+with staging_dir(final) as tmp:
+    (tmp / "who").write_text(who)
+    marker.touch()
+    time.sleep(float(sys.argv[4]))
+    (tmp / "done").write_text(who)
+"""
+
+
+def test_concurrent_builds_of_one_artifact_take_turns(tmp_path):
+    """A second build of the same artifact waits for the first instead of
+    deleting its staging dir as a leftover; both complete, the later one wins."""
+    final, env = tmp_path / "models" / "art", quantize_env()
+
+    def start(who, marker, hold_s):
+        return subprocess.Popen([sys.executable, "-c", BUILD, str(final), who, str(marker), str(hold_s)],
+                                env=env, stderr=subprocess.PIPE, text=True)
+
+    first = start("first", tmp_path / "first-staging", 3)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "first-staging").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second = start("second", tmp_path / "second-staging", 0)
+    assert first.wait(timeout=120) == 0, first.stderr.read()
+    assert second.wait(timeout=120) == 0, second.stderr.read()
+    assert (final / "done").read_text() == "second" == (final / "who").read_text()
+    assert [p.name for p in final.parent.iterdir()] == ["art"]
