@@ -15,6 +15,7 @@ paragraphs, written as a local lm-eval task at run time.
 import json
 import logging
 import os
+import shutil
 import subprocess
 import tempfile
 from collections import deque
@@ -47,6 +48,10 @@ def validate(cfg) -> dict:
     """Fail before any engine starts; returns the lm-eval environment's versions."""
     if not list(cfg.tasks or []):
         raise UserError("lm_eval.tasks is empty; name lm-eval tasks, e.g. lm_eval.tasks=[gsm8k]")
+    for path in cfg.include_path or []:
+        if not resolve(path).is_dir():
+            raise UserError(f"lm_eval.include_path {resolve(path)} is not a folder; "
+                            "give folders that hold lm-eval task YAMLs")
     python = venv_python(cfg)
     if not python.is_file():
         raise UserError(f"no lm-eval environment at {python.parents[1]}; run `bash scripts/setup_lmeval.sh` "
@@ -100,11 +105,8 @@ def run(cfg, target, args: dict, tasks: list[str], seed: int) -> dict:
             cmd += ["--limit", str(cfg.limit)]
         if cfg.apply_chat_template:
             cmd += ["--apply_chat_template"]
-        include = [str(resolve(p)) for p in (cfg.include_path or [])]
-        if BUNDLED_TASK in tasks:
-            include.append(str(_write_bundled_task(scratch / "tasks", cfg.austen_lastword, seed)))
-        for path in include:
-            cmd += ["--include_path", path]
+        if cfg.include_path or BUNDLED_TASK in tasks:
+            cmd += ["--include_path", str(_task_folder(scratch / "tasks", cfg, tasks, seed))]
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         if not needs_hub(cfg):  # nothing to download: fail fast instead of retrying a hub
             env.setdefault("HF_HUB_OFFLINE", "1")
@@ -152,7 +154,19 @@ def _metric_name(key: str) -> str:
     return name if filt in ("", "none") else f"{name}[{filt}]"
 
 
-def _write_bundled_task(folder: Path, cfg, seed: int) -> Path:
+def _task_folder(folder: Path, cfg, tasks: list[str], seed: int) -> Path:
+    """lm-eval takes one --include_path: copies of the user's task folders, plus
+    the bundled task when it is asked for."""
+    folder.mkdir(parents=True)
+    for i, path in enumerate(cfg.include_path or []):
+        src = resolve(path)
+        shutil.copytree(src, folder / f"{i}-{src.name}")
+    if BUNDLED_TASK in tasks:
+        _write_bundled_task(folder / BUNDLED_TASK, cfg.austen_lastword, seed)
+    return folder
+
+
+def _write_bundled_task(folder: Path, cfg, seed: int) -> None:
     """austen_lastword as a local lm-eval task: a JSONL of held-out passages and its YAML."""
     folder.mkdir(parents=True)
     text = accuracy.held_out_text(cfg)
@@ -168,4 +182,3 @@ def _write_bundled_task(folder: Path, cfg, seed: int) -> Path:
         "metadata": {"version": 1.0},
     }
     (folder / f"{BUNDLED_TASK}.yaml").write_text(yaml.safe_dump(task, sort_keys=False))
-    return folder

@@ -48,6 +48,7 @@ def test_metric_names(key, name):
 @pytest.mark.parametrize("args, expect", [
     (["lm_eval=hub", "lm_eval.venv=/nonexistent/venv"], "scripts/setup_lmeval.sh"),
     (["lm_eval=hub", "lm_eval.tasks=[]"], "lm_eval.tasks is empty"),
+    (["lm_eval=hub", "lm_eval.include_path=[/nonexistent/tasks]"], "is not a folder"),
 ])
 def test_bad_lm_eval_config_fails_before_anything_runs(build_artifact, tmp_path, args, expect):
     out = run_evaluate(f"model={build_artifact('original').dir}", "scenario=none", "accuracy=none",
@@ -67,10 +68,14 @@ def test_bundled_task_on_vllm_matches_transformers(build_artifact, tmp_path):
     n = 16
     args = [f"model={art.dir}", "scenario=none", "accuracy=none", "lm_eval=austen_lastword",
             f"lm_eval.austen_lastword.num_items={n}", "engine.args.enforce_eager=true",
-            f"results_dir={tmp_path / 'res'}"]
+            f"lm_eval.include_path=[{_user_task(tmp_path / 'my_tasks')}]",
+            "lm_eval.tasks=[austen_lastword,my_capitals]", f"results_dir={tmp_path / 'res'}"]
     out = run_evaluate(*args, cwd=tmp_path)
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
-    (row,) = results.read(tmp_path / "res")
+    rows = {r["dataset"]: r for r in results.read(tmp_path / "res")}
+    assert sorted(rows) == ["austen_lastword", "my_capitals"]
+    assert rows["my_capitals"]["lm_eval"]["n_samples"]["effective"] == 2
+    row = rows["austen_lastword"]
     assert row["kind"] == "lm_eval" and row["status"] == "ok"
     assert row["scenario"] == "austen_lastword (0-shot)"
     assert row["artifact_id"] == art.manifest["artifact_id"]
@@ -83,7 +88,20 @@ def test_bundled_task_on_vllm_matches_transformers(build_artifact, tmp_path):
     again = run_evaluate(*args, cwd=tmp_path)
     assert again.returncode == 0
     assert "nothing to do" in again.stdout + again.stderr
-    assert len(results.read(tmp_path / "res")) == 1
+    assert len(results.read(tmp_path / "res")) == 2
+
+
+def _user_task(folder):
+    """A user's own lm-eval task folder (YAML + data), as lm_eval.include_path takes."""
+    folder.mkdir()
+    data = folder / "capitals.jsonl"
+    data.write_text('{"q": "The capital of France is", "a": "Paris"}\n'
+                    '{"q": "The capital of Italy is", "a": "Rome"}\n')
+    (folder / "my_capitals.yaml").write_text(
+        f"task: my_capitals\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {data}\n"
+        "test_split: test\noutput_type: loglikelihood\ndoc_to_text: '{{q}}'\ndoc_to_target: ' {{a}}'\n"
+        "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n")
+    return folder
 
 
 def _last_word_log_perplexity(model_dir, n: int) -> float:

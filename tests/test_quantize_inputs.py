@@ -105,4 +105,4 @@ def test_recipe_dropped_into_recipes_dir_is_an_option(tmp_path, workdir, tiny_mo
     # Gone from recipes/ -> no longer an option.
     proc = run_quantize(f"recipe={stem}", f"model={tiny_model}", f"artifacts_dir={tmp_path / 'again'}",
                         cwd=workdir)
-    assert proc.returncode != 0 and f"Could not find 'recipe/{stem}'" in proc.stderr
+    assert proc.returncode != 0 and f"unknown recipe '{stem}'" in proc.stderr
