@@ -96,7 +96,9 @@ class Reference:
         import torch
         from transformers import AutoModelForCausalLM
         self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype="auto", use_safetensors=True)
+        from quantize.dtypes import checkpoint_dtype, compute_dtype
+        self.dtype = compute_dtype(checkpoint_dtype(path), "auto", self.device)
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype, use_safetensors=True)
         self.model.to(self.device).eval()
 
     def log_probs(self, ids: list[int]):
@@ -156,6 +158,7 @@ def score(passed: dict, target, cfg) -> dict:
         "recovery_pct": 100 * ref_ppl / ppl,
         "lastword_recovery_pct": 100 * acc / ref_acc if ref_acc else None,
         "scored_tokens": scored, "lastword_items": len(items), "top_k": int(cfg.top_k),
+        "reference_dtype": str(ref.dtype).removeprefix("torch."),
     }
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from quantize import calibration, recipe as recipes, verify
 from quantize.atomic import staging_dir, write_json
+from quantize.dtypes import checkpoint_dtype, compute_dtype
 from quantize.errors import UserError
 from quantize.paths import resolve
 from quantize.provenance import (dir_bytes, hardware, sha256_files, sha256_json,
@@ -50,7 +51,7 @@ def run(cfg) -> Path:
     with timer.phase("load tokenizer and calibration"):
         tokenizer = _load_tokenizer(model_dir, cfg.trust_remote_code)
         calib = None if recipe.is_baseline else calibration.build(cfg.calibration, tokenizer, cfg.seed)
-    identity = _identity(cfg, model_dir, recipe, calib)
+    identity = _identity(cfg, model_dir, recipe, calib, _calibration_dtype(cfg, model_dir, recipe))
     artifact_id = sha256_json(identity)[:16]
     existing = read_manifest(out)
     if existing and not cfg.force:
@@ -70,8 +71,12 @@ def run(cfg) -> Path:
                 model.save_pretrained(tmp, safe_serialization=True)
                 (tmp / "recipe.yaml").write_text(recipe.text)
         else:
-            with timer.phase("oneshot (calibrate + quantize)"):
+            import torch
+            saved_dtype, calib_dtype = model.dtype, identity["calibration_dtype"]
+            with timer.phase(f"oneshot (calibrate + quantize in {calib_dtype})"):
+                model.to(getattr(torch, calib_dtype))
                 _oneshot(model, tokenizer, recipe, calib, cfg.seed)
+                model.to(saved_dtype)  # the artifact keeps the checkpoint's dtype
             with timer.phase("save"):
                 model.save_pretrained(tmp, save_compressed=True)
                 # llm-compressor's own dump holds !!python/tuple tags that safe
@@ -114,13 +119,21 @@ def _load_model(model_dir: Path, trust_remote_code: bool):
         model_dir, dtype="auto", trust_remote_code=trust_remote_code, use_safetensors=True)
 
 
-def _identity(cfg, model_dir, recipe, calib) -> dict:
+def _calibration_dtype(cfg, model_dir: Path, recipe) -> str | None:
+    """Name of the dtype oneshot runs in (see quantize/dtypes.py)."""
+    if recipe.is_baseline:
+        return None
+    return str(compute_dtype(checkpoint_dtype(model_dir), cfg.calibration_dtype)).removeprefix("torch.")
+
+
+def _identity(cfg, model_dir, recipe, calib, calibration_dtype) -> dict:
     """Everything that determines an artifact's bytes; its hash is the artifact id."""
     v = versions()
     return {
         "model_weights_sha256": sha256_files(weight_files(model_dir)),
         "recipe_sha256": recipe.sha256,
         "calibration_sha256": calib.sha256 if calib else None,
+        "calibration_dtype": calibration_dtype,
         "seed": int(cfg.seed) if calib else None,
         "versions": {k: v.get(k) for k in ID_VERSIONS} if not recipe.is_baseline else None,
     }
@@ -190,6 +203,7 @@ def _manifest(cfg, artifact_id, identity, model_dir, recipe, calib, tmp, timer, 
         },
         "calibration": calib.describe() if calib else None,
         "seed": identity["seed"],
+        "calibration_dtype": identity["calibration_dtype"],
         "quantization": verify.quantization_summary(tmp),
         "checks": checks,
         "bytes_on_disk": {"total": dir_bytes(tmp), "weights": sum(p.stat().st_size for p in weights)},

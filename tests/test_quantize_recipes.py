@@ -161,13 +161,15 @@ def test_saved_tensors_match_format(build_artifact, recipe):
             tensors.update({k: f.get_tensor(k) for k in f.keys()})
     proj = sorted({k.rsplit(".", 1)[0] for k in tensors if re.search(r"layers\.\d+\.\w+\.\w+_proj\.", k)})
     assert len(proj) == 2 * 7, proj  # 2 layers x (q, k, v, o, gate, up, down)
+    # Saved in the checkpoint's dtype even where calibration ran in float32.
+    assert tensors["model.embed_tokens.weight"].dtype == torch.bfloat16
     for layer in proj:
         if fmt == "dense":
             assert tensors[f"{layer}.weight"].dtype == torch.bfloat16
             assert f"{layer}.weight_scale" not in tensors
         elif fmt == "int-quantized":
             assert tensors[f"{layer}.weight"].dtype == torch.int8
-            assert f"{layer}.weight_scale" in tensors
+            assert tensors[f"{layer}.weight_scale"].dtype == torch.bfloat16
         elif fmt == "float-quantized":
             assert tensors[f"{layer}.weight"].dtype == torch.float8_e4m3fn
             assert f"{layer}.weight_scale" in tensors
@@ -175,6 +177,7 @@ def test_saved_tensors_match_format(build_artifact, recipe):
             packed = tensors[f"{layer}.weight_packed"]
             out_features, in_features = tensors[f"{layer}.weight_shape"].tolist()
             assert packed.dtype == torch.int32
+            assert tensors[f"{layer}.weight_scale"].dtype == torch.bfloat16
             assert tuple(packed.shape) == (out_features, in_features * weight_bits(recipe) // 32)
             assert f"{layer}.weight" not in tensors
 

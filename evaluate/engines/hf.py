@@ -34,13 +34,15 @@ class HfEngine:
         import torch
         from transformers import AutoModelForCausalLM
 
+        from quantize.dtypes import checkpoint_dtype, compute_dtype
         device = args.get("device") or "auto"
         self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
-        self.args = {"dtype": args.get("dtype") or "auto", "device": self.device,
+        dtype = compute_dtype(checkpoint_dtype(target.path), args.get("dtype") or "auto", self.device)
+        self.args = {"dtype": str(dtype).removeprefix("torch."), "device": self.device,
                      "max_model_len": max_model_len}
         t0 = time.perf_counter()
         self.model = AutoModelForCausalLM.from_pretrained(
-            target.path, dtype=self.args["dtype"], trust_remote_code=trust_remote_code,
+            target.path, dtype=dtype, trust_remote_code=trust_remote_code,
             use_safetensors=True).to(self.device).eval()
         self.startup_s = time.perf_counter() - t0
         self.pad_id = self.model.config.pad_token_id or 0
