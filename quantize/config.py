@@ -12,6 +12,9 @@ from quantize.paths import CACHE_DIR, CONF_DIR, PROJECT_ROOT, RECIPES_DIR
 # Config groups whose value may also be a filesystem path; the shorthand maps
 # `group=<path>` to `group=<fallback option> group.path=<path>`.
 PATH_GROUPS = {"model": "local", "recipe": "file", "calibration": "file"}
+# Dicts handed to another library as they are (vLLM engine args, environment,
+# lm-eval model args): their keys are whatever that library takes.
+PASS_THROUGH = ("engine.args.", "engine.env.", "lm_eval.model_args.")
 
 
 def register() -> None:
@@ -76,7 +79,14 @@ def check_group_options(argv: list[str]) -> None:
             raise SystemExit(2)
 
 
+def open_pass_through_keys(argv: list[str]) -> list[str]:
+    """`engine.args.X=v` (and the other pass-through dicts) may name any key
+    the engine accepts, not only the ones the config file lists: rewrite it to
+    Hydra's add-or-override form `++engine.args.X=v`."""
+    return [f"++{arg}" if arg.startswith(PASS_THROUGH) and "=" in arg else arg for arg in argv]
+
+
 def prepare_argv() -> None:
     register()
     check_group_options(sys.argv[1:])
-    sys.argv[1:] = expand_path_shorthands(sys.argv[1:])
+    sys.argv[1:] = open_pass_through_keys(expand_path_shorthands(sys.argv[1:]))
