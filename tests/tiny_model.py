@@ -3,7 +3,9 @@
 from pathlib import Path
 
 
-def build_tiny_llama(out: Path, tokenizer_dir: Path, seed: int = 0) -> Path:
+def build_tiny_llama(out: Path, tokenizer_dir: Path, seed: int = 0, initializer_range: float = 0.02) -> Path:
+    """A larger `initializer_range` gives peaked next-token distributions, so
+    that weight changes show in KL and top-1 agreement."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -13,7 +15,7 @@ def build_tiny_llama(out: Path, tokenizer_dir: Path, seed: int = 0) -> Path:
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
         max_position_embeddings=1024, tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, dtype="bfloat16",
+        pad_token_id=tokenizer.pad_token_id, dtype="bfloat16", initializer_range=initializer_range,
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config).to(torch.bfloat16)
