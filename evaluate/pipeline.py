@@ -28,9 +28,11 @@ def run(cfg) -> None:
     lm = cfg.lm_eval if cfg.lm_eval.get("enabled") else None
     lm_versions = lmeval.validate(lm) if lm else None
 
-    store = results.shard_path(resolve(cfg.results_dir))
+    store = results.shard_path(resolve(cfg.results_dir), shard=bool(cfg.results_per_process))
     done = results.completed_keys(store.parent) if cfg.skip_completed else set()
-    base = {**target.as_row(), "engine": engine_cfg["name"], "versions": versions(), "hardware": hardware()}
+    where = {"versions": versions(), "hardware": hardware()}
+    base = {**target.as_row(), "engine": engine_cfg["name"], **where,
+            "setup_id": results.setup_id(engine_cfg, **where)}
     for s in unfit:
         reason = f"needs {s.max_len} tokens, max_model_len is {limit}"
         _record(store, _speed_row(base, s, None), "skipped", reason=reason)

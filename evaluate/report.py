@@ -65,12 +65,13 @@ class Scenario:
 
 @dataclass
 class Group:
-    """All ok rows of one (scenario, recipe, artifact, engine), with per-metric stats."""
+    """All ok rows of one (scenario, recipe, artifact, engine, setup), with per-metric stats."""
     scenario: Scenario
     model_name: str
     recipe: str
     artifact_id: str
     engine: str
+    setup_id: str | None
     quant_format: str | None
     model_bytes: int | None
     runs: list[dict]
@@ -79,7 +80,7 @@ class Group:
 
     @property
     def identity(self) -> tuple:
-        return (self.model_name, self.recipe, self.artifact_id, self.engine)
+        return (self.model_name, self.recipe, self.artifact_id, self.engine, self.setup_id)
 
     def mean(self, metric: str) -> float | None:
         return self.stats[metric][0] if metric in self.stats else None
@@ -132,16 +133,16 @@ def group_stats(runs: list[dict]) -> dict[str, tuple[float, float | None, int]]:
 
 
 def aggregate(rows: list[dict], kind_: str = "speed") -> list[Group]:
-    """Ok rows of one kind grouped per (scenario, recipe, artifact, engine), in
-    order of first appearance; runs inside a group sorted by run index."""
+    """Ok rows of one kind grouped per (scenario, recipe, artifact, engine,
+    setup), in order of first appearance; runs inside a group sorted by run index."""
     groups: dict[tuple, Group] = {}
     for row in rows:
         if not is_ok(row) or kind(row) != kind_:
             continue
-        key = (scenario_of(row), row.get("recipe"), row.get("artifact_id"), row.get("engine"))
+        key = (scenario_of(row), row.get("recipe"), row.get("artifact_id"), row.get("engine"), row.get("setup_id"))
         if key not in groups:
             groups[key] = Group(key[0], row.get("model_name") or "?", row.get("recipe") or "?",
-                                row.get("artifact_id") or "?", row.get("engine") or "?",
+                                row.get("artifact_id") or "?", row.get("engine") or "?", row.get("setup_id"),
                                 row.get("quant_format"), row.get("model_bytes"), [])
         groups[key].runs.append(row)
     for g in groups.values():
@@ -153,13 +154,13 @@ def aggregate(rows: list[dict], kind_: str = "speed") -> list[Group]:
 
 def add_speedups(groups: list[Group], metric: str = "output_throughput") -> None:
     """Speed-up = mean `metric` / that of the `original` recipe with the same
-    model, engine and scenario; None when there is no such baseline."""
+    model, engine, setup and scenario; None when there is no such baseline."""
     baselines: dict[tuple, Group] = {}
     for g in sorted(groups, key=lambda g: g.artifact_id):  # deterministic if several originals
         if g.recipe == BASELINE and g.mean(metric):
-            baselines.setdefault((g.model_name, g.engine, g.scenario), g)
+            baselines.setdefault((g.model_name, g.engine, g.setup_id, g.scenario), g)
     for g in groups:
-        base = baselines.get((g.model_name, g.engine, g.scenario))
+        base = baselines.get((g.model_name, g.engine, g.setup_id, g.scenario))
         ours = g.mean(metric)
         g.speedup = ours / base.mean(metric) if base and ours is not None else None
 
@@ -188,11 +189,44 @@ def overall_ranking(groups: list[Group]) -> list[tuple[tuple, float, list[Scenar
     return sorted(ranked, key=lambda t: -t[1])
 
 
-def labels(identities) -> dict[tuple, str]:
-    """Recipe name, plus artifact and engine when the recipe alone is ambiguous."""
-    identities = list(dict.fromkeys(identities))
-    count = Counter(i[1] for i in identities)
-    return {i: i[1] if count[i[1]] == 1 else f"{i[1]} ({short(i[2])}, {i[3]})" for i in identities}
+def labels(groups: list[Group]) -> dict[tuple, str]:
+    """Recipe name; where several identities share it, what tells them apart:
+    the artifact, the engine, and the settings of the setups that differ."""
+    first = {}
+    for g in groups:
+        first.setdefault(g.identity, g)
+    count = Counter(g.recipe for g in first.values())
+    out = {}
+    for ident, g in first.items():
+        if count[g.recipe] == 1:
+            out[ident] = g.recipe
+            continue
+        twins = [t for t in first.values() if t.recipe == g.recipe]
+        parts = [short(g.artifact_id)] if len({t.artifact_id for t in twins}) > 1 else []
+        parts += [g.engine] if len({t.engine for t in twins}) > 1 else []
+        if len({t.setup_id for t in twins}) > 1:
+            parts.append(setup_difference(g, twins))
+        out[ident] = f"{g.recipe} ({'; '.join(parts)})"
+    return out
+
+
+def setup_settings(row: dict) -> dict[str, str]:
+    """What a setup is made of, flat: engine args and environment, measuring
+    library versions, machine."""
+    hw = row.get("hardware") or {}
+    return {**{k: json.dumps(v) for k, v in (row.get("engine_args") or {}).items()},
+            **{k: str(v) for k, v in (row.get("engine_env") or {}).items()},
+            **{k: str(v) for k, v in (row.get("versions") or {}).items() if k in results.MEASURING_LIBRARIES},
+            "cpu": f"{hw.get('cpu')} x{hw.get('cpu_affinity') or hw.get('cpu_count')}",
+            "accelerators": ",".join(hw.get("accelerators") or []) or "none"}
+
+
+def setup_difference(g: Group, twins: list[Group]) -> str:
+    """`key=value` for every setting in which g's setup differs from a twin's."""
+    mine = setup_settings(g.runs[0])
+    theirs = [setup_settings(t.runs[0]) for t in twins]
+    keys = sorted({k for s in theirs for k in s | mine if s.get(k) != mine.get(k)})
+    return ", ".join(f"{k}={mine.get(k, MISSING)}" for k in keys) or f"setup {g.setup_id}"
 
 
 def run_labels(runs: list[dict]) -> list[str]:
@@ -336,13 +370,14 @@ def render_header(rows: list[dict], title: str, results_dir: Path) -> str:
     for hw in distinct(rows, "hardware"):
         lines.append(f"- Hardware: {hardware_text(hw)}")
     lines.append(f"- Versions: {versions_text(rows)}")
-    lines.append("- Engines (args and environment as recorded):")
+    lines.append("- Setups (engine, args and environment as recorded; rows of different setups are never averaged):")
     combos: dict[tuple, set] = {}
     for r in rows:
-        key = (r.get("engine") or "?", code(r.get("engine_args") or {}), code(r.get("engine_env") or {}))
+        key = (r.get("setup_id") or MISSING, r.get("engine") or "?", code(r.get("engine_args") or {}),
+               code(r.get("engine_env") or {}))
         combos.setdefault(key, set()).add(r.get("recipe") or "?")
-    for (engine, args, env), recipes in sorted(combos.items()):
-        lines.append(f"  - {engine}: args {args}, env {env} (recipes: {', '.join(sorted(recipes))})")
+    for (setup, engine, args, env), recipes in sorted(combos.items()):
+        lines.append(f"  - `{setup}` {engine}: args {args}, env {env} (recipes: {', '.join(sorted(recipes))})")
     lines += ["", "Notes: values are mean ± sample std over the timed runs (warm-up excluded); "
               "TTFT/TPOT percentiles are per-run values averaged over runs; speed-up is mean output "
               "throughput / that of the `original` artifact of the same model, engine and scenario; "
@@ -395,7 +430,7 @@ def render_summary(speed: list[Group], acc: list[Group]) -> str:
 
 def render_ranking(speed: list[Group]) -> str:
     out = ["## Ranking", "", "By mean output throughput (tok/s), per scenario:"]
-    names = labels(g.identity for g in speed)
+    names = labels(speed)
     for sc in scenarios(speed):
         out += ["", f"**{sc.heading()}**", ""]
         ranked = [g for g in by_throughput([g for g in speed if g.scenario == sc]) if g.mean("output_throughput")]
@@ -641,7 +676,7 @@ def render_plots(speed: list[Group], acc: list[Group], out_dir: Path, wanted: st
     speed = [g for g in speed if g.mean("output_throughput")]
     if not speed:
         return []
-    names = labels(g.identity for g in speed)
+    names = labels(speed)
     paths = [out_dir / "throughput.png"]
     plot_grouped(speed, names, paths[0])
     for sc in scenarios(speed):

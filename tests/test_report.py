@@ -281,3 +281,37 @@ def test_lm_eval_section_shows_stderr_and_oriented_recovery(tmp_path):
     base = next(g for g in groups if g.recipe == "original")
     gptq = next(g for g in groups if g.recipe == "w4a16_gptq")
     assert report.lm_recovery(gptq, base, "perplexity") == pytest.approx(80.0)
+
+
+def test_setups_are_never_averaged_and_labels_say_what_differs():
+    """The same artifacts measured with two settings of a thread knob: each
+    setup keeps its own groups, speed-up is against the original of the same
+    setup, and labels name the differing setting."""
+    rows = []
+    for reserved, setup, factor in (("0", "setup-fast", 1.2), ("1", "setup-slow", 1.0)):
+        for recipe in ("original", "w8a8_smooth_ptq"):
+            for i in range(3):
+                m = speed_metrics(recipe, "interactive", i)
+                m["output_throughput"] *= factor
+                rows.append({**base_row(recipe, "interactive"), "run_index": i, "setup_id": setup, "metrics": m,
+                             "engine_env": {**ENGINE_ENV, "VLLM_CPU_NUM_OF_RESERVED_CPU": reserved}})
+    groups = report.aggregate(rows)
+    report.add_speedups(groups)
+    assert len(groups) == 4 and all(len(g.runs) == 3 for g in groups)
+    for g in groups:
+        assert g.speedup == pytest.approx(1.0 if g.recipe == "original" else 1.27, rel=0.02)
+    names = report.labels(groups)
+    assert sorted(names.values()) == ["original (VLLM_CPU_NUM_OF_RESERVED_CPU=0)",
+                                      "original (VLLM_CPU_NUM_OF_RESERVED_CPU=1)",
+                                      "w8a8_smooth_ptq (VLLM_CPU_NUM_OF_RESERVED_CPU=0)",
+                                      "w8a8_smooth_ptq (VLLM_CPU_NUM_OF_RESERVED_CPU=1)"]
+
+
+def test_setup_id_ignores_hostname_but_not_engine_settings_or_versions():
+    engine = {"name": "vllm", "args": ENGINE_ARGS, "env": ENGINE_ENV}
+    same = results.setup_id(engine, VERSIONS | {"quantbench": "abc"}, HARDWARE)
+    assert results.setup_id(engine, VERSIONS | {"quantbench": "def"}, HARDWARE | {"hostname": "twin"}) == same
+    assert results.setup_id({**engine, "env": {**ENGINE_ENV, "VLLM_CPU_KVCACHE_SPACE": "8"}},
+                            VERSIONS, HARDWARE) != same
+    assert results.setup_id(engine, VERSIONS | {"vllm-cpu": "0.33.0"}, HARDWARE) != same
+    assert results.setup_id(engine, VERSIONS, HARDWARE | {"cpu_affinity": 8}) != same
