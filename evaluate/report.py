@@ -226,7 +226,7 @@ def setup_difference(g: Group, twins: list[Group]) -> str:
     mine = setup_settings(g.runs[0])
     theirs = [setup_settings(t.runs[0]) for t in twins]
     keys = sorted({k for s in theirs for k in s | mine if s.get(k) != mine.get(k)})
-    return ", ".join(f"{k}={mine.get(k, MISSING)}" for k in keys) or f"setup {g.setup_id}"
+    return ", ".join(f"{k}={mine.get(k, MISSING)}" for k in keys) or f"setup {g.setup_id or 'not recorded'}"
 
 
 def run_labels(runs: list[dict]) -> list[str]:
@@ -241,12 +241,11 @@ def run_labels(runs: list[dict]) -> list[str]:
     return out
 
 
-def accuracy_by_artifact(acc_groups: list[Group]) -> dict[str, Group]:
-    """Accuracy shown beside speed: per artifact, its group in the first eval set."""
-    out: dict[str, Group] = {}
-    for g in sorted(acc_groups, key=lambda g: g.scenario.name):
-        out.setdefault(g.artifact_id, g)
-    return out
+def accuracy_of(acc_groups: list[Group], g: Group) -> Group | None:
+    """Accuracy shown beside a speed group: its artifact's, measured in the
+    same setup if there is such a row, in the first eval set."""
+    same = [a for a in acc_groups if a.artifact_id == g.artifact_id]
+    return min(same, key=lambda a: (a.setup_id != g.setup_id, a.scenario.name), default=None)
 
 
 def accuracy_keys(acc_groups: list[Group]) -> list[str]:
@@ -380,7 +379,7 @@ def render_header(rows: list[dict], title: str, results_dir: Path) -> str:
         lines.append(f"  - `{setup}` {engine}: args {args}, env {env} (recipes: {', '.join(sorted(recipes))})")
     lines += ["", "Notes: values are mean ± sample std over the timed runs (warm-up excluded); "
               "TTFT/TPOT percentiles are per-run values averaged over runs; speed-up is mean output "
-              "throughput / that of the `original` artifact of the same model, engine and scenario; "
+              "throughput / that of the `original` artifact of the same model, engine, setup and scenario; "
               "input (prefill) throughput is the measured `input_throughput`, or batch_size × input_len / "
               "mean TTFT where a row lacks it; \"—\" means not measured (never 0); model size is weight "
               "bytes on disk / 10^6."]
@@ -409,7 +408,7 @@ def versions_text(rows: list[dict]) -> str:
 
 
 def render_summary(speed: list[Group], acc: list[Group]) -> str:
-    acc_of = accuracy_by_artifact(acc)
+    names = labels(speed)
     acc_cols = headline_accuracy_keys(acc)
     heads = (["Recipe", "Artifact", "Format", "Model size (MB)"] + [h for _, h, _, _ in SUMMARY_SPEED]
              + ["Speed-up vs original (x)", "Runs (n)"] + [header(k) for k in acc_cols])
@@ -417,8 +416,8 @@ def render_summary(speed: list[Group], acc: list[Group]) -> str:
     for sc in scenarios(speed):
         rows = []
         for g in by_throughput([g for g in speed if g.scenario == sc]):
-            a = acc_of.get(g.artifact_id)
-            rows.append([g.recipe, f"`{short(g.artifact_id)}`", g.quant_format or MISSING, num(mb(g.model_bytes), 1)]
+            a = accuracy_of(acc, g)
+            rows.append([names[g.identity], f"`{short(g.artifact_id)}`", g.quant_format or MISSING, num(mb(g.model_bytes), 1)]
                         + [pm(g, m, d) if both else num(g.mean(m), d) for m, _, d, both in SUMMARY_SPEED]
                         + [speedup_text(g.speedup), str(len(g.runs))]
                         + [pm_auto(a, k) if a and k in a.stats else MISSING for k in acc_cols])
@@ -452,13 +451,14 @@ def run_metrics(row: dict) -> dict[str, float]:
 
 def render_details(speed: list[Group]) -> str:
     out = ["## Detailed runs"]
+    names = labels(speed)
     heads = ["Run", "Recipe", "Artifact", "Engine"] + [h for _, h, _ in DETAIL_METRICS] + ["Timestamp (UTC)"]
     for sc in scenarios(speed):
         rows = []
         for g in by_throughput([g for g in speed if g.scenario == sc]):
             for label, run in zip(run_labels(g.runs), g.runs):
                 m = run_metrics(run)
-                rows.append([label, g.recipe, f"`{short(g.artifact_id)}`", g.engine]
+                rows.append([label, names[g.identity], f"`{short(g.artifact_id)}`", g.engine]
                             + [num(m.get(k), d) for k, _, d in DETAIL_METRICS] + [run.get("timestamp") or MISSING])
         out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
     if not speed:
@@ -482,8 +482,9 @@ def render_problems(rows: list[dict]) -> str:
 def render_accuracy(acc: list[Group]) -> str:
     out = ["## Accuracy"]
     keys = accuracy_keys(acc)
+    names = labels(acc)
     for sc in scenarios(acc):
-        rows = [[g.recipe, f"`{short(g.artifact_id)}`", g.engine, num(mb(g.model_bytes), 1), str(len(g.runs))]
+        rows = [[names[g.identity], f"`{short(g.artifact_id)}`", g.engine, num(mb(g.model_bytes), 1), str(len(g.runs))]
                 + [pm_auto(g, k) if k in g.stats else MISSING for k in keys]
                 for g in sorted((g for g in acc if g.scenario == sc), key=lambda g: (g.recipe != BASELINE, g.recipe))]
         heads = ["Recipe", "Artifact", "Engine", "Model size (MB)", "Rows (n)"] + [header(k) for k in keys]
@@ -510,14 +511,16 @@ def render_lm_eval(lm: list[Group]) -> str:
     out = ["## lm-eval tasks", "",
            "lm-evaluation-harness, vLLM backend (`lm_eval=<preset>`). ± is lm-eval's standard error; "
            f"recovery is against `{BASELINE}`, oriented so that 100 % means no loss."]
+    names = labels(lm)
     for sc in scenarios(lm):
         groups = sorted((g for g in lm if g.scenario == sc), key=lambda g: (g.recipe != BASELINE, g.recipe))
         keys = [k for k in ordered_metrics({k for g in groups for k in g.stats}) if "_stderr" not in k]
-        base = next((g for g in groups if g.recipe == BASELINE), None)
-        rows = [[g.recipe, f"`{short(g.artifact_id)}`", num(mb(g.model_bytes), 1)]
+        bases = [g for g in groups if g.recipe == BASELINE]
+        rows = [[names[g.identity], f"`{short(g.artifact_id)}`", num(mb(g.model_bytes), 1)]
                 + [auto(g.mean(k)) + (f" ± {auto(g.mean(stderr_key(k)))}" if g.mean(stderr_key(k)) else "")
                    for k in keys]
-                + [num(lm_recovery(g, base, k), 1) for k in keys[:1]]
+                + [num(lm_recovery(g, min(bases, key=lambda b: b.setup_id != g.setup_id, default=None), k), 1)
+                   for k in keys[:1]]
                 for g in groups]
         heads = ["Recipe", "Artifact", "Model size (MB)"] + keys + [f"{k} recovery (%)" for k in keys[:1]]
         out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
@@ -689,13 +692,13 @@ def render_plots(speed: list[Group], acc: list[Group], out_dir: Path, wanted: st
     if sized:
         paths.append(out_dir / "speed_vs_size.png")
         annotated_scatter(sized, "Model size (MB)", ylabel, f"Speed vs size\n{sc.heading()}", paths[-1])
-    acc_of = accuracy_by_artifact(acc)
     keys = headline_accuracy_keys(acc)
     if keys:
         biggest = max((mb(g.model_bytes) or 0 for g in chosen), default=0) or 1
-        pts = [(names[g.identity], acc_of[g.artifact_id].mean(keys[0]), g.mean("output_throughput"),
+        scored = [(g, accuracy_of(acc, g)) for g in chosen]
+        pts = [(names[g.identity], a.mean(keys[0]), g.mean("output_throughput"),
                 40 + 1200 * (mb(g.model_bytes) or 0) / biggest)
-               for g in chosen if g.artifact_id in acc_of and acc_of[g.artifact_id].mean(keys[0]) is not None]
+               for g, a in scored if a and a.mean(keys[0]) is not None]
         if pts:
             paths.append(out_dir / "pareto.png")
             annotated_scatter(pts, header(keys[0]), ylabel, f"Speed vs accuracy (bubble area ∝ model size)\n{sc.heading()}",
