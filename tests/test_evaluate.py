@@ -35,14 +35,18 @@ def eval_artifacts(tmp_path_factory):
             **{r: art / "tiny-llama" / r for r in ("original", "w8a8_smooth_ptq", "w8a16_awq")}}
 
 
+def vllm_rows_command(eval_artifacts, res):
+    return ("evaluate", f"model={eval_artifacts['w8a8_smooth_ptq']}", "scenario=test_pair", "runs=2",
+            f"results_dir={res}", "engine.args.enforce_eager=true",
+            "engine.args.max_num_seqs=4")  # a vLLM arg conf/engine/vllm.yaml does not list
+
+
 @pytest.fixture(scope="module")
 def vllm_rows(eval_artifacts):
     """One real vLLM engine serving the W8A8 artifact over two scenarios."""
     root = eval_artifacts["root"]
     res = root / "results-vllm"
-    out = run_cli("evaluate", f"model={eval_artifacts['w8a8_smooth_ptq']}", "scenario=test_pair",
-                  "runs=2", f"results_dir={res}", "engine.args.enforce_eager=true",
-                  "engine.args.max_num_seqs=4", cwd=root)  # a vLLM arg conf/engine/vllm.yaml does not list
+    out = run_cli(*vllm_rows_command(eval_artifacts, res), cwd=root)
     assert out.returncode == 0, out.stderr[-3000:]
     return res, results.read(res)
 
@@ -123,9 +127,8 @@ def test_vllm_perplexity_agrees_with_transformers(eval_artifacts, tmp_path):
 
 @pytest.mark.slow
 def test_rerun_skips_completed_runs(vllm_rows, eval_artifacts):
-    res, before = vllm_rows
-    out = run_cli("evaluate", f"model={eval_artifacts['w8a8_smooth_ptq']}", "scenario=test_pair",
-                  "runs=2", f"results_dir={res}", cwd=eval_artifacts["root"])
+    res, before = vllm_rows  # the same command again: same artifact, scenarios and setup
+    out = run_cli(*vllm_rows_command(eval_artifacts, res), cwd=eval_artifacts["root"])
     assert out.returncode == 0, out.stderr[-2000:]
     assert "nothing to do" in out.stdout + out.stderr
     assert len(results.read(res)) == len(before)
