@@ -112,28 +112,63 @@ def mean_cv(values: list[float]) -> tuple[float, float]:
 def fidelity(artifact: Path, args: argparse.Namespace, out: Path) -> None:
     """Alternate quantbench and `vllm bench latency`, a fresh engine each, and
     compare mean output throughput per scenario."""
-    ours = {s: [] for s in args.fidelity_scenarios}    # per-run output tok/s
+    ours = {s: [] for s in args.fidelity_scenarios}    # per round: per-run output tok/s
     theirs = {s: [] for s in args.fidelity_scenarios}
-    for i in range(args.fidelity_rounds):
+
+    def run_ours(i):
         res = out / f"fidelity-{i}"
         evaluate(artifact, "none", args.runs, res, f"scenario.include=[{','.join(args.fidelity_scenarios)}]",
                  "engine.args.enable_prefix_caching=false")
         for s in args.fidelity_scenarios:
-            rows = rows_for(res, "original", s)
-            ours[s].append([r["metrics"]["output_throughput"] for r in rows])
-            ref = vllm_bench_latency(artifact, rows[0], args.runs)
-            tokens = rows[0]["batch_size"] * rows[0]["output_len"]
-            theirs[s].append([tokens / lat for lat in ref["latencies"]])
+            ours[s].append([r["metrics"]["output_throughput"] for r in rows_for(res, "original", s)])
+
+    def run_theirs(i):
+        for s in args.fidelity_scenarios:
+            row = scenario_row(out, s)
+            ref = vllm_bench_latency(artifact, row, args.runs)
+            theirs[s].append([row["batch_size"] * row["output_len"] / lat for lat in ref["latencies"]])
+
+    for i in range(args.fidelity_rounds):
+        # Who goes first alternates, so a machine that drifts faster or slower
+        # over the benchmark does not favour one side (round 0 runs ours first:
+        # vllm bench copies its engine args and lengths from our rows).
+        if i % 2 == 0:
+            run_ours(i), run_theirs(i)
+        else:
+            run_theirs(i), run_ours(i)
     print("\n== 1. harness fidelity: original artifact, identical engine args, environment, lengths, "
           f"{args.runs} runs after 1 warm-up, {args.fidelity_rounds} alternating rounds ==")
     for s in args.fidelity_scenarios:
-        r = rows_for(out / "fidelity-0", "original", s)[0]
+        r = scenario_row(out, s)
         print(f"{s}: bs {r['batch_size']}, {r['input_len']} in / {r['output_len']} out")
         for name, runs in (("quantbench evaluate", ours[s]), ("vllm bench latency ", theirs[s])):
             per_round = "  ".join(f"{mean_cv(r)[0]:7.1f} (CV {mean_cv(r)[1]:.1f}%)" for r in runs)
             print(f"  {name}: {mean_cv(sum(runs, []))[0]:7.1f} tok/s output; per round {per_round}")
         ratio = mean_cv(sum(ours[s], []))[0] / mean_cv(sum(theirs[s], []))[0]
-        print(f"  ratio              : {ratio:.3f} (target >= 0.98)")
+        print(f"  ratio              : {ratio:.3f} (target >= 0.98); {ratio_interval(ours[s], theirs[s])}")
+
+
+def scenario_row(out: Path, scenario: str) -> dict:
+    """The first quantbench row of a scenario: its batch size and lengths."""
+    return next(r for d in sorted(out.glob("fidelity-*")) for r in rows_for(d, "original", scenario))
+
+
+# Two-sided 95% Student t quantiles by degrees of freedom (no scipy in the env).
+T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
+
+
+def ratio_interval(ours: list[list[float]], theirs: list[list[float]]) -> str:
+    """95% interval of the ratio from the paired per-round ratios: engine
+    instances differ by more than runs within one, so rounds are the samples."""
+    ratios = [statistics.mean(a) / statistics.mean(b) for a, b in zip(ours, theirs)]
+    if len(ratios) < 2:
+        return "one round: no interval (use --fidelity-rounds >= 2)"
+    half = T95.get(len(ratios) - 1, 2.0) * statistics.stdev(ratios) / len(ratios) ** 0.5
+    lo, hi = statistics.mean(ratios) - half, statistics.mean(ratios) + half
+    verdict = ("meets the target" if lo >= 0.98 else "below the target" if hi < 0.98
+               else "the machine's noise is wider than the 2 % target: more rounds needed to decide")
+    return (f"per round {' '.join(f'{x:.3f}' for x in ratios)}, "
+            f"95% interval [{lo:.3f}, {hi:.3f}]: {verdict}")
 
 
 def main(args: argparse.Namespace) -> None:
