@@ -241,11 +241,16 @@ def run_labels(runs: list[dict]) -> list[str]:
     return out
 
 
+def same_setup_first(candidates: list[Group], g: Group) -> Group | None:
+    """The first candidate measured in g's setup, else the first candidate."""
+    return min(candidates, key=lambda c: c.setup_id != g.setup_id, default=None)  # min is stable
+
+
 def accuracy_of(acc_groups: list[Group], g: Group) -> Group | None:
     """Accuracy shown beside a speed group: its artifact's, measured in the
     same setup if there is such a row, in the first eval set."""
-    same = [a for a in acc_groups if a.artifact_id == g.artifact_id]
-    return min(same, key=lambda a: (a.setup_id != g.setup_id, a.scenario.name), default=None)
+    same = sorted((a for a in acc_groups if a.artifact_id == g.artifact_id), key=lambda a: a.scenario.name)
+    return same_setup_first(same, g)
 
 
 def accuracy_keys(acc_groups: list[Group]) -> list[str]:
@@ -519,8 +524,7 @@ def render_lm_eval(lm: list[Group]) -> str:
         rows = [[names[g.identity], f"`{short(g.artifact_id)}`", num(mb(g.model_bytes), 1)]
                 + [auto(g.mean(k)) + (f" ± {auto(g.mean(stderr_key(k)))}" if g.mean(stderr_key(k)) else "")
                    for k in keys]
-                + [num(lm_recovery(g, min(bases, key=lambda b: b.setup_id != g.setup_id, default=None), k), 1)
-                   for k in keys[:1]]
+                + [num(lm_recovery(g, same_setup_first(bases, g), k), 1) for k in keys[:1]]
                 for g in groups]
         heads = ["Recipe", "Artifact", "Model size (MB)"] + keys + [f"{k} recovery (%)" for k in keys[:1]]
         out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
