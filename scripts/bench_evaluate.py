@@ -94,9 +94,7 @@ def vllm_bench_latency(artifact: Path, row: dict, runs: int) -> dict:
         out, script = Path(tmp) / "bench.json", Path(tmp) / "bench.py"
         script.write_text(VLLM_BENCH)
         subprocess.run([sys.executable, str(script), *cli, "--output-json", str(out)], cwd=ROOT, check=True)
-        data = json.loads(out.read_text())
-    data["output_throughput"] = row["batch_size"] * row["output_len"] / data["avg_latency"]
-    return data
+        return json.loads(out.read_text())
 
 
 def rows_for(out: Path, recipe: str, scenario: str) -> list[dict]:
@@ -132,19 +130,20 @@ def fidelity(artifact: Path, args: argparse.Namespace, out: Path) -> None:
         # Who goes first alternates, so a machine that drifts faster or slower
         # over the benchmark does not favour one side (round 0 runs ours first:
         # vllm bench copies its engine args and lengths from our rows).
-        if i % 2 == 0:
-            run_ours(i), run_theirs(i)
-        else:
-            run_theirs(i), run_ours(i)
+        first, second = (run_ours, run_theirs) if i % 2 == 0 else (run_theirs, run_ours)
+        first(i)
+        second(i)
     print("\n== 1. harness fidelity: original artifact, identical engine args, environment, lengths, "
           f"{args.runs} runs after 1 warm-up, {args.fidelity_rounds} alternating rounds ==")
     for s in args.fidelity_scenarios:
         r = scenario_row(out, s)
         print(f"{s}: bs {r['batch_size']}, {r['input_len']} in / {r['output_len']} out")
+        means = []  # over all runs of all rounds: ours, theirs
         for name, runs in (("quantbench evaluate", ours[s]), ("vllm bench latency ", theirs[s])):
             per_round = "  ".join(f"{mean_cv(r)[0]:7.1f} (CV {mean_cv(r)[1]:.1f}%)" for r in runs)
-            print(f"  {name}: {mean_cv(sum(runs, []))[0]:7.1f} tok/s output; per round {per_round}")
-        ratio = mean_cv(sum(ours[s], []))[0] / mean_cv(sum(theirs[s], []))[0]
+            means.append(statistics.mean(sum(runs, [])))
+            print(f"  {name}: {means[-1]:7.1f} tok/s output; per round {per_round}")
+        ratio = means[0] / means[1]
         print(f"  ratio              : {ratio:.3f} (target >= 0.98); {ratio_interval(ours[s], theirs[s])}")
 
 
