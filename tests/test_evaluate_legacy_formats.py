@@ -3,12 +3,10 @@ vLLM, and the engine decodes their packed weights correctly: its next-token
 predictions are those of a dense model holding the decoded weights, which
 differ from the model before quantization."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
+from conftest import run_cli
 from evaluate import results
 from legacy_formats import write_legacy
 from tiny_model import build_tiny_llama
@@ -39,11 +37,9 @@ def test_legacy_checkpoint_is_served_and_decoded_correctly(fmt, tmp_path, tokeni
     assert top1_agreement(dense, decoded, list(range(1000, 1256))) < 0.8
 
     res = tmp_path / "results"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    out = subprocess.run([sys.executable, "-m", "evaluate", f"model={legacy}", "scenario=interactive", "runs=1",
-                          "accuracy.num_windows=2", f"accuracy.reference={decoded}",
-                          "engine.args.enforce_eager=true", f"results_dir={res}"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    out = run_cli("evaluate", f"model={legacy}", "scenario=interactive", "runs=1", "accuracy.num_windows=2",
+                  f"accuracy.reference={decoded}", "engine.args.enforce_eager=true", f"results_dir={res}",
+                  cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = {r["kind"]: r for r in results.read(res)}
     speed, acc = rows["speed"], rows["accuracy"]

@@ -4,12 +4,11 @@ import importlib.metadata
 import importlib.util
 import json
 import math
-import os
 import subprocess
-import sys
 
 import pytest
 
+from conftest import run_cli
 from evaluate import lmeval, results
 from quantize.paths import PROJECT_ROOT
 
@@ -18,10 +17,8 @@ needs_lmeval_venv = pytest.mark.skipif(not LMEVAL_PYTHON.is_file(),
                                        reason="no .venv-lmeval: run `bash scripts/setup_lmeval.sh` (make test does)")
 
 
-def run_evaluate(*args, cwd, timeout=1200):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    return subprocess.run([sys.executable, "-m", "evaluate", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+def run_evaluate(*args, cwd):
+    return run_cli("evaluate", *args, cwd=cwd, timeout=1200)
 
 
 def test_main_environment_has_no_huggingface_evaluate():
