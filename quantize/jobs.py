@@ -33,7 +33,7 @@ def run_job(fn, cfg, needs_hub: bool = False):
     try:
         return fn(cfg)
     except (UserError, Exception) as e:
-        one_line = f"{type(e).__name__}: {e}" if not isinstance(e, UserError) else str(e)
+        one_line = _one_line(e)
         if not multirun:
             if isinstance(e, UserError):
                 print(f"error: {one_line}", file=sys.stderr)
@@ -48,12 +48,27 @@ def _exit_on_sigterm(signum, frame):
     raise SystemExit(128 + signum)
 
 
+def _one_line(e: BaseException) -> str:
+    if isinstance(e, UserError):
+        return str(e)
+    # submitit raises this inside a Slurm job when Slurm's warning signal comes
+    # near the time limit and the job may not be requeued (max_num_timeout=0).
+    if type(e).__name__ == "UncompletedJobError" and "timed-out" in str(e):
+        return ("time limit: Slurm is about to stop the job (hydra.launcher.timeout_min); completed "
+                "results are kept, rerun the sweep to resume or raise hydra.launcher.timeout_min")
+    return f"{type(e).__name__}: {e}"
+
+
 def _record_failure(message: str, trace: str) -> None:
     from hydra.core.hydra_config import HydraConfig
-    out = HydraConfig.get().runtime.output_dir
-    with open(os.path.join(out, FAILURE_FILE), "w") as f:
-        json.dump({"error": message, "traceback": trace,
-                   "overrides": list(HydraConfig.get().overrides.task)}, f, indent=2)
+    write_failure(HydraConfig.get().runtime.output_dir, message, trace, HydraConfig.get().overrides.task)
+
+
+def write_failure(job_dir, message: str, trace: str, overrides) -> None:
+    """The FAILED.json that `FailureSummary` lists; also written by the Slurm
+    launcher for a job that Slurm ended (time limit, scancel, node failure)."""
+    with open(os.path.join(job_dir, FAILURE_FILE), "w") as f:
+        json.dump({"error": message, "traceback": trace, "overrides": list(overrides)}, f, indent=2)
 
 
 class FailureSummary(Callback):

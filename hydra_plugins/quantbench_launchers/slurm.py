@@ -1,0 +1,222 @@
+"""hydra-submitit-launcher's `submitit_slurm`, made safe for long sweeps.
+
+The plugin's `launch()` returns `[job.results()[0] for job in jobs]`: the first
+job that Slurm ended (time limit, `scancel`, node failure, out of memory)
+raises, the whole multirun stops with a traceback, the results of the jobs
+after it are never collected and the sweep's failure summary never runs. This
+launcher submits the same way and then:
+
+- before submitting, checks the request against the partition (`sinfo`): a
+  partition that does not exist, or more CPUs, memory, GPUs or time than any of
+  its nodes allows, is one line naming the `hydra.launcher.*` setting to change
+  and exit status 2, instead of a job pending forever;
+- waits for every job; a job Slurm ended becomes a FAILED.json in its Hydra job
+  dir ("time limit", "cancelled", ...), exactly like a job that failed in Python
+  (quantize.jobs), so the other jobs' results are kept and `FailureSummary`
+  lists it and exits 1;
+- gives evaluate jobs their own results shard (`results_per_process=true`)
+  unless the command line sets it: jobs of one sweep may run on several nodes
+  writing to one shared folder, where appends from different hosts can tear.
+
+Use it through the presets: hydra/launcher=slurm_cpu, slurm_gpu or slurm_local.
+"""
+import logging
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as _PluginSlurmLauncher
+from omegaconf import OmegaConf
+
+log = logging.getLogger(__name__)
+
+SHARD_KEY = "results_per_process"
+# sacct states of a job that ended without producing its result, and what to say.
+ENDED_BY_SLURM = {
+    "TIMEOUT": "time limit: Slurm stopped the job at hydra.launcher.timeout_min={timeout_min}",
+    "CANCELLED": "cancelled: the Slurm job was cancelled ({state})",
+    "NODE_FAIL": "node failure: the Slurm job's node died",
+    "BOOT_FAIL": "node failure: the Slurm job's node did not boot",
+    "OUT_OF_MEMORY": "out of memory: the job used more than hydra.launcher.mem_gb={mem_gb}",
+    "DEADLINE": "deadline: the Slurm job reached its deadline",
+    "PREEMPTED": "preempted: the Slurm job was preempted and not requeued",
+    "FAILED": "failed: the Slurm job exited non-zero ({state})",
+}
+
+
+class SlurmLauncher(_PluginSlurmLauncher):
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        import submitit
+
+        assert self.config is not None
+        check_request(self.params)
+        job_overrides = [self._with_shard(list(o)) for o in job_overrides]
+
+        # As the plugin's launch(): executor, parameters, sweep dir, one array.
+        init_keys = {"submitit_folder", "max_num_timeout"}
+        executor = submitit.AutoExecutor(cluster=self._EXECUTOR, folder=self.params["submitit_folder"],
+                                         slurm_max_num_timeout=self.params.get("max_num_timeout", 0))
+        base = set(OmegaConf.structured(BaseQueueConf).keys())
+        executor.update_parameters(**{k if k in base else f"{self._EXECUTOR}_{k}": v
+                                      for k, v in self.params.items() if k not in init_keys})
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        log.info(f"Submitit '{self._EXECUTOR}' sweep output dir : {sweep_dir}")
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        args = []
+        for n, overrides in enumerate(job_overrides):
+            idx = initial_job_idx + n
+            log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
+            args.append((overrides, "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state()))
+        try:
+            jobs = executor.map_array(self, *zip(*args))
+        except Exception as e:  # sbatch refused: bad account, QOS, partition limits, ...
+            refused(e)
+        log.info("submitted Slurm job(s) %s", ", ".join(j.job_id for j in jobs))
+
+        returns = []
+        for (overrides, _, idx, _, _), job in zip(args, jobs):
+            returns.append(self._collect(job, overrides, idx))
+        return returns
+
+    def _with_shard(self, overrides: List[str]) -> List[str]:
+        if SHARD_KEY in self.config and not any(o.lstrip("+~").startswith(SHARD_KEY + "=") for o in overrides):
+            return overrides + [f"{SHARD_KEY}=true"]
+        return overrides
+
+    def _collect(self, job, overrides: List[str], idx: int) -> JobReturn:
+        """The job's own JobReturn, or a recorded failure when Slurm ended it."""
+        from submitit.core.utils import FailedJobError, UncompletedJobError
+        job.wait()
+        state = job.state.upper()
+        reason = next((k for k in ENDED_BY_SLURM if state.startswith(k)), None)
+        try:
+            if reason is None or job.paths.result_pickle.exists():
+                return job.results()[0]
+            error: Exception = UncompletedJobError(f"Slurm job {job.job_id} ended {state} without a result")
+        except (UncompletedJobError, FailedJobError) as e:
+            error = e
+            reason = reason or "FAILED"
+        message = ENDED_BY_SLURM[reason].format(state=state, **self.params)
+        message += (f"; Slurm job {job.job_id}, log {job.paths.stderr}; completed results are kept, "
+                    "rerun the sweep to resume")
+        job_dir = self._job_dir(overrides, idx)
+        log.error("job #%d failed: %s", idx, message)
+        record(job_dir, message, str(error), overrides)
+        ret = JobReturn(overrides=overrides, working_dir=str(job_dir), status=JobStatus.COMPLETED)
+        ret.return_value = None
+        return ret
+
+    def _job_dir(self, overrides: List[str], idx: int) -> Path:
+        """Where Hydra puts this job's output (hydra.sweep.dir / hydra.sweep.subdir)."""
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        try:
+            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            cfg.hydra.job.num = idx
+            return sweep_dir / str(cfg.hydra.sweep.subdir)
+        except Exception as e:  # an interpolation only a running job can resolve
+            log.warning("job dir of #%d: %s; using %s", idx, e, sweep_dir / str(idx))
+            return sweep_dir / str(idx)
+
+
+def record(job_dir: Path, message: str, trace: str, overrides: List[str]) -> None:
+    """FAILED.json in the job's dir; a job that never started also gets the
+    .hydra/overrides.yaml Hydra would have written, so the summary counts it."""
+    from quantize.jobs import write_failure
+    hydra_dir = job_dir / ".hydra"
+    if not hydra_dir.is_dir():
+        hydra_dir.mkdir(parents=True)
+        (hydra_dir / "overrides.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(list(overrides))))
+    write_failure(job_dir, message, trace, overrides)
+
+
+def fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def refused(error: Exception) -> None:
+    text = str(error)
+    lines = [line.strip() for line in text.splitlines() if "error" in line.lower() and line.strip()]
+    why = lines[-1] if lines else text.strip().splitlines()[-1] if text.strip() else type(error).__name__
+    why = re.sub(r"^.*?(sbatch: )?error: ", "", why)
+    fail(f"Slurm refused the jobs: {why}; check hydra.launcher.partition, account, qos, "
+         "cpus_per_task, mem_gb, gpus_per_node and timeout_min")
+
+
+# --- what the cluster can run --------------------------------------------------------
+def check_request(params: dict) -> None:
+    """One line naming the setting to change when no node of the partition
+    could ever run one job of this request (Slurm would leave it pending)."""
+    if shutil.which("sbatch") is None or shutil.which("sinfo") is None:
+        fail("sbatch/sinfo not found: run on a Slurm login node, or start the local cluster with "
+             "`bash scripts/slurm_local.sh start` and export the SLURM_CONF it prints")
+    out = subprocess.run(["sinfo", "-h", "-N", "-o", "%P|%c|%m|%G|%l"], capture_output=True, text=True)
+    if out.returncode != 0:
+        fail(f"Slurm does not answer ({(out.stderr.strip().splitlines() or ['sinfo failed'])[-1]}); "
+             "start the local cluster with `bash scripts/slurm_local.sh start` and export the SLURM_CONF it "
+             "prints, or set SLURM_CONF for your site")
+    nodes = []
+    for line in out.stdout.splitlines():
+        part, cpus, mem, gres, limit = line.split("|")
+        nodes.append({"partition": part.rstrip("*"), "default": part.endswith("*"), "cpus": _int(cpus),
+                      "mem_mb": _int(mem), "gpus": _gpus(gres), "minutes": _minutes(limit)})
+    partitions = sorted({n["partition"] for n in nodes})
+    want = params.get("partition")
+    if want:
+        if want not in partitions:
+            fail(f"hydra.launcher.partition={want}: no such Slurm partition here (have: "
+                 f"{', '.join(partitions) or 'none'}); set hydra.launcher.partition={(partitions or ['<name>'])[0]} "
+                 "(or hydra/launcher=slurm_local for the cluster of scripts/slurm_local.sh)")
+        nodes = [n for n in nodes if n["partition"] == want]
+        where = f"partition {want}"
+    else:
+        nodes = [n for n in nodes if n["default"]]
+        if not nodes:
+            fail(f"no default Slurm partition; set hydra.launcher.partition=<one of: {', '.join(partitions)}>")
+        where = f"partition {nodes[0]['partition']} (the default)"
+    tasks = int(params.get("tasks_per_node") or 1)
+    checks = [
+        ("cpus_per_task", (params.get("cpus_per_task") or 1) * tasks, "cpus", "CPUs", 1 / tasks),
+        ("mem_gb", (params.get("mem_gb") or 0) * 1024, "mem_mb", "GB of memory", 1 / 1024),
+        ("gpus_per_node", params.get("gpus_per_node") or 0, "gpus", "GPUs", 1),
+    ]
+    for key, asked, field, unit, scale in checks:
+        most = max((n[field] for n in nodes), default=0)
+        if asked > most:
+            fix = f"set hydra.launcher.{key}={int(most * scale)} or less" if most else \
+                f"set hydra.launcher.{key}=null or pick another hydra.launcher.partition"
+            fail(f"hydra.launcher.{key}={params.get(key)} asks for more {unit} than any node of {where} "
+                 f"has ({int(most * scale)}); {fix}")
+    limit = max((n["minutes"] for n in nodes), default=None)
+    if limit is not None and params.get("timeout_min", 0) > limit:
+        fail(f"hydra.launcher.timeout_min={params['timeout_min']} is over the time limit of {where} "
+             f"({limit} min); set hydra.launcher.timeout_min={limit} or less")
+
+
+def _int(text: str) -> int:
+    m = re.match(r"\d+", text.strip())
+    return int(m.group()) if m else 0
+
+
+def _gpus(gres: str) -> int:
+    """`gpu:4`, `gpu:a100:4(S:0-1)`, `(null)` -> GPU count."""
+    return sum(int(m.group(1)) for m in re.finditer(r"gpu(?::[^:,(]+)?:(\d+)", gres))
+
+
+def _minutes(limit: str) -> Optional[int]:
+    """sinfo time limit (`infinite`, `30:00`, `1-00:00:00`) -> minutes; None = no limit."""
+    limit = limit.strip()
+    if not limit or limit in ("infinite", "UNLIMITED", "n/a"):
+        return None
+    days, _, rest = limit.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    h, m, s = ([0] * (3 - len(parts)) + parts) if len(parts) > 1 else (0, parts[0], 0)
+    return int(days or 0) * 1440 + h * 60 + m + (1 if s else 0)
+

@@ -1,0 +1,296 @@
+#!/usr/bin/env bash
+# A single-node Slurm cluster on this machine, for trying the cluster path
+# (hydra/launcher=slurm_local) on a workstation and for the tests.
+#
+#   bash scripts/slurm_local.sh install   # apt-get slurm-wlm slurmdbd mariadb-server (root, once)
+#   eval "$(bash scripts/slurm_local.sh start)"   # start (idempotent); prints `export SLURM_CONF=...`
+#   bash scripts/slurm_local.sh status    # exit 0 when every daemon runs and the node is up
+#   bash scripts/slurm_local.sh stop      # scancel every job, then stop the daemons it started
+#
+# Everything (configs, PIDs, state, spool, database, logs) lives under one
+# directory, $QB_SLURM_DIR (default .cache/slurm/). Daemons run in the
+# foreground under setsid (no systemd, no cgroups) and only stop by the PIDs
+# recorded there. MariaDB, slurmdbd, slurmctld and slurmd all talk over
+# 127.0.0.1; MariaDB listens on 127.0.0.1 only. Without accounting (MariaDB +
+# slurmdbd) a cancelled or timed-out job stays UNKNOWN to submitit and a sweep
+# waits forever, so accounting is always on.
+# Ports: QB_SLURM_PORT (slurmctld, default 6817; slurmd +1, slurmdbd +2) and
+# QB_SLURM_DB_PORT (MariaDB, default 3307).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+DIR=$(mkdir -p "${QB_SLURM_DIR:-$ROOT/.cache/slurm}" && cd "${QB_SLURM_DIR:-$ROOT/.cache/slurm}" && pwd)
+ETC=$DIR/etc RUN=$DIR/run LOG=$DIR/log
+CTLD_PORT=${QB_SLURM_PORT:-6817}
+SLURMD_PORT=$((CTLD_PORT + 1)) DBD_PORT=$((CTLD_PORT + 2))
+DB_PORT=${QB_SLURM_DB_PORT:-3307}
+CLUSTER=quantbench
+NODE=$(hostname -s)
+USER_NAME=$(id -un)
+PACKAGES=(slurm-wlm slurmdbd mariadb-server)
+DAEMONS=(mariadb slurmdbd slurmctld slurmd)   # start order; stop goes backwards
+export SLURM_CONF=$ETC/slurm.conf
+
+say() { echo "slurm_local: $*" >&2; }
+die() { echo "slurm_local: error: $*" >&2; exit 1; }
+
+# --- install -----------------------------------------------------------------
+missing_binaries() {
+    local b out=()
+    for b in slurmctld slurmd slurmdbd sbatch sacct sacctmgr mariadbd mariadb-install-db; do
+        command -v "$b" >/dev/null 2>&1 || [ -x "/usr/sbin/$b" ] || out+=("$b")
+    done
+    echo "${out[*]}"
+}
+
+install() {
+    local missing; missing=$(missing_binaries)
+    if [ -z "$missing" ]; then say "Slurm, slurmdbd and MariaDB are installed"; return 0; fi
+    if [ "$(id -u)" != 0 ]; then
+        die "missing $missing; as root run: apt-get install -y ${PACKAGES[*]} (or bash scripts/slurm_local.sh install)"
+    fi
+    command -v apt-get >/dev/null || die "missing $missing and no apt-get here; install Slurm 22.05+, slurmdbd and MariaDB by hand"
+    # Package scripts must not start the system-wide services: the cluster runs from $DIR.
+    local policy=/usr/sbin/policy-rc.d made_policy=""
+    if [ ! -e $policy ]; then
+        printf '#!/bin/sh\nexit 101\n' > $policy && chmod 755 $policy && made_policy=1
+    fi
+    say "installing ${PACKAGES[*]} (missing: $missing)"
+    local rc=0
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "${PACKAGES[@]}"; } >"${TMPDIR:-/tmp}/slurm_local-apt.log" 2>&1 || rc=$?
+    [ -n "$made_policy" ] && rm -f $policy
+    [ $rc = 0 ] || die "apt-get failed (rc $rc); see ${TMPDIR:-/tmp}/slurm_local-apt.log"
+    missing=$(missing_binaries)
+    [ -z "$missing" ] || die "still missing after apt-get: $missing"
+    say "installed"
+}
+
+# --- processes -------------------------------------------------------------
+pid_of() { cat "$RUN/$1.pid" 2>/dev/null || true; }
+
+# A recorded PID counts only while it is still the daemon this script started
+# (its command name, and our directory in its command line or environment):
+# a recycled PID is never signalled.
+alive() {
+    local pid; pid=$(pid_of "$1")
+    [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
+    local comm; comm=$(cat "/proc/$pid/comm" 2>/dev/null) || return 1
+    case "$comm" in "$1"|"$1"d|mysqld) ;; *) return 1 ;; esac
+    { tr '\0' '\n' <"/proc/$pid/cmdline"; } 2>/dev/null | grep -qF "$DIR" && return 0
+    { tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null | grep -qxF "SLURM_CONF=$SLURM_CONF"
+}
+
+launch() {  # launch <name> <command...>: in its own session, PID recorded
+    local name=$1; shift
+    setsid "$@" </dev/null >>"$LOG/$name.out" 2>&1 &
+    echo $! >"$RUN/$name.pid"
+}
+
+wait_for() {  # wait_for <seconds> <what> <log> <command...>
+    local seconds=$1 what=$2 log=$3; shift 3
+    local end=$((SECONDS + seconds))
+    until "$@" >/dev/null 2>&1; do
+        if [ $SECONDS -ge $end ]; then
+            say "$what not ready after ${seconds}s; last lines of $log:"
+            tail -n 15 "$log" >&2 2>/dev/null || true
+            exit 1
+        fi
+        sleep 0.2
+    done
+}
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+check_port() {  # a port someone else listens on is a clear error, not a daemon crash loop
+    port_free "$1" || die "port $1 (for $2) is taken by another program; pick others with $3=<port>"
+}
+
+mysql_root() { mariadb --no-defaults --socket="$RUN/mysqld.sock" -uroot "$@"; }
+
+# --- configuration -----------------------------------------------------------
+write_configs() {
+    mkdir -p "$ETC" "$RUN" "$LOG" "$DIR/state" "$DIR/spool" "$DIR/mysql"
+    local cpus mem_mb
+    cpus=$(nproc)
+    mem_mb=$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.75}' /proc/meminfo)
+    [ -s "$ETC/db.password" ] || { (umask 077; head -c 18 /dev/urandom | base64 | tr -d '/+=' >"$ETC/db.password"); }
+    cat >"$ETC/slurm.conf.new" <<EOF
+# Written by scripts/slurm_local.sh: a single-node cluster under $DIR.
+ClusterName=$CLUSTER
+SlurmctldHost=$NODE(127.0.0.1)
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$SLURMD_PORT
+SlurmUser=$USER_NAME
+SlurmdUser=$USER_NAME
+AuthType=auth/none
+CredType=cred/none
+MpiDefault=none
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+SwitchType=switch/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=1024
+EnforcePartLimits=ALL
+SchedulerParameters=batch_sched_delay=0
+KillWait=5
+MailProg=/bin/true
+ReturnToService=2
+StateSaveLocation=$DIR/state
+SlurmdSpoolDir=$DIR/spool
+SlurmctldPidFile=$RUN/slurmctld.daemon.pid
+SlurmdPidFile=$RUN/slurmd.daemon.pid
+SlurmctldLogFile=$LOG/slurmctld.log
+SlurmdLogFile=$LOG/slurmd.log
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort=$DBD_PORT
+JobCompType=jobcomp/none
+# Bind to the address the node name resolves to, not 0.0.0.0 (see status).
+CommunicationParameters=NoCtldInAddrAny,NoInAddrAny
+NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
+PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
+EOF
+    mv "$ETC/slurm.conf.new" "$ETC/slurm.conf"
+    (umask 077; cat >"$ETC/slurmdbd.conf" <<EOF
+# Written by scripts/slurm_local.sh. slurmdbd refuses a config others can read.
+AuthType=auth/none
+DbdHost=localhost
+DbdPort=$DBD_PORT
+CommunicationParameters=NoInAddrAny
+SlurmUser=$USER_NAME
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$DB_PORT
+StorageUser=slurm
+StoragePass=$(cat "$ETC/db.password")
+StorageLoc=slurm_acct_db
+PidFile=$RUN/slurmdbd.daemon.pid
+LogFile=$LOG/slurmdbd.log
+EOF
+    )
+    chmod 600 "$ETC/slurmdbd.conf"
+}
+
+# --- start / stop / status ----------------------------------------------------
+start_mariadb() {
+    alive mariadb && return 0
+    check_port "$DB_PORT" MariaDB QB_SLURM_DB_PORT
+    if [ ! -d "$DIR/mysql/mysql" ]; then
+        mariadb-install-db --no-defaults --datadir="$DIR/mysql" --user="$USER_NAME" \
+            --auth-root-authentication-method=socket --auth-root-socket-user="$USER_NAME" \
+            --skip-test-db >"$LOG/mariadb-install.log" 2>&1 \
+            || { tail -n 15 "$LOG/mariadb-install.log" >&2; die "mariadb-install-db failed"; }
+    fi
+    launch mariadb "$(command -v mariadbd || echo /usr/sbin/mariadbd)" --no-defaults --datadir="$DIR/mysql" \
+        --socket="$RUN/mysqld.sock" --port="$DB_PORT" --bind-address=127.0.0.1 \
+        --pid-file="$RUN/mariadb.daemon.pid" --log-error="$LOG/mariadb.log" --user="$USER_NAME" \
+        --skip-log-bin --innodb-buffer-pool-size=128M --innodb-lock-wait-timeout=900
+    wait_for 60 MariaDB "$LOG/mariadb.log" mysql_root -e 'SELECT 1'
+    local pw; pw=$(cat "$ETC/db.password")
+    mysql_root -e "CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+        CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$pw';
+        CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$pw';
+        GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
+        GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';"
+}
+
+start_slurmdbd() {
+    alive slurmdbd && return 0
+    check_port "$DBD_PORT" slurmdbd QB_SLURM_PORT
+    launch slurmdbd "$(command -v slurmdbd || echo /usr/sbin/slurmdbd)" -D
+    wait_for 60 slurmdbd "$LOG/slurmdbd.log" sacctmgr -n list cluster
+    if ! sacctmgr -n -P list cluster format=cluster | grep -qx "$CLUSTER"; then
+        sacctmgr -i add cluster "$CLUSTER" >/dev/null
+    fi
+}
+
+start_slurmctld() {
+    alive slurmctld && return 0
+    check_port "$CTLD_PORT" slurmctld QB_SLURM_PORT
+    launch slurmctld "$(command -v slurmctld || echo /usr/sbin/slurmctld)" -D
+    wait_for 60 slurmctld "$LOG/slurmctld.log" scontrol ping
+}
+
+node_up() { [ -n "$(sinfo -h -n "$NODE" -t idle,mix,alloc -o %N 2>/dev/null)" ]; }
+
+start_slurmd() {
+    if ! alive slurmd; then
+        check_port "$SLURMD_PORT" slurmd QB_SLURM_PORT
+        launch slurmd "$(command -v slurmd || echo /usr/sbin/slurmd)" -D -N "$NODE"
+    fi
+    wait_for 60 "node $NODE" "$LOG/slurmd.log" node_up
+}
+
+start() {
+    [ -z "$(missing_binaries)" ] || die "Slurm is not installed (missing $(missing_binaries)); run: bash scripts/slurm_local.sh install (as root)"
+    # The daemons bind to the address the host name resolves to: only loopback is safe with auth/none.
+    local addr; addr=$(getent ahostsv4 "$NODE" | awk 'NR == 1 {print $1}')
+    case "$addr" in 127.*) ;; *) die "host name $NODE resolves to ${addr:-nothing}, not a loopback address, and the daemons (auth/none) would listen there; add '127.0.1.1 $NODE' to /etc/hosts" ;; esac
+    local t0=$SECONDS
+    if all_up; then
+        say "already running ($DIR)"
+    else
+        write_configs
+        start_mariadb
+        start_slurmdbd
+        start_slurmctld
+        start_slurmd
+        say "cluster $CLUSTER up in $((SECONDS - t0))s: partition debug, node $NODE ($(nproc) CPUs); logs in $LOG"
+    fi
+    echo "export SLURM_CONF=$SLURM_CONF"
+}
+
+all_up() {
+    local d
+    for d in "${DAEMONS[@]}"; do alive "$d" || return 1; done
+    node_up
+}
+
+stop_daemon() {
+    local name=$1 pid i
+    alive "$name" || { rm -f "$RUN/$name.pid"; return 0; }
+    pid=$(pid_of "$name")
+    kill -TERM "$pid" 2>/dev/null || true
+    for i in $(seq 100); do alive "$name" || break; sleep 0.1; done
+    if alive "$name"; then say "$name ($pid) ignored SIGTERM; killing it"; kill -KILL "$pid" 2>/dev/null || true; fi
+    rm -f "$RUN/$name.pid"
+    say "stopped $name ($pid)"
+}
+
+stop() {
+    if alive slurmctld; then
+        local jobs i
+        jobs=$(squeue -h -o %A 2>/dev/null | tr '\n' ' ')
+        if [ -n "${jobs// }" ]; then
+            say "cancelling jobs: $jobs"
+            # shellcheck disable=SC2086
+            scancel $jobs 2>/dev/null || true
+            for i in $(seq 150); do [ -z "$(squeue -h -o %A 2>/dev/null)" ] && break; sleep 0.2; done
+        fi
+    fi
+    local n
+    for ((n = ${#DAEMONS[@]} - 1; n >= 0; n--)); do stop_daemon "${DAEMONS[n]}"; done
+}
+
+status() {
+    local d rc=0
+    for d in "${DAEMONS[@]}"; do
+        if alive "$d"; then say "$d: running (pid $(pid_of "$d"))"; else say "$d: stopped"; rc=3; fi
+    done
+    if alive slurmctld; then
+        sinfo >&2 || true
+        node_up || rc=3
+    fi
+    [ $rc = 0 ] && echo "export SLURM_CONF=$SLURM_CONF"
+    return $rc
+}
+
+case "${1:-}" in
+    install) install ;;
+    start) start ;;
+    stop) stop ;;
+    status) status ;;
+    *) echo "usage: bash scripts/slurm_local.sh install|start|stop|status (state in \$QB_SLURM_DIR, default .cache/slurm)" >&2; exit 2 ;;
+esac
