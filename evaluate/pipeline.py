@@ -18,9 +18,14 @@ log = logging.getLogger("quantbench.evaluate")
 def run(cfg) -> None:
     if int(cfg.runs) < 1:
         raise UserError(f"runs={cfg.runs}: need at least one timed run (runs=3 is typical)")
-    target = target_mod.load(cfg)
+    store = results.shard_path(resolve(cfg.results_dir), shard=bool(cfg.results_per_process))
+    target = _load_target(cfg, store)
     engine_cfg = OmegaConf.to_container(cfg.engine, resolve=True)
-    limit = engine_cfg["args"].get("max_model_len") or target.max_context
+    engine_cls = engines.get(engine_cfg["name"])
+    machine = engine_cls.machine()
+    args = engine_cfg["args"]
+    args["dtype"] = engine_cls.choose_dtype(target.format, machine, args.get("dtype") or "auto")
+    limit = args.get("max_model_len") or target.max_context
     fit, unfit = _split_by_context(scenario_mod.resolve(cfg.scenario), limit)
     acc = cfg.accuracy if cfg.accuracy.get("enabled") else None
     if acc:
@@ -28,11 +33,14 @@ def run(cfg) -> None:
     lm = cfg.lm_eval if cfg.lm_eval.get("enabled") else None
     lm_versions = lmeval.validate(lm) if lm else None
 
-    store = results.shard_path(resolve(cfg.results_dir), shard=bool(cfg.results_per_process))
-    done = results.completed_keys(store.parent) if cfg.skip_completed else set()
     where = {"versions": versions(), "hardware": hardware()}
-    base = {**target.as_row(), "engine": engine_cfg["name"], **where,
+    base = {**target.as_row(), "engine": engine_cfg["name"], **where, "machine": machine.facts(),
             "setup_id": results.setup_id(engine_cfg, **where)}
+    verdict = engine_cls.supports(target.format, machine, args)
+    if not verdict:
+        _unsupported(cfg, store, base, target, verdict, fit, acc, lm)
+        return
+    done = results.completed_keys(store.parent) if cfg.skip_completed else set()
     for s in unfit:
         reason = f"needs {s.max_len} tokens, max_model_len is {limit}"
         _record(store, _speed_row(base, s, None), "skipped", reason=reason)
@@ -52,10 +60,54 @@ def run(cfg) -> None:
     log.info("results appended to %s", store)
 
 
+def _load_target(cfg, store):
+    """The artifact; in a sweep, one that cannot be opened still leaves a
+    failed row, so the report never shows the sweep as all good."""
+    try:
+        return target_mod.load(cfg)
+    except UserError as e:
+        if _in_sweep():
+            row = {"kind": "speed", "artifact_id": None, "model_name": cfg.model.get("name"),
+                   "recipe": cfg.recipe.name if cfg.get("recipe") else None, "engine": cfg.engine.name,
+                   "scenario": cfg.scenario.get("name"), "run_index": None}
+            _record(store, row, "failed", reason=str(e))
+        raise
+
+
+def _unsupported(cfg, store, base, target, verdict, fit, acc, lm) -> None:
+    """The engine cannot serve this format here. Asked alone: one line and a
+    non-zero exit. In a scenario set or a sweep: an `unsupported` row per
+    measurement it was meant to make (once per setup), and the sweep goes on."""
+    message = f"{base['engine']} cannot serve {target.format.label} ({target.path.name}) here: {verdict.reason}"
+    if not (_in_sweep() or scenario_mod.is_set(cfg.scenario)):
+        raise UserError(message)
+    log.warning("unsupported: %s", message)
+    rows = [_speed_row(base, s, None) for s in fit] + ([_accuracy_row(base, acc)] if acc else [])
+    rows += [lmeval.row(base, lm, t) for t in (lm.tasks if lm else [])]
+    known = results.completed_keys(store.parent, statuses=("unsupported",))
+    for row in rows:
+        if results.run_key(row) not in known:
+            _record(store, row, "unsupported", reason=verdict.reason)
+
+
+def _in_sweep() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
 def _evaluate_in_engine(cfg, engine_cfg, target, fit, todo, acc, limit, base, store) -> None:
     """Speed scenarios, then the accuracy pass, in one engine; the accuracy
     reference is scored after the engine is closed."""
-    engine = _start_engine(engine_cfg, target, fit, acc, limit, cfg.trust_remote_code)
+    try:
+        engine = _start_engine(engine_cfg, target, fit, acc, limit, cfg.trust_remote_code)
+    except Exception as e:  # every measurement this job owed is recorded as failed
+        reason = f"engine start-up failed: {one_line(e)}"
+        for s in todo:
+            _record(store, _speed_row(base, s, None), "failed", reason=reason)
+        if acc:
+            _record(store, _accuracy_row(base, acc), "failed", reason=reason)
+        raise
     base = base | engine.describe()
     passed = None
     try:
@@ -82,7 +134,7 @@ def _run_lm_eval(cfg, lm, engine_cfg, target, tasks, lm_versions, base, store) -
         scores = lmeval.run(lm, target, args, tasks, int(cfg.seed))
     except Exception as e:
         for r in rows.values():
-            _record(store, r, "failed", reason=f"{type(e).__name__}: {e}")
+            _record(store, r, "failed", reason=one_line(e))
         raise
     lm_config = OmegaConf.to_container(lm, resolve=True)
     for task, score in scores.items():
@@ -171,11 +223,18 @@ def _record(store, row: dict, status: str, **extra) -> None:
     results.append(store, row | {"status": status, "timestamp": stamp} | extra)
 
 
+def one_line(e: BaseException, limit: int = 400) -> str:
+    """An exception as one line for a result row (engines raise screenfuls)."""
+    first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
+    text = f"{type(e).__name__}: {first}"
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def _guarded(store, row, fn):
     """Run fn; on failure record a failed row (the sweep summary and the report
     show it) and re-raise."""
     try:
         return fn()
     except Exception as e:
-        _record(store, row, "failed", reason=f"{type(e).__name__}: {e}")
+        _record(store, row, "failed", reason=one_line(e))
         raise

@@ -373,6 +373,8 @@ def render_header(rows: list[dict], title: str, results_dir: Path) -> str:
              f"- Models: {', '.join(sorted({r.get('model_name') or '?' for r in rows}))}"]
     for hw in distinct(rows, "hardware"):
         lines.append(f"- Hardware: {hardware_text(hw)}")
+    for facts in distinct(rows, "machine"):
+        lines.append(f"- Capabilities: {capability_text(facts)}")
     lines.append(f"- Versions: {versions_text(rows)}")
     lines.append("- Setups (engine, args and environment as recorded; rows of different setups are never averaged):")
     combos: dict[tuple, set] = {}
@@ -402,6 +404,17 @@ def hardware_text(hw: dict) -> str:
     parts.append("accelerators: " + (", ".join(hw.get("accelerators") or []) or "none"))
     host = f"`{hw['hostname']}` " if hw.get("hostname") else ""
     return host + "; ".join(parts)
+
+
+def capability_text(facts: dict) -> str:
+    """The facts the engine decided from (see `python -m evaluate.capabilities`)."""
+    parts = [f"bf16/fp16 {'native' if facts.get('cpu_native_half') else 'emulated on this CPU'}"]
+    if facts.get("cuda"):
+        parts.insert(0, "CUDA " + ", ".join(f"sm{a}{b}" for a, b in facts["cuda"]))
+    if facts.get("vllm_library"):
+        parts.append(f"vLLM kernel library {facts['vllm_library']} with "
+                     + (", ".join(facts.get("vllm_ops") or []) or "no int8/int4 ops"))
+    return "; ".join(parts)
 
 
 def versions_text(rows: list[dict]) -> str:
@@ -474,14 +487,16 @@ def render_details(speed: list[Group]) -> str:
 def render_problems(rows: list[dict]) -> str:
     bad = [r for r in rows if not is_ok(r)]
     if not bad:
-        return "## Skipped and failed\n\nNone: every recorded run succeeded."
+        return "## Skipped, unsupported and failed\n\nNone: every recorded run succeeded."
     table = [[r.get("status") or "missing", kind(r), scenario_of(r).heading() if r.get("scenario") else MISSING,
               r.get("recipe") or "?",
               f"`{short(r.get('artifact_id'))}`", r.get("engine") or "?",
               str(r["run_index"] + 1) if isinstance(r.get("run_index"), int) else MISSING,
               r.get("reason") or "(no reason recorded)", r.get("timestamp") or MISSING] for r in bad]
     heads = ["Status", "Kind", "Scenario", "Recipe", "Artifact", "Engine", "Run", "Reason", "Timestamp (UTC)"]
-    return "## Skipped and failed\n\nExcluded from every aggregate above.\n\n" + md_table(heads, table)
+    return ("## Skipped, unsupported and failed\n\nExcluded from every aggregate above. `unsupported`: the "
+            "engine has no kernel for this format on this machine (`python -m evaluate.capabilities`).\n\n"
+            + md_table(heads, table))
 
 
 def render_accuracy(acc: list[Group]) -> str:

@@ -11,7 +11,7 @@ Row layout (flat keys are what reports group and sort by):
 
     schema            1
     kind              "speed" | "accuracy"
-    status            "ok" | "skipped" | "failed"   (+ "reason" when not ok)
+    status            "ok" | "skipped" | "failed" | "unsupported"   (+ "reason" when not ok)
     timestamp         ISO 8601, UTC
     artifact_id       manifest artifact id, or a hash of the files for plain checkpoints
     artifact_path     absolute path that was served
@@ -20,8 +20,10 @@ Row layout (flat keys are what reports group and sort by):
     quant_format      compressed-tensors format, e.g. "int-quantized", "dense"
     model_bytes       bytes of weight files on disk
     engine            "vllm" | "hf"
-    engine_args       dict passed to the engine
+    engine_args       dict passed to the engine (`dtype` resolved: never "auto")
     engine_env        thread/kv-cache environment that changes speed
+    machine           capability facts the engine decided from (ISA, CUDA
+                      capability, vLLM kernel library and ops; quantize.machine)
     setup_id          hash of what a measurement depends on besides artifact and
                       scenario: engine name + configured args/env, the versions of
                       the libraries that run the model, the kind of machine
@@ -93,5 +95,5 @@ def run_key(row: dict) -> tuple:
             row.get("batch_size"), row.get("input_len"), row.get("output_len"), row.get("run_index"))
 
 
-def completed_keys(results_dir: Path) -> set[tuple]:
-    return {run_key(r) for r in read(results_dir) if r.get("status") == "ok"}
+def completed_keys(results_dir: Path, statuses: tuple = ("ok",)) -> set[tuple]:
+    return {run_key(r) for r in read(results_dir) if r.get("status") in statuses}

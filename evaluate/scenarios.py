@@ -27,10 +27,15 @@ class Scenario:
 
 def resolve(cfg) -> list[Scenario]:
     """The scenario config (a single scenario or a set) -> a list of scenarios."""
-    if "include" in cfg and cfg.include is not None:
+    if is_set(cfg):
         names = _all_single() if cfg.include == "all" else list(cfg.include)
         return [_from_dict(_load(n)) for n in names]
     return [_from_dict(dict(cfg))]
+
+
+def is_set(cfg) -> bool:
+    """A scenario set (`include:`) rather than one scenario."""
+    return "include" in cfg and cfg.include is not None
 
 
 def _all_single() -> list[str]:

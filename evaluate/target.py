@@ -5,6 +5,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evaluate.capabilities import classify
 from quantize.errors import UserError
 from quantize.paths import resolve
 from quantize.pipeline import read_manifest
@@ -32,15 +33,9 @@ class Target:
         }
 
     @property
-    def is_int8_weight_only(self) -> bool:
-        """W8A16-style checkpoints: 8-bit integer weights, 16-bit activations."""
-        q = self.config.get("quantization_config") or {}
-        groups = (q.get("config_groups") or {}).values()
-        if groups:
-            return any((g.get("weights") or {}).get("num_bits") == 8
-                       and (g.get("weights") or {}).get("type") == "int"
-                       and not g.get("input_activations") for g in groups)
-        return q.get("bits") == 8 and q.get("quant_method") in ("gptq", "awq")
+    def format(self):
+        """What an engine needs to know to decide whether it can serve this."""
+        return classify(self.config, self.manifest)
 
 
 def load(cfg) -> Target:

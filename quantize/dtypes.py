@@ -4,20 +4,22 @@
 engine) means the checkpoint's dtype, except float32 for a bf16/fp16
 checkpoint computed on a CPU without fast half-precision matmul."""
 import json
-import platform
 from pathlib import Path
+
+from quantize.machine import detect
 
 HALF = ("bfloat16", "float16")
 
 
 def cpu_has_native_half() -> bool:
-    """x86 CPUs without AVX512-BF16 or AMX run bf16/fp16 matmuls through a slow
-    conversion path (measured on an AVX2 EPYC: a 512x576x1536 linear at
-    17 GFLOPS in bf16 vs 147 in fp32). Other architectures are trusted."""
-    import torch
-    if platform.machine().lower() not in ("x86_64", "amd64", "i686"):
-        return True
-    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    """Whether this CPU multiplies bf16/fp16 in hardware (see quantize.machine)."""
+    return detect().cpu_native_half
+
+
+def fast_faithful_dtype(checkpoint: str, on_cpu: bool, cpu_native_half: bool) -> str:
+    """The checkpoint's dtype name, except float32 for half precision on a CPU
+    without native half-precision matmul (same numbers, several times faster)."""
+    return "float32" if checkpoint in HALF and on_cpu and not cpu_native_half else checkpoint
 
 
 def checkpoint_dtype(model_dir: Path):
@@ -40,6 +42,4 @@ def compute_dtype(checkpoint, requested: str = "auto", device: str | None = None
         return dtype
     on_cpu = str(device).startswith("cpu") if device else not torch.accelerator.is_available()
     name = str(checkpoint).removeprefix("torch.")
-    if name in HALF and on_cpu and not cpu_has_native_half():
-        return torch.float32
-    return checkpoint
+    return getattr(torch, fast_faithful_dtype(name, on_cpu, on_cpu and cpu_has_native_half()))

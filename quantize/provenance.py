@@ -10,6 +10,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+from quantize.machine import cpu_flags
 from quantize.paths import PROJECT_ROOT
 
 TRACKED_PACKAGES = (
@@ -82,7 +83,7 @@ def hardware() -> dict:
         "memory_gib": _memory_gib(),
         "accelerators": _accelerators(),
     }
-    flags = _cpu_flags()
+    flags = cpu_flags()
     info["cpu_isa"] = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8") if f in flags]
     return info
 
@@ -96,15 +97,6 @@ def _cpu_model() -> str:
         pass
     return platform.processor() or "unknown"
 
-
-def _cpu_flags() -> set[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def _memory_gib() -> float | None:

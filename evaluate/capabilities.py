@@ -1,0 +1,180 @@
+"""Can this engine serve this checkpoint on this machine, and in which dtype?
+
+The facts come from quantize.machine (probed, never CPU model names); the
+rules live with each engine (`Engine.supports`, `Engine.choose_dtype`); this
+module names checkpoint formats and prints the table:
+
+    python -m evaluate.capabilities            # this machine, formats x engines
+    python -m evaluate.capabilities --probe    # ... and run every cell for real
+    python -m evaluate.capabilities --machine avx2   # the rules for another kind
+"""
+import argparse
+import json
+import sys
+from dataclasses import dataclass, replace
+
+from quantize.machine import Machine
+
+DENSE, W8A8_INT8, W4A16, W8A16, FP8 = "dense", "w8a8_int8", "w4a16", "w8a16", "fp8"
+HALF = ("bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    reason: str = ""       # why not (or a caveat when ok)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+YES = Verdict(True)
+
+
+@dataclass(frozen=True)
+class CheckpointFormat:
+    """What an engine needs to know about a checkpoint to decide."""
+    scheme: str = DENSE            # dense, w8a8_int8, w4a16, w8a16, fp8, or w{N}a{M}
+    dtype: str = "bfloat16"        # the checkpoint's (activation) dtype
+    method: str | None = None      # quant_method: compressed-tensors, gptq, awq, ...
+    sparse_24: bool = False        # weights hold the 2:4 pattern, stored dense
+    sparsity_compressed: bool = False   # a sparse-compressed format (sparsity_config)
+
+    @property
+    def label(self) -> str:
+        name = {DENSE: f"dense {self.dtype}", W8A8_INT8: "W8A8 int8", W4A16: "W4A16",
+                W8A16: "W8A16", FP8: "FP8"}.get(self.scheme, self.scheme.upper())
+        if self.method in ("gptq", "awq"):
+            name += f" ({self.method.upper()} format)"
+        return name + (" 2:4" if self.sparse_24 else "") + (" sparse-compressed" if self.sparsity_compressed else "")
+
+
+def classify(config: dict, manifest: dict | None = None) -> CheckpointFormat:
+    """A Hugging Face config.json (+ quantbench manifest, if any) -> format."""
+    dtype = str(config.get("dtype") or config.get("torch_dtype") or "float32").removeprefix("torch.")
+    q = config.get("quantization_config") or {}
+    sparsity = ((manifest or {}).get("checks") or {}).get("sparsity") or {}
+    common = dict(dtype=dtype, sparse_24=bool(sparsity.get("all_layers_hold_pattern")),
+                  sparsity_compressed=bool(q.get("sparsity_config")))
+    if not q:
+        return CheckpointFormat(**common)
+    method = q.get("quant_method")
+    groups = list((q.get("config_groups") or {}).values())
+    if groups:
+        schemes = sorted({_scheme(g.get("weights") or {}, g.get("input_activations")) for g in groups})
+        scheme = schemes[0] if len(schemes) == 1 else "+".join(schemes)
+    elif method in ("gptq", "awq"):
+        scheme = _scheme({"num_bits": q.get("bits"), "type": "int"}, None)
+    else:
+        scheme = DENSE  # e.g. a sparsity-only compressed-tensors config
+    return CheckpointFormat(scheme=scheme, method=method, **common)
+
+
+def _scheme(weights: dict, activations: dict | None) -> str:
+    bits, kind = weights.get("num_bits"), weights.get("type", "int")
+    if kind == "float" and bits == 8:
+        return FP8
+    act_bits = (activations or {}).get("num_bits") or 16
+    return {(8, 8): W8A8_INT8, (4, 16): W4A16, (8, 16): W8A16}.get((bits, act_bits), f"w{bits}a{act_bits}")
+
+
+# ---- the table --------------------------------------------------------------
+
+TABLE_FORMATS = (
+    CheckpointFormat(dtype="bfloat16"), CheckpointFormat(dtype="float16"), CheckpointFormat(dtype="float32"),
+    CheckpointFormat(W8A8_INT8, method="compressed-tensors"),
+    CheckpointFormat(W4A16, method="compressed-tensors"),
+    CheckpointFormat(W8A16, method="compressed-tensors"),
+    CheckpointFormat(FP8, method="compressed-tensors"),
+    CheckpointFormat(W8A8_INT8, method="compressed-tensors", sparse_24=True),
+)
+ENGINES = ("vllm", "hf")
+
+# Machines the rules are known for, to print the table of a kind you are not on.
+# The vLLM op lists are what each kernel library was seen to hold.
+KNOWN_MACHINES = {
+    "avx2": Machine("x86_64", frozenset({"avx2"}), vllm_library="_C_AVX2",
+                    vllm_ops=frozenset({"onednn_scaled_mm"})),
+    "avx512": Machine("x86_64", frozenset({"avx2", "avx512f", "avx512_vnni"}), vllm_library="_C_AVX512",
+                      vllm_ops=frozenset({"onednn_scaled_mm", "cpu_gemm_wna16"})),
+    "avx512_bf16": Machine("x86_64", frozenset({"avx2", "avx512f", "avx512_vnni", "avx512_bf16"}),
+                           vllm_library="_C", vllm_ops=frozenset({"onednn_scaled_mm", "cpu_gemm_wna16",
+                                                                  "fp8_scaled_mm_cpu"})),
+    "amx": Machine("x86_64", frozenset({"avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16",
+                                        "amx_int8", "amx_tile"}), vllm_library="_C",
+                   vllm_ops=frozenset({"onednn_scaled_mm", "cpu_gemm_wna16", "fp8_scaled_mm_cpu"})),
+    "arm_bf16": Machine("aarch64", frozenset({"asimd", "bf16"})),
+    "cuda_sm75": Machine("x86_64", frozenset({"avx2"}), cuda=((7, 5),)),
+    "cuda_sm80": Machine("x86_64", frozenset({"avx2"}), cuda=((8, 0),)),
+    "cuda_sm90": Machine("x86_64", frozenset({"avx2"}), cuda=((9, 0),)),
+}
+
+
+def engine_class(name: str):
+    from evaluate import engines
+    return engines.get(name)
+
+
+def decide(engine: str, fmt: CheckpointFormat, machine: Machine, args: dict | None = None) -> tuple[Verdict, str]:
+    """(verdict, dtype the engine would compute in) for one cell."""
+    cls = engine_class(engine)
+    args = dict(args or {})
+    dtype = cls.choose_dtype(fmt, machine, args.get("dtype") or "auto")
+    return cls.supports(fmt, machine, args | {"dtype": dtype}), dtype
+
+
+def table(machine: Machine, probed: dict | None = None) -> str:
+    """Markdown: formats x engines, each cell ✅/✗ with the dtype or reason."""
+    lines = [f"Machine: {machine.describe()}", "",
+             "| format | " + " | ".join(ENGINES) + " |", "|---|" + "---|" * len(ENGINES)]
+    for fmt in TABLE_FORMATS:
+        cells = []
+        for engine in ENGINES:
+            verdict, dtype = decide(engine, fmt, machine)
+            text = f"✅ {dtype}" + (f" ({verdict.reason})" if verdict.reason else "") if verdict else f"✗ {verdict.reason}"
+            if probed and (fmt.label, engine) in probed:
+                text += " — probe: " + probed[(fmt.label, engine)]
+            cells.append(text)
+        lines.append(f"| {fmt.label} | " + " | ".join(cells) + " |")
+    kv = replace(TABLE_FORMATS[0])
+    verdict = engine_class("vllm").supports(kv, machine, {"kv_cache_dtype": "fp8"})
+    lines += ["", "fp8 KV cache (`engine.args.kv_cache_dtype=fp8`) on vllm: "
+              + ("✅" if verdict else f"✗ {verdict.reason}")]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m evaluate.capabilities", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--machine", choices=sorted(KNOWN_MACHINES),
+                        help="print the rules for a known machine kind instead of this one")
+    parser.add_argument("--probe", action="store_true",
+                        help="build a tiny model in each format and run every cell for real "
+                             "(a few minutes: one engine start per cell)")
+    parser.add_argument("--cells", nargs="*", default=None, metavar="ENGINE:FORMAT",
+                        help="with --probe, only these cells, e.g. vllm:w4a16 hf:dense_bfloat16")
+    parser.add_argument("--json", action="store_true", help="print the machine facts as JSON")
+    args = parser.parse_args(argv)
+    if args.machine and args.probe:
+        parser.error("--probe runs on this machine; drop --machine")
+    if args.machine:
+        machine = KNOWN_MACHINES[args.machine]
+    else:
+        from quantize.machine import detect
+        machine = detect(vllm=True)
+    if args.json:
+        print(json.dumps(machine.facts(), indent=2))
+        return 0
+    probed = None
+    if args.probe:
+        from evaluate import probe
+        probed, disagreements = probe.run(machine, args.cells)
+    print(table(machine, probed))
+    if args.probe and disagreements:
+        print(f"\n{len(disagreements)} cell(s) where the rules and the probe disagree: {', '.join(disagreements)}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

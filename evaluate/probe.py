@@ -1,0 +1,125 @@
+"""`python -m evaluate.capabilities --probe`: check the capability table
+against reality. A tiny random Llama is written in every table format (the
+quantized ones with llm-compressor's data-free schemes), then each (format,
+engine) cell starts the engine in its own process, in the dtype the rules
+choose, and generates a few tokens. A cell that runs where the rules say no,
+or fails where they say yes, is a disagreement."""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from evaluate.capabilities import (DENSE, ENGINES, FP8, TABLE_FORMATS, W4A16, W8A8_INT8, W8A16,
+                                   CheckpointFormat, decide)
+
+CELL_TIMEOUT_S = 900
+ROOT_CAUSE = re.compile(r"\b[A-Z]\w*(Error|Exception): .*")
+# llm-compressor preset schemes that need no calibration data.
+PRESET = {W8A8_INT8: "W8A8", W4A16: "W4A16", W8A16: "W8A16", FP8: "FP8_DYNAMIC"}
+
+
+def cell_id(engine: str, fmt: CheckpointFormat) -> str:
+    return f"{engine}:{fmt.label.replace(' ', '_')}"
+
+
+def run(machine, only: list[str] | None = None) -> tuple[dict, list[str]]:
+    """{(format label, engine): text} and the cells that disagree with the rules."""
+    from quantize.assets import ensure_default_model
+    cells = [(e, f) for f in TABLE_FORMATS for e in ENGINES if not only or cell_id(e, f) in only]
+    if only and len(cells) != len(only):
+        known = [cell_id(e, f) for f in TABLE_FORMATS for e in ENGINES]
+        raise SystemExit(f"error: unknown cell in {only}; known: {', '.join(known)}")
+    probed, disagree = {}, []
+    with tempfile.TemporaryDirectory(prefix="quantbench-probe-") as tmp:
+        tokenizer = ensure_default_model()
+        for i, (engine, fmt) in enumerate(cells, 1):
+            verdict, dtype = decide(engine, fmt, machine)
+            model = checkpoint(fmt, Path(tmp), tokenizer)
+            print(f"probe {i}/{len(cells)}: {engine} × {fmt.label} in {dtype} …", file=sys.stderr, flush=True)
+            ran, detail = run_cell(engine, model, dtype)
+            agrees = ran == bool(verdict)
+            probed[(fmt.label, engine)] = ("ran" if ran else f"failed ({detail})") + ("" if agrees else " ≠ rules")
+            if not agrees:
+                disagree.append(cell_id(engine, fmt))
+    return probed, disagree
+
+
+def checkpoint(fmt: CheckpointFormat, root: Path, tokenizer_dir: Path) -> Path:
+    """The tiny model in `fmt`, written once per probe."""
+    from quantize.tiny_model import build_tiny_llama
+    out = root / cell_id("model", fmt).split(":", 1)[1]
+    if (out / "config.json").is_file():
+        return out
+    dense = build_tiny_llama(root / f"dense-{fmt.dtype}", tokenizer_dir, dtype=fmt.dtype) \
+        if not (root / f"dense-{fmt.dtype}" / "config.json").is_file() else root / f"dense-{fmt.dtype}"
+    if fmt.scheme == DENSE:
+        return dense
+    import torch
+    from llmcompressor import oneshot
+    from llmcompressor.modifiers.quantization import QuantizationModifier
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    model = AutoModelForCausalLM.from_pretrained(dense, dtype=getattr(torch, fmt.dtype))
+    if fmt.sparse_24:
+        _prune_2_4(model)
+    oneshot(model=model, recipe=QuantizationModifier(targets="Linear", scheme=PRESET[fmt.scheme],
+                                                     ignore=["lm_head"]))
+    model.save_pretrained(out, save_compressed=True)
+    AutoTokenizer.from_pretrained(dense).save_pretrained(out)
+    if fmt.sparse_24:  # what quantize's manifest would say of these weights
+        (out / "manifest.json").write_text(json.dumps({"checks": {"sparsity": {"all_layers_hold_pattern": True}}}))
+    return out
+
+
+def _prune_2_4(model) -> None:
+    """Keep the 2 largest of every 4 consecutive input weights of each Linear."""
+    import torch
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if isinstance(module, torch.nn.Linear) and "lm_head" not in name:
+                w = module.weight.view(-1, 4)
+                drop = w.abs().argsort(dim=1)[:, :2]
+                w.scatter_(1, drop, 0)
+
+
+def run_cell(engine: str, model: Path, dtype: str) -> tuple[bool, str]:
+    """Start `engine` on `model` in a fresh process; (ran, one-line detail)."""
+    cmd = [sys.executable, "-m", "evaluate.probe", engine, str(model), dtype]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CELL_TIMEOUT_S, env=env)
+    except subprocess.TimeoutExpired:
+        return False, f"no answer in {CELL_TIMEOUT_S} s"
+    if proc.returncode == 0:
+        return True, ""
+    # The root cause is the first `SomeError: ...` line (a worker's), not the
+    # engine's closing "initialization failed".
+    causes = [m.group(0) for m in map(ROOT_CAUSE.search, proc.stderr.splitlines()) if m]
+    return False, (causes[0] if causes else f"exit {proc.returncode}")[:200]
+
+
+def _cell_main(engine: str, model: str, dtype: str) -> None:
+    """In the cell's own process: the engine itself, bypassing the rules."""
+    from evaluate import engines
+    from evaluate.capabilities import classify
+    from evaluate.target import Target
+    path = Path(model)
+    config = json.loads((path / "config.json").read_text())
+    manifest_file = path / "manifest.json"
+    target = Target(path=path, artifact_id="probe", model_name=path.name, recipe="probe",
+                    quant_format=classify(config).scheme, model_bytes=0, max_context=64, config=config,
+                    manifest=json.loads(manifest_file.read_text()) if manifest_file.is_file() else None)
+    args = {"dtype": dtype, "enforce_eager": True} if engine == "vllm" else {"dtype": dtype}
+    env = {"VLLM_CPU_KVCACHE_SPACE": 1} if engine == "vllm" else {}  # small, and no memory-fraction check
+    eng = engines.get(engine)(target, args, env, max_model_len=64)
+    try:
+        _, timings = eng.run([[1000 + i for i in range(8)]], 4)
+        assert timings[0].output_tokens == 4, timings
+    finally:
+        eng.close()
+
+
+if __name__ == "__main__":
+    _cell_main(*sys.argv[1:4])

@@ -1,0 +1,121 @@
+"""What this machine can do, as probed facts: CPU instruction sets, CUDA
+compute capabilities, and which ops the serving engine's kernel library has.
+
+Decisions (which dtype, whether a format can be served) are made from these
+facts, never from CPU model names, so a test can inject any machine."""
+import platform
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+
+# CPU flags that change which kernels and dtypes are fast (names as in /proc/cpuinfo).
+ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile",
+             "asimd", "bf16", "sve")
+# vLLM ops whose presence decides a format on CPU (vllm/_custom_ops.py names).
+VLLM_CPU_OPS = ("cpu_gemm_wna16", "onednn_scaled_mm", "fp8_scaled_mm_cpu")
+
+
+@dataclass(frozen=True)
+class Machine:
+    arch: str                                  # platform.machine(): x86_64, aarch64, ...
+    isa: frozenset = frozenset()               # subset of ISA_FLAGS
+    cuda: tuple = ()                           # compute capability per GPU, e.g. ((8, 0),)
+    vllm_library: str | None = None            # kernel library vLLM loaded (_C, _C_AVX512, _C_AVX2)
+    vllm_ops: frozenset | None = None          # subset of VLLM_CPU_OPS present; None: not probed
+    gpu_names: tuple = field(default=(), compare=False)
+
+    @property
+    def x86(self) -> bool:
+        return self.arch.lower() in ("x86_64", "amd64", "i686")
+
+    @property
+    def cpu_native_half(self) -> bool:
+        """bf16/fp16 matmul in the CPU's hardware. x86 without AVX512-BF16 or AMX
+        converts through float32 (measured on AVX2: bf16 linear 17 GFLOPS vs 147
+        in fp32); ARM needs the bf16 extension; other architectures are trusted."""
+        if self.x86:
+            return bool(self.isa & {"avx512_bf16", "amx_bf16"})
+        if self.arch.lower() in ("aarch64", "arm64"):
+            return "bf16" in self.isa
+        return True
+
+    @property
+    def min_cuda_capability(self) -> tuple | None:
+        return min(self.cuda) if self.cuda else None
+
+    def describe(self) -> str:
+        """One line for logs, the capability table and the report header."""
+        if self.cuda:
+            gpus = ", ".join(f"{n} (sm{a}{b})" for n, (a, b) in zip(self.gpu_names or ["GPU"] * len(self.cuda), self.cuda))
+            return f"CUDA: {gpus}"
+        isa = " ".join(f for f in ISA_FLAGS if f in self.isa) or "no SIMD flags seen"
+        kernels = ""
+        if self.vllm_library:
+            kernels = f"; vLLM kernel library {self.vllm_library} with " + (
+                ", ".join(sorted(self.vllm_ops)) if self.vllm_ops else "none of " + ", ".join(VLLM_CPU_OPS))
+        half = "native" if self.cpu_native_half else "emulated (float32 is faster)"
+        return f"{self.arch} CPU, ISA {isa}; bf16/fp16 {half}{kernels}"
+
+    def facts(self) -> dict:
+        """JSON-able, for result rows."""
+        return {"arch": self.arch, "isa": sorted(self.isa), "cuda": [list(c) for c in self.cuda],
+                "vllm_library": self.vllm_library,
+                "vllm_ops": None if self.vllm_ops is None else sorted(self.vllm_ops),
+                "cpu_native_half": self.cpu_native_half}
+
+
+def cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+@lru_cache(maxsize=None)
+def detect(vllm: bool = False) -> Machine:
+    """This machine. `vllm=True` also loads vLLM's kernel library and lists
+    the ops it has (a few seconds; only the evaluate stage needs it)."""
+    machine = Machine(arch=platform.machine(), isa=frozenset(cpu_flags() & set(ISA_FLAGS)),
+                      **_cuda())
+    if vllm and not machine.cuda:
+        machine = replace(machine, **_vllm_cpu_kernels())
+    return machine
+
+
+def _cuda() -> dict:
+    try:
+        import torch
+        if torch.cuda.is_available():
+            n = torch.cuda.device_count()
+            return {"cuda": tuple(torch.cuda.get_device_capability(i) for i in range(n)),
+                    "gpu_names": tuple(torch.cuda.get_device_name(i) for i in range(n))}
+    except Exception:  # a broken CUDA setup is a machine without CUDA here
+        pass
+    return {}
+
+
+def _vllm_cpu_kernels() -> dict:
+    """Ask what is loaded: vLLM picks _C, _C_AVX512 or _C_AVX2 at import, and
+    _C_AVX2 has no int4 kernel."""
+    try:
+        import torch
+        from vllm.platforms import current_platform
+        current_platform.import_kernels()
+    except Exception:  # no vLLM in this environment
+        return {}
+    ops = frozenset(op for op in VLLM_CPU_OPS if hasattr(torch.ops._C, op))
+    return {"vllm_library": _loaded_vllm_library(), "vllm_ops": ops}
+
+
+def _loaded_vllm_library() -> str | None:
+    try:
+        for line in Path("/proc/self/maps").read_text().splitlines():
+            name = line.rsplit("/", 1)[-1]
+            if "/vllm/_C" in line and name.endswith(".so"):
+                return name.split(".")[0]
+    except OSError:
+        pass
+    return None

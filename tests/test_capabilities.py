@@ -1,0 +1,207 @@
+"""The capability layer's decisions, for machines injected as fact sets (no
+engine starts here; the probe and the evaluate tests run the real thing)."""
+import json
+
+import pytest
+
+from evaluate.capabilities import (DENSE, FP8, KNOWN_MACHINES, W4A16, W8A8_INT8, W8A16, CheckpointFormat,
+                                   classify, decide, main, table)
+from evaluate.engines.hf import HfEngine
+from evaluate.engines.vllm import VllmEngine
+from quantize.machine import Machine, cpu_flags, detect
+
+AVX2, AVX512, AVX512_BF16, AMX = (KNOWN_MACHINES[k] for k in ("avx2", "avx512", "avx512_bf16", "amx"))
+ARM, SM75, SM80, SM90 = (KNOWN_MACHINES[k] for k in ("arm_bf16", "cuda_sm75", "cuda_sm80", "cuda_sm90"))
+CT = "compressed-tensors"
+
+
+def fmt(scheme=DENSE, dtype="bfloat16", method=CT, **kw):
+    return CheckpointFormat(scheme, dtype, None if scheme == DENSE else method, **kw)
+
+
+# ---- facts -------------------------------------------------------------------
+
+@pytest.mark.parametrize("machine, native", [
+    (AVX2, False), (AVX512, False), (AVX512_BF16, True), (AMX, True), (ARM, True),
+    (Machine("aarch64", frozenset({"asimd"})), False), (Machine("riscv64"), True)])
+def test_native_half_comes_from_isa_flags(machine, native):
+    assert machine.cpu_native_half is native
+
+
+def test_this_machine_is_described_from_its_own_flags():
+    m = detect()
+    assert m.isa <= set(cpu_flags())
+    assert m.describe().startswith(m.arch)
+
+
+# ---- formats -----------------------------------------------------------------
+
+def group(bits, kind="int", act_bits=None):
+    g = {"weights": {"num_bits": bits, "type": kind}, "targets": ["Linear"]}
+    g["input_activations"] = {"num_bits": act_bits, "type": kind} if act_bits else None
+    return g
+
+
+@pytest.mark.parametrize("quant, scheme", [
+    (None, DENSE),
+    ({"quant_method": CT, "config_groups": {"g": group(8, act_bits=8)}}, W8A8_INT8),
+    ({"quant_method": CT, "config_groups": {"g": group(4)}}, W4A16),
+    ({"quant_method": CT, "config_groups": {"g": group(8)}}, W8A16),
+    ({"quant_method": CT, "config_groups": {"g": group(8, "float", 8)}}, FP8),
+    ({"quant_method": CT, "config_groups": {"g": group(4, act_bits=8)}}, "w4a8"),
+    ({"quant_method": "gptq", "bits": 4}, W4A16),
+    ({"quant_method": "awq", "bits": 8}, W8A16),
+])
+def test_formats_are_classified_from_the_checkpoint_config(quant, scheme):
+    config = {"torch_dtype": "float16", **({"quantization_config": quant} if quant else {})}
+    f = classify(config)
+    assert f.scheme == scheme and f.dtype == "float16"
+    assert f.method == (quant or {}).get("quant_method")
+
+
+def test_two_four_comes_from_the_manifest_check_and_sparse_formats_from_the_config():
+    manifest = {"checks": {"sparsity": {"all_layers_hold_pattern": True}}}
+    assert classify({}, manifest).sparse_24 and not classify({}).sparse_24
+    q = {"quant_method": CT, "sparsity_config": {"format": "sparse-24-bitmask"}}
+    assert classify({"quantization_config": q}).sparsity_compressed
+
+
+# ---- vLLM --------------------------------------------------------------------
+
+def test_int4_needs_the_wna16_op_that_the_avx2_library_lacks():
+    verdict, _ = decide("vllm", fmt(W4A16), AVX2)
+    assert not verdict
+    assert "_C_AVX2" in verdict.reason and "engine=hf" in verdict.reason
+    for machine in (AVX512, AVX512_BF16, AMX):
+        assert decide("vllm", fmt(W4A16), machine)[0]
+
+
+def test_the_decision_follows_the_probed_ops_not_the_cpu_kind():
+    avx512_without_op = Machine("x86_64", AVX512.isa, vllm_library="_C_AVX512",
+                                vllm_ops=frozenset({"onednn_scaled_mm"}))
+    assert not decide("vllm", fmt(W4A16), avx512_without_op)[0]
+    no_int8 = Machine("x86_64", AVX2.isa, vllm_library="_C_AVX2", vllm_ops=frozenset())
+    verdict, _ = decide("vllm", fmt(W8A8_INT8), no_int8)
+    assert not verdict and "onednn_scaled_mm" in verdict.reason
+
+
+@pytest.mark.parametrize("machine", [AVX2, AVX512, AVX512_BF16, AMX])
+def test_w8a16_is_never_served_by_vllm_on_cpu(machine):
+    verdict, _ = decide("vllm", fmt(W8A16), machine)
+    assert not verdict and "engine=hf" in verdict.reason
+
+
+@pytest.mark.parametrize("machine", [AVX2, AVX512, AVX512_BF16, AMX])
+def test_w8a8_and_dense_are_served_on_every_cpu_kind(machine):
+    assert decide("vllm", fmt(W8A8_INT8), machine)[0] and decide("vllm", fmt(), machine)[0]
+
+
+def test_fp8_loads_everywhere_on_cpu_but_says_when_it_is_slow():
+    slow, _ = decide("vllm", fmt(FP8), AVX512_BF16)
+    fast, _ = decide("vllm", fmt(FP8), AMX)
+    assert slow and "slower" in slow.reason and fast and not fast.reason
+
+
+@pytest.mark.parametrize("machine, ok", [(AVX2, False), (AVX512, True), (AMX, True), (SM90, True)])
+def test_fp8_kv_cache_needs_avx512_or_amx_on_cpu(machine, ok):
+    verdict, _ = decide("vllm", fmt(), machine, {"kv_cache_dtype": "fp8_e4m3"})
+    assert bool(verdict) is ok
+    if not ok:
+        assert "kv_cache_dtype=auto" in verdict.reason
+
+
+def test_sparse_compressed_checkpoints_are_refused_and_2to4_stored_dense_is_served():
+    assert not decide("vllm", fmt(W8A8_INT8, sparsity_compressed=True), AVX512_BF16)[0]
+    assert decide("vllm", fmt(W8A8_INT8, sparse_24=True), AVX512_BF16)[0]
+
+
+@pytest.mark.parametrize("scheme, sm75, sm80, sm90", [
+    (W8A8_INT8, True, True, True), (W4A16, False, True, True), (W8A16, False, True, True),
+    (FP8, False, True, True)])
+def test_cuda_rules_follow_compute_capability(scheme, sm75, sm80, sm90):
+    got = [bool(decide("vllm", fmt(scheme), m)[0]) for m in (SM75, SM80, SM90)]
+    assert got == [sm75, sm80, sm90]
+
+
+def test_fp8_before_sm89_is_weight_only():
+    assert "weight-only" in decide("vllm", fmt(FP8), SM80)[0].reason
+    assert not decide("vllm", fmt(FP8), SM90)[0].reason
+
+
+# ---- dtype -------------------------------------------------------------------
+
+@pytest.mark.parametrize("machine, engine, checkpoint, expected", [
+    (AVX2, "vllm", "bfloat16", "float32"),          # bf16 emulated: float32 is faster
+    (AVX512, "vllm", "bfloat16", "float32"),        # AVX-512 without BF16: same
+    (AVX512_BF16, "vllm", "bfloat16", "bfloat16"),
+    (AMX, "vllm", "float16", "float16"),
+    (AVX512_BF16, "vllm", "float32", "bfloat16"),   # vLLM's own auto downcasts float32
+    (AVX2, "vllm", "float32", "float32"),
+    (ARM, "vllm", "bfloat16", "bfloat16"),
+    (SM80, "vllm", "bfloat16", "bfloat16"),
+    (SM75, "vllm", "bfloat16", "float16"),          # no bf16 before sm80
+    (SM90, "vllm", "float32", "bfloat16"),
+    (AVX2, "hf", "bfloat16", "float32"),
+    (AVX512_BF16, "hf", "bfloat16", "bfloat16"),
+    (SM80, "hf", "float32", "float32"),
+])
+def test_auto_dtype_is_the_fastest_faithful_one(machine, engine, checkpoint, expected):
+    assert decide(engine, fmt(dtype=checkpoint), machine)[1] == expected
+
+
+def test_quantized_formats_get_float32_where_their_kernels_take_it():
+    assert decide("vllm", fmt(W8A8_INT8), AVX2)[1] == "float32"
+    assert decide("vllm", fmt(FP8), AVX512)[1] == "float32"
+    # vLLM-CPU's int4 kernel has no float32 path: bf16 even where it is emulated.
+    verdict, dtype = decide("vllm", fmt(W4A16), AVX512)
+    assert verdict and dtype == "bfloat16"
+    verdict, _ = decide("vllm", fmt(W4A16), AVX512, {"dtype": "float32"})
+    assert not verdict and "engine.args.dtype=auto" in verdict.reason
+    # vLLM's GPTQ/AWQ methods take only 16-bit activations: keep the checkpoint's.
+    assert decide("vllm", fmt(W4A16, "float16", "awq"), AVX512)[1] == "float16"
+
+
+def test_an_explicit_dtype_is_obeyed():
+    assert VllmEngine.choose_dtype(fmt(), AVX2, "bfloat16") == "bfloat16"
+    assert HfEngine.choose_dtype(fmt(), AVX2, "float16") == "float16"
+    verdict, dtype = decide("vllm", fmt(), SM75, {"dtype": "bfloat16"})
+    assert dtype == "bfloat16" and not verdict and "float16" in verdict.reason
+
+
+# ---- hf ----------------------------------------------------------------------
+
+def test_hf_serves_compressed_tensors_by_decompressing_and_says_so():
+    verdict, _ = decide("hf", fmt(W4A16), AVX2)
+    assert verdict and "decompressed" in verdict.reason
+    assert decide("hf", fmt(), AVX2)[0] and not decide("hf", fmt(), AVX2)[0].reason
+
+
+def test_hf_needs_gptqmodel_for_legacy_formats(monkeypatch):
+    import transformers.utils as tu
+    monkeypatch.setattr(tu, "is_gptqmodel_available", lambda: False)
+    verdict, _ = decide("hf", fmt(W4A16, "float16", "gptq"), AVX512_BF16)
+    assert not verdict and "gptqmodel" in verdict.reason and "engine=vllm" in verdict.reason
+    monkeypatch.setattr(tu, "is_gptqmodel_available", lambda: True)
+    monkeypatch.setattr(tu, "is_optimum_available", lambda: True)
+    assert decide("hf", fmt(W4A16, "float16", "gptq"), AVX512_BF16)[0]
+
+
+# ---- the table ---------------------------------------------------------------
+
+def test_table_for_the_other_cpu_kind(capsys):
+    assert main(["--machine", "avx2"]) == 0
+    out = capsys.readouterr().out
+    w4 = next(line for line in out.splitlines() if line.startswith("| W4A16 |"))
+    vllm_cell, hf_cell = w4.split("|")[2:4]
+    assert "✗" in vllm_cell and "_C_AVX2" in vllm_cell and "✅ float32" in hf_cell
+    assert "emulated" in out.splitlines()[0]
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_MACHINES))
+def test_every_known_machine_has_a_complete_table(name):
+    lines = [line for line in table(KNOWN_MACHINES[name]).splitlines() if line.startswith("| ") and not line.startswith("| format |")]
+    assert len(lines) == 8 and all(line.count("✅") + line.count("✗") == 2 for line in lines)
+
+
+def test_machine_facts_are_json():
+    assert json.loads(json.dumps(AVX2.facts()))["vllm_ops"] == ["onednn_scaled_mm"]
