@@ -34,7 +34,9 @@ def run(cfg) -> None:
     lm_versions = lmeval.validate(lm) if lm else None
 
     where = {"versions": versions(), "hardware": hardware()}
-    base = {**target.as_row(), "engine": engine_cfg["name"], **where, "machine": machine.facts(),
+    # engine_args/env as configured; a started engine replaces them with what it used.
+    base = {**target.as_row(), "engine": engine_cfg["name"], "engine_args": args,
+            "engine_env": engine_cfg.get("env", {}), **where, "machine": machine.facts(),
             "setup_id": results.setup_id(engine_cfg, **where)}
     verdict = engine_cls.supports(target.format, machine, args)
     if not verdict:

@@ -78,11 +78,28 @@ def cpu_flags() -> set[str]:
 def detect(vllm: bool = False) -> Machine:
     """This machine. `vllm=True` also loads vLLM's kernel library and lists
     the ops it has (a few seconds; only the evaluate stage needs it)."""
-    machine = Machine(arch=platform.machine(), isa=frozenset(cpu_flags() & set(ISA_FLAGS)),
+    arch = platform.machine()
+    x86 = arch.lower() in ("x86_64", "amd64", "i686")
+    machine = Machine(arch=arch, isa=_torch_x86_isa() if x86 else frozenset(cpu_flags() & set(ISA_FLAGS)),
                       **_cuda())
     if vllm and not machine.cuda:
         machine = replace(machine, **_vllm_cpu_kernels())
     return machine
+
+
+def _torch_x86_isa() -> frozenset:
+    """The x86 ISA as torch sees it: the same queries vLLM uses to choose its
+    kernel library, so both decide from one answer."""
+    import torch
+    queries = {"avx2": "_is_avx2_supported", "avx512f": "_is_avx512_supported",
+               "avx512_vnni": "_is_vnni_supported", "avx512_bf16": "_is_avx512_bf16_supported",
+               "amx_tile": "_is_amx_tile_supported"}
+    isa = {flag for flag, query in queries.items() if getattr(torch.cpu, query, lambda: False)()}
+    if "amx_tile" in isa:
+        isa |= {"amx_bf16", "amx_int8"}
+    if "avx512f" not in isa:
+        isa.discard("avx512_vnni")  # torch's VNNI query also answers for AVX-VNNI
+    return frozenset(isa)
 
 
 def _cuda() -> dict:

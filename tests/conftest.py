@@ -76,11 +76,19 @@ def run_quantize(*overrides: str, cwd: Path, timeout: float = QUANTIZE_TIMEOUT_S
                           capture_output=True, text=True, timeout=timeout)
 
 
-def run_cli(module: str, *args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
+# On PYTHONPATH, this folder makes processes see an AVX2-only CPU (see its sitecustomize.py).
+AVX2_HOST = Path(__file__).resolve().parent / "avx2_host"
+
+
+def run_cli(module: str, *args: str, cwd: Path, timeout: float = 900,
+            avx2_host: bool = False) -> subprocess.CompletedProcess:
     """`python -m <module> args` (quantize or evaluate) with a small vLLM KV
-    cache; returns the finished process (never raises on failure)."""
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd,
-                          env=quantize_env({"VLLM_CPU_KVCACHE_SPACE": "1"}),
+    cache, optionally as on an AVX2-only host; returns the finished process
+    (never raises on failure)."""
+    env = quantize_env({"VLLM_CPU_KVCACHE_SPACE": "1"})
+    if avx2_host:
+        env["PYTHONPATH"] = os.pathsep.join((str(AVX2_HOST), env["PYTHONPATH"]))
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 

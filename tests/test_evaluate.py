@@ -15,18 +15,18 @@ SMALL = ["calibration.num_samples=8", "calibration.max_seq_len=64"]
 
 @pytest.fixture(scope="module")
 def eval_artifacts(tmp_path_factory):
-    """Tiny model quantized with three recipes: baseline, W8A8 (vLLM-CPU kernel),
-    W8A16 (no vLLM-CPU kernel)."""
+    """Tiny model quantized with four recipes: baseline, W8A8 (vLLM-CPU kernel
+    everywhere), W8A16 (no vLLM-CPU kernel), W4A16 (kernel on AVX-512 only)."""
     from quantize.assets import ensure_default_model
     from tiny_model import build_tiny_llama
     root = tmp_path_factory.mktemp("eval")
     model = build_tiny_llama(root / "tiny-llama", ensure_default_model())
     art = root / "artifacts"
-    out = run_cli("quantize", "-m", "recipe=original,w8a8_smooth_ptq,w8a16_awq", f"model={model}",
+    recipes = ("original", "w8a8_smooth_ptq", "w8a16_awq", "w4a16_rtn")
+    out = run_cli("quantize", "-m", f"recipe={','.join(recipes)}", f"model={model}",
                   f"artifacts_dir={art}", *SMALL, cwd=root)
     assert out.returncode == 0, out.stderr[-2000:]
-    return {"root": root, "model": model,
-            **{r: art / "tiny-llama" / r for r in ("original", "w8a8_smooth_ptq", "w8a16_awq")}}
+    return {"root": root, "model": model, **{r: art / "tiny-llama" / r for r in recipes}}
 
 
 def vllm_rows_command(eval_artifacts, res):
@@ -189,6 +189,31 @@ def test_unsupported_in_a_set_records_rows_and_goes_on(eval_artifacts, w8a16_uns
     assert all(r["recipe"] == "w8a16_awq" and r["machine"]["vllm_ops"] is not None for r in rows)
     assert run_cli(*args, cwd=tmp_path).returncode == 0
     assert len(results.read(tmp_path)) == len(rows)  # the same verdict is not recorded twice
+
+
+@pytest.mark.slow
+def test_on_an_avx2_host_int4_is_unsupported_and_the_rest_runs_in_float32(eval_artifacts, tmp_path):
+    """The sweep `make run` does, as an AVX2-only host sees it: vLLM loads its
+    real _C_AVX2 library, the W4A16 job records why it cannot run, W8A8 runs
+    in float32, the sweep succeeds and the report lists the unsupported row."""
+    res = tmp_path / "results"
+    paths = ",".join(str(eval_artifacts[r]) for r in ("w4a16_rtn", "w8a8_smooth_ptq"))
+    out = run_cli("evaluate", "-m", "model=local", f"model.path={paths}", "scenario=test_tiny_a", "runs=1",
+                  "accuracy=none", "engine.args.enforce_eager=true", f"results_dir={res}", cwd=tmp_path,
+                  avx2_host=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = {r["recipe"]: r for r in results.read(res)}
+    w4, w8 = rows["w4a16_rtn"], rows["w8a8_smooth_ptq"]
+    assert w4["status"] == "unsupported" and "_C_AVX2" in w4["reason"] and "engine=hf" in w4["reason"]
+    assert w8["status"] == "ok" and w8["engine_args"]["dtype"] == "float32"
+    for r in (w4, w8):
+        assert r["machine"]["vllm_library"] == "_C_AVX2" and r["machine"]["cpu_native_half"] is False
+    report = run_cli("evaluate.report", "--results-dir", str(res), "--out-dir", str(tmp_path / "rep"), cwd=tmp_path)
+    assert report.returncode == 0, report.stderr[-2000:]
+    md = (tmp_path / "rep" / "report.md").read_text()
+    problems = md.split("## Skipped, unsupported and failed\n", 1)[1]
+    assert "| unsupported |" in problems and "w4a16_rtn" in problems
+    assert "vLLM kernel library _C_AVX2 with onednn_scaled_mm" in md
 
 
 def test_engine_start_failure_records_a_failed_row_per_measurement(eval_artifacts, tmp_path):
