@@ -109,11 +109,21 @@ class Reference:
             return torch.log_softmax(logits.double(), dim=-1).cpu().numpy()
 
 
-def validate(cfg, target) -> None:
+def needed_len(cfg) -> int:
+    """Context the engine needs for the accuracy requests: each prompt plus
+    one generated token (last-word prompts end in a word of up to 16 tokens)."""
+    return max(int(cfg.window_len) + 1, int(cfg.lastword.context_tokens) + 16)
+
+
+def validate(cfg, target, max_model_len: int | None = None) -> None:
     """Checks that need no engine, so bad input fails before anything starts."""
     if target.max_context and int(cfg.window_len) > target.max_context:
         raise UserError(f"accuracy.window_len={cfg.window_len} exceeds the model's context "
                         f"({target.max_context} tokens); lower it")
+    if max_model_len and needed_len(cfg) > int(max_model_len):
+        raise UserError(f"the accuracy requests need {needed_len(cfg)} tokens but engine.args.max_model_len is "
+                        f"{max_model_len}; raise it to at least {needed_len(cfg)}, lower accuracy.window_len, "
+                        f"or pass accuracy=none")
     held_out_text(cfg)
     reference_path(target, cfg)
 

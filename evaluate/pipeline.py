@@ -19,17 +19,19 @@ def run(cfg) -> None:
     if int(cfg.runs) < 1:
         raise UserError(f"runs={cfg.runs}: need at least one timed run (runs=3 is typical)")
     store = results.shard_path(resolve(cfg.results_dir), shard=bool(cfg.results_per_process))
+    results.check_writable(store)  # before any measurement that could not be stored
     target = _load_target(cfg, store)
     engine_cfg = OmegaConf.to_container(cfg.engine, resolve=True)
     engine_cls = engines.get(engine_cfg["name"])
-    machine = engine_cls.machine()
     args = engine_cfg["args"]
+    engines.check_args(engine_cls, args)
+    machine = engine_cls.machine()
     args["dtype"] = engine_cls.choose_dtype(target.format, machine, args.get("dtype") or "auto")
     limit = args.get("max_model_len") or target.max_context
     fit, unfit = _split_by_context(scenario_mod.resolve(cfg.scenario), limit)
     acc = cfg.accuracy if cfg.accuracy.get("enabled") else None
     if acc:
-        accuracy.validate(acc, target)
+        accuracy.validate(acc, target, args.get("max_model_len"))
     lm = cfg.lm_eval if cfg.lm_eval.get("enabled") else None
     lm_versions = lmeval.validate(lm) if lm else None
 
@@ -158,8 +160,8 @@ def _split_by_context(scenarios, limit):
 def _start_engine(engine_cfg, target, fit, acc, limit, trust_remote_code):
     args = dict(engine_cfg.get("args", {}))
     needed = [s.max_len for s in fit]
-    if acc:  # prompt-logprob requests: the prompt plus one generated token
-        needed += [int(acc.window_len) + 1, int(acc.lastword.context_tokens) + 16]
+    if acc:
+        needed.append(accuracy.needed_len(acc))
         if int(acc.top_k) > 20 and engine_cfg["name"] == "vllm":
             args.setdefault("max_logprobs", int(acc.top_k))
     max_len = args.get("max_model_len") or min(max(needed), limit or max(needed))

@@ -36,12 +36,17 @@ Row layout (flat keys are what reports group and sort by):
     versions, hardware   as in the artifact manifest
 """
 import json
+import logging
 import os
 import socket
+import tempfile
 from pathlib import Path
 
 from quantize.atomic import append_line
+from quantize.errors import UserError
 from quantize.provenance import sha256_json
+
+log = logging.getLogger("quantbench.results")
 
 SCHEMA = 1
 RESULTS_FILE = "results.jsonl"
@@ -74,18 +79,47 @@ def append(path: Path, row: dict) -> None:
     append_line(path, json.dumps(row, sort_keys=True, default=str))
 
 
+def check_writable(path: Path) -> None:
+    """Fail now, not after the engine ran, when rows cannot be appended to `path`."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists():
+            open(path, "a").close()  # opening for append changes nothing
+        else:
+            tempfile.TemporaryFile(dir=path.parent).close()  # leaves no empty store behind
+    except OSError as e:
+        raise UserError(f"cannot write results to {path} ({e.strerror or e}); pass results_dir=<a writable "
+                        "directory>") from None
+
+
+def is_row(obj) -> bool:
+    """A result row, as opposed to other JSON a store may hold (a copied
+    config, a list): a dict that says what kind of measurement it is and how
+    it ended."""
+    return isinstance(obj, dict) and isinstance(obj.get("kind"), str) and isinstance(obj.get("status"), str)
+
+
 def read(results_dir: Path) -> list[dict]:
-    """All rows from every results*.jsonl in the directory; a torn last line
-    (writer killed mid-write) is skipped, never half-parsed."""
+    """All rows from every results*.jsonl in the directory. A torn last line
+    (writer killed mid-write) is skipped, never half-parsed; lines that are
+    not result rows are skipped with one warning per file that counts them."""
     rows = []
     for path in sorted(Path(results_dir).glob("results*.jsonl")):
-        for line in path.read_text().splitlines():
+        skipped = 0
+        for line in path.read_text(errors="replace").splitlines():
             if not line.strip():
                 continue
             try:
-                rows.append(json.loads(line))
+                obj = json.loads(line)
             except json.JSONDecodeError:
-                continue
+                obj = None
+            if is_row(obj):
+                rows.append(obj)
+            else:
+                skipped += 1
+        if skipped:
+            log.warning("%s: skipped %d line(s) that are not result rows", path, skipped)
     return rows
 
 

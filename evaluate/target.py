@@ -10,6 +10,7 @@ from quantize.errors import UserError
 from quantize.paths import resolve
 from quantize.pipeline import read_manifest
 from quantize.provenance import sha256_files, weight_files
+from quantize.verify import check_weight_files
 
 
 @dataclass
@@ -47,8 +48,13 @@ def load(cfg) -> Target:
     weights = weight_files(path)
     if not weights:
         raise UserError(f"{path} has no *.safetensors weights; only safetensors checkpoints are served")
-    config = json.loads(config_file.read_text())
-    manifest = read_manifest(path)
+    try:
+        config = json.loads(config_file.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"{config_file} is corrupt (not valid JSON: {e}); re-copy or re-create the checkpoint") from None
+    manifest = read_manifest(path, fix=f"rebuild the artifact with `python -m quantize ... force=true` "
+                                        f"or delete {path / 'manifest.json'} to serve it as a plain checkpoint")
+    check_weight_files(weights)
     q = config.get("quantization_config") or {}
     common = dict(path=path, config=config, manifest=manifest,
                   model_bytes=sum(p.stat().st_size for p in weights),

@@ -19,6 +19,8 @@ log = logging.getLogger("quantbench.quantize")
 
 MANIFEST = "manifest.json"
 MANIFEST_SCHEMA = 1
+# Fields every reader of a manifest relies on.
+MANIFEST_REQUIRED = ("artifact_id", "model", "recipe", "quantization")
 # Library versions that change the bytes of an artifact are part of its id.
 ID_VERSIONS = ("llmcompressor", "compressed-tensors", "transformers", "torch")
 
@@ -36,9 +38,20 @@ class Timer:
         log.info("%s done in %.1f s", name, self.phases[name])
 
 
-def read_manifest(artifact_dir: Path) -> dict | None:
+def read_manifest(artifact_dir: Path, fix: str = "delete it and rerun `python -m quantize`") -> dict | None:
+    """The artifact's manifest, None when there is none; a manifest that is
+    not one (truncated, hand-edited) is a one-line error naming `fix`."""
     path = Path(artifact_dir) / MANIFEST
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        manifest = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"{path} is corrupt (not valid JSON: {e.msg}, char {e.pos}); {fix}") from None
+    missing = [k for k in MANIFEST_REQUIRED if not isinstance(manifest, dict) or k not in manifest]
+    if missing or not isinstance(manifest.get("model"), dict) or not isinstance(manifest.get("recipe"), dict):
+        raise UserError(f"{path} is not a quantbench manifest (missing {', '.join(missing) or 'model/recipe'}); {fix}")
+    return manifest
 
 
 def run(cfg) -> Path:
@@ -47,14 +60,16 @@ def run(cfg) -> Path:
     model_dir = _model_dir(cfg.model.path)
     recipe = recipes.load(cfg.recipe)
     out = resolve(cfg.artifact_dir)
+    # Before minutes of calibration: an output dir with a corrupt manifest is
+    # only replaced when asked to.
+    existing = None if cfg.force else read_manifest(out, fix=f"pass force=true to rebuild {out}")
 
     with timer.phase("load tokenizer and calibration"):
         tokenizer = _load_tokenizer(model_dir, cfg.trust_remote_code)
         calib = None if recipe.is_baseline else calibration.build(cfg.calibration, tokenizer, cfg.seed)
     identity = _identity(cfg, model_dir, recipe, calib, _calibration_dtype(cfg, model_dir, recipe))
     artifact_id = sha256_json(identity)[:16]
-    existing = read_manifest(out)
-    if existing and not cfg.force:
+    if existing:
         if existing.get("artifact_id") == artifact_id:
             log.info("artifact %s is complete at %s: skipping (force=true rebuilds)", artifact_id, out)
             return out
@@ -105,6 +120,7 @@ def _model_dir(path) -> Path:
     if not weight_files(model_dir):
         raise UserError(f"model {model_dir} has no *.safetensors weights; only safetensors "
                         "checkpoints are loaded (convert .bin weights first)")
+    verify.check_weight_files(weight_files(model_dir))
     return model_dir
 
 

@@ -5,7 +5,9 @@ token-id prompts, returning per-request token timestamps:
     start, timings = engine.run(prompts: list[list[int]], output_len: int)
     engine.describe() -> dict    # effective args/env, recorded in every row
     engine.close()
+    cls.accepted_args() -> set[str]   # the engine.args.* keys it takes
 """
+import difflib
 import importlib
 
 from quantize.errors import UserError
@@ -21,3 +23,14 @@ def get(name: str):
         raise UserError(f"unknown engine {name!r}; choose one of {sorted(ENGINES)} (conf/engine/)")
     module, cls = ENGINES[name].split(":")
     return getattr(importlib.import_module(module), cls)
+
+
+def check_args(cls, args: dict) -> None:
+    """Unknown `engine.args.*` keys fail here, before the engine starts."""
+    accepted = cls.accepted_args()
+    for key in sorted(set(args) - accepted):
+        close = difflib.get_close_matches(key, accepted, n=1)
+        hint = (f"did you mean engine.args.{close[0]}?" if close else
+                f"it takes {', '.join(sorted(accepted))}" if len(accepted) <= 10 else "check its spelling")
+        raise UserError(f"engine.args.{key} is not an argument of engine={cls.name}; {hint} "
+                        f"(remove it with ~engine.args.{key})")

@@ -44,6 +44,11 @@ class HfEngine:
         return fast_faithful_dtype(fmt.dtype, on_cpu=not machine.cuda, cpu_native_half=machine.cpu_native_half)
 
     @staticmethod
+    def accepted_args() -> set[str]:
+        """`engine.args.*` keys this engine reads (conf/engine/hf.yaml)."""
+        return {"dtype", "device", "max_model_len"}
+
+    @staticmethod
     def supports(fmt, machine, args: dict) -> Verdict:
         if fmt.scheme == DENSE:
             return YES

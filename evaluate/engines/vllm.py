@@ -111,6 +111,15 @@ class VllmEngine:
         return fast_faithful_dtype(half, on_cpu=True, cpu_native_half=machine.cpu_native_half)
 
     @staticmethod
+    def accepted_args() -> set[str]:
+        """`engine.args.*` keys: the fields of vLLM's AsyncEngineArgs, except the
+        ones quantbench sets itself (model=, trust_remote_code=)."""
+        import dataclasses
+
+        from vllm import AsyncEngineArgs
+        return {f.name for f in dataclasses.fields(AsyncEngineArgs)} - {"model", "trust_remote_code"}
+
+    @staticmethod
     def supports(fmt, machine, args: dict) -> Verdict:
         if fmt.sparsity_compressed:
             return Verdict(False, "vLLM no longer serves sparse-compressed checkpoints; save the pruned "
