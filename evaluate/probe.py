@@ -96,7 +96,8 @@ def run_cell(engine: str, model: Path, dtype: str) -> tuple[bool, str]:
         return True, ""
     # The root cause is the first `SomeError: ...` line (a worker's), not the
     # engine's closing "initialization failed".
-    causes = [m.group(0) for m in map(ROOT_CAUSE.search, proc.stderr.splitlines()) if m]
+    output = (proc.stdout + proc.stderr).splitlines()  # vLLM logs its workers' errors to stdout
+    causes = [m.group(0) for m in map(ROOT_CAUSE.search, output) if m and "initialization failed" not in m.group(0)]
     return False, (causes[0] if causes else f"exit {proc.returncode}")[:200]
 
 
