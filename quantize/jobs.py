@@ -15,6 +15,9 @@ from quantize.errors import UserError
 log = logging.getLogger("quantbench")
 
 FAILURE_FILE = "FAILED.json"
+# A Slurm job warned that its time limit is near (submitit raises in the job).
+TIME_LIMIT = ("time limit: Slurm is about to stop the job (hydra.launcher.timeout_min); completed "
+              "results are kept, rerun the sweep to resume or raise hydra.launcher.timeout_min")
 
 
 def run_job(fn, cfg, needs_hub: bool = False):
@@ -54,8 +57,7 @@ def _one_line(e: BaseException) -> str:
     # submitit raises this inside a Slurm job when Slurm's warning signal comes
     # near the time limit and the job may not be requeued (max_num_timeout=0).
     if type(e).__name__ == "UncompletedJobError" and "timed-out" in str(e):
-        return ("time limit: Slurm is about to stop the job (hydra.launcher.timeout_min); completed "
-                "results are kept, rerun the sweep to resume or raise hydra.launcher.timeout_min")
+        return TIME_LIMIT
     return f"{type(e).__name__}: {e}"
 
 

@@ -23,7 +23,9 @@ RESULTS=${RESULTS:-results}
 REPORT=${REPORT:-reports}
 
 status=0
-"$PY" -m quantize -m "recipe=$RECIPES" "$@" || status=1
+# Exit status 2 is a usage error (bad override, a Slurm request no node can
+# meet): it was said in one line, and the later stages would only repeat it.
+"$PY" -m quantize -m "recipe=$RECIPES" "$@" || { rc=$?; [ $rc = 2 ] && exit 2; status=1; }
 "$PY" -m evaluate -m "recipe=$RECIPES" "scenario=$SCENARIO" "runs=$RUNS" "results_dir=$RESULTS" "$@" || status=1
 "$PY" -m evaluate.report --results-dir "$RESULTS" --out-dir "$REPORT" || status=1
 echo "report: $REPORT/report.md (exit status $status)"

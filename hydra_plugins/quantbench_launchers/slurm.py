@@ -52,6 +52,34 @@ ENDED_BY_SLURM = {
 
 class SlurmLauncher(_PluginSlurmLauncher):
 
+    def __call__(self, *args, **kwargs) -> JobReturn:
+        """In the Slurm job. submitit answers Slurm's time-limit warning by
+        raising UncompletedJobError wherever the job is; raised inside an import
+        or a library's broad `except`, it can surface as some other error. A job
+        that was warned and then failed is recorded as what it is: time limit."""
+        import signal
+        import submitit
+        warned = []
+        sig = submitit.JobEnvironment._usr_sig()
+        previous = signal.getsignal(sig)
+
+        def on_warning(signum, frame):
+            warned.append(signum)
+            if callable(previous):
+                previous(signum, frame)  # submitit: requeue when preempted, raise on time limit
+
+        signal.signal(sig, on_warning)
+        ret = super().__call__(*args, **kwargs)
+        out = ret.hydra_cfg.hydra.runtime.output_dir if ret.hydra_cfg is not None else None
+        failed = Path(str(out)) / "FAILED.json" if out else None
+        if warned and failed is not None and failed.is_file():
+            import json
+            from quantize.jobs import TIME_LIMIT
+            info = json.loads(failed.read_text())
+            if not info["error"].startswith("time limit"):
+                record(failed.parent, TIME_LIMIT, f"{info['error']}\n{info['traceback']}", info["overrides"])
+        return ret
+
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         import submitit
 
