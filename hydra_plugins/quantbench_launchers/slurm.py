@@ -196,14 +196,15 @@ def check_request(params: dict) -> None:
         nodes.append({"partition": part.rstrip("*"), "default": part.endswith("*"), "cpus": _int(cpus),
                       "mem_mb": _int(mem), "gpus": _gpus(gres), "minutes": _minutes(limit)})
     partitions = sorted({n["partition"] for n in nodes})
-    want = params.get("partition")
+    want = [p for p in str(params.get("partition") or "").split(",") if p]  # Slurm takes a list
     if want:
-        if want not in partitions:
-            fail(f"hydra.launcher.partition={want}: no such Slurm partition here (have: "
+        unknown = [p for p in want if p not in partitions]
+        if unknown:
+            fail(f"hydra.launcher.partition={params['partition']}: no Slurm partition {unknown[0]} here (have: "
                  f"{', '.join(partitions) or 'none'}); set hydra.launcher.partition={(partitions or ['<name>'])[0]} "
                  "(or hydra/launcher=slurm_local for the cluster of scripts/slurm_local.sh)")
-        nodes = [n for n in nodes if n["partition"] == want]
-        where = f"partition {want}"
+        nodes = [n for n in nodes if n["partition"] in want]
+        where = f"partition {params['partition']}"
     else:
         nodes = [n for n in nodes if n["default"]]
         if not nodes:
