@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass, replace
 
 from quantize.machine import Machine
+from quantize.moe import is_moe
 
 DENSE, W8A8_INT8, W4A16, W8A16, FP8 = "dense", "w8a8_int8", "w4a16", "w8a16", "fp8"
 HALF = ("bfloat16", "float16")
@@ -39,6 +40,7 @@ class CheckpointFormat:
     method: str | None = None      # quant_method: compressed-tensors, gptq, awq, ...
     sparse_24: bool = False        # weights hold the 2:4 pattern, stored dense
     sparsity_compressed: bool = False   # a sparse-compressed format (sparsity_config)
+    moe: bool = False              # mixture-of-experts: quantized experts need fused-MoE kernels
 
     @property
     def label(self) -> str:
@@ -46,7 +48,8 @@ class CheckpointFormat:
                 W8A16: "W8A16", FP8: "FP8"}.get(self.scheme, self.scheme.upper())
         if self.method in ("gptq", "awq"):
             name += f" ({self.method.upper()} format)"
-        return name + (" 2:4" if self.sparse_24 else "") + (" sparse-compressed" if self.sparsity_compressed else "")
+        return (name + (" MoE" if self.moe else "") + (" 2:4" if self.sparse_24 else "")
+                + (" sparse-compressed" if self.sparsity_compressed else ""))
 
 
 def classify(config: dict, manifest: dict | None = None) -> CheckpointFormat:
@@ -55,7 +58,7 @@ def classify(config: dict, manifest: dict | None = None) -> CheckpointFormat:
     q = config.get("quantization_config") or {}
     sparsity = ((manifest or {}).get("checks") or {}).get("sparsity") or {}
     common = dict(dtype=dtype, sparse_24=bool(sparsity.get("all_layers_hold_pattern")),
-                  sparsity_compressed=bool(q.get("sparsity_config")))
+                  sparsity_compressed=bool(q.get("sparsity_config")), moe=is_moe(config))
     if not q:
         return CheckpointFormat(**common)
     method = q.get("quant_method")

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from quantize import calibration, recipe as recipes, verify
+from quantize import calibration, moe, recipe as recipes, verify
 from quantize.atomic import staging_dir, write_json
 from quantize.dtypes import checkpoint_dtype, compute_dtype
 from quantize.errors import UserError
@@ -78,6 +78,8 @@ def run(cfg) -> Path:
 
     with timer.phase("load model"):
         model = _load_model(model_dir, cfg.trust_remote_code)
+        if not recipe.is_baseline and moe.is_moe(model.config.to_dict()):
+            moe.linearize(model)  # before the dtype cast below, so the experts get it too
     recipes.check_group_sizes(recipe, model)
 
     with staging_dir(out) as tmp:
@@ -199,6 +201,7 @@ def _manifest(cfg, artifact_id, identity, model_dir, recipe, calib, tmp, timer, 
     from omegaconf import OmegaConf
     weights = weight_files(tmp)
     model_config = json.loads((model_dir / "config.json").read_text())
+    quantization = verify.quantization_summary(tmp)
     return {
         "schema": MANIFEST_SCHEMA,
         "artifact_id": artifact_id,
@@ -220,7 +223,8 @@ def _manifest(cfg, artifact_id, identity, model_dir, recipe, calib, tmp, timer, 
         "calibration": calib.describe() if calib else None,
         "seed": identity["seed"],
         "calibration_dtype": identity["calibration_dtype"],
-        "quantization": verify.quantization_summary(tmp),
+        "quantization": quantization,
+        "moe": moe.describe(model_config, quantization.get("ignore") or []),
         "checks": checks,
         "bytes_on_disk": {"total": dir_bytes(tmp), "weights": sum(p.stat().st_size for p in weights)},
         "timings_s": {**timer.phases, "total": round(sum(timer.phases.values()), 3)},

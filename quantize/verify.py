@@ -80,6 +80,11 @@ def _describe_args(args: dict) -> dict:
 def reload_dense(artifact_dir: Path):
     """Load the checkpoint with transformers, decompressed to dense weights."""
     from transformers import AutoModelForCausalLM
+
+    from quantize import moe
+    config = json.loads((Path(artifact_dir) / "config.json").read_text())
+    if moe.is_moe(config) and config.get("quantization_config"):
+        return moe.reload_dense(artifact_dir)  # per-expert quantized tensors: see quantize/moe.py
     kwargs = {}
     if quantization_summary(artifact_dir)["method"] == "compressed-tensors":
         from transformers import CompressedTensorsConfig

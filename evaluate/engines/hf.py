@@ -74,9 +74,13 @@ class HfEngine:
         self.args = {"dtype": str(dtype).removeprefix("torch."), "device": self.device,
                      "max_model_len": max_model_len}
         t0 = time.perf_counter()
-        self.model = AutoModelForCausalLM.from_pretrained(
-            target.path, dtype=dtype, trust_remote_code=trust_remote_code,
-            use_safetensors=True).to(self.device).eval()
+        if target.format.moe and target.format.method == "compressed-tensors":
+            from quantize.moe import reload_dense  # per-expert quantized tensors: see quantize/moe.py
+            self.model = reload_dense(target.path).to(dtype).to(self.device).eval()
+        else:
+            self.model = AutoModelForCausalLM.from_pretrained(
+                target.path, dtype=dtype, trust_remote_code=trust_remote_code,
+                use_safetensors=True).to(self.device).eval()
         self.startup_s = time.perf_counter() - t0
         self.pad_id = self.model.config.pad_token_id or 0
 

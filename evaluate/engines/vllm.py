@@ -45,6 +45,10 @@ def _cpu_rule(fmt, machine, args) -> Verdict:
     if fmt.scheme == W8A16:
         return Verdict(False, "vLLM-CPU has no int8 weight-only (W8A16) kernel (its WNA16 kernel is "
                               "4-bit only); use engine=hf here, or vLLM on a CUDA GPU (Marlin, sm80+)")
+    if fmt.moe and fmt.scheme in (W8A8_INT8, W4A16) and machine.x86 and "amx_tile" not in machine.isa:
+        # vllm/model_executor/layers/fused_moe/experts/cpu_moe.py: CPUExpertsInt4/Int8 need AMX on x86
+        return Verdict(False, f"vLLM-CPU's fused-MoE kernels for quantized experts ({fmt.label}) need AMX on x86, "
+                              "which this CPU lacks; use engine=hf here, or a CPU with AMX or a CUDA GPU")
     if fmt.scheme == FP8:
         return YES if machine.isa & {"amx_tile"} else Verdict(True, "no AMX: torch fallback, slower than bf16")
     if fmt.scheme not in CPU_OP_FOR:
