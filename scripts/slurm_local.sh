@@ -117,7 +117,7 @@ write_configs() {
     cat >"$ETC/slurm.conf.new" <<EOF
 # Written by scripts/slurm_local.sh: a single-node cluster under $DIR.
 ClusterName=$CLUSTER
-SlurmctldHost=$NODE(127.0.0.1)
+SlurmctldHost=$NODE($ADDR)
 SlurmctldPort=$CTLD_PORT
 SlurmdPort=$SLURMD_PORT
 SlurmUser=$USER_NAME
@@ -144,12 +144,12 @@ SlurmdPidFile=$RUN/slurmd.daemon.pid
 SlurmctldLogFile=$LOG/slurmctld.log
 SlurmdLogFile=$LOG/slurmd.log
 AccountingStorageType=accounting_storage/slurmdbd
-AccountingStorageHost=localhost
+AccountingStorageHost=$ADDR
 AccountingStoragePort=$DBD_PORT
 JobCompType=jobcomp/none
-# Bind to the address the node name resolves to, not 0.0.0.0 (see status).
+# Every daemon binds to the (loopback) address the host name resolves to, not 0.0.0.0.
 CommunicationParameters=NoCtldInAddrAny,NoInAddrAny
-NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
+NodeName=$NODE NodeAddr=$ADDR CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
 PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
 EOF
     mv "$ETC/slurm.conf.new" "$ETC/slurm.conf"
@@ -226,8 +226,8 @@ start_slurmd() {
 start() {
     [ -z "$(missing_binaries)" ] || die "Slurm is not installed (missing $(missing_binaries)); run: bash scripts/slurm_local.sh install (as root)"
     # The daemons bind to the address the host name resolves to: only loopback is safe with auth/none.
-    local addr; addr=$(getent ahostsv4 "$NODE" | awk 'NR == 1 {print $1}')
-    case "$addr" in 127.*) ;; *) die "host name $NODE resolves to ${addr:-nothing}, not a loopback address, and the daemons (auth/none) would listen there; add '127.0.1.1 $NODE' to /etc/hosts" ;; esac
+    ADDR=$(getent ahostsv4 "$NODE" | awk 'NR == 1 {print $1}')
+    case "$ADDR" in 127.*) ;; *) die "host name $NODE resolves to ${ADDR:-nothing}, not a loopback address, and the daemons (auth/none) would listen there; add '127.0.1.1 $NODE' to /etc/hosts" ;; esac
     local t0=$SECONDS
     if all_up; then
         say "already running ($DIR)"
