@@ -42,5 +42,9 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
     echo "$want" > "$STAMP"
 fi
 
+# Hydra finds launcher plugins only in the `hydra_plugins` namespace package;
+# quantbench's live in quantize/plugins/ and join it through a .pth file.
+"$VENV/bin/python" -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'quantbench-plugins.pth').write_text('$PWD/quantize/plugins\n')"
+
 # Model and corpus: each is materialized once, atomically (see quantize/assets.py).
 "$VENV/bin/python" -m quantize.assets

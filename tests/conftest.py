@@ -59,7 +59,8 @@ def sparse_recipes() -> list[str]:
 def quantize_env(extra: dict | None = None) -> dict:
     env = dict(os.environ)
     # Import the checkout under test even if the editable install points elsewhere.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), str(ROOT / "quantize" / "plugins"),
+                                                    env.get("PYTHONPATH")) if p)
     env["HF_HUB_OFFLINE"] = "1"
     env["TOKENIZERS_PARALLELISM"] = "false"
     env.update(extra or {})
