@@ -80,3 +80,25 @@ def _stats(name: str, values: list[float]) -> dict:
     for p in PERCENTILES:
         out[f"{name}_p{p}"] = float(np.percentile(arr, p))
     return out
+
+
+# Two-sided 95% Student t quantiles by degrees of freedom (no scipy in the env);
+# between listed values the next lower df is used (conservative), above 120: 1.96.
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+       10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.0, 120: 1.98}
+
+
+def t95(df: float) -> float:
+    if df > 120:
+        return 1.96
+    return next((T95[k] for k in sorted(T95, reverse=True) if k <= df), T95[1])
+
+
+def mean_interval(values: list[float]) -> tuple[float, float, float] | None:
+    """(mean, low, high): the 95% confidence interval of the mean; None with
+    fewer than two values."""
+    if len(values) < 2:
+        return None
+    arr = np.asarray(values, dtype=float)
+    mean, half = arr.mean(), t95(len(arr) - 1) * arr.std(ddof=1) / len(arr) ** 0.5
+    return float(mean), float(mean - half), float(mean + half)

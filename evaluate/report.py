@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from evaluate import results
+from evaluate.metrics import t95
 from quantize.atomic import write_text
 from quantize.errors import UserError
 from quantize.paths import resolve
@@ -41,9 +42,6 @@ METRIC_ORDER = (
 # A speed-up is flagged, not ranked, when the runs of either side vary more than
 # this (coefficient of variation of output throughput) or its 95% interval holds 1.0.
 CV_MAX = 0.15
-# Two-sided 95% Student t quantiles by degrees of freedom (df above the last: 1.96).
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-       10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.0, 120: 1.98}
 # Units by metric name, most specific first; a name none of them matches is
 # shown without a unit rather than with a made-up one.
 UNITS = (("perplexity", "ppl"), ("kl_divergence", "nats"), ("_pct", "%"), ("accuracy", "fraction"),
@@ -196,8 +194,7 @@ def ratio_interval(g: Group, base: Group, metric: str) -> tuple[float, float] | 
     if not sum(var):
         return g.speedup, g.speedup
     df = sum(var) ** 2 / sum(v ** 2 / (n - 1) for v, (_, _, n) in zip(var, sides))
-    t = next((T95[k] for k in sorted(T95, reverse=True) if k <= df), T95[1]) if df < 121 else 1.96
-    half = t * math.sqrt(sum(var))
+    half = t95(df) * math.sqrt(sum(var))
     return g.speedup * math.exp(-half), g.speedup * math.exp(half)
 
 

@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from evaluate import results  # noqa: E402
 from evaluate.engines.vllm import apply_env  # noqa: E402
+from evaluate.metrics import mean_interval  # noqa: E402
 
 VLLM_BENCH = """
 import sys
@@ -152,18 +153,13 @@ def scenario_row(out: Path, scenario: str) -> dict:
     return next(r for d in sorted(out.glob("fidelity-*")) for r in rows_for(d, "original", scenario))
 
 
-# Two-sided 95% Student t quantiles by degrees of freedom (no scipy in the env).
-T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
-
-
 def ratio_interval(ours: list[list[float]], theirs: list[list[float]]) -> str:
     """95% interval of the ratio from the paired per-round ratios: engine
     instances differ by more than runs within one, so rounds are the samples."""
     ratios = [statistics.mean(a) / statistics.mean(b) for a, b in zip(ours, theirs)]
     if len(ratios) < 2:
         return "one round: no interval (use --fidelity-rounds >= 2)"
-    half = T95.get(len(ratios) - 1, 2.0) * statistics.stdev(ratios) / len(ratios) ** 0.5
-    lo, hi = statistics.mean(ratios) - half, statistics.mean(ratios) + half
+    _, lo, hi = mean_interval(ratios)
     verdict = ("meets the target" if lo >= 0.98 else "below the target" if hi < 0.98
                else "the machine's noise is wider than the 2 % target: more rounds needed to decide")
     return (f"per round {' '.join(f'{x:.3f}' for x in ratios)}, "
