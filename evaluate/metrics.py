@@ -37,8 +37,10 @@ class RequestTiming:
 
     @property
     def tpot_s(self) -> float | None:
+        """None unless the tokens after the first arrived in later chunks (a
+        non-streamed request delivers them all at once)."""
         n = self.output_tokens
-        return (self.chunks[-1][0] - self.chunks[0][0]) / (n - 1) if n > 1 else None
+        return (self.chunks[-1][0] - self.chunks[0][0]) / (n - 1) if n > 1 and len(self.chunks) > 1 else None
 
     def itl_s(self) -> list[float]:
         times = [t for t, _ in self.chunks]

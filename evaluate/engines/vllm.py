@@ -156,17 +156,20 @@ class VllmEngine:
         return {"engine_args": self.args, "engine_env": self.env,
                 "engine_version": vllm.__version__, "engine_startup_s": round(self.startup_s, 2)}
 
-    def run(self, prompts: list[list[int]], output_len: int):
-        return self.loop.run_until_complete(self._run(prompts, output_len))
+    def run(self, prompts: list[list[int]], output_len: int, stream: bool = True):
+        """`stream=False` asks vLLM for final outputs only (one chunk per request,
+        no per-token times): the plain path the harness-overhead benchmark
+        compares the streamed one with."""
+        return self.loop.run_until_complete(self._run(prompts, output_len, stream))
 
-    async def _run(self, prompts, output_len):
+    async def _run(self, prompts, output_len, stream=True):
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
         params = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=output_len,
                                 min_tokens=output_len, ignore_eos=True,
-                                output_kind=RequestOutputKind.DELTA)
+                                output_kind=RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY)
         batch = uuid.uuid4().hex[:8]
         start = time.perf_counter()
         timings = [RequestTiming(start=start, prompt_tokens=len(p)) for p in prompts]

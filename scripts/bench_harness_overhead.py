@@ -1,0 +1,79 @@
+"""Harness overhead inside one engine instance: prints numbers, asserts nothing.
+
+quantbench times every token as vLLM streams it. Does that cost throughput?
+In one vLLM engine, this alternates, run by run, quantbench's streamed path
+with vLLM's plain final-only generation of the same prompts (prefix caching
+off, so the second of a pair is not served from cache; who goes first
+alternates). It prints the paired ratio of output throughput, streamed ÷
+plain, with its 95% interval. Pairing inside one engine removes the
+engine-instance noise (10–25% between instances on a small VM) that leaves
+the cross-check against `vllm bench latency` (bench_evaluate.py) undecided.
+Target: the interval lies within [0.98, 1.02].
+
+    .venv/bin/python scripts/bench_harness_overhead.py [--model DIR] [--scenarios interactive medium_batch] [--pairs 20]
+"""
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from evaluate import scenarios, target as target_mod  # noqa: E402
+from evaluate.engines.vllm import VllmEngine  # noqa: E402
+from evaluate.metrics import mean_interval, summarize  # noqa: E402
+from evaluate.pipeline import prompts  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+from quantize.assets import SMOLLM2_DIR  # noqa: E402
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=str(SMOLLM2_DIR), help="artifact or checkpoint dir")
+    parser.add_argument("--scenarios", nargs="+", default=["interactive", "medium_batch"])
+    parser.add_argument("--pairs", type=int, default=20, help="(streamed, plain) pairs per scenario")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def engine_for(model: Path, max_model_len: int) -> VllmEngine:
+    """The engine as `python -m evaluate` configures it by default, prefix caching off."""
+    conf = yaml.safe_load((ROOT / "conf" / "engine" / "vllm.yaml").read_text())
+    target = target_mod.load(OmegaConf.create({"model": {"path": str(model)}, "recipe": None}))
+    args = {**conf["args"], "enable_prefix_caching": False}
+    args["dtype"] = VllmEngine.choose_dtype(target.format, VllmEngine.machine(), args["dtype"])
+    return target, VllmEngine(target, args, conf["env"], max_model_len=max_model_len)
+
+
+def main(args: argparse.Namespace) -> None:
+    wanted = [scenarios.resolve(OmegaConf.create(scenarios._load(n)))[0] for n in args.scenarios]
+    target, engine = engine_for(Path(args.model), max(s.max_len for s in wanted))
+    vocab = int(target.config.get("vocab_size") or 10000)
+    print(f"model {target.path}; engine args {engine.args}; env {engine.env}")
+    try:
+        for s in wanted:
+            engine.run(prompts(s, args.seed, -1, vocab), s.output_len)  # warm-up
+            ratios, tok_s = [], {True: [], False: []}
+            for i in range(args.pairs):
+                batch = prompts(s, args.seed, i, vocab)
+                pair = {}
+                for stream in ((True, False) if i % 2 == 0 else (False, True)):
+                    start, timings = engine.run(batch, s.output_len, stream=stream)
+                    pair[stream] = summarize(timings, start, target.model_bytes)["output_throughput"]
+                    tok_s[stream].append(pair[stream])
+                ratios.append(pair[True] / pair[False])
+            mean, lo, hi = mean_interval(ratios)
+            verdict = ("within ±2%: no overhead this machine can resolve" if lo >= 0.98 and hi <= 1.02
+                       else "streaming is slower" if hi < 0.98 else "streaming is faster" if lo > 1.02
+                       else "interval wider than ±2%: more pairs needed")
+            print(f"{s.name} (bs {s.batch_size}, {s.input_len} in / {s.output_len} out), {args.pairs} pairs: "
+                  f"streamed {mean_interval(tok_s[True])[0]:.1f} tok/s, plain {mean_interval(tok_s[False])[0]:.1f} "
+                  f"tok/s; paired ratio {mean:.4f}, 95% interval [{lo:.4f}, {hi:.4f}]: {verdict}")
+    finally:
+        engine.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_cli_args(parser)
+    main(parser.parse_args())
