@@ -10,7 +10,7 @@ merge every `results*.jsonl` in the directory.
 Row layout (flat keys are what reports group and sort by):
 
     schema            1
-    kind              "speed" | "accuracy"
+    kind              "speed" | "accuracy" | "lm_eval"
     status            "ok" | "skipped" | "failed" | "unsupported"   (+ "reason" when not ok)
     timestamp         ISO 8601, UTC
     artifact_id       manifest artifact id, or a hash of the files for plain checkpoints
