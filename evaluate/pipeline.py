@@ -9,6 +9,7 @@ from evaluate import accuracy, engines, lmeval, results, scenarios as scenario_m
 from evaluate.memory import PeakMemory
 from evaluate.metrics import summarize
 from quantize.errors import UserError
+from quantize.jobs import describe_error, in_multirun
 from quantize.paths import resolve
 from quantize.provenance import hardware, versions
 
@@ -70,7 +71,7 @@ def _load_target(cfg, store):
     try:
         return target_mod.load(cfg)
     except UserError as e:
-        if _in_sweep():
+        if in_multirun():
             row = {"kind": "speed", "artifact_id": None, "model_name": cfg.model.get("name"),
                    "recipe": cfg.recipe.name if cfg.get("recipe") else None, "engine": cfg.engine.name,
                    "scenario": cfg.scenario.get("name"), "run_index": None}
@@ -83,7 +84,7 @@ def _unsupported(cfg, store, base, target, verdict, fit, acc, lm) -> None:
     non-zero exit. In a scenario set or a sweep: an `unsupported` row per
     measurement it was meant to make (once per setup), and the sweep goes on."""
     message = f"{base['engine']} cannot serve {target.format.label} ({target.path.name}) here: {verdict.reason}"
-    if not (_in_sweep() or scenario_mod.is_set(cfg.scenario)):
+    if not (in_multirun() or scenario_mod.is_set(cfg.scenario)):
         raise UserError(message)
     log.warning("unsupported: %s", message)
     rows = [_speed_row(base, s, None) for s in fit] + ([_accuracy_row(base, acc)] if acc else [])
@@ -92,12 +93,6 @@ def _unsupported(cfg, store, base, target, verdict, fit, acc, lm) -> None:
     for row in rows:
         if results.run_key(row) not in known:
             _record(store, row, "unsupported", reason=verdict.reason)
-
-
-def _in_sweep() -> bool:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def _evaluate_in_engine(cfg, engine_cfg, target, fit, todo, acc, limit, base, store) -> None:
@@ -228,9 +223,9 @@ def _record(store, row: dict, status: str, **extra) -> None:
 
 
 def one_line(e: BaseException, limit: int = 400) -> str:
-    """An exception as one line for a result row (engines raise screenfuls)."""
-    first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
-    text = f"{type(e).__name__}: {first}"
+    """The job's description of a failure, cut to one line for a result row
+    (engines raise screenfuls)."""
+    text = next((line.strip() for line in describe_error(e).splitlines() if line.strip()), type(e).__name__)
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 

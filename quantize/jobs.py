@@ -24,19 +24,17 @@ def run_job(fn, cfg, needs_hub: bool = False):
     """`needs_hub`: the job downloads from the Hugging Face hub (hub calibration
     sets, lm-eval hub tasks); other jobs default to HF_HUB_OFFLINE=1 so they
     never wait on the network. A value the user set always wins."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
     if not needs_hub:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # SIGTERM (kill, Slurm preemption) unwinds like an exception, so `finally`
     # blocks shut engines down instead of orphaning their worker processes.
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    multirun = in_multirun()
     try:
         return fn(cfg)
     except (UserError, Exception) as e:
-        one_line = _one_line(e)
+        one_line = describe_error(e)
         if not multirun:
             if isinstance(e, UserError):
                 print(f"error: {one_line}", file=sys.stderr)
@@ -51,7 +49,15 @@ def _exit_on_sigterm(signum, frame):
     raise SystemExit(128 + signum)
 
 
-def _one_line(e: BaseException) -> str:
+def in_multirun() -> bool:
+    """This job is one of a Hydra multirun (`-m`), not a run on its own."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def describe_error(e: BaseException) -> str:
+    """What a failure says to the user, in FAILED.json and in result rows."""
     if isinstance(e, UserError):
         return str(e)
     # submitit raises this inside a Slurm job when Slurm's warning signal comes
