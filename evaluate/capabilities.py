@@ -17,7 +17,6 @@ from quantize.machine import Machine
 from quantize.moe import is_moe
 
 DENSE, W8A8_INT8, W4A16, W8A16, FP8 = "dense", "w8a8_int8", "w4a16", "w8a16", "fp8"
-HALF = ("bfloat16", "float16")
 
 
 @dataclass(frozen=True)

@@ -53,8 +53,9 @@ def checkpoint(fmt: CheckpointFormat, root: Path, tokenizer_dir: Path) -> Path:
     out = root / cell_id("model", fmt).split(":", 1)[1]
     if (out / "config.json").is_file():
         return out
-    dense = build_tiny_llama(root / f"dense-{fmt.dtype}", tokenizer_dir, dtype=fmt.dtype) \
-        if not (root / f"dense-{fmt.dtype}" / "config.json").is_file() else root / f"dense-{fmt.dtype}"
+    dense = root / f"dense-{fmt.dtype}"
+    if not (dense / "config.json").is_file():
+        build_tiny_llama(dense, tokenizer_dir, dtype=fmt.dtype)
     if fmt.scheme == DENSE:
         return dense
     import torch
@@ -104,17 +105,10 @@ def run_cell(engine: str, model: Path, dtype: str) -> tuple[bool, str]:
 def _cell_main(engine: str, model: str, dtype: str) -> None:
     """In the cell's own process: the engine itself, bypassing the rules."""
     from evaluate import engines
-    from evaluate.capabilities import classify
-    from evaluate.target import Target
-    path = Path(model)
-    config = json.loads((path / "config.json").read_text())
-    manifest_file = path / "manifest.json"
-    target = Target(path=path, artifact_id="probe", model_name=path.name, recipe="probe",
-                    quant_format=classify(config).scheme, model_bytes=0, max_context=64, config=config,
-                    manifest=json.loads(manifest_file.read_text()) if manifest_file.is_file() else None)
+    from evaluate.target import from_path
     args = {"dtype": dtype, "enforce_eager": True} if engine == "vllm" else {"dtype": dtype}
     env = {"VLLM_CPU_KVCACHE_SPACE": 1} if engine == "vllm" else {}  # small, and no memory-fraction check
-    eng = engines.get(engine)(target, args, env, max_model_len=64)
+    eng = engines.get(engine)(from_path(Path(model)), args, env, max_model_len=64)
     try:
         _, timings = eng.run([[1000 + i for i in range(8)]], 4)
         assert timings[0].output_tokens == 4, timings

@@ -29,8 +29,13 @@ def resolve(cfg) -> list[Scenario]:
     """The scenario config (a single scenario or a set) -> a list of scenarios."""
     if is_set(cfg):
         names = _all_single() if cfg.include == "all" else list(cfg.include)
-        return [_from_dict(_load(n)) for n in names]
+        return [load(n) for n in names]
     return [_from_dict(dict(cfg))]
+
+
+def load(name: str) -> Scenario:
+    """One scenario file by name."""
+    return _from_dict(_load(name))
 
 
 def is_set(cfg) -> bool:

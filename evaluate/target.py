@@ -40,7 +40,12 @@ class Target:
 
 
 def load(cfg) -> Target:
-    path = _target_dir(cfg)
+    return from_path(_target_dir(cfg))
+
+
+def from_path(path: Path) -> Target:
+    """An artifact or plain checkpoint directory, checked before any engine sees it."""
+    path = Path(path)
     config_file = path / "config.json"
     if not config_file.is_file():
         raise UserError(f"{path} is not a model checkpoint (no config.json); pass model=<artifact dir> "

@@ -12,6 +12,7 @@ from pathlib import Path
 ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile",
              "asimd", "bf16", "sve")
 # vLLM ops whose presence decides a format on CPU (vllm/_custom_ops.py names).
+X86 = ("x86_64", "amd64", "i686")
 VLLM_CPU_OPS = ("cpu_gemm_wna16", "onednn_scaled_mm", "fp8_scaled_mm_cpu")
 
 
@@ -26,7 +27,7 @@ class Machine:
 
     @property
     def x86(self) -> bool:
-        return self.arch.lower() in ("x86_64", "amd64", "i686")
+        return self.arch.lower() in X86
 
     @property
     def cpu_native_half(self) -> bool:
@@ -79,7 +80,7 @@ def detect(vllm: bool = False) -> Machine:
     """This machine. `vllm=True` also loads vLLM's kernel library and lists
     the ops it has (a few seconds; only the evaluate stage needs it)."""
     arch = platform.machine()
-    x86 = arch.lower() in ("x86_64", "amd64", "i686")
+    x86 = arch.lower() in X86
     machine = Machine(arch=arch, isa=_torch_x86_isa() if x86 else frozenset(cpu_flags() & set(ISA_FLAGS)),
                       **_cuda())
     if vllm and not machine.cuda:

@@ -25,7 +25,6 @@ from evaluate import scenarios, target as target_mod  # noqa: E402
 from evaluate.engines.vllm import VllmEngine  # noqa: E402
 from evaluate.metrics import mean_interval, summarize  # noqa: E402
 from evaluate.pipeline import prompts  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
 from quantize.assets import SMOLLM2_DIR  # noqa: E402
 
 
@@ -39,14 +38,14 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 def engine_for(model: Path, max_model_len: int) -> VllmEngine:
     """The engine as `python -m evaluate` configures it by default, prefix caching off."""
     conf = yaml.safe_load((ROOT / "conf" / "engine" / "vllm.yaml").read_text())
-    target = target_mod.load(OmegaConf.create({"model": {"path": str(model)}, "recipe": None}))
+    target = target_mod.from_path(model)
     args = {**conf["args"], "enable_prefix_caching": False}
     args["dtype"] = VllmEngine.choose_dtype(target.format, VllmEngine.machine(), args["dtype"])
     return target, VllmEngine(target, args, conf["env"], max_model_len=max_model_len)
 
 
 def main(args: argparse.Namespace) -> None:
-    wanted = [scenarios.resolve(OmegaConf.create(scenarios._load(n)))[0] for n in args.scenarios]
+    wanted = [scenarios.load(n) for n in args.scenarios]
     target, engine = engine_for(Path(args.model), max(s.max_len for s in wanted))
     vocab = int(target.config.get("vocab_size") or 10000)
     print(f"model {target.path}; engine args {engine.args}; env {engine.env}")

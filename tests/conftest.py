@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tiny_model import build_tiny_llama
+from quantize.tiny_model import build_tiny_llama
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF_RECIPES = ROOT / "conf" / "recipe"
@@ -97,12 +97,9 @@ def serve_verdict(model_dir: Path, engine: str = "vllm"):
     """What the capability layer says of serving `model_dir` with `engine`
     on this machine: tests that need a kernel ask it, never the CPU's name."""
     from evaluate import engines
-    from evaluate.capabilities import decide, classify
-    manifest = Path(model_dir) / "manifest.json"
-    fmt = classify(json.loads((Path(model_dir) / "config.json").read_text()),
-                   json.loads(manifest.read_text()) if manifest.is_file() else None)
-    cls = engines.get(engine)
-    return decide(engine, fmt, cls.machine())
+    from evaluate.capabilities import decide
+    from evaluate.target import from_path
+    return decide(engine, from_path(model_dir).format, engines.get(engine).machine())
 
 
 def tail(proc: subprocess.CompletedProcess, n: int = 25) -> str:

@@ -18,7 +18,7 @@ def eval_artifacts(tmp_path_factory):
     """Tiny model quantized with four recipes: baseline, W8A8 (vLLM-CPU kernel
     everywhere), W8A16 (no vLLM-CPU kernel), W4A16 (kernel on AVX-512 only)."""
     from quantize.assets import ensure_default_model
-    from tiny_model import build_tiny_llama
+    from quantize.tiny_model import build_tiny_llama
     root = tmp_path_factory.mktemp("eval")
     model = build_tiny_llama(root / "tiny-llama", ensure_default_model())
     art = root / "artifacts"
@@ -311,7 +311,7 @@ def test_accuracy_of_the_baseline_against_itself(eval_artifacts, tmp_path):
 def test_accuracy_detects_a_different_model(eval_artifacts, tmp_path):
     """Against another model's reference, KL is orders of magnitude above the
     self-comparison (two random tiny models are both near-uniform, so small)."""
-    from tiny_model import build_tiny_llama
+    from quantize.tiny_model import build_tiny_llama
     from quantize.assets import SMOLLM2_DIR
     other = build_tiny_llama(tmp_path / "other", SMOLLM2_DIR, seed=1)
     out = run_cli("evaluate", f"model={eval_artifacts['original']}", "engine=hf", "scenario=test_tiny_a",

@@ -9,7 +9,7 @@ import pytest
 from conftest import run_cli, serve_verdict
 from evaluate import results
 from legacy_formats import write_legacy
-from tiny_model import build_tiny_llama
+from quantize.tiny_model import build_tiny_llama
 
 
 def top1_agreement(model_a, model_b, ids) -> float:

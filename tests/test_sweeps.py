@@ -23,7 +23,7 @@ def quantize(*args, cwd):
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     from quantize.assets import ensure_default_model
-    from tiny_model import build_tiny_llama
+    from quantize.tiny_model import build_tiny_llama
     return build_tiny_llama(tmp_path_factory.mktemp("sweep") / "tiny-llama", ensure_default_model())
 
 

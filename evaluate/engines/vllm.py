@@ -8,10 +8,10 @@ import os
 import time
 import uuid
 
-from evaluate.capabilities import DENSE, FP8, HALF, W4A16, W8A8_INT8, W8A16, YES, Verdict
+from evaluate.capabilities import DENSE, FP8, W4A16, W8A8_INT8, W8A16, YES, Verdict
 from evaluate.metrics import RequestTiming
 from quantize import machine as machine_mod
-from quantize.dtypes import fast_faithful_dtype
+from quantize.dtypes import HALF, fast_faithful_dtype
 from quantize.paths import CACHE_DIR
 
 log = logging.getLogger("quantbench.evaluate")
@@ -38,8 +38,8 @@ def apply_env(env: dict) -> dict:
 def _cpu_rule(fmt, machine, args) -> Verdict:
     kv = str(args.get("kv_cache_dtype") or "auto")
     if kv.startswith("fp8") and machine.x86 and not machine.isa & {"avx512f", "amx_tile"}:
-        return Verdict(False, f"vLLM-CPU's fp8 KV cache needs AVX-512 or AMX, which this CPU lacks; "
-                              f"use engine.args.kv_cache_dtype=auto here")
+        return Verdict(False, "vLLM-CPU's fp8 KV cache needs AVX-512 or AMX, which this CPU lacks; "
+                              "use engine.args.kv_cache_dtype=auto here")
     if fmt.scheme == DENSE:
         return YES
     if fmt.scheme == W8A16:
