@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from quantize.errors import UserError
-from quantize.paths import resolve
+from quantize.common.errors import UserError
+from quantize.common.paths import resolve
 
 log = logging.getLogger("quantbench.accuracy")
 
@@ -41,7 +41,7 @@ WORD = re.compile(r"^(.*\S)\s+([A-Za-z]+)[\W_]*$", re.S)
 
 def held_out_text(cfg) -> str:
     if cfg.text == "austen":
-        from quantize.assets import AUSTEN_BOOKS, ensure_austen
+        from quantize.common.assets import AUSTEN_BOOKS, ensure_austen
         unknown = sorted(set(cfg.books) - set(AUSTEN_BOOKS))
         if unknown:
             raise UserError(f"unknown Austen book(s) {unknown}; choose from {list(AUSTEN_BOOKS)}")
@@ -96,7 +96,7 @@ class Reference:
         import torch
         from transformers import AutoModelForCausalLM
         self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
-        from quantize.dtypes import checkpoint_dtype, compute_dtype
+        from quantize.common.dtypes import checkpoint_dtype, compute_dtype
         self.dtype = compute_dtype(checkpoint_dtype(path), "auto", self.device)
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype, use_safetensors=True)
         self.model.to(self.device).eval()
@@ -176,7 +176,7 @@ def reference_path(target, cfg) -> Path:
     if cfg.get("reference"):
         path = resolve(cfg.reference)
     elif target.manifest:
-        path = Path(target.manifest["model"]["path"])
+        path = Path(target.manifest.model.path)
     else:
         path = target.path  # a plain checkpoint is its own reference
     if not (path / "config.json").is_file():

@@ -1,6 +1,6 @@
 """Can this engine serve this checkpoint on this machine, and in which dtype?
 
-The facts come from quantize.machine (probed, never CPU model names); the
+The facts come from quantize.common.machine (probed, never CPU model names); the
 rules live with each engine (`Engine.supports`, `Engine.choose_dtype`); this
 module names checkpoint formats and prints the table:
 
@@ -13,8 +13,8 @@ import json
 import sys
 from dataclasses import dataclass, replace
 
-from quantize.machine import Machine
-from quantize.moe import is_moe
+from quantize.common.machine import Machine
+from quantize.common.moe import is_moe
 
 DENSE, W8A8_INT8, W4A16, W8A16, FP8 = "dense", "w8a8_int8", "w4a16", "w8a16", "fp8"
 
@@ -51,12 +51,12 @@ class CheckpointFormat:
                 + (" sparse-compressed" if self.sparsity_compressed else ""))
 
 
-def classify(config: dict, manifest: dict | None = None) -> CheckpointFormat:
-    """A Hugging Face config.json (+ quantbench manifest, if any) -> format."""
+def classify(config: dict, sparse_24: bool = False) -> CheckpointFormat:
+    """A Hugging Face config.json -> format; `sparse_24`: the manifest found
+    every pruned layer of the saved weights 2:4."""
     dtype = str(config.get("dtype") or config.get("torch_dtype") or "float32").removeprefix("torch.")
     q = config.get("quantization_config") or {}
-    sparsity = ((manifest or {}).get("checks") or {}).get("sparsity") or {}
-    common = dict(dtype=dtype, sparse_24=bool(sparsity.get("all_layers_hold_pattern")),
+    common = dict(dtype=dtype, sparse_24=sparse_24,
                   sparsity_compressed=bool(q.get("sparsity_config")), moe=is_moe(config))
     if not q:
         return CheckpointFormat(**common)
@@ -161,7 +161,7 @@ def main(argv=None) -> int:
     if args.machine:
         machine = KNOWN_MACHINES[args.machine]
     else:
-        from quantize.machine import detect
+        from quantize.common.machine import detect
         machine = detect(vllm=True)
     if args.json:
         print(json.dumps(machine.facts(), indent=2))

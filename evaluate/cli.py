@@ -1,9 +1,9 @@
 """`python -m evaluate model=<artifact dir | preset> [recipe=…] [scenario=…] [engine=…] [runs=…]`"""
 import hydra
 
-from quantize.config import prepare_argv
-from quantize.jobs import run_job
-from quantize.paths import CONF_DIR
+from quantize.common.config import prepare_argv
+from quantize.common.jobs import run_job
+from quantize.common.paths import CONF_DIR
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="evaluate", version_base="1.3")

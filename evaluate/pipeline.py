@@ -8,10 +8,10 @@ from omegaconf import OmegaConf
 from evaluate import accuracy, engines, lmeval, results, scenarios as scenario_mod, target as target_mod
 from evaluate.memory import PeakMemory
 from evaluate.metrics import summarize
-from quantize.errors import UserError
-from quantize.jobs import describe_error, in_multirun
-from quantize.paths import resolve
-from quantize.provenance import hardware, versions
+from quantize.common.errors import UserError
+from quantize.common.jobs import describe_error, in_multirun
+from quantize.common.paths import resolve
+from quantize.common.provenance import hardware, versions
 
 log = logging.getLogger("quantbench.evaluate")
 

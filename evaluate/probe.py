@@ -27,7 +27,7 @@ def cell_id(engine: str, fmt: CheckpointFormat) -> str:
 
 def run(machine, only: list[str] | None = None) -> tuple[dict, list[str]]:
     """{(format label, engine): text} and the cells that disagree with the rules."""
-    from quantize.assets import ensure_default_model
+    from quantize.common.assets import ensure_default_model
     cells = [(e, f) for f in TABLE_FORMATS for e in ENGINES if not only or cell_id(e, f) in only]
     if only and len(cells) != len(only):
         known = [cell_id(e, f) for f in TABLE_FORMATS for e in ENGINES]
@@ -49,7 +49,7 @@ def run(machine, only: list[str] | None = None) -> tuple[dict, list[str]]:
 
 def checkpoint(fmt: CheckpointFormat, root: Path, tokenizer_dir: Path) -> Path:
     """The tiny model in `fmt`, written once per probe."""
-    from quantize.tiny_model import build_tiny_llama
+    from quantize.common.tiny_model import build_tiny_llama
     out = root / cell_id("model", fmt).split(":", 1)[1]
     if (out / "config.json").is_file():
         return out
@@ -69,8 +69,6 @@ def checkpoint(fmt: CheckpointFormat, root: Path, tokenizer_dir: Path) -> Path:
                                                      ignore=["lm_head"]))
     model.save_pretrained(out, save_compressed=True)
     AutoTokenizer.from_pretrained(dense).save_pretrained(out)
-    if fmt.sparse_24:  # what quantize's manifest would say of these weights
-        (out / "manifest.json").write_text(json.dumps({"checks": {"sparsity": {"all_layers_hold_pattern": True}}}))
     return out
 
 

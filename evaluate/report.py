@@ -24,9 +24,9 @@ from pathlib import Path
 
 from evaluate import results
 from evaluate.metrics import t95
-from quantize.atomic import write_text
-from quantize.errors import UserError
-from quantize.paths import resolve
+from quantize.common.atomic import write_text
+from quantize.common.errors import UserError
+from quantize.common.paths import resolve
 
 MISSING = "—"
 BASELINE = "original"

@@ -23,7 +23,7 @@ Row layout (flat keys are what reports group and sort by):
     engine_args       dict passed to the engine (`dtype` resolved: never "auto")
     engine_env        thread/kv-cache environment that changes speed
     machine           capability facts the engine decided from (ISA, CUDA
-                      capability, vLLM kernel library and ops; quantize.machine)
+                      capability, vLLM kernel library and ops; quantize.common.machine)
     setup_id          hash of what a measurement depends on besides artifact and
                       scenario: engine name + configured args/env, the versions of
                       the libraries that run the model, the kind of machine
@@ -42,9 +42,9 @@ import socket
 import tempfile
 from pathlib import Path
 
-from quantize.atomic import append_line
-from quantize.errors import UserError
-from quantize.provenance import sha256_json
+from quantize.common.atomic import append_line
+from quantize.common.errors import UserError
+from quantize.common.provenance import sha256_json
 
 log = logging.getLogger("quantbench.results")
 

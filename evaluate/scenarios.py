@@ -4,8 +4,8 @@ from dataclasses import asdict, dataclass
 
 import yaml
 
-from quantize.errors import UserError
-from quantize.paths import CONF_DIR
+from quantize.common.errors import UserError
+from quantize.common.paths import CONF_DIR
 
 SCENARIO_DIR = CONF_DIR / "scenario"
 

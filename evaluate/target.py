@@ -6,11 +6,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evaluate.capabilities import classify
-from quantize.errors import UserError
-from quantize.paths import resolve
-from quantize.pipeline import read_manifest
-from quantize.provenance import sha256_files, weight_files
-from quantize.verify import check_weight_files
+from quantize.common.errors import UserError
+from quantize.common.paths import resolve
+from quantize.common import manifest as manifest_mod
+from quantize.common.manifest import Manifest
+from quantize.common.checkpoint import check_weight_files, weight_files
+from quantize.common.provenance import sha256_files
 
 
 @dataclass
@@ -23,20 +24,20 @@ class Target:
     model_bytes: int
     max_context: int | None
     config: dict = field(repr=False)
-    manifest: dict | None = field(default=None, repr=False)
+    manifest: Manifest | None = field(default=None, repr=False)
 
     def as_row(self) -> dict:
         return {
             "artifact_id": self.artifact_id, "artifact_path": str(self.path),
             "model_name": self.model_name, "recipe": self.recipe,
             "quant_format": self.quant_format, "model_bytes": self.model_bytes,
-            "manifest": _manifest_fields(self.manifest),
+            "manifest": self.manifest.row_fields() if self.manifest else None,
         }
 
     @property
     def format(self):
         """What an engine needs to know to decide whether it can serve this."""
-        return classify(self.config, self.manifest)
+        return classify(self.config, sparse_24=bool(self.manifest and self.manifest.holds_2_4))
 
 
 def load(cfg) -> Target:
@@ -57,7 +58,7 @@ def from_path(path: Path) -> Target:
         config = json.loads(config_file.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise UserError(f"{config_file} is corrupt (not valid JSON: {e}); re-copy or re-create the checkpoint") from None
-    manifest = read_manifest(path, fix=f"rebuild the artifact with `python -m quantize ... force=true` "
+    manifest = manifest_mod.read(path, fix=f"rebuild the artifact with `python -m quantize ... force=true` "
                                         f"or delete {path / 'manifest.json'} to serve it as a plain checkpoint")
     check_weight_files(weights)
     q = config.get("quantization_config") or {}
@@ -65,9 +66,8 @@ def from_path(path: Path) -> Target:
                   model_bytes=sum(p.stat().st_size for p in weights),
                   max_context=config.get("max_position_embeddings"))
     if manifest:
-        return Target(artifact_id=manifest["artifact_id"], model_name=manifest["model"]["name"],
-                      recipe=manifest["recipe"]["name"],
-                      quant_format=manifest["quantization"].get("format") or "dense", **common)
+        return Target(artifact_id=manifest.artifact_id, model_name=manifest.model.name,
+                      recipe=manifest.recipe.name, quant_format=manifest.quant_format, **common)
     # A plain checkpoint: its identity is the hash of its weights.
     return Target(artifact_id=sha256_files(weights)[:16], model_name=path.name,
                   recipe="original" if not q else "external",
@@ -78,7 +78,7 @@ def _target_dir(cfg) -> Path:
     if cfg.get("recipe"):
         name = cfg.recipe.name
         path = resolve(cfg.artifacts_dir) / cfg.model.name / name
-        if not (path / "manifest.json").is_file():
+        if not (path / manifest_mod.FILE).is_file():
             raise UserError(f"no complete artifact at {path}; run `python -m quantize "
                             f"recipe={name}` first (or pass model=<artifact dir>)")
         return path
@@ -87,15 +87,3 @@ def _target_dir(cfg) -> Path:
         raise UserError(f"model {path} does not exist; pass model=<artifact dir> or a preset from conf/model/")
     return path
 
-
-def _manifest_fields(manifest: dict | None) -> dict | None:
-    """The manifest fields a result row repeats (the rest stays in the artifact)."""
-    if not manifest:
-        return None
-    keep = ("artifact_id", "created_at", "model", "recipe", "calibration", "seed",
-            "quantization", "bytes_on_disk")
-    out = {k: manifest.get(k) for k in keep}
-    sparsity = (manifest.get("checks") or {}).get("sparsity")
-    if sparsity:
-        out["sparsity"] = {k: sparsity[k] for k in ("measured_sparsity", "all_layers_hold_pattern")}
-    return out

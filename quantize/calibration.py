@@ -9,9 +9,9 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantize.errors import UserError
-from quantize.paths import resolve
-from quantize.provenance import sha256_json
+from quantize.common.errors import UserError
+from quantize.common.paths import resolve
+from quantize.common.provenance import sha256_json
 
 
 @dataclass
@@ -45,7 +45,7 @@ def build(cfg, tokenizer, seed: int) -> CalibrationSet:
         raise UserError(f"calibration.num_samples ({n}) must be >= 1 and calibration.max_seq_len ({seq}) >= 2")
     spec = {k: v for k, v in _plain(cfg).items()}
     if cfg.source == "austen":
-        from quantize.assets import AUSTEN_BOOKS, ensure_austen
+        from quantize.common.assets import AUSTEN_BOOKS, ensure_austen
         unknown = sorted(set(cfg.books) - set(AUSTEN_BOOKS))
         if unknown:
             raise UserError(f"unknown Austen book(s) {unknown}; choose from {list(AUSTEN_BOOKS)}")

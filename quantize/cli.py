@@ -1,9 +1,9 @@
 """`python -m quantize recipe=<name> [model=…] [calibration=…] [key=value …]`"""
 import hydra
 
-from quantize.config import prepare_argv
-from quantize.jobs import run_job
-from quantize.paths import CONF_DIR
+from quantize.common.config import prepare_argv
+from quantize.common.jobs import run_job
+from quantize.common.paths import CONF_DIR
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="quantize", version_base="1.3")

@@ -7,23 +7,18 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from quantize import calibration, moe, recipe as recipes, verify
-from quantize.atomic import staging_dir, write_json
-from quantize.dtypes import checkpoint_dtype, compute_dtype
-from quantize.errors import UserError
-from quantize.paths import resolve
-from quantize.provenance import (dir_bytes, hardware, sha256_files, sha256_json,
-                                 versions, weight_files)
+from quantize import calibration, recipe as recipes, verify
+from quantize.common import moe
+from quantize.common import manifest as manifest_mod
+from quantize.common.atomic import staging_dir
+from quantize.common.checkpoint import check_weight_files, quantization_summary, weight_files
+from quantize.common.dtypes import checkpoint_dtype, compute_dtype
+from quantize.common.errors import UserError
+from quantize.common.paths import resolve
+from quantize.common.manifest import Manifest, ModelInfo, RecipeInfo
+from quantize.common.provenance import dir_bytes, hardware, sha256_files, versions
 
 log = logging.getLogger("quantbench.quantize")
-
-MANIFEST = "manifest.json"
-MANIFEST_SCHEMA = 1
-# Fields every reader of a manifest relies on.
-MANIFEST_REQUIRED = ("artifact_id", "model", "recipe", "quantization")
-# Library versions that change the bytes of an artifact are part of its id.
-ID_VERSIONS = ("llmcompressor", "compressed-tensors", "transformers", "torch")
-
 
 class Timer:
     def __init__(self):
@@ -38,22 +33,6 @@ class Timer:
         log.info("%s done in %.1f s", name, self.phases[name])
 
 
-def read_manifest(artifact_dir: Path, fix: str = "delete it and rerun `python -m quantize`") -> dict | None:
-    """The artifact's manifest, None when there is none; a manifest that is
-    not one (truncated, hand-edited) is a one-line error naming `fix`."""
-    path = Path(artifact_dir) / MANIFEST
-    if not path.is_file():
-        return None
-    try:
-        manifest = json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UserError(f"{path} is corrupt (not valid JSON: {e.msg}, char {e.pos}); {fix}") from None
-    missing = [k for k in MANIFEST_REQUIRED if not isinstance(manifest, dict) or k not in manifest]
-    if missing or not isinstance(manifest.get("model"), dict) or not isinstance(manifest.get("recipe"), dict):
-        raise UserError(f"{path} is not a quantbench manifest (missing {', '.join(missing) or 'model/recipe'}); {fix}")
-    return manifest
-
-
 def run(cfg) -> Path:
     """Quantize per the composed Hydra config; return the artifact directory."""
     timer = Timer()
@@ -62,18 +41,18 @@ def run(cfg) -> Path:
     out = resolve(cfg.artifact_dir)
     # Before minutes of calibration: an output dir with a corrupt manifest is
     # only replaced when asked to.
-    existing = None if cfg.force else read_manifest(out, fix=f"pass force=true to rebuild {out}")
+    existing = None if cfg.force else manifest_mod.read(out, fix=f"pass force=true to rebuild {out}")
 
     with timer.phase("load tokenizer and calibration"):
         tokenizer = _load_tokenizer(model_dir, cfg.trust_remote_code)
         calib = None if recipe.is_baseline else calibration.build(cfg.calibration, tokenizer, cfg.seed)
     identity = _identity(cfg, model_dir, recipe, calib, _calibration_dtype(cfg, model_dir, recipe))
-    artifact_id = sha256_json(identity)[:16]
+    artifact_id = manifest_mod.artifact_id(**identity)
     if existing:
-        if existing.get("artifact_id") == artifact_id:
+        if existing.artifact_id == artifact_id:
             log.info("artifact %s is complete at %s: skipping (force=true rebuilds)", artifact_id, out)
             return out
-        raise UserError(f"{out} holds artifact {existing.get('artifact_id')} built from other inputs; "
+        raise UserError(f"{out} holds artifact {existing.artifact_id} built from other inputs; "
                         "pass force=true to replace it, or artifact_dir=<new dir> to keep both")
 
     with timer.phase("load model"):
@@ -106,13 +85,13 @@ def run(cfg) -> Path:
             with timer.phase("verify (reload saved checkpoint)"):
                 checks = _verify(tmp, recipe)
         manifest = _manifest(cfg, artifact_id, identity, model_dir, recipe, calib, tmp, timer, checks)
-        write_json(tmp / MANIFEST, manifest)  # last: its presence means "complete"
-    log.info("artifact %s written to %s (%.1f MB)", artifact_id, out, manifest["bytes_on_disk"]["total"] / 1e6)
+        manifest_mod.write(tmp, manifest)  # last: its presence means "complete"
+    log.info("artifact %s written to %s (%.1f MB)", artifact_id, out, manifest.bytes_on_disk["total"] / 1e6)
     return out
 
 
 def _model_dir(path) -> Path:
-    from quantize.assets import SMOLLM2_DIR, ensure_default_model
+    from quantize.common.assets import SMOLLM2_DIR, ensure_default_model
     model_dir = resolve(path)
     if model_dir == SMOLLM2_DIR and not model_dir.exists():
         ensure_default_model()
@@ -122,7 +101,7 @@ def _model_dir(path) -> Path:
     if not weight_files(model_dir):
         raise UserError(f"model {model_dir} has no *.safetensors weights; only safetensors "
                         "checkpoints are loaded (convert .bin weights first)")
-    verify.check_weight_files(weight_files(model_dir))
+    check_weight_files(weight_files(model_dir))
     return model_dir
 
 
@@ -138,22 +117,21 @@ def _load_model(model_dir: Path, trust_remote_code: bool):
 
 
 def _calibration_dtype(cfg, model_dir: Path, recipe) -> str | None:
-    """Name of the dtype oneshot runs in (see quantize/dtypes.py)."""
+    """Name of the dtype oneshot runs in (see quantize/common/dtypes.py)."""
     if recipe.is_baseline:
         return None
     return str(compute_dtype(checkpoint_dtype(model_dir), cfg.calibration_dtype)).removeprefix("torch.")
 
 
 def _identity(cfg, model_dir, recipe, calib, calibration_dtype) -> dict:
-    """Everything that determines an artifact's bytes; its hash is the artifact id."""
-    v = versions()
+    """Everything that determines an artifact's bytes (manifest.artifact_id hashes it)."""
     return {
         "model_weights_sha256": sha256_files(weight_files(model_dir)),
         "recipe_sha256": recipe.sha256,
         "calibration_sha256": calib.sha256 if calib else None,
         "calibration_dtype": calibration_dtype,
         "seed": int(cfg.seed) if calib else None,
-        "versions": {k: v.get(k) for k in ID_VERSIONS} if not recipe.is_baseline else None,
+        "versions": None if recipe.is_baseline else versions(),
     }
 
 
@@ -197,38 +175,29 @@ def _verify(artifact_dir: Path, recipe) -> dict:
     return checks
 
 
-def _manifest(cfg, artifact_id, identity, model_dir, recipe, calib, tmp, timer, checks) -> dict:
+def _manifest(cfg, artifact_id, identity, model_dir, recipe, calib, tmp, timer, checks) -> Manifest:
     from omegaconf import OmegaConf
     weights = weight_files(tmp)
     model_config = json.loads((model_dir / "config.json").read_text())
-    quantization = verify.quantization_summary(tmp)
-    return {
-        "schema": MANIFEST_SCHEMA,
-        "artifact_id": artifact_id,
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "model": {
-            "name": cfg.model.name,
-            "path": str(model_dir),
-            "weights_sha256": identity["model_weights_sha256"],
-            "architecture": (model_config.get("architectures") or [None])[0],
-            "max_position_embeddings": model_config.get("max_position_embeddings"),
-        },
-        "recipe": {
-            "name": recipe.name,
-            "source": str(recipe.path),
-            "sha256": recipe.sha256,
-            "modifiers": recipe.modifiers,
-            "description": cfg.recipe.get("description", ""),
-        },
-        "calibration": calib.describe() if calib else None,
-        "seed": identity["seed"],
-        "calibration_dtype": identity["calibration_dtype"],
-        "quantization": quantization,
-        "moe": moe.describe(model_config, quantization.get("ignore") or []),
-        "checks": checks,
-        "bytes_on_disk": {"total": dir_bytes(tmp), "weights": sum(p.stat().st_size for p in weights)},
-        "timings_s": {**timer.phases, "total": round(sum(timer.phases.values()), 3)},
-        "versions": versions(),
-        "hardware": hardware(),
-        "config": OmegaConf.to_container(cfg, resolve=True),
-    }
+    quantization = quantization_summary(tmp)
+    return Manifest(
+        artifact_id=artifact_id,
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        model=ModelInfo(
+            name=cfg.model.name, path=str(model_dir), weights_sha256=identity["model_weights_sha256"],
+            architecture=(model_config.get("architectures") or [None])[0],
+            max_position_embeddings=model_config.get("max_position_embeddings")),
+        recipe=RecipeInfo(name=recipe.name, source=str(recipe.path), sha256=recipe.sha256,
+                          modifiers=recipe.modifiers, description=cfg.recipe.get("description", "")),
+        calibration=calib.describe() if calib else None,
+        seed=identity["seed"],
+        calibration_dtype=identity["calibration_dtype"],
+        quantization=quantization,
+        moe=moe.describe(model_config, quantization.get("ignore") or []),
+        checks=checks,
+        bytes_on_disk={"total": dir_bytes(tmp), "weights": sum(p.stat().st_size for p in weights)},
+        timings_s={**timer.phases, "total": round(sum(timer.phases.values()), 3)},
+        versions=versions(),
+        hardware=hardware(),
+        config=OmegaConf.to_container(cfg, resolve=True),
+    )

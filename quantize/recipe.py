@@ -5,9 +5,9 @@ from pathlib import Path
 
 import yaml
 
-from quantize.errors import UserError
-from quantize.paths import resolve
-from quantize.provenance import sha256_bytes
+from quantize.common.errors import UserError
+from quantize.common.paths import resolve
+from quantize.common.provenance import sha256_bytes
 
 PRUNING_MODIFIERS = ("SparseGPTModifier", "WandaPruningModifier", "MagnitudePruningModifier")
 

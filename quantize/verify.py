@@ -1,90 +1,18 @@
-"""Checks on checkpoints: weight files are whole before anything loads them,
-the *saved* checkpoint reloads, and pruned layers really are 2:4."""
+"""Checks on a freshly quantized artifact: the *saved* checkpoint reloads and
+pruned layers really are 2:4 (weight-file checks: quantize.common.checkpoint)."""
 import json
-import math
-import struct
 from pathlib import Path
 
-from quantize.errors import UserError
-
-# Bytes per element of each safetensors dtype (bit-packed types never appear here).
-DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I16": 2, "U16": 2,
-               "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
-
-
-def check_weight_files(paths) -> None:
-    """Every safetensors file has a readable header whose tensors fill the file
-    exactly. Reads only the headers, so a truncated or corrupt download fails
-    in milliseconds instead of deep inside a model loader or engine start-up."""
-    for path in paths:
-        problem = _safetensors_problem(Path(path))
-        if problem:
-            raise UserError(f"{path} is not a complete safetensors file ({problem}); "
-                            "re-copy or re-create the checkpoint")
-
-
-def _safetensors_problem(path: Path) -> str | None:
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            return f"{size} bytes, shorter than its 8-byte header length"
-        (n,) = struct.unpack("<Q", head)
-        if 8 + n > size:
-            return f"header claims {n} bytes, the file holds {size - 8}"
-        try:
-            header = json.loads(f.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            return "header is not valid JSON"
-    if not isinstance(header, dict):
-        return "header is not a JSON object"
-    data, end = size - 8 - n, 0
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            start, stop = info["data_offsets"]
-            width = DTYPE_BYTES.get(info["dtype"])  # an unknown dtype: trust its offsets
-            want = math.prod(info["shape"]) * width if width else stop - start
-        except (KeyError, TypeError, ValueError):
-            return f"tensor {name} has a malformed header entry"
-        if stop - start != want:
-            return f"tensor {name} has {stop - start} bytes for shape {info['shape']} {info['dtype']}"
-        end = max(end, stop)
-    if end != data:
-        return f"tensors need {end} data bytes, the file holds {data}"
-    return None
-
-
-def quantization_summary(artifact_dir: Path) -> dict:
-    """What config.json says about the checkpoint's quantization."""
-    config = json.loads((Path(artifact_dir) / "config.json").read_text())
-    q = config.get("quantization_config")
-    if not q:
-        return {"method": None, "format": "dense", "schemes": []}
-    schemes = []
-    for group in (q.get("config_groups") or {}).values():
-        w, a = group.get("weights") or {}, group.get("input_activations") or {}
-        schemes.append({
-            "weights": _describe_args(w), "activations": _describe_args(a) if a else None,
-        })
-    return {"method": q.get("quant_method"), "format": q.get("format"), "schemes": schemes,
-            "ignore": q.get("ignore", [])}
-
-
-def _describe_args(args: dict) -> dict:
-    keys = ("num_bits", "type", "symmetric", "strategy", "group_size", "dynamic")
-    return {k: args.get(k) for k in keys if k in args}
-
+from quantize.common.checkpoint import quantization_summary
 
 def reload_dense(artifact_dir: Path):
     """Load the checkpoint with transformers, decompressed to dense weights."""
     from transformers import AutoModelForCausalLM
 
-    from quantize import moe
+    from quantize.common import moe
     config = json.loads((Path(artifact_dir) / "config.json").read_text())
     if moe.is_moe(config) and config.get("quantization_config"):
-        return moe.reload_dense(artifact_dir)  # per-expert quantized tensors: see quantize/moe.py
+        return moe.reload_dense(artifact_dir)  # per-expert quantized tensors: see quantize/common/moe.py
     kwargs = {}
     if quantization_summary(artifact_dir)["method"] == "compressed-tensors":
         from transformers import CompressedTensorsConfig

@@ -25,7 +25,7 @@ from evaluate import scenarios, target as target_mod  # noqa: E402
 from evaluate.engines.vllm import VllmEngine  # noqa: E402
 from evaluate.metrics import mean_interval, summarize  # noqa: E402
 from evaluate.pipeline import prompts  # noqa: E402
-from quantize.assets import SMOLLM2_DIR  # noqa: E402
+from quantize.common.assets import SMOLLM2_DIR  # noqa: E402
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:

@@ -58,8 +58,8 @@ def artifact_dir_for(overrides: list[str]) -> Path:
     """Where quantize will write, composed by Hydra exactly as the CLI does."""
     from hydra import compose, initialize_config_dir
 
-    from quantize.config import expand_path_shorthands, register
-    from quantize.paths import CONF_DIR, resolve
+    from quantize.common.config import expand_path_shorthands, register
+    from quantize.common.paths import CONF_DIR, resolve
     register()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="quantize", overrides=expand_path_shorthands(overrides))
@@ -154,7 +154,7 @@ def main(argv=None) -> int:
 
     rows = [run_one(r, args, log_dir) for r in recipes]
 
-    from quantize.provenance import hardware, versions
+    from quantize.common.provenance import hardware, versions
     hw, v = hardware(), versions()
     calib = next((r["calibration"] for r in rows if r.get("calibration")), None)
     print(f"\nquantize benchmark: {len(rows)} recipe(s), force=true, one subprocess each")

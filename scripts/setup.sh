@@ -46,5 +46,5 @@ fi
 # quantbench's live in quantize/plugins/ and join it through a .pth file.
 "$VENV/bin/python" -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'quantbench-plugins.pth').write_text('$PWD/quantize/plugins\n')"
 
-# Model and corpus: each is materialized once, atomically (see quantize/assets.py).
-"$VENV/bin/python" -m quantize.assets
+# Model and corpus: each is materialized once, atomically (see quantize/common/assets.py).
+"$VENV/bin/python" -m quantize.common.assets

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from quantize.tiny_model import build_tiny_llama
+from quantize.common.tiny_model import build_tiny_llama
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF_RECIPES = ROOT / "conf" / "recipe"
@@ -147,7 +147,7 @@ class Artifact:
 
 @pytest.fixture(scope="session")
 def tokenizer_dir() -> Path:
-    from quantize.assets import SMOLLM2_DIR, ensure_default_model
+    from quantize.common.assets import SMOLLM2_DIR, ensure_default_model
     if not (SMOLLM2_DIR / "config.json").is_file():
         ensure_default_model()
     return SMOLLM2_DIR

@@ -8,7 +8,8 @@ from evaluate.capabilities import (DENSE, FP8, KNOWN_MACHINES, W4A16, W8A8_INT8,
                                    classify, decide, main, table)
 from evaluate.engines.hf import HfEngine
 from evaluate.engines.vllm import VllmEngine
-from quantize.machine import Machine, cpu_flags, detect
+from quantize.common.manifest import Manifest
+from quantize.common.machine import Machine, cpu_flags, detect
 
 AVX2, AVX512, AVX512_BF16, AMX = (KNOWN_MACHINES[k] for k in ("avx2", "avx512", "avx512_bf16", "amx"))
 ARM, SM75, SM80, SM90 = (KNOWN_MACHINES[k] for k in ("arm_bf16", "cuda_sm75", "cuda_sm80", "cuda_sm90"))
@@ -60,8 +61,9 @@ def test_formats_are_classified_from_the_checkpoint_config(quant, scheme):
 
 
 def test_two_four_comes_from_the_manifest_check_and_sparse_formats_from_the_config():
-    manifest = {"checks": {"sparsity": {"all_layers_hold_pattern": True}}}
-    assert classify({}, manifest).sparse_24 and not classify({}).sparse_24
+    manifest = Manifest.from_dict({"artifact_id": "a", "model": {"name": "m"}, "recipe": {"name": "r"},
+                                   "quantization": {}, "checks": {"sparsity": {"all_layers_hold_pattern": True}}})
+    assert classify({}, manifest.holds_2_4).sparse_24 and not classify({}).sparse_24
     q = {"quant_method": CT, "sparsity_config": {"format": "sparse-24-bitmask"}}
     assert classify({"quantization_config": q}).sparsity_compressed
 

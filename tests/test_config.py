@@ -1,7 +1,7 @@
-"""Command-line rewriting shared by both stages (quantize/config.py)."""
+"""Command-line rewriting shared by both stages (quantize/common/config.py)."""
 import pytest
 
-from quantize.config import open_pass_through_keys
+from quantize.common.config import open_pass_through_keys
 
 
 @pytest.mark.parametrize("arg, expected", [

@@ -3,8 +3,8 @@ unless it is half precision on a CPU that has no fast half-precision matmul."""
 import pytest
 import torch
 
-from quantize import dtypes
-from quantize.errors import UserError
+from quantize.common import dtypes
+from quantize.common.errors import UserError
 
 
 @pytest.fixture

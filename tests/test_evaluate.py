@@ -8,7 +8,7 @@ import pytest
 
 from conftest import run_cli, serve_verdict
 from evaluate import results
-from quantize.paths import PROJECT_ROOT
+from quantize.common.paths import PROJECT_ROOT
 
 SMALL = ["calibration.num_samples=8", "calibration.max_seq_len=64"]
 
@@ -17,8 +17,8 @@ SMALL = ["calibration.num_samples=8", "calibration.max_seq_len=64"]
 def eval_artifacts(tmp_path_factory):
     """Tiny model quantized with four recipes: baseline, W8A8 (vLLM-CPU kernel
     everywhere), W8A16 (no vLLM-CPU kernel), W4A16 (kernel on AVX-512 only)."""
-    from quantize.assets import ensure_default_model
-    from quantize.tiny_model import build_tiny_llama
+    from quantize.common.assets import ensure_default_model
+    from quantize.common.tiny_model import build_tiny_llama
     root = tmp_path_factory.mktemp("eval")
     model = build_tiny_llama(root / "tiny-llama", ensure_default_model())
     art = root / "artifacts"
@@ -143,7 +143,8 @@ def test_report_from_real_results(vllm_rows, tmp_path):
 
 def test_hf_engine_and_plain_checkpoint(eval_artifacts, tmp_path):
     """engine=hf measures a plain HF checkpoint (no manifest): identity from its files."""
-    from quantize.provenance import sha256_files, weight_files
+    from quantize.common.checkpoint import weight_files
+    from quantize.common.provenance import sha256_files
     model = eval_artifacts["model"]
     out = run_cli("evaluate", f"model={model}", "engine=hf", "scenario=test_tiny_a", "runs=2",
                   "accuracy=none", f"results_dir={tmp_path}", cwd=tmp_path)
@@ -311,8 +312,8 @@ def test_accuracy_of_the_baseline_against_itself(eval_artifacts, tmp_path):
 def test_accuracy_detects_a_different_model(eval_artifacts, tmp_path):
     """Against another model's reference, KL is orders of magnitude above the
     self-comparison (two random tiny models are both near-uniform, so small)."""
-    from quantize.tiny_model import build_tiny_llama
-    from quantize.assets import SMOLLM2_DIR
+    from quantize.common.tiny_model import build_tiny_llama
+    from quantize.common.assets import SMOLLM2_DIR
     other = build_tiny_llama(tmp_path / "other", SMOLLM2_DIR, seed=1)
     out = run_cli("evaluate", f"model={eval_artifacts['original']}", "engine=hf", "scenario=test_tiny_a",
                   "runs=1", "accuracy.num_windows=2", f"accuracy.reference={other}",

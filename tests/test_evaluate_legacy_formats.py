@@ -9,7 +9,7 @@ import pytest
 from conftest import run_cli, serve_verdict
 from evaluate import results
 from legacy_formats import write_legacy
-from quantize.tiny_model import build_tiny_llama
+from quantize.common.tiny_model import build_tiny_llama
 
 
 def top1_agreement(model_a, model_b, ids) -> float:
@@ -28,7 +28,8 @@ def top1_agreement(model_a, model_b, ids) -> float:
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["gptq", "awq"])
 def test_legacy_checkpoint_is_served_and_decoded_correctly(fmt, tmp_path, tokenizer_dir):
-    from quantize.provenance import sha256_files, weight_files
+    from quantize.common.checkpoint import weight_files
+    from quantize.common.provenance import sha256_files
     dense = build_tiny_llama(tmp_path / "tiny", tokenizer_dir, initializer_range=0.1)
     legacy, decoded = tmp_path / f"tiny-{fmt}", tmp_path / f"tiny-{fmt}-decoded"
     write_legacy(dense, fmt, legacy, decoded)

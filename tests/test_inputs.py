@@ -66,8 +66,8 @@ def test_evaluate_rejects_a_truncated_safetensors_file(checkpoint, tmp_path):
 def test_safetensors_header_check_reads_only_headers(checkpoint):
     """The check itself: whole files pass; a cut anywhere fails, including
     inside the header and at the last byte."""
-    from quantize.errors import UserError
-    from quantize.verify import check_weight_files
+    from quantize.common.errors import UserError
+    from quantize.common.checkpoint import check_weight_files
     weights = checkpoint / "model.safetensors"
     check_weight_files([weights])
     data = weights.read_bytes()
@@ -123,7 +123,7 @@ def test_every_engine_names_its_arguments():
     assert "model" not in vllm_args  # quantbench passes the model itself
     # What the shipped engine configs set is accepted by their engine.
     from omegaconf import OmegaConf
-    from quantize.paths import PROJECT_ROOT
+    from quantize.common.paths import PROJECT_ROOT
     for cls in (VllmEngine, HfEngine):
         conf = OmegaConf.load(PROJECT_ROOT / "conf" / "engine" / f"{cls.name}.yaml")
         assert set(conf.args) <= cls.accepted_args()

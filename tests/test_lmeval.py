@@ -10,7 +10,7 @@ import pytest
 
 from conftest import run_cli
 from evaluate import lmeval, results
-from quantize.paths import PROJECT_ROOT
+from quantize.common.paths import PROJECT_ROOT
 
 LMEVAL_PYTHON = PROJECT_ROOT / ".venv-lmeval" / "bin" / "python"
 needs_lmeval_venv = pytest.mark.skipif(not LMEVAL_PYTHON.is_file(),

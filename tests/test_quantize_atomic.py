@@ -81,7 +81,7 @@ def test_killed_run_leaves_no_artifact_and_rerun_recovers(tmp_path, tiny_model):
 BUILD = """
 import sys, time
 from pathlib import Path
-from quantize.atomic import staging_dir
+from quantize.common.atomic import staging_dir
 final, who, marker = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 with staging_dir(final) as tmp:
     (tmp / "who").write_text(who)

@@ -11,7 +11,7 @@ RECIPE = "w4a16_rtn"
 
 def austen_paragraphs(min_chars: int = 600) -> list[str]:
     """Long paragraphs (> MAX_SEQ_LEN tokens each) from a held-out novel."""
-    from quantize.assets import ensure_austen
+    from quantize.common.assets import ensure_austen
     text = (ensure_austen() / "persuasion.txt").read_text()
     return [p for p in text.split("\n\n") if len(p) >= min_chars]
 

@@ -22,8 +22,8 @@ def quantize(*args, cwd):
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from quantize.assets import ensure_default_model
-    from quantize.tiny_model import build_tiny_llama
+    from quantize.common.assets import ensure_default_model
+    from quantize.common.tiny_model import build_tiny_llama
     return build_tiny_llama(tmp_path_factory.mktemp("sweep") / "tiny-llama", ensure_default_model())
 
 

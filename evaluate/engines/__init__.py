@@ -10,7 +10,7 @@ token-id prompts, returning per-request token timestamps:
 import difflib
 import importlib
 
-from quantize.errors import UserError
+from quantize.common.errors import UserError
 
 ENGINES = {
     "vllm": "evaluate.engines.vllm:VllmEngine",

@@ -5,8 +5,8 @@ import time
 
 from evaluate.capabilities import DENSE, YES, Verdict
 from evaluate.metrics import RequestTiming
-from quantize import machine as machine_mod
-from quantize.dtypes import fast_faithful_dtype
+from quantize.common import machine as machine_mod
+from quantize.common.dtypes import fast_faithful_dtype
 
 log = logging.getLogger("quantbench.evaluate")
 
@@ -67,7 +67,7 @@ class HfEngine:
         import torch
         from transformers import AutoModelForCausalLM
 
-        from quantize.dtypes import checkpoint_dtype, compute_dtype
+        from quantize.common.dtypes import checkpoint_dtype, compute_dtype
         device = args.get("device") or "auto"
         self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
         dtype = compute_dtype(checkpoint_dtype(target.path), args.get("dtype") or "auto", self.device)
@@ -75,7 +75,7 @@ class HfEngine:
                      "max_model_len": max_model_len}
         t0 = time.perf_counter()
         if target.format.moe and target.format.method == "compressed-tensors":
-            from quantize.moe import reload_dense  # per-expert quantized tensors: see quantize/moe.py
+            from quantize.common.moe import reload_dense  # per-expert quantized tensors: see quantize/common/moe.py
             self.model = reload_dense(target.path).to(dtype).to(self.device).eval()
         else:
             self.model = AutoModelForCausalLM.from_pretrained(

@@ -10,9 +10,9 @@ import uuid
 
 from evaluate.capabilities import DENSE, FP8, W4A16, W8A8_INT8, W8A16, YES, Verdict
 from evaluate.metrics import RequestTiming
-from quantize import machine as machine_mod
-from quantize.dtypes import HALF, fast_faithful_dtype
-from quantize.paths import CACHE_DIR
+from quantize.common import machine as machine_mod
+from quantize.common.dtypes import HALF, fast_faithful_dtype
+from quantize.common.paths import CACHE_DIR
 
 log = logging.getLogger("quantbench.evaluate")
 

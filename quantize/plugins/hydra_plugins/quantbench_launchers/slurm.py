@@ -12,7 +12,7 @@ launcher submits the same way and then:
   and exit status 2, instead of a job pending forever;
 - waits for every job; a job Slurm ended becomes a FAILED.json in its Hydra job
   dir ("time limit", "cancelled", ...), exactly like a job that failed in Python
-  (quantize.jobs), so the other jobs' results are kept and `FailureSummary`
+  (quantize.common.jobs), so the other jobs' results are kept and `FailureSummary`
   lists it and exits 1;
 - gives evaluate jobs their own results shard (`results_per_process=true`)
   unless the command line sets it: jobs of one sweep may run on several nodes
@@ -74,7 +74,7 @@ class SlurmLauncher(_PluginSlurmLauncher):
         failed = Path(str(out)) / "FAILED.json" if out else None
         if warned and failed is not None and failed.is_file():
             import json
-            from quantize.jobs import TIME_LIMIT
+            from quantize.common.jobs import TIME_LIMIT
             info = json.loads(failed.read_text())
             if not info["error"].startswith("time limit"):
                 record(failed.parent, TIME_LIMIT, f"{info['error']}\n{info['traceback']}", info["overrides"])
@@ -156,7 +156,7 @@ class SlurmLauncher(_PluginSlurmLauncher):
 def record(job_dir: Path, message: str, trace: str, overrides: List[str]) -> None:
     """FAILED.json in the job's dir; a job that never started also gets the
     .hydra/overrides.yaml Hydra would have written, so the summary counts it."""
-    from quantize.jobs import write_failure
+    from quantize.common.jobs import write_failure
     hydra_dir = job_dir / ".hydra"
     if not hydra_dir.is_dir():
         hydra_dir.mkdir(parents=True)

@@ -10,7 +10,7 @@ import traceback
 
 from hydra.experimental.callback import Callback
 
-from quantize.errors import UserError
+from quantize.common.errors import UserError
 
 log = logging.getLogger("quantbench")
 

@@ -8,7 +8,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from quantize.paths import CACHE_DIR
+from quantize.common.paths import CACHE_DIR
 
 
 def write_text(path: Path, text: str) -> None:

