@@ -4,21 +4,33 @@ import json
 import logging
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from quantize import calibration, recipe as recipes, verify
-from quantize.common import moe
-from quantize.common import manifest as manifest_mod
+from quantize.common import manifest as manifest_mod, moe
 from quantize.common.atomic import staging_dir
 from quantize.common.checkpoint import check_weight_files, quantization_summary, weight_files
 from quantize.common.dtypes import checkpoint_dtype, compute_dtype
 from quantize.common.errors import UserError
-from quantize.common.paths import resolve
 from quantize.common.manifest import Manifest, ModelInfo, RecipeInfo
+from quantize.common.paths import resolve
 from quantize.common.provenance import dir_bytes, hardware, sha256_files, versions
 
 log = logging.getLogger("quantbench.quantize")
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What one artifact is built from, and the id they hash to."""
+    cfg: object
+    model_dir: Path
+    recipe: recipes.RecipeFile
+    calib: calibration.CalibrationSet | None
+    identity: dict
+    artifact_id: str
+
 
 class Timer:
     def __init__(self):
@@ -48,6 +60,7 @@ def run(cfg) -> Path:
         calib = None if recipe.is_baseline else calibration.build(cfg.calibration, tokenizer, cfg.seed)
     identity = _identity(cfg, model_dir, recipe, calib, _calibration_dtype(cfg, model_dir, recipe))
     artifact_id = manifest_mod.artifact_id(**identity)
+    inputs = Inputs(cfg, model_dir, recipe, calib, identity, artifact_id)
     if existing:
         if existing.artifact_id == artifact_id:
             log.info("artifact %s is complete at %s: skipping (force=true rebuilds)", artifact_id, out)
@@ -84,7 +97,7 @@ def run(cfg) -> Path:
         if cfg.verify:
             with timer.phase("verify (reload saved checkpoint)"):
                 checks = _verify(tmp, recipe)
-        manifest = _manifest(cfg, artifact_id, identity, model_dir, recipe, calib, tmp, timer, checks)
+        manifest = _manifest(inputs, tmp, timer, checks)
         manifest_mod.write(tmp, manifest)  # last: its presence means "complete"
     log.info("artifact %s written to %s (%.1f MB)", artifact_id, out, manifest.bytes_on_disk["total"] / 1e6)
     return out
@@ -175,13 +188,15 @@ def _verify(artifact_dir: Path, recipe) -> dict:
     return checks
 
 
-def _manifest(cfg, artifact_id, identity, model_dir, recipe, calib, tmp, timer, checks) -> Manifest:
+def _manifest(inputs: Inputs, tmp: Path, timer: Timer, checks: dict) -> Manifest:
     from omegaconf import OmegaConf
+    cfg, model_dir, recipe, calib, identity = (inputs.cfg, inputs.model_dir, inputs.recipe, inputs.calib,
+                                               inputs.identity)
     weights = weight_files(tmp)
     model_config = json.loads((model_dir / "config.json").read_text())
     quantization = quantization_summary(tmp)
     return Manifest(
-        artifact_id=artifact_id,
+        artifact_id=inputs.artifact_id,
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         model=ModelInfo(
             name=cfg.model.name, path=str(model_dir), weights_sha256=identity["model_weights_sha256"],
