@@ -7,7 +7,6 @@ are hashed, so two artifacts with the same calibration hash saw the same tokens.
 import json
 import random
 from dataclasses import dataclass
-from pathlib import Path
 
 from quantize.common.errors import UserError
 from quantize.common.paths import resolve

@@ -227,7 +227,6 @@ def weight_group_size(artifact_dir: Path) -> int:
 @pytest.mark.parametrize("recipe", sparse_recipes())
 def test_sparse_recipes_save_2_4_weights(build_artifact, recipe):
     """The manifest's 2:4 claim, and an independent check on the saved weights."""
-    import torch
     art = build_artifact(recipe)
     report = art.manifest["checks"]["sparsity"]
     assert report["all_layers_hold_pattern"] is True
@@ -252,7 +251,6 @@ def test_sparse_recipes_save_2_4_weights(build_artifact, recipe):
 
 def test_non_sparse_recipes_are_not_pruned(build_artifact):
     """Sanity on the checker: dense recipes do not claim (or show) a 2:4 pattern."""
-    import torch
     for recipe in ("original", "w8a8_smooth_ptq"):
         if recipe not in RECIPES:
             continue

@@ -33,7 +33,7 @@ def run_job(fn, cfg, needs_hub: bool = False):
     multirun = in_multirun()
     try:
         return fn(cfg)
-    except (UserError, Exception) as e:
+    except Exception as e:
         one_line = describe_error(e)
         if not multirun:
             if isinstance(e, UserError):
