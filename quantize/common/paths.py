@@ -12,10 +12,9 @@ CORPUS_DIR = CACHE_DIR / "corpus"
 
 
 def resolve(path: str | os.PathLike) -> Path:
-    """Resolve a user path: absolute stays, relative is taken from the cwd
-    the user launched from (Hydra may change cwd for jobs)."""
+    """Resolve a user path: absolute stays, relative is taken from the cwd.
+    That is the directory the user launched from: Hydra keeps it
+    (`hydra.job.chdir: false` in conf/*.yaml), and every launcher starts its
+    jobs there (submitit's local processes, Slurm's sbatch, local Ray)."""
     p = Path(os.path.expanduser(str(path)))
-    if p.is_absolute():
-        return p
-    base = os.environ.get("QUANTBENCH_LAUNCH_CWD") or os.getcwd()
-    return Path(base) / p
+    return p if p.is_absolute() else Path.cwd() / p
