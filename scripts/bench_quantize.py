@@ -23,15 +23,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-# Short column names for the pipeline's phases (manifest `timings_s` keys), in
-# the order the pipeline runs them; a phase not listed gets its own name.
+# Short column names for the pipeline's phases (manifest `timings_s` keys, the
+# names of quantize/pipeline.py's `timer.phase(...)`), in the order it runs
+# them. A key is a prefix of the phase name: the oneshot phase names the dtype
+# it calibrates in ("oneshot (calibrate + quantize in float32)"), and recipes
+# of both dtypes share one column. A phase no prefix matches gets its own name.
 PHASE_LABELS = {
     "load tokenizer and calibration": "calib (s)",
     "load model": "load (s)",
-    "oneshot (calibrate + quantize)": "oneshot (s)",
+    "oneshot": "oneshot (s)",
     "save": "save (s)",
-    "verify (reload saved checkpoint)": "verify (s)",
+    "verify": "verify (s)",
 }
+
+
+def phase_column(name: str) -> str:
+    """The table column of a pipeline phase (see PHASE_LABELS)."""
+    return next((p for p in PHASE_LABELS if name == p or name.startswith(p + " ")), name)
 
 
 def shipped_recipes() -> list[str]:
@@ -88,22 +96,27 @@ def run_one(recipe: str, args, log_dir: Path) -> dict:
                               stdout=log, stderr=subprocess.STDOUT)
     row["wall_s"] = round(time.perf_counter() - start, 2)
     row["log"] = str(log_path)
-    manifest_path = out_dir / "manifest.json"
-    if proc.returncode != 0 or not manifest_path.is_file():
+    from quantize.common import manifest as manifest_mod
+    m = manifest_mod.read(out_dir) if proc.returncode == 0 else None
+    if m is None:
         lines = [l for l in log_path.read_text().splitlines() if l.strip()]
         row["error"] = f"exit {proc.returncode}: {lines[-1][:200] if lines else ''}"
         return row
-    m = json.loads(manifest_path.read_text())
+    timings: dict[str, float] = {}
+    for name, seconds in m.timings_s.items():
+        column = "total" if name == "total" else phase_column(name)
+        timings[column] = timings.get(column, 0) + seconds
     row.update({
         "ok": True,
         "artifact_dir": str(out_dir),
-        "artifact_id": m["artifact_id"],
-        "timings_s": m["timings_s"],
-        "size_mb": round(m["bytes_on_disk"]["total"] / 1e6, 1),
-        "weights_mb": round(m["bytes_on_disk"]["weights"] / 1e6, 1),
-        "format": m["quantization"]["format"],
-        "sparsity": m.get("checks", {}).get("sparsity"),
-        "calibration": m.get("calibration"),
+        "artifact_id": m.artifact_id,
+        "timings_s": timings,
+        "size_mb": round(m.bytes_on_disk["total"] / 1e6, 1),
+        "weights_mb": round(m.bytes_on_disk["weights"] / 1e6, 1),
+        "format": m.quant_format,
+        "calibration_dtype": m.calibration_dtype,
+        "sparsity": m.sparsity,
+        "calibration": m.calibration,
     })
     return row
 
@@ -120,20 +133,20 @@ def table(rows: list[dict]) -> str:
     # Pipeline order for the known phases, then any others by name.
     phases = [p for p in PHASE_LABELS if p in seen] + sorted(seen - set(PHASE_LABELS))
     header = (["recipe", "wall (s)", "quantize (s)"] + [PHASE_LABELS.get(p, f"{p} (s)") for p in phases]
-              + ["size (MB)", "weights (MB)", "format", "2:4 check"])
+              + ["size (MB)", "weights (MB)", "calib dtype", "format", "2:4 check"])
     body = []
     for row in rows:
         if not row["ok"]:
             body.append([row["recipe"], f"{row['wall_s']:.1f}" if "wall_s" in row else "-", "FAILED",
-                         *[""] * len(phases), "", "", "", row.get("error", "")])
+                         *[""] * len(phases), "", "", "", "", row.get("error", "")])
             continue
         t = row["timings_s"]
         body.append([row["recipe"], f"{row['wall_s']:.1f}", f"{t['total']:.1f}",
                      *[f"{t[p]:.1f}" if p in t else "-" for p in phases],
-                     f"{row['size_mb']:.1f}", f"{row['weights_mb']:.1f}", row["format"],
-                     sparsity_cell(row["sparsity"])])
+                     f"{row['size_mb']:.1f}", f"{row['weights_mb']:.1f}", row["calibration_dtype"] or "-",
+                     row["format"], sparsity_cell(row["sparsity"])])
     widths = [max(len(str(r[i])) for r in [header, *body]) for i in range(len(header))]
-    numeric = set(range(1, len(header) - 2))
+    numeric = set(range(1, len(header) - 3))
 
     def fmt(r):
         return "| " + " | ".join(str(c).rjust(w) if i in numeric else str(c).ljust(w)
