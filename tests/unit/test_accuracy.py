@@ -1,0 +1,58 @@
+"""evaluate/accuracy.py: the KL divergence on the partition {each returned
+token, everything else}, from the engine's top-k logprobs and the reference's
+full distribution, against a direct computation."""
+import math
+
+import numpy as np
+import pytest
+
+from evaluate.accuracy import _partition_kl
+
+P = [0.40, 0.25, 0.15, 0.10, 0.06, 0.04]   # reference distribution over a 6-token vocabulary
+Q = [0.30, 0.30, 0.20, 0.05, 0.10, 0.05]   # the artifact's
+
+
+def engine_topk(q: list[float], ids: list[int]) -> dict:
+    """What the engine returns: {token id: (logprob, rank)} for some tokens."""
+    order = sorted(range(len(q)), key=lambda t: -q[t])
+    return {t: (math.log(q[t]), order.index(t) + 1) for t in ids}
+
+
+def direct_partition_kl(p: list[float], q: list[float], ids: list[int]) -> float:
+    """KL(p || q) over the cells {i} for i in ids, plus one cell for the rest."""
+    kl = sum(p[i] * math.log(p[i] / q[i]) for i in ids)
+    p_rest = 1 - sum(p[i] for i in ids)
+    q_rest = 1 - sum(q[i] for i in ids)
+    return kl + (p_rest * math.log(p_rest / q_rest) if p_rest > 0 else 0.0)
+
+
+def full_kl(p, q) -> float:
+    return sum(a * math.log(a / b) for a, b in zip(p, q))
+
+
+@pytest.mark.parametrize("ids", [[0, 1, 2], [1, 4], [3], [0, 1, 2, 3, 4]])
+def test_matches_the_direct_computation_on_the_partition(ids):
+    got = _partition_kl(np.log(np.array(P)), engine_topk(Q, ids))
+    assert got == pytest.approx(direct_partition_kl(P, Q, ids), rel=1e-9)
+    assert 0 < got <= full_kl(P, Q) + 1e-12  # a lower bound of the full-vocabulary KL (data processing)
+
+
+def test_equals_the_full_kl_when_every_token_is_returned():
+    got = _partition_kl(np.log(np.array(P)), engine_topk(Q, list(range(len(Q)))))
+    assert got == pytest.approx(full_kl(P, Q), rel=1e-9)
+
+
+@pytest.mark.parametrize("ids", [[0], [0, 1, 2], list(range(6))])
+def test_is_zero_for_the_same_distribution(ids):
+    assert _partition_kl(np.log(np.array(P)), engine_topk(P, ids)) == pytest.approx(0, abs=1e-12)
+
+
+def test_the_remainder_cell_counts():
+    """Same mass on the returned tokens, different elsewhere: the returned
+    cells agree, so all of the KL comes from how the rest differs in total."""
+    p = [0.5, 0.3, 0.2]
+    q = [0.5, 0.1, 0.4]
+    got = _partition_kl(np.log(np.array(p)), engine_topk(q, [0]))
+    assert got == pytest.approx(0, abs=1e-12)  # rest is 0.5 in both: this partition cannot tell them apart
+    got = _partition_kl(np.log(np.array(p)), engine_topk(q, [1]))
+    assert got == pytest.approx(0.3 * math.log(0.3 / 0.1) + 0.7 * math.log(0.7 / 0.9), rel=1e-9)
