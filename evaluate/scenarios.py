@@ -1,13 +1,19 @@
 """Scenarios: {batch_size, input_len, output_len}, one YAML file each in
-conf/scenario/. A *set* file lists others under `include` (or `include: all`)."""
+conf/scenario/, or anywhere (`scenario=/path/to/my.yaml` selects the `file`
+option with that path). A *set* file lists others under `include` (or
+`include: all`); a set file's includes are looked up next to it first, then in
+conf/scenario/."""
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import yaml
+from omegaconf import OmegaConf
 
 from quantize.common.errors import UserError
-from quantize.common.paths import CONF_DIR
+from quantize.common.paths import CONF_DIR, resolve as resolve_path
 
 SCENARIO_DIR = CONF_DIR / "scenario"
+FILE_OPTION = "file"  # conf/scenario/file.yaml: the option `scenario=<path>` selects
 
 
 @dataclass(frozen=True)
@@ -26,33 +32,90 @@ class Scenario:
 
 
 def resolve(cfg) -> list[Scenario]:
-    """The scenario config (a single scenario or a set) -> a list of scenarios."""
-    if is_set(cfg):
-        names = _all_single() if cfg.include == "all" else list(cfg.include)
-        return [load(n) for n in names]
-    return [_from_dict(dict(cfg))]
+    """The scenario config (a single scenario, a set, or a file given by
+    path) -> a list of scenarios."""
+    data, near = _config(cfg)
+    if data.get("include") is not None:
+        include = data["include"]
+        names = _all_single() if include == "all" else include
+        if not isinstance(names, list):
+            raise UserError(f"scenario {data.get('name')}: include must be a list of scenarios or 'all', "
+                            f"not {include!r}")
+        return [load(n, near) for n in names]
+    return [_from_dict(data)]
 
 
-def load(name: str) -> Scenario:
-    """One scenario file by name."""
-    return _from_dict(_load(name))
+def load(name: str, near: Path | None = None) -> Scenario:
+    """One scenario: a name (a file in folder `near`, then in conf/scenario/)
+    or a path to a YAML file."""
+    return _from_dict(_load(name, near))
 
 
 def is_set(cfg) -> bool:
     """A scenario set (`include:`) rather than one scenario."""
-    return "include" in cfg and cfg.include is not None
+    return _config(cfg)[0].get("include") is not None
+
+
+def _config(cfg) -> tuple[dict, Path | None]:
+    """The scenario config as a plain dict, and the folder a set's includes
+    are looked up in first. For the `file` option, the file's keys, with any
+    `+scenario.<key>=` of the command line over them, and the file's folder;
+    its name is the file's `name:`, else the file name without .yaml."""
+    keys = list(cfg.keys())
+    if "path" not in keys:
+        return {k: _plain(cfg[k]) for k in keys}, None
+    if OmegaConf.is_config(cfg) and OmegaConf.is_missing(cfg, "path"):
+        raise UserError("scenario=file needs a path: pass scenario=<path to a scenario YAML>")
+    path = cfg["path"]
+    file = resolve_path(str(path))
+    data = _read(file)
+    data.setdefault("name", file.stem)
+    data.update({k: _plain(cfg[k]) for k in keys if k not in ("name", "path")})
+    return data, file.parent
+
+
+def _plain(value):
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
 
 def _all_single() -> list[str]:
-    return [p.stem for p in sorted(SCENARIO_DIR.glob("*.yaml")) if "include" not in _load(p.stem)]
+    return [p.stem for p in sorted(SCENARIO_DIR.glob("*.yaml"))
+            if p.stem != FILE_OPTION and "include" not in _read(p)]
 
 
-def _load(name: str) -> dict:
-    path = SCENARIO_DIR / f"{name}.yaml"
+def _known() -> str:
+    return ", ".join(sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml") if p.stem != FILE_OPTION))
+
+
+def _load(name: str, near: Path | None = None) -> dict:
+    return _read(_find(str(name), near))
+
+
+def _find(name: str, near: Path | None) -> Path:
+    """A path (relative to `near` when given, else to the cwd), or a name:
+    `near/<name>.yaml`, then conf/scenario/<name>.yaml."""
+    if "/" in name or name.startswith("~") or name.endswith((".yaml", ".yml")):
+        return near / name if near is not None and not Path(name).expanduser().is_absolute() \
+            else resolve_path(name)
+    for folder in ([near] if near is not None else []) + [SCENARIO_DIR]:
+        if (folder / f"{name}.yaml").is_file() and (folder != SCENARIO_DIR or name != FILE_OPTION):
+            return folder / f"{name}.yaml"
+    where = f" (looked in {near} and {SCENARIO_DIR})" if near is not None else ""
+    raise UserError(f"unknown scenario {name!r}{where}; known: {_known()}, or a path to a scenario YAML")
+
+
+def _read(path: Path) -> dict:
     if not path.is_file():
-        known = sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
-        raise UserError(f"unknown scenario {name!r}; known: {', '.join(known)}")
-    return yaml.safe_load(path.read_text()) or {}
+        raise UserError(f"scenario file {path} does not exist; pass scenario=<path to a scenario YAML> "
+                        f"or scenario=<name> ({_known()})")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise UserError(f"cannot read scenario file {path}: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"scenario file {path} is not a mapping of name, batch_size, input_len and "
+                        "output_len (or name and include)")
+    return data
 
 
 def _from_dict(d: dict) -> Scenario:

@@ -1,5 +1,6 @@
 """Hydra plumbing shared by both stages: resolvers, recipe discovery, and the
-path shorthands (`model=/some/dir`, `recipe=my.yaml`, `calibration=data.jsonl`)."""
+path shorthands (`model=/some/dir`, `recipe=my.yaml`, `calibration=data.jsonl`,
+`scenario=my.yaml`)."""
 import os
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from quantize.common.paths import CACHE_DIR, CONF_DIR, PROJECT_ROOT, RECIPES_DIR
 
 # Config groups whose value may also be a filesystem path; the shorthand maps
 # `group=<path>` to `group=<fallback option> group.path=<path>`.
-PATH_GROUPS = {"model": "local", "recipe": "file", "calibration": "file"}
+PATH_GROUPS = {"model": "local", "recipe": "file", "calibration": "file", "scenario": "file"}
 # Dicts handed to another library as they are (vLLM engine args, environment,
 # lm-eval model args): their keys are whatever that library takes.
 PASS_THROUGH = ("engine.args.", "engine.env.", "lm_eval.model_args.")

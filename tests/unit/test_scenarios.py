@@ -1,0 +1,111 @@
+"""evaluate/scenarios.py loading: names in conf/scenario/, files given by path
+(`scenario=/path/to/my.yaml`, through the same command-line rewriting and
+Hydra composition as `python -m evaluate`), and set files with includes."""
+import pytest
+from hydra import compose, initialize_config_dir
+
+from evaluate import scenarios
+from evaluate.scenarios import Scenario
+from quantize.common.config import expand_path_shorthands, register
+from quantize.common.errors import UserError
+from quantize.common.paths import CONF_DIR
+
+TINY = "name: my_tiny\nbatch_size: 2\ninput_len: 32\noutput_len: 16\n"
+
+
+def scenario_cfg(*overrides: str):
+    """cfg.scenario as `python -m evaluate <overrides>` composes it."""
+    register()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="evaluate", overrides=expand_path_shorthands(list(overrides))).scenario
+
+
+def test_a_name_loads_from_conf():
+    (s,) = scenarios.resolve(scenario_cfg("scenario=interactive"))
+    assert s == Scenario("interactive", 1, 128, 64)
+    assert scenarios.is_set(scenario_cfg("scenario=cpu")) and not scenarios.is_set(scenario_cfg("scenario=base"))
+    assert [s.name for s in scenarios.resolve(scenario_cfg("scenario=cpu"))] == [
+        "interactive", "medium_batch", "cpu_prefill"]
+
+
+def test_a_file_given_by_path(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    cfg = scenario_cfg(f"scenario={tmp_path / 'tiny.yaml'}")
+    assert not scenarios.is_set(cfg)
+    assert scenarios.resolve(cfg) == [Scenario("my_tiny", 2, 32, 16)]  # named by its `name:`
+    (tmp_path / "unnamed.yaml").write_text("batch_size: 1\ninput_len: 8\noutput_len: 4\n")
+    assert scenarios.resolve(scenario_cfg(f"scenario={tmp_path / 'unnamed.yaml'}"))[0].name == "unnamed"
+
+
+def test_a_relative_path_is_taken_from_the_cwd(tmp_path, monkeypatch):
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    monkeypatch.chdir(tmp_path)
+    assert scenarios.resolve(scenario_cfg("scenario=tiny.yaml"))[0].name == "my_tiny"
+    assert scenarios.resolve(scenario_cfg("scenario=./tiny.yaml"))[0].name == "my_tiny"
+
+
+def test_command_line_keys_go_over_the_file(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    (s,) = scenarios.resolve(scenario_cfg(f"scenario={tmp_path / 'tiny.yaml'}", "+scenario.input_len=64"))
+    assert (s.name, s.batch_size, s.input_len) == ("my_tiny", 2, 64)
+
+
+def test_a_set_file_includes_files_next_to_it_then_conf(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    (tmp_path / "interactive.yaml").write_text("name: my_interactive\nbatch_size: 1\ninput_len: 4\noutput_len: 4\n")
+    (tmp_path / "pair.yaml").write_text("name: my_pair\ninclude: [tiny, interactive, decode_bound]\n")
+    cfg = scenario_cfg(f"scenario={tmp_path / 'pair.yaml'}")
+    assert scenarios.is_set(cfg)
+    assert [s.name for s in scenarios.resolve(cfg)] == ["my_tiny", "my_interactive", "decode_bound"]
+
+
+def test_a_set_file_may_include_paths(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "tiny.yaml").write_text(TINY)
+    (tmp_path / "pair.yaml").write_text("include: [sub/tiny.yaml]\n")
+    assert scenarios.resolve(scenario_cfg(f"scenario={tmp_path / 'pair.yaml'}")) == [Scenario("my_tiny", 2, 32, 16)]
+    assert scenarios.load(str(tmp_path / "sub" / "tiny.yaml")) == Scenario("my_tiny", 2, 32, 16)
+
+
+def test_all_leaves_out_sets_and_the_file_option():
+    names = [s.name for s in scenarios.resolve(scenario_cfg("scenario=all"))]
+    assert "interactive" in names and "base" in names
+    assert not {"cpu", "reference", "none", "all", "file"} & set(names)
+
+
+def one_line_error(excinfo) -> str:
+    message = str(excinfo.value)
+    assert "\n" not in message
+    return message
+
+
+def test_a_missing_path_is_one_line_naming_the_fix(tmp_path):
+    missing = tmp_path / "nowhere" / "my.yaml"
+    with pytest.raises(UserError) as e:
+        scenarios.resolve(scenario_cfg(f"scenario={missing}"))
+    message = one_line_error(e)
+    assert str(missing) in message and "does not exist" in message
+    assert "scenario=<path to a scenario YAML>" in message and "interactive" in message
+
+
+def test_a_set_file_naming_a_missing_scenario(tmp_path):
+    (tmp_path / "pair.yaml").write_text("include: [tiny, no_such_scenario]\n")
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    with pytest.raises(UserError) as e:
+        scenarios.resolve(scenario_cfg(f"scenario={tmp_path / 'pair.yaml'}"))
+    message = one_line_error(e)
+    assert "'no_such_scenario'" in message and str(tmp_path) in message and "known: " in message
+
+
+def test_a_file_that_is_not_a_scenario(tmp_path):
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(UserError, match="not a mapping"):
+        scenarios.resolve(scenario_cfg(f"scenario={tmp_path / 'list.yaml'}"))
+    (tmp_path / "half.yaml").write_text("name: half\nbatch_size: 1\n")
+    with pytest.raises(UserError, match="needs integer batch_size"):
+        scenarios.resolve(scenario_cfg(f"scenario={tmp_path / 'half.yaml'}"))
+
+
+def test_an_unknown_name_still_names_the_known_ones():
+    with pytest.raises(UserError, match="unknown scenario 'no_such'.*interactive"):
+        scenarios.load("no_such")
