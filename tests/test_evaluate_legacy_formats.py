@@ -48,14 +48,14 @@ def test_legacy_checkpoint_is_served_and_decoded_correctly(fmt, tmp_path, tokeni
                   f"accuracy.reference={decoded}", "engine.args.enforce_eager=true", f"results_dir={res}",
                   cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
-    rows = {r["kind"]: r for r in results.read(res)}
+    rows = {r.kind: r for r in results.read(res)}
     speed, acc = rows["speed"], rows["accuracy"]
     for r in (speed, acc):
-        assert r["status"] == "ok" and r["engine"] == "vllm" and r["manifest"] is None
-        assert r["quant_format"] == fmt and r["recipe"] == "external"
-        assert r["artifact_id"] == sha256_files(weight_files(legacy))[:16]
-    assert speed["metrics"]["output_tokens"] == 64
+        assert r.status == "ok" and r.engine == "vllm" and r.manifest is None
+        assert r.quant_format == fmt and r.recipe == "external"
+        assert r.artifact_id == sha256_files(weight_files(legacy))[:16]
+    assert speed.metrics["output_tokens"] == 64
     assert json.loads((legacy / "config.json").read_text())["quantization_config"]["quant_method"] == fmt
     # The engine's predictions are those of the decoded weights (fp16 kernels
     # on both sides; ties in near-uniform logits can still flip a few).
-    assert acc["metrics"]["top1_agreement"] > 0.97, acc["metrics"]
+    assert acc.metrics["top1_agreement"] > 0.97, acc.metrics

@@ -159,10 +159,10 @@ def test_reader_skips_lines_that_are_not_rows_with_a_counted_warning(tmp_path, c
     write_store(tmp_path / "results.jsonl", [good])
     with caplog.at_level(logging.WARNING, logger="quantbench.results"):
         rows = results.read(tmp_path)
-    assert rows == [good]
+    assert rows == [results.Row(kind="speed", status="ok", extra={"n": 1})]
     (warning,) = [r for r in caplog.records if "not result rows" in r.getMessage()]
     assert f"skipped {len(FOREIGN)} line(s)" in warning.getMessage()
-    assert results.completed_keys(tmp_path) == {results.run_key(good)}
+    assert results.completed_keys(tmp_path) == {rows[0].run_key()}
 
 
 def test_report_and_rerun_skip_logic_work_on_a_store_with_foreign_lines(tiny_model, tmp_path):
@@ -177,7 +177,7 @@ def test_report_and_rerun_skip_logic_work_on_a_store_with_foreign_lines(tiny_mod
     assert first.returncode == 0, first.stderr[-2000:]
     assert "skipped 6 line(s) that are not result rows" in first.stdout + first.stderr
     (row,) = results.read(res)
-    assert row["status"] == "ok"
+    assert row.status == "ok"
     again = evaluate(tiny_model, res, *args, cwd=tmp_path)
     assert again.returncode == 0 and "nothing to do" in again.stdout + again.stderr
     report = run_cli("evaluate.report", "--results-dir", str(res), "--out-dir", str(tmp_path / "rep"), cwd=tmp_path)

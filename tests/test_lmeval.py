@@ -2,7 +2,6 @@
 the results store keyed by artifact id."""
 import importlib.metadata
 import importlib.util
-import json
 import math
 import subprocess
 
@@ -69,18 +68,18 @@ def test_bundled_task_on_vllm_matches_transformers(build_artifact, tmp_path):
             "lm_eval.tasks=[austen_lastword,my_capitals]", f"results_dir={tmp_path / 'res'}"]
     out = run_evaluate(*args, cwd=tmp_path)
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
-    rows = {r["dataset"]: r for r in results.read(tmp_path / "res")}
+    rows = {r.dataset: r for r in results.read(tmp_path / "res")}
     assert sorted(rows) == ["austen_lastword", "my_capitals"]
-    assert rows["my_capitals"]["lm_eval"]["n_samples"]["effective"] == 2
+    assert rows["my_capitals"].lm_eval["n_samples"]["effective"] == 2
     row = rows["austen_lastword"]
-    assert row["kind"] == "lm_eval" and row["status"] == "ok"
-    assert row["scenario"] == "austen_lastword (0-shot)"
-    assert row["artifact_id"] == art.manifest["artifact_id"]
-    assert row["lm_eval"]["n_samples"]["effective"] == n
-    assert row["lm_eval_versions"]["lm_eval"] and row["engine_version"]
-    assert 0 <= row["metrics"]["acc"] <= 1
+    assert row.kind == "lm_eval" and row.status == "ok"
+    assert row.scenario == "austen_lastword (0-shot)"
+    assert row.artifact_id == art.manifest["artifact_id"]
+    assert row.lm_eval["n_samples"]["effective"] == n
+    assert row.lm_eval_versions["lm_eval"] and row.engine_version
+    assert 0 <= row.metrics["acc"] <= 1
     expected = _last_word_log_perplexity(art.dir, n)
-    assert math.log(row["metrics"]["perplexity"]) == pytest.approx(expected, abs=0.1)
+    assert math.log(row.metrics["perplexity"]) == pytest.approx(expected, abs=0.1)
 
     again = run_evaluate(*args, cwd=tmp_path)
     assert again.returncode == 0

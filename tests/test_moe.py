@@ -83,7 +83,7 @@ def test_vllm_serves_quantized_moe_or_says_why_not(moe_artifacts, tmp_path, reci
                   f"results_dir={res}", cwd=tmp_path)
     if verdict:
         assert out.returncode == 0, out.stderr[-3000:]
-        assert {r["status"] for r in results.read(res)} == {"ok"}
+        assert {r.status for r in results.read(res)} == {"ok"}
     else:
         assert out.returncode == 2, out.stderr[-3000:]
         line = last_line(out.stderr)
@@ -98,9 +98,9 @@ def test_hf_engine_serves_quantized_moe_with_accuracy(moe_artifacts, tmp_path):
     out = run_cli("evaluate", f"model={art}", "engine=hf", *SCENARIO, "runs=1", "accuracy.num_windows=1",
                   "accuracy.lastword.num_items=4", f"results_dir={res}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
-    rows = {r["kind"]: r for r in results.read(res)}
-    assert rows["speed"]["status"] == "ok" and rows["speed"]["metrics"]["output_throughput"] > 0
-    acc = rows["accuracy"]["metrics"]
+    rows = {r.kind: r for r in results.read(res)}
+    assert rows["speed"].status == "ok" and rows["speed"].metrics["output_throughput"] > 0
+    acc = rows["accuracy"].metrics
     assert acc["scored_tokens"] == 511 and acc["perplexity"] > 0 and 0 <= acc["top1_agreement"] <= 1
 
 

@@ -116,8 +116,8 @@ def job_ids(sweep: Path) -> list[str]:
     return sorted(p.parent.name for p in (sweep / ".submitit").glob("*/*_log.out"))
 
 
-def ok_runs(res: Path, recipe: str) -> list[dict]:
-    return [r for r in results.read(res) if r["recipe"] == recipe and r["status"] == "ok" and r["kind"] == "speed"]
+def ok_runs(res: Path, recipe: str) -> list[results.Row]:
+    return [r for r in results.read(res) if r.recipe == recipe and r.status == "ok" and r.kind == "speed"]
 
 
 def wait_for_rows(res: Path, recipe: str, more_than: int, proc: subprocess.Popen, or_exit=False) -> int:
@@ -200,8 +200,8 @@ def test_quantize_then_evaluate_on_slurm_with_merged_shards(cluster, quantized, 
     per_shard = [{(r["recipe"], r["engine"]) for r in map(json.loads, s.read_text().splitlines())} for s in shards]
     assert sorted(map(sorted, per_shard)) == sorted([[("original", "hf")], [("w4a16_rtn", "hf")],
                                                       [("original", "vllm")]])
-    ok = [r for r in results.read(res) if r["status"] == "ok"]
-    assert sorted((r["recipe"], r["engine"]) for r in ok) == [("original", "hf"), ("original", "vllm"),
+    ok = [r for r in results.read(res) if r.status == "ok"]
+    assert sorted((r.recipe, r.engine) for r in ok) == [("original", "hf"), ("original", "vllm"),
                                                               ("w4a16_rtn", "hf")]
     report = subprocess.run([sys.executable, "-m", "evaluate.report", "--results-dir", str(res),
                              "--out-dir", str(workdir / "report")], cwd=workdir, env=cluster.cli_env(),
@@ -263,10 +263,10 @@ def test_scancel_time_limit_and_requeue_lose_nothing(cluster, quantized, tiny_mo
     assert rerun_limit.returncode == 0, tail(rerun_limit)
     for recipe in ("original", "w4a16_rtn"):
         rows = ok_runs(res, recipe)
-        counts = Counter(r["run_index"] for r in rows)
+        counts = Counter(r.run_index for r in rows)
         assert sorted(counts) == list(range(8)) and set(counts.values()) == {1}, (recipe, counts)
-        before = {(r["run_index"], r["timestamp"]) for r in kept[recipe]}
-        assert before <= {(r["run_index"], r["timestamp"]) for r in rows}  # completed rows kept as they were
+        before = {(r.run_index, r.timestamp) for r in kept[recipe]}
+        assert before <= {(r.run_index, r.timestamp) for r in rows}  # completed rows kept as they were
     cluster.states([job])
     log = cluster.slurm("sacct", "-X", "-n", "-P", "-D", "-o", "State", "-j", job).split()
     assert log == ["REQUEUED", "COMPLETED"], log  # it was requeued, then finished

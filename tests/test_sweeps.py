@@ -87,7 +87,7 @@ def test_killed_sweep_resumes_without_redoing_finished_work(tiny, tmp_path):
 
 def _writer(path, worker, n):
     for i in range(n):
-        results.append(path, {"kind": "speed", "worker": worker, "i": i, "padding": "x" * 3000})
+        results.append(path, results.Row(kind="speed", extra={"worker": worker, "i": i, "padding": "x" * 3000}))
 
 
 def test_concurrent_writers_never_lose_or_tear_lines(tmp_path):
@@ -104,9 +104,9 @@ def test_concurrent_writers_never_lose_or_tear_lines(tmp_path):
 
 
 def test_reader_merges_shards_and_skips_a_torn_line(tmp_path):
-    results.append(tmp_path / "results.jsonl", {"kind": "speed", "status": "ok", "n": 1})
+    results.append(tmp_path / "results.jsonl", results.Row(kind="speed", status="ok", extra={"n": 1}))
     other = results.shard_path(tmp_path, shard=True)
-    results.append(other, {"kind": "speed", "status": "ok", "n": 2})
+    results.append(other, results.Row(kind="speed", status="ok", extra={"n": 2}))
     with open(other, "a") as f:
         f.write('{"kind": "speed", "status": "ok", "n": ')  # a writer killed mid-line
-    assert sorted(r["n"] for r in results.read(tmp_path)) == [1, 2]
+    assert sorted(r.extra["n"] for r in results.read(tmp_path)) == [1, 2]
