@@ -18,17 +18,31 @@ FILE_OPTION = "file"  # conf/scenario/file.yaml: the option `scenario=<path>` se
 
 @dataclass(frozen=True)
 class Scenario:
+    """A speed scenario's name and shape. Accuracy and lm-eval rows name an
+    eval set or task instead: the report gives them a Scenario without a shape."""
     name: str
-    batch_size: int
-    input_len: int
-    output_len: int
+    batch_size: int | None = None
+    input_len: int | None = None
+    output_len: int | None = None
 
     def as_row(self) -> dict:
         return {"scenario": self.name, **{k: v for k, v in asdict(self).items() if k != "name"}}
 
     @property
     def max_len(self) -> int:
+        """Tokens a sequence needs (speed scenarios, which always have a shape)."""
         return self.input_len + self.output_len
+
+    def heading(self) -> str:
+        shape = [f"{k}={v}" for k, v in (("batch_size", self.batch_size), ("input_len", self.input_len),
+                                          ("output_len", self.output_len)) if v is not None]
+        return f"{self.name} ({', '.join(shape)})" if shape else self.name
+
+    def tick(self) -> str:
+        """Two short lines for a plot axis."""
+        if self.batch_size is None:
+            return self.name
+        return f"{self.name}\nbs={self.batch_size} {self.input_len}→{self.output_len}"
 
 
 def resolve(cfg) -> list[Scenario]:

@@ -1,0 +1,278 @@
+"""report.md: header, summary, ranking, detailed runs, problems, accuracy
+and lm-eval sections, each rendered from the aggregated groups."""
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+from evaluate.report.aggregate import (
+    BASELINE, CV_MAX, Group, accuracy_keys, accuracy_of, by_model, by_throughput, headline_accuracy_keys, in_table,
+    kv_cache_bytes, labels, lm_baseline, lm_recovery, numeric_metrics, ordered_metrics, overall_ranking,
+    run_labels, scenario_of, scenarios, stderr_key)
+from evaluate.report.formatting import (
+    MISSING, fmt_fixed, fmt_number, header, inline_json, interval_text, mb, short, speedup_text)
+from evaluate.results import Row
+
+MEMORY_HEADER = "Peak memory (MB): weights + KV cache + runtime"
+SUMMARY_SPEED = (  # metric, column header, decimals, mean ± std?
+    ("output_throughput", "Output throughput (tok/s)", 2, True),
+    ("total_token_throughput", "Total token throughput (tok/s)", 2, True),
+    ("input_throughput", "Input (prefill) throughput (tok/s)", 2, True),
+    ("latency_s", "Latency (s)", 3, True),
+    ("ttft_ms_p50", "TTFT p50 (ms)", 2, False),
+    ("tpot_ms_p50", "TPOT p50 (ms)", 2, False),
+)
+DETAIL_METRICS = (
+    ("latency_s", "Latency (s)", 3), ("output_throughput", "Output (tok/s)", 2),
+    ("total_token_throughput", "Total (tok/s)", 2), ("input_throughput", "Input (tok/s)", 2),
+    ("ttft_ms_p50", "TTFT p50 (ms)", 2), ("tpot_ms_p50", "TPOT p50 (ms)", 2),
+    ("itl_ms_p50", "ITL p50 (ms)", 2), ("peak_memory_mb", MEMORY_HEADER, 1),
+    ("weight_bandwidth_gb_s", "Weight bandwidth (GB/s)", 2),
+)
+
+
+def render_markdown(rows: list[Row], speed: list[Group], accuracy: list[Group], title: str, results_dir: Path,
+                    lm: list[Group] = ()) -> str:
+    parts = [render_header(rows, title, results_dir), render_summary(speed, accuracy),
+             render_ranking(speed), render_details(speed), render_problems(rows)]
+    if accuracy:
+        parts.append(render_accuracy(accuracy))
+    if lm:
+        parts.append(render_lm_eval(lm))
+    return "\n\n".join(p for p in parts if p) + "\n"
+
+
+def md_table(headers: list[str], rows: list[list[str]]) -> str:
+    def cell(v) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+    lines = ["| " + " | ".join(map(cell, headers)) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(map(cell, r)) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def mean_pm_std(g: Group, metric: str, digits: int | None = None) -> str:
+    """`mean ± std` with `digits` decimals, or four significant digits when
+    None; just the mean for a single run; MISSING when never measured."""
+    def fmt(x):
+        return fmt_number(x) if digits is None else fmt_fixed(x, digits)
+    mean, std = g.mean(metric), g.std(metric)
+    return fmt(mean) if std is None else f"{fmt(mean)} ± {fmt(std)}"
+
+
+def speedup_cell(g: Group) -> str:
+    """The speed-up, marked when the runs cannot support it."""
+    text = speedup_text(g.speedup)
+    return f"{text} ⚠ {g.flag}" if g.flag and g.speedup is not None else text
+
+
+def distinct(rows: list[Row], attr: str) -> list:
+    """The distinct non-empty values of a dict field, in order of first appearance."""
+    seen = {json.dumps(getattr(r, attr), sort_keys=True, default=str): getattr(r, attr)
+            for r in rows if getattr(r, attr)}
+    return list(seen.values())
+
+
+NOTES = (
+    "Notes: values are mean ± sample std over the timed runs (warm-up excluded); "
+    "TTFT/TPOT percentiles are per-run values averaged over runs; speed-up is mean output "
+    "throughput / that of the `original` artifact of the same model, engine, setup and scenario; "
+    "input (prefill) throughput is the measured `input_throughput`, or batch_size × input_len / "
+    "mean TTFT where a row lacks it; \"—\" means not measured (never 0); model size is weight "
+    "bytes on disk / 10^6.\n\n"
+    "A speed-up is flagged (⚠) and left out of the rankings when its 95% interval (Welch, on the "
+    "log ratio of mean output throughputs) includes 1.0, when either side's runs vary by more than "
+    f"{CV_MAX:.0%} (coefficient of variation), or when either side has a single run.\n\n"
+    "Peak memory is the resident memory of the engine's process tree at its peak: the weights, the "
+    "KV cache and the runtime (Python, torch, compiled graphs). vLLM-CPU allocates its whole KV cache "
+    "up front (`VLLM_CPU_KVCACHE_SPACE` GiB, shown per row as *KV cache*), so peak memory barely "
+    "changes with batch size; model size is the weights alone.")
+
+
+def render_header(rows: list[Row], title: str, results_dir: Path) -> str:
+    stamps = sorted(r.timestamp for r in rows if r.timestamp)
+    lines = [f"# {title}", "",
+             f"- Generated: {datetime.now(timezone.utc).isoformat(timespec='seconds')}",
+             f"- Results: {len(rows)} rows in `{results_dir}`"
+             + (f", measured {stamps[0]} … {stamps[-1]}" if stamps else ""),
+             f"- Models: {', '.join(sorted({r.model_name or '?' for r in rows}))}"]
+    lines += [f"- Hardware: {hardware_text(hw)}" for hw in distinct(rows, "hardware")]
+    lines += [f"- Capabilities: {capability_text(facts)}" for facts in distinct(rows, "machine")]
+    lines.append(f"- Versions: {versions_text(rows)}")
+    lines.append("- Setups (engine, args and environment as recorded; rows of different setups are never averaged):")
+    lines += setup_lines(rows)
+    return "\n".join(lines + ["", NOTES])
+
+
+def setup_lines(rows: list[Row]) -> list[str]:
+    """One line per (setup, engine, args, env) with the recipes measured in it."""
+    combos: dict[tuple, set] = {}
+    for r in rows:
+        key = (r.setup_id or MISSING, r.engine or "?", inline_json(r.engine_args), inline_json(r.engine_env))
+        combos.setdefault(key, set()).add(r.recipe or "?")
+    return [f"  - `{setup}` {engine}: args {args}, env {env} (recipes: {', '.join(sorted(recipes))})"
+            for (setup, engine, args, env), recipes in sorted(combos.items())]
+
+
+def hardware_text(hw: dict) -> str:
+    parts = [str(hw.get("cpu") or "unknown CPU")]
+    if hw.get("cpu_count"):
+        parts.append(f"{hw['cpu_count']} CPUs" + (f" ({hw['cpu_affinity']} usable)" if hw.get("cpu_affinity") else ""))
+    if hw.get("memory_gib"):
+        parts.append(f"{hw['memory_gib']} GiB RAM")
+    if hw.get("cpu_isa"):
+        parts.append("ISA " + " ".join(hw["cpu_isa"]))
+    parts.append("accelerators: " + (", ".join(hw.get("accelerators") or []) or "none"))
+    host = f"`{hw['hostname']}` " if hw.get("hostname") else ""
+    return host + "; ".join(parts)
+
+
+def capability_text(facts: dict) -> str:
+    """The facts the engine decided from (see `python -m evaluate.capabilities`)."""
+    parts = [f"bf16/fp16 {'native' if facts.get('cpu_native_half') else 'emulated on this CPU'}"]
+    if facts.get("cuda"):
+        parts.insert(0, "CUDA " + ", ".join(f"sm{a}{b}" for a, b in facts["cuda"]))
+    if facts.get("vllm_library"):
+        parts.append(f"vLLM kernel library {facts['vllm_library']} with "
+                     + (", ".join(facts.get("vllm_ops") or []) or "no int8/int4 ops"))
+    return "; ".join(parts)
+
+
+def versions_text(rows: list[Row]) -> str:
+    seen: dict[str, set] = {}
+    for v in distinct(rows, "versions"):
+        for pkg, ver in v.items():
+            seen.setdefault(pkg, set()).add(str(ver))
+    return ", ".join(f"{pkg} {' / '.join(sorted(vs))}" for pkg, vs in sorted(seen.items())) or MISSING
+
+
+def render_summary(speed: list[Group], accuracy: list[Group]) -> str:
+    names = labels(speed)
+    accuracy_cols = headline_accuracy_keys(accuracy)
+    heads = (["Model", "Recipe", "Artifact", "Format", "Model size (MB)"] + [h for _, h, _, _ in SUMMARY_SPEED]
+             + ["Speed-up vs original (x)", "Speed-up 95% CI", "Runs (n)", MEMORY_HEADER, "of it KV cache (MB)"]
+             + [header(k) for k in accuracy_cols])
+    out = ["## Summary"]
+    for sc in scenarios(speed):
+        rows = [summary_row(g, names, accuracy_of(accuracy, g), accuracy_cols)
+                for g in by_model([g for g in speed if g.scenario == sc])]
+        out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
+    if not speed:
+        out += ["", "No successful speed runs."]
+    elif accuracy_cols:
+        out += ["", f"Accuracy columns ({', '.join(accuracy_cols)}) come from the artifact's accuracy run in the same "
+                "setup; — means no such run (a run of another setup is never borrowed)."]
+    return "\n".join(out)
+
+
+def summary_row(g: Group, names: dict, accuracy: Group | None, accuracy_cols: list[str]) -> list[str]:
+    return ([g.model_name, in_table(names, g), f"`{short(g.artifact_id)}`", g.quant_format or MISSING,
+             fmt_fixed(mb(g.model_bytes), 1)]
+            + [mean_pm_std(g, m, d) if both else fmt_fixed(g.mean(m), d) for m, _, d, both in SUMMARY_SPEED]
+            + [speedup_cell(g), interval_text(g.speedup_ci), str(len(g.runs)),
+               fmt_fixed(mb(g.mean("peak_memory_bytes")), 1), fmt_fixed(mb(kv_cache_bytes(g.runs[0])), 1)]
+            + [mean_pm_std(accuracy, k) if accuracy and k in accuracy.stats else MISSING for k in accuracy_cols])
+
+
+def render_ranking(speed: list[Group]) -> str:
+    out = ["## Ranking", "", "By mean output throughput (tok/s), per scenario and model; flagged speed-ups "
+           "(⚠, see the notes above) are listed apart, not ranked:"]
+    names = labels(speed)
+    for sc in scenarios(speed):
+        for model in dict.fromkeys(g.model_name for g in speed if g.scenario == sc):
+            out += ["", f"**{sc.heading()}**" + (f" — {model}" if len({g.model_name for g in speed}) > 1 else ""), ""]
+            out += ranking_lines([g for g in speed if g.scenario == sc and g.model_name == model], names)
+    out += ["", "**Overall** (geometric mean of speed-up vs original over the scenarios each ran, "
+            "unflagged speed-ups only):", ""]
+    overall = overall_ranking(speed)
+    out += [f"{i}. {names[ident]} — {gm:.2f}x over {len(scs)} scenario(s): {', '.join(s.name for s in scs)}"
+            for i, (ident, gm, scs) in enumerate(overall, 1)] or ["No recipe has an unflagged speed-up vs an "
+                                                                   "`original` baseline."]
+    return "\n".join(out)
+
+
+def ranking_lines(groups: list[Group], names: dict) -> list[str]:
+    """Unflagged groups numbered fastest first, then the flagged ones with why."""
+    measured = [g for g in by_throughput(groups) if g.mean("output_throughput")]
+    ranked = [f"{i}. {names[g.identity]} — {fmt_fixed(g.mean('output_throughput'))} tok/s"
+              f" ({speedup_text(g.speedup)} vs original)" for i, g in enumerate([g for g in measured if not g.flag], 1)]
+    return ranked + [f"- not ranked: {names[g.identity]} — {fmt_fixed(g.mean('output_throughput'))} tok/s"
+                     f" ({speedup_text(g.speedup)} vs original; {g.flag})" for g in measured if g.flag]
+
+
+def run_metrics(row: Row) -> dict[str, float]:
+    m = numeric_metrics(row)
+    if "peak_memory_bytes" in m:
+        m["peak_memory_mb"] = m["peak_memory_bytes"] / 1e6
+    return m
+
+
+def render_details(speed: list[Group]) -> str:
+    out = ["## Detailed runs"]
+    names = labels(speed)
+    heads = ["Run", "Model", "Recipe", "Artifact", "Engine"] + [h for _, h, _ in DETAIL_METRICS] + ["Timestamp (UTC)"]
+    for sc in scenarios(speed):
+        rows = []
+        for g in by_model([g for g in speed if g.scenario == sc]):
+            for label, run in zip(run_labels(g.runs), g.runs):
+                m = run_metrics(run)
+                rows.append([label, g.model_name, in_table(names, g), f"`{short(g.artifact_id)}`", g.engine]
+                            + [fmt_fixed(m.get(k), d) for k, _, d in DETAIL_METRICS] + [run.timestamp or MISSING])
+        out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
+    if not speed:
+        out += ["", "No successful speed runs."]
+    return "\n".join(out)
+
+
+def render_problems(rows: list[Row]) -> str:
+    bad = [r for r in rows if not r.ok]
+    if not bad:
+        return "## Skipped, unsupported and failed\n\nNone: every recorded run succeeded."
+    table = [[r.status or "missing", r.kind, scenario_of(r).heading() if r.scenario else MISSING,
+              r.model_name or "?", r.recipe or "?", f"`{short(r.artifact_id)}`", r.engine or "?",
+              str(r.run_index + 1) if isinstance(r.run_index, int) else MISSING,
+              r.reason or "(no reason recorded)", r.timestamp or MISSING] for r in bad]
+    heads = ["Status", "Kind", "Scenario", "Model", "Recipe", "Artifact", "Engine", "Run", "Reason", "Timestamp (UTC)"]
+    return ("## Skipped, unsupported and failed\n\nExcluded from every aggregate above. `unsupported`: the "
+            "engine has no kernel for this format on this machine (`python -m evaluate.capabilities`).\n\n"
+            + md_table(heads, table))
+
+
+def by_recipe(groups: list[Group]) -> list[Group]:
+    """Per model, the baseline first, then recipes by name."""
+    return sorted(groups, key=lambda g: (g.model_name, g.recipe != BASELINE, g.recipe))
+
+
+def render_accuracy(accuracy: list[Group]) -> str:
+    out = ["## Accuracy"]
+    keys = accuracy_keys(accuracy)
+    names = labels(accuracy)
+    heads = ["Model", "Recipe", "Artifact", "Engine", "Model size (MB)", "Rows (n)"] + [header(k) for k in keys]
+    for sc in scenarios(accuracy):
+        rows = [[g.model_name, in_table(names, g), f"`{short(g.artifact_id)}`", g.engine,
+                 fmt_fixed(mb(g.model_bytes), 1), str(len(g.runs))]
+                + [mean_pm_std(g, k) if k in g.stats else MISSING for k in keys]
+                for g in by_recipe([g for g in accuracy if g.scenario == sc])]
+        out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
+    return "\n".join(out)
+
+
+def render_lm_eval(lm: list[Group]) -> str:
+    out = ["## lm-eval tasks", "",
+           "lm-evaluation-harness, vLLM backend (`lm_eval=<preset>`). ± is lm-eval's standard error; "
+           f"recovery is against `{BASELINE}`, oriented so that 100 % means no loss."]
+    names = labels(lm)
+    for sc in scenarios(lm):
+        groups = by_recipe([g for g in lm if g.scenario == sc])
+        keys = [k for k in ordered_metrics({k for g in groups for k in g.stats}) if "_stderr" not in k]
+        rows = [[g.model_name, in_table(names, g), f"`{short(g.artifact_id)}`", fmt_fixed(mb(g.model_bytes), 1)]
+                + [lm_eval_cell(g, k) for k in keys]
+                + [fmt_fixed(lm_recovery(g, lm_baseline(groups, g), k), 1) for k in keys[:1]]
+                for g in groups]
+        heads = ["Model", "Recipe", "Artifact", "Model size (MB)"] + keys + [f"{k} recovery (%)" for k in keys[:1]]
+        out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
+    return "\n".join(out)
+
+
+def lm_eval_cell(g: Group, metric: str) -> str:
+    """The metric ± lm-eval's own standard error, when it reported one."""
+    stderr = g.mean(stderr_key(metric))
+    return fmt_number(g.mean(metric)) + (f" ± {fmt_number(stderr)}" if stderr else "")

@@ -1,0 +1,52 @@
+"""summary.csv (one record per speed group) and runs.csv (one per ok row).
+Named tables_csv so it never shadows the standard library's csv."""
+import csv
+import io
+import json
+
+from evaluate.report.aggregate import Group, numeric_metrics, ordered_metrics
+from evaluate.report.formatting import mb
+from evaluate.results import Row
+
+SUMMARY_FIELDS = ("scenario", "batch_size", "input_len", "output_len", "model_name", "recipe", "artifact_id",
+                  "engine", "quant_format", "model_bytes", "model_size_mb", "runs", "speedup_vs_original")
+RUN_FIELDS = ("timestamp", "kind", "scenario", "batch_size", "input_len", "output_len", "model_name", "recipe",
+              "artifact_id", "engine", "quant_format", "model_bytes", "run_index")
+
+
+def summary_records(speed: list[Group]) -> list[dict]:
+    metrics = ordered_metrics({k for g in speed for k in g.stats})
+    out = []
+    for g in speed:
+        rec = dict(zip(SUMMARY_FIELDS, (
+            g.scenario.name, g.scenario.batch_size, g.scenario.input_len, g.scenario.output_len, g.model_name,
+            g.recipe, g.artifact_id, g.engine, g.quant_format, g.model_bytes, mb(g.model_bytes), len(g.runs),
+            g.speedup)))
+        for k in metrics:
+            rec[f"{k}_mean"], rec[f"{k}_std"] = g.mean(k), g.std(k)
+        out.append(rec)
+    return out
+
+
+def run_records(rows: list[Row]) -> list[dict]:
+    """Every ok row, flat: metrics.* become columns; engine args/env as JSON."""
+    ok = [r for r in rows if r.ok]
+    metrics = ordered_metrics({k for r in ok for k in numeric_metrics(r)})
+    out = []
+    for r in ok:
+        m = numeric_metrics(r)
+        rec = {k: getattr(r, k) for k in RUN_FIELDS}
+        rec["engine_args"] = json.dumps(r.engine_args, sort_keys=True)
+        rec["engine_env"] = json.dumps(r.engine_env, sort_keys=True)
+        rec.update({f"metrics.{k}": m.get(k) for k in metrics})
+        out.append(rec)
+    return out
+
+
+def to_csv(records: list[dict], empty_fields: tuple = ()) -> str:
+    """CSV text; with no records, just the header `empty_fields`."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(records[0]) if records else list(empty_fields), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({k: ("" if v is None else v) for k, v in rec.items()} for rec in records)
+    return buf.getvalue()
