@@ -27,6 +27,6 @@ status=0
 # meet): it was said in one line, and the later stages would only repeat it.
 "$PY" -m quantize -m "recipe=$RECIPES" "$@" || { rc=$?; [ $rc = 2 ] && exit 2; status=1; }
 "$PY" -m evaluate -m "recipe=$RECIPES" "scenario=$SCENARIO" "runs=$RUNS" "results_dir=$RESULTS" "$@" || status=1
-"$PY" -m evaluate.report --results-dir "$RESULTS" --out-dir "$REPORT" || status=1
+"$PY" -m evaluate.report "results_dir=$RESULTS" "out_dir=$REPORT" || status=1
 echo "report: $REPORT/report.md (exit status $status)"
 exit $status

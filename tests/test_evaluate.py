@@ -134,8 +134,8 @@ def test_rerun_skips_completed_runs(vllm_rows, eval_artifacts):
 @pytest.mark.slow
 def test_report_from_real_results(vllm_rows, tmp_path):
     res, _ = vllm_rows
-    out = subprocess.run([sys.executable, "-m", "evaluate.report", "--results-dir", str(res),
-                          "--out-dir", str(tmp_path)], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "evaluate.report", f"results_dir={res}",
+                          f"out_dir={tmp_path}"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     report = (tmp_path / "report.md").read_text()
     assert "w8a8_smooth_ptq" in report and "test_tiny_a" in report and "test_tiny_b" in report
@@ -209,7 +209,7 @@ def test_on_an_avx2_host_int4_is_unsupported_and_the_rest_runs_in_float32(eval_a
     assert w8["status"] == "ok" and w8["engine_args"]["dtype"] == "float32"
     for r in (w4, w8):
         assert r["machine"]["vllm_library"] == "_C_AVX2" and r["machine"]["cpu_native_half"] is False
-    report = run_cli("evaluate.report", "--results-dir", str(res), "--out-dir", str(tmp_path / "rep"), cwd=tmp_path)
+    report = run_cli("evaluate.report", f"results_dir={res}", f"out_dir={tmp_path / 'rep'}", cwd=tmp_path)
     assert report.returncode == 0, report.stderr[-2000:]
     md = (tmp_path / "rep" / "report.md").read_text()
     problems = md.split("## Skipped, unsupported and failed\n", 1)[1]

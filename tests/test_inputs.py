@@ -180,7 +180,7 @@ def test_report_and_rerun_skip_logic_work_on_a_store_with_foreign_lines(tiny_mod
     assert row.status == "ok"
     again = evaluate(tiny_model, res, *args, cwd=tmp_path)
     assert again.returncode == 0 and "nothing to do" in again.stdout + again.stderr
-    report = run_cli("evaluate.report", "--results-dir", str(res), "--out-dir", str(tmp_path / "rep"), cwd=tmp_path)
+    report = run_cli("evaluate.report", f"results_dir={res}", f"out_dir={tmp_path / 'rep'}", cwd=tmp_path)
     assert report.returncode == 0, report.stderr[-2000:]
     assert "interactive" in (tmp_path / "rep" / "report.md").read_text()
 

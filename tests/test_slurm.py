@@ -203,8 +203,8 @@ def test_quantize_then_evaluate_on_slurm_with_merged_shards(cluster, quantized, 
     ok = [r for r in results.read(res) if r.status == "ok"]
     assert sorted((r.recipe, r.engine) for r in ok) == [("original", "hf"), ("original", "vllm"),
                                                               ("w4a16_rtn", "hf")]
-    report = subprocess.run([sys.executable, "-m", "evaluate.report", "--results-dir", str(res),
-                             "--out-dir", str(workdir / "report")], cwd=workdir, env=cluster.cli_env(),
+    report = subprocess.run([sys.executable, "-m", "evaluate.report", f"results_dir={res}",
+                             f"out_dir={workdir / 'report'}"], cwd=workdir, env=cluster.cli_env(),
                             capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, tail(report)
     text = (workdir / "report" / "report.md").read_text()
