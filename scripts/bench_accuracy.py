@@ -3,7 +3,8 @@
 Measures accuracy (no speed scenarios) of every recipe's artifact of one model
 through `python -m evaluate` (rows already in the results store are reused:
 they are keyed by artifact id), then prints perplexity, KL, top-1 agreement
-and last-word accuracy of `original` vs every recipe, and checks the int4
+and last-word accuracy of `original` vs every recipe (one line per artifact
+and setup, grouped as the report groups them), and checks the int4
 target: at W4 group 64, GPTQ and AWQ should beat round-to-nearest on
 perplexity and KL.
 
@@ -19,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from evaluate import results  # noqa: E402
+from evaluate.report.aggregate import Group, aggregate, labels, same_setup  # noqa: E402
+from evaluate.report.formatting import MISSING, fmt_number, short  # noqa: E402
 
 W4_BASELINE, W4_CALIBRATED = "w4a16_rtn", ("w4a16_gptq", "w4a16_awq")
 
@@ -40,65 +43,70 @@ def measure(args) -> None:
     subprocess.run(cmd, cwd=ROOT)
 
 
-def latest_ok(rows: list[dict], kind: str) -> dict[tuple, dict]:
-    out = {}
-    for r in sorted(rows, key=lambda r: r.get("timestamp", "")):
-        if r.get("kind") == kind and r.get("status") == "ok":
-            out[(r["recipe"], r["scenario"])] = r
-    return out
-
-
-def print_accuracy(acc: dict, recipes: list[str]) -> None:
+def print_accuracy(groups: list[Group], recipes: list[str]) -> None:
+    """One line per artifact and setup (the report's groups), labelled as in the report."""
+    names = labels(groups)
     print(f"\n{'recipe':26} {'artifact':9} {'ppl':>8} {'recovery %':>11} {'KL (nats)':>10} {'top-1':>7} "
           f"{'last-word':>10} {'tokens':>7}")
     for recipe in recipes:
-        row = next((r for (rec, _), r in acc.items() if rec == recipe), None)
-        if row is None:
+        mine = [g for g in groups if g.recipe == recipe]
+        if not mine:
             print(f"{recipe:26} (no accuracy row: quantize it first, `python -m quantize recipe={recipe}`)")
-            continue
-        m = row["metrics"]
-        print(f"{recipe:26} {row['artifact_id'][:8]:9} {m['perplexity']:8.3f} {m['recovery_pct']:11.2f} "
-              f"{m['kl_divergence']:10.4f} {m['top1_agreement']:7.3f} {m['lastword_accuracy']:10.3f} "
-              f"{m['scored_tokens']:7d}")
-    ref = next(iter(acc.values()), None)
-    if ref:
-        print(f"reference (transformers, unquantized): perplexity {ref['metrics']['reference_perplexity']:.3f}, "
-              f"last-word {ref['metrics']['reference_lastword_accuracy']:.3f}")
+        for g in mine:
+            print(f"{names[g.identity]:26} {short(g.artifact_id):9} {cell(g, 'perplexity', '8.3f')} "
+                  f"{cell(g, 'recovery_pct', '11.2f')} {cell(g, 'kl_divergence', '10.4f')} "
+                  f"{cell(g, 'top1_agreement', '7.3f')} {cell(g, 'lastword_accuracy', '10.3f')} "
+                  f"{cell(g, 'scored_tokens', '7.0f')}")
+    if groups:
+        print(f"reference (transformers, unquantized): perplexity {cell(groups[0], 'reference_perplexity', '.3f')}, "
+              f"last-word {cell(groups[0], 'reference_lastword_accuracy', '.3f')}")
 
 
-def print_w4_target(acc: dict) -> None:
-    by_recipe = {rec: r["metrics"] for (rec, _), r in acc.items()}
-    rtn = by_recipe.get(W4_BASELINE)
+def cell(g: Group, metric: str, spec: str) -> str:
+    """g's mean of `metric` in `spec`, or MISSING padded to the same width."""
+    mean = g.mean(metric)
+    return format(mean, spec) if mean is not None else format(MISSING, f">{spec.split('.')[0]}")
+
+
+def print_w4_target(groups: list[Group]) -> None:
+    """Each calibrated W4 artifact against RTN of its model, eval set and setup."""
     print(f"\n== W4 group 64: calibrated methods vs {W4_BASELINE} (lower perplexity and KL is better) ==")
-    if not rtn:
-        print(f"no {W4_BASELINE} row")
-        return
     for recipe in W4_CALIBRATED:
-        m = by_recipe.get(recipe)
-        if not m:
+        mine = [g for g in groups if g.recipe == recipe]
+        if not mine:
             print(f"{recipe:12} no row")
-            continue
-        beats = m["perplexity"] < rtn["perplexity"] and m["kl_divergence"] < rtn["kl_divergence"]
-        print(f"{recipe:12} perplexity {m['perplexity']:.3f} vs {rtn['perplexity']:.3f}, KL {m['kl_divergence']:.4f} "
-              f"vs {rtn['kl_divergence']:.4f}: {'beats' if beats else 'does NOT beat'} RTN")
+        for g in mine:
+            rtn = same_setup([r for r in groups if r.recipe == W4_BASELINE and r.model_name == g.model_name
+                              and r.scenario == g.scenario], g)
+            print(f"{recipe:12} " + (w4_verdict(g, rtn) if rtn else f"no {W4_BASELINE} row in its setup"))
 
 
-def print_lm_eval(lm: dict, recipes: list[str]) -> None:
-    if not lm:
+def w4_verdict(g: Group, rtn: Group) -> str:
+    means = [x.mean(k) for k in ("perplexity", "kl_divergence") for x in (g, rtn)]
+    beats = None not in means and means[0] < means[1] and means[2] < means[3]
+    return (f"perplexity {cell(g, 'perplexity', '.3f')} vs {cell(rtn, 'perplexity', '.3f')}, "
+            f"KL {cell(g, 'kl_divergence', '.4f')} vs {cell(rtn, 'kl_divergence', '.4f')}: "
+            f"{'beats' if beats else 'does NOT beat'} RTN")
+
+
+def print_lm_eval(groups: list[Group], recipes: list[str]) -> None:
+    if not groups:
         return
     print("\n== lm-eval ==")
-    for (recipe, scenario), row in sorted(lm.items(), key=lambda kv: (kv[0][1], recipes.index(kv[0][0])
-                                                                       if kv[0][0] in recipes else 99)):
-        metrics = ", ".join(f"{k} {v:.4g}" for k, v in row["metrics"].items() if "stderr" not in k)
-        print(f"{scenario:32} {recipe:26} {metrics}")
+    names = labels(groups)
+    order = {r: i for i, r in enumerate(recipes)}
+    for g in sorted(groups, key=lambda g: (g.scenario.name, order.get(g.recipe, len(order)))):
+        metrics = ", ".join(f"{k} {fmt_number(g.mean(k))}" for k in g.stats if "stderr" not in k)
+        print(f"{g.scenario.name:32} {names[g.identity]:26} {metrics}")
 
 
 def main(args: argparse.Namespace) -> None:
     measure(args)
-    rows = [r for r in results.read(Path(args.results_dir)) if r.get("recipe") in args.recipes]
-    print_accuracy(latest_ok(rows, "accuracy"), args.recipes)
-    print_w4_target(latest_ok(rows, "accuracy"))
-    print_lm_eval(latest_ok(rows, "lm_eval"), args.recipes)
+    rows = [r for r in results.read(Path(args.results_dir)) if r.recipe in args.recipes]
+    accuracy = aggregate(rows, "accuracy")
+    print_accuracy(accuracy, args.recipes)
+    print_w4_target(accuracy)
+    print_lm_eval(aggregate(rows, "lm_eval"), args.recipes)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ sys.path.insert(0, str(ROOT))
 from evaluate import results  # noqa: E402
 from evaluate.engines.vllm import apply_env  # noqa: E402
 from evaluate.metrics import mean_interval  # noqa: E402
+from evaluate.report.aggregate import Group, add_speedups, aggregate, labels  # noqa: E402
+from evaluate.results import Row  # noqa: E402
 
 VLLM_BENCH = """
 import sys
@@ -78,11 +80,11 @@ def evaluate(artifact: Path, scenario: str, runs: int, out: Path, *overrides: st
     subprocess.run(cmd, cwd=ROOT, check=True)
 
 
-def vllm_bench_latency(artifact: Path, row: dict, runs: int) -> dict:
+def vllm_bench_latency(artifact: Path, row: Row, runs: int) -> dict:
     """`vllm bench latency` with the engine args and environment of an evaluate row."""
-    args = row["engine_args"]
-    cli = ["--model", str(artifact), "--batch-size", str(row["batch_size"]), "--input-len", str(row["input_len"]),
-           "--output-len", str(row["output_len"]), "--num-iters-warmup", "1", "--num-iters", str(runs)]
+    args = row.engine_args
+    cli = ["--model", str(artifact), "--batch-size", str(row.batch_size), "--input-len", str(row.input_len),
+           "--output-len", str(row.output_len), "--num-iters-warmup", "1", "--num-iters", str(runs)]
     for key in ("dtype", "max_model_len", "tensor_parallel_size", "kv_cache_dtype", "seed"):
         if args.get(key) is not None:
             cli += [f"--{key.replace('_', '-')}", str(args[key])]
@@ -90,7 +92,7 @@ def vllm_bench_latency(artifact: Path, row: dict, runs: int) -> dict:
         cli.append("--enforce-eager")
     if args.get("enable_prefix_caching") is False:
         cli.append("--no-enable-prefix-caching")
-    apply_env(row.get("engine_env") or {})  # the same environment and cache folders as evaluate
+    apply_env(row.engine_env)  # the same environment and cache folders as evaluate
     with tempfile.TemporaryDirectory() as tmp:
         out, script = Path(tmp) / "bench.json", Path(tmp) / "bench.py"
         script.write_text(VLLM_BENCH)
@@ -98,9 +100,20 @@ def vllm_bench_latency(artifact: Path, row: dict, runs: int) -> dict:
         return json.loads(out.read_text())
 
 
-def rows_for(out: Path, recipe: str, scenario: str) -> list[dict]:
-    return [r for r in results.read(out) if r["recipe"] == recipe and r["scenario"] == scenario
-            and r["status"] == "ok" and r["kind"] == "speed"]
+def speed_groups(out: Path) -> list[Group]:
+    """The report's speed groups (one per artifact, setup and scenario), with speed-ups vs original."""
+    groups = aggregate(results.read(out), "speed")
+    add_speedups(groups)
+    return groups
+
+
+def groups_for(groups: list[Group], recipe: str, scenario: str) -> list[Group]:
+    return [g for g in groups if g.recipe == recipe and g.scenario.name == scenario]
+
+
+def throughputs(groups: list[Group]) -> list[float]:
+    """Output throughput of every run of `groups`."""
+    return [r.metrics["output_throughput"] for g in groups for r in g.runs]
 
 
 def mean_cv(values: list[float]) -> tuple[float, float]:
@@ -118,14 +131,15 @@ def fidelity(artifact: Path, args: argparse.Namespace, out: Path) -> None:
         res = out / f"fidelity-{i}"
         evaluate(artifact, "none", args.runs, res, f"scenario.include=[{','.join(args.fidelity_scenarios)}]",
                  "engine.args.enable_prefix_caching=false")
+        groups = speed_groups(res)
         for s in args.fidelity_scenarios:
-            ours[s].append([r["metrics"]["output_throughput"] for r in rows_for(res, "original", s)])
+            ours[s].append(throughputs(groups_for(groups, "original", s)))
 
     def run_theirs(i):
         for s in args.fidelity_scenarios:
             row = scenario_row(out, s)
             ref = vllm_bench_latency(artifact, row, args.runs)
-            theirs[s].append([row["batch_size"] * row["output_len"] / lat for lat in ref["latencies"]])
+            theirs[s].append([row.batch_size * row.output_len / lat for lat in ref["latencies"]])
 
     for i in range(args.fidelity_rounds):
         # Who goes first alternates, so a machine that drifts faster or slower
@@ -138,7 +152,7 @@ def fidelity(artifact: Path, args: argparse.Namespace, out: Path) -> None:
           f"{args.runs} runs after 1 warm-up, {args.fidelity_rounds} alternating rounds ==")
     for s in args.fidelity_scenarios:
         r = scenario_row(out, s)
-        print(f"{s}: bs {r['batch_size']}, {r['input_len']} in / {r['output_len']} out")
+        print(f"{s}: bs {r.batch_size}, {r.input_len} in / {r.output_len} out")
         means = []  # over all runs of all rounds: ours, theirs
         for name, runs in (("quantbench evaluate", ours[s]), ("vllm bench latency ", theirs[s])):
             per_round = "  ".join(f"{mean_cv(r)[0]:7.1f} (CV {mean_cv(r)[1]:.1f}%)" for r in runs)
@@ -148,9 +162,10 @@ def fidelity(artifact: Path, args: argparse.Namespace, out: Path) -> None:
         print(f"  ratio              : {ratio:.3f} (target >= 0.98); {ratio_interval(ours[s], theirs[s])}")
 
 
-def scenario_row(out: Path, scenario: str) -> dict:
-    """The first quantbench row of a scenario: its batch size and lengths."""
-    return next(r for d in sorted(out.glob("fidelity-*")) for r in rows_for(d, "original", scenario))
+def scenario_row(out: Path, scenario: str) -> Row:
+    """The first quantbench row of a scenario: its lengths, engine args and environment."""
+    return next(g.runs[0] for d in sorted(out.glob("fidelity-*"))
+                for g in groups_for(speed_groups(d), "original", scenario))
 
 
 def ratio_interval(ours: list[list[float]], theirs: list[list[float]]) -> str:
@@ -181,33 +196,42 @@ def main(args: argparse.Namespace) -> None:
     else:
         print("\n== 1. harness fidelity: skipped (needs the original artifact) ==")
 
+    groups = speed_groups(out)
+    print_decode(groups, args)
+    print_spread(groups)
+
+
+def print_decode(groups: list[Group], args: argparse.Namespace) -> None:
+    """bs1 decode per artifact and setup vs the original of its setup, and vs the roofline."""
     bw = memory_bandwidth_gb_s()
     print(f"\n== 2. bs1 decode ({args.decode_scenario}) vs original; machine copy bandwidth {bw:.1f} GB/s ==")
-    base = rows_for(out, "original", args.decode_scenario)
-    base_tps = mean_cv([x["metrics"]["output_throughput"] for x in base])[0] if base else None
     print(f"{'recipe':26} {'tok/s':>8} {'vs orig':>8} {'weights MB':>11} {'roofline tok/s':>15} "
           f"{'1/TPOT tok/s':>13} {'of roofline':>12} {'CV %':>6}")
+    names = labels(groups)
     for recipe in args.recipes:
-        rs = rows_for(out, recipe, args.decode_scenario)
-        if not rs:
+        mine = groups_for(groups, recipe, args.decode_scenario)
+        if not mine:
             print(f"{recipe:26} (no rows)")
-            continue
-        tps, cv = mean_cv([x["metrics"]["output_throughput"] for x in rs])
-        weights = rs[0]["metrics"]["model_bytes"]
-        roofline = bw * 1e9 / weights
-        decode = 1e3 / statistics.mean(x["metrics"]["tpot_ms_mean"] for x in rs)
-        ratio = f"{tps / base_tps:.2f}x" if base_tps else "—"
-        print(f"{recipe:26} {tps:8.1f} {ratio:>8} {weights / 1e6:11.1f} {roofline:15.0f} "
-              f"{decode:13.1f} {decode / roofline * 100:11.1f}% {cv:6.1f}")
+        for g in mine:
+            roofline = bw * 1e9 / g.model_bytes
+            decode = 1e3 / g.mean("tpot_ms_mean")
+            ratio = f"{g.speedup:.2f}x" if g.speedup else "—"
+            print(f"{names[g.identity]:26} {g.mean('output_throughput'):8.1f} {ratio:>8} "
+                  f"{g.model_bytes / 1e6:11.1f} {roofline:15.0f} {decode:13.1f} {decode / roofline * 100:11.1f}% "
+                  f"{cv_pct(g):6.1f}")
 
+
+def print_spread(groups: list[Group]) -> None:
     print("\n== 3. run-to-run coefficient of variation of output throughput (target <= 2%) ==")
-    groups = {}
-    for r in results.read(out):
-        if r["status"] == "ok" and r["kind"] == "speed":
-            groups.setdefault((r["recipe"], r["scenario"]), []).append(r["metrics"]["output_throughput"])
-    for (recipe, scenario), vals in sorted(groups.items()):
-        m, cv = mean_cv(vals)
-        print(f"  {recipe:26} {scenario:16} n={len(vals)}  mean {m:8.1f} tok/s  CV {cv:5.1f}%")
+    names = labels(groups)
+    for g in sorted(groups, key=lambda g: (g.recipe, g.scenario.name)):
+        print(f"  {names[g.identity]:26} {g.scenario.name:16} n={len(g.runs)}  "
+              f"mean {g.mean('output_throughput'):8.1f} tok/s  CV {cv_pct(g):5.1f}%")
+
+
+def cv_pct(g: Group) -> float:
+    """Coefficient of variation of output throughput in %; 0 for a single run, like mean_cv."""
+    return 100 * (g.cv("output_throughput") or 0.0)
 
 
 if __name__ == "__main__":
