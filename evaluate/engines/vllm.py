@@ -9,6 +9,7 @@ import time
 import uuid
 
 from evaluate.capabilities import DENSE, FP8, W4A16, W8A8_INT8, W8A16, YES, Verdict
+from evaluate.engines.base import Engine, LmEvalModel
 from evaluate.metrics import RequestTiming
 from quantize.common import machine as machine_mod
 from quantize.common.dtypes import HALF, fast_faithful_dtype
@@ -22,16 +23,12 @@ SPEED_ENV = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NU
 
 
 def apply_env(env: dict) -> dict:
-    """Set the engine environment (before the engine process starts)."""
-    env = dict(env)
-    if "VLLM_CPU_NUM_OF_RESERVED_CPU" in env and env["VLLM_CPU_NUM_OF_RESERVED_CPU"] is None:
-        # On small machines the reserved front-end core costs more than it saves.
-        env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = 0 if (os.cpu_count() or 1) <= 4 else None
-    for key, value in env.items():
+    """Set the engine environment for the rest of this process, for a script
+    that starts `vllm bench` subprocesses; engines and lm-eval use
+    VllmEngine.environment(), which restores it."""
+    for key, value in VllmEngine.prepare_env(env).items():
         if value is not None:
             os.environ[key] = str(value)
-    os.environ.setdefault("VLLM_CACHE_ROOT", str(CACHE_DIR / "vllm"))
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(CACHE_DIR / "torchinductor"))
     return {k: os.environ[k] for k in SPEED_ENV if k in os.environ}
 
 
@@ -92,8 +89,9 @@ HALF_ONLY_ON_CPU = (W4A16,)
 CPU_OP_FOR = {W8A8_INT8: ("onednn_scaled_mm", "int8 W8A8"), W4A16: ("cpu_gemm_wna16", "int4 (WNA16)")}
 
 
-class VllmEngine:
+class VllmEngine(Engine):
     name = "vllm"
+    speed_env = SPEED_ENV
 
     @staticmethod
     def machine():
@@ -130,8 +128,36 @@ class VllmEngine:
                                   "model dense (its 2:4 zeros are kept)")
         return _cuda_rule(fmt, machine, args) if machine.cuda else _cpu_rule(fmt, machine, args)
 
-    def __init__(self, target, args: dict, env: dict, max_model_len: int, trust_remote_code=False):
-        self.env = apply_env(env)
+    @classmethod
+    def prepare_env(cls, env: dict) -> dict:
+        env = dict(env)
+        if "VLLM_CPU_NUM_OF_RESERVED_CPU" in env and env["VLLM_CPU_NUM_OF_RESERVED_CPU"] is None:
+            # On small machines the reserved front-end core costs more than it saves.
+            env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = 0 if (os.cpu_count() or 1) <= 4 else None
+        for key, folder in (("VLLM_CACHE_ROOT", "vllm"), ("TORCHINDUCTOR_CACHE_DIR", "torchinductor")):
+            if key not in os.environ:  # a value the user set wins
+                env[key] = str(CACHE_DIR / folder)
+        return env
+
+    @classmethod
+    def logprob_args(cls, top_k: int) -> dict:
+        return {"max_logprobs": top_k} if top_k > 20 else {}  # vLLM returns at most 20 by default
+
+    @classmethod
+    def lm_eval_model(cls, args: dict, trust_remote_code: bool) -> LmEvalModel:
+        """lm-eval's own vLLM backend with the evaluate engine's args."""
+        model_args = {k: v for k, v in args.items() if v is not None}
+        if on_cpu():
+            model_args.pop("gpu_memory_utilization", None)
+        model_args["trust_remote_code"] = trust_remote_code
+        return LmEvalModel("vllm", model_args)
+
+    @classmethod
+    def quick_start(cls) -> tuple[dict, dict]:
+        # no graph capture; a small KV cache, and no memory-fraction check
+        return {"enforce_eager": True}, {"VLLM_CPU_KVCACHE_SPACE": 1}
+
+    def start(self, target, args: dict, max_model_len: int, trust_remote_code: bool) -> None:
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -147,14 +173,17 @@ class VllmEngine:
 
         async def start():
             return AsyncLLM.from_engine_args(engine_args)
-        self.engine = self.loop.run_until_complete(start())
+        try:
+            self.engine = self.loop.run_until_complete(start())
+        except BaseException:
+            self.loop.close()
+            raise
         self.startup_s = time.perf_counter() - t0
         log.info("vLLM ready in %.1f s", self.startup_s)
 
-    def describe(self) -> dict:
+    def versions(self) -> dict[str, str]:
         import vllm
-        return {"engine_args": self.args, "engine_env": self.env,
-                "engine_version": vllm.__version__, "engine_startup_s": round(self.startup_s, 2)}
+        return {"vllm": vllm.__version__}
 
     def run(self, prompts: list[list[int]], output_len: int, stream: bool = True):
         """`stream=False` asks vLLM for final outputs only (one chunk per request,
@@ -209,7 +238,7 @@ class VllmEngine:
 
         return await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
 
-    def close(self) -> None:
+    def stop(self) -> None:
         import gc
         engine, self.engine = self.engine, None
 
@@ -224,3 +253,6 @@ class VllmEngine:
         del engine
         gc.collect()  # AsyncLLM.__del__ at interpreter exit fails noisily
         self.loop.close()
+        from vllm import envs
+        if hasattr(envs, "disable_envs_cache"):
+            envs.disable_envs_cache()  # the next engine in this process reads its own environment

@@ -1,0 +1,185 @@
+"""What quantbench asks of a serving engine: the one interface every engine
+implements, and the only way the pipeline, lm-eval, the capability probe and
+the benchmarks talk to one.
+
+An engine is a subclass of `Engine` in any importable module, named by
+`impl:` in its conf/engine/<name>.yaml (see evaluate.engines.get). It answers
+capability questions as static methods, before anything starts, and serves
+one target per instance:
+
+    with EngineClass(target, args, env, max_model_len=...) as engine:
+        start, timings = engine.run(prompts, output_len)   # per-token timestamps
+        engine.prompt_logprobs(prompts, k)                 # if has_prompt_logprobs
+        engine.describe()                                  # what the rows record
+
+The engine environment (`env` of its config) is set for the instance's
+lifetime and restored by close(): two jobs in one process (a Hydra `-m`
+sweep) never inherit each other's environment.
+"""
+import os
+import time
+from contextlib import ExitStack, contextmanager
+from typing import Iterator, NamedTuple
+
+from evaluate.capabilities import Verdict
+from evaluate.metrics import RequestTiming
+
+
+class LmEvalModel(NamedTuple):
+    """How lm-eval runs what an engine serves: `lm_eval --model <name>
+    --model_args <args>`. `name` is also the package whose version in the
+    lm-eval environment is the rows' engine_version."""
+    name: str
+    args: dict
+
+
+@contextmanager
+def scoped_env(values: dict) -> Iterator[None]:
+    """Set `values` in os.environ (None: leave that variable as it is), and
+    put every variable back as it was on exit, even after an error."""
+    saved = {key: os.environ.get(key) for key, value in values.items() if value is not None}
+    try:
+        for key in saved:
+            os.environ[key] = str(values[key])
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+class Engine:
+    """Base of every engine. Subclasses set `name`, implement the capability
+    answers, `start`, `run` and `stop`, and override the extras they have."""
+
+    name: str = ""
+    # False: prompt_logprobs() is not implemented, so accuracy cannot be measured.
+    has_prompt_logprobs: bool = True
+    # Environment variables that change this engine's speed: their values while
+    # it runs are recorded in every row. None: the variables its config sets.
+    speed_env: tuple[str, ...] | None = None
+
+    # ---- capability answers (no engine starts) -----------------------------
+
+    @staticmethod
+    def machine():
+        """This machine's facts (quantize.common.machine.Machine) as this engine sees them."""
+        raise NotImplementedError
+
+    @staticmethod
+    def choose_dtype(fmt, machine, requested: str = "auto") -> str:
+        """The compute dtype for `requested` (auto: the engine's own choice)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def accepted_args() -> set[str]:
+        """The `engine.args.*` keys this engine takes."""
+        raise NotImplementedError
+
+    @staticmethod
+    def supports(fmt, machine, args: dict) -> Verdict:
+        """Can it serve checkpoint format `fmt` on `machine` with `args`, and why not."""
+        raise NotImplementedError
+
+    # ---- engine-specific settings the callers ask for ------------------------
+
+    @classmethod
+    def logprob_args(cls, top_k: int) -> dict:
+        """Engine args (defaults: configured ones win) that prompt_logprobs(k=top_k) needs."""
+        return {}
+
+    @classmethod
+    def lm_eval_model(cls, args: dict, trust_remote_code: bool) -> LmEvalModel | None:
+        """lm-eval's model for this engine with `args` (before lm_eval.model_args
+        go over them); None when lm-eval cannot run it."""
+        return None
+
+    @classmethod
+    def quick_start(cls) -> tuple[dict, dict]:
+        """(args, env) over the defaults for a small, fast start on a tiny
+        model (the capability probe)."""
+        return {}, {}
+
+    @classmethod
+    def prepare_env(cls, env: dict) -> dict:
+        """The variables to set for the configured `env` (None: leave as is)."""
+        return dict(env)
+
+    @classmethod
+    @contextmanager
+    def environment(cls, env: dict) -> Iterator[dict]:
+        """The engine environment, set on entry and restored on exit (an
+        engine instance holds it for its lifetime; the lm-eval subprocess runs
+        inside it). Yields the speed-relevant variables as set."""
+        values = cls.prepare_env(env)
+        recorded = cls.speed_env if cls.speed_env is not None else tuple(env)
+        with scoped_env(values):
+            yield {k: os.environ[k] for k in recorded if k in os.environ}
+
+    # ---- one running engine -------------------------------------------------
+
+    startup_s: float | None = None
+
+    def __init__(self, target, args: dict, env: dict, max_model_len: int, trust_remote_code: bool = False):
+        self._scope = ExitStack()
+        self.env = self._scope.enter_context(self.environment(env))
+        self.args = dict(args)
+        t0 = time.perf_counter()
+        try:
+            self.start(target, dict(args), max_model_len, trust_remote_code)
+        except BaseException:
+            self._scope.close()
+            raise
+        if self.startup_s is None:
+            self.startup_s = time.perf_counter() - t0
+        self._closed = False
+
+    def start(self, target, args: dict, max_model_len: int, trust_remote_code: bool) -> None:
+        """Load `target`; set self.args to the effective args (and
+        self.startup_s to the seconds until ready, if not the whole call)."""
+        raise NotImplementedError
+
+    def run(self, prompts: list[list[int]], output_len: int, stream: bool = True
+            ) -> tuple[float, list[RequestTiming]]:
+        """Generate exactly `output_len` tokens for each token-id prompt, all at
+        once: (batch start, per-request token timestamps). `stream=False`: final
+        outputs only where the engine has such a mode (no per-token times)."""
+        raise NotImplementedError
+
+    def prompt_logprobs(self, prompts: list[list[int]], k: int) -> list[list[dict | None]]:
+        """Per prompt, per position: {token id: (logprob, rank)} for the top-k
+        and the actual token (None at position 0)."""
+        raise NotImplementedError(f"engine {self.name} gives no prompt logprobs")
+
+    def versions(self) -> dict[str, str]:
+        """The versions of the libraries serving, as the engine reports them
+        (a remote engine: its server's), the engine's own first."""
+        return {}
+
+    def describe(self) -> dict:
+        """What every row of this engine records: effective args and
+        environment, the engine's version, start-up seconds."""
+        return {"engine_args": self.args, "engine_env": self.env,
+                "engine_version": next(iter(self.versions().values()), None),
+                "engine_startup_s": round(self.startup_s, 2)}
+
+    def stop(self) -> None:
+        """Release the model and any processes."""
+
+    def close(self) -> None:
+        """Stop the engine and restore the environment (once; later calls do nothing)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.stop()
+        finally:
+            self._scope.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
