@@ -15,3 +15,15 @@ from quantize.common.config import open_pass_through_keys
 ])
 def test_pass_through_keys_accept_any_name(arg, expected):
     assert open_pass_through_keys([arg]) == [expected]
+
+
+def test_group_options_on_hydra_search_path_are_known(tmp_path):
+    import pytest
+
+    from quantize.common.config import check_group_options
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "engine" / "mine.yaml").write_text("name: mine\n")
+    check_group_options(["engine=mine", f"hydra.searchpath=[file://{tmp_path}]"])  # no exit
+    with pytest.raises(SystemExit) as e:
+        check_group_options(["engine=mine"])
+    assert e.value.code == 2

@@ -64,12 +64,13 @@ def _looks_like_path(value: str) -> bool:
 def check_group_options(argv: list[str]) -> None:
     """An unknown `group=<name>` becomes one line naming the choices (Hydra's
     own error is a screenful); sweeps (`a,b`) are checked name by name."""
+    roots = [CONF_DIR] + _search_path_dirs(argv)
     for arg in argv:
         key, sep, value = arg.partition("=")
-        folder = CONF_DIR / key
-        if not sep or key.startswith("hydra") or not folder.is_dir() or _looks_like_path(value.split(",")[0]):
+        folders = [root / key for root in roots if (root / key).is_dir()]
+        if not sep or key.startswith("hydra") or not folders or _looks_like_path(value.split(",")[0]):
             continue
-        known = {p.stem for p in folder.glob("*.yaml")}
+        known = {p.stem for folder in folders for p in folder.glob("*.yaml")}
         if key == "recipe":
             known |= {p.stem for p in RECIPES_DIR.glob("*.yaml")}
         unknown = [name for name in value.split(",") if name not in known and name != "null"]
@@ -78,6 +79,18 @@ def check_group_options(argv: list[str]) -> None:
             print(f"error: unknown {key} {unknown[0]!r}; choose from {', '.join(sorted(known - {PATH_GROUPS.get(key)}))}{hint}",
                   file=sys.stderr)
             raise SystemExit(2)
+
+
+def _search_path_dirs(argv: list[str]) -> list[Path]:
+    """Folders added with `hydra.searchpath=[file://...]`: their groups count too."""
+    dirs = []
+    for arg in argv:
+        key, _, value = arg.lstrip("+").partition("=")
+        if key == "hydra.searchpath":
+            entries = value.strip("[]").split(",")
+            dirs += [Path(e.strip().strip("'\"").removeprefix("file://")) for e in entries
+                     if e.strip().strip("'\"").startswith("file://")]
+    return dirs
 
 
 def open_pass_through_keys(argv: list[str]) -> list[str]:
