@@ -90,7 +90,6 @@ TABLE_FORMATS = (
     CheckpointFormat(FP8, method="compressed-tensors"),
     CheckpointFormat(W8A8_INT8, method="compressed-tensors", sparse_24=True),
 )
-ENGINES = ("vllm", "hf")
 
 # Machines the rules are known for, to print the table of a kind you are not on.
 # The vLLM op lists are what each kernel library was seen to hold.
@@ -127,11 +126,13 @@ def decide(engine: str, fmt: CheckpointFormat, machine: Machine, args: dict | No
 
 def table(machine: Machine, probed: dict | None = None) -> str:
     """Markdown: formats x engines, each cell ✅/✗ with the dtype or reason."""
+    from evaluate import engines
+    names = engines.known()
     lines = [f"Machine: {machine.describe()}", "",
-             "| format | " + " | ".join(ENGINES) + " |", "|---|" + "---|" * len(ENGINES)]
+             "| format | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for fmt in TABLE_FORMATS:
         cells = []
-        for engine in ENGINES:
+        for engine in names:
             verdict, dtype = decide(engine, fmt, machine)
             text = f"✅ {dtype}" + (f" ({verdict.reason})" if verdict.reason else "") if verdict else f"✗ {verdict.reason}"
             if probed and (fmt.label, engine) in probed:

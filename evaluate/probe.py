@@ -11,7 +11,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from evaluate.capabilities import (DENSE, ENGINES, FP8, TABLE_FORMATS, W4A16, W8A8_INT8, W8A16,
+from evaluate import engines
+from evaluate.capabilities import (DENSE, FP8, TABLE_FORMATS, W4A16, W8A8_INT8, W8A16,
                                    CheckpointFormat, decide)
 
 CELL_TIMEOUT_S = 900
@@ -27,9 +28,9 @@ def cell_id(engine: str, fmt: CheckpointFormat) -> str:
 def run(machine, only: list[str] | None = None) -> tuple[dict, list[str]]:
     """{(format label, engine): text} and the cells that disagree with the rules."""
     from quantize.common.assets import ensure_default_model
-    cells = [(e, f) for f in TABLE_FORMATS for e in ENGINES if not only or cell_id(e, f) in only]
+    cells = [(e, f) for f in TABLE_FORMATS for e in engines.known() if not only or cell_id(e, f) in only]
     if only and len(cells) != len(only):
-        known = [cell_id(e, f) for f in TABLE_FORMATS for e in ENGINES]
+        known = [cell_id(e, f) for f in TABLE_FORMATS for e in engines.known()]
         raise SystemExit(f"error: unknown cell in {only}; known: {', '.join(known)}")
     probed, disagree = {}, []
     with tempfile.TemporaryDirectory(prefix="quantbench-probe-") as tmp:
@@ -101,7 +102,6 @@ def run_cell(engine: str, model: Path, dtype: str) -> tuple[bool, str]:
 
 def _cell_main(engine: str, model: str, dtype: str) -> None:
     """In the cell's own process: the engine itself, bypassing the rules."""
-    from evaluate import engines
     from evaluate.target import from_path
     cls = engines.get(engine)
     args, env = cls.quick_start()

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from evaluate import results  # noqa: E402
-from evaluate.engines.vllm import apply_env  # noqa: E402
+from evaluate.engines.vllm import VllmEngine  # noqa: E402
 from evaluate.metrics import mean_interval  # noqa: E402
 from evaluate.report.aggregate import Group, add_speedups, aggregate, labels  # noqa: E402
 from evaluate.results import Row  # noqa: E402
@@ -92,8 +92,8 @@ def vllm_bench_latency(artifact: Path, row: Row, runs: int) -> dict:
         cli.append("--enforce-eager")
     if args.get("enable_prefix_caching") is False:
         cli.append("--no-enable-prefix-caching")
-    apply_env(row.engine_env)  # the same environment and cache folders as evaluate
-    with tempfile.TemporaryDirectory() as tmp:
+    # the same environment and cache folders as evaluate
+    with VllmEngine.environment(row.engine_env), tempfile.TemporaryDirectory() as tmp:
         out, script = Path(tmp) / "bench.json", Path(tmp) / "bench.py"
         script.write_text(VLLM_BENCH)
         subprocess.run([sys.executable, str(script), *cli, "--output-json", str(out)], cwd=ROOT, check=True)

@@ -22,16 +22,6 @@ SPEED_ENV = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NU
              "VLLM_CPU_INT4_W4A8", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
 
 
-def apply_env(env: dict) -> dict:
-    """Set the engine environment for the rest of this process, for a script
-    that starts `vllm bench` subprocesses; engines and lm-eval use
-    VllmEngine.environment(), which restores it."""
-    for key, value in VllmEngine.prepare_env(env).items():
-        if value is not None:
-            os.environ[key] = str(value)
-    return {k: os.environ[k] for k in SPEED_ENV if k in os.environ}
-
-
 def _cpu_rule(fmt, machine, args) -> Verdict:
     kv = str(args.get("kv_cache_dtype") or "auto")
     if kv.startswith("fp8") and machine.x86 and not machine.isa & {"avx512f", "amx_tile"}:
@@ -250,7 +240,7 @@ class VllmEngine(Engine):
             await asyncio.sleep(0)
 
         self.loop.run_until_complete(shutdown())
-        del engine
+        engine = None  # drop the last reference before collecting
         gc.collect()  # AsyncLLM.__del__ at interpreter exit fails noisily
         self.loop.close()
         from vllm import envs
