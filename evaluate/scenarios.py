@@ -1,8 +1,9 @@
 """Scenarios: {batch_size, input_len, output_len}, one YAML file each in
 conf/scenario/, or anywhere (`scenario=/path/to/my.yaml` selects the `file`
 option with that path). A *set* file lists others under `include` (or
-`include: all`); a set file's includes are looked up next to it first, then in
-conf/scenario/."""
+`include: all`) and/or defines its own under `scenarios` (a list of
+{name, batch_size, input_len, output_len}); a set file's includes are looked
+up next to it first, then in conf/scenario/. Names are unique within a set."""
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -49,14 +50,37 @@ def resolve(cfg) -> list[Scenario]:
     """The scenario config (a single scenario, a set, or a file given by
     path) -> a list of scenarios."""
     data, near = _config(cfg)
-    if data.get("include") is not None:
-        include = data["include"]
-        names = _all_single() if include == "all" else include
-        if not isinstance(names, list):
-            raise UserError(f"scenario {data.get('name')}: include must be a list of scenarios or 'all', "
-                            f"not {include!r}")
-        return [load(n, near) for n in names]
-    return [_from_dict(data)]
+    if not _is_set_data(data):
+        return [_from_dict(data)]
+    include = data.get("include") or []
+    names = _all_single() if include == "all" else include
+    if not isinstance(names, list):
+        raise UserError(f"scenario {data.get('name')}: include must be a list of scenarios or 'all', "
+                        f"not {include!r}")
+    return _unique(data.get("name"), [load(n, near) for n in names] + _inline(data))
+
+
+def _is_set_data(data: dict) -> bool:
+    return data.get("include") is not None or data.get("scenarios") is not None
+
+
+def _inline(data: dict) -> list[Scenario]:
+    """The set's own scenarios (`scenarios:`), so adding a rung edits one file."""
+    inline = data.get("scenarios") or []
+    if not isinstance(inline, list) or not all(isinstance(d, dict) for d in inline):
+        raise UserError(f"scenario {data.get('name')}: scenarios must be a list of mappings of name, "
+                        f"batch_size, input_len and output_len, not {inline!r}")
+    return [_from_dict(d) for d in inline]
+
+
+def _unique(set_name, found: list[Scenario]) -> list[Scenario]:
+    """Rows and logs name a scenario: within one set a name must mean one shape."""
+    names = [s.name for s in found]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UserError(f"scenario set {set_name}: scenario name(s) {', '.join(twice)} appear more than once; "
+                        "give every scenario of a set its own name")
+    return found
 
 
 def load(name: str, near: Path | None = None) -> Scenario:
@@ -66,8 +90,8 @@ def load(name: str, near: Path | None = None) -> Scenario:
 
 
 def is_set(cfg) -> bool:
-    """A scenario set (`include:`) rather than one scenario."""
-    return _config(cfg)[0].get("include") is not None
+    """A scenario set (`include:` or `scenarios:`) rather than one scenario."""
+    return _is_set_data(_config(cfg)[0])
 
 
 def _config(cfg) -> tuple[dict, Path | None]:
@@ -94,7 +118,7 @@ def _plain(value):
 
 def _all_single() -> list[str]:
     return [p.stem for p in sorted(SCENARIO_DIR.glob("*.yaml"))
-            if p.stem != FILE_OPTION and "include" not in _read(p)]
+            if p.stem != FILE_OPTION and not _is_set_data(_read(p))]
 
 
 def _known() -> str:
@@ -128,7 +152,7 @@ def _read(path: Path) -> dict:
         raise UserError(f"cannot read scenario file {path}: {str(e).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise UserError(f"scenario file {path} is not a mapping of name, batch_size, input_len and "
-                        "output_len (or name and include)")
+                        "output_len (or name and include/scenarios)")
     return data
 
 

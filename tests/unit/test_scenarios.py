@@ -109,3 +109,52 @@ def test_a_file_that_is_not_a_scenario(tmp_path):
 def test_an_unknown_name_still_names_the_known_ones():
     with pytest.raises(UserError, match="unknown scenario 'no_such'.*interactive"):
         scenarios.load("no_such")
+
+
+LADDERS = {  # set -> (batch sizes, input lengths, output length)
+    "batch_ladder": ([1, 2, 4, 8, 16], [128], 16),
+    "batch_ladder_gpu": ([1, 2, 4, 8, 16, 32], [512], 64),
+    "context_ladder": ([1], [128, 512, 1024, 2048, 4096], 16),
+    "context_ladder_gpu": ([1], [1024, 6144, 14336, 30720], 256),
+}
+
+
+@pytest.mark.parametrize("name", LADDERS)
+def test_the_ladders_are_sets_of_inline_scenarios(name):
+    cfg = scenario_cfg(f"scenario={name}")
+    assert scenarios.is_set(cfg)
+    found = scenarios.resolve(cfg)
+    batches, inputs, output = LADDERS[name]
+    assert [(s.batch_size, s.input_len, s.output_len) for s in found] == [
+        (b, i, output) for b in batches for i in inputs]
+    assert len({s.name for s in found}) == len(found)
+
+
+def test_all_leaves_out_sets_of_inline_scenarios():
+    names = {s.name for s in scenarios.resolve(scenario_cfg("scenario=all"))}
+    assert not {"bs1", "ctx128", "batch_ladder", "context_ladder"} & names
+
+
+def test_a_set_may_include_and_define_scenarios(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    (tmp_path / "mixed.yaml").write_text("name: mixed\ninclude: [tiny, interactive]\nscenarios:\n"
+                                         "  - {name: bs2, batch_size: 2, input_len: 8, output_len: 4}\n")
+    cfg = scenario_cfg(f"scenario={tmp_path / 'mixed.yaml'}")
+    assert scenarios.is_set(cfg)
+    assert scenarios.resolve(cfg) == [Scenario("my_tiny", 2, 32, 16), Scenario("interactive", 1, 128, 64),
+                                      Scenario("bs2", 2, 8, 4)]
+
+
+@pytest.mark.parametrize("body, match", [
+    ("include: [interactive]\nscenarios:\n  - {name: interactive, batch_size: 2, input_len: 8, output_len: 4}\n",
+     "interactive appear more than once"),
+    ("scenarios:\n  - {name: a, batch_size: 1, input_len: 8, output_len: 4}\n"
+     "  - {name: a, batch_size: 2, input_len: 8, output_len: 4}\n", "a appear more than once"),
+    ("scenarios: [bs1]\n", "scenarios must be a list of mappings"),
+    ("scenarios:\n  - {name: half, batch_size: 1}\n", "half needs integer batch_size"),
+])
+def test_a_bad_inline_set_is_one_line(tmp_path, body, match):
+    (tmp_path / "bad.yaml").write_text(f"name: bad\n{body}")
+    with pytest.raises(UserError, match=match) as e:
+        scenarios.resolve(scenario_cfg(f"scenario={tmp_path / 'bad.yaml'}"))
+    one_line_error(e)
