@@ -40,6 +40,10 @@ def mb(nbytes) -> float | None:
     return nbytes / 1e6 if isinstance(nbytes, (int, float)) else None
 
 
+def gb(nbytes) -> float | None:
+    return nbytes / 1e9 if isinstance(nbytes, (int, float)) else None
+
+
 def speedup_text(x: float | None) -> str:
     return MISSING if x is None else f"{x:.2f}x"
 

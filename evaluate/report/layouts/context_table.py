@@ -1,0 +1,74 @@
+"""`context_table`: the Qwen-style table. Batch-1 results, input length down
+the side, recipe × engine across (the engines of one artifact in adjacent
+columns), each cell output speed and peak memory; one table per output length."""
+from evaluate.report.aggregate import Group, kv_cache_bytes
+from evaluate.report.formatting import MISSING, fmt_fixed, gb
+from evaluate.report.layouts.common import result_label
+from evaluate.report.markdown import md_table
+from evaluate.results import Row
+
+SUBTITLE = "speed and memory per input length (batch 1)"
+NOTE = ("Each cell: output tokens/s (generated tokens ÷ latency) · peak memory in GB (10^9 bytes; the "
+        "engine's process-tree RSS, plus device memory on CUDA), both the mean over the timed runs. "
+        "vLLM pre-allocates its KV cache (`VLLM_CPU_KVCACHE_SPACE` on CPU, `gpu_memory_utilization` on "
+        "GPUs), so its memory includes that whole cache at every input length{kv}; transformers grows its "
+        f"cache with the context. \"{MISSING}\" = not measured.")
+
+
+def render(rows: list[Row], speed: list[Group]) -> str:
+    ones = [g for g in speed if g.scenario.batch_size == 1]
+    if not ones:
+        return "No batch-1 speed results: run python -m evaluate ... scenario=context_ladder."
+    parts = [NOTE.format(kv=kv_note(ones))]
+    for out_len in sorted({g.scenario.output_len for g in ones}):
+        same = [g for g in ones if g.scenario.output_len == out_len]
+        missed = unmeasured(rows, same, out_len)
+        parts += [f"## {out_len} generated tokens", table(same, missed), why_not(missed)]
+    return "\n\n".join(p for p in parts if p)
+
+
+def kv_note(groups: list[Group]) -> str:
+    sizes = sorted({b for b in (kv_cache_bytes(g.runs[0]) for g in groups) if b})
+    return f" (here {', '.join(f'{b / 2 ** 30:g} GiB' for b in sizes)})" if sizes else ""
+
+
+def columns(groups: list[Group]) -> list[Group]:
+    """One group per identity; those of one model/recipe/artifact side by side, engines in order of appearance."""
+    first: dict[tuple, Group] = {}
+    for g in groups:
+        first.setdefault(g.identity, g)
+    artifact_order = {k: i for i, k in enumerate(dict.fromkeys(ident[:3] for ident in first))}
+    return sorted(first.values(), key=lambda g: artifact_order[g.identity[:3]])  # stable within an artifact
+
+
+def table(groups: list[Group], missed: list[Row]) -> str:
+    """Input lengths that only have skipped or failed rows stay as rows of MISSING."""
+    cols = columns(groups)
+    cell_of = {}
+    for g in groups:
+        cell_of.setdefault((g.scenario.input_len, g.identity), cell(g))
+    lengths = sorted({g.scenario.input_len for g in groups} | {r.input_len for r in missed})
+    return md_table(["Input length"] + [result_label(c, cols) for c in cols],
+                    [[n] + [cell_of.get((n, c.identity), MISSING) for c in cols] for n in lengths])
+
+
+def cell(g: Group) -> str:
+    return f"{fmt_fixed(g.mean('output_throughput'))} tok/s · {fmt_fixed(gb(g.mean('peak_memory_bytes')))} GB"
+
+
+def unmeasured(rows: list[Row], groups: list[Group], out_len: int) -> list[Row]:
+    """Batch-1 rows without a result (e.g. longer than max_model_len: skipped), unless a rerun measured it."""
+    measured = {(g.scenario.input_len, g.identity) for g in groups}
+    return [r for r in rows if r.kind == "speed" and not r.ok and r.batch_size == 1 and r.output_len == out_len
+            and r.input_len is not None and (r.input_len, identity(r)) not in measured]
+
+
+def identity(r: Row) -> tuple:
+    """A row's Group.identity (aggregate names a missing field "?")."""
+    return (r.model_name or "?", r.recipe or "?", r.artifact_id or "?", r.engine or "?", r.setup_id)
+
+
+def why_not(missed: list[Row]) -> str:
+    why = dict.fromkeys(f"- input {r.input_len}, {r.recipe} · {r.engine}: {r.status} "
+                        f"({r.reason or 'no reason recorded'})" for r in missed)
+    return "\n".join(["Not measured:", *why]) if why else ""

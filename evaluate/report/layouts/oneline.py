@@ -1,0 +1,61 @@
+"""`oneline`: the torchao-style line per result group (scenario × recipe ×
+artifact × engine × setup), then the command that reproduces it when the row
+carries one."""
+from evaluate.report.aggregate import Group, scenarios
+from evaluate.report.formatting import MISSING, fmt_fixed, gb
+from evaluate.report.layouts.common import result_label
+from evaluate.results import Row
+
+SUBTITLE = "one line per result"
+NOTE = ("tok/s = output tokens/s; mem/s = weight bytes ÷ mean time per output token (the memory bandwidth "
+        "decode achieved); peak_mem = peak memory of the engine (process-tree RSS, plus device memory on "
+        "CUDA); model_size = weight bytes on disk; all means over the timed runs, in GB = 10^9 bytes. "
+        "kv_quant = the KV-cache dtype (none: the model's dtype); compile = not `enforce_eager` (vLLM). "
+        f"\"{MISSING}\" = not measured.")
+# Best instruction set first: the one the kernels most likely used.
+ISA_LABELS = (("amx_bf16", "amx"), ("avx512_bf16", "avx512_bf16"), ("avx512f", "avx512"), ("avx2", "avx2"),
+              ("sve", "sve"), ("asimd", "neon"))
+
+
+def render(rows: list[Row], speed: list[Group]) -> str:
+    parts = [NOTE]
+    for s in scenarios(speed):
+        here = [g for g in speed if g.scenario == s]
+        parts += [f"## {s.heading()}", "\n".join(line(g, result_label(g, here)) for g in here)]
+    return "\n\n".join(parts)
+
+
+def line(g: Group, name: str) -> str:
+    row = g.runs[0]
+    fields = {"tok/s": fmt_fixed(g.mean("output_throughput")),
+              "mem/s": f"{fmt_fixed(g.mean('weight_bandwidth_gb_s'))} GB/s",
+              "peak_mem": f"{fmt_fixed(gb(g.mean('peak_memory_bytes')))} GB",
+              "model_size": f"{fmt_fixed(gb(g.model_bytes))} GB",
+              "quant": f"{g.recipe} ({g.quant_format})" if g.quant_format else g.recipe,
+              "kv_quant": kv_quant(row), "compile": str(compiled(row)),
+              "dtype": str(row.engine_args.get("dtype") or MISSING), "device": device(row)}
+    text = f"- **{name}**: " + ", ".join(f"{k}: {v}" for k, v in fields.items())
+    repro = getattr(row, "repro", None) or row.extra.get("repro")  # a Row field may come; older rows keep it in extra
+    return text + (f"\n  repro: `{repro}`" if repro else "")
+
+
+def kv_quant(row: Row) -> str:
+    recorded = getattr(row, "kv_quant", None) or row.extra.get("kv_quant")
+    kv = recorded or row.engine_args.get("kv_cache_dtype")
+    return "none" if kv in (None, "", "auto") else str(kv)
+
+
+def compiled(row: Row) -> bool:
+    """vLLM compiles unless enforce_eager; other engines only when their args say `compile`."""
+    if row.engine == "vllm":
+        return not row.engine_args.get("enforce_eager", False)
+    return bool(row.engine_args.get("compile", False))
+
+
+def device(row: Row) -> str:
+    machine, hw = row.machine or {}, row.hardware or {}
+    if machine.get("cuda") or (hw.get("accelerators") and row.engine_args.get("device") != "cpu"):
+        return "cuda"
+    isa = set(machine.get("isa") or hw.get("cpu_isa") or [])
+    best = next((label for flag, label in ISA_LABELS if flag in isa), None)
+    return f"cpu ({best})" if best else "cpu"
