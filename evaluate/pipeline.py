@@ -3,15 +3,17 @@ import logging
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from evaluate import accuracy, engines, lmeval, results, scenarios as scenario_mod, target as target_mod
+from evaluate import accuracy, engines, lmeval, precision, results, scenarios as scenario_mod, target as target_mod
 from evaluate.capabilities import Verdict
 from evaluate.engines import Engine, LmEvalModel
 from evaluate.memory import PeakMemory
 from evaluate.metrics import summarize
+from evaluate.precision import HEADLINE, RunPlan
 from evaluate.results import Row
 from evaluate.scenarios import Scenario
 from evaluate.target import Target
@@ -27,6 +29,7 @@ log = logging.getLogger("quantbench.evaluate")
 class Job:
     """What the steps of one evaluate job share, decided before any engine starts."""
     cfg: DictConfig
+    plan: RunPlan                        # how many warm-up and timed runs (fixed or auto)
     target: Target
     store: Path                          # the results file rows are appended to
     engine: type[Engine]
@@ -66,19 +69,27 @@ class Job:
             raise
 
 
+class Pending(NamedTuple):
+    """A scenario's timed runs still to measure, and the output throughputs of
+    its runs already stored in this setup (runs=auto continues from them)."""
+    indices: list[int]
+    prior: list[float]
+
+
 def run(cfg) -> None:
     job, unfit, verdict = _plan(cfg)
     if not verdict:
         _unsupported(job, verdict)
         return
     cfg, store = job.cfg, job.store
-    done = results.completed_keys(store.parent) if cfg.skip_completed else set()
+    stored = [r for r in results.read(store.parent) if r.ok] if cfg.skip_completed else []
+    done = {r.run_key() for r in stored}
     for s in unfit:
         reason = f"needs {s.max_len} tokens, max_model_len is {job.limit}"
         job.record(job.speed_row(s, None), "skipped", reason=reason)
         log.warning("skipping scenario %s: %s", s.name, reason)
-    todo = {s: [i for i in range(int(cfg.runs)) if job.speed_row(s, i).run_key() not in done] for s in job.fit}
-    todo = {s: runs for s, runs in todo.items() if runs}
+    todo = {s: _pending(job, s, stored) for s in job.fit}
+    todo = {s: pending for s, pending in todo.items() if pending.indices}
     accuracy_todo = job.accuracy_cfg is not None and job.accuracy_row().run_key() not in done
     lm_eval_todo = [t for t in job.lm_eval_tasks() if job.lm_eval_row(t).run_key() not in done]
     if not todo and not accuracy_todo and not lm_eval_todo:
@@ -91,12 +102,23 @@ def run(cfg) -> None:
     log.info("results appended to %s", store)
 
 
+def _pending(job: Job, s: Scenario, stored: list[Row]) -> Pending:
+    key = job.speed_row(s, None).run_key()[:-1]  # all but the run index
+    prior = {r.run_index: r.metrics.get(HEADLINE) for r in stored
+             if r.run_key()[:-1] == key and isinstance(r.run_index, int)}
+    values = [float(v) for _, v in sorted(prior.items()) if isinstance(v, (int, float))]
+    indices = job.plan.indices(prior, values)
+    if job.plan.auto and prior and not indices:
+        log.info("scenario %s: its %d stored runs already meet runs=auto (%s)", s.name, len(values),
+                 job.plan.stopped(values))
+    return Pending(indices, values)
+
+
 def _plan(cfg) -> tuple[Job, list[Scenario], Verdict]:
     """Every check that needs no engine, in the order bad input is reported:
     the job, the scenarios too long for the context, and whether the engine
     can serve the target here."""
-    if int(cfg.runs) < 1:
-        raise UserError(f"runs={cfg.runs}: need at least one timed run (runs=3 is typical)")
+    plan = precision.plan(cfg)
     store = results.shard_path(resolve(cfg.results_dir), shard=bool(cfg.results_per_process))
     results.check_writable(store)  # before any measurement that could not be stored
     target = _load_target(cfg, store)
@@ -128,7 +150,7 @@ def _plan(cfg) -> tuple[Job, list[Scenario], Verdict]:
     base = Row(kind="speed", **target.as_row(), engine=name, engine_args=args,
                engine_env=engine_cfg.get("env", {}), **where, machine=machine.facts(),
                setup_id=results.setup_id(engines.identity(engine_cfg), **where))
-    job = Job(cfg=cfg, target=target, store=store, engine=engine, engine_cfg=engine_cfg, limit=limit, fit=fit,
+    job = Job(cfg=cfg, plan=plan, target=target, store=store, engine=engine, engine_cfg=engine_cfg, limit=limit, fit=fit,
               base=base, accuracy_cfg=accuracy_cfg, lm_eval_cfg=lm_eval_cfg, lm_eval_model=lm_eval_model,
               lm_eval_versions=lm_eval_versions)
     return job, unfit, engine.supports(target.format, machine, args)
@@ -180,8 +202,8 @@ def _evaluate_in_engine(job: Job, todo: dict, with_accuracy: bool) -> None:
     logprob_pass = None
     try:
         job = replace(job, base=job.base.but(**engine.describe()))
-        for s, run_indices in todo.items():
-            _run_scenario(job, engine, s, run_indices)
+        for s, pending in todo.items():
+            _run_scenario(job, engine, s, pending)
         if with_accuracy:
             logprob_pass = job.guarded(job.accuracy_row(), lambda: accuracy.engine_pass(
                 engine, job.accuracy_cfg, _tokenizer(job), int(job.cfg.seed)))
@@ -236,28 +258,59 @@ def _start_engine(job: Job, with_accuracy: bool) -> Engine:
                       trust_remote_code=job.cfg.trust_remote_code)
 
 
-def _run_scenario(job: Job, engine: Engine, s: Scenario, run_indices: list[int]) -> None:
-    cfg, target = job.cfg, job.target
-    log.info("scenario %s: batch %d, %d in / %d out tokens, %d warm-up + %d timed runs",
-             s.name, s.batch_size, s.input_len, s.output_len, cfg.warmup_runs, len(run_indices))
-    vocab = int(target.config.get("vocab_size") or 10000)
+def _run_scenario(job: Job, engine: Engine, s: Scenario, pending: Pending) -> None:
+    plan = job.plan
+    log.info("scenario %s: batch %d, %d in / %d out tokens, %s warm-up + %s timed runs", s.name, s.batch_size,
+             s.input_len, s.output_len, plan.warmup_runs if plan.warmup_runs is not None else "auto",
+             len(pending.indices) if not plan.auto else
+             f"auto ({plan.min_runs}-{plan.max_runs}, target ±{plan.target_ci_pct:g} %)")
+    vocab = int(job.target.config.get("vocab_size") or 10000)
 
     def measure_all():
-        for w in range(int(cfg.warmup_runs)):
-            engine.run(prompts(s, cfg.seed, -1 - w, vocab), s.output_len)
-        for i in run_indices:
-            with PeakMemory() as mem:
-                start, timings = engine.run(prompts(s, cfg.seed, i, vocab), s.output_len)
-            short = [t.output_tokens for t in timings if t.output_tokens != s.output_len]
-            if short:
-                raise RuntimeError(f"engine generated {short[0]} tokens instead of {s.output_len}")
-            metrics = summarize(timings, start, target.model_bytes) | mem.as_metrics()
-            metrics["model_bytes"] = target.model_bytes
-            job.record(job.speed_row(s, i), "ok", metrics=metrics)
-            log.info("  run %d/%d: %.1f tok/s out, latency %.2f s, TTFT %.0f ms", i + 1, cfg.runs,
-                     metrics["output_throughput"], metrics["latency_s"], metrics["ttft_ms_mean"])
+        warmups = _warm_up(job, engine, s, vocab)
+        values = list(pending.prior)
+        for i in pending.indices:
+            metrics = _timed_run(job, engine, s, i, vocab)
+            values.append(metrics[HEADLINE])
+            record = plan.record(values, warmups)
+            job.record(job.speed_row(s, i), "ok", metrics=metrics, precision=record)
+            log.info("  run %d%s: %.1f tok/s out, latency %.2f s, TTFT %.0f ms%s", i + 1,
+                     f" (auto, at most {plan.max_runs})" if plan.auto else f"/{plan.runs}", metrics[HEADLINE],
+                     metrics["latency_s"], metrics["ttft_ms_mean"],
+                     f", 95% CI ±{record['achieved_ci_pct']:.1f} %" if plan.auto and len(values) > 1 else "")
+            if plan.stopped(values):
+                log.info("  runs=auto: %s after %d runs", plan.stopped(values), len(values))
+                break
 
     job.guarded(job.speed_row(s, None), measure_all)
+
+
+def _warm_up(job: Job, engine: Engine, s: Scenario, vocab: int) -> int:
+    """Untimed runs before the timed ones; with warmup_runs=auto, until the
+    throughput is stable. Returns how many ran."""
+    plan, seed = job.plan, job.cfg.seed
+    if plan.warmup_runs is not None:
+        for w in range(plan.warmup_runs):
+            engine.run(prompts(s, seed, -1 - w, vocab), s.output_len)
+        return plan.warmup_runs
+    speeds = []
+    while not precision.warmed_up(speeds, plan.warmup_tolerance_pct, plan.max_warmup_runs):
+        start, timings = engine.run(prompts(s, seed, -1 - len(speeds), vocab), s.output_len)
+        speeds.append(summarize(timings, start, job.target.model_bytes)[HEADLINE])
+    log.info("  warm-up: %d runs (%s tok/s)", len(speeds), ", ".join(f"{v:.1f}" for v in speeds))
+    return len(speeds)
+
+
+def _timed_run(job: Job, engine: Engine, s: Scenario, i: int, vocab: int) -> dict:
+    target = job.target
+    with PeakMemory() as mem:
+        start, timings = engine.run(prompts(s, job.cfg.seed, i, vocab), s.output_len)
+    short = [t.output_tokens for t in timings if t.output_tokens != s.output_len]
+    if short:
+        raise RuntimeError(f"engine generated {short[0]} tokens instead of {s.output_len}")
+    metrics = summarize(timings, start, target.model_bytes) | mem.as_metrics()
+    metrics["model_bytes"] = target.model_bytes
+    return metrics
 
 
 def _score_accuracy(job: Job, logprob_pass: dict) -> None:

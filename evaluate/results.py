@@ -66,6 +66,12 @@ class Row:
     output_len: int | None = None
     run_index: int | None = None       # 0-based timed run (warm-up is not recorded)
     metrics: dict = field(default_factory=dict)
+    # How the run count was decided (runs=auto or warmup_runs=auto; None: fixed
+    # counts), as it stood after this run, so an interrupted scenario still says
+    # how far it got: {"rule", "runs", "min_runs", "max_runs", "target_ci_pct",
+    # "achieved_ci_pct", "stopped": "target met" | "max_runs reached" | None
+    # (more runs followed), "warmup_runs"}. The report reads the last run's.
+    precision: dict | None = None
     accuracy_config: dict | None = None
     lm_eval: dict | None = None        # lm-eval's own result for the task (higher_is_better, n-samples ...)
     lm_eval_config: dict | None = None

@@ -70,3 +70,79 @@ def test_a_request_without_tokens_is_an_error():
         summarize([RequestTiming(start=T0, prompt_tokens=4)], T0, WEIGHT_BYTES)
     with pytest.raises(RuntimeError):
         summarize([], T0, WEIGHT_BYTES)
+
+
+# ---------------------------------------------------------------- runs=auto / warmup_runs=auto (evaluate/precision.py)
+
+from omegaconf import OmegaConf  # noqa: E402
+
+from evaluate.metrics import mean_interval  # noqa: E402
+from evaluate.precision import CAP_REACHED, TARGET_MET, ci_pct, plan, stop_reason, warmed_up  # noqa: E402
+from quantize.common.errors import UserError  # noqa: E402
+
+
+def test_ci_pct_is_the_half_width_in_percent_of_the_mean():
+    values = [98.0, 100.0, 102.0]
+    mean, lo, hi = mean_interval(values)
+    assert ci_pct(values) == pytest.approx(100 * (hi - mean) / mean)
+    assert ci_pct([100.0]) is None and ci_pct([]) is None and ci_pct([0.0, 0.0]) is None
+    assert ci_pct([5.0, 5.0, 5.0]) == 0
+
+
+@pytest.mark.parametrize("values, expect", [
+    ([100.0, 100.0], None),                         # below min_runs, however narrow
+    ([100.0, 100.0, 100.0], TARGET_MET),            # noise-free: stops at min_runs
+    ([90.0, 110.0, 100.0], None),                   # ±24.8 %: go on
+    ([90.0, 110.0, 100.0, 95.0, 105.0], CAP_REACHED),
+    ([99.0, 101.0, 100.0, 100.5], TARGET_MET),      # ±1.5 %
+])
+def test_stop_rule(values, expect):
+    assert stop_reason(values, min_runs=3, max_runs=5, target_ci_pct=5) == expect
+
+
+def test_the_target_wins_over_the_cap_when_both_hold():
+    assert stop_reason([100.0] * 5, 3, 5, 5) == TARGET_MET
+
+
+def test_warm_up_stops_when_two_in_a_row_agree_or_at_the_cap():
+    assert not warmed_up([], 5, 5) and not warmed_up([50.0], 5, 5)
+    assert not warmed_up([50.0, 80.0], 5, 5) and warmed_up([50.0, 80.0, 82.0], 5, 5)  # 2.5 %
+    assert warmed_up([50.0, 80.0, 60.0, 90.0, 70.0], 5, 5)  # the cap
+
+
+def settings(**over):
+    return OmegaConf.create({"runs": 3, "min_runs": 3, "max_runs": 10, "target_ci_pct": 5, "warmup_runs": 1,
+                             "warmup_tolerance_pct": 5, "max_warmup_runs": 5, **over})
+
+
+def test_a_fixed_plan_measures_the_missing_indices_and_records_nothing():
+    p = plan(settings())
+    assert not p.auto and p.indices({1}, [10.0]) == [0, 2] and p.record([1.0, 2.0], 1) is None
+
+
+def test_an_auto_plan_continues_until_the_rule_holds():
+    p = plan(settings(runs="auto", max_runs=6))
+    assert p.indices(set(), []) == list(range(6))
+    assert p.indices({0, 2}, [90.0, 110.0]) == [1, 3, 4, 5]
+    assert p.indices({0, 1, 2}, [100.0] * 3) == []  # the stored runs already meet it
+    assert p.record([90.0, 110.0, 100.0], 1) == {
+        "rule": "auto", "runs": 3, "min_runs": 3, "max_runs": 6, "target_ci_pct": 5.0,
+        "achieved_ci_pct": round(ci_pct([90.0, 110.0, 100.0]), 3), "stopped": None}
+
+
+@pytest.mark.parametrize("over, expect", [
+    ({"runs": "foo"}, "runs=foo: pass an integer >= 1 or auto"),
+    ({"runs": True}, "runs=True: pass an integer >= 1 or auto"),
+    ({"runs": "auto", "min_runs": 3, "max_runs": 1}, "max_runs=1 with runs=auto: pass max_runs=<an integer >= 3>"),
+    ({"runs": "auto", "target_ci_pct": 0}, "target_ci_pct=0: pass a number > 0"),
+    ({"runs": "auto", "target_ci_pct": "nan"}, "target_ci_pct=nan: pass a number > 0"),
+    ({"warmup_runs": "auto", "max_warmup_runs": 1}, "max_warmup_runs=1 with warmup_runs=auto"),
+])
+def test_bad_settings_are_one_line(over, expect):
+    with pytest.raises(UserError) as e:
+        plan(settings(**over))
+    assert str(e.value).startswith(expect) and "\n" not in str(e.value)
+
+
+def test_auto_settings_are_not_checked_for_fixed_runs():
+    assert plan(settings(max_runs=1, target_ci_pct=0)).runs == 3
