@@ -62,6 +62,19 @@ class Group:
         mean, std = self.mean(metric), self.std(metric)
         return std / mean if mean and std is not None else None
 
+    def interval(self, metric: str) -> tuple[float, float] | None:
+        """95% Student-t interval of the mean; None with fewer than two runs."""
+        mean, std, n = self.stats.get(metric, (None, None, 0))
+        if std is None or n < 2:
+            return None
+        half = t95(n - 1) * std / math.sqrt(n)
+        return mean - half, mean + half
+
+    @property
+    def precision(self) -> dict | None:
+        """How the last run's count was decided (Row.precision), if recorded."""
+        return self.runs[-1].precision if self.runs else None
+
 
 def scenario_of(row: Row) -> Scenario:
     """Speed rows name a scenario; accuracy rows may name their eval set instead."""
@@ -160,6 +173,24 @@ def speedup_flag(g: Group, base: Group | None, metric: str) -> str | None:
     if g.speedup_ci and g.speedup_ci[0] <= 1.0 <= g.speedup_ci[1]:
         return f"95% CI {g.speedup_ci[0]:.2f}–{g.speedup_ci[1]:.2f} includes 1.0"
     return None
+
+
+def tiers(groups: list[Group], metric: str = "output_throughput") -> list[list[Group]]:
+    """Groups fastest first, in tiers: a group whose 95% interval of `metric`
+    overlaps that of the one before joins its tier, so a tier's members are
+    not significantly different from their neighbours and are not ordered."""
+    out: list[list[Group]] = []
+    for g in by_throughput(groups):
+        prev = out[-1][-1] if out else None
+        if prev and overlap(prev.interval(metric), g.interval(metric)):
+            out[-1].append(g)
+        else:
+            out.append([g])
+    return out
+
+
+def overlap(a: tuple[float, float] | None, b: tuple[float, float] | None) -> bool:
+    return bool(a and b) and a[0] <= b[1] and b[0] <= a[1]
 
 
 def scenarios(groups: list[Group]) -> list[Scenario]:

@@ -7,12 +7,13 @@ from pathlib import Path
 from evaluate.report.aggregate import (
     BASELINE, CV_MAX, Group, accuracy_keys, accuracy_of, by_model, by_throughput, headline_accuracy_keys, in_table,
     kv_cache_bytes, labels, lm_baseline, lm_recovery, numeric_metrics, ordered_metrics, overall_ranking,
-    run_labels, scenario_of, scenarios, stderr_key)
+    run_labels, scenario_of, scenarios, stderr_key, tiers)
 from evaluate.report.formatting import (
     MISSING, fmt_fixed, fmt_number, header, inline_json, interval_text, mb, short, speedup_text)
 from evaluate.results import Row
 
 MEMORY_HEADER = "Peak memory (MB): weights + KV cache + runtime"
+CI_HEADER = "Output throughput 95% CI (tok/s)"
 SUMMARY_SPEED = (  # metric, column header, decimals, mean ± std?
     ("output_throughput", "Output throughput (tok/s)", 2, True),
     ("total_token_throughput", "Total token throughput (tok/s)", 2, True),
@@ -58,6 +59,37 @@ def mean_pm_std(g: Group, metric: str, digits: int | None = None) -> str:
     return fmt(mean) if std is None else f"{fmt(mean)} ± {fmt(std)}"
 
 
+def ci_cell(g: Group, metric: str, digits: int) -> str:
+    """The 95% interval of the mean as `low–high`; MISSING with one run."""
+    ci = g.interval(metric)
+    return MISSING if ci is None else f"{fmt_fixed(ci[0], digits)}–{fmt_fixed(ci[1], digits)}"
+
+
+def runs_cell(g: Group) -> str:
+    """The run count, with how runs=auto ended where it decided it."""
+    p = g.precision or {}
+    if p.get("rule") != "auto":
+        return str(len(g.runs))
+    ended = {"target met": "target met", "max_runs reached": "cap reached"}.get(p.get("stopped"), "interrupted")
+    return f"{len(g.runs)} (auto: {ended})"
+
+
+def decision_text(p: dict | None) -> str:
+    """A run's Row.precision in words: how its scenario's run count stood after it."""
+    if not p:
+        return "fixed"
+    parts = []
+    if p.get("rule") == "auto":
+        ci, target = p.get("achieved_ci_pct"), p.get("target_ci_pct")
+        width = MISSING if ci is None else f"±{ci:.1f} %"
+        parts.append({"target met": f"auto: target met ({width} ≤ {target:g} %)",
+                      "max_runs reached": f"auto: cap reached at max_runs={p.get('max_runs')} ({width} > {target:g} %)"}
+                     .get(p.get("stopped"), f"auto: {width}, target {target:g} %: continued"))
+    if p.get("warmup_runs") is not None:
+        parts.append(f"{p['warmup_runs']} warm-up runs (auto)")
+    return "; ".join(parts) or "fixed"
+
+
 def speedup_cell(g: Group) -> str:
     """The speed-up, marked when the runs cannot support it."""
     text = speedup_text(g.speedup)
@@ -80,7 +112,11 @@ NOTES = (
     "bytes on disk / 10^6.\n\n"
     "A speed-up is flagged (⚠) and left out of the rankings when its 95% interval (Welch, on the "
     "log ratio of mean output throughputs) includes 1.0, when either side's runs vary by more than "
-    f"{CV_MAX:.0%} (coefficient of variation), or when either side has a single run.\n\n"
+    f"{CV_MAX:.0%} (coefficient of variation), or when either side has a single run. Within a scenario, "
+    "artifacts whose 95% intervals of mean output throughput overlap share one ranking line, \"no "
+    "significant difference\" (a stricter test than the speed-up's interval, which can exclude 1.0 while "
+    "the two means' intervals still overlap). Intervals of a mean are Student-t, from two runs up; `Runs (n)` says how "
+    "`runs=auto` ended (target met, or cap reached at max_runs).\n\n"
     "Peak memory is the resident memory of the engine's process tree at its peak: the weights, the "
     "KV cache and the runtime (Python, torch, compiled graphs). vLLM-CPU allocates its whole KV cache "
     "up front (`VLLM_CPU_KVCACHE_SPACE` GiB, shown per row as *KV cache*), so peak memory barely "
@@ -147,7 +183,9 @@ def versions_text(rows: list[Row]) -> str:
 def render_summary(speed: list[Group], accuracy: list[Group]) -> str:
     names = labels(speed)
     accuracy_cols = headline_accuracy_keys(accuracy)
-    heads = (["Model", "Recipe", "Artifact", "Format", "Model size (MB)"] + [h for _, h, _, _ in SUMMARY_SPEED]
+    speed_heads = [h for _, h, _, _ in SUMMARY_SPEED]
+    speed_heads.insert(1, CI_HEADER)
+    heads = (["Model", "Recipe", "Artifact", "Format", "Model size (MB)"] + speed_heads
              + ["Speed-up vs original (x)", "Speed-up 95% CI", "Runs (n)", MEMORY_HEADER, "of it KV cache (MB)"]
              + [header(k) for k in accuracy_cols])
     out = ["## Summary"]
@@ -166,10 +204,17 @@ def render_summary(speed: list[Group], accuracy: list[Group]) -> str:
 def summary_row(g: Group, names: dict, accuracy: Group | None, accuracy_cols: list[str]) -> list[str]:
     return ([g.model_name, in_table(names, g), f"`{short(g.artifact_id)}`", g.quant_format or MISSING,
              fmt_fixed(mb(g.model_bytes), 1)]
-            + [mean_pm_std(g, m, d) if both else fmt_fixed(g.mean(m), d) for m, _, d, both in SUMMARY_SPEED]
-            + [speedup_cell(g), interval_text(g.speedup_ci), str(len(g.runs)),
+            + summary_speed(g)
+            + [speedup_cell(g), interval_text(g.speedup_ci), runs_cell(g),
                fmt_fixed(mb(g.mean("peak_memory_bytes")), 1), fmt_fixed(mb(kv_cache_bytes(g.runs[0])), 1)]
             + [mean_pm_std(accuracy, k) if accuracy and k in accuracy.stats else MISSING for k in accuracy_cols])
+
+
+def summary_speed(g: Group) -> list[str]:
+    """The speed cells: mean ± std (or the mean), the headline's 95% interval second."""
+    cells = [mean_pm_std(g, m, d) if both else fmt_fixed(g.mean(m), d) for m, _, d, both in SUMMARY_SPEED]
+    cells.insert(1, ci_cell(g, SUMMARY_SPEED[0][0], SUMMARY_SPEED[0][2]))
+    return cells
 
 
 def render_ranking(speed: list[Group]) -> str:
@@ -190,12 +235,22 @@ def render_ranking(speed: list[Group]) -> str:
 
 
 def ranking_lines(groups: list[Group], names: dict) -> list[str]:
-    """Unflagged groups numbered fastest first, then the flagged ones with why."""
+    """Unflagged groups numbered fastest first, those that are not
+    significantly different on one line, then the flagged ones with why."""
     measured = [g for g in by_throughput(groups) if g.mean("output_throughput")]
-    ranked = [f"{i}. {names[g.identity]} — {fmt_fixed(g.mean('output_throughput'))} tok/s"
-              f" ({speedup_text(g.speedup)} vs original)" for i, g in enumerate([g for g in measured if not g.flag], 1)]
+    ranked, place = [], 1
+    for tier in tiers([g for g in measured if not g.flag]):
+        entries = "; ".join(ranking_entry(g, names) for g in tier)
+        ranked.append(f"{place}. {entries}" if len(tier) == 1 else
+                      f"{place}. no significant difference (95% intervals of output throughput overlap): {entries}")
+        place += len(tier)
     return ranked + [f"- not ranked: {names[g.identity]} — {fmt_fixed(g.mean('output_throughput'))} tok/s"
                      f" ({speedup_text(g.speedup)} vs original; {g.flag})" for g in measured if g.flag]
+
+
+def ranking_entry(g: Group, names: dict) -> str:
+    return (f"{names[g.identity]} — {fmt_fixed(g.mean('output_throughput'))} tok/s"
+            f" ({speedup_text(g.speedup)} vs original)")
 
 
 def run_metrics(row: Row) -> dict[str, float]:
@@ -208,14 +263,17 @@ def run_metrics(row: Row) -> dict[str, float]:
 def render_details(speed: list[Group]) -> str:
     out = ["## Detailed runs"]
     names = labels(speed)
-    heads = ["Run", "Model", "Recipe", "Artifact", "Engine"] + [h for _, h, _ in DETAIL_METRICS] + ["Timestamp (UTC)"]
+    decided = any(r.precision for g in speed for r in g.runs)  # a column only where some run recorded it
+    heads = (["Run", "Model", "Recipe", "Artifact", "Engine"] + [h for _, h, _ in DETAIL_METRICS]
+             + ["Run count decision"] * decided + ["Timestamp (UTC)"])
     for sc in scenarios(speed):
         rows = []
         for g in by_model([g for g in speed if g.scenario == sc]):
             for label, run in zip(run_labels(g.runs), g.runs):
                 m = run_metrics(run)
                 rows.append([label, g.model_name, in_table(names, g), f"`{short(g.artifact_id)}`", g.engine]
-                            + [fmt_fixed(m.get(k), d) for k, _, d in DETAIL_METRICS] + [run.timestamp or MISSING])
+                            + [fmt_fixed(m.get(k), d) for k, _, d in DETAIL_METRICS]
+                            + [decision_text(run.precision)] * decided + [run.timestamp or MISSING])
         out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
     if not speed:
         out += ["", "No successful speed runs."]
