@@ -1,10 +1,12 @@
 """A fake engine for tests: the whole evaluate.engines.base.Engine interface
 with a fake clock (every generated token takes `token_latency_ms`, the first
 one `prefill_ms` more) and no model, so `python -m evaluate` runs end to end
-in seconds. Noise on demand, the same in every process: `jitter_pct` scales
-each run's token latency by a pseudo-random factor in 1 ± jitter_pct %, and
-the first `cold_runs` runs are slower (2x, 1.5x, 1.33x ...), like a cold engine. Its config is dummy.yaml beside it: put it on Hydra's search path
-as <dir>/engine/dummy.yaml and this folder on PYTHONPATH."""
+in seconds. Its config is dummy.yaml beside it: put it on Hydra's search path
+as <dir>/engine/dummy.yaml and this folder on PYTHONPATH.
+
+Noise on demand, the same in every process: `jitter_pct` scales each run's
+token latency by a pseudo-random factor in 1 ± jitter_pct %, and the first
+`cold_runs` runs are slower (2x, 1.5x, 1.33x ...), like a cold engine."""
 import os
 import random
 
