@@ -76,18 +76,21 @@ def runs_cell(g: Group) -> str:
 
 def decision_text(p: dict | None) -> str:
     """A run's Row.precision in words: how its scenario's run count stood after it."""
-    if not p:
-        return "fixed"
-    parts = []
-    if p.get("rule") == "auto":
-        ci, target = p.get("achieved_ci_pct"), p.get("target_ci_pct")
-        width = MISSING if ci is None else f"±{ci:.1f} %"
-        parts.append({"target met": f"auto: target met ({width} ≤ {target:g} %)",
-                      "max_runs reached": f"auto: cap reached at max_runs={p.get('max_runs')} ({width} > {target:g} %)"}
-                     .get(p.get("stopped"), f"auto: {width}, target {target:g} %: continued"))
-    if p.get("warmup_runs") is not None:
+    parts = [auto_text(p)] if p and p.get("rule") == "auto" else []
+    if p and p.get("warmup_runs") is not None:
         parts.append(f"{p['warmup_runs']} warm-up runs (auto)")
     return "; ".join(parts) or "fixed"
+
+
+def auto_text(p: dict) -> str:
+    ci, target = p.get("achieved_ci_pct"), p.get("target_ci_pct")
+    width = f"±{ci:.1f} %" if isinstance(ci, (int, float)) else MISSING
+    goal = f"{target:g} %" if isinstance(target, (int, float)) else MISSING
+    if p.get("stopped") == "target met":
+        return f"auto: target met ({width} ≤ {goal})"
+    if p.get("stopped") == "max_runs reached":
+        return f"auto: cap reached at max_runs={p.get('max_runs')} ({width} > {goal})"
+    return f"auto: {width}, target {goal}: continued"
 
 
 def speedup_cell(g: Group) -> str:
