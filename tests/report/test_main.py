@@ -11,7 +11,7 @@ from .rows import main_rows, store
 
 ROOT = Path(__file__).resolve().parents[2]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-ACCEPTED = "python -m evaluate.report takes results_dir= out_dir= title= pareto_scenario="
+ACCEPTED = "python -m evaluate.report takes results_dir= out_dir= title= pareto_scenario= layout="
 
 
 def test_cli_subprocess_takes_key_value_arguments(tmp_path):
