@@ -14,6 +14,7 @@ from quantize.common.atomic import staging_dir
 from quantize.common.checkpoint import check_weight_files, quantization_summary, weight_files
 from quantize.common.dtypes import checkpoint_dtype, compute_dtype
 from quantize.common.errors import UserError
+from quantize.common.jobs import job_command
 from quantize.common.manifest import Manifest, ModelInfo, RecipeInfo
 from quantize.common.paths import resolve
 from quantize.common.provenance import dir_bytes, hardware, sha256_files, versions
@@ -215,4 +216,5 @@ def _manifest(inputs: Inputs, tmp: Path, timer: Timer, checks: dict) -> Manifest
         versions=versions(),
         hardware=hardware(),
         config=OmegaConf.to_container(cfg, resolve=True),
+        command=job_command("quantize", drop=("force",)),  # rerun: skipped while complete
     )

@@ -3,6 +3,7 @@ a multirun, a failing job is recorded and the sweep goes on."""
 import json
 import logging
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -43,6 +44,20 @@ def run_job(fn, cfg, needs_hub: bool = False):
         log.error("job failed: %s", one_line)
         _record_failure(one_line, traceback.format_exc())
         return None
+
+
+def job_command(module: str, drop: tuple[str, ...] = ()) -> str | None:
+    """The shell command that runs this job again on its own: the launch
+    folder and the job's overrides (in a sweep, the values this job got),
+    without the keys in `drop`. None outside a Hydra job."""
+    from hydra.core.hydra_config import HydraConfig
+    if not HydraConfig.initialized():
+        return None
+    # hydra.* overrides only shape logs and launchers, except where configs are found.
+    args = [a for a in HydraConfig.get().overrides.task
+            if (not a.lstrip("+").startswith("hydra.") or a.lstrip("+").startswith("hydra.searchpath"))
+            and a.lstrip("+~").partition("=")[0] not in drop]
+    return " ".join(["cd", shlex.quote(os.getcwd()), "&&", "python", "-m", module, *map(shlex.quote, args)])
 
 
 def _exit_on_sigterm(signum, frame):

@@ -51,6 +51,7 @@ class Manifest:
     versions: dict = field(default_factory=dict)
     hardware: dict = field(default_factory=dict)
     config: dict = field(default_factory=dict)        # the composed Hydra config
+    command: str | None = None                        # the command that builds it again (jobs.job_command)
     extra: dict = field(default_factory=dict)         # keys of newer writers, kept as they are
 
     @property
@@ -69,6 +70,8 @@ class Manifest:
     def to_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         out["model"], out["recipe"] = dataclasses.asdict(self.model), dataclasses.asdict(self.recipe)
+        if self.command is None:
+            del out["command"]  # newer than schema 1: older manifests read and write back unchanged
         return out | self.extra
 
     @classmethod
