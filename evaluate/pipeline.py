@@ -18,7 +18,7 @@ from evaluate.results import Row
 from evaluate.scenarios import Scenario
 from evaluate.target import Target
 from quantize.common.errors import UserError
-from quantize.common.jobs import describe_error, in_multirun
+from quantize.common.jobs import describe_error, in_multirun, job_command
 from quantize.common.paths import resolve
 from quantize.common.provenance import hardware, versions
 
@@ -149,11 +149,19 @@ def _plan(cfg) -> tuple[Job, list[Scenario], Verdict]:
     # engine_args/env as configured; a started engine replaces them with what it used.
     base = Row(kind="speed", **target.as_row(), engine=name, engine_args=args,
                engine_env=engine_cfg.get("env", {}), **where, machine=machine.facts(),
-               setup_id=results.setup_id(engines.identity(engine_cfg), **where))
+               setup_id=results.setup_id(engines.identity(engine_cfg), **where), repro=_repro(target))
     job = Job(cfg=cfg, plan=plan, target=target, store=store, engine=engine, engine_cfg=engine_cfg, limit=limit,
               fit=fit, base=base, accuracy_cfg=accuracy_cfg, lm_eval_cfg=lm_eval_cfg, lm_eval_model=lm_eval_model,
               lm_eval_versions=lm_eval_versions)
     return job, unfit, engine.supports(target.format, machine, args)
+
+
+def _repro(target: Target) -> str | None:
+    """The commands that give this job's rows again: build the artifact (a
+    no-op while it is complete), then evaluate it."""
+    evaluate = job_command("evaluate")
+    build = target.manifest.command if target.manifest else None
+    return f"{build} && {evaluate}" if build and evaluate else evaluate
 
 
 def _load_target(cfg, store):

@@ -72,6 +72,9 @@ class Row:
     # "achieved_ci_pct", "stopped": "target met" | "max_runs reached" | None
     # (more runs followed), "warmup_runs"}. The report reads the last run's.
     precision: dict | None = None
+    # The shell command that measures this row again: the artifact's build
+    # command from its manifest (skipped while complete), then this evaluate job.
+    repro: str | None = None
     accuracy_config: dict | None = None
     lm_eval: dict | None = None        # lm-eval's own result for the task (higher_is_better, n-samples ...)
     lm_eval_config: dict | None = None

@@ -53,10 +53,11 @@ def job_command(module: str, drop: tuple[str, ...] = ()) -> str | None:
     from hydra.core.hydra_config import HydraConfig
     if not HydraConfig.initialized():
         return None
-    # hydra.* overrides only shape logs and launchers, except where configs are found.
-    args = [a for a in HydraConfig.get().overrides.task
-            if (not a.lstrip("+").startswith("hydra.") or a.lstrip("+").startswith("hydra.searchpath"))
-            and a.lstrip("+~").partition("=")[0] not in drop]
+    overrides = HydraConfig.get().overrides
+    # Of Hydra's own overrides only the search path changes what the job
+    # composes; the others shape logs and launchers.
+    found_in = [a for a in overrides.hydra if a.lstrip("+").startswith("hydra.searchpath=")]
+    args = found_in + [a for a in overrides.task if a.lstrip("+~").partition("=")[0] not in drop]
     return " ".join(["cd", shlex.quote(os.getcwd()), "&&", "python", "-m", module, *map(shlex.quote, args)])
 
 
