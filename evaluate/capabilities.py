@@ -40,6 +40,7 @@ class CheckpointFormat:
     sparse_24: bool = False        # weights hold the 2:4 pattern, stored dense
     sparsity_compressed: bool = False   # a sparse-compressed format (sparsity_config)
     moe: bool = False              # mixture-of-experts: quantized experts need fused-MoE kernels
+    kv_cache: str | None = None    # the checkpoint's KV-cache scheme (kv_cache_scheme): "fp8", "fp8 per-head", ...
 
     @property
     def label(self) -> str:
@@ -48,7 +49,8 @@ class CheckpointFormat:
         if self.method in ("gptq", "awq"):
             name += f" ({self.method.upper()} format)"
         return (name + (" MoE" if self.moe else "") + (" 2:4" if self.sparse_24 else "")
-                + (" sparse-compressed" if self.sparsity_compressed else ""))
+                + (" sparse-compressed" if self.sparsity_compressed else "")
+                + (f" + {self.kv_cache} KV" if self.kv_cache else ""))
 
 
 def classify(config: dict, sparse_24: bool = False) -> CheckpointFormat:
@@ -56,8 +58,8 @@ def classify(config: dict, sparse_24: bool = False) -> CheckpointFormat:
     every pruned layer of the saved weights 2:4."""
     dtype = str(config.get("dtype") or config.get("torch_dtype") or "float32").removeprefix("torch.")
     q = config.get("quantization_config") or {}
-    common = dict(dtype=dtype, sparse_24=sparse_24,
-                  sparsity_compressed=bool(q.get("sparsity_config")), moe=is_moe(config))
+    common = dict(dtype=dtype, sparse_24=sparse_24, sparsity_compressed=bool(q.get("sparsity_config")),
+                  moe=is_moe(config), kv_cache=kv_cache_scheme(q.get("kv_cache_scheme")))
     if not q:
         return CheckpointFormat(**common)
     method = q.get("quant_method")
@@ -70,6 +72,22 @@ def classify(config: dict, sparse_24: bool = False) -> CheckpointFormat:
     else:
         scheme = DENSE  # e.g. a sparsity-only compressed-tensors config
     return CheckpointFormat(scheme=scheme, method=method, **common)
+
+
+def kv_cache_scheme(kv: dict | None) -> str | None:
+    """compressed-tensors' `kv_cache_scheme` (QuantizationArgs of the k/v
+    states) -> a short name: "fp8" (8-bit float, one static scale per layer,
+    symmetric: llm-compressor's KV-cache examples), "fp8 per-head", "int8 asym", ..."""
+    if not kv:
+        return None
+    bits, kind = kv.get("num_bits", 8), kv.get("type", "int")
+    name = f"fp{bits}" if kind == "float" else f"{kind}{bits}"
+    strategy = kv.get("strategy") or "tensor"
+    if strategy != "tensor":
+        name += " per-head" if strategy == "attn_head" else f" per-{strategy}"
+    if kv.get("symmetric") is False:
+        name += " asym"
+    return name
 
 
 def _scheme(weights: dict, activations: dict | None) -> str:
@@ -143,6 +161,13 @@ def table(machine: Machine, probed: dict | None = None) -> str:
     verdict = engine_class("vllm").supports(kv, machine, {"kv_cache_dtype": "fp8"})
     lines += ["", "fp8 KV cache (`engine.args.kv_cache_dtype=fp8`) on vllm: "
               + ("✅" if verdict else f"✗ {verdict.reason}")]
+    kv_fmt = CheckpointFormat(W8A8_INT8, method="compressed-tensors", kv_cache="fp8")
+    cells = []
+    for engine in names:
+        verdict, dtype = decide(engine, kv_fmt, machine)
+        kv_quant = engine_class(engine).kv_quant(kv_fmt, {"dtype": dtype})
+        cells.append(f"{engine} " + (f"✅ KV {kv_quant}" if verdict else f"✗ {verdict.reason}"))
+    lines.append(f"{kv_fmt.label} checkpoint (`kv_cache_dtype=auto`): " + "; ".join(cells))
     return "\n".join(lines)
 
 

@@ -55,6 +55,7 @@ class Row:
     engine_version: str | None = None
     engine_startup_s: float | None = None
     machine: dict | None = None        # capability facts the engine decided from (quantize.common.machine)
+    kv_quant: str | None = None        # KV-cache quantization that ran: "none", "fp8", ... (Engine.kv_quant)
     setup_id: str | None = None        # see setup_id()
     versions: dict = field(default_factory=dict)
     hardware: dict = field(default_factory=dict)

@@ -209,3 +209,105 @@ def test_every_known_machine_has_a_complete_table(name):
 
 def test_machine_facts_are_json():
     assert json.loads(json.dumps(AVX2.facts()))["vllm_ops"] == ["onednn_scaled_mm"]
+
+
+# ---- KV-cache quantization ----------------------------------------------------
+
+FP8_KV = {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True}
+
+
+def kv_fmt(kv="fp8", scheme=W8A8_INT8, **kw):
+    return fmt(scheme, kv_cache=kv, **kw)
+
+
+@pytest.mark.parametrize("kv, name", [
+    (None, None), (FP8_KV, "fp8"), (FP8_KV | {"strategy": "attn_head"}, "fp8 per-head"),
+    ({"num_bits": 8, "type": "int", "strategy": "tensor", "symmetric": False}, "int8 asym")])
+def test_the_kv_cache_scheme_is_read_from_the_checkpoint_config(kv, name):
+    q = {"quant_method": CT, "config_groups": {"g": group(8, act_bits=8)}, "kv_cache_scheme": kv}
+    f = classify({"torch_dtype": "bfloat16", "quantization_config": q})
+    assert f.scheme == W8A8_INT8 and f.kv_cache == name
+    assert f.label == ("W8A8 int8" if name is None else f"W8A8 int8 + {name} KV")
+    assert classify({}).kv_cache is None
+
+
+def test_a_kv_scheme_makes_vllm_use_an_fp8_cache_which_avx2_cannot_run():
+    verdict, dtype = decide("vllm", kv_fmt(), AVX2)
+    assert not verdict and dtype == "float32"
+    assert "\n" not in verdict.reason and "AVX-512" in verdict.reason and "engine=hf" in verdict.reason
+    assert "engine.args.dtype=bfloat16" in verdict.reason  # the unquantized way out needs a 16-bit dtype here
+    assert "engine.args.dtype" not in decide("vllm", kv_fmt(), ARM)[0].reason  # bf16 is native there
+    for machine in (AVX512, AVX512_BF16, AMX, SM90):
+        verdict, _ = decide("vllm", kv_fmt(), machine)
+        assert verdict and not verdict.reason
+    assert VllmEngine.kv_quant(kv_fmt(), {"dtype": "bfloat16"}) == "fp8"
+
+
+@pytest.mark.parametrize("machine, ok", [(AVX2, False), (ARM, False), (AVX512, True), (AVX512_BF16, True)])
+def test_an_fp8_kv_cache_asked_for_needs_avx512_or_amx(machine, ok):
+    for checkpoint in (fmt(), kv_fmt()):
+        verdict, _ = decide("vllm", checkpoint, machine, {"kv_cache_dtype": "fp8"})
+        assert bool(verdict) is ok
+        if not ok:
+            assert "\n" not in verdict.reason and "AVX-512" in verdict.reason
+
+
+def test_an_fp8_kv_cache_without_calibrated_scales_is_served_with_a_note():
+    verdict, _ = decide("vllm", fmt(), AVX512_BF16, {"kv_cache_dtype": "fp8_e4m3"})
+    assert verdict and "scales 1.0" in verdict.reason
+    assert VllmEngine.kv_quant(fmt(), {"kv_cache_dtype": "fp8_e4m3"}) == "fp8_e4m3 (scale 1.0)"
+    assert VllmEngine.kv_quant(fmt(), {}) == VllmEngine.kv_quant(fmt(), {"kv_cache_dtype": "auto"}) == "none"
+
+
+def test_an_unquantized_kv_cache_on_a_kv_checkpoint_says_the_scales_are_unused():
+    verdict, _ = decide("vllm", kv_fmt(), AVX2, {"dtype": "bfloat16", "kv_cache_dtype": "bfloat16"})
+    assert verdict and "unused" in verdict.reason
+    assert VllmEngine.kv_quant(kv_fmt(), {"kv_cache_dtype": "bfloat16"}) == "none"
+
+
+def test_a_16bit_kv_cache_must_match_the_compute_dtype_on_vllm_cpu():
+    """Measured: dtype=float32 with kv_cache_dtype=bfloat16 starts and serves garbage."""
+    verdict, dtype = decide("vllm", kv_fmt(), AVX2, {"kv_cache_dtype": "bfloat16"})
+    assert dtype == "float32" and not verdict
+    assert "garbage" in verdict.reason and "engine.args.dtype=bfloat16" in verdict.reason
+    assert not decide("vllm", fmt(), AVX512_BF16, {"dtype": "float32", "kv_cache_dtype": "float16"})[0]
+    assert decide("vllm", fmt(), AVX512_BF16, {"kv_cache_dtype": "bfloat16"})[0]
+
+
+def test_kv_schemes_vllm_does_not_load_are_refused_everywhere():
+    for kv in ("int8", "fp8 asym", "fp8 per-channel"):
+        for machine in (AVX512_BF16, SM90):
+            verdict, _ = decide("vllm", kv_fmt(kv), machine)
+            assert not verdict and kv in verdict.reason and "engine=hf" in verdict.reason
+    verdict, _ = decide("vllm", kv_fmt(), SM90, {"kv_cache_dtype": "fp8_e5m2"})
+    assert not verdict and "fp8_e5m2" in verdict.reason
+    assert "per-head" in decide("vllm", kv_fmt("fp8 per-head"), AVX512_BF16)[0].reason
+
+
+def test_hf_simulates_the_kv_scheme_and_says_so():
+    verdict, _ = decide("hf", kv_fmt(), AVX2)
+    assert verdict and "decompressed" in verdict.reason and "fp8 KV cache simulated" in verdict.reason
+    assert HfEngine.kv_quant(kv_fmt(), {}) == "fp8 simulated"
+    assert HfEngine.kv_quant(fmt(W8A8_INT8), {}) == "none"
+    assert not decide("hf", fmt(W8A8_INT8), AVX2)[0].reason.count("KV")
+
+
+def test_the_base_engine_reports_what_it_was_asked_and_unknown_for_a_kv_scheme():
+    from evaluate.engines.base import Engine
+    assert Engine.kv_quant(fmt(), {}) == "none"
+    assert Engine.kv_quant(fmt(), {"kv_cache_dtype": "fp8"}) == "fp8"
+    assert Engine.kv_quant(kv_fmt(), {}) is None
+
+
+def test_rows_carry_kv_quant_and_old_rows_still_read():
+    from evaluate.results import Row
+    row = Row(kind="speed", kv_quant="fp8")
+    assert Row.from_dict(json.loads(json.dumps(row.to_dict()))).kv_quant == "fp8"
+    assert Row.from_dict({"kind": "speed", "status": "ok"}).kv_quant is None
+    assert "kv_quant" not in Row(kind="speed").to_dict()
+
+
+def test_the_table_says_what_a_kv_checkpoint_gets():
+    avx2 = table(AVX2).splitlines()[-1]
+    assert avx2.startswith("W8A8 int8 + fp8 KV checkpoint") and "hf ✅ KV fp8 simulated" in avx2 and "vllm ✗" in avx2
+    assert "vllm ✅ KV fp8" in table(AVX512_BF16).splitlines()[-1]

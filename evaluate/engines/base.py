@@ -83,6 +83,18 @@ class Engine:
         """Can it serve checkpoint format `fmt` on `machine` with `args`, and why not."""
         raise NotImplementedError
 
+    @classmethod
+    def kv_quant(cls, fmt, args: dict) -> str | None:
+        """The KV-cache quantization this engine runs for checkpoint format
+        `fmt` with `args` (every row records it as `kv_quant`): "none", the
+        checkpoint's scheme (e.g. "fp8") where the engine applies it, or the
+        asked-for `kv_cache_dtype`. None: unknown (an engine that does not
+        say what it does with a checkpoint's KV-cache scheme)."""
+        kv = str(args.get("kv_cache_dtype") or "auto")
+        if kv != "auto":
+            return kv
+        return None if fmt.kv_cache else "none"
+
     # ---- engine-specific settings the callers ask for ------------------------
 
     @classmethod

@@ -22,11 +22,76 @@ SPEED_ENV = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NU
              "VLLM_CPU_INT4_W4A8", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
 
 
-def _cpu_rule(fmt, machine, args) -> Verdict:
+def kv_cache_dtype(fmt, args) -> str:
+    """The KV-cache dtype vLLM runs with `args` on a checkpoint of format `fmt`:
+    an explicit engine.args.kv_cache_dtype wins; `auto` follows a
+    compressed-tensors kv_cache_scheme to an fp8 cache with the checkpoint's
+    k/v scales (vllm/model_executor/layers/attention/attention.py:283-291,
+    Attention.__init__: `if kv_cache_scheme is not None and kv_cache_dtype ==
+    "auto": kv_cache_dtype = "fp8"`), else the model's dtype ("auto")."""
     kv = str(args.get("kv_cache_dtype") or "auto")
-    if kv.startswith("fp8") and machine.x86 and not machine.isa & {"avx512f", "amx_tile"}:
+    if kv == "auto" and fmt.kv_cache and fmt.method == "compressed-tensors":
+        return "fp8"
+    return kv
+
+
+# The compressed-tensors KV-cache schemes vLLM loads (compressed_tensors.py:
+# CompressedTensorsKVCacheMethod.validate_kv_cache_scheme: 8-bit float, symmetric,
+# strategy tensor or attn_head; anything else raises NotImplementedError at start-up).
+VLLM_KV_SCHEMES = ("fp8", "fp8 per-head")
+
+
+def _kv_rule(fmt, machine, args) -> Verdict:
+    """The KV cache: what vLLM refuses or would get wrong, and what it does
+    silently (a yes with a note). Measured on vLLM-CPU 0.32 with SmolLM2 W8A8 +
+    an fp8 KV scheme (prompt log-likelihood of 199 tokens, bf16 KV -584.2):
+    kv_cache_dtype=auto runs fp8 (KV capacity doubles, no log line says so);
+    the checkpoint's scales are used (scales / 1000 -> -1908)."""
+    kv = kv_cache_dtype(fmt, args)
+    explicit = str(args.get("kv_cache_dtype") or "auto") != "auto"
+    ct_kv = fmt.kv_cache if fmt.method == "compressed-tensors" else None
+    if ct_kv and ct_kv not in VLLM_KV_SCHEMES:
+        return Verdict(False, f"vLLM loads only fp8 (8-bit float, symmetric, per-tensor or per-head) KV-cache "
+                              f"schemes; this checkpoint's is {ct_kv}: use engine=hf")
+    if kv == "fp8_e5m2" and ct_kv:
+        # attention.py:204-219: "fp8_e5m2 kv-cache is not supported with fp8 checkpoints" (seen at start-up)
+        return Verdict(False, f"vLLM refuses fp8_e5m2 on a checkpoint with {ct_kv} KV scales; "
+                              "use engine.args.kv_cache_dtype=auto (fp8 e4m3 with its scales)")
+    if machine.cuda:
+        return YES
+    if kv.startswith("fp8") and not machine.isa & {"avx512f", "amx_tile"}:
+        # vllm/v1/attention/backends/cpu_attn.py:540 (_get_attn_isa): "FP8 KV cache on CPU requires
+        # x86 with AVX-512 or AMX", raised by the worker at start-up (seen on a simulated AVX2 host).
+        if not explicit:
+            half = str(args.get("dtype")) if args.get("dtype") in ("bfloat16", "float16") else None
+            unquantized = (f"engine.args.kv_cache_dtype={half}" if half else "engine.args.kv_cache_dtype=bfloat16 "
+                           "engine.args.dtype=bfloat16 (bf16 emulated here: slower)")
+            return Verdict(False, f"this checkpoint's {ct_kv} KV-cache scheme makes vLLM use an fp8 KV cache, "
+                                  "which vLLM-CPU runs only with AVX-512 or AMX; use engine=hf (it simulates "
+                                  f"the fp8 KV cache), or an unquantized KV cache: {unquantized}")
         return Verdict(False, "vLLM-CPU's fp8 KV cache needs AVX-512 or AMX, which this CPU lacks; "
                               "use engine.args.kv_cache_dtype=auto here")
+    dtype = str(args.get("dtype") or "auto")
+    if kv in ("bfloat16", "float16") and dtype != "auto" and kv != dtype:
+        # Measured: dtype=float32 with kv_cache_dtype=bfloat16 (or float16) starts and serves
+        # garbage (log-likelihood at chance, -2210 vs -579 for the bf16 model); cpu_attn.py
+        # passes the cache to the kernel as is, and the kernel reads it in the compute dtype.
+        return Verdict(False, f"vLLM-CPU reads a {kv} KV cache as {dtype} and serves garbage (measured); "
+                              f"use engine.args.kv_cache_dtype=auto, or engine.args.dtype={kv}")
+    if kv.startswith("fp8") and not ct_kv:
+        # scales default to 1.0, silently for a dense checkpoint (kv_cache.py, compressed_tensors.py)
+        return Verdict(True, f"{kv} KV cache with k/v scales 1.0 (the checkpoint has no calibrated KV scales)")
+    if ct_kv and not kv.startswith("fp8"):
+        return Verdict(True, f"the checkpoint's {ct_kv} KV scales are unused: kv_cache_dtype={kv} keeps the "
+                             "KV cache unquantized")
+    if ct_kv == "fp8 per-head":
+        # compressed_tensors.py: CompressedTensorsKVCacheMethod.process_weights_after_loading keeps
+        # one float per layer (the max over heads), the only scale cpu_attn.py passes to its kernel
+        return Verdict(True, "per-head KV scales reduced to one per layer (their max) by vLLM-CPU")
+    return YES
+
+
+def _cpu_rule(fmt, machine, args) -> Verdict:
     if fmt.scheme == DENSE:
         return YES
     if fmt.scheme == W8A16:
@@ -116,7 +181,25 @@ class VllmEngine(Engine):
         if fmt.sparsity_compressed:
             return Verdict(False, "vLLM no longer serves sparse-compressed checkpoints; save the pruned "
                                   "model dense (its 2:4 zeros are kept)")
-        return _cuda_rule(fmt, machine, args) if machine.cuda else _cpu_rule(fmt, machine, args)
+        kv = _kv_rule(fmt, machine, args)
+        if not kv:
+            return kv
+        verdict = _cuda_rule(fmt, machine, args) if machine.cuda else _cpu_rule(fmt, machine, args)
+        if verdict and kv.reason:
+            return Verdict(True, "; ".join(r for r in (verdict.reason, kv.reason) if r))
+        return verdict
+
+    @classmethod
+    def kv_quant(cls, fmt, args: dict) -> str:
+        """"none" (auto, bfloat16, float16: the model's dtype), the checkpoint's
+        scheme when vLLM runs it with its calibrated scales ("fp8"), else the
+        kv_cache_dtype asked for, with "(scale 1.0)" where no scales were calibrated."""
+        kv = kv_cache_dtype(fmt, args)
+        if kv in ("auto", "bfloat16", "float16", "float32"):
+            return "none"
+        if fmt.kv_cache and fmt.method == "compressed-tensors" and kv.startswith("fp8"):
+            return fmt.kv_cache if kv in ("fp8", "fp8_e4m3") else kv
+        return f"{kv} (scale 1.0)" if kv.startswith("fp8") else kv
 
     @classmethod
     def prepare_env(cls, env: dict) -> dict:
