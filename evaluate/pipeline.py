@@ -81,6 +81,8 @@ def run(cfg) -> None:
     if not verdict:
         _unsupported(job, verdict)
         return
+    if verdict.reason:  # served, with a caveat the rows' numbers depend on
+        log.warning("%s serves %s with a note: %s", job.engine.name, job.target.format.label, verdict.reason)
     cfg, store = job.cfg, job.store
     stored = [r for r in results.read(store.parent) if r.ok] if cfg.skip_completed else []
     done = {r.run_key() for r in stored}
