@@ -26,7 +26,7 @@ log = logging.getLogger("quantbench.results")
 
 SCHEMA = 1
 RESULTS_FILE = "results.jsonl"
-Kind = Literal["speed", "accuracy", "lm_eval"]
+Kind = Literal["speed", "accuracy", "lm_eval", "serving"]
 Status = Literal["ok", "skipped", "failed", "unsupported"]
 KINDS, STATUSES = get_args(Kind), get_args(Status)
 
@@ -54,6 +54,9 @@ class Row:
     engine_env: dict = field(default_factory=dict)
     engine_version: str | None = None
     engine_startup_s: float | None = None
+    # where start-up went, in seconds per phase, where the engine says (e.g.
+    # {"load_s", "compile_s", "kv_cache_s", "warmup_s"}); engine_startup_s is the total
+    engine_startup: dict | None = None
     machine: dict | None = None        # capability facts the engine decided from (quantize.common.machine)
     kv_quant: str | None = None        # KV-cache quantization that ran: "none", "fp8", ... (Engine.kv_quant)
     setup_id: str | None = None        # see setup_id()
@@ -66,6 +69,11 @@ class Row:
     input_len: int | None = None
     output_len: int | None = None
     run_index: int | None = None       # 0-based timed run (warm-up is not recorded)
+    # serving rows: the load level as run ({"profile", "mode": synchronous |
+    # concurrency | rate, "level", "burstiness", "max_requests", "max_seconds"})
+    # and the SLO it was judged against (conf/slo/)
+    load: dict | None = None
+    slo: dict | None = None
     metrics: dict = field(default_factory=dict)
     # How the run count was decided (runs=auto or warmup_runs=auto; None: fixed
     # counts), as it stood after this run, so an interrupted scenario still says
@@ -84,8 +92,9 @@ class Row:
 
     def run_key(self) -> tuple:
         """Identity of one measured run: rerunning a sweep skips keys already ok."""
+        load = json.dumps(self.load, sort_keys=True) if self.load else None
         return (self.kind, self.artifact_id, self.engine, self.setup_id, self.scenario,
-                self.batch_size, self.input_len, self.output_len, self.run_index)
+                self.batch_size, self.input_len, self.output_len, load, self.run_index)
 
     @property
     def ok(self) -> bool:
