@@ -43,6 +43,9 @@ def test_the_recipe_saves_the_kv_scheme_and_calibrated_scales(kv_artifact):
         "float", 8, "tensor", False, True)
     fmt = from_path(kv_artifact).format
     assert fmt.kv_cache == "fp8" and fmt.label == "W8A8 int8 + fp8 KV"
+    manifest = json.loads((kv_artifact / "manifest.json").read_text())
+    assert manifest["quantization"]["kv_cache"] == {"num_bits": 8, "type": "float", "symmetric": True,
+                                                    "strategy": "tensor", "dynamic": False}
 
     tensors = {}
     for path in kv_artifact.glob("*.safetensors"):

@@ -63,7 +63,9 @@ def _safetensors_problem(path: Path) -> str | None:
 
 
 def quantization_summary(artifact_dir: Path) -> dict:
-    """What config.json says about the checkpoint's quantization."""
+    """What config.json says about the checkpoint's quantization: method,
+    format, the weight/activation schemes, what is left unquantized, and the
+    KV-cache scheme (`kv_cache`, present only when the recipe quantizes it)."""
     config = json.loads((Path(artifact_dir) / "config.json").read_text())
     q = config.get("quantization_config")
     if not q:
@@ -74,8 +76,11 @@ def quantization_summary(artifact_dir: Path) -> dict:
         schemes.append({
             "weights": _describe_args(w), "activations": _describe_args(a) if a else None,
         })
-    return {"method": q.get("quant_method"), "format": q.get("format"), "schemes": schemes,
-            "ignore": q.get("ignore", [])}
+    out = {"method": q.get("quant_method"), "format": q.get("format"), "schemes": schemes,
+           "ignore": q.get("ignore", [])}
+    if q.get("kv_cache_scheme"):
+        out["kv_cache"] = _describe_args(q["kv_cache_scheme"])
+    return out
 
 
 def _describe_args(args: dict) -> dict:

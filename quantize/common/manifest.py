@@ -38,7 +38,7 @@ class Manifest:
     artifact_id: str
     model: ModelInfo
     recipe: RecipeInfo
-    quantization: dict          # method, format, schemes, ignore (checkpoint.quantization_summary)
+    quantization: dict          # method, format, schemes, ignore, kv_cache (checkpoint.quantization_summary)
     schema: int = SCHEMA
     created_at: str | None = None
     calibration: dict | None = None
