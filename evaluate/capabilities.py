@@ -107,6 +107,7 @@ TABLE_FORMATS = (
     CheckpointFormat(W8A16, method="compressed-tensors"),
     CheckpointFormat(FP8, method="compressed-tensors"),
     CheckpointFormat(W8A8_INT8, method="compressed-tensors", sparse_24=True),
+    CheckpointFormat(W8A8_INT8, method="compressed-tensors", kv_cache="fp8"),  # as recipes/w8a8_kv8.yaml
 )
 
 # Machines the rules are known for, to print the table of a kind you are not on.

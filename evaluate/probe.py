@@ -19,6 +19,10 @@ CELL_TIMEOUT_S = 900
 ROOT_CAUSE = re.compile(r"\b[A-Z]\w*(Error|Exception): .*")
 # llm-compressor preset schemes that need no calibration data.
 PRESET = {W8A8_INT8: "W8A8", W4A16: "W4A16", W8A16: "W8A16", FP8: "FP8_DYNAMIC"}
+# KV-cache schemes as recipes write them (recipes/w8a8_kv8.yaml); their static
+# k/v scales are calibrated, on a few random-token samples here.
+KV_SCHEME = {"fp8": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True}}
+KV_CALIBRATION_SAMPLES, KV_CALIBRATION_LEN = 4, 32
 
 
 def cell_id(engine: str, fmt: CheckpointFormat) -> str:
@@ -65,11 +69,24 @@ def checkpoint(fmt: CheckpointFormat, root: Path, tokenizer_dir: Path) -> Path:
     model = AutoModelForCausalLM.from_pretrained(dense, dtype=getattr(torch, fmt.dtype))
     if fmt.sparse_24:
         _prune_2_4(model)
-    oneshot(model=model, recipe=QuantizationModifier(targets="Linear", scheme=PRESET[fmt.scheme],
-                                                     ignore=["lm_head"]))
+    recipe = QuantizationModifier(targets="Linear", scheme=PRESET[fmt.scheme], ignore=["lm_head"],
+                                  kv_cache_scheme=KV_SCHEME[fmt.kv_cache] if fmt.kv_cache else None)
+    oneshot(model=model, recipe=recipe, **(_random_calibration(model) if fmt.kv_cache else {}))
     model.save_pretrained(out, save_compressed=True)
     AutoTokenizer.from_pretrained(dense).save_pretrained(out)
     return out
+
+
+def _random_calibration(model) -> dict:
+    """oneshot's dataset arguments for a few random-token samples (static
+    KV scales need activations to observe; their values do not matter here)."""
+    import torch
+    from datasets import Dataset
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (KV_CALIBRATION_SAMPLES, KV_CALIBRATION_LEN), generator=g)
+    data = Dataset.from_dict({"input_ids": ids.tolist(), "attention_mask": torch.ones_like(ids).tolist()})
+    return {"dataset": data, "num_calibration_samples": KV_CALIBRATION_SAMPLES,
+            "max_seq_length": KV_CALIBRATION_LEN}
 
 
 def _prune_2_4(model) -> None:
