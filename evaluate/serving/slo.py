@@ -1,0 +1,201 @@
+"""Service-level objectives: what a load level must meet, the verdict on one
+level, and the search for the highest level that meets them.
+
+An SLO (`conf/slo/<name>.yaml`, the `slo=` group) bounds the `percentile`-th
+percentile of per-request latencies, in milliseconds; a bound left out (None)
+is not checked:
+- `ttft_ms`: time to first token;
+- `tpot_ms`: time per output token after the first;
+- `e2el_ms`: end-to-end latency of a request.
+`min_recovery_pct` is the accuracy floor the recommendation applies: the
+artifact's accuracy row must reach this `recovery_pct` (% of the original
+model's perplexity score). It is not a latency bound and `judge` ignores it.
+
+Verdict on one level (`judge`), in this order:
+1. Unresolved (passed None) when the level completed fewer than
+   `min_requests(p) = ceil(10 / (1 - p/100))` requests: the pNN is then
+   estimated from fewer than 10 requests above it (p90: 100 requests, p95: 200,
+   p99: 1000, p50: 20). An unresolved level is never passed.
+2. Unresolved when the level is not `valid` (the client, not the server, was
+   the bottleneck: see metrics.py): it measured the client.
+3. Failed when more than (100 - p) % of the requests sent failed (a failed
+   request misses every bound).
+4. Failed when any `p<p>_<metric>_ms` is above its bound; unresolved when a
+   bounded metric was not measured.
+5. Passed otherwise.
+
+Search (`search`): the highest concurrency (or request rate) that passes.
+Double from `start` until a level does not pass, throughput saturates (request
+throughput grows less than SATURATION_GAIN = 5 % over the previous level) or
+`max_level` is reached; after a level that does not pass, bisect between the
+last passing level and it until they are `resolution` apart. A saturated level
+that passes is the answer: beyond it more load adds queueing, not throughput.
+"""
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from quantize.common.errors import UserError
+
+METRICS = ("ttft", "tpot", "e2el")  # the bounded per-request metrics, as in vllm bench serve's --goodput
+TAIL_REQUESTS = 10       # requests expected above the percentile before a pNN counts as measured
+SATURATION_GAIN = 0.05   # less request-throughput growth than this between levels: saturated
+
+
+@dataclass(frozen=True)
+class SLO:
+    name: str = "custom"
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2el_ms: float | None = None
+    percentile: float = 90
+    min_recovery_pct: float | None = None
+
+    def __post_init__(self):
+        if not 0 < float(self.percentile) < 100:
+            raise UserError(f"slo {self.name}: percentile must be between 0 and 100, not {self.percentile}")
+        for metric, bound in self.limits().items():
+            if not bound > 0:
+                raise UserError(f"slo {self.name}: {metric}_ms must be a positive number of ms, not {bound}")
+
+    @classmethod
+    def from_cfg(cls, cfg) -> "SLO | None":
+        """The `slo` config group (a dict, a DictConfig, a row's `slo`) -> an
+        SLO; None for `name: none`, no config, or one that bounds nothing."""
+        if cfg is None:
+            return None
+        if not isinstance(cfg, dict):
+            from omegaconf import OmegaConf
+            cfg = OmegaConf.to_container(cfg, resolve=True)
+        known = {k: v for k, v in cfg.items() if k in cls.__dataclass_fields__}
+        unknown = sorted(set(cfg) - set(known))
+        if unknown:
+            raise UserError(f"slo: unknown key(s) {', '.join(unknown)}; an SLO takes "
+                            f"{', '.join(cls.__dataclass_fields__)}")
+        if str(known.get("name")) == "none":
+            return None
+        try:
+            slo = cls(**{k: (v if k == "name" or v is None else float(v)) for k, v in known.items()})
+        except (TypeError, ValueError) as e:
+            raise UserError(f"slo: {e}") from None
+        return slo if slo.limits() else None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def limits(self) -> dict[str, float]:
+        """{"ttft": ms, ...}: the bounds set (vllm bench serve's --goodput form)."""
+        return {m: float(v) for m in METRICS if (v := getattr(self, f"{m}_ms")) is not None}
+
+    @property
+    def pct_key(self) -> str:
+        """`90` -> "p90", `99.9` -> "p99.9": the metric-name prefix vllm bench serve writes."""
+        p = float(self.percentile)
+        return f"p{int(p)}" if p == int(p) else f"p{p}"
+
+    def min_requests(self) -> int:
+        """Completed requests a level needs before its pNN is trusted."""
+        return math.ceil(round(TAIL_REQUESTS / (1 - float(self.percentile) / 100), 9))
+
+    def describe(self) -> str:
+        bounds = ", ".join(f"{m.upper()} ≤ {v:g} ms" for m, v in self.limits().items())
+        floor = f"; accuracy ≥ {self.min_recovery_pct:g} % recovery" if self.min_recovery_pct is not None else ""
+        return f"{self.name}: {self.pct_key} {bounds}{floor}"
+
+
+@dataclass
+class Verdict:
+    passed: bool | None     # None: unresolved (never counts as passed)
+    reason: str
+
+
+def judge(metrics: dict, slo: SLO) -> Verdict:
+    """One level's metrics (metrics.level_metrics) against the SLO; the rules are in the module docstring."""
+    p = slo.pct_key
+    completed = metrics.get("completed") or 0
+    failed = metrics.get("failed") or 0
+    need = slo.min_requests()
+    if completed < need:
+        return Verdict(None, f"unresolved: {completed} completed requests, {p} needs at least {need}")
+    if metrics.get("valid") is False:
+        return Verdict(None, f"unresolved: client-bound level ({metrics.get('valid_reason') or 'not valid'})")
+    allowed = 1 - float(slo.percentile) / 100
+    if failed and failed / (completed + failed) > allowed:
+        return Verdict(False, f"{failed} of {completed + failed} requests failed, more than the "
+                              f"{allowed:.0%} a {p} SLO allows")
+    misses = []
+    for metric, bound in slo.limits().items():
+        value = metrics.get(f"{p}_{metric}_ms")
+        if not isinstance(value, (int, float)):
+            return Verdict(None, f"unresolved: {p}_{metric}_ms not measured")
+        if value > bound:
+            misses.append(f"{p} {metric.upper()} {value:.1f} ms > {bound:g} ms")
+    if misses:
+        return Verdict(False, "; ".join(misses))
+    return Verdict(True, "meets " + ", ".join(f"{p} {m.upper()} ≤ {b:g} ms" for m, b in slo.limits().items()))
+
+
+@dataclass
+class SearchResult:
+    best: float | None                      # highest level that passed; None when none did
+    reason: str                             # why the search stopped there
+    trace: list[tuple[float, dict, Verdict]] = field(default_factory=list)  # every level measured, in order
+
+
+def search(measure: Callable[[float], dict], slo: SLO, start: float = 1, max_level: float = 64,
+           resolution: float = 1, integer: bool = True) -> SearchResult:
+    """The highest level (concurrency, or request rate) whose metrics meet
+    `slo`; `measure(level)` runs one level and returns its metrics. See the
+    module docstring for the rule."""
+    if not (0 < start <= max_level) or resolution <= 0:
+        raise UserError(f"slo_search: need 0 < start ({start}) <= max_level ({max_level}) and resolution "
+                        f"({resolution}) > 0")
+    trace: list[tuple[float, dict, Verdict]] = []
+    seen: dict[float, tuple[dict, Verdict]] = {}
+
+    def run(level: float) -> tuple[dict, Verdict]:
+        if level not in seen:
+            metrics = measure(level)
+            seen[level] = (metrics, judge(metrics, slo))
+            trace.append((level, *seen[level]))
+        return seen[level]
+
+    def done(best, why) -> SearchResult:
+        return SearchResult(best, why, trace)
+
+    level, last_pass, prev = (int(start) if integer else start), None, None
+    while True:
+        metrics, verdict = run(level)
+        if not verdict.passed:
+            break
+        last_pass = level
+        tput = metrics.get("request_throughput")
+        if prev is not None and tput is not None and prev[1] and tput < prev[1] * (1 + SATURATION_GAIN):
+            return done(level, f"saturated at {fmt(level)}: request throughput {tput:.3g} req/s, "
+                               f"{(tput / prev[1] - 1):+.1%} over {fmt(prev[0])} (< {SATURATION_GAIN:.0%}); "
+                               "more load adds queueing, not throughput")
+        if level >= max_level:
+            return done(level, f"max_level {fmt(max_level)} reached and still meeting the SLO")
+        prev = (level, tput)
+        level = min(level * 2, max_level)
+    first_fail, fail_verdict = level, verdict
+    lo, hi = (last_pass or 0), first_fail
+    while hi - lo > resolution:
+        mid = lo + (hi - lo) / 2
+        mid = math.floor(mid) if integer else mid
+        if mid <= lo or mid >= hi:
+            break
+        _, v = run(mid)
+        if v.passed:
+            lo = mid
+        else:
+            hi, first_fail, fail_verdict = mid, mid, v
+    if not lo:
+        lowest = min(trace, key=lambda t: t[0])
+        return done(None, f"no level meets the SLO: at {fmt(lowest[0])} (the lowest tried) {lowest[2].reason}")
+    return done(lo, f"{fmt(lo)} meets the SLO, {fmt(first_fail)} does not ({fail_verdict.reason}); "
+                    f"bisected to resolution {fmt(resolution)}")
+
+
+def fmt(level: float) -> str:
+    return f"{level:g}"
