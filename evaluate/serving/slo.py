@@ -95,7 +95,7 @@ class SLO:
 
     def min_requests(self) -> int:
         """Completed requests a level needs before its pNN is trusted."""
-        return math.ceil(round(TAIL_REQUESTS / (1 - float(self.percentile) / 100), 9))
+        return math.ceil(round(TAIL_REQUESTS * 100 / (100 - float(self.percentile)), 6))
 
     def describe(self) -> str:
         bounds = ", ".join(f"{m.upper()} ≤ {v:g} ms" for m, v in self.limits().items())
