@@ -3,6 +3,7 @@ compute capabilities, and which ops the serving engine's kernel library has.
 
 Decisions (which dtype, whether a format can be served) are made from these
 facts, never from CPU model names, so a test can inject any machine."""
+import os
 import platform
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -24,6 +25,7 @@ class Machine:
     vllm_library: str | None = None            # kernel library vLLM loaded (_C, _C_AVX512, _C_AVX2)
     vllm_ops: frozenset | None = None          # subset of VLLM_CPU_OPS present; None: not probed
     gpu_names: tuple = field(default=(), compare=False)
+    numa_nodes: int = 1                        # NUMA nodes holding the CPUs this process may use
 
     @property
     def x86(self) -> bool:
@@ -62,7 +64,7 @@ class Machine:
         return {"arch": self.arch, "isa": sorted(self.isa), "cuda": [list(c) for c in self.cuda],
                 "vllm_library": self.vllm_library,
                 "vllm_ops": None if self.vllm_ops is None else sorted(self.vllm_ops),
-                "cpu_native_half": self.cpu_native_half}
+                "cpu_native_half": self.cpu_native_half, "numa_nodes": self.numa_nodes}
 
 
 def cpu_flags() -> set[str]:
@@ -82,10 +84,34 @@ def detect(vllm: bool = False) -> Machine:
     arch = platform.machine()
     x86 = arch.lower() in X86
     machine = Machine(arch=arch, isa=_torch_x86_isa() if x86 else frozenset(cpu_flags() & set(ISA_FLAGS)),
-                      **_cuda())
+                      numa_nodes=numa_nodes(), **_cuda())
     if vllm and not machine.cuda:
         machine = replace(machine, **_vllm_cpu_kernels())
     return machine
+
+
+def numa_nodes() -> int:
+    """NUMA nodes that hold a CPU this process may run on (vLLM-CPU's automatic
+    thread binding gives each tensor-parallel rank one of them); 1 when the
+    kernel does not say."""
+    try:
+        allowed = os.sched_getaffinity(0)
+        nodes = 0
+        for cpulist in Path("/sys/devices/system/node").glob("node[0-9]*/cpulist"):
+            nodes += bool(allowed & set(parse_cpu_list(cpulist.read_text())))
+        return max(nodes, 1)
+    except (OSError, AttributeError, ValueError):
+        return 1
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """Linux's CPU list syntax, e.g. "0-3,8,10-11"."""
+    out = []
+    for part in text.strip().split(","):
+        if part:
+            lo, _, hi = part.partition("-")
+            out += range(int(lo), int(hi or lo) + 1)
+    return out
 
 
 def _torch_x86_isa() -> frozenset:

@@ -1,0 +1,27 @@
+"""quantize.common.machine: the facts a capability decision starts from."""
+import pytest
+
+from quantize.common import machine
+
+
+@pytest.mark.parametrize("text, cpus", [("0-3,8,10-11\n", [0, 1, 2, 3, 8, 10, 11]), ("5", [5]), ("", [])])
+def test_linux_cpu_lists_parse(text, cpus):
+    assert machine.parse_cpu_list(text) == cpus
+
+
+def test_numa_nodes_count_only_nodes_with_allowed_cpus(tmp_path, monkeypatch):
+    for node, cpus in (("node0", "0-1"), ("node1", "2-3"), ("node2", "")):
+        (tmp_path / node).mkdir()
+        (tmp_path / node / "cpulist").write_text(cpus + "\n")
+    real_path = machine.Path
+    monkeypatch.setattr(machine, "Path", lambda p: tmp_path if p == "/sys/devices/system/node" else real_path(p))
+    monkeypatch.setattr(machine.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert machine.numa_nodes() == 2
+    monkeypatch.setattr(machine.os, "sched_getaffinity", lambda pid: {1})
+    assert machine.numa_nodes() == 1
+
+
+def test_no_numa_information_means_one_node(tmp_path, monkeypatch):
+    monkeypatch.setattr(machine, "Path", lambda p: tmp_path / "missing")
+    assert machine.numa_nodes() == 1
+    assert machine.detect().numa_nodes >= 1 and "numa_nodes" in machine.detect().facts()
