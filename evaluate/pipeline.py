@@ -16,6 +16,8 @@ from evaluate.metrics import summarize
 from evaluate.precision import HEADLINE, RunPlan
 from evaluate.results import Row
 from evaluate.scenarios import Scenario
+from evaluate.serving import run as serving
+from evaluate.serving.load import ServerDied
 from evaluate.target import Target
 from quantize.common.errors import UserError
 from quantize.common.jobs import describe_error, in_multirun, job_command
@@ -41,9 +43,15 @@ class Job:
     lm_eval_cfg: DictConfig | None       # None: lm_eval=none
     lm_eval_model: LmEvalModel | None    # how lm-eval runs this engine
     lm_eval_versions: dict | None        # of the lm-eval environment
+    load: dict | None = None             # the load profile (conf/load/); None: batch timed runs
+    slo: object = None                   # evaluate.serving.slo.SLO the serving rows are judged against
 
     def speed_row(self, s: Scenario, run_index: int | None) -> Row:
         return self.base.but(kind="speed", **s.as_row(), run_index=run_index)
+
+    def scenario_row(self, s: Scenario) -> Row:
+        """The row that stands for a scenario's measurements (skipped, unsupported)."""
+        return serving.serving_row(self, s, None) if self.load else self.speed_row(s, None)
 
     def accuracy_row(self) -> Row:
         name = self.accuracy_cfg.name
@@ -75,6 +83,16 @@ class Pending(NamedTuple):
     indices: list[int]
     prior: list[float]
 
+    @property
+    def owed(self) -> bool:
+        return bool(self.indices)
+
+    def failed_rows(self, job: Job, s: Scenario) -> list[Row]:
+        return [job.speed_row(s, None)]
+
+    def measure(self, job: Job, engine: Engine, s: Scenario) -> None:
+        _run_scenario(job, engine, s, self)
+
 
 def run(cfg) -> None:
     job, unfit, verdict = _plan(cfg)
@@ -88,10 +106,10 @@ def run(cfg) -> None:
     done = {r.run_key() for r in stored}
     for s in unfit:
         reason = f"needs {s.max_len} tokens, max_model_len is {job.limit}"
-        job.record(job.speed_row(s, None), "skipped", reason=reason)
+        job.record(job.scenario_row(s), "skipped", reason=reason)
         log.warning("skipping scenario %s: %s", s.name, reason)
-    todo = {s: _pending(job, s, stored) for s in job.fit}
-    todo = {s: pending for s, pending in todo.items() if pending.indices}
+    todo = {s: serving.LoadPending(job, s, stored) if job.load else _pending(job, s, stored) for s in job.fit}
+    todo = {s: pending for s, pending in todo.items() if pending.owed}
     accuracy_todo = job.accuracy_cfg is not None and job.accuracy_row().run_key() not in done
     lm_eval_todo = [t for t in job.lm_eval_tasks() if job.lm_eval_row(t).run_key() not in done]
     if not todo and not accuracy_todo and not lm_eval_todo:
@@ -138,6 +156,7 @@ def _plan(cfg) -> tuple[Job, list[Scenario], Verdict]:
             raise UserError(f"engine={name} gives no prompt logprobs, so it cannot measure accuracy; "
                             "pass accuracy=none")
         accuracy.validate(accuracy_cfg, target, args.get("max_model_len"))
+    load, slo = serving.configure(cfg, engine, name)
     lm_eval_cfg = cfg.lm_eval if cfg.lm_eval.get("enabled") else None
     lm_eval_model = lm_eval_versions = None
     if lm_eval_cfg:
@@ -155,7 +174,7 @@ def _plan(cfg) -> tuple[Job, list[Scenario], Verdict]:
                setup_id=results.setup_id(engines.identity(engine_cfg), **where), repro=_repro(target))
     job = Job(cfg=cfg, plan=plan, target=target, store=store, engine=engine, engine_cfg=engine_cfg, limit=limit,
               fit=fit, base=base, accuracy_cfg=accuracy_cfg, lm_eval_cfg=lm_eval_cfg, lm_eval_model=lm_eval_model,
-              lm_eval_versions=lm_eval_versions)
+              lm_eval_versions=lm_eval_versions, load=load, slo=slo)
     return job, unfit, engine.supports(target.format, machine, args)
 
 
@@ -190,7 +209,7 @@ def _unsupported(job: Job, verdict) -> None:
     if not (in_multirun() or scenario_mod.is_set(job.cfg.scenario)):
         raise UserError(message)
     log.warning("unsupported: %s", message)
-    rows = [job.speed_row(s, None) for s in job.fit] + ([job.accuracy_row()] if job.accuracy_cfg else [])
+    rows = [job.scenario_row(s) for s in job.fit] + ([job.accuracy_row()] if job.accuracy_cfg else [])
     rows += [job.lm_eval_row(t) for t in job.lm_eval_tasks()]
     known = results.completed_keys(job.store.parent, statuses=("unsupported",))
     for row in rows:
@@ -203,18 +222,20 @@ def _evaluate_in_engine(job: Job, todo: dict, with_accuracy: bool) -> None:
     reference is scored after the engine is closed."""
     try:
         engine = _start_engine(job, with_accuracy)
+    except UserError:  # bad input (e.g. a server that does not answer): nothing measured, nothing written
+        raise
     except Exception as e:  # every measurement this job owed is recorded as failed
-        reason = f"engine start-up failed: {one_line(e)}"
-        for s in todo:
-            job.record(job.speed_row(s, None), "failed", reason=reason)
-        if with_accuracy:
-            job.record(job.accuracy_row(), "failed", reason=reason)
+        _record_owed(job, todo, with_accuracy, f"engine start-up failed: {one_line(e)}")
         raise
     logprob_pass = None
     try:
         job = replace(job, base=job.base.but(**engine.describe()))
-        for s, pending in todo.items():
-            _run_scenario(job, engine, s, pending)
+        for i, (s, pending) in enumerate(todo.items()):
+            try:
+                pending.measure(job, engine, s)
+            except ServerDied as e:  # the scenario recorded its own; the rest cannot run either
+                _record_owed(job, dict(list(todo.items())[i + 1:]), with_accuracy, f"server died: {e}")
+                raise
         if with_accuracy:
             logprob_pass = job.guarded(job.accuracy_row(), lambda: accuracy.engine_pass(
                 engine, job.accuracy_cfg, _tokenizer(job), int(job.cfg.seed)))
@@ -222,6 +243,14 @@ def _evaluate_in_engine(job: Job, todo: dict, with_accuracy: bool) -> None:
         engine.close()  # before the accuracy reference loads: no competition for cores or memory
     if logprob_pass:
         _score_accuracy(job, logprob_pass)
+
+
+def _record_owed(job: Job, todo: dict, with_accuracy: bool, reason: str) -> None:
+    for s, pending in todo.items():
+        for row in pending.failed_rows(job, s):
+            job.record(row, "failed", reason=reason)
+    if with_accuracy:
+        job.record(job.accuracy_row(), "failed", reason=reason)
 
 
 def _run_lm_eval(job: Job, tasks: list[str]) -> None:
@@ -265,8 +294,9 @@ def _start_engine(job: Job, with_accuracy: bool) -> Engine:
         for key, value in job.engine.logprob_args(int(job.accuracy_cfg.top_k)).items():
             args.setdefault(key, value)
     max_len = args.get("max_model_len") or min(max(needed), job.limit or max(needed))
+    settings = {k: v for k, v in job.engine_cfg.items() if k not in ("name", "impl", "args", "env")}
     return job.engine(job.target, args, job.engine_cfg.get("env", {}), max_model_len=max_len,
-                      trust_remote_code=job.cfg.trust_remote_code)
+                      trust_remote_code=job.cfg.trust_remote_code, settings=settings)
 
 
 def _run_scenario(job: Job, engine: Engine, s: Scenario, pending: Pending) -> None:

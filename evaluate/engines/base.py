@@ -60,6 +60,9 @@ class Engine:
     # Environment variables that change this engine's speed: their values while
     # it runs are recorded in every row. None: the variables its config sets.
     speed_env: tuple[str, ...] | None = None
+    # True: it serves over OpenAI-compatible HTTP once started (attributes
+    # base_url, model, server_pid, alive()), so load profiles (conf/load/) can drive it.
+    serves_http: bool = False
 
     # ---- capability answers (no engine starts) -----------------------------
 
@@ -134,7 +137,11 @@ class Engine:
 
     startup_s: float | None = None
 
-    def __init__(self, target, args: dict, env: dict, max_model_len: int, trust_remote_code: bool = False):
+    def __init__(self, target, args: dict, env: dict, max_model_len: int, trust_remote_code: bool = False,
+                 settings: dict | None = None):
+        """`settings`: the engine config's own keys besides name/impl/args/env
+        (e.g. a server's host and start-up timeout)."""
+        self.settings = dict(settings or {})
         self._scope = ExitStack()
         self.env = self._scope.enter_context(self.environment(env))
         self.args = dict(args)

@@ -1,0 +1,95 @@
+"""A server that is already running, driven over its OpenAI-compatible HTTP
+API (`engine=openai engine.base_url=http://127.0.0.1:PORT/v1`): another vLLM,
+TGI, SGLang. quantbench starts and stops nothing; it cannot know the remote
+machine, so it decides no dtype or kernel and records what it was told.
+
+Load goes to loopback addresses only unless `engine.allow_remote=true`: a
+benchmark is a flood of requests, and pointing one at someone else's server
+by a typo should take an explicit yes."""
+import ipaddress
+import json
+import logging
+from urllib.parse import urlsplit
+
+from evaluate.capabilities import YES, Verdict
+from evaluate.engines.base import Engine
+from evaluate.engines.vllm_server import HttpEngine, http_get
+from quantize.common import machine as machine_mod
+from quantize.common.errors import UserError
+
+log = logging.getLogger("quantbench.evaluate")
+
+LOOPBACK_NAMES = ("localhost",)
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback  # 127.0.0.0/8 and ::1
+    except ValueError:
+        return False  # any other name may resolve anywhere
+
+
+def check_base_url(base_url, allow_remote: bool) -> str:
+    """The base URL, or one line naming the fix."""
+    if not base_url:
+        raise UserError("engine=openai needs the server's address: pass engine.base_url=http://127.0.0.1:PORT/v1")
+    parts = urlsplit(str(base_url))
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(f"engine.base_url={base_url} is not an http(s) URL; pass e.g. http://127.0.0.1:8000/v1")
+    if not is_loopback(parts.hostname) and not allow_remote:
+        raise UserError(f"engine.base_url={base_url} is not a loopback address; pass engine.allow_remote=true "
+                        "to send load to it")
+    return str(base_url).rstrip("/")
+
+
+class OpenAIEngine(HttpEngine, Engine):
+    name = "openai"
+
+    @staticmethod
+    def machine():
+        """The client's machine: the server's is not known from here."""
+        return machine_mod.detect(vllm=False)
+
+    @staticmethod
+    def choose_dtype(fmt, machine, requested: str = "auto") -> str:
+        return str(requested or "auto")  # the server decides
+
+    @staticmethod
+    def accepted_args() -> set[str]:
+        return {"dtype", "max_model_len"}  # recorded, not applied: the server was started with its own
+
+    @staticmethod
+    def supports(fmt, machine, args: dict) -> Verdict:
+        return YES  # the running server answers that by serving, or not
+
+    @classmethod
+    def kv_quant(cls, fmt, args: dict) -> str | None:
+        return None  # unknown: the server's own settings
+
+    def start(self, target, args: dict, max_model_len: int, trust_remote_code: bool) -> None:
+        self.base_url = check_base_url(self.settings.get("base_url"), bool(self.settings.get("allow_remote")))
+        self.args = {k: v for k, v in args.items() if v is not None}
+        status, body = http_get(self.base_url + "/models", timeout=10)
+        if status != 200:
+            what = "nothing answers" if status == 0 else f"HTTP {status}"
+            raise UserError(f"engine.base_url={self.base_url}: {what} at {self.base_url}/models; start the "
+                            "server first or fix engine.base_url")
+        self.model = str(self.settings.get("model") or _first_model(body, self.base_url))
+        log.info("benchmarking the running server at %s (model %s)", self.base_url, self.model)
+
+    def alive(self) -> str | None:
+        status, _ = http_get(self.base_url + "/models", timeout=5)
+        return None if status == 200 else f"the server at {self.base_url} stopped answering (/models: " \
+                                          f"{'no answer' if status == 0 else f'HTTP {status}'})"
+
+    def versions(self) -> dict[str, str]:
+        return self.server_versions()
+
+
+def _first_model(body: bytes, base_url: str) -> str:
+    try:
+        return json.loads(body)["data"][0]["id"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise UserError(f"{base_url}/models lists no model; pass engine.model=<the served model name>") from None

@@ -1,0 +1,284 @@
+"""vLLM's OpenAI-compatible server, started by evaluate for one artifact and
+driven over HTTP: the serving regime (load profiles, conf/load/) and the batch
+scenarios both go through /v1/completions.
+
+The capability answers are the in-process engine's (same args, same
+environment, same kernels); only how the engine runs differs:
+- `python -m vllm.entrypoints.openai.api_server` on 127.0.0.1 (engine.host)
+  and a free port, in its own process group, its log in the job's folder;
+- ready when /health answers 200 within engine.startup_timeout_s, watching
+  the process for a crash meanwhile; then one warm-up request;
+- stop() ends the whole group: SIGTERM, then SIGKILL after a grace period.
+  If evaluate itself dies without stopping it (kill -9), the server gets
+  SIGKILL from the kernel (PR_SET_PDEATHSIG) and a small watchdog process
+  kills the rest of its group (vLLM's engine core and workers)."""
+import asyncio
+import ctypes
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+from evaluate.engines.vllm import VllmEngine, on_cpu
+from evaluate.metrics import RequestTiming
+from evaluate.serving import client as client_mod
+
+log = logging.getLogger("quantbench.evaluate")
+
+STARTUP_TIMEOUT_S = 900      # CPU start-up with graph compilation took 1-3 min on 2 busy cores
+STOP_GRACE_S = 10            # SIGTERM -> SIGKILL
+HEALTH_POLL_S = 0.5
+LOG_NAME = "vllm_server.log"
+PR_SET_PDEATHSIG = 1
+
+# Runs beside the server, in its own session: when evaluate (its parent) is
+# gone, it ends the server's process group; when the group is gone, it exits.
+WATCHDOG = """
+import os, signal, sys, time
+parent, group = int(sys.argv[1]), int(sys.argv[2])
+def group_alive():
+    try:
+        os.killpg(group, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+while group_alive():
+    if os.getppid() != parent:
+        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 0)):
+            try:
+                os.killpg(group, sig)
+            except ProcessLookupError:
+                sys.exit(0)
+            end = time.time() + wait
+            while time.time() < end and group_alive():
+                time.sleep(0.1)
+        sys.exit(0)
+    time.sleep(0.5)
+"""
+
+
+def die_with_parent() -> None:
+    """preexec_fn: the kernel sends SIGKILL to the server when the process
+    that started it dies, however it died."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def cli_flags(args: dict) -> list[str]:
+    """engine.args (AsyncEngineArgs fields) -> the server's flags: `--field-name
+    value`; booleans as `--flag` / `--no-flag`; dicts and lists as JSON."""
+    flags = []
+    for key, value in args.items():
+        if value is None:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(flag if value else "--no-" + key.replace("_", "-"))
+        elif isinstance(value, (dict, list)):
+            flags += [flag, json.dumps(value)]
+        else:
+            flags += [flag, str(value)]
+    return flags
+
+
+def last_error_line(path: Path) -> str:
+    """The line of a server log that says why it stopped: the last one that
+    names an error, else the last line."""
+    try:
+        lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "no log"
+    for line in reversed(lines):
+        if "Error" in line or "error:" in line or "Exception" in line:
+            return line[-300:]
+    return lines[-1][-300:] if lines else "empty log"
+
+
+def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
+    """(status, body); status 0 when nothing answers. No proxy: loopback."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, b""
+    except (OSError, urllib.error.URLError):
+        return 0, b""
+
+
+def server_log_dir() -> Path:
+    """The Hydra job's folder (beside its log), else a new temporary folder."""
+    from hydra.core.hydra_config import HydraConfig
+    if HydraConfig.initialized():
+        return Path(HydraConfig.get().runtime.output_dir)
+    return Path(tempfile.mkdtemp(prefix="quantbench-server-"))
+
+
+class HttpEngine:
+    """What a server engine adds to the Engine interface (mixed in): where it
+    answers, and the batch scenarios and prompt logprobs over HTTP."""
+    serves_http = True
+    base_url: str = ""
+    model: str = ""
+    server_pid: int | None = None    # the server process (its tree's memory is measured); None: remote
+
+    def alive(self) -> str | None:
+        """None while the server can serve, else why not (one line)."""
+        return None
+
+    def run(self, prompts: list[list[int]], output_len: int, stream: bool = True):
+        """All prompts at once, streamed (the batch scenarios)."""
+        start = time.perf_counter()
+        results = asyncio.run(client_mod.complete_all(self.base_url, self.model, prompts, output_len))
+        failed = next((r for r in results if not r.success), None)
+        if failed is not None:
+            raise RuntimeError(f"request to {self.base_url} failed: {failed.error or 'no tokens'}")
+        return start, [as_timing(r) for r in results]
+
+    def prompt_logprobs(self, prompts: list[list[int]], k: int):
+        """/v1/completions with vLLM's `prompt_logprobs` extra parameter."""
+        return asyncio.run(client_mod.prompt_logprobs_all(self.base_url, self.model, prompts, k))
+
+    def server_versions(self) -> dict[str, str]:
+        status, body = http_get(self.base_url.rstrip("/").removesuffix("/v1") + "/version")
+        if status == 200:
+            try:
+                return {"vllm": str(json.loads(body)["version"])}
+            except (ValueError, KeyError, TypeError):
+                pass
+        return {}
+
+
+def as_timing(r) -> RequestTiming:
+    """A streamed request as the batch metrics read it: one token per chunk,
+    any difference from the server's usage count put on the last chunk."""
+    chunks = [(t, 1) for t in r.chunk_times]
+    extra = r.output_tokens - len(chunks)
+    if chunks and extra:
+        chunks[-1] = (chunks[-1][0], max(1, 1 + extra))
+    return RequestTiming(start=r.sent, prompt_tokens=r.prompt_tokens, chunks=chunks)
+
+
+class VllmServerEngine(HttpEngine, VllmEngine):
+    name = "vllm_server"
+
+    def start(self, target, args: dict, max_model_len: int, trust_remote_code: bool) -> None:
+        settings = self.settings
+        host = str(settings.get("host") or "127.0.0.1")
+        self.args = {k: v for k, v in args.items() if v is not None}
+        self.args["max_model_len"] = max_model_len
+        if on_cpu():
+            self.args.pop("gpu_memory_utilization", None)
+        port = free_port(host)
+        url_host = f"[{host}]" if ":" in host else host
+        self.root_url = f"http://{url_host}:{port}"
+        self.base_url, self.model = self.root_url + "/v1", str(target.path)
+        self.log_path = Path(settings.get("log_dir") or server_log_dir()) / LOG_NAME
+        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(target.path),
+               "--host", host, "--port", str(port), *cli_flags(self.args)]
+        if trust_remote_code:
+            cmd.append("--trust-remote-code")
+        log.info("starting the vLLM server for %s on %s (args %s, env %s; log %s)", target.path, self.root_url,
+                 self.args, self.env, self.log_path)
+        t0 = time.perf_counter()
+        self._spawn(cmd)
+        try:
+            self._wait_healthy(float(settings.get("startup_timeout_s") or STARTUP_TIMEOUT_S))
+            ready = time.perf_counter()
+            self._warm_up()
+        except BaseException:
+            self.stop()
+            raise
+        end = time.perf_counter()
+        self.startup_s = end - t0
+        self.startup_phases = {"server_ready_s": round(ready - t0, 2), "warmup_s": round(end - ready, 2)}
+        log.info("vLLM server ready in %.1f s (warm-up %.1f s)", ready - t0, end - ready)
+
+    def _spawn(self, cmd: list[str]) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True, preexec_fn=die_with_parent)
+        self.server_pid = self.proc.pid
+        self.watchdog = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), str(self.proc.pid)],
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def _wait_healthy(self, timeout_s: float) -> None:
+        deadline = time.perf_counter() + timeout_s
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                raise RuntimeError(f"the vLLM server exited with code {code} while starting: "
+                                   f"{last_error_line(self.log_path)} (log: {self.log_path})")
+            if http_get(self.root_url + "/health")[0] == 200:
+                return
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"the vLLM server was not healthy after {timeout_s:g} s; raise "
+                                   f"engine.startup_timeout_s or see its log: {self.log_path}")
+            time.sleep(HEALTH_POLL_S)
+
+    def _warm_up(self) -> None:
+        """One short request: the first one pays for lazy initialisation."""
+        self.run([[1] * 16], 4)
+
+    def alive(self) -> str | None:
+        code = self.proc.poll()
+        if code is None:
+            return None
+        return f"the vLLM server exited with code {code}: {last_error_line(self.log_path)} (log: {self.log_path})"
+
+    def versions(self) -> dict[str, str]:
+        return self.server_versions() or super().versions()
+
+    def describe(self) -> dict:
+        return super().describe() | {"engine_startup": getattr(self, "startup_phases", None)}
+
+    def stop(self) -> None:
+        """SIGTERM to the whole group (vLLM shuts its engine core down), SIGKILL
+        to whatever is left after STOP_GRACE_S."""
+        proc = getattr(self, "proc", None)
+        if proc is None:
+            return
+        for sig, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 5.0)):
+            if not group_members(proc.pid):
+                break
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            end = time.monotonic() + grace
+            while time.monotonic() < end and group_members(proc.pid):
+                proc.poll()  # reap the leader, or it stays a zombie member
+                time.sleep(0.1)
+        proc.wait(timeout=5)
+        self.watchdog.wait(timeout=5)  # it exits once the group is gone
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group."""
+    out = []
+    for p in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except (ProcessLookupError, psutil.Error):
+            pass
+    return out

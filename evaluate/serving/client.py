@@ -1,0 +1,118 @@
+"""The streaming client: one `/v1/completions` request per prompt, timed per
+streamed chunk, as `vllm bench serve` times its requests (openai-completions
+backend). Prompts are token ids, so the server's tokenizer cannot change their
+length; counts come from the server's `usage`. A request that fails becomes
+`RequestResult.error`, never an exception: one bad request must not end a
+load level."""
+import asyncio
+import json
+import time
+
+import aiohttp
+
+from evaluate.serving.requests import RequestResult
+
+# Generous per-request cap: a request queued behind a saturated CPU server can
+# take minutes; the load level's own max_seconds bounds the whole level.
+REQUEST_TIMEOUT_S = 3600
+
+
+def payload(model: str, prompt: list[int], output_len: int, stream: bool = True) -> dict:
+    """Exactly `output_len` tokens, sampled as `vllm bench` does (temperature
+    1, top-p 1, EOS ignored)."""
+    body = {"model": model, "prompt": prompt, "max_tokens": output_len, "min_tokens": output_len,
+            "ignore_eos": True, "temperature": 1.0, "top_p": 1.0, "stream": stream}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+class Client:
+    """An aiohttp session against one OpenAI-compatible server. Use as
+    `async with Client(base_url, model) as c: await c.complete(...)`."""
+
+    def __init__(self, base_url: str, model: str, timeout_s: float = REQUEST_TIMEOUT_S):
+        self.url = base_url.rstrip("/") + "/completions"
+        self.model = model
+        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> "Client":
+        # limit=0: no connection pool cap, so the client never queues requests
+        # the load profile meant to have in flight at once.
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=self.timeout,
+                                             trust_env=False)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.session.close()
+
+    async def complete(self, prompt: list[int], output_len: int, scheduled: float | None = None) -> RequestResult:
+        result = RequestResult(sent=time.perf_counter(), scheduled=scheduled, prompt_tokens=len(prompt))
+        try:
+            async with self.session.post(self.url, json=payload(self.model, prompt, output_len)) as resp:
+                if resp.status != 200:
+                    text = (await resp.text())[:300].replace("\n", " ")
+                    result.error = f"HTTP {resp.status}: {text}"
+                    return result
+                await self._read_stream(resp, result)
+        except asyncio.CancelledError:  # the level's drain time ran out: the result still counts, as failed
+            result.error = "cancelled: still running when the level's time was up"
+        except Exception as e:  # connection refused or reset, timeout, bad JSON: a failed request
+            result.error = f"{type(e).__name__}: {e}"[:300] or type(e).__name__
+        finally:
+            if result.error is None and result.end is None:
+                result.error = "stream ended without [DONE]"
+        return result
+
+    async def _read_stream(self, resp, result: RequestResult) -> None:
+        """Server-sent events: a `data: {...}` line per chunk, then `data: [DONE]`.
+        A chunk with a choice is one streamed token step (its text may be empty
+        for a partial character); the usage chunk has no choice."""
+        async for raw in resp.content:
+            now = time.perf_counter()
+            line = raw.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                result.end = now
+                break
+            chunk = json.loads(data)
+            if chunk.get("error"):
+                result.error = str(chunk["error"].get("message", chunk["error"]))[:300]
+                return
+            if chunk.get("choices"):
+                result.chunk_times.append(now)
+            usage = chunk.get("usage")
+            if usage:
+                result.prompt_tokens = usage.get("prompt_tokens", result.prompt_tokens)
+                result.output_tokens = usage.get("completion_tokens", result.output_tokens)
+        if result.end is not None and not result.output_tokens:
+            result.output_tokens = len(result.chunk_times)  # a server that sends no usage
+
+
+async def complete_all(base_url: str, model: str, prompts: list[list[int]], output_len: int) -> list[RequestResult]:
+    """Every prompt at once (a batch scenario over HTTP)."""
+    async with Client(base_url, model) as client:
+        return list(await asyncio.gather(*(client.complete(p, output_len) for p in prompts)))
+
+
+async def prompt_logprobs_all(base_url: str, model: str, prompts: list[list[int]], k: int) -> list[list[dict | None]]:
+    """Per prompt, per position: {token id: (logprob, rank)} for the top-k and
+    the actual token (None at position 0), from vLLM's `prompt_logprobs`
+    extra parameter of /v1/completions."""
+    url = base_url.rstrip("/") + "/completions"
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), trust_env=False,
+                                     timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)) as session:
+        async def one(prompt):
+            body = {"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": k}
+            async with session.post(url, json=body) as resp:
+                if resp.status != 200:
+                    raise RuntimeError(f"prompt logprobs: HTTP {resp.status} from {url}: "
+                                       f"{(await resp.text())[:300]}")
+                positions = (await resp.json())["choices"][0]["prompt_logprobs"]
+            return [None if pos is None else {int(t): (v["logprob"], v["rank"]) for t, v in pos.items()}
+                    for pos in positions]
+
+        return list(await asyncio.gather(*(one(p) for p in prompts)))

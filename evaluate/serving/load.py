@@ -1,0 +1,321 @@
+"""Load profiles (conf/load/<name>.yaml) and the load generator that runs one
+level of them against an OpenAI-compatible server.
+
+A *level* is one load setting held for a bounded number of requests
+(`max_requests`) and seconds (`max_seconds`):
+- synchronous: one request at a time (closed loop, concurrency 1);
+- concurrency: `level` requests in flight at all times (closed loop: a new
+  one is sent as soon as one ends);
+- rate: open loop, `level` requests per second on average, arrivals drawn
+  from a gamma distribution of shape `burstiness` (1 = Poisson; < 1
+  burstier) and sent against that precomputed schedule whatever the server
+  does; each request records when it was scheduled and when it was sent.
+
+A *profile* is a sequence of levels, the later ones possibly chosen from
+what the earlier ones measured (sweep, slo_search). Profiles are written
+against `measure(Level) -> metrics | None` (None: the level failed), so the
+same code runs them, resumes them from stored rows, and lists what a dead
+server still owed.
+
+When a level's time is up no request is sent any more; those in flight get
+`drain_seconds` more, then are cancelled and count as failed.
+"""
+import asyncio
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import psutil
+
+from evaluate.serving.client import Client
+from evaluate.serving.requests import LevelRun, RequestResult
+from quantize.common.errors import UserError
+
+PROFILES = ("none", "synchronous", "concurrency", "rate", "sweep", "slo_search")
+ALIVE_POLL_S = 1.0
+
+
+@dataclass(frozen=True)
+class Level:
+    mode: str                       # synchronous | concurrency | rate
+    level: float | None             # in-flight requests, or req/s; None for synchronous
+    burstiness: float | None = None
+
+    def describe(self) -> str:
+        if self.mode == "synchronous":
+            return "synchronous"
+        if self.mode == "concurrency":
+            return f"concurrency {self.level:g}"
+        return f"rate {self.level:g} req/s (burstiness {self.burstiness:g})"
+
+
+class ServerDied(UserError):
+    """The server stopped serving during a level: no later level can run
+    (one line: why, and where its log is)."""
+
+
+# ---- profiles -------------------------------------------------------------------
+
+def validate(cfg: dict, slo) -> None:
+    """Bad profile settings fail before any server starts."""
+    name = cfg.get("name")
+    if name not in PROFILES:
+        raise UserError(f"unknown load profile {name!r}; choose one of {', '.join(PROFILES)} (conf/load/)")
+    if name == "none":
+        return
+    for key in ("max_requests", "max_seconds"):
+        if not (isinstance(cfg.get(key), (int, float)) and cfg[key] > 0):
+            raise UserError(f"load={name}: load.{key} must be a positive number, not {cfg.get(key)!r}")
+    if name == "concurrency" and not _positive_list(cfg.get("levels")):
+        raise UserError("load=concurrency: load.levels must be a list of positive in-flight counts, e.g. [1,4,16]")
+    if name == "rate" and not _positive_list(cfg.get("rates")):
+        raise UserError("load=rate: load.rates must be a list of positive request rates (req/s), e.g. [0.5,1,2]")
+    if name in ("rate", "sweep") or cfg.get("mode") == "rate":
+        if not (isinstance(cfg.get("burstiness"), (int, float)) and cfg["burstiness"] > 0):
+            raise UserError(f"load={name}: load.burstiness must be > 0 (1 = Poisson arrivals)")
+    if name == "slo_search":
+        if slo is None:
+            raise UserError("load=slo_search needs an SLO to search against: pass slo=interactive_cpu "
+                            "(or another conf/slo/ file)")
+        if cfg.get("mode") not in ("concurrency", "rate"):
+            raise UserError("load=slo_search: load.mode must be concurrency or rate")
+
+
+def _positive_list(values) -> bool:
+    return isinstance(values, (list, tuple)) and bool(values) and all(
+        isinstance(v, (int, float)) and v > 0 for v in values)
+
+
+def run_profile(cfg: dict, measure: Callable[[Level], dict | None], slo=None):
+    """Run the profile's levels through `measure`; returns slo_search's
+    SearchResult, else None."""
+    name = cfg["name"]
+    burst = float(cfg.get("burstiness") or 1.0)
+    if name == "synchronous":
+        measure(Level("synchronous", None))
+    elif name == "concurrency":
+        for c in cfg["levels"]:
+            measure(Level("concurrency", int(c)))
+    elif name == "rate":
+        for r in cfg["rates"]:
+            measure(Level("rate", round_level(r), burst))
+    elif name == "sweep":
+        _sweep(cfg, measure, burst)
+    elif name == "slo_search":
+        return _slo_search(cfg, measure, slo, burst)
+    return None
+
+
+def _sweep(cfg: dict, measure, burst: float) -> None:
+    """guidellm's sweep: synchronous (the lowest useful rate), saturation (the
+    highest), then `rate_levels` open-loop rates evenly spaced between the two
+    measured request throughputs."""
+    sync = measure(Level("synchronous", None))
+    sat = measure(Level("concurrency", int(cfg["saturation_concurrency"])))
+    for rate in sweep_rates(sync, sat, int(cfg["rate_levels"])):
+        measure(Level("rate", rate, burst))
+
+
+def sweep_rates(sync: dict | None, sat: dict | None, n: int) -> list[float]:
+    """`n` rates strictly between the synchronous and saturated throughputs
+    (none when either level failed)."""
+    low = (sync or {}).get("request_throughput")
+    high = (sat or {}).get("request_throughput")
+    if not low or not high or n <= 0:
+        return []
+    low, high = sorted((float(low), float(high)))
+    return [round_level(r) for r in np.linspace(low, high, n + 2)[1:-1]]
+
+
+def _slo_search(cfg: dict, measure, slo, burst: float):
+    from evaluate.serving import slo as slo_mod
+    integer = cfg["mode"] == "concurrency"
+
+    def one(level: float) -> dict:
+        lv = Level("concurrency", int(level)) if integer else Level("rate", round_level(level), burst)
+        return measure(lv) or {}  # a failed level: no completed requests, so unresolved, never passed
+
+    return slo_mod.search(one, slo, start=float(cfg["start"]), max_level=float(cfg["max_level"]),
+                          resolution=float(cfg["resolution"]), integer=integer)
+
+
+def round_level(rate: float) -> float:
+    """Rates computed from measurements, to 4 significant digits: a resumed
+    sweep that computes them again gets the same level (and row key)."""
+    return float(f"{float(rate):.4g}")
+
+
+# ---- one level --------------------------------------------------------------------
+
+def run_level(base_url: str, model: str, level: Level, prompts: list[list[int]], output_len: int,
+              max_seconds: float, drain_seconds: float, alive: Callable[[], str | None],
+              server_pid: int | None, seed: int = 0) -> LevelRun:
+    """Run one level (at most len(prompts) requests and max_seconds of
+    sending) and return what the client saw. Raises ServerDied when
+    `alive()` says the server stopped during it."""
+    with ServerMemory(server_pid) as memory:
+        cpu0 = time.process_time()
+        run = asyncio.run(_level(base_url, model, level, prompts, output_len, max_seconds, drain_seconds,
+                                 alive, seed))
+        run.client_cpu_s = time.process_time() - cpu0
+    run.server_peak_memory_bytes = memory.peak
+    if run.stopped_by and run.stopped_by.startswith("server died"):
+        raise ServerDied(run.stopped_by.removeprefix("server died: "))
+    return run
+
+
+async def _level(base_url, model, level: Level, prompts, output_len, max_seconds, drain_seconds, alive, seed):
+    results: list[RequestResult] = []
+    run = LevelRun(mode=level.mode, level=level.level, start=0.0, end=0.0, results=results,
+                   burstiness=level.burstiness)
+    stop = asyncio.Event()  # set when the level ends early: nothing more is sent
+    async with Client(base_url, model) as client:
+        run.start = time.perf_counter()
+        send_until = run.start + max_seconds
+        if level.mode == "rate":
+            tasks = [asyncio.create_task(_open_loop(client, level, prompts, output_len, send_until, seed,
+                                                    results, stop))]
+        else:
+            tasks = _closed_loop(client, 1 if level.mode == "synchronous" else int(level.level), prompts,
+                                 output_len, send_until, results, stop)
+        died = await _wait(tasks, send_until + drain_seconds, alive, stop)
+        run.end = time.perf_counter()
+    if not died and any(r.error for r in results):  # failed fast: was it the server?
+        died = await asyncio.get_running_loop().run_in_executor(None, alive)
+    if died:
+        run.stopped_by = f"server died: {died}"
+    elif len(results) >= len(prompts):
+        run.stopped_by = "max_requests"
+    else:
+        run.stopped_by = "max_seconds"
+    return run
+
+
+def _closed_loop(client, n: int, prompts, output_len, send_until, results, stop) -> list[asyncio.Task]:
+    queue = iter(prompts)  # shared by the workers: one event loop, no lock needed
+
+    async def worker():
+        for prompt in queue:
+            if stop.is_set() or time.perf_counter() >= send_until:
+                return
+            results.append(await client.complete(prompt, output_len))
+
+    return [asyncio.create_task(worker()) for _ in range(n)]
+
+
+def arrival_offsets(rate: float, burstiness: float, n: int, seed: int) -> np.ndarray:
+    """Seconds from the level's start at which each of `n` requests is due:
+    gamma-distributed gaps with mean 1/rate (shape `burstiness`; 1 =
+    exponential, i.e. Poisson arrivals); the first request at 0, as in vllm
+    bench serve."""
+    rng = np.random.default_rng([int(seed), 7])
+    gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n)
+    return np.concatenate([[0.0], np.cumsum(gaps[:-1])])
+
+
+async def _open_loop(client, level: Level, prompts, output_len, send_until, seed, results, stop) -> None:
+    """Send every request at its scheduled time, never waiting for answers,
+    until the schedule is done or the level's time is up; then wait for the
+    requests in flight (cancelling this cancels them)."""
+    t0 = time.perf_counter()
+    sent = []
+
+    async def one(prompt, scheduled):
+        results.append(await client.complete(prompt, output_len, scheduled=scheduled))
+
+    for offset, prompt in zip(arrival_offsets(level.level, level.burstiness, len(prompts), seed), prompts):
+        due = t0 + float(offset)
+        if due >= send_until:
+            break
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if stop.is_set():
+            break
+        sent.append(asyncio.create_task(one(prompt, due)))
+    try:
+        await asyncio.gather(*sent)
+    finally:
+        for task in sent:
+            task.cancel()
+        await asyncio.gather(*sent, return_exceptions=True)
+
+
+async def _wait(tasks: list[asyncio.Task], deadline: float, alive, stop) -> str | None:
+    """Wait for the level's requests until `deadline`, checking the server
+    every ALIVE_POLL_S; cancel what is left. Returns why the server died, or None."""
+    loop = asyncio.get_running_loop()
+    pending = set(tasks)
+    died = None
+    while pending:
+        timeout = min(ALIVE_POLL_S, deadline - time.perf_counter())
+        if timeout <= 0:
+            break
+        _, pending = await asyncio.wait(pending, timeout=timeout)
+        died = await loop.run_in_executor(None, alive)
+        if died:
+            break
+    stop.set()
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    return died
+
+
+class ServerMemory:
+    """Peak RSS of the server's process tree (its engine core and workers are
+    children), sampled in a thread; the tree is listed once per level (see
+    evaluate/memory.py for why). peak is None without a local server."""
+
+    def __init__(self, pid: int | None, interval_s: float = 0.1):
+        self.pid, self.interval_s, self.peak = pid, interval_s, None
+        self._stop = threading.Event()
+
+    def __enter__(self):
+        if self.pid is None:
+            return self
+        try:
+            root = psutil.Process(self.pid)
+            self._procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            self.pid = None
+            return self
+        self.peak = 0
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.pid is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def _loop(self):
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    def _sample(self):
+        rss = 0
+        for p in self._procs:
+            try:
+                rss += p.memory_info().rss
+            except psutil.Error:
+                pass
+        self.peak = max(self.peak, rss)
+
+
+def level_prompts(seed: int, key: int, n: int, input_len: int, vocab: int) -> list[list[int]]:
+    """`n` prompts of exactly `input_len` random token ids below 10000 (as
+    evaluate.pipeline.prompts and vllm bench draw), fresh for every level
+    (`key` identifies the level), so prefix caching serves no level from another."""
+    rng = np.random.default_rng([int(seed), 3000, int(key), int(input_len)])
+    return rng.integers(0, min(vocab, 10000), size=(n, input_len)).tolist()
+
+
+def level_requests(max_requests: float) -> int:
+    return max(1, int(math.floor(max_requests)))

@@ -1,0 +1,137 @@
+"""Serving rows: what evaluate does for a scenario when a load profile is
+chosen (load=..., conf/load/). The scenario gives the request shape
+(input_len, output_len; its batch_size does not apply); the profile gives
+the levels; every level becomes one `kind="serving"` row whose `load` names
+the level, `slo` the SLO it was judged against, and `metrics` are
+evaluate.serving.metrics.level_metrics.
+
+Resume: a level whose row is already ok in this setup is not run again; its
+stored metrics feed the profile (a sweep's rates, slo_search's next level),
+so a completed search re-runs nothing. A failed level records a failed row
+and the profile goes on; a server that dies records failed rows for every
+level still owed."""
+import json
+import logging
+import zlib
+
+from omegaconf import OmegaConf
+
+from evaluate.results import Row
+from evaluate.serving import load as load_mod
+from evaluate.serving.load import Level, ServerDied
+from evaluate.serving.metrics import level_metrics
+from evaluate.serving.slo import SLO
+from quantize.common.errors import UserError
+
+log = logging.getLogger("quantbench.evaluate")
+
+
+def configure(cfg, engine_cls, engine_name: str) -> tuple[dict | None, SLO | None]:
+    """(load profile, SLO) of the job, checked before any engine starts;
+    (None, ...) for load=none."""
+    slo_cfg = cfg.get("slo")
+    slo = SLO.from_cfg(OmegaConf.to_container(slo_cfg, resolve=True)) if slo_cfg is not None else None
+    profile = OmegaConf.to_container(cfg.load, resolve=True) if cfg.get("load") is not None else None
+    if not profile or profile.get("name") in (None, "none"):
+        return None, slo
+    name = profile["name"]
+    if not getattr(engine_cls, "serves_http", False):
+        raise UserError(f"load={name} needs a server engine: pass engine=vllm_server "
+                        f"(or engine=openai engine.base_url=...); engine={engine_name} runs in-process")
+    load_mod.validate(profile, slo)
+    return profile, slo
+
+
+def serving_row(job, s, level: Level | None) -> Row:
+    """The row of one level of scenario `s` (level None: the profile as a
+    whole, for rows that say why nothing ran)."""
+    p = job.load
+    load = {"profile": p["name"], "mode": level.mode if level else None, "level": level.level if level else None,
+            "burstiness": level.burstiness if level else None, "max_requests": p["max_requests"],
+            "max_seconds": p["max_seconds"]}
+    return job.base.but(kind="serving", scenario=s.name, batch_size=None, input_len=s.input_len,
+                        output_len=s.output_len, run_index=0, load=load,
+                        slo=job.slo.as_dict() if job.slo else None)
+
+
+class _Owed(Exception):
+    """A level not stored yet (raised while checking what is owed)."""
+
+
+class LoadPending:
+    """A scenario's load profile: owed or not, how to measure it, and the
+    rows that stand for it when it cannot run."""
+
+    def __init__(self, job, s, stored: list[Row]):
+        self.stored = {r.run_key(): r for r in stored if r.kind == "serving"}
+        self.owed = False
+        try:
+            load_mod.run_profile(job.load, self._from_store(job, s, missing=None), job.slo)
+        except _Owed:
+            self.owed = True
+
+    def _from_store(self, job, s, missing):
+        """measure() that answers from stored rows; `missing(row)` for the
+        others (None: raise _Owed)."""
+        def measure(level: Level):
+            row = serving_row(job, s, level)
+            hit = self.stored.get(row.run_key())
+            if hit is not None:
+                return hit.metrics
+            if missing is None:
+                raise _Owed
+            return missing(row)
+        return measure
+
+    def failed_rows(self, job, s) -> list[Row]:
+        """The rows still owed as far as they are known (a sweep's rates follow
+        from levels that never ran: the profile's row stands for them)."""
+        rows = []
+        load_mod.run_profile(job.load, self._from_store(job, s, missing=lambda row: rows.append(row)), job.slo)
+        return rows or [serving_row(job, s, None)]
+
+    def measure(self, job, engine, s) -> None:
+        """Run the scenario's profile on the started `engine`."""
+        log.info("scenario %s: load=%s, %d in / %d out tokens, levels of at most %s requests and %s s",
+                 s.name, job.load["name"], s.input_len, s.output_len, job.load["max_requests"],
+                 job.load["max_seconds"])
+        try:
+            result = load_mod.run_profile(job.load, self._from_store(
+                job, s, missing=lambda row: _run_level(job, engine, s, row)), job.slo)
+        except ServerDied as e:
+            for row in self.failed_rows(job, s):
+                job.record(row, "failed", reason=f"server died: {e}")
+            raise
+        if result is not None:
+            best = "none" if result.best is None else f"{result.best:g}"
+            log.info("  slo_search (%s): best %s %s; %s", job.slo.describe(), job.load["mode"], best, result.reason)
+
+
+def _run_level(job, engine, s, row: Row) -> dict | None:
+    """One level: its row (ok with metrics, or failed and the profile goes on)."""
+    p, load = job.load, row.load
+    level = Level(load["mode"], load["level"], load["burstiness"])
+    key = zlib.crc32(json.dumps(load, sort_keys=True).encode())
+    vocab = int(job.target.config.get("vocab_size") or 10000)
+    prompts = load_mod.level_prompts(int(job.cfg.seed), key, load_mod.level_requests(p["max_requests"]),
+                                     s.input_len, vocab)
+    try:
+        run = load_mod.run_level(engine.base_url, engine.model, level, prompts, s.output_len,
+                                 float(p["max_seconds"]), float(p.get("drain_seconds", p["max_seconds"])),
+                                 engine.alive, engine.server_pid, seed=key)
+        metrics = level_metrics(run, job.slo)
+    except ServerDied as e:  # LoadPending.measure records this level with the others owed
+        log.error("  %s: the server died: %s", level.describe(), e)
+        raise
+    except Exception as e:
+        from evaluate.pipeline import one_line
+        job.record(row, "failed", reason=one_line(e))
+        log.error("  %s failed: %s", level.describe(), one_line(e))
+        return None
+    job.record(row, "ok", metrics=metrics)
+    log.info("  %s: %d ok, %d failed in %.1f s; %.2f req/s, %.1f tok/s out; TTFT p50 %.0f ms, TPOT p50 %.1f ms%s",
+             level.describe(), metrics["completed"], metrics["failed"], metrics["duration"],
+             metrics["request_throughput"] or 0, metrics["output_throughput"] or 0, metrics["median_ttft_ms"],
+             metrics["median_tpot_ms"], "" if metrics.get("valid", True) else
+             f" (not valid: {metrics.get('valid_reason')})")
+    return metrics
