@@ -57,6 +57,9 @@ class Row:
     # where start-up went, in seconds per phase, where the engine says (e.g.
     # {"load_s", "compile_s", "kv_cache_s", "warmup_s"}); engine_startup_s is the total
     engine_startup: dict | None = None
+    # memory the engine reserved, in bytes, where it says: {"weights_bytes",
+    # "kv_cache_bytes"} (a key is absent when the engine does not report it)
+    engine_memory: dict | None = None
     machine: dict | None = None        # capability facts the engine decided from (quantize.common.machine)
     kv_quant: str | None = None        # KV-cache quantization that ran: "none", "fp8", ... (Engine.kv_quant)
     setup_id: str | None = None        # see setup_id()
