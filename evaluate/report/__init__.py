@@ -13,7 +13,7 @@ from evaluate import results
 from evaluate.report import layouts as layouts_mod
 from evaluate.report.aggregate import add_speedups, aggregate, pareto_scenario
 from evaluate.report.markdown import render_markdown
-from evaluate.report.plots import render_plots
+from evaluate.report.plots import render_plots, render_serving_plots
 from evaluate.report.tables_csv import RUN_FIELDS, SUMMARY_FIELDS, run_records, summary_records, to_csv
 from quantize.common.atomic import write_text
 from quantize.common.errors import UserError
@@ -42,4 +42,5 @@ def build_report(results_dir: Path, out_dir: Path, title: str, pareto: str | Non
     out_dir.mkdir(parents=True, exist_ok=True)
     for path, text in written.items():
         write_text(path, text)
-    return list(written) + (render_plots(speed, accuracy, out_dir, pareto) if summary else [])
+    plots = render_plots(speed, accuracy, out_dir, pareto) + render_serving_plots(rows, out_dir) if summary else []
+    return list(written) + plots

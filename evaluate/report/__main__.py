@@ -1,5 +1,5 @@
 """`python -m evaluate.report [results_dir=results] [out_dir=reports] [title=...] [pareto_scenario=<name>]
-[layout=summary,batch_table,context_table,oneline]`
+[layout=summary,batch_table,context_table,oneline,length_grid]`
 
 key=value arguments like the two stages: results_dir holds results*.jsonl;
 out_dir gets report.md, summary.csv, runs.csv and the PNGs (layout `summary`,

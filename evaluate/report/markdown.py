@@ -39,6 +39,8 @@ def render_markdown(rows: list[Row], speed: list[Group], accuracy: list[Group], 
         parts.append(render_accuracy(accuracy))
     if lm:
         parts.append(render_lm_eval(lm))
+    from evaluate.report.serving import render_serving  # it formats with this module's tables
+    parts.append(render_serving(rows, speed, accuracy))
     return "\n\n".join(p for p in parts if p) + "\n"
 
 

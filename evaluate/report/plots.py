@@ -178,3 +178,97 @@ def spread(heights: list[float], gap: float) -> list[float]:
     for i, p in zip(order, pos):
         out[i] = p
     return out
+
+
+# --- serving under load ---------------------------------------------------------------------------------
+
+def render_serving_plots(rows, out_dir: Path) -> list[Path]:
+    """Per serving scenario: TTFT and TPOT percentile vs request throughput
+    (one line per artifact and mode, the SLO bound as a line, the knee ○ and
+    the highest level under the SLO ★), and goodput vs offered load."""
+    from evaluate.report import serving
+    groups = serving.groups(rows)
+    if not groups:
+        return []
+    scs = scenarios(groups)
+    slos = {sc: serving.scenario_slo(rows, sc) for sc in scs}
+    curves = serving.curves(groups, slos)
+    names = labels(groups)
+    paths = []
+    for sc in scs:
+        mine = [c for c in curves if c.scenario == sc and any(lv.get("request_throughput") for lv in c.levels)]
+        if not mine:
+            continue
+        name = slug(sc, scs)
+        paths.append(out_dir / f"serving_latency_{name}.png")
+        plot_latency_curves(mine, names, sc, slos[sc], paths[-1])
+        paths.append(out_dir / f"serving_goodput_{name}.png")
+        plot_goodput(mine, names, sc, paths[-1])
+    return paths
+
+
+def curve_label(c, names: dict) -> str:
+    return names[c.group.identity] + (" (rate)" if c.mode == "rate" else "")
+
+
+def curve_style(c, names: dict) -> dict:
+    """One colour per artifact in every serving plot; rate curves dashed."""
+    return {"color": f"C{list(names).index(c.group.identity) % 10}",
+            "linestyle": "--" if c.mode == "rate" else "-"}
+
+
+def plot_latency_curves(curves, names: dict, sc: Scenario, slo, path: Path) -> None:
+    plt = pyplot()
+    pct = slo.pct_key if slo else "p90"
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    for ax, metric, title in zip(axes, ("ttft", "tpot"), ("TTFT", "TPOT")):
+        key = f"{pct}_{metric}_ms"
+        for c in curves:
+            pts = [(lv.get("request_throughput"), lv.get(key), lv) for lv in c.levels
+                   if lv.get("request_throughput") is not None and lv.get(key) is not None]
+            if not pts:
+                continue
+            line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=curve_label(c, names),
+                            **curve_style(c, names))
+            knee, (best, _) = c.knee(), c.capacity()
+            for lv, marker, size in ((knee, "o", 11), (best, "*", 15)):
+                hit = next((p for p in pts if p[2] is lv), None)
+                if hit:
+                    ax.plot(hit[0], hit[1], marker=marker, markersize=size, color=line.get_color(),
+                            markerfacecolor="none" if marker == "o" else line.get_color(), linestyle="none")
+        bound = getattr(slo, f"{metric}_ms", None) if slo else None
+        if bound:
+            ax.axhline(bound, color="tab:red", linestyle="--", linewidth=1, label=f"SLO {title} {bound:g} ms")
+        ax.set_xlabel("Request throughput (req/s)")
+        ax.set_ylabel(f"{title} {pct} (ms)")
+        ax.set_title(f"{title} {pct} vs throughput")
+        ax.grid(alpha=0.3)
+    axes[1].plot([], [], "o", markerfacecolor="none", color="0.3", label="knee (max throughput ÷ latency)")
+    axes[1].plot([], [], "*", color="0.3", markersize=10, label="highest level under the SLO")
+    axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    fig.suptitle(f"Serving under load: {sc.heading()}" + (f"\nSLO {slo.describe()}" if slo else ""), fontsize=10,
+                 y=1.04)
+    save_png(fig, path)
+
+
+def plot_goodput(curves, names: dict, sc: Scenario, path: Path) -> None:
+    plt = pyplot()
+    modes = list(dict.fromkeys(c.mode for c in curves))
+    fig, axes = plt.subplots(1, len(modes), figsize=(6.5 * len(modes) + 2, 4.5), squeeze=False)
+    for ax, mode in zip(axes[0], modes):
+        for c in [c for c in curves if c.mode == mode]:
+            xs = [lv.level for lv in c.levels]
+            good = [lv.get("request_goodput") for lv in c.levels]
+            done = [lv.get("request_throughput") for lv in c.levels]
+            color = curve_style(c, names)["color"]
+            ax.plot(xs, [g if g is not None else float("nan") for g in good], marker="o", color=color,
+                    label=f"{curve_label(c, names)}: goodput")
+            ax.plot(xs, [d if d is not None else float("nan") for d in done], linestyle=":", color=color,
+                    label=f"{curve_label(c, names)}: throughput")
+        ax.set_xlabel("Offered request rate (req/s)" if mode == "rate" else "Concurrency (in-flight requests)")
+        ax.set_ylabel("Requests per second")
+        ax.set_title("Goodput (requests meeting the SLO) vs offered load")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    fig.suptitle(sc.heading(), fontsize=10, y=1.02)
+    save_png(fig, path)

@@ -182,7 +182,7 @@ def test_an_unknown_layout_is_one_line_naming_the_choices(tmp_path, capsys, valu
     assert main([f"results_dir={tmp_path / 'results'}", f"out_dir={tmp_path / 'out'}", f"layout={value}"]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "error: unknown layout 'bogus'; layout= takes one or several of summary, batch_table, context_table, "
-        "oneline (comma-separated)"]
+        "oneline, length_grid (comma-separated)"]
     assert not (tmp_path / "out").exists()
 
 

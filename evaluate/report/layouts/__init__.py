@@ -4,13 +4,14 @@ module here whose `render(rows, speed)` returns the Markdown body of
 `<layout>.md`, in the style of one reference report. All of them read the same
 rows and aggregated groups: nothing is measured for a layout."""
 from evaluate.report.aggregate import Group
-from evaluate.report.layouts import batch_table, context_table, oneline
+from evaluate.report.layouts import batch_table, context_table, length_grid, oneline
 from evaluate.report.markdown import distinct, hardware_text
 from evaluate.results import Row
 from quantize.common.errors import UserError
 
 SUMMARY = "summary"
-LAYOUTS = {"batch_table": batch_table, "context_table": context_table, "oneline": oneline}
+LAYOUTS = {"batch_table": batch_table, "context_table": context_table, "oneline": oneline,
+           "length_grid": length_grid}
 CHOICES = (SUMMARY, *LAYOUTS)
 
 
@@ -29,5 +30,7 @@ def render(name: str, rows: list[Row], speed: list[Group], title: str) -> str:
     module = LAYOUTS[name]
     lines = [f"# {title} — {module.SUBTITLE}", ""]
     lines += [f"- Hardware: {hardware_text(hw)}" for hw in distinct(rows, "hardware")]
-    body = module.render(rows, speed) if speed else "No speed results in this store: run python -m evaluate first."
+    needs_speed = getattr(module, "NEEDS_SPEED", True)  # length_grid reads serving rows instead
+    body = (module.render(rows, speed) if speed or not needs_speed
+            else "No speed results in this store: run python -m evaluate first.")
     return "\n".join(lines + ["", body]) + "\n"
