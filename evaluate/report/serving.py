@@ -229,7 +229,7 @@ def recommend_capacity(cs: list[Curve], accuracy: list[Group], slo: SLO, names: 
         lines.append("  - within the measurement's interval (the levels measured cannot tell them apart): "
                      + "; ".join(f"{names[t.group.identity]} ({level_text(t.mode, t.capacity()[0].level)} passed, "
                                  f"{size_text(t.group)})" for t in others)
-                     + f": the smaller model is preferred")
+                     + ": the smaller model is preferred")
     return Pick(lines + [f"  - not eligible: {o.strip()[2:]}" for o in out], chosen)
 
 

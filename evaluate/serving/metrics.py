@@ -146,7 +146,8 @@ def level_metrics(run: LevelRun, slo: SLO | None = None) -> dict:
           "slo_attainment_low": ci[0] if ci else None, "slo_attainment_high": ci[1] if ci else None}
     offered = float(run.level) if run.mode == "rate" and run.level else None
     achieved = m["request_throughput"]
-    m |= {"offered_rate": offered, "achieved_rate_ratio": achieved / offered if offered and achieved is not None else None}
+    m |= {"offered_rate": offered,
+          "achieved_rate_ratio": achieved / offered if offered and achieved is not None else None}
     lags = [r.send_lag_s * 1000 for r in run.results if r.send_lag_s is not None]
     m |= {"send_lag_ms_mean": float(np.mean(lags)) if lags else None,
           "send_lag_ms_p99": float(np.percentile(lags, 99)) if lags else None,
