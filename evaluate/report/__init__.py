@@ -14,7 +14,8 @@ from evaluate.report import layouts as layouts_mod
 from evaluate.report.aggregate import add_speedups, aggregate, pareto_scenario
 from evaluate.report.markdown import render_markdown
 from evaluate.report.plots import render_plots, render_serving_plots
-from evaluate.report.tables_csv import RUN_FIELDS, SUMMARY_FIELDS, run_records, summary_records, to_csv
+from evaluate.report.tables_csv import (
+    RUN_FIELDS, SERVING_FIELDS, SUMMARY_FIELDS, run_records, serving_records, summary_records, to_csv)
 from quantize.common.atomic import write_text
 from quantize.common.errors import UserError
 
@@ -37,6 +38,8 @@ def build_report(results_dir: Path, out_dir: Path, title: str, pareto: str | Non
         written = {out_dir / "report.md": render_markdown(rows, speed, accuracy, title, results_dir, lm),
                    out_dir / "summary.csv": to_csv(summary_records(speed), SUMMARY_FIELDS),
                    out_dir / "runs.csv": to_csv(run_records(rows), RUN_FIELDS)}
+        if any(r.kind == "serving" for r in rows):
+            written[out_dir / "serving.csv"] = to_csv(serving_records(rows), SERVING_FIELDS)
     written |= {out_dir / f"{name}.md": layouts_mod.render(name, rows, speed, title)
                 for name in layouts if name != layouts_mod.SUMMARY}
     out_dir.mkdir(parents=True, exist_ok=True)

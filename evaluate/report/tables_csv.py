@@ -1,4 +1,5 @@
-"""summary.csv (one record per speed group) and runs.csv (one per ok row).
+"""summary.csv (one record per speed group), runs.csv (one per ok row) and
+serving.csv (one per ok serving row: a load level).
 Named tables_csv so it never shadows the standard library's csv."""
 import csv
 import io
@@ -10,6 +11,9 @@ from evaluate.results import Row
 
 SUMMARY_FIELDS = ("scenario", "batch_size", "input_len", "output_len", "model_name", "recipe", "artifact_id",
                   "engine", "quant_format", "model_bytes", "model_size_mb", "runs", "speedup_vs_original")
+SERVING_FIELDS = ("timestamp", "scenario", "input_len", "output_len", "model_name", "recipe", "artifact_id", "engine",
+                  "setup_id", "model_bytes", "profile", "mode", "level", "burstiness", "max_requests", "max_seconds",
+                  "slo")
 RUN_FIELDS = ("timestamp", "kind", "scenario", "batch_size", "input_len", "output_len", "model_name", "recipe",
               "artifact_id", "engine", "quant_format", "model_bytes", "run_index")
 
@@ -50,3 +54,18 @@ def to_csv(records: list[dict], empty_fields: tuple = ()) -> str:
     writer.writeheader()
     writer.writerows({k: ("" if v is None else v) for k, v in rec.items()} for rec in records)
     return buf.getvalue()
+
+
+def serving_records(rows: list[Row]) -> list[dict]:
+    """Every ok serving row, flat: its load level, the SLO's name and every metric as a column."""
+    ok = [r for r in rows if r.ok and r.kind == "serving"]
+    keys = list(dict.fromkeys(k for r in ok for k in r.metrics))
+    out = []
+    for r in ok:
+        load = r.load or {}
+        rec = {k: getattr(r, k) for k in SERVING_FIELDS[:10]}
+        rec |= {k: load.get(k) for k in SERVING_FIELDS[10:16]}
+        rec["slo"] = (r.slo or {}).get("name")
+        rec.update({k: r.metrics.get(k) for k in keys})
+        out.append(rec)
+    return out

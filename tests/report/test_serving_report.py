@@ -214,6 +214,19 @@ def test_speed_sections_ignore_serving_rows(tmp_path):
     assert {p.name for p in paths} >= {"serving_latency_chat.png", "serving_goodput_chat.png", "throughput.png"}
 
 
+def test_serving_csv_has_one_line_per_level(tmp_path):
+    import csv
+    _, paths = report(tmp_path, serving_store() + main_rows())
+    lines = list(csv.DictReader((tmp_path / "out" / "serving.csv").open()))
+    assert len(lines) == len(LAW) * len(LEVELS)
+    first = lines[0]
+    assert (first["recipe"], first["mode"], first["level"], first["slo"]) == ("original", "concurrency", "1",
+                                                                              "interactive_cpu")
+    assert float(first["p90_tpot_ms"]) == pytest.approx(40.0) and first["valid"] == "True"
+    _, paths = report(tmp_path / "plain", main_rows())
+    assert "serving.csv" not in {p.name for p in paths}
+
+
 def test_serving_plots_are_pngs(tmp_path):
     _, paths = report(tmp_path, serving_store() + [serving_row("original", r, mode="rate") for r in (0.5, 1.0)])
     pngs = {p.name: p for p in paths if p.suffix == ".png"}
