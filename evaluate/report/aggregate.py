@@ -323,10 +323,13 @@ def ordered_metrics(keys) -> list[str]:
 
 
 def kv_cache_bytes(row: Row) -> int | None:
-    """KV cache vLLM-CPU allocates up front (VLLM_CPU_KVCACHE_SPACE GiB),
-    whatever the batch; part of the engine's peak memory. None elsewhere
-    (transformers grows its cache per request; on GPUs vLLM takes a share of
-    device memory instead)."""
+    """The KV cache the engine allocated up front: what it reported
+    (`engine_memory`), else, for vLLM-CPU, its VLLM_CPU_KVCACHE_SPACE GiB,
+    whatever the batch. Part of the engine's peak memory. None elsewhere
+    (transformers grows its cache per request)."""
+    reported = (row.engine_memory or {}).get("kv_cache_bytes")
+    if reported is not None:
+        return int(reported)
     space = row.engine_env.get("VLLM_CPU_KVCACHE_SPACE")
     on_cpu = not row.hardware.get("accelerators")
     if row.engine != "vllm" or not on_cpu or space in (None, ""):
@@ -335,6 +338,12 @@ def kv_cache_bytes(row: Row) -> int | None:
         return int(float(space) * 2 ** 30)
     except ValueError:
         return None
+
+
+def weight_memory_bytes(row: Row) -> int | None:
+    """The weights' memory as the engine reported it (`engine_memory`); None when it did not."""
+    reported = (row.engine_memory or {}).get("weights_bytes")
+    return None if reported is None else int(reported)
 
 
 def stderr_key(metric: str) -> str:

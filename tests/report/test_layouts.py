@@ -122,6 +122,18 @@ def test_context_table_notes_vllm_preallocates_its_kv_cache(tmp_path):
     assert "vLLM pre-allocates its KV cache" in md and "(here 4 GiB)" in md
 
 
+def test_context_table_splits_memory_into_weights_and_kv_where_the_engine_reported_it(tmp_path):
+    reported = {"weights_bytes": 270_000_000, "kv_cache_bytes": 2 * 2 ** 30}
+    rows = [ladder_row("original", 1, 128, 0, engine_memory=reported), ladder_row("original", 1, 128, 0, engine="hf"),
+            ladder_row("w8a8_smooth_ptq", 1, 128, 0, engine_memory={"kv_cache_bytes": 2 ** 30})]
+    md = report(tmp_path, rows, "context_table")["context_table.md"]
+    ((_, (row,)),) = tables(md)
+    assert row["original · vllm"] == "30.00 tok/s · 2.13 GB (weights 0.27 · KV 2.15)"
+    assert row["original · hf"] == "30.00 tok/s · 1.13 GB"
+    assert row["w8a8_smooth_ptq · vllm"] == "30.00 tok/s · 2.13 GB (KV 1.07)"
+    assert "(here 1 GiB, 2 GiB)" in md  # the reported KV sizes, not the configured VLLM_CPU_KVCACHE_SPACE
+
+
 def test_context_table_without_batch_1(tmp_path):
     md = report(tmp_path, [ladder_row("original", 8, 128, 0)], "context_table")["context_table.md"]
     assert "No batch-1 speed results" in md and "|" not in md

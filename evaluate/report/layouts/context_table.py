@@ -1,7 +1,7 @@
 """`context_table`: the Qwen-style table. Batch-1 results, input length down
 the side, recipe × engine across (the engines of one artifact in adjacent
 columns), each cell output speed and peak memory; one table per output length."""
-from evaluate.report.aggregate import Group, kv_cache_bytes
+from evaluate.report.aggregate import Group, kv_cache_bytes, weight_memory_bytes
 from evaluate.report.formatting import MISSING, fmt_fixed, gb
 from evaluate.report.layouts.common import result_label
 from evaluate.report.markdown import md_table
@@ -9,7 +9,8 @@ from evaluate.results import Row
 
 SUBTITLE = "speed and memory per input length (batch 1)"
 NOTE = ("Each cell: output tokens/s (generated tokens ÷ latency) · peak memory in GB (10^9 bytes; the "
-        "engine's process-tree RSS, plus device memory on CUDA), both the mean over the timed runs. "
+        "engine's process-tree RSS, plus device memory on CUDA), both the mean over the timed runs; in "
+        "brackets, where the engine reported them, the GB its weights and its KV cache took. "
         "vLLM pre-allocates its KV cache (`VLLM_CPU_KVCACHE_SPACE` on CPU, `gpu_memory_utilization` on "
         "GPUs), so its memory includes that whole cache at every input length{kv}; transformers grows its "
         f"cache with the context. \"{MISSING}\" = not measured.")
@@ -53,7 +54,16 @@ def table(groups: list[Group], missed: list[Row]) -> str:
 
 
 def cell(g: Group) -> str:
-    return f"{fmt_fixed(g.mean('output_throughput'))} tok/s · {fmt_fixed(gb(g.mean('peak_memory_bytes')))} GB"
+    text = f"{fmt_fixed(g.mean('output_throughput'))} tok/s · {fmt_fixed(gb(g.mean('peak_memory_bytes')))} GB"
+    return text + split(g.runs[0])
+
+
+def split(row: Row) -> str:
+    """ (weights W · KV K) from what the engine reported, or "" when it reported neither."""
+    weights, kv = weight_memory_bytes(row), (row.engine_memory or {}).get("kv_cache_bytes")
+    parts = [f"{name} {fmt_fixed(gb(value))}" for name, value in (("weights", weights), ("KV", kv))
+             if value is not None]
+    return f" ({' · '.join(parts)})" if parts else ""
 
 
 def unmeasured(rows: list[Row], groups: list[Group], out_len: int) -> list[Row]:
