@@ -222,9 +222,9 @@ def _evaluate_in_engine(job: Job, todo: dict, with_accuracy: bool) -> None:
     reference is scored after the engine is closed."""
     try:
         engine = _start_engine(job, with_accuracy)
-    except UserError:  # bad input (e.g. a server that does not answer): nothing measured, nothing written
-        raise
     except Exception as e:  # every measurement this job owed is recorded as failed
+        if isinstance(e, UserError) and not getattr(e, "records_failure", False):
+            raise  # bad input (e.g. a server that does not answer): nothing measured, nothing written
         _record_owed(job, todo, with_accuracy, f"engine start-up failed: {one_line(e)}")
         raise
     logprob_pass = None

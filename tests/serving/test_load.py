@@ -1,0 +1,137 @@
+"""The client and the load generator against the fake server (known latency
+law): counts and timings, the concurrency bound, max_requests and max_seconds,
+rate pacing, a server that dies, and slo_search's known right answer."""
+import time
+
+import numpy as np
+import pytest
+
+from evaluate.serving import client as client_mod, load
+from evaluate.serving.load import Level, ServerDied
+from evaluate.serving.metrics import level_metrics
+from evaluate.serving.slo import SLO
+
+PROMPT = list(range(100, 132))
+
+
+def run_level(server, level, n=8, output_len=4, max_seconds=30.0, drain=10.0, alive=None):
+    prompts = load.level_prompts(0, 1, n, len(PROMPT), 49152)
+    return load.run_level(server.base_url, "fake-model", level, prompts, output_len, max_seconds, drain,
+                          alive or server.alive, server_pid=server.proc.pid)
+
+
+def test_client_counts_tokens_from_usage_and_times_every_chunk(fake_server):
+    server = fake_server("--fixed-ms", "20", "--per-active-ms", "0")
+    (r,) = client_mod.asyncio.run(client_mod.complete_all(server.base_url, "fake-model", [PROMPT], 5))
+    assert r.success and r.error is None
+    assert (r.prompt_tokens, r.output_tokens, len(r.chunk_times)) == (len(PROMPT), 5, 5)
+    assert 0.018 < r.ttft_s < 0.2 and 0.018 < r.tpot_s < 0.2
+
+
+def test_a_failed_request_is_a_result_not_an_exception(fake_server):
+    (r,) = client_mod.asyncio.run(client_mod.complete_all("http://127.0.0.1:9/v1", "m", [PROMPT], 5))
+    assert not r.success and r.error and "Connect" in r.error
+    server = fake_server("--fail-from", "0", "--fail-to", "0")
+    (r,) = client_mod.asyncio.run(client_mod.complete_all(server.base_url, "m", [PROMPT], 5))
+    assert r.error.startswith("HTTP 500")
+
+
+def test_concurrency_holds_exactly_its_in_flight_count_and_max_requests(fake_server):
+    server = fake_server("--fixed-ms", "10", "--per-active-ms", "0")
+    run = run_level(server, Level("concurrency", 3), n=12)
+    assert len(run.results) == 12 and all(r.success for r in run.results)
+    assert server.stats()["peak_active"] == 3
+    assert run.stopped_by == "max_requests" and run.client_cpu_s is not None
+    assert run.server_peak_memory_bytes > 0
+
+
+def test_synchronous_sends_one_at_a_time(fake_server):
+    server = fake_server("--fixed-ms", "5")
+    run = run_level(server, Level("synchronous", None), n=5)
+    assert len(run.results) == 5 and server.stats()["peak_active"] == 1
+    for a, b in zip(run.results, run.results[1:]):
+        assert b.sent >= a.end
+
+
+def test_max_seconds_stops_sending_and_cancels_after_the_drain(fake_server):
+    server = fake_server("--fixed-ms", "400", "--per-active-ms", "0")  # 4 s per request of 10 tokens
+    t0 = time.perf_counter()
+    run = run_level(server, Level("concurrency", 2), n=50, output_len=10, max_seconds=1.0, drain=0.5)
+    took = time.perf_counter() - t0
+    assert took < 3.5, took
+    assert run.stopped_by == "max_seconds" and len(run.results) == 2
+    assert all(not r.success and "cancelled" in r.error for r in run.results)
+    assert server.stats()["requests"] == 2
+
+
+def test_rate_sends_on_its_precomputed_schedule(fake_server):
+    server = fake_server("--fixed-ms", "2", "--per-active-ms", "0")
+    run = run_level(server, Level("rate", 20.0, 1.0), n=40, output_len=2)
+    assert len(run.results) == 40 and all(r.success for r in run.results)
+    lags = sorted(r.send_lag_s for r in run.results)
+    assert lags[int(0.9 * len(lags))] < 0.02, lags[-5:]   # sent when scheduled
+    scheduled = sorted(r.scheduled - run.start for r in run.results)
+    expected = load.arrival_offsets(20.0, 1.0, 40, seed=0)
+    assert np.allclose(scheduled, expected, atol=0.005)
+    m = level_metrics(run)
+    assert m["send_lag_ms_p99"] is not None and m["valid"]
+
+
+@pytest.mark.parametrize("burstiness", [1.0, 0.25, 4.0])
+def test_arrivals_have_the_asked_rate_and_burstiness(burstiness):
+    gaps = np.diff(load.arrival_offsets(5.0, burstiness, 40001, seed=3))
+    assert gaps.mean() == pytest.approx(0.2, rel=0.03)
+    cv = gaps.std() / gaps.mean()   # gamma of shape k: CV = 1/sqrt(k)
+    assert cv == pytest.approx(1 / np.sqrt(burstiness), rel=0.05)
+
+
+def test_rate_level_stops_sending_at_max_seconds(fake_server):
+    server = fake_server("--fixed-ms", "2", "--per-active-ms", "0")
+    run = run_level(server, Level("rate", 10.0, 1.0), n=1000, output_len=2, max_seconds=1.0)
+    assert run.stopped_by == "max_seconds"
+    assert 3 <= len(run.results) <= 25 and run.duration_s < 2.0
+
+
+def test_a_server_that_dies_mid_level_ends_it(fake_server):
+    server = fake_server("--fixed-ms", "20", "--die-after", "3")
+    with pytest.raises(ServerDied, match="exited with code 3"):
+        run_level(server, Level("concurrency", 2), n=20)
+
+
+def test_sweep_places_its_rates_between_synchronous_and_saturation():
+    seen = []
+
+    def measure(level):
+        seen.append(level)
+        return {"request_throughput": {"synchronous": 1.0, "concurrency": 5.0}.get(level.mode, 2.0)}
+
+    load.run_profile({"name": "sweep", "saturation_concurrency": 16, "rate_levels": 3, "burstiness": 1.0},
+                     measure)
+    assert [lv.mode for lv in seen] == ["synchronous", "concurrency", "rate", "rate", "rate"]
+    assert [lv.level for lv in seen[2:]] == [2.0, 3.0, 4.0] and seen[1].level == 16
+
+
+def test_slo_search_finds_the_known_highest_concurrency(fake_server):
+    """TPOT = 50 + 10 x in-flight ms: a p50 TPOT bound of 145 ms holds up to 9 in flight."""
+    server = fake_server("--fixed-ms", "50", "--per-active-ms", "10")
+    slo = SLO(name="test", tpot_ms=145, percentile=50)
+    cfg = {"name": "slo_search", "mode": "concurrency", "start": 1, "max_level": 32, "resolution": 1,
+           "max_requests": 20, "max_seconds": 60}
+
+    def measure(level):
+        return level_metrics(run_level(server, level, n=20, output_len=2), slo)
+
+    result = load.run_profile(cfg, measure, slo)
+    assert result.best == 9, [(lv, m["median_tpot_ms"], v.reason) for lv, m, v in result.trace]
+    tried = [lv for lv, _, _ in result.trace]
+    assert tried[:5] == [1, 2, 4, 8, 16] and 10 in tried
+
+
+def test_profile_settings_are_checked_before_anything_runs():
+    from quantize.common.errors import UserError
+    with pytest.raises(UserError, match="load.levels"):
+        load.validate({"name": "concurrency", "levels": [], "max_requests": 4, "max_seconds": 5}, None)
+    with pytest.raises(UserError, match="needs an SLO"):
+        load.validate({"name": "slo_search", "mode": "concurrency", "max_requests": 4, "max_seconds": 5}, None)
+    with pytest.raises(UserError, match="max_seconds"):
+        load.validate({"name": "synchronous", "max_requests": 4, "max_seconds": 0}, None)
