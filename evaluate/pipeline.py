@@ -257,7 +257,7 @@ def _run_lm_eval(job: Job, tasks: list[str]) -> None:
     """lm-eval's own engine (lm_eval_model), in the engine's environment; one row per task."""
     lm_eval_cfg, model = job.lm_eval_cfg, job.lm_eval_model
     args = lmeval.model_args(model.args, lm_eval_cfg)
-    with job.engine.environment(job.engine_cfg.get("env", {})) as env:
+    with job.engine.environment(job.engine_cfg.get("env", {}), model.args) as env:
         job = replace(job, base=job.base.but(engine_args=args, engine_env=env,
                                              engine_version=job.lm_eval_versions.get(model.name),
                                              lm_eval_versions=job.lm_eval_versions))

@@ -118,17 +118,18 @@ class Engine:
         return {}, {}
 
     @classmethod
-    def prepare_env(cls, env: dict) -> dict:
-        """The variables to set for the configured `env` (None: leave as is)."""
+    def prepare_env(cls, env: dict, args: dict | None = None) -> dict:
+        """The variables to set for the configured `env` (None: leave as is),
+        given the engine `args` it will run with, where known."""
         return dict(env)
 
     @classmethod
     @contextmanager
-    def environment(cls, env: dict) -> Iterator[dict]:
+    def environment(cls, env: dict, args: dict | None = None) -> Iterator[dict]:
         """The engine environment, set on entry and restored on exit (an
         engine instance holds it for its lifetime; the lm-eval subprocess runs
         inside it). Yields the speed-relevant variables as set."""
-        values = cls.prepare_env(env)
+        values = cls.prepare_env(env, args)
         recorded = cls.speed_env if cls.speed_env is not None else tuple(env)
         with scoped_env(values):
             yield {k: os.environ[k] for k in recorded if k in os.environ}
@@ -143,7 +144,7 @@ class Engine:
         (e.g. a server's host and start-up timeout)."""
         self.settings = dict(settings or {})
         self._scope = ExitStack()
-        self.env = self._scope.enter_context(self.environment(env))
+        self.env = self._scope.enter_context(self.environment(env, args))
         self.args = dict(args)
         t0 = time.perf_counter()
         try:

@@ -21,7 +21,8 @@ log = logging.getLogger("quantbench.evaluate")
 # Environment that changes vLLM's speed; recorded in every result row.
 SPEED_ENV = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU",
              "VLLM_CPU_INT4_W4A8", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
-             "VLLM_USE_AOT_COMPILE")  # which torch.compile driver ran (see AOT_CACHE_BROKEN)
+             "VLLM_USE_AOT_COMPILE",      # which torch.compile driver ran (see AOT_CACHE_BROKEN)
+             "VLLM_CPU_SIM_MULTI_NUMA")   # how ranks were bound to CPUs (see rank_binding)
 
 
 def kv_cache_dtype(fmt, args) -> str:
@@ -158,6 +159,22 @@ def _aot_cache_broken() -> bool:
         return False
 
 
+def rank_binding(env: dict, args: dict) -> dict:
+    """vLLM-CPU runs one worker per tensor/pipeline-parallel rank and, with
+    VLLM_CPU_OMP_THREADS_BIND=auto, binds each to a NUMA node of its own: on a
+    host with fewer nodes than ranks it refuses to start ("Not enough allowed
+    NUMA nodes", vllm/utils/ompmultiprocessing.py). There quantbench asks
+    vLLM's own even split of the allowed CPUs across the ranks
+    (VLLM_CPU_SIM_MULTI_NUMA=1) instead, so TP 2 runs one rank per core on a
+    2-core, 1-node host. An explicit binding or a CUDA host is left alone."""
+    ranks = int(args.get("tensor_parallel_size") or 1) * int(args.get("pipeline_parallel_size") or 1)
+    if ranks <= 1 or str(env.get("VLLM_CPU_OMP_THREADS_BIND", "auto")) != "auto" or \
+            "VLLM_CPU_SIM_MULTI_NUMA" in os.environ or "VLLM_CPU_SIM_MULTI_NUMA" in env:
+        return {}
+    machine = machine_mod.detect()
+    return {} if machine.cuda or machine.numa_nodes >= ranks else {"VLLM_CPU_SIM_MULTI_NUMA": 1}
+
+
 def on_cpu() -> bool:
     from vllm.platforms import current_platform
     return current_platform.is_cpu()
@@ -233,8 +250,9 @@ class VllmEngine(Engine):
         return f"{kv} (scale 1.0)" if kv.startswith("fp8") else kv
 
     @classmethod
-    def prepare_env(cls, env: dict) -> dict:
+    def prepare_env(cls, env: dict, args: dict | None = None) -> dict:
         env = dict(env)
+        env |= rank_binding(env, args or {})
         if "VLLM_CPU_NUM_OF_RESERVED_CPU" in env and env["VLLM_CPU_NUM_OF_RESERVED_CPU"] is None:
             # On small machines the reserved front-end core costs more than it saves.
             env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = 0 if (os.cpu_count() or 1) <= 4 else None
