@@ -23,9 +23,13 @@ __all__ = ["Engine", "LmEvalModel", "scoped_env", "known", "config", "get", "ide
 ENGINE_CONF = CONF_DIR / "engine"
 
 
-def known() -> list[str]:
-    """The engine configs shipped in conf/engine/."""
-    return sorted(p.stem for p in ENGINE_CONF.glob("*.yaml"))
+def known(servers: bool = False) -> list[str]:
+    """The engine configs shipped in conf/engine/ whose engines decide what
+    they can serve (the capability table's columns); `servers=True` adds the
+    ones driven over HTTP (`serves_http`: vllm_server answers as vllm does,
+    openai cannot know the remote machine)."""
+    names = sorted(p.stem for p in ENGINE_CONF.glob("*.yaml"))
+    return names if servers else [n for n in names if not get(n).serves_http]
 
 
 def config(name: str) -> dict:

@@ -280,8 +280,15 @@ class VllmServerEngine(HttpEngine, VllmEngine):
             while time.monotonic() < end and group_members(proc.pid):
                 proc.poll()  # reap the leader, or it stays a zombie member
                 time.sleep(0.1)
-        proc.wait(timeout=5)
-        self.watchdog.wait(timeout=5)  # it exits once the group is gone
+        for child in (proc, self.watchdog):  # the watchdog exits once the group is gone
+            try:
+                child.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        left = group_members(proc.pid)
+        if left:
+            log.warning("the vLLM server's processes %s outlived SIGKILL (uninterruptible?)", left)
 
 
 def group_members(pgid: int) -> list[int]:
