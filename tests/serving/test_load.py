@@ -112,9 +112,10 @@ def test_sweep_places_its_rates_between_synchronous_and_saturation():
 
 
 def test_slo_search_finds_the_known_highest_concurrency(fake_server):
-    """TPOT = 50 + 10 x in-flight ms: a p50 TPOT bound of 145 ms holds up to 9 in flight."""
-    server = fake_server("--fixed-ms", "50", "--per-active-ms", "10")
-    slo = SLO(name="test", tpot_ms=145, percentile=50)
+    """TPOT = 50 + 20 x in-flight ms: a p50 TPOT bound of 240 ms holds up to 9 in flight
+    (230 ms; 10 in flight: 250 ms)."""
+    server = fake_server("--fixed-ms", "50", "--per-active-ms", "20")
+    slo = SLO(name="test", tpot_ms=240, percentile=50)
     cfg = {"name": "slo_search", "mode": "concurrency", "start": 1, "max_level": 32, "resolution": 1,
            "max_requests": 20, "max_seconds": 60}
 
