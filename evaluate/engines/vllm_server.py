@@ -79,7 +79,8 @@ class ServerStartError(UserError):
 
 def die_with_parent() -> None:
     """preexec_fn: the kernel sends SIGKILL to the server when the process
-    that started it dies, however it died."""
+    that started it dies, however it died. (Linux ties this to the thread that
+    started it: evaluate starts engines from its main thread.)"""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
