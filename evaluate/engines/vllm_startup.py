@@ -111,12 +111,11 @@ class StartupLog:
                 phases["compile_warmup_s"] = warm_done - warm_start
             if init_end is not None:
                 phases["kv_cache_s"] = init_end - warm_done
-        phases = {k: round(max(v, 0.0), 2) for k, v in phases.items()}
-        if sum(phases.values()) > total_s:  # clocks of other processes, rounding: never more than the total
-            return {}
+        if any(v < 0 for v in phases.values()) or sum(phases.values()) > total_s:
+            return {}  # lines out of order or past the total: no breakdown rather than a wrong one
         if phases:
-            phases["other_s"] = round(max(total_s - sum(phases.values()), 0.0), 2)
-        return phases
+            phases["other_s"] = total_s - sum(phases.values())
+        return {k: round(v, 2) for k, v in phases.items()}
 
     def kv_cache_tokens(self) -> int | None:
         return int(self.events["kv_tokens"][1].group(1).replace(",", "")) if "kv_tokens" in self.events else None

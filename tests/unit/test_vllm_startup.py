@@ -64,6 +64,9 @@ def test_missing_lines_leave_phases_out_and_never_exceed_the_total():
     assert StartupLog.parse(only_load, T0).breakdown(5.0) == {"spawn_s": 3.0, "other_s": 2.0}
     # lines past the total (another process's clock): no breakdown rather than a wrong one
     assert StartupLog.parse(COLD, T0).breakdown(total_s=50.0) == {}
+    # lines out of order (a phase would be negative): none
+    backwards = COLD.replace(f"{T0 + 101.0:.3f}\t4242\tWarming up done.", f"{T0 + 10.0:.3f}\t4242\tWarming up done.")
+    assert StartupLog.parse(backwards, T0).breakdown(total_s=110.0) == {}
     # lines that are not records are skipped
     assert StartupLog.parse("garbage\n1.x\t1\tStarting to load model\n", T0).events == {}
 
