@@ -176,8 +176,8 @@ async def _level(base_url, model, level: Level, prompts, output_len, max_seconds
         run.start = time.perf_counter()
         send_until = run.start + max_seconds
         if level.mode == "rate":
-            tasks = [asyncio.create_task(_open_loop(client, level, prompts, output_len, send_until, seed,
-                                                    results, stop))]
+            tasks = [asyncio.create_task(_open_loop(client, level, prompts, output_len, run.start, send_until,
+                                                    seed, results, stop))]
         else:
             tasks = _closed_loop(client, 1 if level.mode == "synchronous" else int(level.level), prompts,
                                  output_len, send_until, results, stop)
@@ -216,11 +216,11 @@ def arrival_offsets(rate: float, burstiness: float, n: int, seed: int) -> np.nda
     return np.concatenate([[0.0], np.cumsum(gaps[:-1])])
 
 
-async def _open_loop(client, level: Level, prompts, output_len, send_until, seed, results, stop) -> None:
-    """Send every request at its scheduled time, never waiting for answers,
-    until the schedule is done or the level's time is up; then wait for the
-    requests in flight (cancelling this cancels them)."""
-    t0 = time.perf_counter()
+async def _open_loop(client, level: Level, prompts, output_len, t0, send_until, seed, results, stop) -> None:
+    """Send every request at its scheduled time (offsets from the level's
+    start `t0`), never waiting for answers, until the schedule is done or the
+    level's time is up; then wait for the requests in flight (cancelling this
+    cancels them)."""
     sent = []
 
     async def one(prompt, scheduled):

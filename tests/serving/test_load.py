@@ -69,10 +69,10 @@ def test_rate_sends_on_its_precomputed_schedule(fake_server):
     run = run_level(server, Level("rate", 20.0, 1.0), n=40, output_len=2)
     assert len(run.results) == 40 and all(r.success for r in run.results)
     lags = sorted(r.send_lag_s for r in run.results)
-    assert lags[int(0.9 * len(lags))] < 0.02, lags[-5:]   # sent when scheduled
+    assert lags[int(0.9 * len(lags))] < 0.05, lags[-5:]   # sent when scheduled (2 shared cores: loose)
     scheduled = sorted(r.scheduled - run.start for r in run.results)
     expected = load.arrival_offsets(20.0, 1.0, 40, seed=0)
-    assert np.allclose(scheduled, expected, atol=0.005)
+    assert np.allclose(scheduled, expected, atol=1e-9)
     m = level_metrics(run)
     assert m["send_lag_ms_p99"] is not None and m["valid"]
 
