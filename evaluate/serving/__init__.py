@@ -8,4 +8,5 @@ names of `vllm bench serve`, judged against SLOs.
     load.py       load profiles: synchronous, concurrency, rate, sweep, slo_search
     metrics.py    LevelRun -> one serving row's metrics (vllm bench serve keys)
     slo.py        SLO checks, goodput and the slo_search algorithm
+    run.py        a load profile over a scenario set in one started engine -> serving rows
 """
