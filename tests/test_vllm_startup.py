@@ -65,7 +65,7 @@ def test_a_second_start_is_served_from_the_compile_cache(two_starts):
     # the first start compiled and stored its graph: kernels and inductor's cache entries
     assert any(f.endswith(".so") for f in first["files"]), "the first start built no kernels"
     assert any(part in f for f in first["files"] for part in ("fxgraph", "aotautograd")), first["files"]
-    # the second start wrote nothing: a miss would have added an entry under a new key
+    # the second start wrote nothing: no new kernel, no new cache entry
     assert second["files"] == first["files"]
     assert "Compiling model again due to a load failure" not in second["log"]
     from evaluate.engines.vllm import _aot_cache_broken
