@@ -146,6 +146,9 @@ def _plan(cfg) -> tuple[Job, list[Scenario], Verdict]:
     engine = engines.get(engine_cfg)
     name, args = engine_cfg["name"], engine_cfg["args"]
     engines.check_args(engine, args, name)
+    problem = engine.config_problem(target.config, args)
+    if problem:
+        raise UserError(problem)
     machine = engine.machine()
     args["dtype"] = engine.choose_dtype(target.format, machine, args.get("dtype") or "auto")
     limit = args.get("max_model_len") or target.max_context

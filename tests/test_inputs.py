@@ -115,6 +115,14 @@ def test_unknown_engine_arg_fails_before_the_engine(tiny_model, tmp_path, args, 
     assert not res.exists() or not any(res.iterdir())
 
 
+def test_a_tensor_parallel_size_the_heads_cannot_split_fails_before_the_engine(tiny_model, tmp_path):
+    res = tmp_path / "res"
+    out = evaluate(tiny_model, res, "engine.args.tensor_parallel_size=3", cwd=tmp_path)
+    assert_one_line_error(out, "tensor_parallel_size=3 does not divide the model's 4 attention heads; use one of 1, 2, 4")
+    assert "starting vLLM" not in out.stdout + out.stderr
+    assert not res.exists() or not any(res.iterdir())
+
+
 def test_every_engine_names_its_arguments():
     from evaluate.engines.hf import HfEngine
     from evaluate.engines.vllm import VllmEngine

@@ -86,6 +86,12 @@ class Engine:
         """Can it serve checkpoint format `fmt` on `machine` with `args`, and why not."""
         raise NotImplementedError
 
+    @staticmethod
+    def config_problem(model_config: dict, args: dict) -> str | None:
+        """Why `args` cannot serve a model with this config.json (a one-line
+        error naming the fix), or None."""
+        return None
+
     @classmethod
     def kv_quant(cls, fmt, args: dict) -> str | None:
         """The KV-cache quantization this engine runs for checkpoint format

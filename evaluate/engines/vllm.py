@@ -239,6 +239,18 @@ class VllmEngine(Engine):
             return Verdict(True, "; ".join(r for r in (verdict.reason, kv.reason) if r))
         return verdict
 
+    @staticmethod
+    def config_problem(model_config: dict, args: dict) -> str | None:
+        """vLLM splits attention heads across tensor-parallel ranks and refuses
+        a size that does not divide them (VllmConfig validation, at start-up)."""
+        tp = int(args.get("tensor_parallel_size") or 1)
+        heads = model_config.get("num_attention_heads")
+        if tp > 1 and isinstance(heads, int) and heads % tp:
+            sizes = [n for n in range(1, heads + 1) if heads % n == 0]
+            return (f"engine.args.tensor_parallel_size={tp} does not divide the model's {heads} attention heads; "
+                    f"use one of {', '.join(map(str, sizes[:6]))}")
+        return None
+
     @classmethod
     def kv_quant(cls, fmt, args: dict) -> str:
         """"none" (auto, bfloat16, float16: the model's dtype), the checkpoint's
