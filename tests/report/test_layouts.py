@@ -91,6 +91,16 @@ def test_batch_table_without_tp_arg_is_tp_1_and_shapes_get_their_own_table(tmp_p
                                                              "prompt 512 tokens, 16 generated"]
 
 
+def test_batch_table_names_the_scenarios_of_one_shape(tmp_path):
+    """The batch ladder's bs1 and the context ladder's ctx128 have one shape: two lines, each named."""
+    rows = [ladder_row("original", 1, 128, 0, scenario=name) for name in ("ctx128", "bs1")]
+    rows.append(ladder_row("original", 2, 128, 0, scenario="bs2"))
+    md = report(tmp_path, rows, "batch_table")["batch_table.md"]
+    ((_, table),) = tables(md)
+    assert [(r["Step"], r["Batch size"]) for r in table][:3] == [("Prefill", "1 (bs1)"), ("Prefill", "1 (ctx128)"),
+                                                                ("Prefill", "2")]
+
+
 # --- context_table -----------------------------------------------------------------------------------------
 
 def context_rows() -> list[Row]:

@@ -46,9 +46,17 @@ def heading(g: Group) -> str:
 
 
 def table(groups: list[Group]) -> str:
-    ordered = sorted(groups, key=lambda g: g.scenario.batch_size)
-    return md_table(HEADERS, [[step, g.scenario.batch_size, *cells(g, metric)]
+    ordered = sorted(groups, key=lambda g: (g.scenario.batch_size, g.scenario.name))
+    sizes = [g.scenario.batch_size for g in ordered]
+    return md_table(HEADERS, [[step, batch_label(g, sizes), *cells(g, metric)]
                               for step, metric in STEPS for g in ordered])
+
+
+def batch_label(g: Group, sizes: list[int]) -> str:
+    """The batch size; with the scenario's name when two scenarios of one
+    shape were measured (e.g. the ladders' bs1 and ctx128)."""
+    bs = g.scenario.batch_size
+    return f"{bs} ({g.scenario.name})" if sizes.count(bs) > 1 else str(bs)
 
 
 def cells(g: Group, metric: str) -> list[str]:
