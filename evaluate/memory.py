@@ -1,6 +1,7 @@
-"""Peak memory while a run executes: resident memory of this process and its
-children (vLLM's engine core and workers run in child processes), and device
-memory in use when CUDA is present. Sampled in a background thread.
+"""Peak memory while a run executes: resident memory of a process tree (by
+default this process and its children: vLLM's engine core and workers run
+in child processes; a served engine: the server's tree), and device memory
+in use when CUDA is present. Sampled in a background thread.
 
 The process tree is listed once per run (the engine's processes live as long
 as the engine): listing walks all of /proc (~2 ms), reading a known process's
@@ -11,22 +12,31 @@ import psutil
 
 
 class PeakMemory:
-    def __init__(self, interval_s: float = 0.05):
-        self.interval_s = interval_s
+    """`pid`: the root of the tree to watch (None: this process). A root that
+    is gone leaves peak_rss_bytes None."""
+
+    def __init__(self, interval_s: float = 0.05, pid: int | None = None, gpu: bool = True):
+        self.interval_s, self.pid = interval_s, pid
         self.peak_rss_bytes = 0
         self.peak_gpu_bytes = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._gpu = _gpu_used_bytes() is not None  # probe NVML once
+        self._gpu = gpu and _gpu_used_bytes() is not None  # probe NVML once
 
     def __enter__(self):
-        me = psutil.Process()
-        self._procs = [me, *me.children(recursive=True)]
+        try:
+            root = psutil.Process(self.pid)
+            self._procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            self.peak_rss_bytes, self._procs = None, []
+            return self
         self._sample()
         self._thread.start()
         return self
 
     def __exit__(self, *exc):
+        if not self._thread.is_alive():
+            return
         self._stop.set()
         self._thread.join()
         self._sample()

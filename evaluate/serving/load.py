@@ -22,14 +22,14 @@ When a level's time is up no request is sent any more; those in flight get
 """
 import asyncio
 import math
-import threading
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-import psutil
 
+from evaluate.memory import PeakMemory
 from evaluate.serving.client import Client
 from evaluate.serving.requests import LevelRun, RequestResult
 from quantize.common.errors import UserError
@@ -156,12 +156,13 @@ def run_level(base_url: str, model: str, level: Level, prompts: list[list[int]],
     """Run one level (at most len(prompts) requests and max_seconds of
     sending) and return what the client saw. Raises ServerDied when
     `alive()` says the server stopped during it."""
-    with ServerMemory(server_pid) as memory:
+    watch = PeakMemory(interval_s=0.1, pid=server_pid, gpu=False) if server_pid else nullcontext()
+    with watch as memory:
         cpu0 = time.process_time()
         run = asyncio.run(_level(base_url, model, level, prompts, output_len, max_seconds, drain_seconds,
                                  alive, seed))
         run.client_cpu_s = time.process_time() - cpu0
-    run.server_peak_memory_bytes = memory.peak
+    run.server_peak_memory_bytes = memory.peak_rss_bytes if memory else None
     if run.stopped_by and run.stopped_by.startswith("server died"):
         raise ServerDied(run.stopped_by.removeprefix("server died: "))
     return run
@@ -263,50 +264,6 @@ async def _wait(tasks: list[asyncio.Task], deadline: float, alive, stop) -> str 
         task.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
     return died
-
-
-class ServerMemory:
-    """Peak RSS of the server's process tree (its engine core and workers are
-    children), sampled in a thread; the tree is listed once per level (see
-    evaluate/memory.py for why). peak is None without a local server."""
-
-    def __init__(self, pid: int | None, interval_s: float = 0.1):
-        self.pid, self.interval_s, self.peak = pid, interval_s, None
-        self._stop = threading.Event()
-
-    def __enter__(self):
-        if self.pid is None:
-            return self
-        try:
-            root = psutil.Process(self.pid)
-            self._procs = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            self.pid = None
-            return self
-        self.peak = 0
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        if self.pid is None:
-            return
-        self._stop.set()
-        self._thread.join()
-        self._sample()
-
-    def _loop(self):
-        while not self._stop.wait(self.interval_s):
-            self._sample()
-
-    def _sample(self):
-        rss = 0
-        for p in self._procs:
-            try:
-                rss += p.memory_info().rss
-            except psutil.Error:
-                pass
-        self.peak = max(self.peak, rss)
 
 
 def level_prompts(seed: int, key: int, n: int, input_len: int, vocab: int) -> list[list[int]]:
