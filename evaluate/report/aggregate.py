@@ -7,6 +7,7 @@ import math
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from evaluate.metrics import t95
 from evaluate.report.formatting import MISSING, short
@@ -223,15 +224,53 @@ def geomean(values: list[float]) -> float:
     return math.exp(statistics.mean(math.log(v) for v in values))
 
 
-def overall_ranking(groups: list[Group]) -> list[tuple[tuple, float, list[Scenario]]]:
-    """(identity, geometric-mean speed-up, scenarios) per recipe/artifact/engine,
-    over the scenarios where it has an unflagged speed-up; best first."""
+class Overall(NamedTuple):
+    """One recipe/artifact/engine in the overall ranking."""
+    identity: tuple
+    speedup: float                         # geometric mean over `scenarios`
+    scenarios: list[Scenario]
+    interval: tuple[float, float] | None   # its 95% interval (None where a scenario has none)
+
+
+def overall_ranking(groups: list[Group]) -> list[Overall]:
+    """Per recipe/artifact/engine, the geometric-mean speed-up over the
+    scenarios where it has an unflagged speed-up, and its 95% interval; best
+    first."""
     per: dict[tuple, list[Group]] = {}
     for g in groups:
         if g.speedup and not g.flag:
             per.setdefault(g.identity, []).append(g)
-    ranked = [(ident, geomean([g.speedup for g in gs]), [g.scenario for g in gs]) for ident, gs in per.items()]
-    return sorted(ranked, key=lambda t: -t[1])
+    ranked = [Overall(ident, geomean([g.speedup for g in gs]), [g.scenario for g in gs], geomean_interval(gs))
+              for ident, gs in per.items()]
+    return sorted(ranked, key=lambda o: -o.speedup)
+
+
+def geomean_interval(groups: list[Group]) -> tuple[float, float] | None:
+    """95% interval of the geometric-mean speed-up: each scenario's interval
+    is symmetric in log space (ratio_interval), the scenarios are independent
+    measurements, so the half-widths add in quadrature and shrink by 1/n.
+    The baseline's own speed-up is exactly 1 (its noise is in the others')."""
+    halves = []
+    for g in groups:
+        if g.speedup_ci is None and g.speedup != 1.0:
+            return None
+        lo, hi = g.speedup_ci or (1.0, 1.0)
+        halves.append((math.log(hi) - math.log(lo)) / 2)
+    center = sum(math.log(g.speedup) for g in groups) / len(groups)
+    half = math.sqrt(sum(h * h for h in halves)) / len(groups)
+    return math.exp(center - half), math.exp(center + half)
+
+
+def overall_tiers(ranked: list[Overall]) -> list[list[Overall]]:
+    """The overall ranking in tiers, as `tiers` does per scenario: an entry
+    whose interval overlaps the one before joins its tier."""
+    out: list[list[Overall]] = []
+    for o in ranked:
+        if out and overlap(out[-1][-1].interval, o.interval):
+            out[-1].append(o)
+        else:
+            out.append([o])
+    return out
 
 
 def labels(groups: list[Group]) -> dict[tuple, str]:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from evaluate.report.aggregate import (
     BASELINE, CV_MAX, Group, accuracy_keys, accuracy_of, by_model, by_throughput, headline_accuracy_keys, in_table,
-    kv_cache_bytes, labels, lm_baseline, lm_recovery, numeric_metrics, ordered_metrics, overall_ranking,
-    run_labels, scenario_of, scenarios, stderr_key, tiers)
+    Overall, kv_cache_bytes, labels, lm_baseline, lm_recovery, numeric_metrics, ordered_metrics, overall_ranking,
+    overall_tiers, run_labels, scenario_of, scenarios, stderr_key, tiers)
 from evaluate.report.formatting import (
     MISSING, fmt_fixed, fmt_number, header, inline_json, interval_text, mb, short, speedup_text)
 from evaluate.results import Row
@@ -231,12 +231,27 @@ def render_ranking(speed: list[Group]) -> str:
             out += ["", f"**{sc.heading()}**" + (f" — {model}" if len({g.model_name for g in speed}) > 1 else ""), ""]
             out += ranking_lines([g for g in speed if g.scenario == sc and g.model_name == model], names)
     out += ["", "**Overall** (geometric mean of speed-up vs original over the scenarios each ran, "
-            "unflagged speed-ups only):", ""]
-    overall = overall_ranking(speed)
-    out += [f"{i}. {names[ident]} — {gm:.2f}x over {len(scs)} scenario(s): {', '.join(s.name for s in scs)}"
-            for i, (ident, gm, scs) in enumerate(overall, 1)] or ["No recipe has an unflagged speed-up vs an "
-                                                                   "`original` baseline."]
+            "unflagged speed-ups only, with its 95% interval):", ""]
+    out += overall_lines(overall_ranking(speed), names) or ["No recipe has an unflagged speed-up vs an "
+                                                            "`original` baseline."]
     return "\n".join(out)
+
+
+def overall_lines(ranked: list[Overall], names: dict) -> list[str]:
+    """Numbered best first; entries whose intervals overlap share a line."""
+    lines, place = [], 1
+    for tier in overall_tiers(ranked):
+        entries = "; ".join(overall_entry(o, names) for o in tier)
+        lines.append(f"{place}. {entries}" if len(tier) == 1 else
+                     f"{place}. no significant difference (95% intervals of the speed-up overlap): {entries}")
+        place += len(tier)
+    return lines
+
+
+def overall_entry(o: Overall, names: dict) -> str:
+    ci = f" (95% interval {o.interval[0]:.2f}–{o.interval[1]:.2f})" if o.interval else ""
+    return (f"{names[o.identity]} — {o.speedup:.2f}x over {len(o.scenarios)} scenario(s): "
+            f"{', '.join(s.name for s in o.scenarios)}{ci}")
 
 
 def ranking_lines(groups: list[Group], names: dict) -> list[str]:

@@ -1,20 +1,22 @@
 """95% intervals of the means in report.md, "no significant difference" in
 the ranking where two artifacts' intervals of output throughput overlap, and
 how runs=auto decided each run count (Row.precision)."""
+import math
+
 import pytest
 
 from evaluate.metrics import mean_interval
 from evaluate.report import build_report
-from evaluate.report.aggregate import aggregate, tiers
+from evaluate.report.aggregate import aggregate, add_speedups, overall_ranking, tiers
 
 from .rows import SCENARIOS, base_row, heading, main_rows, md_tables, ok_speed, store
 
 CI = "Output throughput 95% CI (tok/s)"
 
 
-def speed(recipe: str, outs, **changes) -> list:
-    """Interactive rows of `recipe` with these output throughputs, one per run."""
-    return [base_row(recipe, "interactive", run_index=i, metrics={"output_throughput": v}, **changes)
+def speed(recipe: str, outs, scenario: str = "interactive", **changes) -> list:
+    """Rows of `recipe` in `scenario` with these output throughputs, one per run."""
+    return [base_row(recipe, scenario, run_index=i, metrics={"output_throughput": v}, **changes)
             for i, v in enumerate(outs)]
 
 
@@ -72,6 +74,46 @@ def test_tiers_chain_neighbours_whose_intervals_overlap():
     assert [[g.recipe for g in tier] for tier in tiers(groups)] == [["w8a8_smooth_ptq", "w4a16_gptq", "original"]]
     lone = aggregate(speed("original", [30.0]) + speed("w4a16_gptq", [30.0]))
     assert len(tiers(lone)) == 2  # without an interval nothing overlaps (the flag says why)
+
+
+def overall(md: str) -> list[str]:
+    return [line for line in md.split("**Overall**", 1)[1].splitlines() if line[:1].isdigit()]
+
+
+def two_scenarios(w8a8, w4a16) -> list:
+    """original at 30 and 60 tok/s; the others' runs given per scenario."""
+    rows = speed("original", [30.0, 30.3, 29.7]) + speed("original", [60.0, 60.6, 59.4], "medium_batch")
+    for recipe, (interactive, medium) in (("w8a8_smooth_ptq", w8a8), ("w4a16_gptq", w4a16)):
+        rows += speed(recipe, interactive) + speed(recipe, medium, "medium_batch")
+    return rows
+
+
+def test_the_overall_speed_up_carries_its_interval_and_ties_share_a_line(tmp_path):
+    close = two_scenarios(w8a8=([39.0, 39.4, 38.6], [78.0, 78.8, 77.2]),     # 1.30x, tight
+                          w4a16=([39.9, 41.9, 37.9], [79.0, 82.0, 76.0]))    # 1.32x, wide: overlaps
+    lines = overall(report(tmp_path / "close", close))
+    assert len(lines) == 2 and lines[0].startswith("1. no significant difference (95% intervals of the speed-up "
+                                                   "overlap): ")
+    assert "w8a8_smooth_ptq — 1.30x over 2 scenario(s)" in lines[0] and "w4a16_gptq — 1.32x" in lines[0]
+    assert lines[1].startswith("3. original — 1.00x over 2 scenario(s): interactive, medium_batch "
+                               "(95% interval 1.00–1.00)")
+    apart = two_scenarios(w8a8=([45.0, 45.3, 44.7], [90.0, 90.6, 89.4]),      # 1.50x
+                          w4a16=([39.0, 39.4, 38.6], [78.0, 78.8, 77.2]))     # 1.30x
+    assert [line.split(" — ")[0] for line in overall(report(tmp_path / "apart", apart))] == [
+        "1. w8a8_smooth_ptq", "2. w4a16_gptq", "3. original"]
+
+
+def test_the_overall_interval_combines_the_scenarios_in_log_space():
+    groups = aggregate(two_scenarios(w8a8=([39.0, 39.4, 38.6], [78.0, 78.8, 77.2]),
+                                     w4a16=([45.0, 45.3, 44.7], [90.0, 90.6, 89.4])))
+    add_speedups(groups)
+    entry = next(o for o in overall_ranking(groups) if o.identity[1] == "w8a8_smooth_ptq")
+    per = [g.speedup_ci for g in groups if g.recipe == "w8a8_smooth_ptq"]
+    halves = [(math.log(hi) - math.log(lo)) / 2 for lo, hi in per]
+    half = math.sqrt(sum(h * h for h in halves)) / 2
+    assert entry.speedup == pytest.approx(1.3)
+    assert entry.interval == pytest.approx((1.3 * math.exp(-half), 1.3 * math.exp(half)))
+    assert entry.interval[1] - entry.interval[0] < min(hi - lo for lo, hi in per)  # two scenarios: narrower
 
 
 def auto(runs: int, stopped, ci, warmups=None) -> dict:
