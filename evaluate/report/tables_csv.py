@@ -1,4 +1,5 @@
-"""summary.csv (one record per speed group), runs.csv (one per ok row) and
+"""summary.csv (one record per speed group: every metric's mean, std and 95%
+interval of the mean, the speed-up and its interval), runs.csv (one per ok row) and
 serving.csv (one per ok serving row: a load level).
 Named tables_csv so it never shadows the standard library's csv."""
 import csv
@@ -10,7 +11,8 @@ from evaluate.report.formatting import mb
 from evaluate.results import Row
 
 SUMMARY_FIELDS = ("scenario", "batch_size", "input_len", "output_len", "model_name", "recipe", "artifact_id",
-                  "engine", "quant_format", "model_bytes", "model_size_mb", "runs", "speedup_vs_original")
+                  "engine", "quant_format", "model_bytes", "model_size_mb", "runs", "speedup_vs_original",
+                  "speedup_ci95_low", "speedup_ci95_high")
 SERVING_FIELDS = ("timestamp", "scenario", "input_len", "output_len", "model_name", "recipe", "artifact_id", "engine",
                   "setup_id", "model_bytes", "profile", "mode", "level", "burstiness", "max_requests", "max_seconds",
                   "slo")
@@ -25,9 +27,10 @@ def summary_records(speed: list[Group]) -> list[dict]:
         rec = dict(zip(SUMMARY_FIELDS, (
             g.scenario.name, g.scenario.batch_size, g.scenario.input_len, g.scenario.output_len, g.model_name,
             g.recipe, g.artifact_id, g.engine, g.quant_format, g.model_bytes, mb(g.model_bytes), len(g.runs),
-            g.speedup)))
+            g.speedup, *(g.speedup_ci or (None, None)))))
         for k in metrics:
             rec[f"{k}_mean"], rec[f"{k}_std"] = g.mean(k), g.std(k)
+            rec[f"{k}_ci95_low"], rec[f"{k}_ci95_high"] = g.interval(k) or (None, None)
         out.append(rec)
     return out
 

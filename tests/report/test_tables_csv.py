@@ -4,6 +4,7 @@ import statistics
 
 import pytest
 
+from evaluate.metrics import mean_interval
 from evaluate.report.tables_csv import SUMMARY_FIELDS, summary_records, to_csv
 
 from .rows import ARTIFACTS, SCENARIOS, ok_speed
@@ -17,6 +18,12 @@ def test_csvs_parse(report_dir):
     values = [r.metrics["output_throughput"] for r in ok_speed(rows, "w4a16_gptq", "medium_batch")]
     assert float(row["output_throughput_mean"]) == pytest.approx(statistics.mean(values))
     assert float(row["output_throughput_std"]) == pytest.approx(statistics.stdev(values))
+    _, low, high = mean_interval(values)
+    assert (float(row["output_throughput_ci95_low"]), float(row["output_throughput_ci95_high"])) == \
+        (pytest.approx(low), pytest.approx(high))
+    assert float(row["ttft_ms_mean_ci95_low"]) < float(row["ttft_ms_mean_mean"]) < float(row["ttft_ms_mean_ci95_high"])
+    lo, hi = float(row["speedup_ci95_low"]), float(row["speedup_ci95_high"])
+    assert lo < float(row["speedup_vs_original"]) < hi
     runs = list(csv.DictReader((out / "runs.csv").open()))
     assert len(runs) == sum(r.ok for r in rows)
     assert "metrics.input_throughput" in runs[0] and "metrics.recovery_pct" in runs[0]
