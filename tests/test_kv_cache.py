@@ -45,7 +45,7 @@ def test_the_recipe_saves_the_kv_scheme_and_calibrated_scales(kv_artifact):
     assert fmt.kv_cache == "fp8" and fmt.label == "W8A8 int8 + fp8 KV"
     manifest = json.loads((kv_artifact / "manifest.json").read_text())
     assert manifest["quantization"]["kv_cache"] == {"num_bits": 8, "type": "float", "symmetric": True,
-                                                    "strategy": "tensor", "dynamic": False}
+                                                    "strategy": "tensor", "group_size": None, "dynamic": False}
 
     tensors = {}
     for path in kv_artifact.glob("*.safetensors"):
