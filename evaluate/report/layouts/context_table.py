@@ -30,7 +30,7 @@ def render(rows: list[Row], speed: list[Group]) -> str:
 
 def kv_note(groups: list[Group]) -> str:
     sizes = sorted({b for b in (kv_cache_bytes(g.runs[0]) for g in groups) if b})
-    return f" (here {', '.join(f'{b / 2 ** 30:g} GiB' for b in sizes)})" if sizes else ""
+    return f" (here {', '.join(f'{b / 2 ** 30:.3g} GiB' for b in sizes)})" if sizes else ""
 
 
 def columns(groups: list[Group]) -> list[Group]:
