@@ -295,14 +295,20 @@ class VllmEngine(Engine):
         # no graph capture; a small KV cache, and no memory-fraction check
         return {"enforce_eager": True}, {"VLLM_CPU_KVCACHE_SPACE": 1}
 
+    @staticmethod
+    def run_args(args: dict, max_model_len: int) -> dict:
+        """The args vLLM starts with: unset ones left to vLLM, the context
+        evaluate decided, and no GPU memory share on a CPU."""
+        out = {k: v for k, v in args.items() if v is not None} | {"max_model_len": max_model_len}
+        if on_cpu():
+            out.pop("gpu_memory_utilization", None)
+        return out
+
     def start(self, target, args: dict, max_model_len: int, trust_remote_code: bool) -> None:
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        self.args = {k: v for k, v in args.items() if v is not None}
-        self.args["max_model_len"] = max_model_len
-        if on_cpu():
-            self.args.pop("gpu_memory_utilization", None)
+        self.args = self.run_args(args, max_model_len)
         engine_args = AsyncEngineArgs(model=str(target.path), trust_remote_code=trust_remote_code,
                                       **self.args)
         self.loop = asyncio.new_event_loop()

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import psutil
 
-from evaluate.engines.vllm import VllmEngine, on_cpu
+from evaluate.engines.vllm import VllmEngine
 from evaluate.metrics import RequestTiming
 from evaluate.serving import client as client_mod
 from quantize.common.errors import UserError
@@ -180,7 +180,7 @@ def as_timing(r) -> RequestTiming:
     """A streamed request as the batch metrics read it: one token per chunk,
     any difference from the server's usage count put on the last chunk."""
     chunks = [(t, 1) for t in r.chunk_times]
-    extra = r.output_tokens - len(chunks)
+    extra = r.generated_tokens - len(chunks)
     if chunks and extra:
         chunks[-1] = (chunks[-1][0], max(1, 1 + extra))
     return RequestTiming(start=r.sent, prompt_tokens=r.prompt_tokens, chunks=chunks)
@@ -192,10 +192,7 @@ class VllmServerEngine(HttpEngine, VllmEngine):
     def start(self, target, args: dict, max_model_len: int, trust_remote_code: bool) -> None:
         settings = self.settings
         host = str(settings.get("host") or "127.0.0.1")
-        self.args = {k: v for k, v in args.items() if v is not None}
-        self.args["max_model_len"] = max_model_len
-        if on_cpu():
-            self.args.pop("gpu_memory_utilization", None)
+        self.args = self.run_args(args, max_model_len)
         port = free_port(host)
         url_host = f"[{host}]" if ":" in host else host
         self.root_url = f"http://{url_host}:{port}"
@@ -215,7 +212,7 @@ class VllmServerEngine(HttpEngine, VllmEngine):
             raise
         end = time.perf_counter()
         self.startup_s = end - t0
-        self.startup_phases = {"server_ready_s": round(ready - t0, 2), "warmup_s": round(end - ready, 2)}
+        self.startup = {"server_ready_s": round(ready - t0, 2), "warmup_s": round(end - ready, 2)}
         log.info("vLLM server ready in %.1f s (warm-up %.1f s)", ready - t0, end - ready)
 
     def command(self, target, host: str, port: int, trust_remote_code: bool) -> list[str]:
@@ -240,12 +237,12 @@ class VllmServerEngine(HttpEngine, VllmEngine):
             code = self.proc.poll()
             if code is not None:
                 raise ServerStartError(f"the vLLM server exited with code {code} while starting: "
-                                   f"{last_error_line(self.log_path)} (log: {self.log_path})")
+                                       f"{last_error_line(self.log_path)} (log: {self.log_path})")
             if http_get(self.root_url + "/health")[0] == 200:
                 return
             if time.perf_counter() > deadline:
                 raise ServerStartError(f"the vLLM server was not healthy after {timeout_s:g} s; raise "
-                                   f"engine.startup_timeout_s or see its log: {self.log_path}")
+                                       f"engine.startup_timeout_s or see its log: {self.log_path}")
             time.sleep(HEALTH_POLL_S)
 
     def _warm_up(self) -> None:
@@ -260,9 +257,6 @@ class VllmServerEngine(HttpEngine, VllmEngine):
 
     def versions(self) -> dict[str, str]:
         return self.server_versions() or super().versions()
-
-    def describe(self) -> dict:
-        return super().describe() | {"engine_startup": getattr(self, "startup_phases", None)}
 
     def stop(self) -> None:
         """SIGTERM to the whole group (vLLM shuts its engine core down), SIGKILL

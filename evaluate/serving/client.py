@@ -88,8 +88,6 @@ class Client:
             if usage:
                 result.prompt_tokens = usage.get("prompt_tokens", result.prompt_tokens)
                 result.output_tokens = usage.get("completion_tokens", result.output_tokens)
-        if result.end is not None and not result.output_tokens:
-            result.output_tokens = len(result.chunk_times)  # a server that sends no usage
 
 
 async def complete_all(base_url: str, model: str, prompts: list[list[int]], output_len: int) -> list[RequestResult]:
@@ -102,14 +100,12 @@ async def prompt_logprobs_all(base_url: str, model: str, prompts: list[list[int]
     """Per prompt, per position: {token id: (logprob, rank)} for the top-k and
     the actual token (None at position 0), from vLLM's `prompt_logprobs`
     extra parameter of /v1/completions."""
-    url = base_url.rstrip("/") + "/completions"
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), trust_env=False,
-                                     timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)) as session:
+    async with Client(base_url, model) as client:
         async def one(prompt):
             body = {"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": k}
-            async with session.post(url, json=body) as resp:
+            async with client.session.post(client.url, json=body) as resp:
                 if resp.status != 200:
-                    raise RuntimeError(f"prompt logprobs: HTTP {resp.status} from {url}: "
+                    raise RuntimeError(f"prompt logprobs: HTTP {resp.status} from {client.url}: "
                                        f"{(await resp.text())[:300]}")
                 positions = (await resp.json())["choices"][0]["prompt_logprobs"]
             return [None if pos is None else {int(t): (v["logprob"], v["rank"]) for t, v in pos.items()}

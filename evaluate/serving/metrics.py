@@ -69,14 +69,9 @@ SEND_LAG_MAX_FRACTION = 0.5
 WILSON_Z = 1.959964  # two-sided 95%
 
 
-def output_len(r: RequestResult) -> int:
-    return r.output_tokens or len(r.chunk_times)
-
-
 def request_values(r: RequestResult) -> dict[str, float]:
     """A completed request's ttft, tpot (None below 2 tokens) and e2el, in s."""
-    ttft, e2el, n = r.chunk_times[0] - r.sent, r.end - r.sent, output_len(r)
-    return {"ttft": ttft, "tpot": (e2el - ttft) / (n - 1) if n > 1 else None, "e2el": e2el}
+    return {"ttft": r.ttft_s, "tpot": r.tpot_s, "e2el": r.e2el_s}
 
 
 def is_good(values: dict[str, float], limits_ms: dict[str, float]) -> bool:
@@ -126,7 +121,7 @@ def level_metrics(run: LevelRun, slo: SLO | None = None) -> dict:
     def per_s(x):  # a rate over the level; None for a level that took no time
         return x / dur if x is not None and dur > 0 else None
     per = [request_values(r) for r in done]
-    inp, out = sum(r.prompt_tokens for r in done), sum(output_len(r) for r in done)
+    inp, out = sum(r.prompt_tokens for r in done), sum(r.generated_tokens for r in done)
     limits = slo.limits() if slo else {}
     good = sum(is_good(v, limits) for v in per) if limits else None
     percentiles = sorted(set(PERCENTILES) | ({float(slo.percentile)} if slo else set()))

@@ -11,7 +11,7 @@ class RequestResult:
     sent: float                         # when the client sent it
     scheduled: float | None = None      # open loop: when the arrival schedule said to send it
     prompt_tokens: int = 0              # from the server's `usage`
-    output_tokens: int = 0              # from the server's `usage` (0 when it failed)
+    output_tokens: int = 0              # from the server's `usage` (0 when it failed or sent none)
     chunk_times: list[float] = field(default_factory=list)  # arrival of every streamed chunk with tokens
     end: float | None = None            # when the response completed
     error: str | None = None            # None: success
@@ -21,15 +21,20 @@ class RequestResult:
         return self.error is None and self.end is not None and bool(self.chunk_times)
 
     @property
+    def generated_tokens(self) -> int:
+        """The server's count; one token per chunk from a server that sends no `usage`."""
+        return self.output_tokens or len(self.chunk_times)
+
+    @property
     def ttft_s(self) -> float | None:
         return self.chunk_times[0] - self.sent if self.chunk_times else None
 
     @property
     def tpot_s(self) -> float | None:
         """vLLM's rule: (e2el - ttft) / (output tokens - 1); None below 2 tokens."""
-        if not self.success or self.output_tokens < 2:
+        if not self.success or self.generated_tokens < 2:
             return None
-        return (self.end - self.chunk_times[0]) / (self.output_tokens - 1)
+        return (self.end - self.chunk_times[0]) / (self.generated_tokens - 1)
 
     @property
     def itl_s(self) -> list[float]:
