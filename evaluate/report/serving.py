@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 
 from evaluate.metrics import t95
-from evaluate.report.aggregate import BASELINE, Group, aggregate, labels, scenario_of, scenarios
+from evaluate.report.aggregate import BASELINE, Group, aggregate, labels, overlap, scenario_of, scenarios
 from evaluate.report.formatting import MISSING, fmt_fixed, fmt_number, mb, short
 from evaluate.report.markdown import md_table
 from evaluate.results import Row
@@ -171,10 +171,6 @@ class Pick:
     chosen: Group | None
 
 
-def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    return a[0] <= b[1] and b[0] <= a[1]
-
-
 def bracket(c: Curve) -> tuple[float, float]:
     """[capacity, next level measured above) as a closed interval for overlap tests."""
     best, above = c.capacity()
@@ -214,7 +210,7 @@ def recommend_capacity(cs: list[Curve], accuracy: list[Group], slo: SLO, names: 
     if not ok:
         return Pick([f"- **{title}**: no artifact qualifies:"] + out, None)
     lead = max(ok, key=lambda c: (c.capacity()[0].level, c.capacity()[0].get("request_throughput") or 0))
-    tied = [c for c in ok if overlaps(bracket(c), bracket(lead))]
+    tied = [c for c in ok if overlap(bracket(c), bracket(lead))]
     chosen = smallest([c.group for c in tied]) if len(tied) > 1 else lead.group
     c = next(c for c in ok if c.group is chosen)
     best, above = c.capacity()
@@ -264,7 +260,7 @@ def recommend_tpot(cs: list[Curve], accuracy: list[Group], slo: SLO | None, name
         return Pick(["- **Lowest TPOT at concurrency 1**: no artifact qualifies"
                      + (":" if out else " (no concurrency-1 level measured)")] + out, None)
     lead = min(ok, key=lambda t: t[1][0])
-    tied = [t for t in ok if overlaps(t[1][1:], lead[1][1:])]
+    tied = [t for t in ok if overlap(t[1][1:], lead[1][1:])]
     chosen = smallest([t[0].group for t in tied]) if len(tied) > 1 else lead[0].group
     mean, low, high = next(t[1] for t in ok if t[0].group is chosen)
     lines = [f"- **Lowest TPOT at concurrency 1**: **{names[chosen.identity]}** ({size_text(chosen)}): "
