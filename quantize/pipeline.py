@@ -49,6 +49,7 @@ class Timer:
 def run(cfg) -> Path:
     """Quantize per the composed Hydra config; return the artifact directory."""
     timer = Timer()
+    check = verify.mode(cfg.verify)
     model_dir = _model_dir(cfg.model.path)
     recipe = recipes.load(cfg.recipe)
     out = resolve(cfg.artifact_dir)
@@ -95,9 +96,9 @@ def run(cfg) -> Path:
         tokenizer.save_pretrained(tmp)
         del model
         checks = {}
-        if cfg.verify:
-            with timer.phase("verify (reload saved checkpoint)"):
-                checks = _verify(tmp, recipe)
+        if check:
+            with timer.phase(f"verify ({check}: the saved checkpoint)"):
+                checks = verify.check(tmp, check, recipe.prunes)
         manifest = _manifest(inputs, tmp, timer, checks)
         manifest_mod.write(tmp, manifest)  # last: its presence means "complete"
     log.info("artifact %s written to %s (%.1f MB)", artifact_id, out, manifest.bytes_on_disk["total"] / 1e6)
@@ -172,21 +173,6 @@ def _oneshot(model, tokenizer, recipe, calib, seed: int) -> None:
         # unresolvable mappings) as these; anything else is a real crash.
         msg = " ".join(str(e).split())[:300]
         raise UserError(f"llm-compressor could not apply recipe {recipe.path.name} to this model: {msg}") from e
-
-
-def _verify(artifact_dir: Path, recipe) -> dict:
-    import torch
-    model = verify.reload_dense(artifact_dir)
-    checks = {"reloads_in_transformers": True}
-    with torch.no_grad():
-        ids = torch.arange(1, 17).unsqueeze(0)
-        logits = model(input_ids=ids).logits
-        checks["logits_finite"] = bool(torch.isfinite(logits).all())
-    if recipe.prunes:
-        checks["sparsity"] = verify.sparsity_report(model)
-    if not checks["logits_finite"]:
-        raise RuntimeError(f"reloaded checkpoint in {artifact_dir} produces non-finite logits")
-    return checks
 
 
 def _manifest(inputs: Inputs, tmp: Path, timer: Timer, checks: dict) -> Manifest:

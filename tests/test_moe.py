@@ -58,6 +58,8 @@ def test_quantized_moe_reloads_and_names_its_dense_layers(moe_artifacts, recipe,
     art = moe_artifacts[recipe, dtype]
     manifest = json.loads((art / "manifest.json").read_text())
     assert manifest["calibration_dtype"] == dtype
+    # A quantized MoE is always verified by reloading it (per-expert layout: quantize/verify.py).
+    assert manifest["checks"]["verified_by"] == "reload"
     assert manifest["checks"]["reloads_in_transformers"] and manifest["checks"]["logits_finite"]
     routers = [f"model.layers.{i}.mlp.gate" for i in range(LAYERS)]
     assert manifest["moe"] == {"num_experts": 4, "experts_per_token": 2, "dense_routers": routers}

@@ -28,13 +28,14 @@ def test_default_model_w8a8_serves_in_vllm(tmp_path, tokenizer_dir):
     cwd, arts = tmp_path / "cwd", tmp_path / "artifacts"
     cwd.mkdir()
     check_ok(run_quantize(f"recipe={RECIPE}", "calibration.num_samples=16", "calibration.max_seq_len=256",
-                          f"artifacts_dir={arts}", cwd=cwd, timeout=1800))
+                          "verify=reload", f"artifacts_dir={arts}", cwd=cwd, timeout=1800))
     art = arts / MODEL_NAME / RECIPE
     manifest = json.loads((art / "manifest.json").read_text())
     assert manifest["model"]["weights_sha256"] == sha256_files_by_hand(tokenizer_dir.glob("*.safetensors"))
     assert manifest["quantization"]["format"] == "int-quantized"
     assert manifest["calibration"]["num_tokens"] == 16 * 256
-    assert manifest["checks"]["logits_finite"] is True
+    # verify=reload: the whole checkpoint loaded in transformers and run.
+    assert manifest["checks"]["verified_by"] == "reload" and manifest["checks"]["logits_finite"] is True
 
     script = tmp_path / "generate.py"
     script.write_text(GENERATE)

@@ -139,8 +139,13 @@ def test_manifest_provenance(build_artifact, tiny_model, recipe):
     assert m["bytes_on_disk"]["weights"] == sum(p.stat().st_size for p in art.dir.glob("*.safetensors"))
 
     assert m["quantization"]["format"] == expected_format(recipe)
-    assert m["checks"]["reloads_in_transformers"] is True
-    assert m["checks"]["logits_finite"] is True
+    checks = m["checks"]
+    assert checks["verified_by"] == "tensors"
+    assert checks["layout_matches_model"] is True and checks["values_finite"] is True
+    # Every saved tensor was compared with the layout; the floating-point ones were read.
+    saved = saved_dtypes(art.dir)
+    assert checks["tensors_checked"] == len(saved)
+    assert checks["tensors_read"] == sum(d.is_floating_point for d in saved.values()) > 0
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
@@ -270,3 +275,109 @@ def test_same_calibration_same_hash_across_recipes(build_artifact):
     assert len(calib) == 1
     ids = [m["artifact_id"] for m in manifests]
     assert len(set(ids)) == len(ids)
+
+
+def saved_dtypes(artifact_dir: Path) -> dict:
+    from safetensors import safe_open
+    out = {}
+    for path in artifact_dir.glob("*.safetensors"):
+        with safe_open(path, "pt") as f:
+            out |= {k: f.get_tensor(k).dtype for k in f.keys()}
+    return out
+
+
+def copy_artifact(art, dest: Path) -> Path:
+    import shutil
+    shutil.copytree(art.dir, dest)
+    return dest
+
+
+def rewrite_tensors(artifact_dir: Path, change) -> None:
+    """Load the artifact's tensors, let `change(tensors)` edit the dict, save them back."""
+    from safetensors.torch import load_file, save_file
+    path = artifact_dir / "model.safetensors"
+    tensors = load_file(path)
+    change(tensors)
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+QUANTIZED = [r for r in ("w8a8_smooth_ptq", "w4a16_rtn") if r in RECIPES]
+LAYER = "model.layers.1.mlp.down_proj"
+
+
+@pytest.mark.parametrize("recipe", QUANTIZED)
+def test_tensor_check_catches_broken_checkpoints(build_artifact, tmp_path, recipe):
+    """verify=tensors fails, naming the tensor, on each way a saved checkpoint
+    can be broken, and passes the untouched copy."""
+    import torch
+
+    from quantize import verify
+    art = build_artifact(recipe)
+    assert verify.check(copy_artifact(art, tmp_path / "ok"), "tensors", prunes=False) == art.manifest["checks"]
+
+    scale = f"{LAYER}.weight_scale"
+    norm = "model.norm.weight"
+    breakages = {
+        "missing scale": (lambda t: t.pop(scale), [f"missing tensor {scale}"]),
+        "missing norm": (lambda t: t.pop(norm), [f"missing tensor {norm}"]),
+        "orphan": (lambda t: t.update({"model.layers.0.extra.weight": torch.zeros(4)}),
+                   ["unexpected tensor model.layers.0.extra.weight"]),
+        "shape": (lambda t: t.update({norm: t[norm][:-1].clone()}),
+                  [f"{norm} is bfloat16 (127,), the model needs bfloat16 (128,)"]),
+        "dtype": (lambda t: t.update({norm: t[norm].float()}),
+                  [f"{norm} is float32 (128,), the model needs bfloat16 (128,)"]),
+        "nan scale": (lambda t: t[scale].view(-1)[0].fill_(float("nan")), [f"{scale} holds non-finite values"]),
+        "zero scale": (lambda t: t[scale].view(-1)[0].fill_(0), [f"{scale} holds a scale <= 0"]),
+        "inf weight": (lambda t: t["model.embed_tokens.weight"][0].fill_(float("inf")),
+                       ["model.embed_tokens.weight holds non-finite values"]),
+    }
+    for name, (change, says) in breakages.items():
+        broken = copy_artifact(art, tmp_path / name.replace(" ", "_"))
+        rewrite_tensors(broken, change)
+        with pytest.raises(RuntimeError) as err:
+            verify.check(broken, "tensors", prunes=False)
+        assert all(s in str(err.value) for s in says), (name, str(err.value))
+
+
+@pytest.mark.parametrize("recipe", sparse_recipes())
+def test_tensor_check_sees_a_broken_2_4_group(build_artifact, tmp_path, recipe):
+    """The 2:4 check reads the saved (quantized) weights: one group of 4 made
+    dense in one layer breaks the pattern for that layer only."""
+    import torch
+
+    from quantize import verify
+    art = build_artifact(recipe)
+    key = next(k for k in (f"{LAYER}.weight", f"{LAYER}.weight_packed") if k in verify.read_headers(art.dir))
+    broken = copy_artifact(art, tmp_path / "broken")
+
+    def fill_first_group(tensors):
+        w = tensors[key]
+        w[0, : (4 if w.dtype != torch.int32 else 1)] = 1  # int32: one word packs >= 4 weights
+
+    rewrite_tensors(broken, fill_first_group)
+    report = verify.check(broken, "tensors", prunes=True)["sparsity"]
+    assert report["all_layers_hold_pattern"] is False
+    assert report["layers_breaking_pattern"] == [LAYER]
+    assert report["pruned_layers"] == art.manifest["checks"]["sparsity"]["pruned_layers"]
+
+
+@pytest.mark.parametrize("recipe", [r for r in ("w4a16_rtn", *sparse_recipes()[:1]) if r in RECIPES])
+def test_reload_check_agrees_with_the_tensor_check(build_artifact, recipe):
+    """verify=reload (transformers, whole model, forward pass) reaches the same
+    verdict and the same 2:4 numbers as the default tensor check."""
+    from quantize import verify
+    art = build_artifact(recipe)
+    prunes = recipe in sparse_recipes()
+    reload = verify.check(art.dir, "reload", prunes)
+    assert reload["verified_by"] == "reload"
+    assert reload["reloads_in_transformers"] is True and reload["logits_finite"] is True
+    assert reload.get("sparsity") == art.manifest["checks"].get("sparsity")
+
+
+def test_verify_setting_is_checked_before_any_work():
+    from quantize import verify
+    from quantize.common.errors import UserError
+    assert [verify.mode(v) for v in (True, "tensors", "reload", False, None)] == [
+        "tensors", "tensors", "reload", None, None]
+    with pytest.raises(UserError, match="verify=full: pass verify=tensors"):
+        verify.mode("full")
