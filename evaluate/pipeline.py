@@ -5,7 +5,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import NamedTuple
 
-import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from evaluate import accuracy, engines, lmeval, precision, results, scenarios as scenario_mod, target as target_mod
@@ -20,7 +19,7 @@ from evaluate.serving import run as serving
 from evaluate.serving.load import ServerDied
 from evaluate.target import Target
 from quantize.common.errors import UserError
-from quantize.common.jobs import describe_error, in_multirun, job_command
+from quantize.common.jobs import in_multirun, job_command, one_line
 from quantize.common.paths import resolve
 from quantize.common.provenance import hardware, versions
 
@@ -370,8 +369,8 @@ def prompts(s, seed: int, run_index: int, vocab: int) -> list[list[int]]:
     """Exactly input_len random token ids per request, fresh for every run
     (so prefix caching cannot serve a timed run from the warm-up), drawn below
     10000 as `vllm bench` does."""
-    rng = np.random.default_rng([int(seed), run_index + 1000, s.batch_size, s.input_len])
-    return rng.integers(0, min(vocab, 10000), size=(s.batch_size, s.input_len)).tolist()
+    return scenario_mod.random_prompts([seed, run_index + 1000, s.batch_size, s.input_len],
+                                       s.batch_size, s.input_len, vocab)
 
 
 def _tokenizer(job: Job):
@@ -382,10 +381,3 @@ def _tokenizer(job: Job):
 def _record(store, row: Row, status: str, **fields) -> None:
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
     results.append(store, row.but(status=status, timestamp=stamp, **fields))
-
-
-def one_line(e: BaseException, limit: int = 400) -> str:
-    """The job's description of a failure, cut to one line for a result row
-    (engines raise screenfuls)."""
-    text = next((line.strip() for line in describe_error(e).splitlines() if line.strip()), type(e).__name__)
-    return text if len(text) <= limit else text[:limit - 1] + "…"

@@ -15,6 +15,15 @@ from quantize.common.paths import CONF_DIR, resolve as resolve_path
 
 SCENARIO_DIR = CONF_DIR / "scenario"
 FILE_OPTION = "file"  # conf/scenario/file.yaml: the option `scenario=<path>` selects
+TOKEN_ID_CEILING = 10000  # random prompt token ids are drawn below this, as `vllm bench` does
+
+
+def random_prompts(key: list[int], n: int, input_len: int, vocab: int) -> list[list[int]]:
+    """`n` prompts of exactly `input_len` random token ids, the same for the
+    same `key` (the seed of numpy's generator, with what makes them fresh)."""
+    import numpy as np
+    rng = np.random.default_rng([int(k) for k in key])
+    return rng.integers(0, min(vocab, TOKEN_ID_CEILING), size=(n, input_len)).tolist()
 
 
 @dataclass(frozen=True)

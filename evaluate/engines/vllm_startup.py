@@ -34,6 +34,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from evaluate.engines.base import scoped_env
+
 log = logging.getLogger("quantbench.evaluate")
 
 # One record per line: wall-clock time, pid, message (first line only).
@@ -161,13 +163,12 @@ def capture() -> Iterator["Capture"]:
             cap.log_file = None
             yield cap
             return
-        os.environ["VLLM_LOGGING_CONFIG_PATH"] = config_file
-        try:
-            yield cap
-        finally:
-            # the engine's processes exist by now and have read it
-            os.environ.pop("VLLM_LOGGING_CONFIG_PATH", None)
-            cap.read()
+        # unset again on exit: the engine's processes exist by now and have read it
+        with scoped_env({"VLLM_LOGGING_CONFIG_PATH": config_file}):
+            try:
+                yield cap
+            finally:
+                cap.read()
 
 
 @dataclass

@@ -30,6 +30,7 @@ from typing import Callable
 import numpy as np
 
 from evaluate.memory import PeakMemory
+from evaluate.scenarios import random_prompts
 from evaluate.serving.client import Client
 from evaluate.serving.requests import LevelRun, RequestResult
 from quantize.common.errors import UserError
@@ -270,8 +271,7 @@ def level_prompts(seed: int, key: int, n: int, input_len: int, vocab: int) -> li
     """`n` prompts of exactly `input_len` random token ids below 10000 (as
     evaluate.pipeline.prompts and vllm bench draw), fresh for every level
     (`key` identifies the level), so prefix caching serves no level from another."""
-    rng = np.random.default_rng([int(seed), 3000, int(key), int(input_len)])
-    return rng.integers(0, min(vocab, 10000), size=(n, input_len)).tolist()
+    return random_prompts([seed, 3000, key, input_len], n, input_len, vocab)
 
 
 def level_requests(max_requests: float) -> int:

@@ -22,6 +22,7 @@ from evaluate.serving.load import Level, ServerDied
 from evaluate.serving.metrics import level_metrics
 from evaluate.serving.slo import SLO
 from quantize.common.errors import UserError
+from quantize.common.jobs import one_line
 
 log = logging.getLogger("quantbench.evaluate")
 
@@ -141,7 +142,6 @@ def _run_level(job, engine, s, row: Row) -> dict | None:
         log.error("  %s: the server died: %s", level.describe(), e)
         raise
     except Exception as e:
-        from evaluate.pipeline import one_line
         job.record(row, "failed", reason=one_line(e))
         log.error("  %s failed: %s", level.describe(), one_line(e))
         return None

@@ -83,6 +83,12 @@ def describe_error(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
+def one_line(e: BaseException, limit: int = 400) -> str:
+    """describe_error cut to one line, for a result row (engines raise screenfuls)."""
+    text = next((line.strip() for line in describe_error(e).splitlines() if line.strip()), type(e).__name__)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def _record_failure(message: str, trace: str) -> None:
     from hydra.core.hydra_config import HydraConfig
     write_failure(HydraConfig.get().runtime.output_dir, message, trace, HydraConfig.get().overrides.task)
