@@ -113,7 +113,7 @@ def test_engine_is_found_from_a_config_outside_conf(dummy):
 
 
 @pytest.mark.parametrize("cfg, expect", [
-    ("no_such_engine", "unknown engine 'no_such_engine'; choose one of ['hf', 'vllm'] (conf/engine/)"),
+    ("no_such_engine", "unknown engine 'no_such_engine'; choose one of ['hf', 'openai', 'vllm', 'vllm_server'] (conf/engine/)"),
     ({"name": "x"}, "conf/engine/x.yaml names no implementation; add `impl: <module>.<EngineClass>`"),
     ({"name": "x", "impl": "no_such_module.Engine"}, "cannot import module 'no_such_module'"),
     ({"name": "x", "impl": "evaluate.engines.vllm.NoSuchEngine"}, "evaluate.engines.vllm.NoSuchEngine does not exist"),

