@@ -13,6 +13,7 @@ Names follow `vllm bench`; units are in the names (ms, _s, tok/s for
 - weight_bandwidth_gb_s: weight bytes / mean TPOT: each decode step reads every
   weight once, so this is the memory bandwidth the decode phase achieved.
 """
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -104,3 +105,18 @@ def mean_interval(values: list[float]) -> tuple[float, float, float] | None:
     arr = np.asarray(values, dtype=float)
     mean, half = arr.mean(), t95(len(arr) - 1) * arr.std(ddof=1) / len(arr) ** 0.5
     return float(mean), float(mean - half), float(mean + half)
+
+
+def median_interval(values: list[float]) -> tuple[float, float, float] | None:
+    """(median, low, high): a distribution-free 95% interval of the median,
+    from order statistics (the ranks k and n+1-k that cover it with
+    probability 1 - 2 P(Binomial(n, 1/2) < k) >= 95%). One outlying value
+    cannot widen it, unlike the mean's. None with fewer than six values."""
+    x, n = sorted(values), len(values)
+    k, below = 0, 0.0  # k: the largest rank with P(B <= k - 1) <= 2.5%
+    while below + math.comb(n, k) / 2 ** n <= 0.025:
+        below += math.comb(n, k) / 2 ** n
+        k += 1
+    if k == 0:
+        return None
+    return float(np.median(x)), float(x[k - 1]), float(x[n - k])

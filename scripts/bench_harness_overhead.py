@@ -5,7 +5,9 @@ In one vLLM engine, this alternates, run by run, quantbench's streamed path
 with vLLM's plain final-only generation of the same prompts (prefix caching
 off, so the second of a pair is not served from cache; who goes first
 alternates). It prints the paired ratio of output throughput, streamed ÷
-plain, with its 95% interval. Pairing inside one engine removes the
+plain: its mean with the t interval, and its median with the
+distribution-free interval of order statistics, which one pair disturbed by
+the host (a hiccup of another process) cannot widen. Pairing inside one engine removes the
 engine-instance noise (10–25% between instances on a small VM) that leaves
 the cross-check against `vllm bench latency` (bench_evaluate.py) undecided.
 Target: the interval lies within [0.98, 1.02].
@@ -18,8 +20,12 @@ output token for both paths, with the paired difference and what that
 difference is as a share of the streamed run's time per output token.
 
     .venv/bin/python scripts/bench_harness_overhead.py [--model DIR] [--scenarios interactive medium_batch] [--pairs 20]
+        [--json pairs.json]
 """
 import argparse
+import json
+import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -28,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from evaluate import engines, scenarios, target as target_mod  # noqa: E402
-from evaluate.metrics import mean_interval, summarize  # noqa: E402
+from evaluate.metrics import mean_interval, median_interval, summarize  # noqa: E402
 from evaluate.pipeline import prompts  # noqa: E402
 from quantize.common.assets import SMOLLM2_DIR  # noqa: E402
 
@@ -38,6 +44,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenarios", nargs="+", default=["interactive", "medium_batch"])
     parser.add_argument("--pairs", type=int, default=20, help="(streamed, plain) pairs per scenario")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", default=None, help="also write every pair's ratio and tok/s here")
 
 
 def engine_for(model: Path, max_model_len: int) -> tuple[target_mod.Target, engines.Engine]:
@@ -57,6 +64,8 @@ def main(args: argparse.Namespace) -> None:
     vocab = int(target.config.get("vocab_size") or 10000)
     setup = engine.describe()
     print(f"model {target.path}; engine args {setup['engine_args']}; env {setup['engine_env']}")
+    print(f"host: {engine.machine().describe()}; 1-minute load average {os.getloadavg()[0]:.2f}")
+    dump = {}
     try:
         for s in wanted:
             engine.run(prompts(s, args.seed, -1, vocab), s.output_len)  # warm-up
@@ -76,12 +85,15 @@ def main(args: argparse.Namespace) -> None:
                 ratios.append(pair[True] / pair[False])
                 extra_share.append((cpu_us[True][-1] - cpu_us[False][-1]) / 1e6 * tokens / wall[True])
             mean, lo, hi = mean_interval(ratios)
-            verdict = ("within ±2%: no overhead this machine can resolve" if lo >= 0.98 and hi <= 1.02
-                       else "streaming is slower" if hi < 0.98 else "streaming is faster" if lo > 1.02
-                       else "interval wider than ±2%: more pairs needed")
             print(f"{s.name} (bs {s.batch_size}, {s.input_len} in / {s.output_len} out), {args.pairs} pairs: "
                   f"streamed {mean_interval(tok_s[True])[0]:.1f} tok/s, plain {mean_interval(tok_s[False])[0]:.1f} "
-                  f"tok/s; paired ratio {mean:.4f}, 95% interval [{lo:.4f}, {hi:.4f}]: {verdict}")
+                  f"tok/s; paired ratio (streamed / plain): mean {mean:.4f}, 95% interval [{lo:.4f}, {hi:.4f}]: "
+                  f"{verdict(lo, hi)}")
+            median = median_interval(ratios)
+            if median:
+                print(f"  median {median[0]:.4f}, distribution-free 95% interval [{median[1]:.4f}, {median[2]:.4f}]: "
+                      f"{verdict(*median[1:])}; per-pair spread (SD) {100 * statistics.stdev(ratios):.1f}%")
+            dump[s.name] = {"ratios": ratios, "tok_s_streamed": tok_s[True], "tok_s_plain": tok_s[False]}
             diff = [a - b for a, b in zip(cpu_us[True], cpu_us[False])]
             d_mean, d_lo, d_hi = mean_interval(diff)
             share, s_lo, s_hi = mean_interval(extra_share)
@@ -90,6 +102,17 @@ def main(args: argparse.Namespace) -> None:
                   f"{100 * share:.2f}% [{100 * s_lo:.2f}, {100 * s_hi:.2f}] of the streamed run's wall time")
     finally:
         engine.close()
+        print(f"1-minute load average after: {os.getloadavg()[0]:.2f}")
+        if args.json:
+            Path(args.json).write_text(json.dumps(dump, indent=1))
+
+
+def verdict(lo: float, hi: float) -> str:
+    if lo >= 0.98 and hi <= 1.02:
+        return "within ±2%: no overhead this machine can resolve"
+    if hi < 0.98 or lo > 1.02:
+        return "streaming is slower" if hi < 0.98 else "streaming is faster"
+    return "interval wider than ±2%: more pairs needed"
 
 
 if __name__ == "__main__":
