@@ -75,6 +75,30 @@ def test_recipes_are_discovered():
         assert recipe_source(r).is_file(), f"conf/recipe/{r}.yaml points at a missing recipe"
 
 
+def quantizers(recipe: str) -> list:
+    """The recipe's modifiers that attach a quantization scheme, as llm-compressor builds them."""
+    from llmcompressor.modifiers.quantization.quantization.mixin import QuantizationMixin
+    from llmcompressor.recipe import Recipe
+    modifiers = Recipe.create_instance(str(recipe_source(recipe))).modifiers
+    return [m for m in modifiers if isinstance(m, QuantizationMixin) and (m.scheme or m.config_groups)]
+
+
+@pytest.mark.parametrize("recipe", [r for r in RECIPES if r != "original"])
+def test_recipe_fits_the_default_model(tokenizer_dir, recipe):
+    """llm-compressor's own scheme set-up accepts each shipped recipe on the
+    default model's real shapes. The tiny model's sizes are multiples of 128, so
+    a group size that does not divide SmolLM2's hidden size 576 shows only here."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    found = quantizers(recipe)
+    assert found, f"{recipe} has no quantization modifier"
+    for modifier in found:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(tokenizer_dir))
+        modifier.initialize_quantization(model)  # raises on an indivisible group
+        assert any(hasattr(m, "quantization_scheme") for m in model.modules())
+
+
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_artifact_files(build_artifact, recipe):
     art = build_artifact(recipe)
