@@ -144,9 +144,15 @@ def render_header(rows: list[Row], title: str, results_dir: Path) -> str:
 
 
 def setup_lines(rows: list[Row]) -> list[str]:
-    """One line per (setup, engine, args, env) with the recipes measured in it."""
+    """One line per (setup, engine, args, env) with the recipes measured in it.
+    A row that never reached an engine (skipped, failed) records the args as
+    configured, not as the engine resolved them, so a setup that measured
+    anything is shown from its measured rows only."""
+    measured = {r.setup_id for r in rows if r.ok}
     combos: dict[tuple, set] = {}
     for r in rows:
+        if r.setup_id in measured and not r.ok:
+            continue
         key = (r.setup_id or MISSING, r.engine or "?", inline_json(r.engine_args), inline_json(r.engine_env))
         combos.setdefault(key, set()).add(r.recipe or "?")
     return [f"  - `{setup}` {engine}: args {args}, env {env} (recipes: {', '.join(sorted(recipes))})"

@@ -156,3 +156,19 @@ def test_memory_says_what_it_includes(many_models):
     assert row["Peak memory (MB): weights + KV cache + runtime"] == "5000.0"
     assert row["of it KV cache (MB)"] == f"{4 * 2 ** 30 / 1e6:.1f}"  # VLLM_CPU_KVCACHE_SPACE=4
     assert "allocates its whole KV cache up front" in md
+
+
+def test_setups_are_described_by_their_measured_rows():
+    """A skipped row records the args as configured (no resolved max_model_len);
+    the setup it shares with measured rows is listed once, as measured."""
+    from evaluate.report.markdown import setup_lines
+
+    from .rows import ENGINE_ARGS, base_row
+    ran = base_row("original", "interactive", setup_id="s1", run_index=0)
+    skipped = base_row("w8a8_smooth_ptq", "interactive", setup_id="s1", status="skipped",
+                       engine_args=ENGINE_ARGS | {"max_model_len": None})
+    never_ran = base_row("w4a16_gptq", "interactive", setup_id="s2", status="unsupported", engine_args={})
+    lines = setup_lines([ran, skipped, never_ran])
+    assert [line.split("`")[1] for line in lines] == ["s1", "s2"]
+    assert '"max_model_len": 4096' in lines[0] and "(recipes: original)" in lines[0]
+    assert "(recipes: w4a16_gptq)" in lines[1]  # a setup that measured nothing is still listed
