@@ -96,6 +96,25 @@ def test_vllm_environment_is_scoped_and_records_its_speed_variables(clean_env):
     assert dict(os.environ) == before
 
 
+def test_compile_cache_goes_to_the_project_cache_unless_the_user_chose_one(clean_env, monkeypatch):
+    """Inductor writes its /tmp default into os.environ the first time anything
+    asks for its cache folder (importing vLLM does): that is not the user's
+    choice, so the project's cache still serves the engine. A folder set when
+    the process started is the user's and wins."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+    from evaluate.engines import base
+    from evaluate.engines.vllm import VllmEngine
+    from quantize.common.paths import CACHE_DIR
+    monkeypatch.setattr(base, "LAUNCH_ENV", base.LAUNCH_ENV - {"TORCHINDUCTOR_CACHE_DIR", "VLLM_CACHE_ROOT"})
+    library_default = cache_dir()  # as during vLLM's import: sets os.environ itself
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == library_default != str(CACHE_DIR / "torchinductor")
+    env = VllmEngine.prepare_env({})
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(CACHE_DIR / "torchinductor")
+    assert env["VLLM_CACHE_ROOT"] == str(CACHE_DIR / "vllm")
+    monkeypatch.setattr(base, "LAUNCH_ENV", base.LAUNCH_ENV | {"TORCHINDUCTOR_CACHE_DIR"})
+    assert "TORCHINDUCTOR_CACHE_DIR" not in VllmEngine.prepare_env({})  # left as the user set it
+
+
 # ---------------------------------------------------------------- registration
 
 def test_every_shipped_engine_config_names_its_implementation():

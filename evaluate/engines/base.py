@@ -24,6 +24,16 @@ from typing import Iterator, NamedTuple
 from evaluate.capabilities import Verdict
 from evaluate.metrics import RequestTiming
 
+# The variables this process was started with. Libraries write their own
+# defaults into os.environ as they run (importing vLLM makes inductor set
+# TORCHINDUCTOR_CACHE_DIR to /tmp/torchinductor_<user>), so whether the user
+# set a variable is asked of this snapshot, not of os.environ.
+LAUNCH_ENV = frozenset(os.environ)
+
+
+def user_set(key: str) -> bool:
+    return key in LAUNCH_ENV
+
 
 class LmEvalModel(NamedTuple):
     """How lm-eval runs what an engine serves: `lm_eval --model <name>

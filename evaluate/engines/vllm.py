@@ -11,7 +11,7 @@ from importlib import metadata
 
 from evaluate.capabilities import DENSE, FP8, W4A16, W8A8_INT8, W8A16, YES, Verdict
 from evaluate.engines import vllm_startup
-from evaluate.engines.base import Engine, LmEvalModel
+from evaluate.engines.base import Engine, LmEvalModel, user_set
 from evaluate.metrics import RequestTiming
 from quantize.common import machine as machine_mod
 from quantize.common.dtypes import HALF, fast_faithful_dtype
@@ -273,9 +273,9 @@ class VllmEngine(Engine):
             # On small machines the reserved front-end core costs more than it saves.
             env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = 0 if (os.cpu_count() or 1) <= 4 else None
         for key, folder in (("VLLM_CACHE_ROOT", "vllm"), ("TORCHINDUCTOR_CACHE_DIR", "torchinductor")):
-            if key not in os.environ:  # a value the user set wins
+            if not user_set(key):  # a value the user set wins
                 env[key] = str(CACHE_DIR / folder)
-        if "VLLM_USE_AOT_COMPILE" not in os.environ and "VLLM_USE_AOT_COMPILE" not in env and _aot_cache_broken():
+        if not user_set("VLLM_USE_AOT_COMPILE") and "VLLM_USE_AOT_COMPILE" not in env and _aot_cache_broken():
             env["VLLM_USE_AOT_COMPILE"] = "0"
         return env
 
