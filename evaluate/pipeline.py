@@ -122,9 +122,9 @@ def run(cfg) -> None:
 
 
 def _pending(job: Job, s: Scenario, stored: list[Row]) -> Pending:
-    key = job.speed_row(s, None).run_key()[:-1]  # all but the run index
+    key = job.speed_row(s, None).measurement_key()
     prior = {r.run_index: r.metrics.get(HEADLINE) for r in stored
-             if r.run_key()[:-1] == key and isinstance(r.run_index, int)}
+             if r.measurement_key() == key and isinstance(r.run_index, int)}
     values = [float(v) for _, v in sorted(prior.items()) if isinstance(v, (int, float))]
     indices = job.plan.indices(prior, values)
     if job.plan.auto and prior and not indices:

@@ -93,11 +93,16 @@ class Row:
     lm_eval_versions: dict | None = None
     extra: dict = field(default_factory=dict)  # keys this version does not know
 
-    def run_key(self) -> tuple:
-        """Identity of one measured run: rerunning a sweep skips keys already ok."""
+    def measurement_key(self) -> tuple:
+        """Identity of what the runs measure (artifact, setup, scenario, load):
+        the runs of one scenario share it, whatever their index."""
         load = json.dumps(self.load, sort_keys=True) if self.load else None
         return (self.kind, self.artifact_id, self.engine, self.setup_id, self.scenario,
-                self.batch_size, self.input_len, self.output_len, load, self.run_index)
+                self.batch_size, self.input_len, self.output_len, load)
+
+    def run_key(self) -> tuple:
+        """Identity of one measured run: rerunning a sweep skips keys already ok."""
+        return (*self.measurement_key(), self.run_index)
 
     @property
     def ok(self) -> bool:

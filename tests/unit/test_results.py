@@ -50,6 +50,16 @@ def test_run_key_tells_runs_apart(field, value):
     assert full_row().run_key() != full_row(**{field: value}).run_key()
 
 
+@pytest.mark.parametrize("field, value", [
+    ("kind", "accuracy"), ("artifact_id", "ffffffffffffffff"), ("setup_id", "other"), ("scenario", "decode_bound"),
+    ("batch_size", 2), ("load", {"profile": "concurrency", "level": 4}),
+])
+def test_measurement_key_groups_the_runs_of_one_scenario(field, value):
+    """runs=auto continues from the stored runs with this key, whatever their index."""
+    assert full_row(run_index=0).measurement_key() == full_row(run_index=7).measurement_key()
+    assert full_row().measurement_key() != full_row(**{field: value}).measurement_key()
+
+
 def test_completed_keys_are_the_ok_rows(tmp_path):
     ok, failed = full_row(), full_row(run_index=1, status="failed", reason="x")
     for row in (ok, failed):
