@@ -23,10 +23,9 @@ RESULTS=${RESULTS:-results}
 REPORT=${REPORT:-reports}
 
 status=0
-# Wall time per stage and in total, printed at the end.
-start=$SECONDS; times=""
+# Wall time per stage and in total (bash's SECONDS, reset here), printed at the end.
+SECONDS=0; start=0; times=""
 stage_done() { times="$times$1 $((SECONDS - start)) s, "; start=$SECONDS; }
-total_start=$SECONDS
 # Exit status 2 is a usage error (bad override, a Slurm request no node can
 # meet): it was said in one line, and the later stages would only repeat it.
 "$PY" -m quantize -m "recipe=$RECIPES" "$@" || { rc=$?; [ $rc = 2 ] && exit 2; status=1; }
@@ -35,7 +34,7 @@ stage_done quantize
 stage_done evaluate
 "$PY" -m evaluate.report "results_dir=$RESULTS" "out_dir=$REPORT" || status=1
 stage_done report
-total=$((SECONDS - total_start))
+total=$SECONDS
 echo "matrix $MATRIX wall time: ${times}total $total s ($((total / 60)) min $((total % 60)) s)"
 echo "report: $REPORT/report.md (exit status $status)"
 exit $status
