@@ -151,7 +151,14 @@ def shard_path(results_dir: Path, shard: bool = False) -> Path:
 
 
 def append(path: Path, row: Row) -> None:
-    append_line(path, json.dumps(row.to_dict(), sort_keys=True, default=str))
+    append_line(path, json.dumps(row.to_dict(), sort_keys=True, default=_plain))
+
+
+def _plain(value):
+    """A numpy or torch scalar is written as the number it holds, anything
+    else unknown to json as its text."""
+    item = getattr(value, "item", None)
+    return item() if callable(item) and getattr(value, "ndim", None) == 0 else str(value)
 
 
 def check_writable(path: Path) -> None:

@@ -2,6 +2,9 @@
 token, everything else}, from the engine's top-k logprobs and the reference's
 full distribution, against a direct computation."""
 import math
+import os
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -56,3 +59,66 @@ def test_the_remainder_cell_counts():
     assert got == pytest.approx(0, abs=1e-12)  # rest is 0.5 in both: this partition cannot tell them apart
     got = _partition_kl(np.log(np.array(p)), engine_topk(q, [1]))
     assert got == pytest.approx(0.3 * math.log(0.3 / 0.1) + 0.7 * math.log(0.7 / 0.9), rel=1e-9)
+
+
+# The reference's last-word results: a cheap forward pass and a cache that is
+# used only while nothing they depend on changed.
+
+ITEMS = [([5, 17, 42, 8, 99, 3, 61], 2), ([7, 7, 12, 300, 4], 1), ([250, 11, 9, 31], 3)]
+
+
+@pytest.fixture()
+def ref_dir(tiny_model, tmp_path):
+    """A copy of the tiny model, so its files can be touched."""
+    return Path(shutil.copytree(tiny_model, tmp_path / "reference"))
+
+
+@pytest.fixture()
+def reference(ref_dir):
+    from evaluate.accuracy import Reference
+    return Reference(ref_dir, "cpu")
+
+
+def test_greedy_is_the_argmax_of_the_log_probs_at_the_last_positions(reference):
+    for prompt, n in ITEMS:
+        full = reference.log_probs(prompt)
+        assert reference.greedy(prompt, n) == [int(full[i - 1].argmax()) for i in range(len(prompt) - n, len(prompt))]
+
+
+def test_a_greedy_continuation_is_a_hit(reference, ref_dir, tmp_path, monkeypatch):
+    """Items made of the reference's own greedy tokens are all hits; the same
+    items with a changed last token are not."""
+    from evaluate import accuracy
+    monkeypatch.setattr(accuracy, "CACHE_DIR", tmp_path)
+    prompt = [5, 17, 42]
+    for _ in range(3):
+        prompt.append(reference.greedy(prompt + [0], 1)[0])
+    wrong = prompt[:-1] + [(prompt[-1] + 1) % 500]
+    assert accuracy.reference_hits(reference, ref_dir, [(prompt, 3), (wrong, 1), (wrong, 3)]) == [True, False, False]
+
+
+def test_the_reference_hits_are_cached_until_what_they_depend_on_changes(reference, ref_dir, tmp_path,
+                                                                         monkeypatch):
+    from evaluate import accuracy
+    monkeypatch.setattr(accuracy, "CACHE_DIR", tmp_path)
+    first = accuracy.reference_hits(reference, ref_dir, ITEMS)
+    (cached,) = (tmp_path / "accuracy").glob("lastword-*.json")
+
+    def no_forward(*_):
+        raise AssertionError("computed again although cached")
+    monkeypatch.setattr(reference, "greedy", no_forward)
+    assert accuracy.reference_hits(reference, ref_dir, ITEMS) == first
+
+    monkeypatch.undo()  # the real greedy, and a fresh cache folder
+    monkeypatch.setattr(accuracy, "CACHE_DIR", tmp_path)
+    calls = []
+    real_greedy = reference.greedy
+    monkeypatch.setattr(reference, "greedy", lambda ids, n: calls.append(1) or real_greedy(ids, n))
+    accuracy.reference_hits(reference, ref_dir, ITEMS[:2])           # other items
+    assert len(calls) == 2
+    weights = next(ref_dir.glob("*.safetensors"))
+    stat = weights.stat()
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # the weights rewritten
+    accuracy.reference_hits(reference, ref_dir, ITEMS)
+    assert len(calls) == 5
+    assert len(list((tmp_path / "accuracy").glob("lastword-*.json"))) == 3 and cached.is_file()

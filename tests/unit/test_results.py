@@ -154,3 +154,12 @@ def test_always_written_keys_are_there_even_when_none():
     for key in ("kind", "status", "artifact_id", "engine", "setup_id", "scenario", "batch_size", "run_index"):
         assert key in d
     assert "reason" not in d and "lm_eval" not in d
+
+
+def test_numpy_scalars_are_written_as_numbers(tmp_path):
+    import numpy as np
+    row = full_row(metrics={"kl_divergence": np.float32(0.25), "hits": np.int64(3), "plain": 1.5})
+    results.append(results.shard_path(tmp_path), row)
+    (back,) = results.read(tmp_path)
+    assert back.metrics == {"kl_divergence": 0.25, "hits": 3, "plain": 1.5}
+    assert isinstance(back.metrics["kl_divergence"], float) and isinstance(back.metrics["hits"], int)
