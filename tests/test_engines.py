@@ -89,7 +89,8 @@ def test_vllm_environment_is_scoped_and_records_its_speed_variables(clean_env):
     before = dict(os.environ)
     with VllmEngine.environment(conf["env"]) as recorded:
         assert os.environ["VLLM_CACHE_ROOT"] and os.environ["TORCHINDUCTOR_CACHE_DIR"]
-        assert recorded["VLLM_CPU_KVCACHE_SPACE"] == str(conf["env"]["VLLM_CPU_KVCACHE_SPACE"])
+        # `auto` not sized to a job (lm-eval, the serving load profiles): vLLM-CPU's usual 4 GiB
+        assert conf["env"]["VLLM_CPU_KVCACHE_SPACE"] == "auto" and recorded["VLLM_CPU_KVCACHE_SPACE"] == "4"
         reserved = "0" if (os.cpu_count() or 1) <= 4 else None
         assert recorded.get("VLLM_CPU_NUM_OF_RESERVED_CPU") == reserved
         assert "VLLM_CACHE_ROOT" not in recorded  # a location, not a speed setting
@@ -231,3 +232,52 @@ def test_a_sweep_in_one_process_records_each_jobs_own_environment(tiny_model, tm
     assert envs == [{"QUANTBENCH_DUMMY_MODE": "fake-clock"},
                     {"QUANTBENCH_DUMMY_MODE": "fake-clock", "QUANTBENCH_DUMMY_EXTRA": "on"}]
 
+
+
+# VLLM_CPU_KVCACHE_SPACE=auto: the KV cache sized to what the job's scenarios hold at once.
+
+SMOLLM2 = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576}
+LLAMA2_7B = {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096}
+
+
+def kv_target(config: dict, kv_scheme: str | None = None):
+    from types import SimpleNamespace
+    fmt = SimpleNamespace(kv_cache=kv_scheme, method="compressed-tensors" if kv_scheme else None)
+    return SimpleNamespace(config=config, format=fmt)
+
+
+def sized(target, tokens, env=None, **args):
+    from evaluate.engines.vllm import VllmEngine
+    return VllmEngine.sized_env(env or {"VLLM_CPU_KVCACHE_SPACE": "auto", "OTHER": 1}, target,
+                                {"dtype": "bfloat16", **args}, tokens)
+
+
+@pytest.mark.parametrize("config, tokens, args, gib", [
+    (SMOLLM2, 64 * 384, {}, 1),                        # 0.53 GiB of bf16 KV: the 1 GiB floor
+    (LLAMA2_7B, 8 * 2048, {}, 12),                     # 8 GiB, with headroom 12
+    (LLAMA2_7B, 8 * 2048, {"tensor_parallel_size": 2}, 6),   # per rank: half the heads
+    (LLAMA2_7B, 8 * 2048, {"dtype": "float32"}, 24),
+    (LLAMA2_7B, 8 * 2048, {"kv_cache_dtype": "fp8"}, 6),
+])
+def test_auto_kv_cache_holds_the_job_with_headroom(clean_env, config, tokens, args, gib):
+    env = sized(kv_target(config), tokens, **args)
+    assert env == {"VLLM_CPU_KVCACHE_SPACE": gib, "OTHER": 1}
+
+
+def test_auto_kv_cache_follows_the_checkpoints_fp8_kv_scheme(clean_env):
+    assert sized(kv_target(LLAMA2_7B, kv_scheme="fp8"), 8 * 2048)["VLLM_CPU_KVCACHE_SPACE"] == 6
+
+
+def test_auto_kv_cache_falls_back_where_the_demand_or_the_layout_is_unknown(clean_env):
+    from evaluate.engines.vllm import VllmEngine
+    for env in (sized(kv_target(SMOLLM2), None), sized(kv_target({"model_type": "mamba"}), 1000)):
+        assert env["VLLM_CPU_KVCACHE_SPACE"] == "auto"
+        with VllmEngine.environment(env) as recorded:
+            assert recorded["VLLM_CPU_KVCACHE_SPACE"] == "4"
+
+
+def test_a_number_or_the_users_own_value_is_left_as_is(clean_env, monkeypatch):
+    from evaluate.engines import base
+    assert sized(kv_target(SMOLLM2), 64 * 384, env={"VLLM_CPU_KVCACHE_SPACE": 3}) == {"VLLM_CPU_KVCACHE_SPACE": 3}
+    monkeypatch.setattr(base, "LAUNCH_ENV", base.LAUNCH_ENV | {"VLLM_CPU_KVCACHE_SPACE"})
+    assert sized(kv_target(SMOLLM2), 64 * 384)["VLLM_CPU_KVCACHE_SPACE"] is None  # exported at launch: it stands

@@ -134,6 +134,13 @@ class Engine:
         return {}, {}
 
     @classmethod
+    def sized_env(cls, env: dict, target, args: dict, tokens: int | None) -> dict:
+        """The configured `env` with what the engine sizes to the job settled:
+        `tokens` is the most the job keeps in the KV cache at once (None:
+        unknown, e.g. a load profile's open-ended concurrency)."""
+        return dict(env)
+
+    @classmethod
     def prepare_env(cls, env: dict, args: dict | None = None) -> dict:
         """The variables to set for the configured `env` (None: leave as is),
         given the engine `args` it will run with, where known."""

@@ -4,6 +4,7 @@ Sampling matches `vllm bench latency/throughput`: temperature 1.0, top_p 1.0,
 EOS ignored so every request generates exactly `output_len` tokens."""
 import asyncio
 import logging
+import math
 import os
 import time
 import uuid
@@ -37,6 +38,39 @@ def kv_cache_dtype(fmt, args) -> str:
     if kv == "auto" and fmt.kv_cache and fmt.method == "compressed-tensors":
         return "fp8"
     return kv
+
+
+# VLLM_CPU_KVCACHE_SPACE=auto sizes vLLM-CPU's KV cache (GiB, allocated and
+# zeroed at every start) to the job: 4 GiB took 5.5-6.3 s per start on 2 cores
+# for scenarios that need < 0.6 GiB, and a larger model's batch would not fit
+# in 4 GiB and be preempted mid-measurement. Headroom covers vLLM's block
+# rounding (each sequence takes whole blocks).
+KV_SPACE = "VLLM_CPU_KVCACHE_SPACE"
+KV_HEADROOM = 1.5
+KV_FALLBACK_GIB = 4   # where the demand or the model's KV layout is unknown (vLLM-CPU's usual size)
+
+
+def kv_bytes_per_token(config: dict, itemsize: int, args: dict) -> int | None:
+    """Bytes of KV cache one token takes on one rank (keys and values of every
+    layer, heads split over tensor-parallel ranks, layers over pipeline
+    stages); None for a config without plain attention sizes."""
+    text = config.get("text_config") or config
+    layers, heads = text.get("num_hidden_layers"), text.get("num_attention_heads")
+    if not (isinstance(layers, int) and isinstance(heads, int) and heads):
+        return None
+    kv_heads = text.get("num_key_value_heads") or heads
+    head_dim = text.get("head_dim") or (text.get("hidden_size") or 0) // heads
+    if not head_dim:
+        return None
+    tp, pp = int(args.get("tensor_parallel_size") or 1), int(args.get("pipeline_parallel_size") or 1)
+    return 2 * math.ceil(layers / pp) * max(1, kv_heads // tp) * head_dim * itemsize
+
+
+def kv_itemsize(fmt, args: dict) -> int:
+    kv = kv_cache_dtype(fmt, args)
+    if kv.startswith("fp8"):
+        return 1
+    return 4 if (args.get("dtype") if kv == "auto" else kv) == "float32" else 2
 
 
 # The compressed-tensors KV-cache schemes vLLM loads (compressed_tensors.py:
@@ -266,8 +300,27 @@ class VllmEngine(Engine):
         return f"{kv} (scale 1.0)" if kv.startswith("fp8") else kv
 
     @classmethod
+    def sized_env(cls, env: dict, target, args: dict, tokens: int | None) -> dict:
+        """VLLM_CPU_KVCACHE_SPACE=auto: the whole GiB that hold `tokens` with
+        headroom (at least 1); a value the user exported at launch stands."""
+        env = dict(env)
+        if str(env.get(KV_SPACE)) != "auto":
+            return env
+        if user_set(KV_SPACE):
+            env[KV_SPACE] = None
+            return env
+        per_token = kv_bytes_per_token(target.config, kv_itemsize(target.format, args), args)
+        if tokens is None or per_token is None:
+            return env  # prepare_env's fallback
+        env[KV_SPACE] = max(1, math.ceil(KV_HEADROOM * tokens * per_token / 2**30))
+        log.info("vLLM-CPU KV cache: %d GiB for up to %d tokens at once (%d B per token)", env[KV_SPACE], tokens, per_token)
+        return env
+
+    @classmethod
     def prepare_env(cls, env: dict, args: dict | None = None) -> dict:
         env = dict(env)
+        if str(env.get(KV_SPACE)) == "auto":  # not sized to a job (see sized_env)
+            env[KV_SPACE] = None if user_set(KV_SPACE) else KV_FALLBACK_GIB
         env |= rank_binding(env, args or {})
         if "VLLM_CPU_NUM_OF_RESERVED_CPU" in env and env["VLLM_CPU_NUM_OF_RESERVED_CPU"] is None:
             # On small machines the reserved front-end core costs more than it saves.
