@@ -47,20 +47,21 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", default=None, help="also write every pair's ratio and tok/s here")
 
 
-def engine_for(model: Path, max_model_len: int) -> tuple[target_mod.Target, engines.Engine]:
-    """The vLLM engine as `python -m evaluate` configures it by default (conf/engine/vllm.yaml),
-    prefix caching off."""
+def engine_for(model: Path, wanted) -> tuple[target_mod.Target, engines.Engine]:
+    """The vLLM engine as `python -m evaluate` configures it by default (conf/engine/vllm.yaml)
+    for the `wanted` scenarios, prefix caching off."""
     conf = engines.config("vllm")
     cls = engines.get(conf)
     target = target_mod.from_path(model)
     args = {**conf["args"], "enable_prefix_caching": False}
     args["dtype"] = cls.choose_dtype(target.format, cls.machine(), args["dtype"])
-    return target, cls(target, args, conf["env"], max_model_len=max_model_len)
+    env = cls.sized_env(conf["env"], target, args, max(s.batch_size * s.max_len for s in wanted))
+    return target, cls(target, args, env, max_model_len=max(s.max_len for s in wanted))
 
 
 def main(args: argparse.Namespace) -> None:
     wanted = [scenarios.load(n) for n in args.scenarios]
-    target, engine = engine_for(Path(args.model), max(s.max_len for s in wanted))
+    target, engine = engine_for(Path(args.model), wanted)
     vocab = int(target.config.get("vocab_size") or 10000)
     setup = engine.describe()
     print(f"model {target.path}; engine args {setup['engine_args']}; env {setup['engine_env']}")

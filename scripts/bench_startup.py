@@ -74,7 +74,8 @@ def one_start(label: str, model: Path, scenario, runs: int, cache: Path, seed: i
     args = dict(conf["args"])
     args["dtype"] = cls.choose_dtype(target.format, cls.machine(), args["dtype"])
     load0, files0 = load_avg(), cache_files(cache)
-    engine = cls(target, args, conf["env"], max_model_len=scenario.max_len)
+    env = cls.sized_env(conf["env"], target, args, scenario.batch_size * scenario.max_len)
+    engine = cls(target, args, env, max_model_len=scenario.max_len)
     try:
         setup = engine.describe()
         vocab = int(target.config.get("vocab_size") or 10000)
