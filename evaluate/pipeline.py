@@ -298,7 +298,7 @@ def _start_engine(job: Job, with_accuracy: bool) -> Engine:
     max_len = args.get("max_model_len") or min(max(needed), job.limit or max(needed))
     settings = {k: v for k, v in job.engine_cfg.items() if k not in ("name", "impl", "args", "env")}
     # a batch scenario holds batch_size sequences at once; a load profile's concurrency is open-ended
-    tokens = None if job.load else max([max_len] + [s.batch_size * s.max_len for s in job.fit])
+    tokens = None if job.load else max([max_len] + [s.kv_tokens for s in job.fit])
     env = job.engine.sized_env(job.engine_cfg.get("env", {}), job.target, args, tokens)
     return job.engine(job.target, args, env, max_model_len=max_len,
                       trust_remote_code=job.cfg.trust_remote_code, settings=settings)

@@ -43,6 +43,11 @@ class Scenario:
         """Tokens a sequence needs (speed scenarios, which always have a shape)."""
         return self.input_len + self.output_len
 
+    @property
+    def kv_tokens(self) -> int:
+        """Tokens the batch keeps in the KV cache at once: every sequence at full length."""
+        return self.batch_size * self.max_len
+
     def heading(self) -> str:
         shape = [f"{k}={v}" for k, v in (("batch_size", self.batch_size), ("input_len", self.input_len),
                                           ("output_len", self.output_len)) if v is not None]

@@ -55,7 +55,7 @@ def engine_for(model: Path, wanted) -> tuple[target_mod.Target, engines.Engine]:
     target = target_mod.from_path(model)
     args = {**conf["args"], "enable_prefix_caching": False}
     args["dtype"] = cls.choose_dtype(target.format, cls.machine(), args["dtype"])
-    env = cls.sized_env(conf["env"], target, args, max(s.batch_size * s.max_len for s in wanted))
+    env = cls.sized_env(conf["env"], target, args, max(s.kv_tokens for s in wanted))
     return target, cls(target, args, env, max_model_len=max(s.max_len for s in wanted))
 
 

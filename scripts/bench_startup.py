@@ -74,7 +74,7 @@ def one_start(label: str, model: Path, scenario, runs: int, cache: Path, seed: i
     args = dict(conf["args"])
     args["dtype"] = cls.choose_dtype(target.format, cls.machine(), args["dtype"])
     load0, files0 = load_avg(), cache_files(cache)
-    env = cls.sized_env(conf["env"], target, args, scenario.batch_size * scenario.max_len)
+    env = cls.sized_env(conf["env"], target, args, scenario.kv_tokens)
     engine = cls(target, args, env, max_model_len=scenario.max_len)
     try:
         setup = engine.describe()

@@ -313,7 +313,8 @@ class VllmEngine(Engine):
         if tokens is None or per_token is None:
             return env  # prepare_env's fallback
         env[KV_SPACE] = max(1, math.ceil(KV_HEADROOM * tokens * per_token / 2**30))
-        log.info("vLLM-CPU KV cache: %d GiB for up to %d tokens at once (%d B per token)", env[KV_SPACE], tokens, per_token)
+        log.info("vLLM-CPU KV cache: %d GiB for up to %d tokens at once (%d B per token)",
+                 env[KV_SPACE], tokens, per_token)
         return env
 
     @classmethod
