@@ -36,7 +36,7 @@ def clean_env(monkeypatch):
     """No test variable, and none of vLLM's, set before the test."""
     for key in ("QUANTBENCH_DUMMY_MODE", "QUANTBENCH_DUMMY_EXTRA", "QB_TEST_NEW", "QB_TEST_NONE",
                 "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU",
-                "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR"):
+                "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "VLLM_RPC_BASE_PATH"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("QB_TEST_KEEP", "old")
 
@@ -94,7 +94,31 @@ def test_vllm_environment_is_scoped_and_records_its_speed_variables(clean_env):
         reserved = "0" if (os.cpu_count() or 1) <= 4 else None
         assert recorded.get("VLLM_CPU_NUM_OF_RESERVED_CPU") == reserved
         assert "VLLM_CACHE_ROOT" not in recorded  # a location, not a speed setting
+        rpc = Path(os.environ["VLLM_RPC_BASE_PATH"])  # a private folder for vLLM's socket files
+        assert rpc.is_dir() and "VLLM_RPC_BASE_PATH" not in recorded
+        (rpc / "left-behind").write_text("")  # what a stopped vLLM leaves there
     assert dict(os.environ) == before
+    assert not rpc.exists()
+
+
+def test_vllm_socket_folder_is_the_users_if_set(clean_env, monkeypatch, tmp_path):
+    from evaluate.engines import base
+    from evaluate.engines.vllm import VllmEngine
+    monkeypatch.setenv("VLLM_RPC_BASE_PATH", str(tmp_path))
+    monkeypatch.setattr(base, "LAUNCH_ENV", base.LAUNCH_ENV | {"VLLM_RPC_BASE_PATH"})
+    with VllmEngine.environment({}):
+        assert os.environ["VLLM_RPC_BASE_PATH"] == str(tmp_path)
+    assert tmp_path.is_dir()
+
+
+def test_vllm_socket_folder_is_left_to_vllm_where_the_temp_dir_is_too_long(clean_env, monkeypatch, tmp_path):
+    """A socket's path holds 107 bytes: under a deep temp dir vLLM keeps its own default."""
+    from evaluate.engines.vllm import VllmEngine
+    deep = tmp_path / ("d" * 80)
+    deep.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(deep))
+    with VllmEngine.environment({}):
+        assert "VLLM_RPC_BASE_PATH" not in os.environ
 
 
 def test_compile_cache_goes_to_the_project_cache_unless_the_user_chose_one(clean_env, monkeypatch):

@@ -27,11 +27,14 @@ def two_starts(tmp_path_factory):
     model = build_tiny_llama(root / "tiny-llama", ensure_default_model())
     (root / "test_startup.yaml").write_text(SCENARIO)
     cache = root / "cache"
+    tmp = root / "tmp"  # the temp dir vLLM puts its socket files in, unless told otherwise
+    tmp.mkdir()
     # quantbench's own choice of compile-cache folders (under QUANTBENCH_CACHE),
     # not ones the test sets: the start must put its cache there by itself.
-    env = quantize_env({"QUANTBENCH_CACHE": str(cache)})
+    env = quantize_env({"QUANTBENCH_CACHE": str(cache), "TMPDIR": str(tmp)})
     # and its own KV-cache size (VLLM_CPU_KVCACHE_SPACE=auto)
-    for key in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "VLLM_USE_AOT_COMPILE", "VLLM_CPU_KVCACHE_SPACE"):
+    for key in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "VLLM_USE_AOT_COMPILE", "VLLM_CPU_KVCACHE_SPACE",
+                "VLLM_RPC_BASE_PATH"):
         env.pop(key, None)
     out = []
     for i in (1, 2):
@@ -42,7 +45,7 @@ def two_starts(tmp_path_factory):
                               cwd=root, env=env, capture_output=True, text=True, timeout=1800)
         assert proc.returncode == 0, proc.stderr[-3000:]
         out.append({"rows": [r for r in results.read(res) if r.kind == "speed"], "log": proc.stderr + proc.stdout,
-                    "files": cache_files(cache)})
+                    "files": cache_files(cache), "sockets_left": [p for p in tmp.rglob("*") if p.is_socket()]})
     return out
 
 
@@ -62,6 +65,13 @@ def test_rows_carry_the_startup_breakdown(two_starts):
             assert r.engine_env["VLLM_CPU_KVCACHE_SPACE"] == "1"
             asked = float(r.engine_env["VLLM_CPU_KVCACHE_SPACE"]) * 2**30  # GiB
             assert 0.5 * asked < r.engine_memory["kv_cache_bytes"] <= asked
+
+
+@pytest.mark.slow
+def test_an_engine_leaves_no_socket_files_behind(two_starts):
+    """vLLM binds its zmq sockets as files in the temp dir and leaves some at
+    every stop; the engine gives it a private folder and removes it."""
+    assert [start["sockets_left"] for start in two_starts] == [[], []]
 
 
 @pytest.mark.slow

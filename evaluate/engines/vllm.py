@@ -6,9 +6,12 @@ import asyncio
 import logging
 import math
 import os
+import tempfile
 import time
 import uuid
+from contextlib import ExitStack, contextmanager
 from importlib import metadata
+from typing import Iterator
 
 from evaluate.capabilities import DENSE, FP8, W4A16, W8A8_INT8, W8A16, YES, Verdict
 from evaluate.engines import vllm_startup
@@ -48,6 +51,10 @@ def kv_cache_dtype(fmt, args) -> str:
 KV_SPACE = "VLLM_CPU_KVCACHE_SPACE"
 KV_HEADROOM = 1.5
 KV_FALLBACK_GIB = 4   # where the demand or the model's KV layout is unknown (vLLM-CPU's usual size)
+# vLLM binds its zmq sockets as files in this folder (default: the temp dir)
+# and leaves some behind at every stop; see VllmEngine.environment.
+RPC_PATH = "VLLM_RPC_BASE_PATH"
+RPC_DIR_MAX_LEN = 70  # a socket's path holds 107 bytes, and vLLM appends "/<uuid4>" (37)
 
 
 def kv_bytes_per_token(config: dict, itemsize: int, args: dict) -> int | None:
@@ -213,6 +220,14 @@ def rank_binding(env: dict, args: dict) -> dict:
     return {} if machine.cuda or machine.numa_nodes >= ranks else {"VLLM_CPU_SIM_MULTI_NUMA": 1}
 
 
+@contextmanager
+def _socket_dir() -> Iterator[str | None]:
+    """A new folder under the temp dir, removed on exit; None (vLLM's default)
+    where the temp dir's path is too long to hold a socket."""
+    with tempfile.TemporaryDirectory(prefix="qb-vllm-", ignore_cleanup_errors=True) as folder:
+        yield folder if len(folder) <= RPC_DIR_MAX_LEN else None
+
+
 def on_cpu() -> bool:
     from vllm.platforms import current_platform
     return current_platform.is_cpu()
@@ -332,6 +347,15 @@ class VllmEngine(Engine):
         if not user_set("VLLM_USE_AOT_COMPILE") and "VLLM_USE_AOT_COMPILE" not in env and _aot_cache_broken():
             env["VLLM_USE_AOT_COMPILE"] = "0"
         return env
+
+    @classmethod
+    @contextmanager
+    def environment(cls, env: dict, args: dict | None = None) -> Iterator[dict]:
+        """Engine.environment, with vLLM's socket files in a private temp
+        folder removed on exit (unless the user chose VLLM_RPC_BASE_PATH)."""
+        with ExitStack() as stack:
+            rpc = None if user_set(RPC_PATH) else stack.enter_context(_socket_dir())
+            yield stack.enter_context(super().environment(dict(env) | {RPC_PATH: rpc}, args))
 
     @classmethod
     def logprob_args(cls, top_k: int) -> dict:

@@ -4,9 +4,11 @@ of the process that started a server takes vLLM's engine core and worker
 with it."""
 import json
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -78,9 +80,11 @@ sys.stdin.read()
 
 @pytest.mark.slow
 def test_kill_9_of_the_client_takes_vllms_engine_core_with_it(tmp_path, tiny_model):
+    sockets = tempfile.mkdtemp(prefix="qb-k9-")  # short: tmp_path is too long for a socket's path
     code = CLIENT.format(root=str(ROOT), model=str(tiny_model), tmp=str(tmp_path))
     client = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True, env=quantize_env())
+                              # a killed client cannot remove its socket folder: give it a temp dir of its own
+                              text=True, env=quantize_env({"TMPDIR": sockets}))
     try:
         line = client.stdout.readline()
         assert line, (tmp_path / "vllm_server.log").read_text()[-2000:]
@@ -93,3 +97,4 @@ def test_kill_9_of_the_client_takes_vllms_engine_core_with_it(tmp_path, tiny_mod
         assert wait_gone(tree + [info["watchdog"]]) == [], "vLLM processes left after kill -9 of the client"
     finally:
         client.kill()
+        shutil.rmtree(sockets, ignore_errors=True)
