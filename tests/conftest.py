@@ -182,7 +182,8 @@ def build_artifact(tiny_model, session_workdir, session_artifacts_dir):
 
     def build(recipe: str) -> Artifact:
         if recipe not in cache:
-            batch = [r for r in shipped_recipes() if r not in cache] if recipe in shipped_recipes() else [recipe]
+            shipped = shipped_recipes()
+            batch = [r for r in shipped if r not in cache] if recipe in shipped else [recipe]
             proc = run_quantize("-m", f"recipe={','.join(batch)}", f"model={tiny_model}", *SMALL_CALIB,
                                 f"artifacts_dir={session_artifacts_dir}", cwd=session_workdir)
             for name in batch:

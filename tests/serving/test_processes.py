@@ -84,7 +84,8 @@ time.sleep(600)
 def test_kill_9_of_the_client_leaves_no_server_behind(tmp_path):
     code = CLIENT.format(here=str(HERE), root=str(ROOT), tmp=str(tmp_path))
     client = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                              env=quantize_env({"TMPDIR": str(tmp_path)}))  # what a killed client leaves
+                              # a killed client cannot remove its socket folder: keep it in tmp_path
+                              env=quantize_env({"TMPDIR": str(tmp_path)}))
     try:
         info = json.loads(client.stdout.readline())
         s = stats(int(info["port"]))
