@@ -216,9 +216,10 @@ def test_scancel_time_limit_and_requeue_lose_nothing(cluster, quantized, tiny_mo
     """Two sweeps at once, each stopped after its first row: one job is
     cancelled, the other (1-minute limit) gets Slurm's time-limit warning
     signal, as Slurm sends it `signal_delay_s` before the limit (here sent at
-    once with `scancel --signal`, or by Slurm itself within its 30 s check
-    period). Both sweeps end with exit 1 and the failure listed; the reruns,
-    one of them requeued mid-job, complete every run exactly once."""
+    once with `scancel --signal`, or by Slurm itself 30 s before the limit,
+    within its 30 s check period). Both sweeps end with exit 1 and the failure
+    listed; the reruns, one of them requeued mid-job, complete every run
+    exactly once."""
     assert quantized[0].returncode == 0, tail(quantized[0])
     res = workdir / "res-failures"
     base = [f"model={tiny_model}", "artifacts_dir=art", "engine=hf", "accuracy=none", *SLOW, "runs=8",
@@ -241,6 +242,9 @@ def test_scancel_time_limit_and_requeue_lose_nothing(cluster, quantized, tiny_mo
     assert "1 of 1 job(s) failed" in limited.stderr and "time limit" in limited.stderr
     (info,) = failures(workdir / "sweep-limit")
     assert info["error"].startswith("time limit") and "hydra.launcher.timeout_min" in info["error"]
+    # The preset's 120 s warning is longer than the 1-minute limit: Slurm is told to warn at 30 s.
+    (script,) = (workdir / "sweep-limit" / ".submitit").glob("*/*_submission.sh")
+    assert "#SBATCH --signal=USR2@30\n" in script.read_text()
     kept = {recipe: ok_runs(res, recipe) for recipe in ("original", "w4a16_rtn")}
     assert 1 <= len(kept["original"]) < 8 and len(kept["w4a16_rtn"]) < 8
 

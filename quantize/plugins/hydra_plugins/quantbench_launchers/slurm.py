@@ -40,6 +40,8 @@ SHARD_KEY = "results_per_process"
 # sacct states of a job that ended without producing its result, and what to say.
 ENDED_BY_SLURM = {
     "TIMEOUT": "time limit: Slurm stopped the job at hydra.launcher.timeout_min={timeout_min}",
+    "WARNED": "time limit: Slurm's warning, hydra.launcher.signal_delay_s={signal_delay_s} before "
+              "hydra.launcher.timeout_min={timeout_min}, stopped the job",
     "CANCELLED": "cancelled: the Slurm job was cancelled ({state})",
     "NODE_FAIL": "node failure: the Slurm job's node died",
     "BOOT_FAIL": "node failure: the Slurm job's node did not boot",
@@ -85,6 +87,7 @@ class SlurmLauncher(_PluginSlurmLauncher):
 
         assert self.config is not None
         check_request(self.params)
+        self.params = warn_in_time(self.params)
         job_overrides = [self._with_shard(list(o)) for o in job_overrides]
 
         # As the plugin's launch(): executor, parameters, sweep dir, one array.
@@ -131,6 +134,8 @@ class SlurmLauncher(_PluginSlurmLauncher):
         except (UncompletedJobError, FailedJobError) as e:
             error = e
             reason = reason or "FAILED"
+        if reason == "FAILED" and stopped_by_warning(job.job_id, error):
+            reason = "WARNED"
         message = ENDED_BY_SLURM[reason].format(state=state, **self.params)
         message += (f"; Slurm job {job.job_id}, log {job.paths.stderr}; completed results are kept, "
                     "rerun the sweep to resume")
@@ -151,6 +156,31 @@ class SlurmLauncher(_PluginSlurmLauncher):
         except Exception as e:  # an interpolation only a running job can resolve
             log.warning("job dir of #%d: %s; using %s", idx, e, sweep_dir / str(idx))
             return sweep_dir / str(idx)
+
+
+def warn_in_time(params: dict) -> dict:
+    """Slurm sends its time-limit warning signal_delay_s before the limit. A
+    delay not shorter than the limit sends it as the job starts, before Python
+    can answer it, and the signal kills the job unsaved: warn at half the limit."""
+    limit_s = int(params.get("timeout_min") or 0) * 60
+    delay_s = int(params.get("signal_delay_s") or 0)
+    if not limit_s or delay_s < limit_s:
+        return params
+    log.warning("hydra.launcher.signal_delay_s=%d is not shorter than hydra.launcher.timeout_min=%s; "
+                "Slurm warns the jobs %d s before the limit instead", delay_s, params["timeout_min"], limit_s // 2)
+    return {**params, "signal_delay_s": limit_s // 2}
+
+
+def stopped_by_warning(job_id: str, error: Exception) -> bool:
+    """A job that Slurm's time-limit warning stopped before quantbench's handler
+    ran: submitit raised at once (it says "timed-out"), or the signal came
+    before Python could answer it (sacct: a step ended by that signal)."""
+    import submitit
+    if "timed-out" in str(error):
+        return True
+    sig = int(submitit.JobEnvironment._usr_sig())
+    out = subprocess.run(["sacct", "-n", "-P", "-o", "ExitCode", "-j", job_id], capture_output=True, text=True)
+    return out.returncode == 0 and any(code.strip().endswith(f":{sig}") for code in out.stdout.split())
 
 
 def record(job_dir: Path, message: str, trace: str, overrides: List[str]) -> None:

@@ -1,0 +1,41 @@
+"""The Slurm launcher's time-limit warning: sent in time to be answered, and
+recognised when it stopped a job before quantbench's handler could."""
+import os
+
+from hydra_plugins.quantbench_launchers.slurm import stopped_by_warning, warn_in_time
+
+
+def test_a_warning_as_long_as_the_limit_comes_at_half_the_limit_instead():
+    asked = {"timeout_min": 1, "signal_delay_s": 120, "partition": "debug"}
+    assert warn_in_time(asked) == {"timeout_min": 1, "signal_delay_s": 30, "partition": "debug"}
+    assert asked["signal_delay_s"] == 120  # the preset's values are not changed in place
+    assert warn_in_time({"timeout_min": 2, "signal_delay_s": 120})["signal_delay_s"] == 60
+
+
+def test_a_warning_shorter_than_the_limit_is_kept():
+    for params in ({"timeout_min": 60, "signal_delay_s": 120}, {"timeout_min": 0, "signal_delay_s": 120}):
+        assert warn_in_time(params) == params
+
+
+def fake_sacct(tmp_path, monkeypatch, exit_codes: str) -> None:
+    sacct = tmp_path / "sacct"
+    sacct.write_text(f"#!/bin/sh\nprintf '{exit_codes}'\n")
+    sacct.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_a_step_ended_by_the_warning_signal_is_a_time_limit(tmp_path, monkeypatch):
+    # sacct -o ExitCode is <exit code>:<signal>; srun's step killed by SIGUSR2 (12) before Python started.
+    fake_sacct(tmp_path, monkeypatch, "12:0\\n12:0\\n0:12\\n")
+    assert stopped_by_warning("7", RuntimeError("Slurm job 7 ended FAILED without a result"))
+
+
+def test_other_failures_are_not_a_time_limit(tmp_path, monkeypatch):
+    fake_sacct(tmp_path, monkeypatch, "1:0\\n1:0\\n12:0\\n")
+    assert not stopped_by_warning("7", RuntimeError("Slurm job 7 ended FAILED without a result"))
+
+
+def test_submitit_raising_on_the_warning_is_a_time_limit(tmp_path, monkeypatch):
+    fake_sacct(tmp_path, monkeypatch, "1:0\\n")
+    error = RuntimeError("submitit.core.utils.UncompletedJobError: Job not requeued because: timed-out too many times.")
+    assert stopped_by_warning("7", error)
