@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections import deque
@@ -117,12 +118,13 @@ def run(cfg, target, model: str, args: dict, tasks: list[str], seed: int) -> dic
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         if not needs_hub(cfg):  # nothing to download: fail fast instead of retrying a hub
             env.setdefault("HF_HUB_OFFLINE", "1")
-        _stream(cmd, cwd=scratch, env=env)
+        status, last = _stream(cmd, cwd=scratch, env=env)
+        _check_exit(status, last, scratch / "out")
         return _parse(scratch / "out", tasks)
 
 
-def _stream(cmd: list[str], cwd: Path, env: dict) -> None:
-    """Run lm-eval with its output in this job's log; on failure raise with its last line."""
+def _stream(cmd: list[str], cwd: Path, env: dict) -> tuple[int, str]:
+    """Run lm-eval with its output in this job's log; its exit status and last error line."""
     log.info("running %s", " ".join(cmd))
     tail = deque(maxlen=20)
     with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -132,9 +134,23 @@ def _stream(cmd: list[str], cwd: Path, env: dict) -> None:
             if line.strip():
                 tail.append(line)
                 log.info("lm-eval | %s", line)
-    if proc.returncode:
-        last = next((l for l in reversed(tail) if "Error" in l), tail[-1] if tail else "")
-        raise RuntimeError(f"lm-eval exited with status {proc.returncode}: {last.strip()}")
+    last = next((l for l in reversed(tail) if "Error" in l), tail[-1] if tail else "")
+    return proc.returncode, last.strip()
+
+
+def _check_exit(status: int, last: str, out_dir: Path) -> None:
+    """lm-eval stops its vLLM engine only as the interpreter exits, after the
+    results file is written. On a busy host vLLM force-kills its engine core
+    after a 5 s grace and the process can then abort (SIGABRT): a signal after
+    the results were written loses nothing, so they are kept."""
+    if status == 0:
+        return
+    if status < 0 and any(out_dir.rglob("results_*.json")):
+        how = signal.Signals(-status).name if -status in signal.valid_signals() else f"signal {-status}"
+        log.warning("lm-eval was stopped by %s after writing its results (in vLLM's shutdown); "
+                    "the results are kept", how)
+        return
+    raise RuntimeError(f"lm-eval exited with status {status}: {last}")
 
 
 def _parse(out_dir: Path, tasks: list[str]) -> dict:

@@ -2,10 +2,13 @@
 the results store keyed by artifact id."""
 import importlib.metadata
 import importlib.util
+import json
 import math
 import subprocess
+from types import SimpleNamespace
 
 import pytest
+from omegaconf import OmegaConf
 
 from conftest import run_cli
 from evaluate import lmeval, results
@@ -119,3 +122,33 @@ def _last_word_log_perplexity(model_dir, n: int) -> float:
             logp = torch.log_softmax(model(torch.tensor([whole])).logits[0].float(), -1)
         total += sum(float(logp[i - 1, whole[i]]) for i in range(len(ctx), len(whole)))
     return -total / n
+
+
+def fake_lm_eval(tmp_path, then: str):
+    """An lm-eval environment whose `python -m lm_eval` writes (or not) a
+    results file for task `t`, then ends with the shell command `then`."""
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    results = {"results": {"t": {"alias": "t", "acc,none": 0.5}}, "n-samples": {"t": {"effective": 4}}}
+    python.write_text(f"""#!/bin/bash
+while [ "$1" != --output_path ]; do shift; done
+{then}
+""".replace("WRITE", f"mkdir -p $2/m && echo '{json.dumps(results)}' > $2/m/results_1.json"))
+    python.chmod(0o755)
+    cfg = OmegaConf.create({"venv": str(python.parents[1]), "tasks": ["t"], "batch_size": 1, "num_fewshot": None,
+                            "limit": None, "apply_chat_template": False, "include_path": [], "enabled": True})
+    return lambda: lmeval.run(cfg, SimpleNamespace(path=str(tmp_path)), "vllm", {}, ["t"], 0)
+
+
+def test_a_crash_in_shutdown_after_the_results_keeps_them(tmp_path, caplog):
+    """lm-eval's vLLM can abort while shutting down at exit (force-killed engine
+    core on a busy host): the results it wrote before are complete."""
+    run = fake_lm_eval(tmp_path, "WRITE; kill -ABRT $$")
+    assert run()["t"]["metrics"] == {"acc": 0.5}
+    assert "stopped by SIGABRT after writing its results" in caplog.text
+
+
+@pytest.mark.parametrize("then, status", [("kill -ABRT $$", -6), ("WRITE; exit 1", 1)])
+def test_a_failed_lm_eval_run_is_an_error(tmp_path, then, status):
+    with pytest.raises(RuntimeError, match=f"lm-eval exited with status {status}"):
+        fake_lm_eval(tmp_path, then)()
