@@ -145,7 +145,7 @@ def _check_exit(status: int, last: str, out_dir: Path) -> None:
     the results were written loses nothing, so they are kept."""
     if status == 0:
         return
-    if status < 0 and any(out_dir.rglob("results_*.json")):
+    if status < 0 and _results_files(out_dir):
         how = signal.Signals(-status).name if -status in signal.valid_signals() else f"signal {-status}"
         log.warning("lm-eval was stopped by %s after writing its results (in vLLM's shutdown); "
                     "the results are kept", how)
@@ -153,8 +153,13 @@ def _check_exit(status: int, last: str, out_dir: Path) -> None:
     raise RuntimeError(f"lm-eval exited with status {status}: {last}")
 
 
+def _results_files(out_dir: Path) -> list[Path]:
+    """The aggregated results lm-eval wrote under --output_path, oldest first."""
+    return sorted(out_dir.rglob("results_*.json"))
+
+
 def _parse(out_dir: Path, tasks: list[str]) -> dict:
-    files = sorted(out_dir.rglob("results_*.json"))
+    files = _results_files(out_dir)
     if not files:
         raise RuntimeError(f"lm-eval wrote no results under {out_dir}")
     data = json.loads(files[-1].read_text())

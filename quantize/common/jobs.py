@@ -78,9 +78,15 @@ def describe_error(e: BaseException) -> str:
         return str(e)
     # submitit raises this inside a Slurm job when Slurm's warning signal comes
     # near the time limit and the job may not be requeued (max_num_timeout=0).
-    if type(e).__name__ == "UncompletedJobError" and "timed-out" in str(e):
+    if type(e).__name__ == "UncompletedJobError" and submitit_timed_out(str(e)):
         return TIME_LIMIT
     return f"{type(e).__name__}: {e}"
+
+
+def submitit_timed_out(text: str) -> bool:
+    """submitit's error (or its traceback) when Slurm's time-limit warning came
+    and the job may not be requeued: "Job not requeued because: timed-out ..."."""
+    return "timed-out" in text
 
 
 def one_line(e: BaseException, limit: int = 400) -> str:

@@ -173,10 +173,11 @@ def warn_in_time(params: dict) -> dict:
 
 def stopped_by_warning(job_id: str, error: Exception) -> bool:
     """A job that Slurm's time-limit warning stopped before quantbench's handler
-    ran: submitit raised at once (it says "timed-out"), or the signal came
+    ran: submitit raised at once (its error says so), or the signal came
     before Python could answer it (sacct: a step ended by that signal)."""
     import submitit
-    if "timed-out" in str(error):
+    from quantize.common.jobs import submitit_timed_out
+    if submitit_timed_out(str(error)):
         return True
     sig = int(submitit.JobEnvironment._usr_sig())
     out = subprocess.run(["sacct", "-n", "-P", "-o", "ExitCode", "-j", job_id], capture_output=True, text=True)
