@@ -37,27 +37,46 @@ class CalibrationSet:
         })
 
 
-def build(cfg, tokenizer, seed: int) -> CalibrationSet:
-    """Build the calibration set described by the `calibration` config group."""
+SOURCES = ("austen", "file", "hub")
+FILE_SUFFIXES = (".txt", ".json", ".jsonl")
+
+
+def check(cfg) -> None:
+    """What can be wrong with the `calibration` config before any text is read
+    or tokenizer loaded, so a typo fails in a second, not after the imports."""
     n, seq = int(cfg.num_samples), int(cfg.max_seq_len)
     if n < 1 or seq < 2:
         raise UserError(f"calibration.num_samples ({n}) must be >= 1 and calibration.max_seq_len ({seq}) >= 2")
-    spec = {k: v for k, v in _plain(cfg).items()}
+    if cfg.source not in SOURCES:
+        raise UserError(f"unknown calibration.source {cfg.source!r}; use austen, file or hub")
     if cfg.source == "austen":
-        from quantize.common.assets import AUSTEN_BOOKS, ensure_austen
+        from quantize.common.assets import AUSTEN_BOOKS
         unknown = sorted(set(cfg.books) - set(AUSTEN_BOOKS))
         if unknown:
             raise UserError(f"unknown Austen book(s) {unknown}; choose from {list(AUSTEN_BOOKS)}")
+    elif cfg.source == "file":
+        path = resolve(cfg.path)
+        if not path.is_file():
+            raise UserError(f"calibration file {path} does not exist; pass calibration=<path to .txt/.json/.jsonl>")
+        if path.suffix not in FILE_SUFFIXES:
+            raise UserError(f"calibration file {path} must end in .txt, .json or .jsonl")
+
+
+def build(cfg, tokenizer, seed: int) -> CalibrationSet:
+    """Build the calibration set described by the `calibration` config group."""
+    check(cfg)
+    n, seq = int(cfg.num_samples), int(cfg.max_seq_len)
+    spec = {k: v for k, v in _plain(cfg).items()}
+    if cfg.source == "austen":
+        from quantize.common.assets import ensure_austen
         folder = ensure_austen()
         text = "\n\n".join((folder / f"{b}.txt").read_text() for b in cfg.books)
         samples = _windows(tokenizer, text, n, seq, seed, what=f"calibration books {list(cfg.books)}")
     elif cfg.source == "file":
         samples = _from_file(cfg, tokenizer, n, seq, seed)
-    elif cfg.source == "hub":
+    else:  # hub
         samples = _pick(_tokenize_records(_hub_records(cfg), cfg, tokenizer, seq), n, seed,
                         what=f"hub dataset {cfg.dataset}")
-    else:
-        raise UserError(f"unknown calibration.source {cfg.source!r}; use austen, file or hub")
     return CalibrationSet(samples=samples, spec=spec)
 
 
@@ -86,13 +105,9 @@ def _pick(samples: list[list[int]], n: int, seed: int, what: str) -> list[list[i
 
 
 def _from_file(cfg, tokenizer, n: int, seq: int, seed: int) -> list[list[int]]:
-    path = resolve(cfg.path)
-    if not path.is_file():
-        raise UserError(f"calibration file {path} does not exist; pass calibration=<path to .txt/.json/.jsonl>")
+    path = resolve(cfg.path)  # check() made sure it exists and has a known suffix
     if path.suffix == ".txt":
         return _windows(tokenizer, path.read_text(), n, seq, seed, what=f"calibration file {path}")
-    if path.suffix not in (".json", ".jsonl"):
-        raise UserError(f"calibration file {path} must end in .txt, .json or .jsonl")
     try:
         if path.suffix == ".jsonl":
             records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -52,6 +52,9 @@ def run(cfg) -> Path:
     check = verify.mode(cfg.verify)
     model_dir = _model_dir(cfg.model.path)
     recipe = recipes.load(cfg.recipe)
+    if not recipe.is_baseline:  # the calibration's quick checks first: llm-compressor imports for ~5 s
+        calibration.check(cfg.calibration)
+        recipes.check_with_llmcompressor(recipe)
     out = resolve(cfg.artifact_dir)
     # Before minutes of calibration: an output dir with a corrupt manifest is
     # only replaced when asked to.

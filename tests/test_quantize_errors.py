@@ -49,6 +49,13 @@ CASES = {
     "calibration_file_missing": (
         with_calibration(lambda tmp: tmp / "missing.txt"),
         ["missing.txt", "does not exist", "calibration=<path"]),
+    "calibration_file_wrong_suffix": (
+        with_calibration(lambda tmp: write(tmp / "austen.csv", "Emma Woodhouse")),
+        ["austen.csv", "must end in .txt, .json or .jsonl"]),
+    # the calibration is checked in a second, before llm-compressor's import validates the recipe
+    "calibration_typo_reported_before_the_recipe_check": (
+        lambda tmp, tiny: [*with_recipe("typo.yaml", TYPO_MODIFIER)(tmp, tiny), f"calibration={tmp / 'missing.txt'}"],
+        ["missing.txt", "does not exist"]),
     "calibration_too_small": (
         with_calibration(lambda tmp: write(tmp / "small.txt", "Emma Woodhouse, handsome, clever, and rich.")),
         ["small.txt", "calibration.num_samples=8", "lower num_samples or max_seq_len"]),
