@@ -54,7 +54,8 @@ def test_engine_environment_lasts_its_lifetime_and_is_restored_on_close(dummy, c
     assert os.environ["QB_TEST_KEEP"] == "new" and os.environ["QB_TEST_NEW"] == "1"
     assert "QB_TEST_NONE" not in os.environ  # None: left as it was
     assert engine.env_at_start["QUANTBENCH_DUMMY_MODE"] == "a"
-    assert engine.describe()["engine_env"] == {"QUANTBENCH_DUMMY_MODE": "a"}
+    # the engine's speed variables and every variable the config sets, as set
+    assert engine.describe()["engine_env"] == {"QUANTBENCH_DUMMY_MODE": "a", "QB_TEST_KEEP": "new", "QB_TEST_NEW": "1"}
     engine.close()
     assert dict(os.environ) == before
     engine.close()  # a second close changes nothing
@@ -256,6 +257,20 @@ def test_a_sweep_in_one_process_records_each_jobs_own_environment(tiny_model, tm
     assert envs == [{"QUANTBENCH_DUMMY_MODE": "fake-clock"},
                     {"QUANTBENCH_DUMMY_MODE": "fake-clock", "QUANTBENCH_DUMMY_EXTRA": "on"}]
 
+
+
+def test_a_sweep_over_any_engine_variable_is_recorded_and_labelled(tiny_model, tmp_path):
+    """A variable the engine does not list as speed-relevant (LD_PRELOAD-like):
+    set through the config, it is in the rows, and the report tells the two
+    setups apart by it."""
+    from evaluate.report.aggregate import aggregate, labels
+    res = tmp_path / "res"
+    out = evaluate_with_dummy("-m", f"model={tiny_model}", "accuracy=none", "scenario=interactive", "runs=1",
+                              "+engine.env.QB_TEST_SWEPT=a,b", f"results_dir={res}", cwd=tmp_path)
+    assert out.returncode == 0, tail(out)
+    rows = results.read(res)
+    assert sorted(r.engine_env.get("QB_TEST_SWEPT") for r in rows) == ["a", "b"]
+    assert sorted(labels(aggregate(rows)).values()) == ["original (QB_TEST_SWEPT=a)", "original (QB_TEST_SWEPT=b)"]
 
 
 # VLLM_CPU_KVCACHE_SPACE=auto: the KV cache sized to what the job's scenarios hold at once.

@@ -148,12 +148,15 @@ class Engine:
 
     @classmethod
     @contextmanager
-    def environment(cls, env: dict, args: dict | None = None) -> Iterator[dict]:
+    def environment(cls, env: dict, args: dict | None = None, places: dict | None = None) -> Iterator[dict]:
         """The engine environment, set on entry and restored on exit (an
         engine instance holds it for its lifetime; the lm-eval subprocess runs
-        inside it). Yields the speed-relevant variables as set."""
-        values = cls.prepare_env(env, args)
-        recorded = cls.speed_env if cls.speed_env is not None else tuple(env)
+        inside it). Yields the speed-relevant variables as set. `places`:
+        folders the engine is given, set too but not settings, so not recorded."""
+        values = cls.prepare_env(env, args) | (places or {})
+        # the engine's speed variables and every one its config sets, so rows
+        # of a sweep over `engine.env.X` say which X each measured
+        recorded = dict.fromkeys((*(cls.speed_env or ()), *env))
         with scoped_env(values):
             yield {k: os.environ[k] for k in recorded if k in os.environ}
 

@@ -27,7 +27,8 @@ log = logging.getLogger("quantbench.evaluate")
 SPEED_ENV = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU",
              "VLLM_CPU_INT4_W4A8", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
              "VLLM_USE_AOT_COMPILE",      # which torch.compile driver ran (see AOT_CACHE_BROKEN)
-             "VLLM_CPU_SIM_MULTI_NUMA")   # how ranks were bound to CPUs (see rank_binding)
+             "VLLM_CPU_SIM_MULTI_NUMA",   # how ranks were bound to CPUs (see rank_binding)
+             "LD_PRELOAD")                # vLLM-CPU's docs preload tcmalloc and Intel OpenMP for speed
 
 
 def kv_cache_dtype(fmt, args) -> str:
@@ -355,7 +356,7 @@ class VllmEngine(Engine):
         folder removed on exit (unless the user chose VLLM_RPC_BASE_PATH)."""
         with ExitStack() as stack:
             rpc = None if user_set(RPC_PATH) else stack.enter_context(_socket_dir())
-            yield stack.enter_context(super().environment(dict(env) | {RPC_PATH: rpc}, args))
+            yield stack.enter_context(super().environment(env, args, places={RPC_PATH: rpc}))
 
     @classmethod
     def logprob_args(cls, top_k: int) -> dict:
