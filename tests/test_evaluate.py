@@ -145,10 +145,12 @@ def test_hf_engine_and_plain_checkpoint(eval_artifacts, tmp_path, scen):
     from quantize.common.provenance import sha256_files
     model = eval_artifacts["model"]
     out = run_cli("evaluate", f"model={model}", "engine=hf", scen["test_tiny_a"], "runs=2",
-                  "accuracy=none", f"results_dir={tmp_path}", cwd=tmp_path)
+                  "accuracy=none", "+engine.env.QB_TEST_SETTING=on", f"results_dir={tmp_path}", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = results.read(tmp_path)
     assert [r.run_index for r in rows] == [0, 1]
+    # what its config set, and the threads torch ran with
+    assert all(r.engine_env["QB_TEST_SETTING"] == "on" and r.engine_env["torch_num_threads"] >= 1 for r in rows)
     expected_id = sha256_files(weight_files(model))[:16]
     for r in rows:
         assert r.engine == "hf" and r.status == "ok" and r.artifact_id == expected_id

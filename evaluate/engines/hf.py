@@ -109,7 +109,7 @@ class HfEngine(Engine):
 
     def describe(self) -> dict:
         import torch
-        return super().describe() | {"engine_env": {"torch_num_threads": torch.get_num_threads()}}
+        return super().describe() | {"engine_env": {**self.env, "torch_num_threads": torch.get_num_threads()}}
 
     def run(self, prompts: list[list[int]], output_len: int, stream: bool = True):
         """Always streamed (one chunk per step); `stream` is accepted for the interface."""
