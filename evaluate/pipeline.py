@@ -144,12 +144,7 @@ def _plan(cfg) -> tuple[Job, list[Scenario], Verdict]:
     engine_cfg = OmegaConf.to_container(cfg.engine, resolve=True)
     engine = engines.get(engine_cfg)
     name, args = engine_cfg["name"], engine_cfg["args"]
-    engines.check_args(engine, args, name)
-    problem = engine.config_problem(target.config, args)
-    if problem:
-        raise UserError(problem)
-    machine = engine.machine()
-    args["dtype"] = engine.choose_dtype(target.format, machine, args.get("dtype") or "auto")
+    # the scenarios and accuracy settings first: the engine's checks may import it (vLLM: ~6 s)
     limit = args.get("max_model_len") or target.max_context
     fit, unfit = _split_by_context(scenario_mod.resolve(cfg.scenario), limit)
     accuracy_cfg = cfg.accuracy if cfg.accuracy.get("enabled") else None
@@ -158,6 +153,12 @@ def _plan(cfg) -> tuple[Job, list[Scenario], Verdict]:
             raise UserError(f"engine={name} gives no prompt logprobs, so it cannot measure accuracy; "
                             "pass accuracy=none")
         accuracy.validate(accuracy_cfg, target, args.get("max_model_len"))
+    engines.check_args(engine, args, name)
+    problem = engine.config_problem(target.config, args)
+    if problem:
+        raise UserError(problem)
+    machine = engine.machine()
+    args["dtype"] = engine.choose_dtype(target.format, machine, args.get("dtype") or "auto")
     load, slo = serving.configure(cfg, engine, name)
     lm_eval_cfg = cfg.lm_eval if cfg.lm_eval.get("enabled") else None
     lm_eval_model = lm_eval_versions = None
