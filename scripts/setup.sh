@@ -28,6 +28,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
     echo "setup: installing pinned packages into $VENV (several minutes the first time)"
+    bash scripts/check_disk.sh 6 "installing $VENV (4.1 GiB) and the model"
     # torch==2.13.0 resolves to the CPU build on machines that provide it via
     # pip find-links; on CUDA machines the same pin gives the CUDA build.
     "$VENV/bin/pip" install --quiet -r requirements/main.txt "$VLLM_REQUIREMENT"

@@ -16,6 +16,7 @@ want=$( (cat requirements/lmeval.txt scripts/setup_lmeval.sh; echo "$VLLM_REQUIR
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
     echo "setup-lmeval: installing lm-eval and vLLM into $VENV (a few minutes the first time)"
+    bash scripts/check_disk.sh 5 "installing $VENV (4.0 GiB)"
     "$VENV/bin/pip" install --quiet -r requirements/lmeval.txt "$VLLM_REQUIREMENT"
     "$VENV/bin/pip" install --quiet --no-deps compressed-tensors==0.19.0
     # From / so that this project's `evaluate` folder is not on the path.

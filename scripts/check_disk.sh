@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Fail fast, in one line, when the disk cannot hold an install:
+#   bash scripts/check_disk.sh <GiB needed> <what for>
+# A pip install that runs out of space stops half-way with a long traceback and
+# leaves a broken venv; this says so before anything is written.
+set -euo pipefail
+need_gib=$1; what=$2
+free_kib=$(df -Pk . | awk 'NR == 2 { print $4 }')
+free_gib=$((free_kib / 1024 / 1024))
+if [ "$free_gib" -lt "$need_gib" ]; then
+    echo "setup: $what needs about $need_gib GiB free but $(df -P . | awk 'NR == 2 { print $6 }') has $free_gib GiB;" \
+         "free some space (old clones' .venv*/ and .cache/, /tmp/torchinductor_*) and rerun" >&2
+    exit 1
+fi
