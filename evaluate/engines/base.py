@@ -154,11 +154,15 @@ class Engine:
         inside it). Yields the speed-relevant variables as set. `places`:
         folders the engine is given, set too but not settings, so not recorded."""
         values = cls.prepare_env(env, args) | (places or {})
-        # the engine's speed variables and every one its config sets, so rows
-        # of a sweep over `engine.env.X` say which X each measured
-        recorded = dict.fromkeys((*(cls.speed_env or ()), *env))
         with scoped_env(values):
-            yield {k: os.environ[k] for k in recorded if k in os.environ}
+            yield cls.recorded_env(env)
+
+    @classmethod
+    def recorded_env(cls, env: dict) -> dict:
+        """The engine's speed variables and every one its config `env` sets, as
+        os.environ has them now, so rows of a sweep over `engine.env.X` say
+        which X each measured."""
+        return {k: os.environ[k] for k in dict.fromkeys((*(cls.speed_env or ()), *env)) if k in os.environ}
 
     # ---- one running engine -------------------------------------------------
 
@@ -180,6 +184,9 @@ class Engine:
             raise
         if self.startup_s is None:
             self.startup_s = time.perf_counter() - t0
+        # read again: an engine may set some while starting, for the processes it
+        # spawns (vLLM-CPU preloads torch's libgomp through LD_PRELOAD)
+        self.env = self.recorded_env(env)
         self._closed = False
 
     def start(self, target, args: dict, max_model_len: int, trust_remote_code: bool) -> None:
