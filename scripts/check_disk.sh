@@ -5,10 +5,10 @@
 # leaves a broken venv; this says so before anything is written.
 set -euo pipefail
 need_gib=$1; what=$2
-free_kib=$(df -Pk . | awk 'NR == 2 { print $4 }')
+read -r free_kib mount < <(df -Pk . | awk 'NR == 2 { print $4, $6 }')
 free_gib=$((free_kib / 1024 / 1024))
 if [ "$free_gib" -lt "$need_gib" ]; then
-    echo "setup: $what needs about $need_gib GiB free but $(df -P . | awk 'NR == 2 { print $6 }') has $free_gib GiB;" \
+    echo "setup: $what needs about $need_gib GiB free but $mount has $free_gib GiB;" \
          "free some space (old clones' .venv*/ and .cache/, /tmp/torchinductor_*) and rerun" >&2
     exit 1
 fi
