@@ -3,6 +3,7 @@ serve the artifact with real vLLM and generate greedily (minutes)."""
 import json
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -39,14 +40,16 @@ def test_default_model_w8a8_serves_in_vllm(tmp_path, tokenizer_dir):
 
     script = tmp_path / "generate.py"
     script.write_text(GENERATE)
-    (tmp_path / "tmp").mkdir()
-    env = quantize_env({
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"),
-        "TMPDIR": str(tmp_path / "tmp"),
-    })
-    proc = subprocess.run([sys.executable, str(script), str(art)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=1800)
+    # vLLM binds its sockets under TMPDIR: a short folder of its own, as a
+    # socket's path must fit in 107 bytes (tmp_path does not, under xdist).
+    with tempfile.TemporaryDirectory(prefix="qb-e2e-") as sockets:
+        env = quantize_env({
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"),
+            "TMPDIR": sockets,
+        })
+        proc = subprocess.run([sys.executable, str(script), str(art)], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=1800)
     log = (proc.stdout + proc.stderr)[-4000:]
     assert proc.returncode == 0, log
     results = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
