@@ -3,11 +3,13 @@
 Every test drives the real thing: `python -m quantize ...` in a subprocess
 (real Hydra CLI, real llm-compressor), run from a temp dir so Hydra's logs/
 land there, on a tiny random Llama built once per session."""
+import fcntl
 import hashlib
 import json
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,9 +156,29 @@ def tokenizer_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory, tokenizer_dir) -> Path:
+def shared_dir(tmp_path_factory) -> Path:
+    """A folder all pytest-xdist workers of this run share (without xdist,
+    the session's own temp dir): what one worker builds, the others reuse."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextmanager
+def shared_lock(shared_dir: Path, name: str):
+    """One worker at a time builds `name` in the shared folder."""
+    with open(shared_dir / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also on kill
+        yield
+
+
+@pytest.fixture(scope="session")
+def tiny_model(shared_dir, tokenizer_dir) -> Path:
     """A 2-layer random Llama (hidden 128) with SmolLM2's tokenizer, built once."""
-    return build_tiny_llama(tmp_path_factory.mktemp("models") / TINY_NAME, tokenizer_dir)
+    path = shared_dir / "models" / TINY_NAME
+    with shared_lock(shared_dir, "tiny-model"):
+        if not (path / "config.json").is_file():
+            build_tiny_llama(path, tokenizer_dir)
+    return path
 
 
 @pytest.fixture(scope="session")
@@ -166,33 +188,44 @@ def session_workdir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def session_artifacts_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("artifacts")
+def session_artifacts_dir(shared_dir) -> Path:
+    return shared_dir / "artifacts"
 
 
 @pytest.fixture(scope="session")
-def build_artifact(tiny_model, session_workdir, session_artifacts_dir):
+def build_artifact(tiny_model, session_workdir, session_artifacts_dir, shared_dir):
     """`build_artifact(recipe)` quantizes the tiny model with a shipped recipe
-    (small Austen calibration) once per session and returns the Artifact;
-    later calls, from any test, reuse it. The first call builds every shipped
-    recipe in one `-m` sweep, as `make run` does (one process: the imports
-    are paid once). A failed build is remembered too, so it fails every test
-    that needs it without being retried."""
-    cache: dict[str, Artifact] = {}
+    (small Austen calibration) once per test run and returns the Artifact;
+    later calls, from any test or xdist worker, reuse it. The first call
+    builds every shipped recipe in one `-m` sweep, as `make run` does (one
+    process: the imports are paid once). A failed build is remembered too
+    (its output is kept in the shared folder), so it fails every test that
+    needs it without being retried."""
+    outputs = shared_dir / "artifact-builds"
+
+    def load(recipe: str) -> Artifact | None:
+        try:
+            saved = json.loads((outputs / f"{recipe}.json").read_text())
+        except OSError:
+            return None
+        return Artifact(recipe, session_artifacts_dir / TINY_NAME / recipe,
+                        subprocess.CompletedProcess(**saved))
 
     def build(recipe: str) -> Artifact:
-        if recipe not in cache:
-            shipped = shipped_recipes()
-            batch = [r for r in shipped if r not in cache] if recipe in shipped else [recipe]
-            proc = run_quantize("-m", f"recipe={','.join(batch)}", f"model={tiny_model}", *SMALL_CALIB,
-                                f"artifacts_dir={session_artifacts_dir}", cwd=session_workdir)
-            for name in batch:
-                art_dir = session_artifacts_dir / TINY_NAME / name
-                # the sweep goes on past a failed job: each artifact's own manifest says whether it was built
-                code = 0 if (art_dir / "manifest.json").is_file() else (proc.returncode or 1)
-                cache[name] = Artifact(name, art_dir, subprocess.CompletedProcess(proc.args, code, proc.stdout,
-                                                                                  proc.stderr))
-        art = cache[recipe]
+        with shared_lock(shared_dir, "artifacts"):
+            if load(recipe) is None:
+                shipped = shipped_recipes()
+                batch = [r for r in shipped if load(r) is None] if recipe in shipped else [recipe]
+                proc = run_quantize("-m", f"recipe={','.join(batch)}", f"model={tiny_model}", *SMALL_CALIB,
+                                    f"artifacts_dir={session_artifacts_dir}", cwd=session_workdir)
+                outputs.mkdir(parents=True, exist_ok=True)
+                for name in batch:
+                    # the sweep goes on past a failed job: each artifact's own manifest says whether it was built
+                    built = (session_artifacts_dir / TINY_NAME / name / "manifest.json").is_file()
+                    saved = {"args": proc.args, "returncode": 0 if built else (proc.returncode or 1),
+                             "stdout": proc.stdout, "stderr": proc.stderr}
+                    (outputs / f"{name}.json").write_text(json.dumps(saved))
+        art = load(recipe)
         check_ok(art.proc)
         return art
 
