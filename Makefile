@@ -2,6 +2,12 @@
 # Both set up .venv/ first (idempotent: a stamp skips work already done); the
 # tests also set up .venv-lmeval/, the optional lm-eval environment.
 PY := .venv/bin/python
+# The suite runs in this many pytest-xdist workers, a test file per worker at a
+# time (files share module fixtures). Most of its time is single-threaded (the
+# imports of the quantize/evaluate/vLLM processes it starts), so 2 workers use
+# 2 cores; each worker may hold a vLLM engine (~4 GB), so more cost memory.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 .PHONY: setup setup-lmeval setup-slurm run test test-fast
 setup:
@@ -20,7 +26,7 @@ run: setup
 	bash scripts/run_matrix.sh
 
 test: setup setup-lmeval setup-slurm
-	$(PY) -m pytest tests
+	$(PYTEST) tests
 
 test-fast: setup
-	$(PY) -m pytest -m "not slow" tests
+	$(PYTEST) -m "not slow" tests
