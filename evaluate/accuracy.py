@@ -23,6 +23,7 @@ reference: the artifact's unquantized base model run in transformers.
 - recovery_pct: reference perplexity / artifact perplexity x 100;
   lastword_recovery_pct: artifact / reference last-word accuracy x 100.
 """
+import functools
 import hashlib
 import json
 import logging
@@ -95,16 +96,22 @@ def lastword_items(tokenizer, text: str, n: int, min_words: int, context_tokens:
 
 
 class Reference:
-    """The unquantized base model in transformers: full next-token distributions."""
+    """The unquantized base model in transformers: full next-token distributions.
+    The weights load on first use: a job whose reference results are all
+    cached never loads them."""
 
     def __init__(self, path: Path, device: str):
         import torch
-        from transformers import AutoModelForCausalLM
+        self.path = path
         self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
         from quantize.common.dtypes import checkpoint_dtype, compute_dtype
         self.dtype = compute_dtype(checkpoint_dtype(path), "auto", self.device)
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype, use_safetensors=True)
-        self.model.to(self.device).eval()
+
+    @functools.cached_property
+    def model(self):
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained(self.path, dtype=self.dtype, use_safetensors=True)
+        return model.to(self.device).eval()
 
     def log_probs(self, ids: list[int]):
         """[len(ids) - 1, vocab] float32 log-probabilities predicting ids[1:].
@@ -163,8 +170,7 @@ def score(passed: dict, target, cfg) -> dict:
     ref_path = reference_path(target, cfg)
     ref = Reference(ref_path, cfg.reference_device)
     nll, ref_nll, kl, agree, scored = 0.0, 0.0, 0.0, 0, 0
-    for ids, positions in zip(wins, passed["window_logprobs"]):
-        ref_lp = ref.log_probs(ids)
+    for ids, positions, ref_lp in zip(wins, passed["window_logprobs"], reference_window_log_probs(ref, wins)):
         for i in range(1, len(ids)):
             q = positions[i]   # {token id: (logprob, rank)} from the engine
             p = ref_lp[i - 1]
@@ -175,7 +181,7 @@ def score(passed: dict, target, cfg) -> dict:
             scored += 1
     art_hits = sum(all(pos[tok][1] == 1 for pos, tok in _targets(p, n, lp))
                    for (p, n), lp in zip(items, passed["item_logprobs"]))
-    ref_hits = sum(reference_hits(ref, ref_path, items))
+    ref_hits = sum(reference_hits(ref, items))
     ppl, ref_ppl = math.exp(nll / scored), math.exp(ref_nll / scored)
     acc, ref_acc = art_hits / len(items), ref_hits / len(items)
     return {
@@ -220,23 +226,43 @@ def _targets(prompt: list[int], n: int, positions):
     return [(positions[i], prompt[i]) for i in range(len(prompt) - n, len(prompt))]
 
 
-def reference_hits(ref: Reference, path: Path, items) -> list[bool]:
+# The last reference's window log-probs, for the next job of this process: a
+# sweep's artifacts share one base model and one window set. Full vocabulary
+# rows, so only sets up to this size are held (SmolLM2's default: 0.8 GB).
+KEEP_WINDOW_BYTES = 2 * 2**30
+_kept_windows: dict[str, list[np.ndarray]] = {}
+
+
+def reference_window_log_probs(ref: Reference, wins) -> list[np.ndarray]:
+    """The reference's log-probs for each window, computed once per process
+    while the reference and the windows stay the same."""
+    key = _reference_key(ref, wins)
+    if key in _kept_windows:
+        return _kept_windows[key]
+    _kept_windows.clear()
+    log_probs = [ref.log_probs(ids) for ids in wins]
+    if sum(lp.nbytes for lp in log_probs) <= KEEP_WINDOW_BYTES:
+        _kept_windows[key] = log_probs
+    return log_probs
+
+
+def reference_hits(ref: Reference, items) -> list[bool]:
     """Per last-word item, whether the reference gets it right. The same for
     every artifact of one base model, so it is computed once (a forward pass
     per item) and kept in .cache/accuracy/, keyed by everything it depends on."""
-    file = CACHE_DIR / "accuracy" / f"lastword-{_reference_key(ref, path, items)}.json"
+    file = CACHE_DIR / "accuracy" / f"lastword-{_reference_key(ref, items)}.json"
     try:
         return json.loads(file.read_text())["hits"]
     except (OSError, ValueError, KeyError):
         pass
     hits = [ref.greedy(prompt, n) == prompt[-n:] for prompt, n in items]
-    atomic.write_json(file, {"reference": str(path), "hits": hits})
+    atomic.write_json(file, {"reference": str(ref.path), "hits": hits})
     return hits
 
 
-def _reference_key(ref: Reference, path: Path, items) -> str:
+def _reference_key(ref: Reference, inputs) -> str:
     """The reference weights (file names, sizes, modification times), how they
-    run (dtype, device, library versions) and the items' tokens."""
-    files = [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in weight_files(path)]
+    run (dtype, device, library versions) and the input tokens."""
+    files = [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in weight_files(ref.path)]
     runs = [str(ref.dtype), ref.device, metadata.version("torch"), metadata.version("transformers")]
-    return hashlib.sha256(json.dumps([files, runs, items]).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps([files, runs, inputs]).encode()).hexdigest()[:16]

@@ -94,31 +94,87 @@ def test_a_greedy_continuation_is_a_hit(reference, ref_dir, tmp_path, monkeypatc
     for _ in range(3):
         prompt.append(reference.greedy(prompt + [0], 1)[0])
     wrong = prompt[:-1] + [(prompt[-1] + 1) % 500]
-    assert accuracy.reference_hits(reference, ref_dir, [(prompt, 3), (wrong, 1), (wrong, 3)]) == [True, False, False]
+    assert accuracy.reference_hits(reference, [(prompt, 3), (wrong, 1), (wrong, 3)]) == [True, False, False]
 
 
 def test_the_reference_hits_are_cached_until_what_they_depend_on_changes(reference, ref_dir, tmp_path,
                                                                          monkeypatch):
     from evaluate import accuracy
     monkeypatch.setattr(accuracy, "CACHE_DIR", tmp_path)
-    first = accuracy.reference_hits(reference, ref_dir, ITEMS)
+    first = accuracy.reference_hits(reference, ITEMS)
     (cached,) = (tmp_path / "accuracy").glob("lastword-*.json")
 
     def no_forward(*_):
         raise AssertionError("computed again although cached")
     monkeypatch.setattr(reference, "greedy", no_forward)
-    assert accuracy.reference_hits(reference, ref_dir, ITEMS) == first
+    assert accuracy.reference_hits(reference, ITEMS) == first
 
     monkeypatch.undo()  # the real greedy, and a fresh cache folder
     monkeypatch.setattr(accuracy, "CACHE_DIR", tmp_path)
     calls = []
     real_greedy = reference.greedy
     monkeypatch.setattr(reference, "greedy", lambda ids, n: calls.append(1) or real_greedy(ids, n))
-    accuracy.reference_hits(reference, ref_dir, ITEMS[:2])           # other items
+    accuracy.reference_hits(reference, ITEMS[:2])           # other items
     assert len(calls) == 2
     weights = next(ref_dir.glob("*.safetensors"))
     stat = weights.stat()
     os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # the weights rewritten
-    accuracy.reference_hits(reference, ref_dir, ITEMS)
+    accuracy.reference_hits(reference, ITEMS)
     assert len(calls) == 5
     assert len(list((tmp_path / "accuracy").glob("lastword-*.json"))) == 3 and cached.is_file()
+
+
+# The reference's window log-probs: kept in memory for the next job of the
+# process (a sweep's artifacts share the base model), while nothing changed.
+
+WINDOWS = [[5, 17, 42, 8, 99, 3, 61, 2], [250, 11, 9, 31, 7, 7, 12, 300]]
+
+
+@pytest.fixture()
+def kept(monkeypatch):
+    from evaluate import accuracy
+    monkeypatch.setattr(accuracy, "_kept_windows", {})
+    return accuracy
+
+
+def test_the_window_log_probs_are_computed_once_while_the_reference_and_windows_stay(kept, reference, ref_dir,
+                                                                                      monkeypatch):
+    calls = []
+    real = reference.log_probs
+    monkeypatch.setattr(reference, "log_probs", lambda ids: calls.append(1) or real(ids))
+    first = kept.reference_window_log_probs(reference, WINDOWS)
+    assert len(calls) == 2 and [lp.shape for lp in first] == [(7, reference.model.config.vocab_size)] * 2
+    again = kept.reference_window_log_probs(reference, WINDOWS)
+    assert len(calls) == 2 and all(a is b for a, b in zip(again, first))
+
+    kept.reference_window_log_probs(reference, WINDOWS[:1])              # other windows
+    assert len(calls) == 3
+    weights = next(ref_dir.glob("*.safetensors"))
+    stat = weights.stat()
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # the weights rewritten
+    kept.reference_window_log_probs(reference, WINDOWS[:1])
+    assert len(calls) == 4
+
+
+def test_window_log_probs_over_the_budget_are_not_kept(kept, reference, monkeypatch):
+    monkeypatch.setattr(kept, "KEEP_WINDOW_BYTES", 0)
+    calls = []
+    real = reference.log_probs
+    monkeypatch.setattr(reference, "log_probs", lambda ids: calls.append(1) or real(ids))
+    kept.reference_window_log_probs(reference, WINDOWS)
+    kept.reference_window_log_probs(reference, WINDOWS)
+    assert len(calls) == 4 and kept._kept_windows == {}
+
+
+def test_a_job_whose_reference_results_are_kept_never_loads_the_reference(kept, ref_dir, tmp_path, monkeypatch):
+    from evaluate.accuracy import Reference
+    monkeypatch.setattr(kept, "CACHE_DIR", tmp_path)
+    first = Reference(ref_dir, "cpu")
+    windows = kept.reference_window_log_probs(first, WINDOWS)
+    hits = kept.reference_hits(first, ITEMS)
+    assert "model" in first.__dict__
+
+    second = Reference(ref_dir, "cpu")   # the next artifact's job
+    assert [lp is kept_lp for lp, kept_lp in zip(kept.reference_window_log_probs(second, WINDOWS), windows)] == [True] * 2
+    assert kept.reference_hits(second, ITEMS) == hits
+    assert "model" not in second.__dict__
