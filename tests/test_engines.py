@@ -290,6 +290,18 @@ def test_a_sweep_over_any_engine_variable_is_recorded_and_labelled(tiny_model, t
     assert sorted(labels(aggregate(rows)).values()) == ["original (QB_TEST_SWEPT=a)", "original (QB_TEST_SWEPT=b)"]
 
 
+@pytest.mark.parametrize("engine", ["vllm", "hf"])
+def test_instruction_set_caps_set_in_the_shell_are_recorded(engine, monkeypatch):
+    """scripts/as_avx2_host.sh caps ATen, MKL and oneDNN at AVX2: rows measured
+    so must say it, though no config of the engine set them."""
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.delenv("MKL_ENABLE_INSTRUCTIONS", raising=False)
+    recorded = engines.get(engine).recorded_env({})
+    assert {k: recorded.get(k) for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")} == {
+        "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": None}
+
+
 # VLLM_CPU_KVCACHE_SPACE=auto: the KV cache sized to what the job's scenarios hold at once.
 
 SMOLLM2 = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576}

@@ -33,6 +33,7 @@ class _TimingStreamer:
 
 class HfEngine(Engine):
     name = "hf"
+    speed_env = machine_mod.ISA_CAP_ENV
 
     @staticmethod
     def machine():

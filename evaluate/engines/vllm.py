@@ -28,7 +28,8 @@ SPEED_ENV = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NU
              "VLLM_CPU_INT4_W4A8", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
              "VLLM_USE_AOT_COMPILE",      # which torch.compile driver ran (see AOT_CACHE_BROKEN)
              "VLLM_CPU_SIM_MULTI_NUMA",   # how ranks were bound to CPUs (see rank_binding)
-             "LD_PRELOAD")                # vLLM-CPU's docs preload tcmalloc and Intel OpenMP for speed
+             "LD_PRELOAD",                # vLLM-CPU's docs preload tcmalloc and Intel OpenMP for speed
+             *machine_mod.ISA_CAP_ENV)
 
 
 def kv_cache_dtype(fmt, args) -> str:

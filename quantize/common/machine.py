@@ -12,6 +12,10 @@ from pathlib import Path
 # CPU flags that change which kernels and dtypes are fast (names as in /proc/cpuinfo).
 ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile",
              "asimd", "bf16", "sve")
+# Variables that cap the instructions torch (ATen and inductor's C++), MKL and
+# oneDNN use below what the CPU has (scripts/as_avx2_host.sh sets them): they
+# change speed, so rows record them.
+ISA_CAP_ENV = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
 # vLLM ops whose presence decides a format on CPU (vllm/_custom_ops.py names).
 X86 = ("x86_64", "amd64", "i686")
 VLLM_CPU_OPS = ("cpu_gemm_wna16", "onednn_scaled_mm", "fp8_scaled_mm_cpu")
