@@ -16,8 +16,8 @@ ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_i
 # oneDNN use below what the CPU has (scripts/as_avx2_host.sh sets them): they
 # change speed, so rows record them.
 ISA_CAP_ENV = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
-# vLLM ops whose presence decides a format on CPU (vllm/_custom_ops.py names).
 X86 = ("x86_64", "amd64", "i686")
+# vLLM ops whose presence decides a format on CPU (vllm/_custom_ops.py names).
 VLLM_CPU_OPS = ("cpu_gemm_wna16", "onednn_scaled_mm", "fp8_scaled_mm_cpu")
 
 
