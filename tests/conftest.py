@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from quantize.common import atomic
 from quantize.common.tiny_model import build_tiny_llama
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,7 +178,8 @@ def tiny_model(shared_dir, tokenizer_dir) -> Path:
     path = shared_dir / "models" / TINY_NAME
     with shared_lock(shared_dir, "tiny-model"):
         if not (path / "config.json").is_file():
-            build_tiny_llama(path, tokenizer_dir)
+            with atomic.staging_dir(path) as tmp:  # a killed build never takes the model's name
+                build_tiny_llama(tmp, tokenizer_dir)
     return path
 
 
@@ -218,13 +220,12 @@ def build_artifact(tiny_model, session_workdir, session_artifacts_dir, shared_di
                 batch = [r for r in shipped if load(r) is None] if recipe in shipped else [recipe]
                 proc = run_quantize("-m", f"recipe={','.join(batch)}", f"model={tiny_model}", *SMALL_CALIB,
                                     f"artifacts_dir={session_artifacts_dir}", cwd=session_workdir)
-                outputs.mkdir(parents=True, exist_ok=True)
                 for name in batch:
                     # the sweep goes on past a failed job: each artifact's own manifest says whether it was built
                     built = (session_artifacts_dir / TINY_NAME / name / "manifest.json").is_file()
                     saved = {"args": proc.args, "returncode": 0 if built else (proc.returncode or 1),
                              "stdout": proc.stdout, "stderr": proc.stderr}
-                    (outputs / f"{name}.json").write_text(json.dumps(saved))
+                    atomic.write_json(outputs / f"{name}.json", saved)
         art = load(recipe)
         check_ok(art.proc)
         return art
