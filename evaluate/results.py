@@ -57,6 +57,9 @@ class Row:
     # where start-up went, in seconds per phase, where the engine says (e.g.
     # {"load_s", "compile_s", "kv_cache_s", "warmup_s"}); engine_startup_s is the total
     engine_startup: dict | None = None
+    # torch's compile-cache lookups during that start-up, where the engine says
+    # ({"fx_graph_hits", "fx_graph_misses", "aot_autograd_hits", ...}): a miss compiled a graph
+    engine_compile_cache: dict | None = None
     # memory the engine reserved, in bytes, where it says: {"weights_bytes",
     # "kv_cache_bytes"} (a key is absent when the engine does not report it)
     engine_memory: dict | None = None

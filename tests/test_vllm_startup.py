@@ -83,6 +83,11 @@ def test_a_second_start_is_served_from_the_compile_cache(two_starts):
     assert any(part in f for f in first["files"] for part in ("fxgraph", "aotautograd")), first["files"]
     # the second start wrote nothing: no new kernel, no new cache entry
     assert second["files"] == first["files"]
+    # and compiled nothing: every lookup in torch's caches hit, as its rows say
+    # (a recompile that rewrote identical entries would leave the files alike)
+    cold, warm = (start["rows"][0].engine_compile_cache for start in two_starts)
+    assert cold and cold["fx_graph_misses"] >= 1, cold
+    assert warm and warm["fx_graph_hits"] >= 1 and warm["fx_graph_misses"] == warm["aot_autograd_misses"] == 0, warm
     assert "Compiling model again due to a load failure" not in second["log"]
     from evaluate.engines.vllm import _aot_cache_broken
     if _aot_cache_broken():  # the vLLM whose AOT cache never loads: the workaround is on and recorded

@@ -248,6 +248,7 @@ class VllmEngine(Engine):
     speed_env = SPEED_ENV
     # set by start(): seconds per start-up phase and bytes reserved, where vLLM says
     startup: dict | None = None
+    compile_lookups: dict | None = None  # torch's compile-cache hits and misses while it started
     memory: dict | None = None
     _startup_log = None  # vllm_startup.StartupLog of the last start
 
@@ -408,11 +409,15 @@ class VllmEngine(Engine):
         self.startup_s = time.perf_counter() - t0
         self._startup_log = cap.log
         self.startup = cap.log.breakdown(self.startup_s) if cap.log else {}
+        self.compile_lookups = cap.log.compile_cache_lookups() if cap.log else None
         self.memory = self._memory(target, cap.log)
         cache = cap.log.compile_cache() if cap.log else None
-        log.info("vLLM ready in %.1f s (%s)%s", self.startup_s,
+        lookups = self.compile_lookups
+        log.info("vLLM ready in %.1f s (%s)%s%s", self.startup_s,
                  ", ".join(f"{k[:-2]} {v:.1f} s" for k, v in self.startup.items()) or "no breakdown",
-                 f"; compile cache: {cache}" if cache else "")
+                 f"; compile cache: {cache}" if cache else "",
+                 f"; inductor's graph cache: hits {lookups['fx_graph_hits']}, misses {lookups['fx_graph_misses']}"
+                 if lookups else "")
 
     def _memory(self, target, startup_log) -> dict:
         """{"kv_cache_bytes", "weights_bytes"} as far as vLLM says: the KV
@@ -446,6 +451,8 @@ class VllmEngine(Engine):
         out = super().describe()
         if self.startup:
             out["engine_startup"] = self.startup
+        if self.compile_lookups:
+            out["engine_compile_cache"] = self.compile_lookups
         if self.memory:
             out["engine_memory"] = self.memory
         return out

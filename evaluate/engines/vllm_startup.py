@@ -53,12 +53,23 @@ _EVENTS = {
     "weights_gib": re.compile(r"Model loading took ([\d.]+) GiB"),
 }
 
+# Every lookup in torch's compile caches (the worker compiles; one line per
+# graph): counted per start, so a row says whether its compile came from the cache.
+_TORCH_CACHE_LOGGERS = ("torch._inductor.codecache", "torch._functorch._aot_autograd.autograd_cache")
+_CACHE_LOOKUPS = {
+    ("fx_graph", "hits"): re.compile(r"^fx graph cache hit for key"),
+    ("fx_graph", "misses"): re.compile(r"^fx graph cache miss for key"),
+    ("aot_autograd", "hits"): re.compile(r"^AOTAutograd cache hit for key"),
+    ("aot_autograd", "misses"): re.compile(r"^AOTAutograd cache miss for key"),
+}
+
 
 @dataclass
 class StartupLog:
     """What one engine's start-up logged: (time, message) per event name."""
     t0: float                                   # time.time() when the start was asked for
     events: dict[str, tuple[float, re.Match]] = field(default_factory=dict)
+    lookups: dict[tuple[str, str], int] = field(default_factory=dict)  # (cache, "hits"/"misses") -> count
 
     @classmethod
     def parse(cls, text: str, t0: float) -> "StartupLog":
@@ -75,6 +86,9 @@ class StartupLog:
                 m = pattern.search(parts[2])
                 if m and name not in out.events:  # the first occurrence: the start-up's
                     out.events[name] = (created, m)
+            for key, pattern in _CACHE_LOOKUPS.items():
+                if pattern.search(parts[2]):
+                    out.lookups[key] = out.lookups.get(key, 0) + 1
         return out
 
     def at(self, name: str) -> float | None:
@@ -92,6 +106,15 @@ class StartupLog:
         if "aot_saved" in self.events:
             return "compiled"
         return None
+
+    def compile_cache_lookups(self) -> dict[str, int] | None:
+        """Hits and misses of torch's compile caches while the engine started,
+        e.g. {"fx_graph_hits": 1, "fx_graph_misses": 0, "aot_autograd_hits": 1,
+        "aot_autograd_misses": 0}: a miss means a graph was compiled. None when
+        no lookup was logged (eager, or torch's caches off)."""
+        if not self.lookups:
+            return None
+        return {f"{cache}_{outcome}": self.lookups.get((cache, outcome), 0) for cache, outcome in _CACHE_LOOKUPS}
 
     def breakdown(self, total_s: float) -> dict[str, float]:
         """Seconds per phase (see the module doc); only phases whose bounding
@@ -140,6 +163,11 @@ def logging_config(log_file: str) -> dict:
     # the console handler keeps the user's VLLM_LOGGING_LEVEL; the logger lets INFO through to the file
     if logging.getLevelName(str(vllm_logger.get("level", "INFO"))) > logging.INFO:
         vllm_logger["level"] = "INFO"
+    # torch's compile caches log each lookup at INFO. Into the file only: torch's
+    # own console handlers print them when the user asks for them (TORCH_LOGS).
+    for name in _TORCH_CACHE_LOGGERS:
+        config["loggers"][name] = {"handlers": ["quantbench_startup"], "level": "INFO",
+                                   "propagate": bool(os.environ.get("TORCH_LOGS"))}
     return config
 
 

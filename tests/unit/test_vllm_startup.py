@@ -84,3 +84,36 @@ def test_logging_config_keeps_vllms_console_and_adds_a_file(tmp_path):
     assert "vllm" in vllm_logger["handlers"] and "quantbench_startup" in vllm_logger["handlers"]
     assert logging.getLevelName(vllm_logger["level"]) <= logging.INFO
     assert config["handlers"]["quantbench_startup"]["filename"] == str(tmp_path / "startup.log")
+
+
+# torch's compile-cache lines as a worker logs them: a cold start compiles
+# (AOTAutograd misses, inductor misses), a warm one loads both.
+COLD_LOOKUPS = records((30.0, "AOTAutograd cache miss for key a1b2"), (31.0, "fx graph cache miss for key f1f2"),
+                       (60.0, "Writing AOTAutograd cache entry to /c/aotautograd/a1b2/entry"))
+WARM_LOOKUPS = records((30.0, "fx graph cache hit for key f1f2"), (30.1, "AOTAutograd cache hit for key a1b2"))
+
+
+def test_compile_cache_lookups_are_counted_per_cache():
+    cold = StartupLog.parse(COLD + COLD_LOOKUPS, T0).compile_cache_lookups()
+    assert cold == {"fx_graph_hits": 0, "fx_graph_misses": 1, "aot_autograd_hits": 0, "aot_autograd_misses": 1}
+    two_graphs = StartupLog.parse(WARM_LOOKUPS + WARM_LOOKUPS + records((40.0, "fx graph cache miss for key f3")),
+                                  T0).compile_cache_lookups()
+    assert two_graphs == {"fx_graph_hits": 2, "fx_graph_misses": 1, "aot_autograd_hits": 2, "aot_autograd_misses": 0}
+    # no lookup logged (eager, caches off, torch's loggers not captured): absent, not "0 hits"
+    assert StartupLog.parse(COLD, T0).compile_cache_lookups() is None
+    # a line that only mentions a hit is not one
+    assert StartupLog.parse(records((1.0, "see: fx graph cache hit for key x")), T0).compile_cache_lookups() is None
+
+
+@pytest.mark.parametrize("torch_logs, propagate", [(None, False), ("+inductor", True)])
+def test_torch_cache_lookups_go_to_the_file_and_to_the_console_only_when_asked(tmp_path, monkeypatch,
+                                                                                torch_logs, propagate):
+    pytest.importorskip("vllm")
+    if torch_logs:
+        monkeypatch.setenv("TORCH_LOGS", torch_logs)
+    else:
+        monkeypatch.delenv("TORCH_LOGS", raising=False)
+    config = logging_config(str(tmp_path / "startup.log"))
+    for name in ("torch._inductor.codecache", "torch._functorch._aot_autograd.autograd_cache"):
+        assert config["loggers"][name] == {"handlers": ["quantbench_startup"], "level": "INFO",
+                                           "propagate": propagate}
