@@ -12,7 +12,8 @@ starts the engine as `python -m evaluate` does (conf/engine/vllm.yaml):
 After each start it measures one short scenario (one warm-up, then --runs
 timed runs) so a faster start can be seen not to change tok/s, and prints
 the start-up breakdown vLLM's log lines give (evaluate/engines/vllm_startup.py),
-whether the compiled model came from the compile cache, the KV-cache size,
+whether the compiled model came from the compile cache (vLLM's AOT cache, and
+the hits and misses of torch's inductor and AOTAutograd caches), the KV-cache size,
 and the 1-minute load average before and after (the machine may be shared).
 
 `--aot-pairs N` then alternates N times, in the same cache, a start of the
@@ -67,14 +68,18 @@ def cache_files(cache: Path) -> int:
     return sum(len(files) for _, _, files in os.walk(cache))
 
 
-def one_start(label: str, model: Path, scenario, runs: int, cache: Path, seed: int = 0) -> dict:
+def one_start(label: str, model: Path, scenario, runs: int, cache: Path, aot: bool = False, seed: int = 0) -> dict:
+    """`aot`: with vLLM's own compile driver (VLLM_USE_AOT_COMPILE=1)."""
     conf = engines.config("vllm")
     cls = engines.get(conf)
     target = target_mod.from_path(model)
     args = dict(conf["args"])
     args["dtype"] = cls.choose_dtype(target.format, cls.machine(), args["dtype"])
     load0, files0 = load_avg(), cache_files(cache)
-    env = cls.sized_env(conf["env"], target, args, scenario.kv_tokens)
+    # set in the engine's env, as `engine.env.X=...` would: it wins over the project's .cache/
+    folders = {"VLLM_CACHE_ROOT": str(cache / "vllm"), "TORCHINDUCTOR_CACHE_DIR": str(cache / "torchinductor")}
+    driver = {"VLLM_USE_AOT_COMPILE": "1"} if aot else {}
+    env = cls.sized_env(conf["env"] | folders | driver, target, args, scenario.kv_tokens)
     engine = cls(target, args, env, max_model_len=scenario.max_len)
     try:
         setup = engine.describe()
@@ -88,6 +93,7 @@ def one_start(label: str, model: Path, scenario, runs: int, cache: Path, seed: i
         return {"label": label, "model": target.path.name, "total": setup["engine_startup_s"],
                 "phases": setup.get("engine_startup") or {}, "memory": setup.get("engine_memory") or {},
                 "cache": log.compile_cache() if log else None, "new_files": cache_files(cache) - files0,
+                "lookups": log.compile_cache_lookups() if log else None,
                 "tok_s": tok_s, "env": setup["engine_env"],
                 "load": (load0, load_avg())}
     finally:
@@ -101,16 +107,16 @@ def show(r: dict) -> None:
     kv = r["memory"].get("kv_cache_bytes")
     print(f"{r['label']:<34} {r['model']:<18} {r['total']:6.1f} s  [{phases}]")
     kv_text = f"{kv / 2**30:.2f} GiB" if kv else "-"
-    print(f"{'':<34} compile cache: {r['cache'] or '-'}, {r['new_files']} new files; KV cache {kv_text}; "
+    lookups = r["lookups"]
+    hits = (f"; hits/misses: inductor {lookups['fx_graph_hits']}/{lookups['fx_graph_misses']}, AOTAutograd "
+            f"{lookups['aot_autograd_hits']}/{lookups['aot_autograd_misses']}") if lookups else ""
+    print(f"{'':<34} compile cache: {r['cache'] or '-'}, {r['new_files']} new files{hits}; KV cache {kv_text}; "
           f"{statistics.mean(tok):.1f}{spread} tok/s over {len(tok)} runs; "
           f"load average {r['load'][0]:.2f} -> {r['load'][1]:.2f}")
 
 
 def main(args: argparse.Namespace) -> None:
     cache = Path(args.cache_dir) if args.cache_dir else Path(tempfile.mkdtemp(prefix="qb-startup-cache-"))
-    # a value set here wins over the project's .cache/ (VllmEngine.prepare_env)
-    os.environ["VLLM_CACHE_ROOT"] = str(cache / "vllm")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "torchinductor")
     scenario = scenarios.load(args.scenario)
     first, second = (Path(m) for m in args.models)
     plan = [("1. first start (cold cache)", first), ("2. second start (warm cache)", first),
@@ -136,17 +142,8 @@ def main(args: argparse.Namespace) -> None:
         for i in range(args.aot_pairs):
             pair = {}
             for aot in ((True, False) if i % 2 == 0 else (False, True)):  # who goes first alternates
-                user = os.environ.get("VLLM_USE_AOT_COMPILE")
-                if aot:
-                    os.environ["VLLM_USE_AOT_COMPILE"] = "1"
-                try:
-                    r = one_start(f"pair {i + 1}, {'vLLM AOT driver' if aot else 'quantbench default'}", first,
-                                  scenario, args.runs, cache)
-                finally:
-                    if aot and user is None:
-                        os.environ.pop("VLLM_USE_AOT_COMPILE", None)
-                    elif aot:
-                        os.environ["VLLM_USE_AOT_COMPILE"] = user
+                r = one_start(f"pair {i + 1}, {'vLLM AOT driver' if aot else 'quantbench default'}", first,
+                              scenario, args.runs, cache, aot=aot)
                 show(r)
                 out.append(r)
                 pair[aot] = statistics.mean(r["tok_s"])

@@ -154,6 +154,8 @@ def test_compile_cache_goes_to_the_project_cache_unless_the_user_chose_one(clean
     env = VllmEngine.prepare_env({})
     assert env["TORCHINDUCTOR_CACHE_DIR"] == str(CACHE_DIR / "torchinductor")
     assert env["VLLM_CACHE_ROOT"] == str(CACHE_DIR / "vllm")
+    # one chosen in the engine config (engine.env.X=...) is the user's too
+    assert VllmEngine.prepare_env({"TORCHINDUCTOR_CACHE_DIR": "/scratch/c"})["TORCHINDUCTOR_CACHE_DIR"] == "/scratch/c"
     monkeypatch.setattr(base, "LAUNCH_ENV", base.LAUNCH_ENV | {"TORCHINDUCTOR_CACHE_DIR"})
     assert "TORCHINDUCTOR_CACHE_DIR" not in VllmEngine.prepare_env({})  # left as the user set it
 

@@ -345,7 +345,7 @@ class VllmEngine(Engine):
             # On small machines the reserved front-end core costs more than it saves.
             env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = 0 if (os.cpu_count() or 1) <= 4 else None
         for key, folder in (("VLLM_CACHE_ROOT", "vllm"), ("TORCHINDUCTOR_CACHE_DIR", "torchinductor")):
-            if not user_set(key):  # a value the user set wins
+            if not user_set(key) and env.get(key) is None:  # a folder the user chose (shell, engine.env) wins
                 env[key] = str(CACHE_DIR / folder)
         if not user_set("VLLM_USE_AOT_COMPILE") and "VLLM_USE_AOT_COMPILE" not in env and _aot_cache_broken():
             env["VLLM_USE_AOT_COMPILE"] = "0"
