@@ -174,7 +174,7 @@ def _plan(cfg) -> tuple[Job, list[Scenario], Verdict]:
     base = Row(kind="speed", **target.as_row(), engine=name, engine_args=args,
                engine_env=engine_cfg.get("env", {}), **where, machine=machine.facts(),
                kv_quant=engine.kv_quant(target.format, args),
-               setup_id=results.setup_id(engines.identity(engine_cfg), **where), repro=_repro(target))
+               setup_id=results.setup_id(engines.identity(engine_cfg, engine), **where), repro=_repro(target))
     job = Job(cfg=cfg, plan=plan, target=target, store=store, engine=engine, engine_cfg=engine_cfg, limit=limit,
               fit=fit, base=base, accuracy_cfg=accuracy_cfg, lm_eval_cfg=lm_eval_cfg, lm_eval_model=lm_eval_model,
               lm_eval_versions=lm_eval_versions, load=load, slo=slo)

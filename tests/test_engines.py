@@ -176,6 +176,31 @@ def test_engine_is_found_from_a_config_outside_conf(dummy):
     assert "impl" not in engines.identity(cfg) and engines.identity(cfg)["name"] == "dummy"
 
 
+def test_speed_variables_exported_in_the_shell_enter_the_setup_identity(clean_env, monkeypatch):
+    """A rerun with OMP_NUM_THREADS (or an ISA cap) exported differently is
+    another setup: its rows must not be skipped as done or averaged with the
+    old ones. Variables set later (by libraries or engines) do not count, nor
+    a scheduler's GPU assignment."""
+    from evaluate.engines import base
+    from evaluate.engines.vllm import VllmEngine
+    cfg = engines.config("vllm")
+    plain = engines.identity(cfg, VllmEngine)
+    assert "shell_env" not in plain  # ids of setups without such variables stay what they were
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    monkeypatch.setenv("QB_TEST_NEW", "x")  # not a speed variable of vLLM's
+    assert engines.identity(cfg, VllmEngine) == plain  # set after launch: a library's, not the user's
+    monkeypatch.setattr(base, "LAUNCH_ENV", base.LAUNCH_ENV | {"OMP_NUM_THREADS", "ATEN_CPU_CAPABILITY",
+                                                               "CUDA_VISIBLE_DEVICES", "QB_TEST_NEW"})
+    shell = engines.identity(cfg, VllmEngine)
+    assert shell["shell_env"] == {"OMP_NUM_THREADS": "1", "ATEN_CPU_CAPABILITY": "avx2"}
+    assert results.setup_id(shell, versions(), hardware()) != results.setup_id(plain, versions(), hardware())
+    # one the engine config sets is already in its `env`: not counted twice
+    configured = {**cfg, "env": {**cfg["env"], "OMP_NUM_THREADS": "2"}}
+    assert engines.identity(configured, VllmEngine)["shell_env"] == {"ATEN_CPU_CAPABILITY": "avx2"}
+
+
 @pytest.mark.parametrize("cfg, expect", [
     ("no_such_engine", "unknown engine 'no_such_engine'; choose one of ['hf', 'openai', 'vllm', 'vllm_server'] (conf/engine/)"),
     ({"name": "x"}, "conf/engine/x.yaml names no implementation; add `impl: <module>.<EngineClass>`"),

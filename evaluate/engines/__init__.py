@@ -11,10 +11,11 @@ path instead of conf/engine/); nothing here lists engines.
 """
 import difflib
 import importlib
+import os
 
 import yaml
 
-from evaluate.engines.base import Engine, LmEvalModel, scoped_env
+from evaluate.engines.base import Engine, LmEvalModel, scoped_env, user_set
 from quantize.common.errors import UserError
 from quantize.common.paths import CONF_DIR
 
@@ -64,10 +65,26 @@ def get(engine) -> type[Engine]:
     return cls
 
 
-def identity(engine_cfg: dict) -> dict:
+# Set per job by a scheduler without changing the setup: a resumed job may be
+# given other GPUs of the same kind.
+_PER_JOB_ENV = frozenset({"CUDA_VISIBLE_DEVICES"})
+
+
+def identity(engine_cfg: dict, cls: type[Engine] | None = None) -> dict:
     """The engine config as it enters the setup id: everything but `impl`
-    (which code serves a name is not a setting; ids stay what they were)."""
-    return {k: v for k, v in engine_cfg.items() if k != "impl"}
+    (which code serves a name is not a setting; ids stay what they were), and
+    as `shell_env` the engine's speed variables exported before quantbench
+    started (e.g. OMP_NUM_THREADS, or the ISA caps of scripts/as_avx2_host.sh):
+    they change speed as `engine.env` does. Absent when there are none, so
+    the ids of setups without them stay what they were."""
+    cls = cls or get(engine_cfg)
+    out = {k: v for k, v in engine_cfg.items() if k != "impl"}
+    configured = engine_cfg.get("env") or {}
+    shell = {k: os.environ[k] for k in cls.speed_env or ()
+             if user_set(k) and k in os.environ and k not in configured and k not in _PER_JOB_ENV}
+    if shell:
+        out["shell_env"] = shell
+    return out
 
 
 def check_args(cls, args: dict, name: str | None = None) -> None:
