@@ -44,7 +44,7 @@ from evaluate.pipeline import prompts  # noqa: E402
 from quantize.common.paths import PROJECT_ROOT  # noqa: E402
 
 ARTIFACTS = PROJECT_ROOT / "artifacts" / "smollm2-135m-instruct"
-PHASES = ("spawn_s", "load_s", "compile_s", "warmup_s", "compile_warmup_s", "kv_cache_s", "other_s")
+PHASES = ("spawn_s", "load_s", "trace_s", "compile_s", "warmup_s", "compile_warmup_s", "kv_cache_s", "other_s")
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:

@@ -8,15 +8,19 @@ while an engine starts, `capture()` points that at a config that keeps
 vLLM's own console output as it is and adds a file handler with sub-second
 timestamps; `breakdown()` turns those records into seconds per phase.
 
-Phases are measured between log lines vLLM writes anyway (INFO level):
+Phases are measured between log lines vLLM and torch.compile write anyway
+(INFO level; torch's are captured into the file only, see logging_config):
 
     spawn_s     our call -> "Starting to load model"   processes, imports, config
     load_s      -> start of "init engine ... took"     weights read and post-processed
-    compile_s   "Warming up model for the compilation" -> the compiled
-                function saved ("saved AOT compiled function") or loaded from
-                the compile cache ("Directly load AOT compilation")
+    trace_s     "Warming up model for the compilation" -> dynamo's "done tracing":
+                the model traced into a graph (no compile cache skips it)
+    compile_s   -> the compiled function saved ("saved AOT compiled function"),
+                loaded from vLLM's cache ("Directly load AOT compilation"), or
+                returned by inductor (dynamo's last "done compiler function"):
+                a compile, or a load from inductor's cache
     warmup_s    -> "Warming up done"                   the profiling run
-    compile_warmup_s  the two above as one phase, where no line divides them
+    compile_warmup_s  the three above as one phase, where no line divides them
     kv_cache_s  -> "init engine ... took"              KV-cache sizing and allocation
     other_s     the rest of the total                  (e.g. the front end's own set-up)
 
@@ -49,13 +53,17 @@ _EVENTS = {
     "aot_load_failed": re.compile(r"Compiling model again due to a load failure"),
     "warm_done": re.compile(r"Warming up done"),
     "init_engine": re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"),
+    "traced": re.compile(r"^Step \d+: torchdynamo done tracing"),
+    "compiler_done": re.compile(r"^Step \d+: done compiler function"),
     "kv_tokens": re.compile(r"KV cache size: ([\d,]+) tokens"),
     "weights_gib": re.compile(r"Model loading took ([\d.]+) GiB"),
 }
 
-# Every lookup in torch's compile caches (the worker compiles; one line per
-# graph): counted per start, so a row says whether its compile came from the cache.
-_TORCH_CACHE_LOGGERS = ("torch._inductor.codecache", "torch._functorch._aot_autograd.autograd_cache")
+# torch.compile's own records, in the worker that compiles: dynamo's steps
+# (tracing, calling the compiler) and every lookup in torch's compile caches
+# (one per graph, counted so a row says whether its compile came from the cache).
+_TORCH_LOGGERS = ("torch._dynamo.symbolic_convert", "torch._dynamo.output_graph",
+                  "torch._inductor.codecache", "torch._functorch._aot_autograd.autograd_cache")
 _CACHE_LOOKUPS = {
     ("fx_graph", "hits"): re.compile(r"^fx graph cache hit for key"),
     ("fx_graph", "misses"): re.compile(r"^fx graph cache miss for key"),
@@ -69,6 +77,7 @@ class StartupLog:
     """What one engine's start-up logged: (time, message) per event name."""
     t0: float                                   # time.time() when the start was asked for
     events: dict[str, tuple[float, re.Match]] = field(default_factory=dict)
+    last: dict[str, float] = field(default_factory=dict)  # time of each event's last occurrence
     lookups: dict[tuple[str, str], int] = field(default_factory=dict)  # (cache, "hits"/"misses") -> count
 
     @classmethod
@@ -86,6 +95,8 @@ class StartupLog:
                 m = pattern.search(parts[2])
                 if m and name not in out.events:  # the first occurrence: the start-up's
                     out.events[name] = (created, m)
+                if m:
+                    out.last[name] = created
             for key, pattern in _CACHE_LOOKUPS.items():
                 if pattern.search(parts[2]):
                     out.lookups[key] = out.lookups.get(key, 0) + 1
@@ -123,14 +134,18 @@ class StartupLog:
         load_start, warm_start, warm_done = self.at("load_start"), self.at("warm_start"), self.at("warm_done")
         init_end = self.at("init_engine")
         init_start = init_end - float(self.events["init_engine"][1].group(1)) if init_end else None
-        compiled = self.at("aot_loaded") or self.at("aot_saved")
+        # several graphs (graph breaks) compile in turn: the last one returned ends the compile
+        compiled = self.at("aot_loaded") or self.at("aot_saved") or self.last.get("compiler_done")
+        traced = self.at("traced")
         if load_start is not None:
             phases["spawn_s"] = load_start - self.t0
             if init_start is not None:
                 phases["load_s"] = init_start - load_start
         if warm_start is not None and warm_done is not None:
             if compiled is not None and warm_start <= compiled <= warm_done:
-                phases["compile_s"] = compiled - warm_start
+                if traced is not None and warm_start <= traced <= compiled:
+                    phases["trace_s"] = traced - warm_start
+                phases["compile_s"] = compiled - (traced if "trace_s" in phases else warm_start)
                 phases["warmup_s"] = warm_done - compiled
             else:
                 phases["compile_warmup_s"] = warm_done - warm_start
@@ -163,11 +178,15 @@ def logging_config(log_file: str) -> dict:
     # the console handler keeps the user's VLLM_LOGGING_LEVEL; the logger lets INFO through to the file
     if logging.getLevelName(str(vllm_logger.get("level", "INFO"))) > logging.INFO:
         vllm_logger["level"] = "INFO"
-    # torch's compile caches log each lookup at INFO. Into the file only: torch's
-    # own console handlers print them when the user asks for them (TORCH_LOGS).
-    for name in _TORCH_CACHE_LOGGERS:
-        config["loggers"][name] = {"handlers": ["quantbench_startup"], "level": "INFO",
-                                   "propagate": bool(os.environ.get("TORCH_LOGS"))}
+    # torch.compile's INFO records go to the file. Unless the user asked torch for
+    # its logs (TORCH_LOGS: torch's own handlers then print them), they stop there,
+    # and only warnings reach the console, as they would without this config.
+    asked = bool(os.environ.get("TORCH_LOGS"))
+    config["handlers"]["quantbench_torch_warnings"] = {"class": "logging.StreamHandler", "level": "WARNING",
+                                                       "stream": "ext://sys.stderr"}
+    for name in _TORCH_LOGGERS:
+        config["loggers"][name] = {"handlers": ["quantbench_startup"] + ([] if asked else ["quantbench_torch_warnings"]),
+                                   "level": "INFO", "propagate": asked}
     return config
 
 

