@@ -57,19 +57,18 @@ _EVENTS = {
     "compiler_done": re.compile(r"^Step \d+: done compiler function"),
     "kv_tokens": re.compile(r"KV cache size: ([\d,]+) tokens"),
     "weights_gib": re.compile(r"Model loading took ([\d.]+) GiB"),
+    # one lookup per graph in each of torch's compile caches, counted
+    "fx_graph_hits": re.compile(r"^fx graph cache hit for key"),
+    "fx_graph_misses": re.compile(r"^fx graph cache miss for key"),
+    "aot_autograd_hits": re.compile(r"^AOTAutograd cache hit for key"),
+    "aot_autograd_misses": re.compile(r"^AOTAutograd cache miss for key"),
 }
+_CACHE_LOOKUPS = ("fx_graph_hits", "fx_graph_misses", "aot_autograd_hits", "aot_autograd_misses")
 
 # torch.compile's own records, in the worker that compiles: dynamo's steps
-# (tracing, calling the compiler) and every lookup in torch's compile caches
-# (one per graph, counted so a row says whether its compile came from the cache).
+# (tracing, calling the compiler) and the compile caches' lookups.
 _TORCH_LOGGERS = ("torch._dynamo.symbolic_convert", "torch._dynamo.output_graph",
                   "torch._inductor.codecache", "torch._functorch._aot_autograd.autograd_cache")
-_CACHE_LOOKUPS = {
-    ("fx_graph", "hits"): re.compile(r"^fx graph cache hit for key"),
-    ("fx_graph", "misses"): re.compile(r"^fx graph cache miss for key"),
-    ("aot_autograd", "hits"): re.compile(r"^AOTAutograd cache hit for key"),
-    ("aot_autograd", "misses"): re.compile(r"^AOTAutograd cache miss for key"),
-}
 
 
 @dataclass
@@ -78,7 +77,7 @@ class StartupLog:
     t0: float                                   # time.time() when the start was asked for
     events: dict[str, tuple[float, re.Match]] = field(default_factory=dict)
     last: dict[str, float] = field(default_factory=dict)  # time of each event's last occurrence
-    lookups: dict[tuple[str, str], int] = field(default_factory=dict)  # (cache, "hits"/"misses") -> count
+    counts: dict[str, int] = field(default_factory=dict)  # occurrences of each event
 
     @classmethod
     def parse(cls, text: str, t0: float) -> "StartupLog":
@@ -93,13 +92,12 @@ class StartupLog:
                 continue
             for name, pattern in _EVENTS.items():
                 m = pattern.search(parts[2])
-                if m and name not in out.events:  # the first occurrence: the start-up's
+                if not m:
+                    continue
+                if name not in out.events:  # the first occurrence: the start-up's
                     out.events[name] = (created, m)
-                if m:
-                    out.last[name] = created
-            for key, pattern in _CACHE_LOOKUPS.items():
-                if pattern.search(parts[2]):
-                    out.lookups[key] = out.lookups.get(key, 0) + 1
+                out.last[name] = created
+                out.counts[name] = out.counts.get(name, 0) + 1
         return out
 
     def at(self, name: str) -> float | None:
@@ -123,9 +121,9 @@ class StartupLog:
         e.g. {"fx_graph_hits": 1, "fx_graph_misses": 0, "aot_autograd_hits": 1,
         "aot_autograd_misses": 0}: a miss means a graph was compiled. None when
         no lookup was logged (eager, or torch's caches off)."""
-        if not self.lookups:
+        if not any(name in self.counts for name in _CACHE_LOOKUPS):
             return None
-        return {f"{cache}_{outcome}": self.lookups.get((cache, outcome), 0) for cache, outcome in _CACHE_LOOKUPS}
+        return {name: self.counts.get(name, 0) for name in _CACHE_LOOKUPS}
 
     def breakdown(self, total_s: float) -> dict[str, float]:
         """Seconds per phase (see the module doc); only phases whose bounding
@@ -184,9 +182,9 @@ def logging_config(log_file: str) -> dict:
     asked = bool(os.environ.get("TORCH_LOGS"))
     config["handlers"]["quantbench_torch_warnings"] = {"class": "logging.StreamHandler", "level": "WARNING",
                                                        "stream": "ext://sys.stderr"}
+    handlers = ["quantbench_startup"] + ([] if asked else ["quantbench_torch_warnings"])
     for name in _TORCH_LOGGERS:
-        config["loggers"][name] = {"handlers": ["quantbench_startup"] + ([] if asked else ["quantbench_torch_warnings"]),
-                                   "level": "INFO", "propagate": asked}
+        config["loggers"][name] = {"handlers": handlers, "level": "INFO", "propagate": asked}
     return config
 
 
