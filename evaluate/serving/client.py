@@ -60,6 +60,7 @@ class Client:
             result.error = "cancelled: still running when the level's time was up"
         except Exception as e:  # connection refused or reset, timeout, bad JSON: a failed request
             result.error = f"{type(e).__name__}: {e}"[:300] or type(e).__name__
+            result.connection_lost = isinstance(e, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError))
         finally:
             if result.error is None and result.end is None:
                 result.error = "stream ended without [DONE]"

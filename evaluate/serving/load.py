@@ -37,6 +37,7 @@ from quantize.common.errors import UserError
 
 PROFILES = ("none", "synchronous", "concurrency", "rate", "sweep", "slo_search")
 ALIVE_POLL_S = 1.0
+DEATH_GRACE_S = 2.0  # a dying server closes its sockets a moment before its exit can be seen
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,7 @@ async def _level(base_url, model, level: Level, prompts, output_len, max_seconds
         died = await _wait(tasks, send_until + drain_seconds, alive, stop)
         run.end = time.perf_counter()
     if not died and any(r.error for r in results):  # failed fast: was it the server?
-        died = await asyncio.get_running_loop().run_in_executor(None, alive)
+        died = await _died_within(alive, DEATH_GRACE_S if any(r.connection_lost for r in results) else 0.0)
     if died:
         run.stopped_by = f"server died: {died}"
     elif len(results) >= len(prompts):
@@ -264,6 +265,15 @@ async def _wait(tasks: list[asyncio.Task], deadline: float, alive, stop) -> str 
     for task in pending:
         task.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
+    return died
+
+
+async def _died_within(alive, grace_s: float) -> str | None:
+    """Why the server died, if `alive()` says so within `grace_s`; else None."""
+    loop = asyncio.get_running_loop()
+    until = time.perf_counter() + grace_s
+    while (died := await loop.run_in_executor(None, alive)) is None and time.perf_counter() < until:
+        await asyncio.sleep(0.1)
     return died
 
 

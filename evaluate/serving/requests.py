@@ -15,6 +15,7 @@ class RequestResult:
     chunk_times: list[float] = field(default_factory=list)  # arrival of every streamed chunk with tokens
     end: float | None = None            # when the response completed
     error: str | None = None            # None: success
+    connection_lost: bool = False       # refused, reset or cut off: the server may have died
 
     @property
     def success(self) -> bool:

@@ -99,6 +99,22 @@ def test_a_server_that_dies_mid_level_ends_it(fake_server):
         run_level(server, Level("concurrency", 2), n=20)
 
 
+def test_a_death_seen_late_still_ends_the_level_as_a_death(fake_server):
+    """The client sees closed connections a moment before the server's exit is
+    visible: the first two looks at a dead server say it is alive."""
+    server = fake_server("--fixed-ms", "20", "--die-after", "3")
+    looks_at_the_dead = []
+
+    def lagging_alive():
+        died = server.alive()
+        if died:
+            looks_at_the_dead.append(died)
+        return died if len(looks_at_the_dead) > 2 else None
+
+    with pytest.raises(ServerDied, match="exited with code 3"):
+        run_level(server, Level("concurrency", 2), n=20, alive=lagging_alive)
+
+
 def test_sweep_places_its_rates_between_synchronous_and_saturation():
     seen = []
 
