@@ -41,6 +41,7 @@ class CheckpointFormat:
     sparsity_compressed: bool = False   # a sparse-compressed format (sparsity_config)
     moe: bool = False              # mixture-of-experts: quantized experts need fused-MoE kernels
     kv_cache: str | None = None    # the checkpoint's KV-cache scheme (kv_cache_scheme): "fp8", "fp8 per-head", ...
+    zero_point: bool = False       # asymmetric integer weights (a zero point per group or channel)
 
     @property
     def label(self) -> str:
@@ -64,14 +65,17 @@ def classify(config: dict, sparse_24: bool = False) -> CheckpointFormat:
         return CheckpointFormat(**common)
     method = q.get("quant_method")
     groups = list((q.get("config_groups") or {}).values())
+    zero_point = False
     if groups:
         schemes = sorted({_scheme(g.get("weights") or {}, g.get("input_activations")) for g in groups})
         scheme = schemes[0] if len(schemes) == 1 else "+".join(schemes)
+        zero_point = any((g.get("weights") or {}).get("symmetric") is False for g in groups)
     elif method in ("gptq", "awq"):
         scheme = _scheme({"num_bits": q.get("bits"), "type": "int"}, None)
+        zero_point = q.get("sym") is False if method == "gptq" else q.get("zero_point", True) is not False
     else:
         scheme = DENSE  # e.g. a sparsity-only compressed-tensors config
-    return CheckpointFormat(scheme=scheme, method=method, **common)
+    return CheckpointFormat(scheme=scheme, method=method, zero_point=zero_point, **common)
 
 
 def kv_cache_scheme(kv: dict | None) -> str | None:

@@ -60,6 +60,24 @@ def test_formats_are_classified_from_the_checkpoint_config(quant, scheme):
     assert f.method == (quant or {}).get("quant_method")
 
 
+def asym(g):
+    return g | {"weights": g["weights"] | {"symmetric": False}}
+
+
+@pytest.mark.parametrize("quant, zero_point", [
+    (None, False),
+    ({"quant_method": CT, "config_groups": {"g": group(4)}}, False),            # compressed-tensors' default
+    ({"quant_method": CT, "config_groups": {"g": asym(group(4))}}, True),
+    ({"quant_method": CT, "config_groups": {"a": group(8, act_bits=8), "b": asym(group(4))}}, True),
+    ({"quant_method": "gptq", "bits": 4, "sym": True}, False),
+    ({"quant_method": "gptq", "bits": 4, "sym": False}, True),
+    ({"quant_method": "awq", "bits": 4}, True),                                # AutoAWQ's default
+    ({"quant_method": "awq", "bits": 4, "zero_point": False}, False),
+])
+def test_asymmetric_weights_are_classified(quant, zero_point):
+    assert classify({"quantization_config": quant} if quant else {}).zero_point is zero_point
+
+
 def test_two_four_comes_from_the_manifest_check_and_sparse_formats_from_the_config():
     manifest = Manifest.from_dict({"artifact_id": "a", "model": {"name": "m"}, "recipe": {"name": "r"},
                                    "quantization": {}, "checks": {"sparsity": {"all_layers_hold_pattern": True}}})

@@ -148,6 +148,12 @@ def _cpu_rule(fmt, machine, args) -> Verdict:
         # vllm/model_executor/layers/fused_moe/experts/cpu_moe.py: CPUExpertsInt4/Int8 need AMX on x86
         return Verdict(False, f"vLLM-CPU's fused-MoE kernels for quantized experts ({fmt.label}) need AMX on x86, "
                               "which this CPU lacks; use engine=hf here, or a CPU with AMX or a CUDA GPU")
+    if fmt.moe and fmt.scheme in (W8A8_INT8, W4A16) and fmt.zero_point:
+        # fused_moe/oracle/int_wna16.py and experts/cpu_moe.py: every CPU backend lists symmetric weight
+        # keys only (zentorch: "zero points are not supported"); seen on an AMX host with w4a16_gptq
+        return Verdict(False, f"vLLM-CPU's fused-MoE kernels take symmetric weights only, and this {fmt.label} "
+                              "checkpoint has zero points (asymmetric); use engine=hf here, a symmetric recipe "
+                              "(weights symmetric: true), or a CUDA GPU")
     if fmt.scheme == FP8:
         return YES if machine.isa & {"amx_tile"} else Verdict(True, "no AMX: torch fallback, slower than bf16")
     if fmt.scheme not in CPU_OP_FOR:
