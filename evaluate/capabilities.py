@@ -23,6 +23,7 @@ DENSE, W8A8_INT8, W4A16, W8A16, FP8 = "dense", "w8a8_int8", "w4a16", "w8a16", "f
 class Verdict:
     ok: bool
     reason: str = ""       # why not (or a caveat when ok)
+    starts: bool = False   # a no that is about speed: the engine would start, too slowly to measure
 
     def __bool__(self) -> bool:
         return self.ok
@@ -126,7 +127,8 @@ KNOWN_MACHINES = {
                                                                   "fp8_scaled_mm_cpu"})),
     "amx": Machine("x86_64", frozenset({"avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16",
                                         "amx_int8", "amx_tile"}), vllm_library="_C",
-                   vllm_ops=frozenset({"onednn_scaled_mm", "cpu_gemm_wna16", "fp8_scaled_mm_cpu"})),
+                   vllm_ops=frozenset({"onednn_scaled_mm", "cpu_gemm_wna16", "fp8_scaled_mm_cpu"}),
+                   fp8_gemm="ref:any"),  # seen on an Intel Xeon with AMX (no AMX-FP8)
     "arm_bf16": Machine("aarch64", frozenset({"asimd", "bf16"})),
     "cuda_sm75": Machine("x86_64", frozenset({"avx2"}), cuda=((7, 5),)),
     "cuda_sm80": Machine("x86_64", frozenset({"avx2"}), cuda=((8, 0),)),

@@ -1,6 +1,7 @@
 """The capability layer's decisions, for machines injected as fact sets (no
 engine starts here; the probe and the evaluate tests run the real thing)."""
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -116,10 +117,26 @@ def test_w8a8_and_dense_are_served_on_every_cpu_kind(machine):
     assert decide("vllm", fmt(W8A8_INT8), machine)[0] and decide("vllm", fmt(), machine)[0]
 
 
-def test_fp8_loads_everywhere_on_cpu_but_says_when_it_is_slow():
-    slow, _ = decide("vllm", fmt(FP8), AVX512_BF16)
-    fast, _ = decide("vllm", fmt(FP8), AMX)
-    assert slow and "slower" in slow.reason and fast and not fast.reason
+def test_fp8_runs_in_its_own_kernel_only_with_amx_fp8_and_is_refused_where_the_fallback_is_reference_code():
+    fast, _ = decide("vllm", fmt(FP8), replace(AMX, fp8_gemm="amx_fp8"))
+    assert fast and not fast.reason
+    for gemm in (None, "torch", "brg:avx512_core_fp16"):  # torch's fallback: served, with the caveat
+        slow, _ = decide("vllm", fmt(FP8), replace(AVX512_BF16, fp8_gemm=gemm))
+        assert slow and "slower" in slow.reason
+    refused, _ = decide("vllm", fmt(FP8), AMX)  # AMX without AMX-FP8: oneDNN's reference code
+    assert not refused and refused.starts and "ref:any" in refused.reason and "engine=hf" in refused.reason
+    failing, _ = decide("vllm", fmt(FP8), replace(AVX2, fp8_gemm="unavailable"))
+    assert not failing and not failing.starts
+    assert decide("hf", fmt(FP8), AMX)[0]  # accuracy through transformers' dense weights
+
+
+def test_this_machine_says_who_runs_fp8_matmuls():
+    """Probed for real: vLLM's AMX-FP8 kernel, oneDNN's implementation, torch
+    itself, or unavailable; never left unprobed once vLLM is loaded."""
+    m = detect(vllm=True)
+    if m.vllm_library:
+        assert m.fp8_gemm == "amx_fp8" or m.fp8_gemm in ("torch", "unavailable") or ":" in m.fp8_gemm
+        assert m.facts()["fp8_gemm"] == m.fp8_gemm and f"fp8 matmul {m.fp8_gemm}" in m.describe()
 
 
 @pytest.mark.parametrize("machine, ok", [(AVX2, False), (AVX512, True), (AMX, True), (SM90, True)])

@@ -155,7 +155,7 @@ def _cpu_rule(fmt, machine, args) -> Verdict:
                               "checkpoint has zero points (asymmetric); use engine=hf here, a symmetric recipe "
                               "(weights symmetric: true), or a CUDA GPU")
     if fmt.scheme == FP8:
-        return YES if machine.isa & {"amx_tile"} else Verdict(True, "no AMX: torch fallback, slower than bf16")
+        return _fp8_rule(machine)
     if fmt.scheme not in CPU_OP_FOR:
         return Verdict(False, f"vLLM-CPU has no kernel for {fmt.scheme.upper()}; use engine=hf here")
     op, what = CPU_OP_FOR[fmt.scheme]
@@ -168,6 +168,25 @@ def _cpu_rule(fmt, machine, args) -> Verdict:
         return Verdict(False, f"vLLM-CPU's kernel library here ({machine.vllm_library or 'unknown'}) has no "
                               f"{what} kernel ({op}); use engine=hf, or a CPU with AVX-512 or a CUDA GPU")
     return YES
+
+
+def _fp8_rule(machine) -> Verdict:
+    """vLLM-CPU's own FP8 W8A8 kernel needs AMX-FP8 (scaled_mm/cpu.py); elsewhere it
+    calls torch._scaled_mm (Machine.fp8_gemm says who runs that here). Measured:
+    5-6x slower than bf16 on AVX-512 without AMX; on an AMX host, where oneDNN runs
+    it with reference code, SmolLM2's start-up had not finished after 18 min."""
+    gemm = machine.fp8_gemm
+    if gemm == "amx_fp8":
+        return YES
+    if gemm and gemm.startswith("ref"):
+        return Verdict(False, "vLLM-CPU has no FP8 kernel for this CPU (it needs AMX-FP8), and its torch "
+                              f"fallback runs oneDNN's reference fp8 matmul here ({gemm}: 200-16,000x slower than "
+                              "bf16, scripts/bench_fp8_matmul.py); use engine=hf for accuracy, or a CUDA GPU (sm89+)",
+                       starts=True)
+    if gemm == "unavailable":
+        return Verdict(False, "vLLM-CPU has no FP8 kernel for this CPU (it needs AMX-FP8), and torch's fp8 "
+                              "matmul fails here; use engine=hf for accuracy, or a CUDA GPU (sm89+)")
+    return Verdict(True, "no AMX-FP8: torch fallback, slower than bf16")
 
 
 def _cuda_rule(fmt, machine, args) -> Verdict:

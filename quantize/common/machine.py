@@ -5,6 +5,9 @@ Decisions (which dtype, whether a format can be served) are made from these
 facts, never from CPU model names, so a test can inject any machine."""
 import os
 import platform
+import re
+import sys
+import tempfile
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -30,6 +33,10 @@ class Machine:
     vllm_ops: frozenset | None = None          # subset of VLLM_CPU_OPS present; None: not probed
     gpu_names: tuple = field(default=(), compare=False)
     numa_nodes: int = 1                        # NUMA nodes holding the CPUs this process may use
+    # Who runs an FP8 checkpoint's matmuls in vLLM-CPU here: "amx_fp8" (its own kernel), else the
+    # torch._scaled_mm fallback, run by oneDNN (its implementation, e.g. "ref:any") or by torch
+    # itself ("torch"); "unavailable": that fallback fails here; None: not probed.
+    fp8_gemm: str | None = None
 
     @property
     def x86(self) -> bool:
@@ -61,14 +68,16 @@ class Machine:
             kernels = f"; vLLM kernel library {self.vllm_library} with " + (
                 ", ".join(sorted(self.vllm_ops)) if self.vllm_ops else "none of " + ", ".join(VLLM_CPU_OPS))
         half = "native" if self.cpu_native_half else "emulated (float32 is faster)"
-        return f"{self.arch} CPU, ISA {isa}; bf16/fp16 {half}{kernels}"
+        fp8 = f"; fp8 matmul {self.fp8_gemm}" if self.fp8_gemm else ""
+        return f"{self.arch} CPU, ISA {isa}; bf16/fp16 {half}{kernels}{fp8}"
 
     def facts(self) -> dict:
         """JSON-able, for result rows."""
         return {"arch": self.arch, "isa": sorted(self.isa), "cuda": [list(c) for c in self.cuda],
                 "vllm_library": self.vllm_library,
                 "vllm_ops": None if self.vllm_ops is None else sorted(self.vllm_ops),
-                "cpu_native_half": self.cpu_native_half, "numa_nodes": self.numa_nodes}
+                "cpu_native_half": self.cpu_native_half, "numa_nodes": self.numa_nodes,
+                "fp8_gemm": self.fp8_gemm}
 
 
 def cpu_flags() -> set[str]:
@@ -155,7 +164,35 @@ def _vllm_cpu_kernels() -> dict:
     except Exception:  # no vLLM in this environment
         return {}
     ops = frozenset(op for op in VLLM_CPU_OPS if hasattr(torch.ops._C, op))
-    return {"vllm_library": _loaded_vllm_library(), "vllm_ops": ops}
+    return {"vllm_library": _loaded_vllm_library(), "vllm_ops": ops, "fp8_gemm": _fp8_gemm()}
+
+
+def _fp8_gemm() -> str:
+    """See Machine.fp8_gemm. vLLM-CPU has an FP8 W8A8 kernel only with AMX-FP8
+    (scaled_mm/cpu.py); elsewhere it calls torch._scaled_mm, which torch hands
+    to oneDNN on some CPUs, and oneDNN's verbose line names the implementation
+    it picked: on an AMX host without AMX-FP8 that was its reference code,
+    2 s for one 64x576x3072 product (bf16: 0.3 ms)."""
+    import torch
+    if hasattr(torch.ops._C, "cpu_has_amx_fp8") and torch.ops._C.cpu_has_amx_fp8():
+        return "amx_fp8"
+    a = torch.zeros(4, 32).to(torch.float8_e4m3fn)
+    one = torch.ones(1)
+    sys.stdout.flush()
+    with tempfile.TemporaryFile(mode="w+") as log:
+        stdout = os.dup(1)  # oneDNN prints its verbose lines to the process's stdout
+        try:
+            os.dup2(log.fileno(), 1)
+            with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
+                torch._scaled_mm(a, a.t(), scale_a=one, scale_b=one, out_dtype=torch.float32)
+        except RuntimeError:
+            return "unavailable"
+        finally:
+            os.dup2(stdout, 1)
+            os.close(stdout)
+        log.seek(0)
+        found = re.search(r"primitive,exec,cpu,matmul,([^,]+),", log.read())
+    return found.group(1) if found else "torch"
 
 
 def _loaded_vllm_library() -> str | None:
