@@ -167,7 +167,7 @@ def _vllm_cpu_kernels() -> dict:
     return {"vllm_library": _loaded_vllm_library(), "vllm_ops": ops, "fp8_gemm": _fp8_gemm()}
 
 
-def _fp8_gemm() -> str:
+def _fp8_gemm() -> str | None:
     """See Machine.fp8_gemm. vLLM-CPU has an FP8 W8A8 kernel only with AMX-FP8
     (scaled_mm/cpu.py); elsewhere it calls torch._scaled_mm, which torch hands
     to oneDNN on some CPUs, and oneDNN's verbose line names the implementation
@@ -185,8 +185,10 @@ def _fp8_gemm() -> str:
             os.dup2(log.fileno(), 1)
             with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
                 torch._scaled_mm(a, a.t(), scale_a=one, scale_b=one, out_dtype=torch.float32)
-        except RuntimeError:
+        except (RuntimeError, NotImplementedError):  # what vLLM's fallback would hit at start-up
             return "unavailable"
+        except Exception:  # the probe itself failed: say nothing rather than something wrong
+            return None
         finally:
             os.dup2(stdout, 1)
             os.close(stdout)
