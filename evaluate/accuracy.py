@@ -200,6 +200,8 @@ def reference_path(target, cfg) -> Path:
         path = resolve(cfg.reference)
     elif target.manifest:
         path = Path(target.manifest.model.path)
+    elif target.base_model:
+        path = target.base_model
     else:
         path = target.path  # a plain checkpoint is its own reference
     if not (path / "config.json").is_file():

@@ -10,7 +10,9 @@ module names checkpoint formats and prints the table:
 """
 import argparse
 import json
+import os
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from quantize.common.machine import Machine
@@ -178,6 +180,49 @@ def table(machine: Machine, probed: dict | None = None) -> str:
     return "\n".join(lines)
 
 
+def servable_recipes(recipes: list[str], overrides: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Which recipes evaluate's engine (as `overrides` configure it) could
+    serve on this machine, judged from the format each recipe will give,
+    before anything is quantized; and why not, for the others. A recipe whose
+    format cannot be told is kept: quantize will say what is wrong with it."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+    from evaluate import engines, target as target_mod
+    from quantize.common import config
+    from quantize.common.paths import CONF_DIR
+    config.register()
+    # Hydra's own keys (launcher, sweep dirs) do not change what is served.
+    overrides = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
+    overrides = config.open_pass_through_keys(config.expand_path_shorthands(overrides))
+    servable, refused = [], {}
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        for name in recipes:
+            cfg = compose("evaluate", overrides + [f"recipe={name}"])
+            target = target_mod.planned(cfg, target_mod.NotBuilt(name))
+            engine_cfg = OmegaConf.to_container(cfg.engine, resolve=True)
+            engine = engines.get(engine_cfg)
+            verdict, _ = decide(engine_cfg["name"], target.format, engine.machine(),
+                                engine_cfg.get("args")) if target else (YES, None)
+            if verdict:
+                servable.append(name)
+            else:
+                refused[name] = f"{engine_cfg['name']} cannot serve {target.format.label} here: {verdict.reason}"
+    return servable, refused
+
+
+@contextmanager
+def _stdout_to_stderr():
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m evaluate.capabilities", description=__doc__.split("\n\n")[0])
     parser.add_argument("--machine", choices=sorted(KNOWN_MACHINES),
@@ -188,7 +233,20 @@ def main(argv=None) -> int:
     parser.add_argument("--cells", nargs="*", default=None, metavar="ENGINE:FORMAT",
                         help="with --probe, only these cells, e.g. vllm:w4a16 hf:dense_bfloat16")
     parser.add_argument("--json", action="store_true", help="print the machine facts as JSON")
+    parser.add_argument("--servable", metavar="RECIPES",
+                        help="print which of these recipes (a,b,c) evaluate's engine could serve here, "
+                             "before quantizing them; the others go to stderr with the reason")
+    parser.add_argument("overrides", nargs="*", help="with --servable, evaluate overrides (engine=..., model=...)")
     args = parser.parse_args(argv)
+    if args.overrides and not args.servable:
+        parser.error(f"unexpected arguments {' '.join(args.overrides)}; overrides go with --servable")
+    if args.servable:
+        with _stdout_to_stderr():  # llm-compressor and vLLM log to stdout; the answer alone goes there
+            servable, refused = servable_recipes([r for r in args.servable.split(",") if r], args.overrides)
+        for name, why in refused.items():
+            print(f"{name}: {why}", file=sys.stderr)
+        print(",".join(servable))
+        return 0
     if args.machine and args.probe:
         parser.error("--probe runs on this machine; drop --machine")
     if args.machine:

@@ -98,6 +98,9 @@ def run(cfg) -> None:
     if not verdict:
         _unsupported(job, verdict)
         return
+    if not job.target.built:  # servable, so quantizing it is what is missing
+        _record_unloadable(cfg, job.store, job.target.not_built)
+        raise job.target.not_built
     if verdict.reason:  # served, with a caveat the rows' numbers depend on
         log.warning("%s serves %s with a note: %s", job.engine.name, job.target.format.label, verdict.reason)
     cfg, store = job.cfg, job.store
@@ -194,13 +197,24 @@ def _load_target(cfg, store):
     failed row, so the report never shows the sweep as all good."""
     try:
         return target_mod.load(cfg)
-    except UserError as e:
-        if in_multirun():
-            row = Row(kind="speed", model_name=cfg.model.get("name"),
-                      recipe=cfg.recipe.name if cfg.get("recipe") else None, engine=cfg.engine.name,
-                      scenario=cfg.scenario.get("name"))
-            _record(store, row, "failed", reason=str(e))
+    except target_mod.NotBuilt as e:
+        # Not quantized: if the engine cannot serve it here anyway, say that instead.
+        target = target_mod.planned(cfg, e)
+        if target:
+            return target
+        _record_unloadable(cfg, store, e)
         raise
+    except UserError as e:
+        _record_unloadable(cfg, store, e)
+        raise
+
+
+def _record_unloadable(cfg, store, e: UserError) -> None:
+    if in_multirun():
+        row = Row(kind="speed", model_name=cfg.model.get("name"),
+                  recipe=cfg.recipe.name if cfg.get("recipe") else None, engine=cfg.engine.name,
+                  scenario=cfg.scenario.get("name"))
+        _record(store, row, "failed", reason=str(e))
 
 
 def _unsupported(job: Job, verdict) -> None:
@@ -208,15 +222,17 @@ def _unsupported(job: Job, verdict) -> None:
     non-zero exit. In a scenario set or a sweep: an `unsupported` row per
     measurement it was meant to make (once per setup), and the sweep goes on."""
     target = job.target
-    message = f"{job.base.engine} cannot serve {target.format.label} ({target.path.name}) here: {verdict.reason}"
+    what = target.path.name if target.built else f"{target.recipe}, not quantized"
+    message = f"{job.base.engine} cannot serve {target.format.label} ({what}) here: {verdict.reason}"
     if not (in_multirun() or scenario_mod.is_set(job.cfg.scenario)):
         raise UserError(message)
     log.warning("unsupported: %s", message)
     rows = [job.scenario_row(s) for s in job.fit] + ([job.accuracy_row()] if job.accuracy_cfg else [])
     rows += [job.lm_eval_row(t) for t in job.lm_eval_tasks()]
-    known = results.completed_keys(job.store.parent, statuses=("unsupported",))
+    # By recipe too: rows of recipes not quantized have no artifact id to tell them apart.
+    known = {(r.recipe, r.run_key()) for r in results.read(job.store.parent) if r.status == "unsupported"}
     for row in rows:
-        if row.run_key() not in known:
+        if (row.recipe, row.run_key()) not in known:
             job.record(row, "unsupported", reason=verdict.reason)
 
 

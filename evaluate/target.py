@@ -10,7 +10,7 @@ from quantize.common.errors import UserError
 from quantize.common.paths import resolve
 from quantize.common import manifest as manifest_mod
 from quantize.common.manifest import Manifest
-from quantize.common.checkpoint import check_weight_files, weight_files
+from quantize.common.checkpoint import check_weight_files, planned_quantization_config, weight_files
 from quantize.common.provenance import sha256_files
 
 
@@ -25,6 +25,14 @@ class Target:
     max_context: int | None
     config: dict = field(repr=False)
     manifest: Manifest | None = field(default=None, repr=False)
+    # A recipe not quantized yet (see `planned`): the error to give if the
+    # engine could serve it; None for a checkpoint on disk.
+    not_built: UserError | None = field(default=None, repr=False)
+    base_model: Path | None = field(default=None, repr=False)  # what it would be quantized from
+
+    @property
+    def built(self) -> bool:
+        return self.not_built is None
 
     def as_row(self) -> dict:
         return {
@@ -40,8 +48,32 @@ class Target:
         return classify(self.config, sparse_24=bool(self.manifest and self.manifest.holds_2_4))
 
 
+class NotBuilt(UserError):
+    """recipe=<name> names an artifact that is not (completely) on disk."""
+
+
 def load(cfg) -> Target:
     return from_path(_target_dir(cfg))
+
+
+def planned(cfg, not_built: NotBuilt) -> Target | None:
+    """The artifact `python -m quantize` would build for recipe=<name>: the
+    model's config.json with the quantization_config llm-compressor resolves
+    from the recipe. Enough for an engine to say whether it could serve it, so
+    a recipe it cannot serve here gets that answer, not "quantize first".
+    None when it cannot tell (no model on disk, a recipe that does not load)."""
+    model_dir = resolve(cfg.model.path)
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+        q = planned_quantization_config(resolve(cfg.recipe.path))
+    except Exception:  # quantize reports these itself, in its own words
+        return None
+    if q:
+        config["quantization_config"] = q
+    return Target(path=_artifact_dir(cfg), artifact_id=None, model_name=str(cfg.model.name),
+                  recipe=str(cfg.recipe.name), quant_format="not built", model_bytes=0,
+                  max_context=config.get("max_position_embeddings"), config=config,
+                  not_built=not_built, base_model=model_dir)
 
 
 def from_path(path: Path) -> Target:
@@ -76,14 +108,17 @@ def from_path(path: Path) -> Target:
 
 def _target_dir(cfg) -> Path:
     if cfg.get("recipe"):
-        name = cfg.recipe.name
-        path = resolve(cfg.artifacts_dir) / cfg.model.name / name
+        path = _artifact_dir(cfg)
         if not (path / manifest_mod.FILE).is_file():
-            raise UserError(f"no complete artifact at {path}; run `python -m quantize "
-                            f"recipe={name}` first (or pass model=<artifact dir>)")
+            raise NotBuilt(f"no complete artifact at {path}; run `python -m quantize "
+                           f"recipe={cfg.recipe.name}` first (or pass model=<artifact dir>)")
         return path
     path = resolve(cfg.model.path)
     if not path.exists():
         raise UserError(f"model {path} does not exist; pass model=<artifact dir> or a preset from conf/model/")
     return path
 
+
+
+def _artifact_dir(cfg) -> Path:
+    return resolve(cfg.artifacts_dir) / cfg.model.name / cfg.recipe.name

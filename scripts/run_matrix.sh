@@ -7,17 +7,23 @@
 #   bash scripts/run_matrix.sh [matrix preset] [extra overrides for both stages]
 #   bash scripts/run_matrix.sh reference hydra/launcher=slurm_gpu
 #   RECIPES=original,w8a8_smooth_ptq SCENARIO=interactive bash scripts/run_matrix.sh cpu
-# A preset is conf/matrix/<name>.env (RECIPES, SCENARIO, RUNS); variables set
-# in the environment win over the preset.
+# A preset is conf/matrix/<name>.env (RECIPES, SCENARIO, RUNS, SERVABLE_ONLY);
+# variables set in the environment win over the preset.
+# SERVABLE_ONLY=1: quantize only the recipes evaluate's engine can serve on this
+# machine (python -m evaluate.capabilities --servable); evaluate records the
+# others as `unsupported` with the reason. Off when a launcher override sends
+# the jobs to other machines.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 MATRIX=cpu
 if [ $# -gt 0 ] && [ -f "conf/matrix/$1.env" ]; then MATRIX=$1; shift; fi
-env_recipes=${RECIPES:-}; env_scenario=${SCENARIO:-}; env_runs=${RUNS:-}
+env_recipes=${RECIPES:-}; env_scenario=${SCENARIO:-}; env_runs=${RUNS:-}; env_servable=${SERVABLE_ONLY:-}
+SERVABLE_ONLY=0
 # shellcheck disable=SC1090
 source "conf/matrix/$MATRIX.env"
 RECIPES=${env_recipes:-$RECIPES}; SCENARIO=${env_scenario:-$SCENARIO}; RUNS=${env_runs:-$RUNS}
+SERVABLE_ONLY=${env_servable:-$SERVABLE_ONLY}
 echo "matrix $MATRIX: recipes $RECIPES; scenario $SCENARIO; $RUNS runs"
 RESULTS=${RESULTS:-results}
 REPORT=${REPORT:-reports}
@@ -28,7 +34,14 @@ SECONDS=0; start=0; times=""
 stage_done() { times="$times$1 $((SECONDS - start)) s, "; start=$SECONDS; }
 # Exit status 2 is a usage error (bad override, a Slurm request no node can
 # meet): it was said in one line, and the later stages would only repeat it.
-"$PY" -m quantize -m "recipe=$RECIPES" "$@" || { rc=$?; [ $rc = 2 ] && exit 2; status=1; }
+QUANTIZE=$RECIPES
+if [ "$SERVABLE_ONLY" = 1 ] && ! printf '%s\n' "$@" | grep -q '^hydra/launcher='; then
+  QUANTIZE=$("$PY" -m evaluate.capabilities --servable "$RECIPES" "$@") || exit 2
+  [ "$QUANTIZE" = "$RECIPES" ] || echo "quantizing only what can be served here: ${QUANTIZE:-none} (SERVABLE_ONLY=0 quantizes all)"
+fi
+if [ -n "$QUANTIZE" ]; then
+  "$PY" -m quantize -m "recipe=$QUANTIZE" "$@" || { rc=$?; [ $rc = 2 ] && exit 2; status=1; }
+fi
 stage_done quantize
 "$PY" -m evaluate -m "recipe=$RECIPES" "scenario=$SCENARIO" "runs=$RUNS" "results_dir=$RESULTS" "$@" || status=1
 stage_done evaluate

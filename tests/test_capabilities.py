@@ -349,3 +349,36 @@ def test_the_table_says_what_a_kv_checkpoint_gets():
     avx2 = table(AVX2).splitlines()[-1]
     assert avx2.startswith("W8A8 int8 + fp8 KV checkpoint") and "hf ✅ KV fp8 simulated" in avx2 and "vllm ✗" in avx2
     assert "vllm ✅ KV fp8" in table(AVX512_BF16).splitlines()[-1]
+
+
+# ---- a recipe's format, before it is quantized ------------------------------
+
+@pytest.mark.parametrize("recipe, scheme, kv, zero_point", [
+    ("original", None, None, False), ("w4a16_gptq", W4A16, None, True), ("w4a16_rtn", W4A16, None, True),
+    ("w8a8_smooth_ptq", W8A8_INT8, None, False), ("w8a8_kv8", W8A8_INT8, "fp8", False),
+    ("fp8_dynamic", FP8, None, False), ("w8a16_awq", W8A16, None, False)])
+def test_a_recipe_says_its_format_before_quantizing(recipe, scheme, kv, zero_point):
+    from quantize.common.checkpoint import planned_quantization_config
+    from quantize.common.paths import RECIPES_DIR
+    q = planned_quantization_config(RECIPES_DIR / f"{recipe}.yaml")
+    if scheme is None:
+        assert q is None
+        return
+    got = classify({"dtype": "bfloat16", "quantization_config": q})
+    assert (got.scheme, got.kv_cache, got.zero_point) == (scheme, kv, zero_point)
+
+
+def test_servable_recipes_ask_the_engine_the_overrides_configure():
+    from evaluate.capabilities import servable_recipes
+    recipes = ["original", "w8a8_smooth_ptq", "w8a16_awq"]
+    servable, refused = servable_recipes(recipes, [])
+    assert servable == ["original", "w8a8_smooth_ptq"]  # vLLM has no W8A16 kernel on any CPU
+    assert list(refused) == ["w8a16_awq"] and "engine=hf" in refused["w8a16_awq"]
+    assert servable_recipes(recipes, ["engine=hf", "hydra/launcher=basic"]) == (recipes, {})
+
+
+def test_the_servable_cli_prints_only_the_answer_on_stdout(capfd):
+    assert main(["--servable", "original,w8a16_awq"]) == 0
+    out, err = capfd.readouterr()
+    assert out == "original\n"
+    assert "w8a16_awq: vllm cannot serve W8A16 here:" in err

@@ -192,6 +192,39 @@ def test_unsupported_in_a_set_records_rows_and_goes_on(eval_artifacts, w8a16_uns
     assert len(results.read(tmp_path)) == len(rows)  # the same verdict is not recorded twice
 
 
+@pytest.mark.parametrize("recipe", ["original", "w8a8_smooth_ptq", "w8a16_awq", "w4a16_rtn"])
+def test_the_format_a_recipe_plans_is_the_format_it_builds(eval_artifacts, recipe):
+    from evaluate.capabilities import classify
+    from evaluate.target import from_path
+    from quantize.common.checkpoint import planned_quantization_config
+    from quantize.common.paths import RECIPES_DIR
+    config = json.loads((eval_artifacts["model"] / "config.json").read_text())
+    q = planned_quantization_config(RECIPES_DIR / f"{recipe}.yaml")
+    planned = classify(config | ({"quantization_config": q} if q else {}))
+    assert planned == from_path(eval_artifacts[recipe]).format
+
+
+def test_a_recipe_not_quantized_gets_the_engines_answer_before_quantize_first(eval_artifacts, w8a16_unsupported,
+                                                                               tmp_path, scen):
+    """Unservable here: the same one line (alone) or unsupported rows (in a
+    set) as a built artifact gets; servable: "quantize it first"."""
+    common = (f"model={eval_artifacts['model']}", f"artifacts_dir={tmp_path / 'none'}", f"results_dir={tmp_path}")
+    alone = run_cli("evaluate", "recipe=w8a16_awq", scen["test_tiny_a"], *common, cwd=tmp_path)
+    assert alone.returncode == 2
+    assert alone.stderr.strip().splitlines()[-1] == (
+        f"error: vllm cannot serve W8A16 (w8a16_awq, not quantized) here: {w8a16_unsupported.reason}")
+    assert not results.read(tmp_path)
+    in_set = ("evaluate", "recipe=w8a16_awq", scen["test_pair"], *common)
+    assert run_cli(*in_set, cwd=tmp_path).returncode == 0
+    assert run_cli(*in_set, cwd=tmp_path).returncode == 0  # recorded once
+    rows = results.read(tmp_path)
+    assert sorted(r.scenario for r in rows) == ["austen", "test_tiny_a", "test_tiny_b"]
+    assert all(r.status == "unsupported" and r.recipe == "w8a16_awq" and r.artifact_id is None for r in rows)
+    servable = run_cli("evaluate", "recipe=w8a8_smooth_ptq", scen["test_tiny_a"], *common, cwd=tmp_path)
+    assert servable.returncode == 2
+    assert "run `python -m quantize recipe=w8a8_smooth_ptq` first" in servable.stderr.strip().splitlines()[-1]
+
+
 @pytest.mark.slow
 def test_fp8_is_served_or_refused_as_the_probed_fp8_matmul_says(build_artifact, tmp_path, scen):
     """vLLM-CPU's FP8 fallback is torch._scaled_mm: served (slowly) where torch

@@ -1,6 +1,6 @@
 """What a checkpoint directory holds, read without loading a model: its
-safetensors weight files (whole or not, from their headers alone) and what
-its config.json says about quantization."""
+safetensors weight files (whole or not, from their headers alone), what
+its config.json says about quantization, and what a recipe will make it say."""
 import json
 import math
 import struct
@@ -86,3 +86,25 @@ def quantization_summary(artifact_dir: Path) -> dict:
 def _describe_args(args: dict) -> dict:
     keys = ("num_bits", "type", "symmetric", "strategy", "group_size", "dynamic")
     return {k: args.get(k) for k in keys if k in args}
+
+
+def planned_quantization_config(recipe_path: Path) -> dict | None:
+    """The `quantization_config` a checkpoint made with this llm-compressor
+    recipe will carry, as llm-compressor resolves the recipe's quantization
+    modifiers (presets, config groups, KV-cache scheme), known before any model
+    is loaded. None for a recipe that does not quantize (the baseline, pruning)."""
+    import yaml
+    if not yaml.safe_load(Path(recipe_path).read_text()):
+        return None  # the baseline's empty recipe
+    from llmcompressor.recipe import Recipe
+    configs = [m.resolve_quantization_config().model_dump(mode="json", exclude_none=True)
+               for m in Recipe.create_instance(str(recipe_path)).modifiers
+               if hasattr(m, "resolve_quantization_config")]
+    if not configs:
+        return None
+    merged = configs[0] | {"config_groups": {}}
+    for config in configs:
+        merged["config_groups"] |= {f"group_{len(merged['config_groups'])}": group
+                                    for group in config.get("config_groups", {}).values()}
+        merged["kv_cache_scheme"] = merged.get("kv_cache_scheme") or config.get("kv_cache_scheme")
+    return merged
