@@ -241,8 +241,15 @@ def main(argv=None) -> int:
     if args.overrides and not args.servable:
         parser.error(f"unexpected arguments {' '.join(args.overrides)}; overrides go with --servable")
     if args.servable:
-        with _stdout_to_stderr():  # llm-compressor and vLLM log to stdout; the answer alone goes there
-            servable, refused = servable_recipes([r for r in args.servable.split(",") if r], args.overrides)
+        from quantize.common.config import check_group_options
+        from quantize.common.jobs import one_line
+        check_group_options([f"recipe={args.servable}", *args.overrides])  # unknown names: one line, exit 2
+        try:
+            with _stdout_to_stderr():  # llm-compressor and vLLM log to stdout; the answer alone goes there
+                servable, refused = servable_recipes([r for r in args.servable.split(",") if r], args.overrides)
+        except Exception as e:  # e.g. an override the evaluate config does not have
+            print(f"error: {one_line(e)}", file=sys.stderr)
+            return 2
         for name, why in refused.items():
             print(f"{name}: {why}", file=sys.stderr)
         print(",".join(servable))

@@ -382,3 +382,13 @@ def test_the_servable_cli_prints_only_the_answer_on_stdout(capfd):
     out, err = capfd.readouterr()
     assert out == "original\n"
     assert "w8a16_awq: vllm cannot serve W8A16 here:" in err
+
+
+def test_the_servable_cli_says_bad_input_in_one_line(capfd):
+    with pytest.raises(SystemExit) as unknown:
+        main(["--servable", "original,w9a9_nonsense"])
+    assert unknown.value.code == 2
+    assert capfd.readouterr().err.strip().startswith("error: unknown recipe 'w9a9_nonsense'")
+    assert main(["--servable", "original", "no_such_key=1"]) == 2
+    out, err = capfd.readouterr()
+    assert out == "" and err.strip().splitlines()[-1].startswith("error: ") and "Traceback" not in err
