@@ -269,6 +269,19 @@ def test_on_an_avx2_host_int4_is_unsupported_and_the_rest_runs_in_float32(eval_a
     assert "vLLM kernel library _C_AVX2 with onednn_scaled_mm" in md
 
 
+def test_a_start_past_its_timeout_fails_its_job_and_the_sweep_goes_on(eval_artifacts, tmp_path, scen):
+    """vLLM's start-up spawns for longer than 3 s: that job's engine is
+    stopped and its row recorded failed; the next job starts and measures."""
+    out = run_cli("evaluate", "-m", f"model={eval_artifacts['original']}", scen["test_tiny_a"], "runs=1",
+                  "accuracy=none", "engine.args.enforce_eager=true", "engine.startup_timeout_s=3,600",
+                  f"results_dir={tmp_path}", cwd=tmp_path)
+    assert out.returncode == 1, out.stderr[-3000:]  # the sweep says a job failed
+    rows = results.read(tmp_path)
+    assert [r.status for r in rows] == ["failed", "ok"]
+    assert rows[0].reason == ("engine start-up failed: vLLM was not ready after 3 s; raise "
+                              "engine.startup_timeout_s, or see the log above for the phase it was in")
+
+
 def test_engine_start_failure_records_a_failed_row_per_measurement(eval_artifacts, tmp_path, scen):
     """A checkpoint that vLLM cannot load (a tensor of the wrong shape) fails
     at engine start-up; every measurement the job owed is a failed row."""

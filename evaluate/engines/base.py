@@ -23,6 +23,7 @@ from typing import Iterator, NamedTuple
 
 from evaluate.capabilities import Verdict
 from evaluate.metrics import RequestTiming
+from quantize.common.errors import UserError
 
 # The variables this process was started with. Libraries write their own
 # defaults into os.environ as they run (importing vLLM makes inductor set
@@ -33,6 +34,13 @@ LAUNCH_ENV = frozenset(os.environ)
 
 def user_set(key: str) -> bool:
     return key in LAUNCH_ENV
+
+
+class EngineStartError(UserError):
+    """An engine crashed or was not ready in time: one line with the reason.
+    The measurements it owed are recorded as failed (unlike bad input, which
+    writes nothing), so a sweep shows the job and goes on."""
+    records_failure = True
 
 
 class LmEvalModel(NamedTuple):

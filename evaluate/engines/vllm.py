@@ -7,15 +7,16 @@ import logging
 import math
 import os
 import tempfile
+import threading
 import time
 import uuid
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from importlib import metadata
 from typing import Iterator
 
 from evaluate.capabilities import DENSE, FP8, W4A16, W8A8_INT8, W8A16, YES, Verdict
 from evaluate.engines import vllm_startup
-from evaluate.engines.base import Engine, LmEvalModel, user_set
+from evaluate.engines.base import Engine, EngineStartError, LmEvalModel, user_set
 from evaluate.metrics import RequestTiming
 from quantize.common import machine as machine_mod
 from quantize.common.dtypes import HALF, fast_faithful_dtype
@@ -219,6 +220,38 @@ def _cuda_rule(fmt, machine, args) -> Verdict:
 # same code either way (SmolLM2-135M: the same 16 C++ kernels and a
 # byte-identical wrapper, whose file names are hashes of their source).
 AOT_CACHE_BROKEN = {"0.32.0"}
+
+
+# The longest a start may take: a cold compile on 2 busy cores took 1-3 min;
+# vLLM-CPU's FP8 fallback once compiled for 18 min without finishing.
+STARTUP_TIMEOUT_S = 1800.0
+
+
+@contextmanager
+def _stop_children_after(timeout_s: float, fired: threading.Event) -> Iterator[None]:
+    """After `timeout_s`, kill the processes started since entering (vLLM's
+    engine core): AsyncLLM's start-up watches them and fails at once, so a
+    start that hangs or crawls fails its job instead of blocking a sweep.
+    (VLLM_ENGINE_READY_TIMEOUT_S bounds only the first handshake.)"""
+    import psutil
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+
+    def stop():
+        fired.set()
+        log.error("vLLM is not ready after %g s: stopping its processes", timeout_s)
+        for child in me.children(recursive=True):
+            if child.pid not in before:
+                with suppress(psutil.Error):
+                    child.kill()
+
+    timer = threading.Timer(timeout_s, stop)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def _aot_cache_broken() -> bool:
@@ -425,11 +458,16 @@ class VllmEngine(Engine):
 
         async def start():
             return AsyncLLM.from_engine_args(engine_args)
+        timeout_s = float(self.settings.get("startup_timeout_s") or STARTUP_TIMEOUT_S)
+        timed_out = threading.Event()
         try:
-            with vllm_startup.capture() as cap:
+            with vllm_startup.capture() as cap, _stop_children_after(timeout_s, timed_out):
                 self.engine = self.loop.run_until_complete(start())
-        except BaseException:
+        except BaseException as e:
             self.loop.close()
+            if timed_out.is_set():
+                raise EngineStartError(f"vLLM was not ready after {timeout_s:g} s; raise engine.startup_timeout_s, "
+                                       "or see the log above for the phase it was in") from e
             raise
         self.startup_s = time.perf_counter() - t0
         self._startup_log = cap.log

@@ -29,10 +29,10 @@ from pathlib import Path
 
 import psutil
 
+from evaluate.engines.base import EngineStartError
 from evaluate.engines.vllm import VllmEngine
 from evaluate.metrics import RequestTiming
 from evaluate.serving import client as client_mod
-from quantize.common.errors import UserError
 
 log = logging.getLogger("quantbench.evaluate")
 
@@ -70,11 +70,9 @@ while group_alive():
 """
 
 
-class ServerStartError(UserError):
+class ServerStartError(EngineStartError):
     """The server crashed or never became healthy: one line with the reason
-    from its log and the log's path. The measurements it owed are recorded
-    as failed (unlike bad input, which writes nothing)."""
-    records_failure = True
+    from its log and the log's path."""
 
 
 def die_with_parent() -> None:
