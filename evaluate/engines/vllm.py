@@ -232,7 +232,7 @@ def _stop_children_after(timeout_s: float, fired: threading.Event) -> Iterator[N
     """After `timeout_s`, kill the processes started since entering (vLLM's
     engine core): AsyncLLM's start-up watches them and fails at once, so a
     start that hangs or crawls fails its job instead of blocking a sweep.
-    (VLLM_ENGINE_READY_TIMEOUT_S bounds only the first handshake.)"""
+    (vLLM waits for its engine core's initialisation without a limit.)"""
     import psutil
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
