@@ -9,17 +9,17 @@
 #   RECIPES=original,w8a8_smooth_ptq SCENARIO=interactive bash scripts/run_matrix.sh cpu
 # A preset is conf/matrix/<name>.env (RECIPES, SCENARIO, RUNS, SERVABLE_ONLY);
 # variables set in the environment win over the preset.
-# SERVABLE_ONLY=1: quantize only the recipes evaluate's engine can serve on this
-# machine (python -m evaluate.capabilities --servable); evaluate records the
-# others as `unsupported` with the reason. Off when a launcher override sends
-# the jobs to other machines.
+# SERVABLE_ONLY=1 (the default): quantize only the recipes evaluate's engine can
+# serve on this machine (python -m evaluate.capabilities --servable); evaluate
+# records the others as `unsupported` with the reason. Off when a launcher
+# override sends the jobs to other machines; SERVABLE_ONLY=0 quantizes all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 MATRIX=cpu
 if [ $# -gt 0 ] && [ -f "conf/matrix/$1.env" ]; then MATRIX=$1; shift; fi
 env_recipes=${RECIPES:-}; env_scenario=${SCENARIO:-}; env_runs=${RUNS:-}; env_servable=${SERVABLE_ONLY:-}
-SERVABLE_ONLY=0
+SERVABLE_ONLY=1
 # shellcheck disable=SC1090
 source "conf/matrix/$MATRIX.env"
 RECIPES=${env_recipes:-$RECIPES}; SCENARIO=${env_scenario:-$SCENARIO}; RUNS=${env_runs:-$RUNS}
