@@ -10,9 +10,7 @@ module names checkpoint formats and prints the table:
 """
 import argparse
 import json
-import os
 import sys
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from quantize.common.machine import Machine
@@ -210,19 +208,6 @@ def servable_recipes(recipes: list[str], overrides: list[str]) -> tuple[list[str
     return servable, refused
 
 
-@contextmanager
-def _stdout_to_stderr():
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m evaluate.capabilities", description=__doc__.split("\n\n")[0])
     parser.add_argument("--machine", choices=sorted(KNOWN_MACHINES),
@@ -243,9 +228,10 @@ def main(argv=None) -> int:
     if args.servable:
         from quantize.common.config import check_group_options
         from quantize.common.jobs import one_line
+        from quantize.common.stdout import redirected_stdout
         check_group_options([f"recipe={args.servable}", *args.overrides])  # unknown names: one line, exit 2
         try:
-            with _stdout_to_stderr():  # llm-compressor and vLLM log to stdout; the answer alone goes there
+            with redirected_stdout(2):  # llm-compressor and vLLM log to stdout; the answer alone goes there
                 servable, refused = servable_recipes([r for r in args.servable.split(",") if r], args.overrides)
         except Exception as e:  # e.g. an override the evaluate config does not have
             print(f"error: {one_line(e)}", file=sys.stderr)

@@ -229,10 +229,9 @@ def _unsupported(job: Job, verdict) -> None:
     log.warning("unsupported: %s", message)
     rows = [job.scenario_row(s) for s in job.fit] + ([job.accuracy_row()] if job.accuracy_cfg else [])
     rows += [job.lm_eval_row(t) for t in job.lm_eval_tasks()]
-    # By recipe too: rows of recipes not quantized have no artifact id to tell them apart.
-    known = {(r.recipe, r.run_key()) for r in results.read(job.store.parent) if r.status == "unsupported"}
+    known = results.completed_keys(job.store.parent, statuses=("unsupported",))
     for row in rows:
-        if (row.recipe, row.run_key()) not in known:
+        if row.run_key() not in known:
             job.record(row, "unsupported", reason=verdict.reason)
 
 

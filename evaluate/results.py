@@ -98,9 +98,10 @@ class Row:
 
     def measurement_key(self) -> tuple:
         """Identity of what the runs measure (artifact, setup, scenario, load):
-        the runs of one scenario share it, whatever their index."""
+        the runs of one scenario share it, whatever their index. The recipe
+        too: it tells apart rows of recipes not quantized (no artifact id)."""
         load = json.dumps(self.load, sort_keys=True) if self.load else None
-        return (self.kind, self.artifact_id, self.engine, self.setup_id, self.scenario,
+        return (self.kind, self.artifact_id, self.recipe, self.engine, self.setup_id, self.scenario,
                 self.batch_size, self.input_len, self.output_len, load)
 
     def run_key(self) -> tuple:

@@ -119,6 +119,5 @@ def _target_dir(cfg) -> Path:
     return path
 
 
-
 def _artifact_dir(cfg) -> Path:
     return resolve(cfg.artifacts_dir) / cfg.model.name / cfg.recipe.name

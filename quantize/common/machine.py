@@ -6,11 +6,12 @@ facts, never from CPU model names, so a test can inject any machine."""
 import os
 import platform
 import re
-import sys
 import tempfile
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
+
+from quantize.common.stdout import redirected_stdout
 
 # CPU flags that change which kernels and dtypes are fast (names as in /proc/cpuinfo).
 ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile",
@@ -178,20 +179,14 @@ def _fp8_gemm() -> str | None:
         return "amx_fp8"
     a = torch.zeros(4, 32).to(torch.float8_e4m3fn)
     one = torch.ones(1)
-    sys.stdout.flush()
     with tempfile.TemporaryFile(mode="w+") as log:
-        stdout = os.dup(1)  # oneDNN prints its verbose lines to the process's stdout
-        try:
-            os.dup2(log.fileno(), 1)
-            with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
+        try:  # oneDNN prints its verbose lines to the process's stdout
+            with redirected_stdout(log.fileno()), torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
                 torch._scaled_mm(a, a.t(), scale_a=one, scale_b=one, out_dtype=torch.float32)
         except (RuntimeError, NotImplementedError):  # what vLLM's fallback would hit at start-up
             return "unavailable"
         except Exception:  # the probe itself failed: say nothing rather than something wrong
             return None
-        finally:
-            os.dup2(stdout, 1)
-            os.close(stdout)
         log.seek(0)
         found = re.search(r"primitive,exec,cpu,matmul,([^,]+),", log.read())
     return found.group(1) if found else "torch"

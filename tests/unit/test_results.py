@@ -45,6 +45,7 @@ def test_run_key_ignores_what_a_run_measured():
 @pytest.mark.parametrize("field, value", [
     ("kind", "accuracy"), ("artifact_id", "ffffffffffffffff"), ("engine", "vllm"), ("setup_id", "other"),
     ("scenario", "decode_bound"), ("batch_size", 2), ("input_len", 32), ("output_len", 8), ("run_index", 1),
+    ("recipe", "w4a16_rtn"),  # rows of recipes not quantized share artifact_id None
 ])
 def test_run_key_tells_runs_apart(field, value):
     assert full_row().run_key() != full_row(**{field: value}).run_key()
