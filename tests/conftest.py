@@ -239,3 +239,14 @@ def workdir(tmp_path) -> Path:
     d = tmp_path / "cwd"
     d.mkdir()
     return d
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files with slow tests first, each file's tests in their own order.
+    Under xdist (`--dist loadfile --no-loadscope-reorder`, see the Makefile) a
+    worker takes a whole file at a time in this order, so the minutes-long
+    files start early and the many short ones fill the end, instead of one
+    long file ending the run on one worker while the others idle."""
+    has_slow = {item.path for item in items if item.get_closest_marker("slow")}
+    first_seen = {path: i for i, path in reversed(list(enumerate(item.path for item in items)))}
+    items.sort(key=lambda item: (item.path not in has_slow, first_seen[item.path]))
