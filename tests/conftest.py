@@ -172,6 +172,14 @@ def shared_lock(shared_dir: Path, name: str):
         yield
 
 
+@pytest.fixture
+def recipes_dir_lock(shared_dir):
+    """Held by a test that adds a file to recipes/ and by one that lists its
+    options: tests in other workers run at the same time."""
+    with shared_lock(shared_dir, "recipes-dir"):
+        yield
+
+
 @pytest.fixture(scope="session")
 def tiny_model(shared_dir, tokenizer_dir) -> Path:
     """A 2-layer random Llama (hidden 128) with SmolLM2's tokenizer, built once."""

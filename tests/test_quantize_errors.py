@@ -100,7 +100,7 @@ def test_bad_input_fails_with_one_line(case, tmp_path, workdir, tiny_model):
     ("recipe", shipped_recipes()),
     ("model", sorted(p.stem for p in (ROOT / "conf" / "model").glob("*.yaml") if p.stem != "local")),
 ])
-def test_unknown_preset_is_one_line_listing_options(group, options, tmp_path, workdir):
+def test_unknown_preset_is_one_line_listing_options(group, options, tmp_path, workdir, recipes_dir_lock):
     arts = tmp_path / "artifacts"
     args = [f"{group}=original,no_such_preset" if group == "recipe" else f"{group}=no_such_preset",
             f"artifacts_dir={arts}"]

@@ -86,7 +86,7 @@ quant_stage:
 """
 
 
-def test_recipe_dropped_into_recipes_dir_is_an_option(tmp_path, workdir, tiny_model):
+def test_recipe_dropped_into_recipes_dir_is_an_option(tmp_path, workdir, tiny_model, recipes_dir_lock):
     stem = f"zz_test_dropin_{uuid.uuid4().hex[:8]}"
     path = RECIPES_DIR / f"{stem}.yaml"
     arts = tmp_path / "artifacts"
