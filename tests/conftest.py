@@ -256,5 +256,4 @@ def pytest_collection_modifyitems(config, items):
     files start early and the many short ones fill the end, instead of one
     long file ending the run on one worker while the others idle."""
     has_slow = {item.path for item in items if item.get_closest_marker("slow")}
-    first_seen = {path: i for i, path in reversed(list(enumerate(item.path for item in items)))}
-    items.sort(key=lambda item: (item.path not in has_slow, first_seen[item.path]))
+    items.sort(key=lambda item: item.path not in has_slow)  # stable: files and tests keep their order
