@@ -13,28 +13,12 @@ from conftest import last_line, run_cli, serve_verdict
 from evaluate import results
 from evaluate.capabilities import KNOWN_MACHINES, W4A16, W8A8_INT8, CheckpointFormat, classify
 from quantize.common.paths import RECIPES_DIR
+from quantize.common.tiny_model import build_tiny_qwen3_moe
 
 SMALL = ["calibration.num_samples=8", "calibration.max_seq_len=64"]
 RECIPES = ("w8a8_smooth_gptq", "w4a16_gptq", "w4a16_awq")
 SCENARIO = ("scenario=interactive", "scenario.input_len=16", "scenario.output_len=4")
 LAYERS = 2
-
-
-def build_tiny_qwen3_moe(out, tokenizer_dir):
-    """2 layers, 4 experts (2 per token), hidden 128: every shipped group size divides it."""
-    import torch
-    from transformers import AutoTokenizer, Qwen3MoeConfig, Qwen3MoeForCausalLM
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    config = Qwen3MoeConfig(
-        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, moe_intermediate_size=128,
-        num_experts=4, num_experts_per_tok=2, num_hidden_layers=LAYERS, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=32, max_position_embeddings=1024, tie_word_embeddings=True,
-        decoder_sparse_step=1, mlp_only_layers=[], bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, dtype="bfloat16")
-    torch.manual_seed(0)
-    Qwen3MoeForCausalLM(config).to(torch.bfloat16).save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
 
 
 @pytest.fixture(scope="module")
