@@ -48,6 +48,8 @@ class CheckpointFormat:
     def label(self) -> str:
         name = {DENSE: f"dense {self.dtype}", W8A8_INT8: "W8A8 int8", W4A16: "W4A16",
                 W8A16: "W8A16", FP8: "FP8"}.get(self.scheme, self.scheme.upper())
+        if self.zero_point:
+            name += " asym"
         if self.method in ("gptq", "awq"):
             name += f" ({self.method.upper()} format)"
         return (name + (" MoE" if self.moe else "") + (" 2:4" if self.sparse_24 else "")
@@ -113,6 +115,11 @@ TABLE_FORMATS = (
     CheckpointFormat(FP8, method="compressed-tensors"),
     CheckpointFormat(W8A8_INT8, method="compressed-tensors", sparse_24=True),
     CheckpointFormat(W8A8_INT8, method="compressed-tensors", kv_cache="fp8"),  # as recipes/w8a8_kv8.yaml
+    # Mixture-of-experts: quantized experts need fused-MoE kernels of their own.
+    CheckpointFormat(moe=True),
+    CheckpointFormat(W8A8_INT8, method="compressed-tensors", moe=True),
+    CheckpointFormat(W4A16, method="compressed-tensors", moe=True),
+    CheckpointFormat(W4A16, method="compressed-tensors", moe=True, zero_point=True),  # as the shipped int4 recipes
 )
 
 # Machines the rules are known for, to print the table of a kind you are not on.
@@ -253,7 +260,9 @@ def main(argv=None) -> int:
     probed = None
     if args.probe:
         from evaluate import probe
-        probed, disagreements = probe.run(machine, args.cells)
+        from quantize.common.stdout import redirected_stdout
+        with redirected_stdout(2):  # llm-compressor and vLLM log to stdout; the table alone goes there
+            probed, disagreements = probe.run(machine, args.cells)
     print(table(machine, probed))
     if args.probe and disagreements:
         print(f"\n{len(disagreements)} cell(s) where the rules and the probe disagree: {', '.join(disagreements)}",

