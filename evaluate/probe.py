@@ -1,11 +1,11 @@
 """`python -m evaluate.capabilities --probe`: check the capability table
 against reality. A tiny random Llama (a tiny Qwen3-MoE for the MoE rows) is
 written in every table format (the quantized ones with llm-compressor's
-data-free schemes), then each (format,
-engine) cell starts the engine in its own process, in the dtype the rules
-choose, and generates a few tokens. A cell that runs where the rules say no,
-or fails where they say yes, is a disagreement (a no that is about speed,
-`Verdict.starts`, expects the tiny model to run)."""
+data-free schemes), then each (format, engine) cell starts the engine in its
+own process, in the dtype the rules choose, and generates a few tokens. A
+cell that runs where the rules say no, or fails where they say yes, is a
+disagreement (a no that is about speed, `Verdict.starts`, expects the tiny
+model to run)."""
 import os
 import re
 import subprocess
