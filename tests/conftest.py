@@ -114,6 +114,15 @@ def check_ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     return proc
 
 
+def table_cells(markdown: str) -> dict[tuple[str, str], str]:
+    """{(format label, engine): cell text} from the capability table
+    `python -m evaluate.capabilities` prints (its header, then the rows; the
+    |---| line does not start with "| ")."""
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in markdown.splitlines() if line.startswith("| ")]
+    names = rows[0][1:]
+    return {(row[0], engine): cell for row in rows[1:] for engine, cell in zip(names, row[1:])}
+
+
 def last_line(text: str) -> str:
     lines = [line for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else ""

@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import pytest
 
+from conftest import table_cells
 from evaluate.capabilities import (DENSE, FP8, KNOWN_MACHINES, W4A16, W8A8_INT8, W8A16, CheckpointFormat,
                                    classify, decide, main, table)
 from evaluate.engines.hf import HfEngine
@@ -230,10 +231,8 @@ def test_hf_needs_gptqmodel_for_legacy_formats(monkeypatch):
 def test_table_for_the_other_cpu_kind(capsys):
     assert main(["--machine", "avx2"]) == 0
     out = capsys.readouterr().out
-    head = next(line for line in out.splitlines() if line.startswith("| format |"))
-    w4 = next(line for line in out.splitlines() if line.startswith("| W4A16 |"))
-    cells = dict(zip((c.strip() for c in head.split("|")[2:-1]), w4.split("|")[2:-1]))
-    vllm_cell, hf_cell = cells["vllm"], cells["hf"]
+    cells = table_cells(out)
+    vllm_cell, hf_cell = cells["W4A16", "vllm"], cells["W4A16", "hf"]
     assert "✗" in vllm_cell and "_C_AVX2" in vllm_cell and "✅ float32" in hf_cell
     assert "emulated" in out.splitlines()[0]
 

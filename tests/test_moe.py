@@ -27,7 +27,7 @@ def moe_artifacts(tmp_path_factory, tokenizer_dir):
     without native bf16, where the experts used to stay bf16 and crash), and
     W4A16-GPTQ in bfloat16 too."""
     root = tmp_path_factory.mktemp("moe")
-    model = build_tiny_qwen3_moe(root / "tiny-qwen3-moe", tokenizer_dir)
+    model = build_tiny_qwen3_moe(root / "tiny-qwen3-moe", tokenizer_dir, layers=LAYERS)
     out = {}
     for dtype, recipes in (("float32", RECIPES), ("bfloat16", ("w4a16_gptq",))):
         arts = root / f"artifacts-{dtype}"

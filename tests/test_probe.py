@@ -6,19 +6,11 @@ fused-MoE kernels for quantized experts need AMX on x86 and take symmetric
 weights only). One run, about 3 min on 2 busy cores."""
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, table_cells
 from evaluate import engines
 
 CELLS = ("vllm:dense_bfloat16_MoE", "vllm:W8A8_int8_MoE", "vllm:W4A16_asym_MoE")
 TABLE_LINES = ("Machine:", "|", "fp8 KV cache", "W8A8 int8 + fp8 KV checkpoint")
-
-
-def table_cells(stdout: str) -> dict[tuple[str, str], str]:
-    """{(format label, engine): cell text} from the printed Markdown table
-    (its header, then the rows; the |---| line does not start with "| ")."""
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in stdout.splitlines() if line.startswith("| ")]
-    engines = rows[0][1:]
-    return {(row[0], engine): cell for row in rows[1:] for engine, cell in zip(engines, row[1:])}
 
 
 @pytest.mark.slow
