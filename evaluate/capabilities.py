@@ -1,8 +1,9 @@
 """Can this engine serve this checkpoint on this machine, and in which dtype?
 
-The facts come from quantize.common.machine (probed, never CPU model names); the
-rules live with each engine (`Engine.supports`, `Engine.choose_dtype`); this
-module names checkpoint formats and prints the table:
+The facts come from quantize.common.machine and each engine's own probe
+(`Engine.machine`; never CPU model names); the rules live with each engine
+(`Engine.supports`, `Engine.choose_dtype`); the formats they judge are named
+in evaluate.formats. This module prints the table:
 
     python -m evaluate.capabilities            # this machine, formats x engines
     python -m evaluate.capabilities --probe    # ... and run every cell for real
@@ -11,99 +12,11 @@ module names checkpoint formats and prints the table:
 import argparse
 import json
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from evaluate.formats import DENSE, FP8, W4A16, W8A8_INT8, W8A16, YES, CheckpointFormat, Verdict
+from evaluate.engines.vllm_kernels import VllmKernels
 from quantize.common.machine import Machine
-from quantize.common.moe import is_moe
-
-DENSE, W8A8_INT8, W4A16, W8A16, FP8 = "dense", "w8a8_int8", "w4a16", "w8a16", "fp8"
-
-
-@dataclass(frozen=True)
-class Verdict:
-    ok: bool
-    reason: str = ""       # why not (or a caveat when ok)
-    starts: bool = False   # a no that is about speed: the engine would start, too slowly to measure
-
-    def __bool__(self) -> bool:
-        return self.ok
-
-
-YES = Verdict(True)
-
-
-@dataclass(frozen=True)
-class CheckpointFormat:
-    """What an engine needs to know about a checkpoint to decide."""
-    scheme: str = DENSE            # dense, w8a8_int8, w4a16, w8a16, fp8, or w{N}a{M}
-    dtype: str = "bfloat16"        # the checkpoint's (activation) dtype
-    method: str | None = None      # quant_method: compressed-tensors, gptq, awq, ...
-    sparse_24: bool = False        # weights hold the 2:4 pattern, stored dense
-    sparsity_compressed: bool = False   # a sparse-compressed format (sparsity_config)
-    moe: bool = False              # mixture-of-experts: quantized experts need fused-MoE kernels
-    kv_cache: str | None = None    # the checkpoint's KV-cache scheme (kv_cache_scheme): "fp8", "fp8 per-head", ...
-    zero_point: bool = False       # asymmetric integer weights (a zero point per group or channel)
-
-    @property
-    def label(self) -> str:
-        name = {DENSE: f"dense {self.dtype}", W8A8_INT8: "W8A8 int8", W4A16: "W4A16",
-                W8A16: "W8A16", FP8: "FP8"}.get(self.scheme, self.scheme.upper())
-        if self.zero_point:
-            name += " asym"
-        if self.method in ("gptq", "awq"):
-            name += f" ({self.method.upper()} format)"
-        return (name + (" MoE" if self.moe else "") + (" 2:4" if self.sparse_24 else "")
-                + (" sparse-compressed" if self.sparsity_compressed else "")
-                + (f" + {self.kv_cache} KV" if self.kv_cache else ""))
-
-
-def classify(config: dict, sparse_24: bool = False) -> CheckpointFormat:
-    """A Hugging Face config.json -> format; `sparse_24`: the manifest found
-    every pruned layer of the saved weights 2:4."""
-    dtype = str(config.get("dtype") or config.get("torch_dtype") or "float32").removeprefix("torch.")
-    q = config.get("quantization_config") or {}
-    common = dict(dtype=dtype, sparse_24=sparse_24, sparsity_compressed=bool(q.get("sparsity_config")),
-                  moe=is_moe(config), kv_cache=kv_cache_scheme(q.get("kv_cache_scheme")))
-    if not q:
-        return CheckpointFormat(**common)
-    method = q.get("quant_method")
-    groups = list((q.get("config_groups") or {}).values())
-    zero_point = False
-    if groups:
-        schemes = sorted({_scheme(g.get("weights") or {}, g.get("input_activations")) for g in groups})
-        scheme = schemes[0] if len(schemes) == 1 else "+".join(schemes)
-        zero_point = any((g.get("weights") or {}).get("symmetric") is False for g in groups)
-    elif method in ("gptq", "awq"):
-        scheme = _scheme({"num_bits": q.get("bits"), "type": "int"}, None)
-        zero_point = q.get("sym") is False if method == "gptq" else q.get("zero_point", True) is not False
-    else:
-        scheme = DENSE  # e.g. a sparsity-only compressed-tensors config
-    return CheckpointFormat(scheme=scheme, method=method, zero_point=zero_point, **common)
-
-
-def kv_cache_scheme(kv: dict | None) -> str | None:
-    """compressed-tensors' `kv_cache_scheme` (QuantizationArgs of the k/v
-    states) -> a short name: "fp8" (8-bit float, one static scale per layer,
-    symmetric: llm-compressor's KV-cache examples), "fp8 per-head", "int8 asym", ..."""
-    if not kv:
-        return None
-    bits, kind = kv.get("num_bits", 8), kv.get("type", "int")
-    name = f"fp{bits}" if kind == "float" else f"{kind}{bits}"
-    strategy = kv.get("strategy") or "tensor"
-    if strategy != "tensor":
-        name += " per-head" if strategy == "attn_head" else f" per-{strategy}"
-    if kv.get("symmetric") is False:
-        name += " asym"
-    return name
-
-
-def _scheme(weights: dict, activations: dict | None) -> str:
-    bits, kind = weights.get("num_bits"), weights.get("type", "int")
-    if kind == "float" and bits == 8:
-        return FP8
-    act_bits = (activations or {}).get("num_bits") or 16
-    return {(8, 8): W8A8_INT8, (4, 16): W4A16, (8, 16): W8A16}.get((bits, act_bits), f"w{bits}a{act_bits}")
-
 
 # ---- the table --------------------------------------------------------------
 
@@ -123,24 +36,35 @@ TABLE_FORMATS = (
 )
 
 # Machines the rules are known for, to print the table of a kind you are not on.
-# The vLLM op lists are what each kernel library was seen to hold.
+# The vLLM op lists are what each CPU kernel library was seen to hold; the
+# CUDA kinds are judged from the compute capability alone (vllm.py, _cuda_rule).
+_CPU_OPS = frozenset({"onednn_scaled_mm", "cpu_gemm_wna16", "fp8_scaled_mm_cpu"})
+_AVX512 = frozenset({"avx2", "avx512f", "avx512_vnni"})
 KNOWN_MACHINES = {
-    "avx2": Machine("x86_64", frozenset({"avx2"}), vllm_library="_C_AVX2",
-                    vllm_ops=frozenset({"onednn_scaled_mm"})),
-    "avx512": Machine("x86_64", frozenset({"avx2", "avx512f", "avx512_vnni"}), vllm_library="_C_AVX512",
-                      vllm_ops=frozenset({"onednn_scaled_mm", "cpu_gemm_wna16"})),
-    "avx512_bf16": Machine("x86_64", frozenset({"avx2", "avx512f", "avx512_vnni", "avx512_bf16"}),
-                           vllm_library="_C", vllm_ops=frozenset({"onednn_scaled_mm", "cpu_gemm_wna16",
-                                                                  "fp8_scaled_mm_cpu"})),
-    "amx": Machine("x86_64", frozenset({"avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16",
-                                        "amx_int8", "amx_tile"}), vllm_library="_C",
-                   vllm_ops=frozenset({"onednn_scaled_mm", "cpu_gemm_wna16", "fp8_scaled_mm_cpu"}),
-                   fp8_gemm="ref:any"),  # seen on an Intel Xeon with AMX (no AMX-FP8)
+    "avx2": Machine("x86_64", frozenset({"avx2"}), engines={
+        "vllm": VllmKernels(library="_C_AVX2", ops=frozenset({"onednn_scaled_mm"}))}),
+    "avx512": Machine("x86_64", _AVX512, engines={
+        "vllm": VllmKernels(library="_C_AVX512", ops=frozenset({"onednn_scaled_mm", "cpu_gemm_wna16"}))}),
+    "avx512_bf16": Machine("x86_64", _AVX512 | {"avx512_bf16"}, engines={
+        "vllm": VllmKernels(library="_C", ops=_CPU_OPS)}),
+    "amx": Machine("x86_64", _AVX512 | {"avx512_bf16", "amx_bf16", "amx_int8", "amx_tile"}, engines={
+        "vllm": VllmKernels(library="_C", ops=_CPU_OPS, fp8_gemm="ref:any")}),  # an Intel Xeon with AMX, no AMX-FP8
     "arm_bf16": Machine("aarch64", frozenset({"asimd", "bf16"})),
-    "cuda_sm75": Machine("x86_64", frozenset({"avx2"}), cuda=((7, 5),)),
-    "cuda_sm80": Machine("x86_64", frozenset({"avx2"}), cuda=((8, 0),)),
-    "cuda_sm90": Machine("x86_64", frozenset({"avx2"}), cuda=((9, 0),)),
+    **{f"cuda_sm{a}{b}": Machine("x86_64", frozenset({"avx2"}), cuda=((a, b),))
+       for a, b in ((7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (10, 0))},
 }
+
+
+def this_machine() -> Machine:
+    """This machine, with what each engine of the table found out about
+    itself here (vLLM: whether it imports, and its kernels)."""
+    from evaluate import engines
+    from quantize.common.machine import detect
+    machine = detect()
+    for name in engines.known():
+        for key, facts in engine_class(name).machine().engines.items():
+            machine = machine.with_engine(key, facts)
+    return machine
 
 
 def engine_class(name: str):
@@ -156,11 +80,15 @@ def decide(engine: str, fmt: CheckpointFormat, machine: Machine, args: dict | No
     return cls.supports(fmt, machine, args | {"dtype": dtype}), dtype
 
 
-def table(machine: Machine, probed: dict | None = None) -> str:
-    """Markdown: formats x engines, each cell ✅/✗ with the dtype or reason."""
+def table(machine: Machine, probed: dict | None = None, kind: str | None = None) -> str:
+    """Markdown: formats x engines, each cell ✅/✗ with the dtype or reason.
+    `kind`: the KNOWN_MACHINES name printed (its rules, as if every engine were installed)."""
     from evaluate import engines
     names = engines.known()
-    lines = [f"Machine: {machine.describe()}", "",
+    header = f"Machine: {machine.describe()}"
+    if kind:
+        header += f" (the rules for `--machine {kind}`, as if every engine were installed)"
+    lines = [header, "",
              "| format | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for fmt in TABLE_FORMATS:
         cells = []
@@ -252,8 +180,7 @@ def main(argv=None) -> int:
     if args.machine:
         machine = KNOWN_MACHINES[args.machine]
     else:
-        from quantize.common.machine import detect
-        machine = detect(vllm=True)
+        machine = this_machine()
     if args.json:
         print(json.dumps(machine.facts(), indent=2))
         return 0
@@ -262,8 +189,8 @@ def main(argv=None) -> int:
         from evaluate import probe
         from quantize.common.stdout import redirected_stdout
         with redirected_stdout(2):  # llm-compressor and vLLM log to stdout; the table alone goes there
-            probed, disagreements = probe.run(machine, args.cells)
-    print(table(machine, probed))
+            probed, disagreements = probe.run(TABLE_FORMATS, lambda e, f: decide(e, f, machine), args.cells)
+    print(table(machine, probed, kind=args.machine))
     if args.probe and disagreements:
         print(f"\n{len(disagreements)} cell(s) where the rules and the probe disagree: {', '.join(disagreements)}",
               file=sys.stderr)

@@ -8,7 +8,7 @@ from typing import NamedTuple
 from omegaconf import DictConfig, OmegaConf
 
 from evaluate import accuracy, engines, lmeval, precision, results, scenarios as scenario_mod, target as target_mod
-from evaluate.capabilities import Verdict
+from evaluate.formats import Verdict
 from evaluate.engines import Engine, LmEvalModel
 from evaluate.memory import PeakMemory
 from evaluate.metrics import summarize

@@ -13,9 +13,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+from typing import Callable, Sequence
+
 from evaluate import engines
-from evaluate.capabilities import (DENSE, FP8, TABLE_FORMATS, W4A16, W8A8_INT8, W8A16,
-                                   CheckpointFormat, decide)
+from evaluate.formats import DENSE, FP8, W4A16, W8A8_INT8, W8A16, CheckpointFormat, Verdict
+
+# (engine, format) -> (verdict, dtype): the rules to check, given by the
+# capability table (evaluate.capabilities.decide on the probed machine), so
+# this module does not import the table that imports it.
+Rules = Callable[[str, CheckpointFormat], tuple[Verdict, str]]
 
 CELL_TIMEOUT_S = 900
 ROOT_CAUSE = re.compile(r"\b[A-Z]\w*(Error|Exception): .*")
@@ -32,18 +38,19 @@ def cell_id(engine: str, fmt: CheckpointFormat) -> str:
     return f"{engine}:{fmt.label.replace(' ', '_')}"
 
 
-def run(machine, only: list[str] | None = None) -> tuple[dict, list[str]]:
+def run(formats: Sequence[CheckpointFormat], rules: Rules, only: list[str] | None = None
+        ) -> tuple[dict, list[str]]:
     """{(format label, engine): text} and the cells that disagree with the rules."""
     from quantize.common.assets import ensure_default_model
-    cells = [(e, f) for f in TABLE_FORMATS for e in engines.known() if not only or cell_id(e, f) in only]
+    cells = [(e, f) for f in formats for e in engines.known() if not only or cell_id(e, f) in only]
     if only and len(cells) != len(only):
-        known = [cell_id(e, f) for f in TABLE_FORMATS for e in engines.known()]
+        known = [cell_id(e, f) for f in formats for e in engines.known()]
         raise SystemExit(f"error: unknown cell in {only}; known: {', '.join(known)}")
     probed, disagree = {}, []
     with tempfile.TemporaryDirectory(prefix="quantbench-probe-") as tmp:
         tokenizer = ensure_default_model()
         for i, (engine, fmt) in enumerate(cells, 1):
-            verdict, dtype = decide(engine, fmt, machine)
+            verdict, dtype = rules(engine, fmt)
             model = checkpoint(fmt, Path(tmp), tokenizer)
             print(f"probe {i}/{len(cells)}: {engine} × {fmt.label} in {dtype} …", file=sys.stderr, flush=True)
             ran, detail = run_cell(engine, model, dtype)

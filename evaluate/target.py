@@ -5,7 +5,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evaluate.capabilities import classify
+from evaluate.formats import classify
 from quantize.common.errors import UserError
 from quantize.common.paths import resolve
 from quantize.common import manifest as manifest_mod

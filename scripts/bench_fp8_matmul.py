@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from quantize.common.machine import detect
+from evaluate.engines.vllm import VllmEngine
 
 SHAPES = ((576, 3072), (1536, 576))  # SmolLM2's gate_up and down projections (K, N)
 
@@ -31,7 +31,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 64, 512], help="rows (M) of the activation")
     args = parser.parse_args()
-    machine = detect(vllm=True)
+    machine = VllmEngine.machine()
     print(f"machine: {machine.describe()}; torch threads {torch.get_num_threads()}")
     one = torch.ones(1)
     print("| M | K | N | bf16 (ms) | fp8 _scaled_mm (ms) | fp8 / bf16 |\n|---|---|---|---|---|---|")

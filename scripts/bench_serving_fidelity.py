@@ -36,7 +36,6 @@ from evaluate.metrics import mean_interval  # noqa: E402
 from evaluate.serving import load  # noqa: E402
 from evaluate.serving.metrics import level_metrics  # noqa: E402
 from evaluate.target import from_path  # noqa: E402
-from quantize.common.machine import detect  # noqa: E402
 
 FIELDS = ["request_throughput", "output_throughput"] + [
     f"{stat}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for stat in ("mean", "median", "p99")]
@@ -126,7 +125,7 @@ def main() -> None:
     cfg = engines.config("vllm_server")
     cls = engines.get(cfg)
     engine_args = dict(cfg["args"])
-    m = detect(vllm=True)
+    m = cls.machine()
     engine_args["dtype"] = cls.choose_dtype(target.format, m, engine_args.get("dtype") or "auto")
     vocab = int(target.config.get("vocab_size") or 10000)
     out_dir = Path(tempfile.mkdtemp(prefix="fidelity-"))

@@ -13,10 +13,10 @@ from conftest import ROOT, quantize_env
 PROBE = """
 import json, torch
 from torch._inductor.cpu_vec_isa import pick_vec_isa
-from quantize.common.machine import detect
-m = detect(vllm=True)
+from evaluate.engines.vllm import VllmEngine
+m = VllmEngine.machine()
 print(json.dumps({"aten": torch.backends.cpu.get_cpu_capability(), "inductor": str(pick_vec_isa()),
-                  "isa": sorted(m.isa), "vllm_library": m.vllm_library, "native_half": m.cpu_native_half}))
+                  "isa": sorted(m.isa), "vllm_library": m.facts()["vllm_library"], "native_half": m.cpu_native_half}))
 """
 
 

@@ -6,16 +6,22 @@ from dataclasses import replace
 import pytest
 
 from conftest import table_cells
-from evaluate.capabilities import (DENSE, FP8, KNOWN_MACHINES, W4A16, W8A8_INT8, W8A16, CheckpointFormat,
-                                   classify, decide, main, table)
+from evaluate.capabilities import KNOWN_MACHINES, decide, main, table
 from evaluate.engines.hf import HfEngine
 from evaluate.engines.vllm import VllmEngine
+from evaluate.engines.vllm_kernels import VllmKernels
+from evaluate.formats import DENSE, FP8, W4A16, W8A8_INT8, W8A16, CheckpointFormat, classify
 from quantize.common.manifest import Manifest
 from quantize.common.machine import Machine, cpu_flags, detect
 
 AVX2, AVX512, AVX512_BF16, AMX = (KNOWN_MACHINES[k] for k in ("avx2", "avx512", "avx512_bf16", "amx"))
 ARM, SM75, SM80, SM90 = (KNOWN_MACHINES[k] for k in ("arm_bf16", "cuda_sm75", "cuda_sm80", "cuda_sm90"))
 CT = "compressed-tensors"
+
+
+def kernels(machine, **kw) -> Machine:
+    """`machine` with vLLM's kernel facts changed."""
+    return machine.with_engine("vllm", replace(machine.engine("vllm") or VllmKernels(), **kw))
 
 
 def fmt(scheme=DENSE, dtype="bfloat16", method=CT, **kw):
@@ -101,10 +107,9 @@ def test_int4_needs_the_wna16_op_that_the_avx2_library_lacks():
 
 
 def test_the_decision_follows_the_probed_ops_not_the_cpu_kind():
-    avx512_without_op = Machine("x86_64", AVX512.isa, vllm_library="_C_AVX512",
-                                vllm_ops=frozenset({"onednn_scaled_mm"}))
+    avx512_without_op = kernels(AVX512, ops=frozenset({"onednn_scaled_mm"}))
     assert not decide("vllm", fmt(W4A16), avx512_without_op)[0]
-    no_int8 = Machine("x86_64", AVX2.isa, vllm_library="_C_AVX2", vllm_ops=frozenset())
+    no_int8 = kernels(AVX2, ops=frozenset())
     verdict, _ = decide("vllm", fmt(W8A8_INT8), no_int8)
     assert not verdict and "onednn_scaled_mm" in verdict.reason
 
@@ -121,14 +126,14 @@ def test_w8a8_and_dense_are_served_on_every_cpu_kind(machine):
 
 
 def test_fp8_runs_in_its_own_kernel_only_with_amx_fp8_and_is_refused_where_the_fallback_is_reference_code():
-    fast, _ = decide("vllm", fmt(FP8), replace(AMX, fp8_gemm="amx_fp8"))
+    fast, _ = decide("vllm", fmt(FP8), kernels(AMX, fp8_gemm="amx_fp8"))
     assert fast and not fast.reason
     for gemm in (None, "torch", "brg:avx512_core_fp16"):  # torch's fallback: served, with the caveat
-        slow, _ = decide("vllm", fmt(FP8), replace(AVX512_BF16, fp8_gemm=gemm))
+        slow, _ = decide("vllm", fmt(FP8), kernels(AVX512_BF16, fp8_gemm=gemm))
         assert slow and "slower" in slow.reason
     refused, _ = decide("vllm", fmt(FP8), AMX)  # AMX without AMX-FP8: oneDNN's reference code
     assert not refused and refused.starts and "ref:any" in refused.reason and "engine=hf" in refused.reason
-    failing, _ = decide("vllm", fmt(FP8), replace(AVX2, fp8_gemm="unavailable"))
+    failing, _ = decide("vllm", fmt(FP8), kernels(AVX2, fp8_gemm="unavailable"))
     assert not failing and not failing.starts
     assert decide("hf", fmt(FP8), AMX)[0]  # accuracy through transformers' dense weights
 
@@ -136,10 +141,11 @@ def test_fp8_runs_in_its_own_kernel_only_with_amx_fp8_and_is_refused_where_the_f
 def test_this_machine_says_who_runs_fp8_matmuls():
     """Probed for real: vLLM's AMX-FP8 kernel, oneDNN's implementation, torch
     itself, or unavailable; never left unprobed once vLLM is loaded."""
-    m = detect(vllm=True)
-    if m.vllm_library:
-        assert m.fp8_gemm == "amx_fp8" or m.fp8_gemm in ("torch", "unavailable") or ":" in m.fp8_gemm
-        assert m.facts()["fp8_gemm"] == m.fp8_gemm and f"fp8 matmul {m.fp8_gemm}" in m.describe()
+    m = VllmEngine.machine()
+    k = m.engine("vllm")
+    if k.library:
+        assert k.fp8_gemm == "amx_fp8" or k.fp8_gemm in ("torch", "unavailable") or ":" in k.fp8_gemm
+        assert m.facts()["fp8_gemm"] == k.fp8_gemm and f"fp8 matmul {k.fp8_gemm}" in m.describe()
 
 
 @pytest.mark.parametrize("machine, ok", [(AVX2, False), (AVX512, True), (AMX, True), (SM90, True)])

@@ -194,7 +194,7 @@ def test_unsupported_in_a_set_records_rows_and_goes_on(eval_artifacts, w8a16_uns
 
 @pytest.mark.parametrize("recipe", ["original", "w8a8_smooth_ptq", "w8a16_awq", "w4a16_rtn"])
 def test_the_format_a_recipe_plans_is_the_format_it_builds(eval_artifacts, recipe):
-    from evaluate.capabilities import classify
+    from evaluate.formats import classify
     from evaluate.target import from_path
     from quantize.common.checkpoint import planned_quantization_config
     from quantize.common.paths import RECIPES_DIR

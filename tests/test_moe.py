@@ -11,7 +11,8 @@ from safetensors import safe_open
 
 from conftest import last_line, run_cli, serve_verdict
 from evaluate import results
-from evaluate.capabilities import KNOWN_MACHINES, W4A16, W8A8_INT8, CheckpointFormat, classify
+from evaluate.capabilities import KNOWN_MACHINES
+from evaluate.formats import W4A16, W8A8_INT8, CheckpointFormat, classify
 from quantize.common.paths import RECIPES_DIR
 from quantize.common.tiny_model import build_tiny_qwen3_moe
 

@@ -21,7 +21,7 @@ import time
 from contextlib import ExitStack, contextmanager
 from typing import Iterator, NamedTuple
 
-from evaluate.capabilities import Verdict
+from evaluate.formats import Verdict
 from evaluate.metrics import RequestTiming
 from quantize.common.errors import UserError
 

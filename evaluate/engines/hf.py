@@ -3,7 +3,7 @@ min_new_tokens = max_new_tokens so EOS never ends a request early."""
 import logging
 import time
 
-from evaluate.capabilities import DENSE, YES, Verdict
+from evaluate.formats import DENSE, YES, Verdict
 from evaluate.engines.base import Engine
 from evaluate.metrics import RequestTiming
 from quantize.common import machine as machine_mod

@@ -11,7 +11,7 @@ import json
 import logging
 from urllib.parse import urlsplit
 
-from evaluate.capabilities import YES, Verdict
+from evaluate.formats import YES, Verdict
 from evaluate.engines.base import Engine
 from evaluate.engines.vllm_server import HttpEngine, http_get
 from quantize.common import machine as machine_mod
@@ -50,7 +50,7 @@ class OpenAIEngine(HttpEngine, Engine):
     @staticmethod
     def machine():
         """The client's machine: the server's is not known from here."""
-        return machine_mod.detect(vllm=False)
+        return machine_mod.detect()
 
     @staticmethod
     def choose_dtype(fmt, machine, requested: str = "auto") -> str:

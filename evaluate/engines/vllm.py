@@ -14,8 +14,8 @@ from contextlib import ExitStack, contextmanager, suppress
 from importlib import metadata
 from typing import Iterator
 
-from evaluate.capabilities import DENSE, FP8, W4A16, W8A8_INT8, W8A16, YES, Verdict
-from evaluate.engines import vllm_startup
+from evaluate.formats import DENSE, FP8, W4A16, W8A8_INT8, W8A16, YES, Verdict
+from evaluate.engines import vllm_kernels, vllm_startup
 from evaluate.engines.base import Engine, EngineStartError, LmEvalModel, user_set
 from evaluate.metrics import RequestTiming
 from quantize.common import machine as machine_mod
@@ -163,20 +163,21 @@ def _cpu_rule(fmt, machine, args) -> Verdict:
     if fmt.scheme in HALF_ONLY_ON_CPU and args.get("dtype") == "float32":
         return Verdict(False, f"vLLM-CPU's {what} kernel takes bf16/fp16 activations only; "
                               f"use engine.args.dtype=auto (or bfloat16)")
-    if machine.vllm_ops is None:
+    kernels = machine.engine("vllm")
+    if kernels is None or kernels.ops is None:
         return Verdict(True, "kernel library not probed")
-    if op not in machine.vllm_ops:
-        return Verdict(False, f"vLLM-CPU's kernel library here ({machine.vllm_library or 'unknown'}) has no "
+    if op not in kernels.ops:
+        return Verdict(False, f"vLLM-CPU's kernel library here ({kernels.library or 'unknown'}) has no "
                               f"{what} kernel ({op}); use engine=hf, or a CPU with AVX-512 or a CUDA GPU")
     return YES
 
 
 def _fp8_rule(machine) -> Verdict:
     """vLLM-CPU's own FP8 W8A8 kernel needs AMX-FP8 (scaled_mm/cpu.py); elsewhere it
-    calls torch._scaled_mm (Machine.fp8_gemm says who runs that here). Measured:
+    calls torch._scaled_mm (VllmKernels.fp8_gemm says who runs that here). Measured:
     5-6x slower than bf16 on AVX-512 without AMX; on an AMX host, where oneDNN runs
     it with reference code, SmolLM2's start-up had not finished after 18 min."""
-    gemm = machine.fp8_gemm
+    gemm = getattr(machine.engine("vllm"), "fp8_gemm", None)
     if gemm == "amx_fp8":
         return YES
     if gemm and gemm.startswith("ref"):
@@ -312,8 +313,10 @@ class VllmEngine(Engine):
 
     @staticmethod
     def machine():
-        """This machine, with the ops of the kernel library vLLM loads here."""
-        return machine_mod.detect(vllm=True)
+        """This machine, with what the installed vLLM has here (whether it
+        imports; on a CPU, the ops of the kernel library it loads)."""
+        machine = machine_mod.detect()
+        return machine.with_engine("vllm", vllm_kernels.probe(bool(machine.cuda)))
 
     @staticmethod
     def choose_dtype(fmt, machine, requested: str = "auto") -> str:
@@ -340,6 +343,9 @@ class VllmEngine(Engine):
 
     @staticmethod
     def supports(fmt, machine, args: dict) -> Verdict:
+        kernels = machine.engine("vllm")
+        if kernels is not None and not kernels.installed:
+            return Verdict(False, kernels.refusal())
         if fmt.sparsity_compressed:
             return Verdict(False, "vLLM no longer serves sparse-compressed checkpoints; save the pruned "
                                   "model dense (its 2:4 zeros are kept)")

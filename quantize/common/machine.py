@@ -1,17 +1,16 @@
 """What this machine can do, as probed facts: CPU instruction sets, CUDA
-compute capabilities, and which ops the serving engine's kernel library has.
+compute capabilities, NUMA nodes. What a serving engine finds out about
+itself here (its package, its kernel library) is the engine's own probe
+(e.g. evaluate/engines/vllm_kernels.py), attached under `Machine.engines`.
 
 Decisions (which dtype, whether a format can be served) are made from these
 facts, never from CPU model names, so a test can inject any machine."""
 import os
 import platform
-import re
-import tempfile
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-
-from quantize.common.stdout import redirected_stdout
+from typing import Mapping, Protocol
 
 # CPU flags that change which kernels and dtypes are fast (names as in /proc/cpuinfo).
 ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile",
@@ -21,8 +20,16 @@ ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_i
 # change speed, so rows record them.
 ISA_CAP_ENV = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
 X86 = ("x86_64", "amd64", "i686")
-# vLLM ops whose presence decides a format on CPU (vllm/_custom_ops.py names).
-VLLM_CPU_OPS = ("cpu_gemm_wna16", "onednn_scaled_mm", "fp8_scaled_mm_cpu")
+
+
+class EngineFacts(Protocol):
+    """What an engine probed about itself on this machine."""
+
+    def facts(self) -> dict:
+        """JSON-able keys for result rows (flat, named after the engine)."""
+
+    def describe(self) -> str:
+        """A clause for Machine.describe(), or ""."""
 
 
 @dataclass(frozen=True)
@@ -30,14 +37,17 @@ class Machine:
     arch: str                                  # platform.machine(): x86_64, aarch64, ...
     isa: frozenset = frozenset()               # subset of ISA_FLAGS
     cuda: tuple = ()                           # compute capability per GPU, e.g. ((8, 0),)
-    vllm_library: str | None = None            # kernel library vLLM loaded (_C, _C_AVX512, _C_AVX2)
-    vllm_ops: frozenset | None = None          # subset of VLLM_CPU_OPS present; None: not probed
     gpu_names: tuple = field(default=(), compare=False)
     numa_nodes: int = 1                        # NUMA nodes holding the CPUs this process may use
-    # Who runs an FP8 checkpoint's matmuls in vLLM-CPU here: "amx_fp8" (its own kernel), else the
-    # torch._scaled_mm fallback, run by oneDNN (its implementation, e.g. "ref:any") or by torch
-    # itself ("torch"); "unavailable": that fallback fails here; None: not probed.
-    fp8_gemm: str | None = None
+    # engine name -> what that engine probed about itself here; an engine absent from it was
+    # not probed (a machine kind printed from rules: as if its package were installed)
+    engines: Mapping[str, EngineFacts] = field(default_factory=dict, hash=False)
+
+    def engine(self, name: str) -> EngineFacts | None:
+        return self.engines.get(name)
+
+    def with_engine(self, name: str, facts: EngineFacts) -> "Machine":
+        return replace(self, engines={**self.engines, name: facts})
 
     @property
     def x86(self) -> bool:
@@ -60,25 +70,21 @@ class Machine:
 
     def describe(self) -> str:
         """One line for logs, the capability table and the report header."""
+        engines = "".join(f"; {text}" for text in (e.describe() for e in self.engines.values()) if text)
         if self.cuda:
             gpus = ", ".join(f"{n} (sm{a}{b})" for n, (a, b) in zip(self.gpu_names or ["GPU"] * len(self.cuda), self.cuda))
-            return f"CUDA: {gpus}"
+            return f"CUDA: {gpus}{engines}"
         isa = " ".join(f for f in ISA_FLAGS if f in self.isa) or "no SIMD flags seen"
-        kernels = ""
-        if self.vllm_library:
-            kernels = f"; vLLM kernel library {self.vllm_library} with " + (
-                ", ".join(sorted(self.vllm_ops)) if self.vllm_ops else "none of " + ", ".join(VLLM_CPU_OPS))
         half = "native" if self.cpu_native_half else "emulated (float32 is faster)"
-        fp8 = f"; fp8 matmul {self.fp8_gemm}" if self.fp8_gemm else ""
-        return f"{self.arch} CPU, ISA {isa}; bf16/fp16 {half}{kernels}{fp8}"
+        return f"{self.arch} CPU, ISA {isa}; bf16/fp16 {half}{engines}"
 
     def facts(self) -> dict:
-        """JSON-able, for result rows."""
-        return {"arch": self.arch, "isa": sorted(self.isa), "cuda": [list(c) for c in self.cuda],
-                "vllm_library": self.vllm_library,
-                "vllm_ops": None if self.vllm_ops is None else sorted(self.vllm_ops),
-                "cpu_native_half": self.cpu_native_half, "numa_nodes": self.numa_nodes,
-                "fp8_gemm": self.fp8_gemm}
+        """JSON-able, for result rows: the machine's, then each engine's own keys."""
+        out = {"arch": self.arch, "isa": sorted(self.isa), "cuda": [list(c) for c in self.cuda],
+               "cpu_native_half": self.cpu_native_half, "numa_nodes": self.numa_nodes}
+        for engine in self.engines.values():
+            out |= engine.facts()
+        return out
 
 
 def cpu_flags() -> set[str]:
@@ -92,16 +98,13 @@ def cpu_flags() -> set[str]:
 
 
 @lru_cache(maxsize=None)
-def detect(vllm: bool = False) -> Machine:
-    """This machine. `vllm=True` also loads vLLM's kernel library and lists
-    the ops it has (a few seconds; only the evaluate stage needs it)."""
+def detect() -> Machine:
+    """This machine's CPU, CUDA and NUMA facts (an engine adds its own with
+    Machine.with_engine, see Engine.machine)."""
     arch = platform.machine()
     x86 = arch.lower() in X86
-    machine = Machine(arch=arch, isa=_torch_x86_isa() if x86 else frozenset(cpu_flags() & set(ISA_FLAGS)),
-                      numa_nodes=numa_nodes(), **_cuda())
-    if vllm and not machine.cuda:
-        machine = replace(machine, **_vllm_cpu_kernels())
-    return machine
+    return Machine(arch=arch, isa=_torch_x86_isa() if x86 else frozenset(cpu_flags() & set(ISA_FLAGS)),
+                   numa_nodes=numa_nodes(), **_cuda())
 
 
 def numa_nodes() -> int:
@@ -153,51 +156,3 @@ def _cuda() -> dict:
     except Exception:  # a broken CUDA setup is a machine without CUDA here
         pass
     return {}
-
-
-def _vllm_cpu_kernels() -> dict:
-    """Ask what is loaded: vLLM picks _C, _C_AVX512 or _C_AVX2 at import, and
-    _C_AVX2 has no int4 kernel."""
-    try:
-        import torch
-        from vllm.platforms import current_platform
-        current_platform.import_kernels()
-    except Exception:  # no vLLM in this environment
-        return {}
-    ops = frozenset(op for op in VLLM_CPU_OPS if hasattr(torch.ops._C, op))
-    return {"vllm_library": _loaded_vllm_library(), "vllm_ops": ops, "fp8_gemm": _fp8_gemm()}
-
-
-def _fp8_gemm() -> str | None:
-    """See Machine.fp8_gemm. vLLM-CPU has an FP8 W8A8 kernel only with AMX-FP8
-    (scaled_mm/cpu.py); elsewhere it calls torch._scaled_mm, which torch hands
-    to oneDNN on some CPUs, and oneDNN's verbose line names the implementation
-    it picked: on an AMX host without AMX-FP8 that was its reference code,
-    2 s for one 64x576x3072 product (bf16: 0.3 ms)."""
-    import torch
-    if hasattr(torch.ops._C, "cpu_has_amx_fp8") and torch.ops._C.cpu_has_amx_fp8():
-        return "amx_fp8"
-    a = torch.zeros(4, 32).to(torch.float8_e4m3fn)
-    one = torch.ones(1)
-    with tempfile.TemporaryFile(mode="w+") as log:
-        try:  # oneDNN prints its verbose lines to the process's stdout
-            with redirected_stdout(log.fileno()), torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
-                torch._scaled_mm(a, a.t(), scale_a=one, scale_b=one, out_dtype=torch.float32)
-        except (RuntimeError, NotImplementedError):  # what vLLM's fallback would hit at start-up
-            return "unavailable"
-        except Exception:  # the probe itself failed: say nothing rather than something wrong
-            return None
-        log.seek(0)
-        found = re.search(r"primitive,exec,cpu,matmul,([^,]+),", log.read())
-    return found.group(1) if found else "torch"
-
-
-def _loaded_vllm_library() -> str | None:
-    try:
-        for line in Path("/proc/self/maps").read_text().splitlines():
-            name = line.rsplit("/", 1)[-1]
-            if "/vllm/_C" in line and name.endswith(".so"):
-                return name.split(".")[0]
-    except OSError:
-        pass
-    return None

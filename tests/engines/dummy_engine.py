@@ -10,7 +10,7 @@ token latency by a pseudo-random factor in 1 ± jitter_pct %, and the first
 import os
 import random
 
-from evaluate.capabilities import YES, Verdict
+from evaluate.formats import YES, Verdict
 from evaluate.engines import Engine
 from evaluate.metrics import RequestTiming
 from quantize.common import machine as machine_mod

@@ -1,0 +1,122 @@
+"""What the installed vLLM has on this machine: whether it imports at all
+(and is the build for this machine: CUDA or CPU), and on a CPU which kernel
+library it loaded, which ops that library has and who runs an FP8 matmul.
+The vLLM engine asks this (VllmEngine.machine) and attaches the answer to
+the machine facts as `machine.engine("vllm")`; the rules in
+evaluate/engines/vllm.py decide from it. A machine without the record (a
+kind printed by `--machine`) is judged as if vLLM were installed."""
+import re
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from quantize.common.stdout import redirected_stdout
+
+# vLLM ops whose presence decides a format on CPU (vllm/_custom_ops.py names).
+VLLM_CPU_OPS = ("cpu_gemm_wna16", "onednn_scaled_mm", "fp8_scaled_mm_cpu")
+# The command that installs the vLLM build this machine needs (it picks cuda or cpu).
+SETUP_COMMAND = "bash scripts/setup.sh"
+
+
+@dataclass(frozen=True)
+class VllmKernels:
+    installed: bool = True                     # vllm imports here, in the build for this machine
+    missing: str = ""                          # why not, one line (the import error, or the wrong build)
+    library: str | None = None                 # CPU kernel library vLLM loaded (_C, _C_AVX512, _C_AVX2)
+    ops: frozenset | None = None               # subset of VLLM_CPU_OPS present; None: not probed
+    # Who runs an FP8 checkpoint's matmuls in vLLM-CPU here: "amx_fp8" (its own kernel), else the
+    # torch._scaled_mm fallback, run by oneDNN (its implementation, e.g. "ref:any") or by torch
+    # itself ("torch"); "unavailable": that fallback fails here; None: not probed.
+    fp8_gemm: str | None = None
+
+    def facts(self) -> dict:
+        """The row keys (vllm_library, vllm_ops, fp8_gemm as rows have always had them)."""
+        return {"vllm_installed": self.installed, "vllm_library": self.library,
+                "vllm_ops": None if self.ops is None else sorted(self.ops), "fp8_gemm": self.fp8_gemm}
+
+    def describe(self) -> str:
+        if not self.installed:
+            return f"vLLM not usable ({self.missing})"
+        text = ""
+        if self.library:
+            text = f"vLLM kernel library {self.library} with " + (
+                ", ".join(sorted(self.ops)) if self.ops else "none of " + ", ".join(VLLM_CPU_OPS))
+        if self.fp8_gemm:
+            text += ("; " if text else "") + f"fp8 matmul {self.fp8_gemm}"
+        return text
+
+    def refusal(self) -> str:
+        """The one line every vLLM cell shows where vLLM cannot run here."""
+        return f"vLLM is not usable here ({self.missing}); run `{SETUP_COMMAND}`, which installs the build " \
+               "this machine needs (QUANTBENCH_TARGET=cuda|cpu overrides its choice)"
+
+
+@lru_cache(maxsize=None)
+def probe(cuda: bool) -> VllmKernels:
+    """Import vLLM and ask it (a few seconds): on a CPU, load its kernel
+    library as vLLM does at start-up (vllm/platforms/cpu.py, import_kernels)."""
+    try:
+        from vllm.platforms import current_platform
+    except Exception as e:  # not installed, or a build that does not import here
+        return VllmKernels(installed=False, missing=_first_line(e))
+    if cuda and not current_platform.is_cuda():
+        return VllmKernels(installed=False, missing="the installed vLLM is not a CUDA build, and this machine "
+                                                    "has a CUDA GPU")
+    if not cuda and not current_platform.is_cpu():
+        return VllmKernels(installed=False, missing="the installed vLLM is not the CPU build, and this machine "
+                                                    "has no CUDA GPU")
+    return VllmKernels() if cuda else _cpu_kernels()
+
+
+def _first_line(e: Exception) -> str:
+    text = f"{type(e).__name__}: {e}".strip().splitlines()
+    return text[0][:200] if text else type(e).__name__
+
+
+def _cpu_kernels() -> VllmKernels:
+    """Ask what is loaded: vLLM picks _C, _C_AVX512 or _C_AVX2 at import, and
+    _C_AVX2 has no int4 kernel."""
+    import torch
+    from vllm.platforms import current_platform
+    try:
+        current_platform.import_kernels()
+    except Exception as e:  # the kernel library does not load: no engine would start
+        return VllmKernels(installed=False, missing=f"its kernel library does not load: {_first_line(e)}")
+    ops = frozenset(op for op in VLLM_CPU_OPS if hasattr(torch.ops._C, op))
+    return VllmKernels(library=_loaded_library(), ops=ops, fp8_gemm=_fp8_gemm())
+
+
+def _fp8_gemm() -> str | None:
+    """See VllmKernels.fp8_gemm. vLLM-CPU has an FP8 W8A8 kernel only with
+    AMX-FP8 (scaled_mm/cpu.py); elsewhere it calls torch._scaled_mm, which
+    torch hands to oneDNN on some CPUs, and oneDNN's verbose line names the
+    implementation it picked: on an AMX host without AMX-FP8 that was its
+    reference code, 2 s for one 64x576x3072 product (bf16: 0.3 ms)."""
+    import torch
+    if hasattr(torch.ops._C, "cpu_has_amx_fp8") and torch.ops._C.cpu_has_amx_fp8():
+        return "amx_fp8"
+    a = torch.zeros(4, 32).to(torch.float8_e4m3fn)
+    one = torch.ones(1)
+    with tempfile.TemporaryFile(mode="w+") as log:
+        try:  # oneDNN prints its verbose lines to the process's stdout
+            with redirected_stdout(log.fileno()), torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
+                torch._scaled_mm(a, a.t(), scale_a=one, scale_b=one, out_dtype=torch.float32)
+        except (RuntimeError, NotImplementedError):  # what vLLM's fallback would hit at start-up
+            return "unavailable"
+        except Exception:  # the probe itself failed: say nothing rather than something wrong
+            return None
+        log.seek(0)
+        found = re.search(r"primitive,exec,cpu,matmul,([^,]+),", log.read())
+    return found.group(1) if found else "torch"
+
+
+def _loaded_library() -> str | None:
+    try:
+        for line in Path("/proc/self/maps").read_text().splitlines():
+            name = line.rsplit("/", 1)[-1]
+            if "/vllm/_C" in line and name.endswith(".so"):
+                return name.split(".")[0]
+    except OSError:
+        pass
+    return None

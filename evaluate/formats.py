@@ -1,0 +1,96 @@
+"""The vocabulary every engine and the capability table share: checkpoint
+formats (what an engine must know about a checkpoint to decide whether it can
+serve it), how a config.json is classified into one, and the Verdict an
+engine answers with. No engine, no table: engines import this, and the
+capability table (evaluate.capabilities) imports the engines."""
+from dataclasses import dataclass
+
+from quantize.common.moe import is_moe
+
+DENSE, W8A8_INT8, W4A16, W8A16, FP8 = "dense", "w8a8_int8", "w4a16", "w8a16", "fp8"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    reason: str = ""       # why not (or a caveat when ok)
+    starts: bool = False   # a no that is about speed: the engine would start, too slowly to measure
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+YES = Verdict(True)
+
+
+@dataclass(frozen=True)
+class CheckpointFormat:
+    """What an engine needs to know about a checkpoint to decide."""
+    scheme: str = DENSE            # dense, w8a8_int8, w4a16, w8a16, fp8, or w{N}a{M}
+    dtype: str = "bfloat16"        # the checkpoint's (activation) dtype
+    method: str | None = None      # quant_method: compressed-tensors, gptq, awq, ...
+    sparse_24: bool = False        # weights hold the 2:4 pattern, stored dense
+    sparsity_compressed: bool = False   # a sparse-compressed format (sparsity_config)
+    moe: bool = False              # mixture-of-experts: quantized experts need fused-MoE kernels
+    kv_cache: str | None = None    # the checkpoint's KV-cache scheme (kv_cache_scheme): "fp8", "fp8 per-head", ...
+    zero_point: bool = False       # asymmetric integer weights (a zero point per group or channel)
+
+    @property
+    def label(self) -> str:
+        name = {DENSE: f"dense {self.dtype}", W8A8_INT8: "W8A8 int8", W4A16: "W4A16",
+                W8A16: "W8A16", FP8: "FP8"}.get(self.scheme, self.scheme.upper())
+        if self.zero_point:
+            name += " asym"
+        if self.method in ("gptq", "awq"):
+            name += f" ({self.method.upper()} format)"
+        return (name + (" MoE" if self.moe else "") + (" 2:4" if self.sparse_24 else "")
+                + (" sparse-compressed" if self.sparsity_compressed else "")
+                + (f" + {self.kv_cache} KV" if self.kv_cache else ""))
+
+
+def classify(config: dict, sparse_24: bool = False) -> CheckpointFormat:
+    """A Hugging Face config.json -> format; `sparse_24`: the manifest found
+    every pruned layer of the saved weights 2:4."""
+    dtype = str(config.get("dtype") or config.get("torch_dtype") or "float32").removeprefix("torch.")
+    q = config.get("quantization_config") or {}
+    common = dict(dtype=dtype, sparse_24=sparse_24, sparsity_compressed=bool(q.get("sparsity_config")),
+                  moe=is_moe(config), kv_cache=kv_cache_scheme(q.get("kv_cache_scheme")))
+    if not q:
+        return CheckpointFormat(**common)
+    method = q.get("quant_method")
+    groups = list((q.get("config_groups") or {}).values())
+    zero_point = False
+    if groups:
+        schemes = sorted({_scheme(g.get("weights") or {}, g.get("input_activations")) for g in groups})
+        scheme = schemes[0] if len(schemes) == 1 else "+".join(schemes)
+        zero_point = any((g.get("weights") or {}).get("symmetric") is False for g in groups)
+    elif method in ("gptq", "awq"):
+        scheme = _scheme({"num_bits": q.get("bits"), "type": "int"}, None)
+        zero_point = q.get("sym") is False if method == "gptq" else q.get("zero_point", True) is not False
+    else:
+        scheme = DENSE  # e.g. a sparsity-only compressed-tensors config
+    return CheckpointFormat(scheme=scheme, method=method, zero_point=zero_point, **common)
+
+
+def kv_cache_scheme(kv: dict | None) -> str | None:
+    """compressed-tensors' `kv_cache_scheme` (QuantizationArgs of the k/v
+    states) -> a short name: "fp8" (8-bit float, one static scale per layer,
+    symmetric: llm-compressor's KV-cache examples), "fp8 per-head", "int8 asym", ..."""
+    if not kv:
+        return None
+    bits, kind = kv.get("num_bits", 8), kv.get("type", "int")
+    name = f"fp{bits}" if kind == "float" else f"{kind}{bits}"
+    strategy = kv.get("strategy") or "tensor"
+    if strategy != "tensor":
+        name += " per-head" if strategy == "attn_head" else f" per-{strategy}"
+    if kv.get("symmetric") is False:
+        name += " asym"
+    return name
+
+
+def _scheme(weights: dict, activations: dict | None) -> str:
+    bits, kind = weights.get("num_bits"), weights.get("type", "int")
+    if kind == "float" and bits == 8:
+        return FP8
+    act_bits = (activations or {}).get("num_bits") or 16
+    return {(8, 8): W8A8_INT8, (4, 16): W4A16, (8, 16): W8A16}.get((bits, act_bits), f"w{bits}a{act_bits}")
