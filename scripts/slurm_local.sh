@@ -16,6 +16,13 @@
 # waits forever, so accounting is always on.
 # Ports: QB_SLURM_PORT (slurmctld, default 6817; slurmd +1, slurmdbd +2) and
 # QB_SLURM_DB_PORT (MariaDB, default 3307).
+# GPUs: the node offers QB_SLURM_GPUS GPUs as Slurm gres (`--gres=gpu:N`,
+# hydra.launcher.gpus_per_node). Default: the host's NVIDIA devices
+# (/dev/nvidia0, ...), bound to their device files so Slurm sets each job's
+# CUDA_VISIBLE_DEVICES; on a host without one, one stand-in GPU (see
+# gres_conf), so that a GPU request is scheduled and runs on a CPU machine
+# too (tests/test_slurm.py checks it). QB_SLURM_GPUS=0: no GPUs.
+# `start` restarts a running cluster whose configuration changed (e.g. GPUs added).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=$(mkdir -p "${QB_SLURM_DIR:-$ROOT/.cache/slurm}" && cd "${QB_SLURM_DIR:-$ROOT/.cache/slurm}" && pwd)
@@ -28,6 +35,10 @@ NODE=$(hostname -s)
 USER_NAME=$(id -un)
 PACKAGES=(slurm-wlm slurmdbd mariadb-server)
 DAEMONS=(mariadb slurmdbd slurmctld slurmd)   # start order; stop goes backwards
+DEVICES=()
+for d in /dev/nvidia[0-9]*; do [ -e "$d" ] && DEVICES+=("$d"); done
+GPUS=${QB_SLURM_GPUS:-$(( ${#DEVICES[@]} > 0 ? ${#DEVICES[@]} : 1 ))}
+case "$GPUS" in ''|*[!0-9]*) echo "slurm_local: error: QB_SLURM_GPUS=$GPUS is not a count; set QB_SLURM_GPUS=0, 1, 2, ..." >&2; exit 1 ;; esac
 export SLURM_CONF=$ETC/slurm.conf
 
 say() { echo "slurm_local: $*" >&2; }
@@ -114,6 +125,10 @@ write_configs() {
     cpus=$(nproc)
     mem_mb=$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.75}' /proc/meminfo)
     [ -s "$ETC/db.password" ] || { (umask 077; head -c 18 /dev/urandom | base64 | tr -d '/+=' >"$ETC/db.password"); }
+    local gres_types="" node_gres=""
+    if [ "$GPUS" -gt 0 ]; then  # accounted too: sacct -o AllocTRES shows a job's gres/gpu
+        gres_types=$'GresTypes=gpu\nAccountingStorageTRES=gres/gpu' node_gres=" Gres=gpu:$GPUS"
+    fi
     cat >"$ETC/slurm.conf.new" <<EOF
 # Written by scripts/slurm_local.sh: a single-node cluster under $DIR.
 ClusterName=$CLUSTER
@@ -134,6 +149,7 @@ SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=1024
 EnforcePartLimits=ALL
 SchedulerParameters=batch_sched_delay=0
+$gres_types
 KillWait=5
 MailProg=/bin/true
 ReturnToService=2
@@ -149,10 +165,10 @@ AccountingStoragePort=$DBD_PORT
 JobCompType=jobcomp/none
 # Every daemon binds to the (loopback) address the host name resolves to, not 0.0.0.0.
 CommunicationParameters=NoCtldInAddrAny,NoInAddrAny
-NodeName=$NODE NodeAddr=$ADDR CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
+NodeName=$NODE NodeAddr=$ADDR CPUs=$cpus RealMemory=$mem_mb$node_gres State=UNKNOWN
 PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
 EOF
-    mv "$ETC/slurm.conf.new" "$ETC/slurm.conf"
+    gres_conf >"$ETC/gres.conf.new"
     (umask 077; cat >"$ETC/slurmdbd.conf" <<EOF
 # Written by scripts/slurm_local.sh. slurmdbd refuses a config others can read.
 AuthType=auth/none
@@ -171,6 +187,39 @@ LogFile=$LOG/slurmdbd.log
 EOF
     )
     chmod 600 "$ETC/slurmdbd.conf"
+}
+
+# gres.conf, which slurmd reads from slurm.conf's folder: the host's GPU
+# device files, or stand-ins where it has none. Slurm 22.05 does not take a
+# GPU by count alone: slurmd drops it ("Removing file-less GPU gpu:(null) from
+# final GRES list") and the node is marked INVALID ("gres/gpu count reported
+# lower than configured"); a File that is not a character or block device is
+# an error too. So each stand-in is a link to /dev/null in $DIR/dev: with
+# TaskPlugin=task/none nothing is bound to it, and a job still gets its GPU
+# count (SLURM_GPUS_ON_NODE) and index (CUDA_VISIBLE_DEVICES) from Slurm.
+gres_conf() {
+    echo "# Written by scripts/slurm_local.sh: $GPUS GPU(s) (QB_SLURM_GPUS to change)."
+    [ "$GPUS" -gt 0 ] || return 0
+    if [ "${#DEVICES[@]}" -ge "$GPUS" ]; then
+        echo "NodeName=$NODE Name=gpu File=/dev/nvidia[0-$((GPUS - 1))]"
+        return 0
+    fi
+    local i
+    mkdir -p "$DIR/dev"
+    for ((i = 0; i < GPUS; i++)); do ln -sfn /dev/null "$DIR/dev/gpu$i"; done
+    echo "# No NVIDIA device here: stand-ins, see gres_conf in scripts/slurm_local.sh."
+    echo "NodeName=$NODE Name=gpu File=$DIR/dev/gpu[0-$((GPUS - 1))]"
+}
+
+# Puts the configs write_configs wrote in place; true when slurm.conf or
+# gres.conf differ from the ones there before (the running daemons' ones).
+configs_changed() {
+    local f changed=1
+    for f in slurm.conf gres.conf; do
+        cmp -s "$ETC/$f.new" "$ETC/$f" || changed=0
+        mv "$ETC/$f.new" "$ETC/$f"
+    done
+    return $changed
 }
 
 # --- start / stop / status ----------------------------------------------------
@@ -229,15 +278,22 @@ start() {
     ADDR=$(getent ahostsv4 "$NODE" | awk 'NR == 1 {print $1}')
     case "$ADDR" in 127.*) ;; *) die "host name $NODE resolves to ${ADDR:-nothing}, not a loopback address, and the daemons (auth/none) would listen there; add '127.0.1.1 $NODE' to /etc/hosts" ;; esac
     local t0=$SECONDS
+    write_configs
+    if configs_changed && alive slurmctld; then
+        # Node resources (GPUs) are read when the daemons start: a cluster from an
+        # earlier version of this script restarts the two that read these files.
+        say "configuration changed ($ETC/slurm.conf, gres.conf); restarting slurmctld and slurmd"
+        stop_daemon slurmd
+        stop_daemon slurmctld
+    fi
     if all_up; then
         say "already running ($DIR)"
     else
-        write_configs
         start_mariadb
         start_slurmdbd
         start_slurmctld
         start_slurmd
-        say "cluster $CLUSTER up in $((SECONDS - t0))s: partition debug, node $NODE ($(nproc) CPUs); logs in $LOG"
+        say "cluster $CLUSTER up in $((SECONDS - t0))s: partition debug, node $NODE ($(nproc) CPUs, $GPUS GPUs); logs in $LOG"
     fi
     echo "export SLURM_CONF=$SLURM_CONF"
 }

@@ -2,7 +2,8 @@
 slurmd, slurmdbd, MariaDB) through hydra-submitit-launcher, started once per
 session in a temp dir on free ports and stopped at the end.
 
-Covered: a request no node can meet stops before submitting with one line; a
+Covered: a request no node can meet stops before submitting with one line; the
+GPU preset's request is scheduled on the node's (stand-in) GPU and runs; a
 quantize sweep and evaluate sweeps (one real vLLM job, evaluate jobs writing
 their own shards, merged by the report); `scancel` mid-job, a job over its
 time limit and a requeued job: each sweep ends, the failures are recorded and
@@ -29,6 +30,9 @@ HANG_GUARD_S = 600  # a sweep that does not end by then is a hang, not a slow ma
 # enough (~0.5-4 s a run here) that a job is still running when Slurm acts on it.
 TINY = ["scenario=interactive", "scenario.name=slurm_tiny", "scenario.input_len=16", "scenario.output_len=8"]
 SLOW = ["scenario=interactive", "scenario.name=slurm_slow", "scenario.input_len=16", "scenario.output_len=32"]
+# The GPU preset on the local partition, sized for its node (2 cores; 1 GPU, see the cluster fixture).
+SLURM_GPU = ["hydra/launcher=slurm_gpu", "hydra.launcher.partition=debug", "hydra.launcher.cpus_per_task=1",
+             "hydra.launcher.mem_gb=4"]
 
 
 @dataclass
@@ -79,8 +83,9 @@ def cluster(tmp_path_factory):
         out = subprocess.run(["bash", str(SCRIPT), "install"], capture_output=True, text=True, timeout=900)
         assert out.returncode == 0, f"slurm_local.sh install failed:\n{out.stderr}"
     base = _free_ports()
+    # One GPU whatever the host has: a stand-in on a CPU machine (slurm_local.sh's gres_conf).
     env = {**os.environ, "QB_SLURM_DIR": str(tmp_path_factory.mktemp("slurm")),
-           "QB_SLURM_PORT": str(base), "QB_SLURM_DB_PORT": str(base + 5)}
+           "QB_SLURM_PORT": str(base), "QB_SLURM_DB_PORT": str(base + 5), "QB_SLURM_GPUS": "1"}
     out = subprocess.run(["bash", str(SCRIPT), "start"], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, f"slurm_local.sh start failed:\n{out.stderr}"
     export = out.stdout.strip().splitlines()[-1]
@@ -160,8 +165,8 @@ def test_impossible_request_stops_before_submitting(cluster, tmp_path):
          f"set hydra.launcher.cpus_per_task={os.cpu_count()} or less"),
         (["hydra/launcher=slurm_local", "hydra.launcher.mem_gb=100000"], "hydra.launcher.mem_gb=100000",
          "set hydra.launcher.mem_gb="),
-        (["hydra/launcher=slurm_local", "hydra.launcher.gpus_per_node=1"], "hydra.launcher.gpus_per_node=1",
-         "set hydra.launcher.gpus_per_node=null"),
+        ([*SLURM_GPU, "hydra.launcher.gpus_per_node=2"], "hydra.launcher.gpus_per_node=2",
+         "than any node of partition debug has (1); set hydra.launcher.gpus_per_node=1 or less"),
     ]
     for overrides, names, fix in cases:
         out = run(cluster, "quantize", "-m", "recipe=original,w4a16_rtn", *overrides,
@@ -171,6 +176,27 @@ def test_impossible_request_stops_before_submitting(cluster, tmp_path):
         assert lines[0].startswith("error: ") and names in lines[0] and fix in lines[0], lines[0]
     assert cluster.slurm("sacct", "-a", "-X", "-n", "-o", "JobID") == before  # nothing was submitted
     assert not list((tmp_path / "sweep").glob("*/.hydra"))
+
+
+def test_the_gpu_preset_asks_for_a_gpu_and_the_job_gets_it(cluster, tiny_model, tmp_path):
+    """slurm_gpu's request (gpus_per_node: 1, submitit's --gpus-per-node) is
+    scheduled on the node's GPU: the job runs with Slurm's GPU variables set
+    and is accounted one gres/gpu."""
+    sweep = tmp_path / "sweep"
+    # The setup lines run in the job before Python: they report what Slurm gave it.
+    report = 'hydra.launcher.setup=["echo qb-gpus=$SLURM_GPUS_ON_NODE job-gpus=$SLURM_JOB_GPUS"]'
+    out = run(cluster, "quantize", "-m", "recipe=original", f"model={tiny_model}", "artifacts_dir=art", *SMALL_CALIB,
+              *SLURM_GPU, report, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    assert out.returncode == 0, tail(out)
+    assert "1 job(s) ok" in out.stdout + out.stderr
+    (script,) = (sweep / ".submitit").glob("*/*_submission.sh")
+    assert "#SBATCH --gpus-per-node=1\n" in script.read_text()
+    (job,) = job_ids(sweep)
+    assert cluster.states([job]) == ["COMPLETED"]
+    assert "gres/gpu=1" in cluster.slurm("sacct", "-X", "-n", "-P", "-o", "AllocTRES", "-j", job).strip().split(",")
+    (log,) = (sweep / ".submitit").glob("*/*_log.out")
+    assert "qb-gpus=1 job-gpus=0" in log.read_text()
+    assert (tmp_path / "art" / TINY_NAME / "original" / "manifest.json").is_file()
 
 
 @pytest.mark.slow
