@@ -149,6 +149,15 @@ def validate(cfg, target, max_model_len: int | None = None) -> None:
                         f"or pass accuracy=none")
     held_out_text(cfg)
     reference_path(target, cfg)
+    check_reference_device(str(cfg.get("reference_device") or "cpu"))
+
+
+def check_reference_device(device: str) -> None:
+    """A GPU reference on a machine without one fails now, not after the engine ran."""
+    from quantize.common import machine
+    if device.startswith("cuda") and not machine.detect().cuda:
+        raise UserError(f"accuracy.reference_device={device} but this machine has no CUDA GPU; pass "
+                        "accuracy.reference_device=cpu (or auto)")
 
 
 def engine_pass(engine, cfg, tokenizer, seed: int) -> dict:

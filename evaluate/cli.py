@@ -1,6 +1,9 @@
-"""`python -m evaluate model=<artifact dir | preset> [recipe=…] [scenario=…] [engine=…] [runs=…]`"""
+"""`python -m evaluate model=<artifact dir | preset> [recipe=…] [scenario=…] [engine=…] [runs=…] [hardware=…]`"""
+import sys
+
 import hydra
 
+from evaluate import hardware
 from quantize.common.config import prepare_argv
 from quantize.common.jobs import run_job
 from quantize.common.paths import CONF_DIR
@@ -14,4 +17,6 @@ def _hydra_main(cfg) -> None:
 
 def main() -> None:
     prepare_argv()
+    # once, before Hydra composes: the machine's defaults (conf/hardware/), under the command line's
+    sys.argv[1:] = hardware.with_default(sys.argv[1:])
     _hydra_main()

@@ -7,7 +7,8 @@ from typing import NamedTuple
 
 from omegaconf import DictConfig, OmegaConf
 
-from evaluate import accuracy, engines, lmeval, precision, results, scenarios as scenario_mod, target as target_mod
+from evaluate import accuracy, engines, hardware as hardware_mod, lmeval, precision, results, scenarios as scenario_mod, \
+    target as target_mod
 from evaluate.formats import Verdict
 from evaluate.engines import Engine, LmEvalModel
 from evaluate.memory import PeakMemory
@@ -161,6 +162,10 @@ def _plan(cfg) -> tuple[Job, list[Scenario], Verdict]:
     if problem:
         raise UserError(problem)
     machine = engine.machine()
+    defaults = _defaults_profile(cfg)
+    mismatch = hardware_mod.mismatch(defaults, machine)
+    if mismatch:
+        log.warning("%s", mismatch)
     args["dtype"] = engine.choose_dtype(target.format, machine, args.get("dtype") or "auto")
     load, slo = serving.configure(cfg, engine, name)
     lm_eval_cfg = cfg.lm_eval if cfg.lm_eval.get("enabled") else None
@@ -175,13 +180,18 @@ def _plan(cfg) -> tuple[Job, list[Scenario], Verdict]:
     where = {"versions": versions(), "hardware": hardware()}
     # engine_args/env as configured; a started engine replaces them with what it used.
     base = Row(kind="speed", **target.as_row(), engine=name, engine_args=args,
-               engine_env=engine_cfg.get("env", {}), **where, machine=machine.facts(),
+               engine_env=engine_cfg.get("env", {}), **where, machine=machine.facts(), hardware_defaults=defaults,
                kv_quant=engine.kv_quant(target.format, args),
                setup_id=results.setup_id(engines.identity(engine_cfg, engine), **where), repro=_repro(target))
     job = Job(cfg=cfg, plan=plan, target=target, store=store, engine=engine, engine_cfg=engine_cfg, limit=limit,
               fit=fit, base=base, accuracy_cfg=accuracy_cfg, lm_eval_cfg=lm_eval_cfg, lm_eval_model=lm_eval_model,
               lm_eval_versions=lm_eval_versions, load=load, slo=slo)
     return job, unfit, engine.supports(target.format, machine, args)
+
+
+def _defaults_profile(cfg) -> str | None:
+    """The conf/hardware/ profile the job's defaults came from (None: a config without one)."""
+    return cfg.hardware.name if cfg.get("hardware") else None
 
 
 def _repro(target: Target) -> str | None:
@@ -213,7 +223,7 @@ def _record_unloadable(cfg, store, e: UserError) -> None:
     if in_multirun():
         row = Row(kind="speed", model_name=cfg.model.get("name"),
                   recipe=cfg.recipe.name if cfg.get("recipe") else None, engine=cfg.engine.name,
-                  scenario=cfg.scenario.get("name"))
+                  scenario=cfg.scenario.get("name"), hardware_defaults=_defaults_profile(cfg))
         _record(store, row, "failed", reason=str(e))
 
 

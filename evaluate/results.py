@@ -68,6 +68,9 @@ class Row:
     setup_id: str | None = None        # see setup_id()
     versions: dict = field(default_factory=dict)
     hardware: dict = field(default_factory=dict)
+    # the defaults profile the job was composed with (conf/hardware/: "cpu" | "cuda"); not
+    # part of setup_id: a default changes what is measured, which the other fields say
+    hardware_defaults: str | None = None
     # what was measured
     scenario: str | None = None        # scenario, eval set or lm-eval task label
     dataset: str | None = None         # accuracy / lm_eval rows

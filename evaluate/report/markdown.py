@@ -137,10 +137,21 @@ def render_header(rows: list[Row], title: str, results_dir: Path) -> str:
              f"- Models: {', '.join(sorted({r.model_name or '?' for r in rows}))}"]
     lines += [f"- Hardware: {hardware_text(hw)}" for hw in distinct(rows, "hardware")]
     lines += [f"- Capabilities: {capability_text(facts)}" for facts in distinct(rows, "machine")]
+    lines += defaults_lines(rows)
     lines.append(f"- Versions: {versions_text(rows)}")
     lines.append("- Setups (engine, args and environment as recorded; rows of different setups are never averaged):")
     lines += setup_lines(rows)
     return "\n".join(lines + ["", NOTES])
+
+
+def defaults_lines(rows: list[Row]) -> list[str]:
+    """The hardware profiles the rows' jobs took their defaults from (none for
+    rows written before profiles were recorded)."""
+    profiles = sorted({r.hardware_defaults for r in rows if r.hardware_defaults})
+    if not profiles:
+        return []
+    return [f"- Defaults: {', '.join(f'`hardware={p}`' for p in profiles)} (conf/hardware/; "
+            "command-line choices override them)"]
 
 
 def setup_lines(rows: list[Row]) -> list[str]:

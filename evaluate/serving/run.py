@@ -37,6 +37,8 @@ def configure(cfg, engine_cls, engine_name: str) -> tuple[dict | None, SLO | Non
         return None, slo
     name = profile["name"]
     if not getattr(engine_cls, "serves_http", False):
+        if profile.get("only_with_server"):  # a default (hardware=cuda): in-process engines run batches
+            return None, slo
         raise UserError(f"load={name} needs a server engine: pass engine=vllm_server "
                         f"(or engine=openai engine.base_url=...); engine={engine_name} runs in-process")
     load_mod.validate(profile, slo)

@@ -1,0 +1,59 @@
+"""Defaults that follow the hardware: the config group conf/hardware/{cpu,cuda}.yaml.
+
+`python -m evaluate` picks the profile once, at its entry point, from the
+machine facts (a CUDA GPU present: cuda), unless the command line names one
+(`hardware=cpu|cuda`). Being a config group, the profile only changes
+defaults: scenario=, slo=, load=, accuracy.reference_device=... given on the
+command line still win. Every row records the profile (`hardware_defaults`)
+and the report header names it.
+
+`python -m evaluate.hardware` prints the profile this machine gets
+(scripts/run_matrix.sh picks its matrix preset from it)."""
+import sys
+
+from quantize.common import machine as machine_mod
+
+GROUP = "hardware"
+PROFILES = ("cpu", "cuda")
+DEFAULT = "cpu"   # conf/evaluate.yaml's own choice
+
+
+def detected(machine=None) -> str:
+    """The profile for `machine` (default: this one)."""
+    machine = machine or machine_mod.detect()
+    return "cuda" if machine.cuda else "cpu"
+
+
+def named(argv: list[str]) -> str | None:
+    """The profile the command line names (a sweep's `cpu,cuda` too), or None."""
+    for arg in argv:
+        key, sep, value = arg.lstrip("+~").partition("=")
+        if sep and key == GROUP:
+            return value
+    return None
+
+
+def with_default(argv: list[str]) -> list[str]:
+    """`argv` with this machine's profile added where the user named none.
+    The CPU profile is the config's own default, so a CPU command line stays
+    as typed (and so does the `repro` its rows record); on a GPU the added
+    `hardware=cuda` is in `repro`, which then reproduces from any machine."""
+    if named(argv) is not None:
+        return argv
+    profile = detected()
+    # first: a trailing flag that takes an optional value (--info) would swallow it
+    return argv if profile == DEFAULT else [f"{GROUP}={profile}", *argv]
+
+
+def mismatch(profile: str, machine) -> str | None:
+    """A warning for a job whose defaults were chosen for another machine: a
+    sweep launched from a CPU login node to GPU nodes gets the CPU defaults."""
+    if profile == "cpu" and machine.cuda:
+        return ("this job runs on a CUDA machine with the CPU defaults (hardware=cpu: scenario, slo, load, "
+                "accuracy reference), picked where it was launched; pass hardware=cuda for the GPU ones")
+    return None
+
+
+if __name__ == "__main__":
+    print(detected())
+    sys.exit(0)
