@@ -131,18 +131,29 @@ class HfEngine(Engine):
         with torch.inference_mode():
             for ids in prompts:
                 logits = self.model(torch.tensor([ids], device=self.device)).logits[0, :-1]
-                lp = torch.log_softmax(logits.float(), dim=-1)
-                top = lp.topk(k, dim=-1)
-                positions = [None]
-                for i in range(1, len(ids)):
-                    row = lp[i - 1]
-                    d = {int(t): (float(v), r + 1) for r, (v, t) in
-                         enumerate(zip(top.values[i - 1], top.indices[i - 1]))}
-                    if ids[i] not in d:
-                        d[ids[i]] = (float(row[ids[i]]), int((row > row[ids[i]]).sum()) + 1)
-                    positions.append(d)
-                out.append(positions)
+                out.append([None, *top_k_positions(torch.log_softmax(logits.float(), dim=-1), ids[1:], k)])
         return out
 
     def stop(self) -> None:
         del self.model
+
+
+def top_k_positions(log_probs, targets: list[int], k: int) -> list[dict]:
+    """Per row of `log_probs` ([len(targets), vocab]): {token id: (logprob,
+    rank)} for the top k, and for the target token where it is not among them
+    (its rank: 1 + the tokens more likely). Computed on the device and copied
+    to the host in one piece: reading tensor elements one by one costs a
+    device sync each on CUDA. float64 holds float32 log-probs and token ids
+    exactly, so the values are those of the element-wise reads."""
+    import torch
+    top = log_probs.topk(k, dim=-1)
+    actual = log_probs.gather(1, torch.tensor(targets, dtype=torch.long, device=log_probs.device)[:, None])
+    rank = (log_probs > actual).sum(dim=1, keepdim=True) + 1
+    table = torch.cat([t.double() for t in (top.values, top.indices, actual, rank)], dim=1).tolist()
+    positions = []
+    for row, target in zip(table, targets):
+        d = {int(token): (value, r + 1) for r, (value, token) in enumerate(zip(row[:k], row[k:2 * k]))}
+        if target not in d:
+            d[target] = (row[2 * k], int(row[2 * k + 1]))
+        positions.append(d)
+    return positions
