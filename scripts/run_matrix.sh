@@ -8,7 +8,9 @@
 #   bash scripts/run_matrix.sh reference hydra/launcher=slurm_gpu
 #   RECIPES=original,w8a8_smooth_ptq SCENARIO=interactive bash scripts/run_matrix.sh cpu
 # A preset is conf/matrix/<name>.env (RECIPES, SCENARIO, RUNS, SERVABLE_ONLY);
-# variables set in the environment win over the preset.
+# variables set in the environment win over the preset. Without one: `gpu` on a
+# CUDA machine, `cpu` elsewhere (`python -m evaluate.hardware`, the machine facts
+# evaluate picks its own defaults from, conf/hardware/).
 # SERVABLE_ONLY=1 (the default): quantize only the recipes evaluate's engine can
 # serve on this machine (python -m evaluate.capabilities --servable); evaluate
 # records the others as `unsupported` with the reason. Off when a launcher
@@ -16,8 +18,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
-MATRIX=cpu
-if [ $# -gt 0 ] && [ -f "conf/matrix/$1.env" ]; then MATRIX=$1; shift; fi
+if [ $# -gt 0 ] && [ -f "conf/matrix/$1.env" ]; then
+  MATRIX=$1; shift
+else
+  hardware=$("$PY" -m evaluate.hardware) || exit 2
+  MATRIX=$([ "$hardware" = cuda ] && echo gpu || echo cpu)
+fi
 env_recipes=${RECIPES:-}; env_scenario=${SCENARIO:-}; env_runs=${RUNS:-}; env_servable=${SERVABLE_ONLY:-}
 SERVABLE_ONLY=1
 # shellcheck disable=SC1090

@@ -124,3 +124,46 @@ def test_the_profile_round_trips_through_the_store(tmp_path):
     results.append(tmp_path / "results.jsonl", Row(kind="speed", status="ok", hardware_defaults="cuda"))
     (row,) = results.read(tmp_path)
     assert row.hardware_defaults == "cuda" and not row.extra
+
+
+STUB_PY = """#!/usr/bin/env bash
+# stands in for .venv/bin/python: the machine kind evaluate.hardware would print, everything
+# servable, and the stages' command lines logged instead of run
+case "$2" in
+  evaluate.hardware) echo "$FAKE_HARDWARE" ;;
+  evaluate.capabilities) echo "$4" ;;
+  *) echo "$*" >> "$CALLS" ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("machine, preset, expect", [
+    ("cuda", [], "gpu"),
+    ("cpu", [], "cpu"),
+    ("cuda", ["cpu"], "cpu"),   # a preset named on the command line wins
+])
+def test_run_matrix_picks_the_gpu_preset_on_a_cuda_machine(tmp_path, machine, preset, expect):
+    import subprocess
+
+    from conftest import ROOT
+    stub = tmp_path / "python"
+    stub.write_text(STUB_PY)
+    stub.chmod(0o755)
+    calls = tmp_path / "calls"
+    env = {"PATH": "/usr/bin:/bin", "PY": str(stub), "FAKE_HARDWARE": machine, "CALLS": str(calls),
+           "RESULTS": str(tmp_path / "results"), "REPORT": str(tmp_path / "reports")}
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "run_matrix.sh"), *preset], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    preset_file = (CONF_DIR / "matrix" / f"{expect}.env").read_text()
+    recipes = next(line.split("=", 1)[1] for line in preset_file.splitlines() if line.startswith("RECIPES="))
+    evaluate = next(line for line in calls.read_text().splitlines() if line.startswith("-m evaluate -m"))
+    assert f"recipe={recipes}" in evaluate.split()
+    from quantize.common.paths import RECIPES_DIR
+    assert all((CONF_DIR / "recipe" / f"{r}.yaml").is_file() or (RECIPES_DIR / f"{r}.yaml").is_file()
+               for r in recipes.split(","))
+    if expect == "gpu":
+        assert recipes.split(",") == ["original", "w8a8_smooth_ptq", "w8a8_smooth_gptq", "w8a8_sparse_smooth_gptq",
+                                      "w8a16_awq", "w8a16_smooth_awq", "w8a16_sparse_awq", "w4a16_gptq",
+                                      "w4a16_awq", "fp8_dynamic"]
+        assert "scenario=reference" in evaluate.split()
