@@ -59,6 +59,8 @@ def run(cfg) -> Path:
     # Before minutes of calibration: an output dir with a corrupt manifest is
     # only replaced when asked to.
     existing = None if cfg.force else manifest_mod.read(out, fix=f"pass force=true to rebuild {out}")
+    if existing is None and cfg.get("memory_check", True):  # a build follows: will the model fit?
+        _check_memory(cfg, model_dir, recipe)
 
     with timer.phase("load tokenizer and calibration"):
         tokenizer = _load_tokenizer(model_dir, cfg.trust_remote_code)
@@ -109,13 +111,14 @@ def run(cfg) -> Path:
 
 
 def _model_dir(path) -> Path:
+    from quantize.common import hub
     from quantize.common.assets import SMOLLM2_DIR, ensure_default_model
-    model_dir = resolve(path)
+    model_dir = hub.download(str(path)) if hub.is_repo_id(str(path)) else resolve(path)
     if model_dir == SMOLLM2_DIR and not model_dir.exists():
         ensure_default_model()
     if not (model_dir / "config.json").is_file():
         raise UserError(f"model {model_dir} is not a Hugging Face checkpoint (no config.json); "
-                        "pass model=<preset> (see conf/model/) or model=<local checkpoint dir>")
+                        "pass model=<preset> (see conf/model/), model=<local checkpoint dir> or model=<hub owner/name>")
     if not weight_files(model_dir):
         raise UserError(f"model {model_dir} has no *.safetensors weights; only safetensors "
                         "checkpoints are loaded (convert .bin weights first)")
@@ -132,6 +135,21 @@ def _load_model(model_dir: Path, trust_remote_code: bool):
     from transformers import AutoModelForCausalLM
     return AutoModelForCausalLM.from_pretrained(
         model_dir, dtype="auto", trust_remote_code=trust_remote_code, use_safetensors=True)
+
+
+def _check_memory(cfg, model_dir: Path, recipe) -> None:
+    """From the safetensors headers, before the tokenizer, the calibration set
+    and the weight hash: a model too big for this machine's free memory fails
+    in milliseconds, instead of in an OOM kill minutes later."""
+    from quantize.common import memory_check
+    # The model is loaded in its checkpoint's dtype, then cast to the calibration dtype.
+    held = memory_check.wider(str(checkpoint_dtype(model_dir)).removeprefix("torch."),
+                              _calibration_dtype(cfg, model_dir, recipe))
+    hessians = any(m in memory_check.HESSIAN_MODIFIERS for m in recipe.modifiers)
+    gpu = not recipe.is_baseline and memory_check.on_gpu()  # the baseline is only loaded and saved
+    need = memory_check.check(model_dir, held, on_gpu=gpu, hessians=hessians)
+    log.info("memory: %s in %s%s fits", memory_check.gib(need.weight_bytes), held,
+             f", largest layer {memory_check.gib(need.gpu_need)} on the GPU" if gpu else "")
 
 
 def _calibration_dtype(cfg, model_dir: Path, recipe) -> str | None:

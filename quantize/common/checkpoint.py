@@ -29,22 +29,36 @@ def check_weight_files(paths) -> None:
                             "re-copy or re-create the checkpoint")
 
 
-def _safetensors_problem(path: Path) -> str | None:
-    size = path.stat().st_size
+class HeaderError(ValueError):
+    """A safetensors file whose header cannot be read; the message says why."""
+
+
+def read_header(path: Path) -> tuple[dict, int]:
+    """The safetensors header of `path` (tensor name -> dtype, shape, data
+    offsets; `__metadata__`) and the number of data bytes after it."""
+    size = Path(path).stat().st_size
     with open(path, "rb") as f:
         head = f.read(8)
         if len(head) < 8:
-            return f"{size} bytes, shorter than its 8-byte header length"
+            raise HeaderError(f"{size} bytes, shorter than its 8-byte header length")
         (n,) = struct.unpack("<Q", head)
         if 8 + n > size:
-            return f"header claims {n} bytes, the file holds {size - 8}"
+            raise HeaderError(f"header claims {n} bytes, the file holds {size - 8}")
         try:
             header = json.loads(f.read(n))
         except (UnicodeDecodeError, json.JSONDecodeError):
-            return "header is not valid JSON"
+            raise HeaderError("header is not valid JSON") from None
     if not isinstance(header, dict):
-        return "header is not a JSON object"
-    data, end = size - 8 - n, 0
+        raise HeaderError("header is not a JSON object")
+    return header, size - 8 - n
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    try:
+        header, data = read_header(path)
+    except HeaderError as e:
+        return str(e)
+    end = 0
     for name, info in header.items():
         if name == "__metadata__":
             continue
