@@ -9,7 +9,11 @@ from quantize.common.paths import CONF_DIR
 @hydra.main(config_path=str(CONF_DIR), config_name="quantize", version_base="1.3")
 def _hydra_main(cfg) -> None:
     from quantize import pipeline
-    run_job(pipeline.run, cfg, needs_hub=cfg.calibration.get("source") == "hub")
+    from omegaconf import OmegaConf
+
+    from quantize.common.hub import is_repo_id
+    model = OmegaConf.select(cfg, "model.path", throw_on_missing=False)
+    run_job(pipeline.run, cfg, needs_hub=cfg.calibration.get("source") == "hub" or is_repo_id(model or ""))
 
 
 def main() -> None:

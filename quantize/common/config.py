@@ -8,6 +8,7 @@ from pathlib import Path
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from quantize.common.hub import is_repo_id
 from quantize.common.paths import CACHE_DIR, CONF_DIR, PROJECT_ROOT, RECIPES_DIR
 
 # Config groups whose value may also be a filesystem path; the shorthand maps
@@ -47,7 +48,8 @@ def expand_path_shorthands(argv: list[str]) -> list[str]:
     for arg in argv:
         key, sep, value = arg.partition("=")
         if sep and key in PATH_GROUPS and _looks_like_path(value):
-            path = Path(os.path.expanduser(value)).resolve()
+            # a hub id (owner/name, no such local path) stays as written: quantize downloads it
+            path = value if key == "model" and is_repo_id(value) else Path(os.path.expanduser(value)).resolve()
             out += [f"{key}={PATH_GROUPS[key]}", f"{key}.path={path}"]
         else:
             out.append(arg)

@@ -1,0 +1,72 @@
+"""`model=org/name`: a Hugging Face hub repo, downloaded where the hub is
+reachable, safetensors weights only.
+
+A value is a hub id when no local path of that name exists and it has the
+hub's `owner/name` form. The download takes the configs and tokenizer files
+first, then exactly the weight files the checkpoint's safetensors index names
+(or `model.safetensors`), at the same commit: never `*.bin`/`*.pt` pickles,
+GGUF copies, or a second consolidated copy of the weights, and never `*.py`
+(quantize keeps `trust_remote_code` off). Files land in the Hugging Face
+cache (HF_HOME), so a model downloaded once also loads offline."""
+import json
+import re
+from pathlib import Path
+
+from quantize.common.errors import UserError
+
+REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# Everything a checkpoint needs besides its weights: config, generation config,
+# safetensors index, tokenizer (json, sentencepiece, tiktoken, BPE merges),
+# chat template.
+META_PATTERNS = ["*.json", "*.model", "*.tiktoken", "*.txt", "*.jinja"]
+INDEX = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+
+
+def is_repo_id(value: str) -> bool:
+    """`owner/name` that is not a path on this machine."""
+    value = str(value)
+    return bool(REPO_ID.match(value)) and ".." not in value and not Path(value).expanduser().exists()
+
+
+def download(repo_id: str) -> Path:
+    """The local snapshot dir of `repo_id` (downloaded, or from the cache);
+    a one-line UserError when the hub cannot be reached or has no such repo."""
+    try:
+        meta = Path(_snapshot(repo_id, None, META_PATTERNS))
+        missing = [name for name in weight_names(meta) if not (meta / name).is_file()]
+        if missing:  # cached ones are not asked for again: that would need the hub even when all is here
+            _snapshot(repo_id, meta.name, missing)  # the same commit, even if the repo changed meanwhile
+        return meta
+    except Exception as e:
+        raise UserError(_explain(repo_id, e)) from None
+
+
+def weight_names(snapshot: Path) -> list[str]:
+    """The safetensors files the checkpoint's index lists, else the single file."""
+    index = snapshot / INDEX
+    if index.is_file():
+        return sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    return [SINGLE_FILE]
+
+
+def _snapshot(repo_id: str, revision: str | None, patterns: list[str]) -> str:
+    from huggingface_hub import snapshot_download
+    return snapshot_download(repo_id, revision=revision, allow_patterns=patterns)
+
+
+def _explain(repo_id: str, e: Exception) -> str:
+    from huggingface_hub import constants, errors
+    local = f"no local dir {repo_id} exists"
+    if isinstance(e, errors.RepositoryNotFoundError):  # also gated and private repos
+        return (f"model {repo_id}: {local} and the Hugging Face hub has no repo {repo_id} you may read; "
+                "check the name, or `hf auth login` for a gated or private repo")
+    if isinstance(e, errors.LocalEntryNotFoundError):
+        why = ("the hub is offline here (HF_HUB_OFFLINE=1)" if constants.HF_HUB_OFFLINE
+               else "the Hugging Face hub cannot be reached")
+        return (f"model {repo_id}: {local}, it is not in the Hugging Face cache, and {why}; download it where "
+                f"the hub is reachable (hf download {repo_id} --include '*.safetensors' '*.json' "
+                "'tokenizer*' --local-dir DIR) and pass model=DIR")
+    said = " ".join(str(e).split())[:200]
+    return (f"model {repo_id}: download from the Hugging Face hub failed ({type(e).__name__}: {said}); "
+            "pass model=<local checkpoint dir>")
