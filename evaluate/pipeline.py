@@ -158,6 +158,7 @@ def _plan(cfg) -> tuple[Job, list[Scenario], Verdict]:
                             "pass accuracy=none")
         accuracy.validate(accuracy_cfg, target, args.get("max_model_len"))
     engines.check_args(engine, args, name)
+    args.update(engine.resolve_args(args, target.config))  # e.g. tensor_parallel_size=auto -> 4: rows, setup id
     problem = engine.config_problem(target.config, args)
     if problem:
         raise UserError(problem)

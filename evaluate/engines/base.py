@@ -105,6 +105,13 @@ class Engine:
         raise NotImplementedError
 
     @staticmethod
+    def resolve_args(args: dict, model_config: dict) -> dict:
+        """The `engine.args.*` whose configured value is decided here (e.g.
+        `auto`), with the value this machine and model give: called before the
+        engine starts, so the rows and the setup id record what ran."""
+        return {}
+
+    @staticmethod
     def config_problem(model_config: dict, args: dict) -> str | None:
         """Why `args` cannot serve a model with this config.json (a one-line
         error naming the fix), or None."""

@@ -15,7 +15,7 @@ from importlib import metadata
 from typing import Iterator
 
 from evaluate.formats import DENSE, FP8, W4A16, W8A8_INT8, W8A16, YES, Verdict
-from evaluate.engines import vllm_kernels, vllm_startup
+from evaluate.engines import parallel, vllm_kernels, vllm_startup
 from evaluate.engines.base import Engine, EngineStartError, LmEvalModel, user_set
 from evaluate.metrics import RequestTiming
 from quantize.common import machine as machine_mod
@@ -358,16 +358,16 @@ class VllmEngine(Engine):
         return verdict
 
     @staticmethod
+    def resolve_args(args: dict, model_config: dict) -> dict:
+        """tensor_parallel_size=auto: the visible GPUs the model's heads split
+        across, 1 on a CPU (evaluate/engines/parallel.py)."""
+        return parallel.resolve(args, model_config, machine_mod.detect())
+
+    @staticmethod
     def config_problem(model_config: dict, args: dict) -> str | None:
-        """vLLM splits attention heads across tensor-parallel ranks and refuses
-        a size that does not divide them (VllmConfig validation, at start-up)."""
-        tp = int(args.get("tensor_parallel_size") or 1)
-        heads = model_config.get("num_attention_heads")
-        if tp > 1 and isinstance(heads, int) and heads % tp:
-            sizes = [n for n in range(1, heads + 1) if heads % n == 0]
-            return (f"engine.args.tensor_parallel_size={tp} does not divide the model's {heads} attention heads; "
-                    f"use one of {', '.join(map(str, sizes[:6]))}")
-        return None
+        """vLLM splits attention and KV heads and the MLP across tensor-parallel
+        ranks and refuses, at start-up, a size that does not divide them."""
+        return parallel.config_problem(model_config, args)
 
     @classmethod
     def kv_quant(cls, fmt, args: dict) -> str:

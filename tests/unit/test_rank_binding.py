@@ -55,6 +55,6 @@ def test_a_variable_set_outside_wins(host, monkeypatch):
 def test_a_tensor_parallel_size_that_does_not_divide_the_heads_is_named_before_start():
     problem = vllm_engine.VllmEngine.config_problem({"num_attention_heads": 9}, {"tensor_parallel_size": 2})
     assert problem == ("engine.args.tensor_parallel_size=2 does not divide the model's 9 attention heads; "
-                       "use one of 1, 3, 9")
+                       "use one of 1, 3, 9, or auto")
     assert vllm_engine.VllmEngine.config_problem({"num_attention_heads": 4}, {"tensor_parallel_size": 2}) is None
     assert vllm_engine.VllmEngine.config_problem({}, {"tensor_parallel_size": 2}) is None
