@@ -200,15 +200,17 @@ EOF
 gres_conf() {
     echo "# Written by scripts/slurm_local.sh: $GPUS GPU(s) (QB_SLURM_GPUS to change)."
     [ "$GPUS" -gt 0 ] || return 0
-    if [ "${#DEVICES[@]}" -ge "$GPUS" ]; then
-        echo "NodeName=$NODE Name=gpu File=/dev/nvidia[0-$((GPUS - 1))]"
-        return 0
+    local i files=()
+    if [ "${#DEVICES[@]}" -gt 0 ]; then
+        # the devices this host (or container) has, which need not start at nvidia0
+        [ "${#DEVICES[@]}" -ge "$GPUS" ] || die "QB_SLURM_GPUS=$GPUS, but this host has ${#DEVICES[@]} NVIDIA GPU(s); set QB_SLURM_GPUS=${#DEVICES[@]} or less"
+        files=("${DEVICES[@]:0:GPUS}")
+    else
+        echo "# No NVIDIA device here: stand-ins, see gres_conf in scripts/slurm_local.sh."
+        mkdir -p "$DIR/dev"
+        for ((i = 0; i < GPUS; i++)); do ln -sfn /dev/null "$DIR/dev/gpu$i"; files+=("$DIR/dev/gpu$i"); done
     fi
-    local i
-    mkdir -p "$DIR/dev"
-    for ((i = 0; i < GPUS; i++)); do ln -sfn /dev/null "$DIR/dev/gpu$i"; done
-    echo "# No NVIDIA device here: stand-ins, see gres_conf in scripts/slurm_local.sh."
-    echo "NodeName=$NODE Name=gpu File=$DIR/dev/gpu[0-$((GPUS - 1))]"
+    for i in "${files[@]}"; do echo "NodeName=$NODE Name=gpu File=$i"; done
 }
 
 # Puts the configs write_configs wrote in place; true when slurm.conf or

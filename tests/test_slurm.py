@@ -178,6 +178,24 @@ def test_impossible_request_stops_before_submitting(cluster, tmp_path):
     assert not list((tmp_path / "sweep").glob("*/.hydra"))
 
 
+def test_a_running_cluster_restarts_into_a_changed_config(cluster):
+    """A cluster started by an earlier version of slurm_local.sh (other GPUs,
+    or none) gets the current node config from `start`, not "already running"."""
+    def start(gpus: str) -> str:
+        out = subprocess.run(["bash", str(SCRIPT), "start"], env={**cluster.env, "QB_SLURM_GPUS": gpus},
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stderr
+
+    try:
+        assert "configuration changed" in start("2")
+        assert cluster.slurm("sinfo", "-h", "-N", "-o", "%G %T").split() == ["gpu:2", "idle"]
+    finally:
+        assert "configuration changed" in start(cluster.env["QB_SLURM_GPUS"])
+    assert cluster.slurm("sinfo", "-h", "-N", "-o", "%G %T").split() == ["gpu:1", "idle"]
+    assert "already running" in start(cluster.env["QB_SLURM_GPUS"])
+
+
 def test_the_gpu_preset_asks_for_a_gpu_and_the_job_gets_it(cluster, tiny_model, tmp_path):
     """slurm_gpu's request (gpus_per_node: 1, submitit's --gpus-per-node) is
     scheduled on the node's GPU: the job runs with Slurm's GPU variables set
