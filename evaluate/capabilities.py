@@ -102,7 +102,7 @@ def table(machine: Machine, probed: dict | None = None, kind: str | None = None)
     kv = replace(TABLE_FORMATS[0])
     verdict = engine_class("vllm").supports(kv, machine, {"kv_cache_dtype": "fp8"})
     lines += ["", "fp8 KV cache (`engine.args.kv_cache_dtype=fp8`) on vllm: "
-              + ("✅" if verdict else f"✗ {verdict.reason}")]
+              + (("✅" + (f" ({verdict.reason})" if verdict.reason else "")) if verdict else f"✗ {verdict.reason}")]
     kv_fmt = CheckpointFormat(W8A8_INT8, method="compressed-tensors", kv_cache="fp8")
     cells = []
     for engine in names:

@@ -16,6 +16,7 @@ from typing import Iterator
 
 from evaluate.formats import DENSE, FP8, W4A16, W8A8_INT8, W8A16, YES, Verdict
 from evaluate.engines import parallel, vllm_kernels, vllm_startup
+from evaluate.engines.vllm_cuda_rules import cuda_kv_rule, cuda_rule
 from evaluate.engines.base import Engine, EngineStartError, LmEvalModel, user_set
 from evaluate.metrics import RequestTiming
 from quantize.common import machine as machine_mod
@@ -106,7 +107,9 @@ def _kv_rule(fmt, machine, args) -> Verdict:
         return Verdict(False, f"vLLM refuses fp8_e5m2 on a checkpoint with {ct_kv} KV scales; "
                               "use engine.args.kv_cache_dtype=auto (fp8 e4m3 with its scales)")
     if machine.cuda:
-        return YES
+        verdict = cuda_kv_rule(kv, machine.min_cuda_capability, explicit)
+        note = _kv_scale_note(kv, ct_kv)
+        return Verdict(True, "; ".join(r for r in (verdict.reason, note) if r)) if verdict and note else verdict
     if kv.startswith("fp8") and not machine.isa & {"avx512f", "amx_tile"}:
         # vllm/v1/attention/backends/cpu_attn.py:540 (_get_attn_isa): "FP8 KV cache on CPU requires
         # x86 with AVX-512 or AMX", raised by the worker at start-up (seen on a simulated AVX2 host).
@@ -126,17 +129,24 @@ def _kv_rule(fmt, machine, args) -> Verdict:
         # passes the cache to the kernel as is, and the kernel reads it in the compute dtype.
         return Verdict(False, f"vLLM-CPU reads a {kv} KV cache as {dtype} and serves garbage (measured); "
                               f"use engine.args.kv_cache_dtype=auto, or engine.args.dtype={kv}")
-    if kv.startswith("fp8") and not ct_kv:
-        # scales default to 1.0, silently for a dense checkpoint (kv_cache.py, compressed_tensors.py)
-        return Verdict(True, f"{kv} KV cache with k/v scales 1.0 (the checkpoint has no calibrated KV scales)")
-    if ct_kv and not kv.startswith("fp8"):
-        return Verdict(True, f"the checkpoint's {ct_kv} KV scales are unused: kv_cache_dtype={kv} keeps the "
-                             "KV cache unquantized")
+    note = _kv_scale_note(kv, ct_kv)
+    if note:
+        return Verdict(True, note)
     if ct_kv == "fp8 per-head":
         # compressed_tensors.py: CompressedTensorsKVCacheMethod.process_weights_after_loading keeps
         # one float per layer (the max over heads), the only scale cpu_attn.py passes to its kernel
         return Verdict(True, "per-head KV scales reduced to one per layer (their max) by vLLM-CPU")
     return YES
+
+
+def _kv_scale_note(kv: str, ct_kv: str | None) -> str:
+    """What vLLM does silently with KV scales, on every device."""
+    if kv.startswith("fp8") and not ct_kv:
+        # scales default to 1.0, silently for a dense checkpoint (kv_cache.py, compressed_tensors.py)
+        return f"{kv} KV cache with k/v scales 1.0 (the checkpoint has no calibrated KV scales)"
+    if ct_kv and not kv.startswith("fp8"):
+        return f"the checkpoint's {ct_kv} KV scales are unused: kv_cache_dtype={kv} keeps the KV cache unquantized"
+    return ""
 
 
 def _cpu_rule(fmt, machine, args) -> Verdict:
@@ -192,17 +202,8 @@ def _fp8_rule(machine) -> Verdict:
 
 
 def _cuda_rule(fmt, machine, args) -> Verdict:
-    cc = machine.min_cuda_capability
-    sm = f"sm{cc[0]}{cc[1]}"
-    if args.get("dtype") == "bfloat16" and cc < (8, 0):
-        return Verdict(False, f"bfloat16 needs compute capability 8.0+ ({sm} here); use engine.args.dtype=float16")
-    needs = {W8A8_INT8: (7, 5), W4A16: (8, 0), W8A16: (8, 0), FP8: (8, 0)}.get(fmt.scheme, (0, 0))
-    if cc < needs:
-        return Verdict(False, f"{fmt.label} needs compute capability {needs[0]}.{needs[1]}+ ({sm} here); "
-                              f"use a newer GPU or engine=hf")
-    if fmt.scheme == FP8 and cc < (8, 9):
-        return Verdict(True, "no fp8 tensor cores before sm89: weight-only FP8 Marlin")
-    return YES
+    """The GPU with the lowest compute capability decides (evaluate/engines/vllm_cuda_rules.py)."""
+    return cuda_rule(fmt, machine.min_cuda_capability, args)
 
 
 # vLLM-CPU compiles with the stock inductor backend (platforms/cpu.py: mode
@@ -326,7 +327,7 @@ class VllmEngine(Engine):
         if requested not in (None, "auto"):
             return str(requested)
         half = fmt.dtype if fmt.dtype in HALF else "bfloat16"
-        if machine.cuda:
+        if machine.cuda:  # vllm_cuda_rules.BF16: bf16 from sm80, else vLLM's auto falls back to fp16
             return "float16" if half == "bfloat16" and machine.min_cuda_capability < (8, 0) else half
         if fmt.method in HALF_ONLY_METHODS or fmt.scheme in HALF_ONLY_ON_CPU:
             return half
