@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Fail fast, in one line, when the disk cannot hold an install:
-#   bash scripts/check_disk.sh <GiB needed> <what for>
+#   bash scripts/check_disk.sh <GiB needed> <what for> [<dir>, default .]
 # A pip install that runs out of space stops half-way with a long traceback and
 # leaves a broken venv; this says so before anything is written.
 set -euo pipefail
-need_gib=$1; what=$2
-read -r free_kib mount < <(df -Pk . | awk 'NR == 2 { print $4, $6 }')
+need_gib=$1; what=$2; dir=${3:-.}
+read -r free_kib mount < <(df -Pk "$dir" | awk 'NR == 2 { print $4, $6 }')
 free_gib=$((free_kib / 1024 / 1024))
 if [ "$free_gib" -lt "$need_gib" ]; then
     echo "setup: $what needs about $need_gib GiB free but $mount has $free_gib GiB;" \

