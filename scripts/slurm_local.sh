@@ -38,7 +38,6 @@ DAEMONS=(mariadb slurmdbd slurmctld slurmd)   # start order; stop goes backwards
 DEVICES=()
 for d in /dev/nvidia[0-9]*; do [ -e "$d" ] && DEVICES+=("$d"); done
 GPUS=${QB_SLURM_GPUS:-$(( ${#DEVICES[@]} > 0 ? ${#DEVICES[@]} : 1 ))}
-case "$GPUS" in ''|*[!0-9]*) echo "slurm_local: error: QB_SLURM_GPUS=$GPUS is not a count; set QB_SLURM_GPUS=0, 1, 2, ..." >&2; exit 1 ;; esac
 export SLURM_CONF=$ETC/slurm.conf
 
 say() { echo "slurm_local: $*" >&2; }
@@ -125,6 +124,7 @@ write_configs() {
     cpus=$(nproc)
     mem_mb=$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.75}' /proc/meminfo)
     [ -s "$ETC/db.password" ] || { (umask 077; head -c 18 /dev/urandom | base64 | tr -d '/+=' >"$ETC/db.password"); }
+    case "$GPUS" in ''|*[!0-9]*) die "QB_SLURM_GPUS=$GPUS is not a count; set QB_SLURM_GPUS=0, 1, 2, ..." ;; esac
     local gres_types="" node_gres=""
     if [ "$GPUS" -gt 0 ]; then  # accounted too: sacct -o AllocTRES shows a job's gres/gpu
         gres_types=$'GresTypes=gpu\nAccountingStorageTRES=gres/gpu' node_gres=" Gres=gpu:$GPUS"
