@@ -15,6 +15,7 @@ import yaml
 from conftest import quantize_env, tail
 from evaluate import engines, results
 from evaluate.engines import Engine
+from evaluate.hardware import detected
 from quantize.common.errors import UserError
 from quantize.common.paths import PROJECT_ROOT
 from quantize.common.provenance import hardware, versions
@@ -39,6 +40,25 @@ def clean_env(monkeypatch):
                 "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "VLLM_RPC_BASE_PATH"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("QB_TEST_KEEP", "old")
+
+
+@pytest.fixture
+def cpu_host(monkeypatch):
+    """This host's facts without its GPUs, if any: vLLM-CPU's rules (its KV
+    cache size is quantbench's to set) on any machine."""
+    from dataclasses import replace
+
+    from quantize.common import machine
+    facts = replace(machine.detect(), cuda=(), gpu_names=())
+    monkeypatch.setattr(machine, "detect", lambda: facts)
+
+
+@pytest.fixture
+def cuda_host(monkeypatch):
+    """A simulated CUDA machine (one sm90 GPU)."""
+    from quantize.common import machine
+    facts = machine.Machine(arch="x86_64", cuda=((9, 0),), gpu_names=("NVIDIA H200",))
+    monkeypatch.setattr(machine, "detect", lambda: facts)
 
 
 def start(cls, env, **args):
@@ -99,7 +119,7 @@ def test_a_failed_start_restores_the_environment(dummy, clean_env):
     assert dict(os.environ) == before
 
 
-def test_vllm_environment_is_scoped_and_records_its_speed_variables(clean_env):
+def test_vllm_environment_is_scoped_and_records_its_speed_variables(clean_env, cpu_host):
     """vLLM's environment (and its cache folders) without starting vLLM: what
     engines and the lm-eval subprocess run in."""
     from evaluate.engines.vllm import VllmEngine
@@ -195,7 +215,10 @@ def test_speed_variables_exported_in_the_shell_enter_the_setup_identity(clean_en
                                                                "CUDA_VISIBLE_DEVICES", "QB_TEST_NEW"})
     shell = engines.identity(cfg, VllmEngine)
     assert shell["shell_env"] == {"OMP_NUM_THREADS": "1", "ATEN_CPU_CAPABILITY": "avx2"}
-    assert results.setup_id(shell, versions(), hardware()) != results.setup_id(plain, versions(), hardware())
+    # fixed machine facts: hardware() here would be the first CUDA query of this process, made
+    # with CUDA_VISIBLE_DEVICES=3, and torch would see no GPU for the rest of it (measured on an H200)
+    where = {"versions": {"torch": "2.11.0"}, "hardware": {"accelerators": ["NVIDIA H200"]}}
+    assert results.setup_id(shell, **where) != results.setup_id(plain, **where)
     # one the engine config sets is already in its `env`: not counted twice
     configured = {**cfg, "env": {**cfg["env"], "OMP_NUM_THREADS": "2"}}
     assert engines.identity(configured, VllmEngine)["shell_env"] == {"ATEN_CPU_CAPABILITY": "avx2"}
@@ -270,11 +293,19 @@ def test_a_new_engine_is_one_module_and_one_yaml(tiny_model, tmp_path):
         m = r.metrics  # the fake clock: 20 ms prefill, then 8 ms per token
         assert m["output_tokens"] == 64 and m["tpot_ms_mean"] == pytest.approx(8)
         assert m["ttft_ms_mean"] == pytest.approx(28) and m["latency_s"] == pytest.approx(0.02 + 64 * 0.008)
-    # the setup id: the engine config (dtype chosen; `impl` left out), versions and hardware
+    # the setup id: the engine config (dtype chosen; `impl` left out), and the versions and
+    # hardware the rows record: the evaluate process's, which this one's need not equal (on a
+    # GPU host a CUDA query made here with other variables set sees no GPU)
     (setup,) = {r.setup_id for r in rows}
     configured = {k: v for k, v in conf.items() if k != "impl"}
     configured["args"] = {**conf["args"], "dtype": rows[0].engine_args["dtype"]}
-    assert setup == results.setup_id(configured, versions(), hardware())
+    assert setup == results.setup_id(configured, rows[0].versions, rows[0].hardware)
+    assert rows[0].hardware["cpu_count"] == hardware()["cpu_count"] and rows[0].versions == versions() | {
+        "quantbench": rows[0].versions["quantbench"]}  # this machine's, from the same libraries
+    # the defaults this machine gets (conf/hardware/), in every row and in the report's header
+    assert {r.hardware_defaults for r in rows} == {detected()}
+    from evaluate.report.markdown import render_header
+    assert f"- Defaults: `hardware={detected()}`" in render_header(rows, "t", res)
 
     again = evaluate_with_dummy(*args, cwd=tmp_path)
     assert again.returncode == 0, tail(again)
@@ -354,16 +385,16 @@ def sized(target, tokens, env=None, **args):
     (LLAMA2_7B, 8 * 2048, {"dtype": "float32"}, 24),
     (LLAMA2_7B, 8 * 2048, {"kv_cache_dtype": "fp8"}, 6),
 ])
-def test_auto_kv_cache_holds_the_job_with_headroom(clean_env, config, tokens, args, gib):
+def test_auto_kv_cache_holds_the_job_with_headroom(clean_env, cpu_host, config, tokens, args, gib):
     env = sized(kv_target(config), tokens, **args)
     assert env == {"VLLM_CPU_KVCACHE_SPACE": gib, "OTHER": 1}
 
 
-def test_auto_kv_cache_follows_the_checkpoints_fp8_kv_scheme(clean_env):
+def test_auto_kv_cache_follows_the_checkpoints_fp8_kv_scheme(clean_env, cpu_host):
     assert sized(kv_target(LLAMA2_7B, kv_scheme="fp8"), 8 * 2048)["VLLM_CPU_KVCACHE_SPACE"] == 6
 
 
-def test_auto_kv_cache_falls_back_where_the_demand_or_the_layout_is_unknown(clean_env):
+def test_auto_kv_cache_falls_back_where_the_demand_or_the_layout_is_unknown(clean_env, cpu_host):
     from evaluate.engines.vllm import VllmEngine
     for env in (sized(kv_target(SMOLLM2), None), sized(kv_target({"model_type": "mamba"}), 1000)):
         assert env["VLLM_CPU_KVCACHE_SPACE"] == "auto"
@@ -371,8 +402,25 @@ def test_auto_kv_cache_falls_back_where_the_demand_or_the_layout_is_unknown(clea
             assert recorded["VLLM_CPU_KVCACHE_SPACE"] == "4"
 
 
-def test_a_number_or_the_users_own_value_is_left_as_is(clean_env, monkeypatch):
+def test_a_number_or_the_users_own_value_is_left_as_is(clean_env, cpu_host, monkeypatch):
     from evaluate.engines import base
     assert sized(kv_target(SMOLLM2), 64 * 384, env={"VLLM_CPU_KVCACHE_SPACE": 3}) == {"VLLM_CPU_KVCACHE_SPACE": 3}
     monkeypatch.setattr(base, "LAUNCH_ENV", base.LAUNCH_ENV | {"VLLM_CPU_KVCACHE_SPACE"})
     assert sized(kv_target(SMOLLM2), 64 * 384)["VLLM_CPU_KVCACHE_SPACE"] is None  # exported at launch: it stands
+
+
+def test_on_cuda_the_kv_cache_is_vllms_own(clean_env, cuda_host, caplog):
+    """VLLM_CPU_KVCACHE_SPACE is read by vLLM-CPU only (on CUDA vLLM sizes its KV
+    cache from gpu_memory_utilization): auto leaves it unset, logs no size, and
+    rows record none; a number the config sets is still passed on."""
+    import logging
+
+    from evaluate.engines.vllm import VllmEngine
+    with caplog.at_level(logging.INFO, logger="quantbench.evaluate"):
+        env = sized(kv_target(LLAMA2_7B), 8 * 2048)
+    assert env == {"VLLM_CPU_KVCACHE_SPACE": None, "OTHER": 1}
+    assert "KV cache" not in caplog.text
+    for configured in (env, engines.config("vllm")["env"]):  # sized, or not sized to a job (load profiles)
+        with VllmEngine.environment(configured) as recorded:
+            assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ and "VLLM_CPU_KVCACHE_SPACE" not in recorded
+    assert sized(kv_target(SMOLLM2), 64 * 384, env={"VLLM_CPU_KVCACHE_SPACE": 3}) == {"VLLM_CPU_KVCACHE_SPACE": 3}

@@ -61,6 +61,14 @@ RPC_PATH = "VLLM_RPC_BASE_PATH"
 RPC_DIR_MAX_LEN = 70  # a socket's path holds 107 bytes, and vLLM appends "/<uuid4>" (37)
 
 
+def sizes_cpu_kv_cache() -> bool:
+    """Whether VLLM_CPU_KVCACHE_SPACE=auto is quantbench's to set: only vLLM-CPU
+    reads it. On CUDA vLLM sizes its KV cache from gpu_memory_utilization, so
+    the variable is left unset there (and rows do not record a size that
+    never applied)."""
+    return not machine_mod.detect().cuda
+
+
 def kv_bytes_per_token(config: dict, itemsize: int, args: dict) -> int | None:
     """Bytes of KV cache one token takes on one rank (keys and values of every
     layer, heads split over tensor-parallel ranks, layers over pipeline
@@ -389,7 +397,7 @@ class VllmEngine(Engine):
         env = dict(env)
         if str(env.get(KV_SPACE)) != "auto":
             return env
-        if user_set(KV_SPACE):
+        if user_set(KV_SPACE) or not sizes_cpu_kv_cache():
             env[KV_SPACE] = None
             return env
         per_token = kv_bytes_per_token(target.config, kv_itemsize(target.format, args), args)
@@ -404,7 +412,7 @@ class VllmEngine(Engine):
     def prepare_env(cls, env: dict, args: dict | None = None) -> dict:
         env = dict(env)
         if str(env.get(KV_SPACE)) == "auto":  # not sized to a job (see sized_env)
-            env[KV_SPACE] = None if user_set(KV_SPACE) else KV_FALLBACK_GIB
+            env[KV_SPACE] = None if user_set(KV_SPACE) or not sizes_cpu_kv_cache() else KV_FALLBACK_GIB
         env |= rank_binding(env, args or {})
         if "VLLM_CPU_NUM_OF_RESERVED_CPU" in env and env["VLLM_CPU_NUM_OF_RESERVED_CPU"] is None:
             # On small machines the reserved front-end core costs more than it saves.
