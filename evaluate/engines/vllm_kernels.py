@@ -48,8 +48,8 @@ class VllmKernels:
 
     def refusal(self) -> str:
         """The one line every vLLM cell shows where vLLM cannot run here."""
-        return f"vLLM is not usable here ({self.missing}); run `{SETUP_COMMAND}`, which installs the build " \
-               "this machine needs (QUANTBENCH_TARGET=cuda|cpu overrides its choice)"
+        return f"vLLM is not usable here ({self.missing}); run `{SETUP_COMMAND}` (it installs the cuda or cpu " \
+               "build this machine needs)"
 
 
 @lru_cache(maxsize=None)
