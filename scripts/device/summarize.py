@@ -1,0 +1,95 @@
+"""The device check's summary, as Markdown: the step table (step, exit code,
+wall seconds, peak GPU memory), then what the steps produced: each model
+built, each artifact's timings and size, each result row's speed or accuracy,
+and the test counts.
+
+    python scripts/device/summarize.py WORK_DIR > summary.md
+
+WORK_DIR is scripts/device_check.sh's work folder: steps.tsv (one row per
+step: name, rc, wall_s, peak_torch_mib, peak_gpu_mib, note), models/,
+artifacts/, results/. Only the standard library: it must run whatever failed.
+"""
+import json
+import sys
+from pathlib import Path
+
+
+def cell(value) -> str:
+    return "-" if value in (None, "") else str(value).replace("|", "/")
+
+
+def steps_table(work: Path) -> list[str]:
+    lines = ["| step | rc | wall s | peak GPU MiB (torch, the step's processes) | peak GPU MiB (nvidia-smi, whole GPU) | note |",
+             "|---|---|---|---|---|---|"]
+    tsv = work / "steps.tsv"
+    rows = [line.split("\t") for line in tsv.read_text().splitlines()[1:]] if tsv.is_file() else []
+    for row in rows:
+        row = (row + [""] * 6)[:6]
+        lines.append("| " + " | ".join(cell(c) for c in row) + " |")
+    return lines
+
+
+def gib(n) -> str:
+    return f"{n / 2**30:.2f} GiB" if isinstance(n, (int, float)) else "-"
+
+
+def models(work: Path) -> list[str]:
+    out = []
+    for build in sorted((work / "models").glob("*.build.json")):
+        d = json.loads(build.read_text())
+        out.append(f"- model `{build.name.removesuffix('.build.json')}`: {d.get('shape')}-shaped, "
+                   f"{d.get('params', 0) / 1e9:.2f} B params, {gib(d.get('bytes'))} bf16, drawn on {d.get('device')} "
+                   f"in {d.get('init_s')} s, saved in {d.get('save_s')} s")
+    return out
+
+
+def artifacts(work: Path) -> list[str]:
+    out = []
+    for m in sorted((work / "artifacts").glob("*/*/manifest.json")):
+        d = json.loads(m.read_text())
+        cal = d.get("calibration") or {}
+        timings = ", ".join(f"{k} {v:.1f} s" for k, v in (d.get("timings_s") or {}).items()
+                            if isinstance(v, (int, float)))
+        out.append(f"- artifact `{m.parent.parent.name}/{m.parent.name}`: {gib((d.get('bytes_on_disk') or {}).get('total'))}"
+                   f" on disk, calibration {cal.get('num_samples')}x{cal.get('max_seq_len')} tokens in "
+                   f"{d.get('calibration_dtype')}; {timings}")
+    return out
+
+
+def results(work: Path) -> list[str]:
+    out = []
+    for store in sorted((work / "results").glob("*.jsonl")):
+        for line in store.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            met = r.get("metrics") or {}
+            args = r.get("engine_args") or {}
+            where = f"{r.get('engine')} on {args.get('device', '?')} in {args.get('dtype', '?')}"
+            if r.get("status") != "ok":
+                what = f"{r.get('status')}: {r.get('reason')}"
+            elif r.get("kind") == "accuracy":
+                what = ", ".join(f"{k} {met[k]:.4g}" for k in ("perplexity", "reference_perplexity", "kl_divergence",
+                                                                "top1_agreement", "lastword_accuracy")
+                                 if isinstance(met.get(k), (int, float)))
+            else:
+                what = ", ".join(f"{k} {met[k]:.4g}" for k in ("output_throughput", "latency_s", "ttft_ms_mean",
+                                                                "peak_gpu_memory_bytes")
+                                 if isinstance(met.get(k), (int, float)))
+            out.append(f"- `{r.get('model_name')}/{r.get('recipe')}` {r.get('kind')} {r.get('scenario') or ''} "
+                       f"run {r.get('run_index')} [{where}]: {what}"[:400])
+    return out
+
+
+def main(work: Path) -> None:
+    print("## Steps\n")
+    print("\n".join(steps_table(work)))
+    for title, lines in (("Models", models(work)), ("Artifacts", artifacts(work)), ("Result rows", results(work))):
+        if lines:
+            print(f"\n## {title}\n")
+            print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
