@@ -226,8 +226,9 @@ check() {
     # work on 16 cores); their whole-GPU column includes its processes. In a
     # dry run (2 cores) it runs after them.
     local tests_pid="" tests_cmd
-    tests_cmd="cd '$ROOT' && OMP_NUM_THREADS=2 '$PY' -m pytest -q -p no:cacheprovider -m 'not slow' -n $workers \
-        --dist loadfile --basetemp '$W/pytest' -o addopts='-ra --durations=10' --junitxml '$W/steps/tests.xml' $tests"
+    # Plugins: only xdist (the device's own pytest plugins may not load with the carried pytest).
+    tests_cmd="cd '$ROOT' && OMP_NUM_THREADS=2 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 '$PY' -m pytest -q -p xdist.plugin \
+        -p no:cacheprovider -m 'not slow' -n $workers --dist loadfile --basetemp '$W/pytest' -o addopts='-ra --durations=10' --junitxml '$W/steps/tests.xml' $tests"
     if ((!dry)); then
         GPU_HOOK=0 TAIL=25 step tests "$budget" 30 bash -c "$tests_cmd" >"$W/tests.console" 2>&1 &
         tests_pid=$!
@@ -239,12 +240,12 @@ check() {
         artifacts_dir="$W/artifacts" ${calib[@]+"${calib[@]}"}
     step "quantize_${shape_small}_w8a8_smooth_gptq" 150 20 "$PY" -m quantize model="$small" \
         recipe=w8a8_smooth_gptq artifacts_dir="$W/artifacts" ${calib[@]+"${calib[@]}"}
+    step "build_$shape_big" 150 20 "$PY" "$HERE/build_model.py" "$big" "$base" --shape "$shape_big"
+    step "quantize_${shape_big}_w4a16_gptq" 200 $((dry ? 20 : 100)) "$PY" -m quantize model="$big" \
+        recipe=w4a16_gptq artifacts_dir="$W/artifacts" ${calib[@]+"${calib[@]}"}
     step "evaluate_${shape_small}_original" 120 20 "$PY" -m evaluate model="$small" "${evals[@]}"
     step "evaluate_${shape_small}_w4a16_gptq" 120 20 "$PY" -m evaluate \
         model="$W/artifacts/llama-$shape_small-random/w4a16_gptq" "${evals[@]}"
-    step "build_$shape_big" 150 20 "$PY" "$HERE/build_model.py" "$big" "$base" --shape "$shape_big"
-    step "quantize_${shape_big}_w4a16_gptq" 240 $((dry ? 20 : 100)) "$PY" -m quantize model="$big" \
-        recipe=w4a16_gptq artifacts_dir="$W/artifacts" ${calib[@]+"${calib[@]}"}
 
     if [ -n "$tests_pid" ]; then
         echo; echo "== waiting for the tests   [$(($(date +%s) - T0)) s into the check]"

@@ -20,8 +20,8 @@ DEVICE = ROOT / "scripts" / "device"
 NO_VLLM = ROOT / "tests" / "no_vllm_host"
 # The steps a check runs, in a dry run (the tiny and small shapes stand in for 1B and 8B).
 DRY_STEPS = ("install", "facts", "capabilities", "build_tiny", "quantize_tiny_w4a16_gptq",
-             "quantize_tiny_w8a8_smooth_gptq", "evaluate_tiny_original", "evaluate_tiny_w4a16_gptq",
-             "build_small", "quantize_small_w4a16_gptq", "tests", "report")
+             "quantize_tiny_w8a8_smooth_gptq", "build_small", "quantize_small_w4a16_gptq",
+             "evaluate_tiny_original", "evaluate_tiny_w4a16_gptq", "tests", "report")
 
 
 def has_gpu() -> bool:
