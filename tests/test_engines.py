@@ -238,6 +238,7 @@ def test_a_bad_engine_config_is_one_line_naming_conf_engine(cfg, expect):
     assert "conf/engine/" in str(e.value)
 
 
+@pytest.mark.needs_vllm
 def test_engine_specific_settings_come_from_the_engine():
     from evaluate.engines.hf import HfEngine
     from evaluate.engines.vllm import VllmEngine

@@ -168,6 +168,7 @@ def w8a16_unsupported(eval_artifacts):
     return verdict
 
 
+@pytest.mark.needs_vllm
 def test_unsupported_alone_is_one_line_naming_the_way_out(eval_artifacts, w8a16_unsupported, tmp_path, scen):
     out = run_cli("evaluate", f"model={eval_artifacts['w8a16_awq']}", scen["test_tiny_a"],
                   f"results_dir={tmp_path}", cwd=tmp_path)
@@ -178,6 +179,7 @@ def test_unsupported_alone_is_one_line_naming_the_way_out(eval_artifacts, w8a16_
     assert not results.read(tmp_path)
 
 
+@pytest.mark.needs_vllm
 def test_unsupported_in_a_set_records_rows_and_goes_on(eval_artifacts, w8a16_unsupported, tmp_path, scen):
     args = ("evaluate", f"model={eval_artifacts['w8a16_awq']}", scen["test_pair"], f"results_dir={tmp_path}")
     out = run_cli(*args, cwd=tmp_path)
@@ -204,6 +206,7 @@ def test_the_format_a_recipe_plans_is_the_format_it_builds(eval_artifacts, recip
     assert planned == from_path(eval_artifacts[recipe]).format
 
 
+@pytest.mark.needs_vllm
 def test_a_recipe_not_quantized_gets_the_engines_answer_before_quantize_first(eval_artifacts, w8a16_unsupported,
                                                                                tmp_path, scen):
     """Unservable here: the same one line (alone) or unsupported rows (in a
@@ -269,6 +272,7 @@ def test_on_an_avx2_host_int4_is_unsupported_and_the_rest_runs_in_float32(eval_a
     assert "vLLM kernel library _C_AVX2 with onednn_scaled_mm" in md
 
 
+@pytest.mark.needs_vllm
 def test_a_start_past_its_timeout_fails_its_job_and_the_sweep_goes_on(eval_artifacts, tmp_path, scen):
     """vLLM's start-up spawns for longer than 3 s: that job's engine is
     stopped and its row recorded failed; the next job starts and measures."""
@@ -282,6 +286,7 @@ def test_a_start_past_its_timeout_fails_its_job_and_the_sweep_goes_on(eval_artif
                               "engine.startup_timeout_s, or see the log above for the phase it was in")
 
 
+@pytest.mark.needs_vllm
 def test_engine_start_failure_records_a_failed_row_per_measurement(eval_artifacts, tmp_path, scen):
     """A checkpoint that vLLM cannot load (a tensor of the wrong shape) fails
     at engine start-up; every measurement the job owed is a failed row."""
@@ -343,6 +348,7 @@ def test_a_scenario_file_that_does_not_exist_is_one_line_naming_the_fix(eval_art
     assert not (tmp_path / "results.jsonl").exists()
 
 
+@pytest.mark.needs_vllm
 def test_missing_artifact_for_recipe_names_quantize(tmp_path):
     out = run_cli("evaluate", "recipe=w4a16_gptq", f"artifacts_dir={tmp_path}", cwd=tmp_path)
     assert out.returncode == 2

@@ -103,8 +103,9 @@ def test_quantize_into_a_dir_with_a_corrupt_manifest_fails_before_calibration(ti
 # ---------------------------------------------------------------- unknown keys
 
 @pytest.mark.parametrize("args, expect", [
-    (["engine.args.max_num_seq=4"], "did you mean engine.args.max_num_seqs?"),
-    (["+engine.args.no_such_knob=1"], "engine.args.no_such_knob is not an argument of engine=vllm"),
+    pytest.param(["engine.args.max_num_seq=4"], "did you mean engine.args.max_num_seqs?", marks=pytest.mark.needs_vllm),
+    pytest.param(["+engine.args.no_such_knob=1"], "engine.args.no_such_knob is not an argument of engine=vllm",
+                 marks=pytest.mark.needs_vllm),
     (["engine=hf", "+engine.args.enforce_eager=true"], "it takes device, dtype, max_model_len"),
 ])
 def test_unknown_engine_arg_fails_before_the_engine(tiny_model, tmp_path, args, expect):
@@ -115,6 +116,7 @@ def test_unknown_engine_arg_fails_before_the_engine(tiny_model, tmp_path, args, 
     assert not res.exists() or not any(res.iterdir())
 
 
+@pytest.mark.needs_vllm
 def test_a_tensor_parallel_size_the_heads_cannot_split_fails_before_the_engine(tiny_model, tmp_path):
     res = tmp_path / "res"
     out = evaluate(tiny_model, res, "engine.args.tensor_parallel_size=3", cwd=tmp_path)
@@ -123,6 +125,7 @@ def test_a_tensor_parallel_size_the_heads_cannot_split_fails_before_the_engine(t
     assert not res.exists() or not any(res.iterdir())
 
 
+@pytest.mark.needs_vllm
 def test_every_engine_names_its_arguments():
     from evaluate.engines.hf import HfEngine
     from evaluate.engines.vllm import VllmEngine

@@ -44,6 +44,7 @@ def test_metric_names(key, name):
     assert lmeval._metric_name(key) == name
 
 
+@pytest.mark.needs_vllm  # the default engine's argument check comes first
 @pytest.mark.parametrize("args, expect", [
     (["lm_eval=hub", "lm_eval.venv=/nonexistent/venv"], "scripts/setup_lmeval.sh"),
     (["lm_eval=hub", "lm_eval.tasks=[]"], "lm_eval.tasks is empty"),

@@ -35,6 +35,7 @@ def rows(tmp_path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+@pytest.mark.needs_vllm
 def test_a_level_per_row_and_a_rerun_measures_nothing_again(tmp_path, tiny_model):
     args = ("engine=fake_server", "load=concurrency", "load.levels=[1,2]", "load.max_requests=4")
     proc = evaluate(tmp_path, tiny_model, *args, fake_flags=["--fixed-ms", "5"])
@@ -53,6 +54,7 @@ def test_a_level_per_row_and_a_rerun_measures_nothing_again(tmp_path, tiny_model
     assert len(rows(tmp_path)) == 2
 
 
+@pytest.mark.needs_vllm
 def test_sweep_runs_synchronous_saturation_then_rates_between(tmp_path, tiny_model):
     proc = evaluate(tmp_path, tiny_model, "engine=fake_server", "load=sweep", "load.max_requests=6",
                     "load.saturation_concurrency=4", "load.rate_levels=2", fake_flags=["--fixed-ms", "2"])
@@ -64,6 +66,7 @@ def test_sweep_runs_synchronous_saturation_then_rates_between(tmp_path, tiny_mod
     assert low < got[2]["level"] < got[3]["level"] < high
 
 
+@pytest.mark.needs_vllm
 def test_a_failed_level_is_recorded_and_the_next_one_runs(tmp_path, tiny_model):
     # request 0 is the warm-up; the level of concurrency 2 gets requests 4-6, all refused
     proc = evaluate(tmp_path, tiny_model, "engine=fake_server", "load=concurrency", "load.levels=[1,2,3]",
@@ -74,6 +77,7 @@ def test_a_failed_level_is_recorded_and_the_next_one_runs(tmp_path, tiny_model):
     assert "HTTP 500" in rows(tmp_path)[1]["reason"]
 
 
+@pytest.mark.needs_vllm
 def test_a_server_that_dies_records_what_it_owed_and_fails_in_one_line(tmp_path, tiny_model):
     proc = evaluate(tmp_path, tiny_model, "engine=fake_server", "load=concurrency", "load.levels=[1,2,4]",
                     "load.max_requests=4", fake_flags=["--fixed-ms", "2", "--die-after", "5"])
@@ -84,6 +88,7 @@ def test_a_server_that_dies_records_what_it_owed_and_fails_in_one_line(tmp_path,
     assert all("server died" in r["reason"] for r in rows(tmp_path)[1:])
 
 
+@pytest.mark.needs_vllm
 def test_batch_scenarios_run_through_the_server_engine_too(tmp_path, tiny_model):
     proc = evaluate(tmp_path, tiny_model, "engine=fake_server", "runs=1", fake_flags=["--fixed-ms", "2"])
     assert proc.returncode == 0, tail(proc)
@@ -107,7 +112,8 @@ def test_openai_engine_benchmarks_a_running_server(tmp_path, tiny_model, fake_se
     (("engine=openai", "engine.base_url=http://127.0.0.1:9/v1"), "nothing answers at http://127.0.0.1:9/v1"),
     (("engine=openai", "engine.base_url=http://192.0.2.1:8000/v1"), "pass engine.allow_remote=true"),
     (("engine=openai",), "pass engine.base_url="),
-    (("engine=vllm",), "load=synchronous needs a server engine: pass engine=vllm_server"),
+    pytest.param(("engine=vllm",), "load=synchronous needs a server engine: pass engine=vllm_server",
+                 marks=pytest.mark.needs_vllm),
     (("engine=openai", "engine.base_url=http://127.0.0.1:9/v1", "load=slo_search"), "needs an SLO"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, tiny_model, args, message):

@@ -18,6 +18,7 @@ def test_server_engines_are_shipped_but_not_capability_table_columns():
         assert cls.name == name and cls.serves_http
 
 
+@pytest.mark.needs_vllm
 def test_vllm_server_takes_and_decides_what_vllm_does():
     assert VllmServerEngine.accepted_args() == VllmEngine.accepted_args()
     server, inproc = engines.config("vllm_server"), engines.config("vllm")

@@ -23,6 +23,9 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))  # fake_engine, as evaluate imports it from its engine config
 from fake_engine import FakeServerEngine, write_conf  # noqa: E402
 
+# The fake server is a vllm_server engine: its arguments and device come from vLLM.
+pytestmark = pytest.mark.needs_vllm
+
 
 def gone(pid: int) -> bool:
     try:

@@ -140,9 +140,10 @@ def random_level(seed: int, n: int = 60) -> LevelRun:
     return LevelRun(mode="concurrency", level=8, start=0.0, end=end, results=results)
 
 
+@pytest.mark.needs_vllm
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_same_numbers_as_vllm_calculate_metrics(seed):
-    serve = pytest.importorskip("vllm.benchmarks.serve")
+    from vllm.benchmarks import serve
     run = random_level(seed)
     slo = SLO(ttft_ms=1500, tpot_ms=100, e2el_ms=3000, percentile=90)
     ours = level_metrics(run, slo)

@@ -96,6 +96,7 @@ def planned(tiny_model, results_dir, tp: str):
     return job.base
 
 
+@pytest.mark.needs_vllm
 def test_rows_record_the_size_that_runs_and_auto_shares_its_setup(tiny_model, tmp_path, monkeypatch):
     visible = {"gpus": 8}
     monkeypatch.setattr(machine_mod, "detect", lambda *a, **k: gpus(visible["gpus"]))

@@ -76,8 +76,8 @@ def test_cuda_weights_line_gives_weight_bytes():
     assert StartupLog.parse(text, T0).weights_bytes() == round(0.2512 * 2**30)
 
 
+@pytest.mark.needs_vllm
 def test_logging_config_keeps_vllms_console_and_adds_a_file(tmp_path):
-    pytest.importorskip("vllm")
     config = logging_config(str(tmp_path / "startup.log"))
     json.dumps(config)  # vLLM reads it as JSON
     vllm_logger = config["loggers"]["vllm"]
@@ -105,10 +105,10 @@ def test_compile_cache_lookups_are_counted_per_cache():
     assert StartupLog.parse(records((1.0, "see: fx graph cache hit for key x")), T0).compile_cache_lookups() is None
 
 
+@pytest.mark.needs_vllm
 @pytest.mark.parametrize("torch_logs", [None, "+inductor"])
 def test_torch_compile_records_go_to_the_file_and_only_warnings_to_the_console_unless_asked(tmp_path, monkeypatch,
                                                                                             torch_logs):
-    pytest.importorskip("vllm")
     if torch_logs:
         monkeypatch.setenv("TORCH_LOGS", torch_logs)
     else:
