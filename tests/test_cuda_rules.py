@@ -204,6 +204,16 @@ def test_the_probe_refuses_a_vllm_built_for_the_other_target(monkeypatch):
     assert not found.installed and "not a CUDA build" in found.missing
 
 
+def test_evaluate_without_vllm_stops_at_its_first_question_with_the_setup_line(monkeypatch):
+    """The engine's args are checked before any rule: that check names the setup command too."""
+    import sys
+
+    from quantize.common.errors import UserError
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    with pytest.raises(UserError, match=r"^vLLM is not usable here \(ModuleNotFoundError.*`bash scripts/setup.sh`"):
+        VllmEngine.accepted_args()
+
+
 # ---- a simulated CUDA host ---------------------------------------------------------
 
 @pytest.fixture

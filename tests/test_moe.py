@@ -84,7 +84,11 @@ def test_vllm_serves_quantized_moe_or_says_why_not(moe_artifacts, tmp_path, reci
     else:
         assert out.returncode == 2, out.stderr[-3000:]
         line = last_line(out.stderr)
-        assert "MoE" in line and "engine=hf" in line and "Traceback" not in out.stderr
+        assert "Traceback" not in out.stderr
+        if "scripts/setup.sh" in verdict.reason:  # a host without vLLM (e.g. CUDA with torch only)
+            assert "scripts/setup.sh" in line
+        else:
+            assert "MoE" in line and "engine=hf" in line
         assert not (res / "results.jsonl").exists()
 
 

@@ -21,6 +21,7 @@ from evaluate.engines.base import Engine, EngineStartError, LmEvalModel, user_se
 from evaluate.metrics import RequestTiming
 from quantize.common import machine as machine_mod
 from quantize.common.dtypes import HALF, fast_faithful_dtype
+from quantize.common.errors import UserError
 from quantize.common.paths import CACHE_DIR
 
 log = logging.getLogger("quantbench.evaluate")
@@ -344,10 +345,15 @@ class VllmEngine(Engine):
     @staticmethod
     def accepted_args() -> set[str]:
         """`engine.args.*` keys: the fields of vLLM's AsyncEngineArgs, except the
-        ones quantbench sets itself (model=, trust_remote_code=)."""
+        ones quantbench sets itself (model=, trust_remote_code=). Where vLLM
+        does not import, one line naming the setup command (asked before any
+        capability rule, so a host without vLLM gets no traceback)."""
         import dataclasses
-
-        from vllm import AsyncEngineArgs
+        try:
+            from vllm import AsyncEngineArgs
+        except ImportError as e:
+            raise UserError(vllm_kernels.VllmKernels(installed=False, missing=vllm_kernels.first_line(e)).refusal()
+                            ) from None
         return {f.name for f in dataclasses.fields(AsyncEngineArgs)} - {"model", "trust_remote_code"}
 
     @staticmethod

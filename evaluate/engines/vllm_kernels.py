@@ -59,7 +59,7 @@ def probe(cuda: bool) -> VllmKernels:
     try:
         from vllm.platforms import current_platform
     except Exception as e:  # not installed, or a build that does not import here
-        return VllmKernels(installed=False, missing=_first_line(e))
+        return VllmKernels(installed=False, missing=first_line(e))
     if cuda and not current_platform.is_cuda():
         return VllmKernels(installed=False, missing="the installed vLLM is not a CUDA build, and this machine "
                                                     "has a CUDA GPU")
@@ -69,7 +69,7 @@ def probe(cuda: bool) -> VllmKernels:
     return VllmKernels() if cuda else _cpu_kernels()
 
 
-def _first_line(e: Exception) -> str:
+def first_line(e: Exception) -> str:
     text = f"{type(e).__name__}: {e}".strip().splitlines()
     return text[0][:200] if text else type(e).__name__
 
@@ -82,7 +82,7 @@ def _cpu_kernels() -> VllmKernels:
     try:
         current_platform.import_kernels()
     except Exception as e:  # the kernel library does not load: no engine would start
-        return VllmKernels(installed=False, missing=f"its kernel library does not load: {_first_line(e)}")
+        return VllmKernels(installed=False, missing=f"its kernel library does not load: {first_line(e)}")
     ops = frozenset(op for op in VLLM_CPU_OPS if hasattr(torch.ops._C, op))
     return VllmKernels(library=_loaded_library(), ops=ops, fp8_gemm=_fp8_gemm())
 
