@@ -24,7 +24,7 @@
 # Environment: OUT (default <work>/out), DEVICE_BUNDLE (default .device-bundle),
 # DEVICE_CHECK_WORK (default a new /tmp/quantbench-device.* folder),
 # DEVICE_CHECK_BUDGET_S (steps' budget: 400 on a GPU, 1500 in a dry run),
-# DEVICE_CHECK_TEST_WORKERS (6 on a GPU, 2 in a dry run), DEVICE_CHECK_TESTS
+# DEVICE_CHECK_TEST_WORKERS (8 on a GPU, 2 in a dry run), DEVICE_CHECK_TESTS
 # (pytest paths; the dry run runs a few files), PYTHON (python3; .venv's in a dry run).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -132,7 +132,13 @@ step() {
     [ -s "$W/gpu/$name.csv" ] && gpu_mib=$(awk '$1 + 0 > m { m = $1 + 0 } END { print m }' "$W/gpu/$name.csv")
     grep -v -E '^\s*$|it/s\]|s/it\]|\| METRIC \|' "$W/steps/$name.log" | tail -n "${TAIL:-12}" | cut -c1-300
     if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then note="timed out at ${limit} s"; echo "   (TIMED OUT at ${limit} s)"; fi
-    [ "$name" = tests ] && note=$(grep -E '[0-9]+ (passed|failed|error)' "$W/steps/$name.log" | tail -1 | tr -d '=' | sed 's/^ *//; s/ *$//')
+    if [ "$name" = tests ]; then   # pytest's last line; if it was stopped, how far it got
+        note=$(grep -E '[0-9]+ (passed|failed|error)' "$W/steps/$name.log" | tail -1 | tr -d '=' | sed 's/^ *//; s/ *$//')
+        if [ -z "$note" ]; then
+            note="stopped at $(grep -oE '\[ *[0-9]+%\]' "$W/steps/$name.log" | tail -1 | tr -d '[] ') of the tests"
+            note+="; $(grep -oE '^[.sFEx]+' "$W/steps/$name.log" | tr -d '\n' | tr -cd 'F' | wc -c) failed so far"
+        fi
+    fi
     echo "-- $name: rc=$rc, ${wall} s, peak GPU ${torch_mib} MiB (torch), ${gpu_mib} MiB (whole GPU)"
     printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$rc" "$wall" "$torch_mib" "$gpu_mib" "$note" >>"$W/steps.tsv"
     return 0
@@ -196,7 +202,7 @@ check() {
         tests=${DEVICE_CHECK_TESTS:-tests/unit/test_vllm_startup.py tests/test_config.py}
     else
         evals=(scenario="$HERE/scenarios_gpu.yaml" runs=2 warmup_runs=1)
-        workers=${DEVICE_CHECK_TEST_WORKERS:-6}
+        workers=${DEVICE_CHECK_TEST_WORKERS:-8}
         tests=${DEVICE_CHECK_TESTS:-tests}
     fi
     # Explicit, so hardware-dependent defaults cannot change what is measured.

@@ -116,6 +116,9 @@ def test_the_summary_tables_the_steps_and_lists_what_they_made(tmp_path):
         "kind": "speed", "status": "ok", "model_name": "llama-1b-random", "recipe": "w4a16_gptq",
         "scenario": "dev_bs1", "run_index": 0, "engine": "hf", "engine_args": {"device": "cuda", "dtype": "bfloat16"},
         "metrics": {"output_throughput": 49.0}}) + "\n")
+    (tmp_path / "steps").mkdir()
+    (tmp_path / "steps" / "tests.log").write_text("..F.\nFAILED tests/test_x.py::test_y - AssertionError: no\n"
+                                                  "SKIPPED [1] tests/test_z.py:3: vLLM is not installed here\n")
     out = subprocess.run([sys.executable, str(DEVICE / "summarize.py"), str(tmp_path)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -124,6 +127,8 @@ def test_the_summary_tables_the_steps_and_lists_what_they_made(tmp_path):
     assert rows["quantize_8b_w4a16_gptq"] == ["124", "240.0", "-", "-", "timed out at 240 s"]
     assert "3.00 GiB on disk, calibration 64x512 tokens in bfloat16; oneshot 16.7 s, total 30.2 s" in out.stdout
     assert "[hf on cuda in bfloat16]: output_throughput 49" in out.stdout
+    assert "## Failed tests\n\n- FAILED tests/test_x.py::test_y - AssertionError: no\n" in out.stdout
+    assert "test_z" not in out.stdout
 
 
 def test_the_no_vllm_host_hides_vllm_from_imports_specs_and_metadata():

@@ -1,13 +1,13 @@
 """The device check's summary, as Markdown: the step table (step, exit code,
-wall seconds, peak GPU memory), then what the steps produced: each model
-built, each artifact's timings and size, each result row's speed or accuracy,
-and the test counts.
+wall seconds, peak GPU memory), the tests that failed, then what the steps
+produced: each model built, each artifact's timings and size, each result
+row's speed or accuracy.
 
     python scripts/device/summarize.py WORK_DIR > summary.md
 
 WORK_DIR is scripts/device_check.sh's work folder: steps.tsv (one row per
-step: name, rc, wall_s, peak_torch_mib, peak_gpu_mib, note), models/,
-artifacts/, results/. Only the standard library: it must run whatever failed.
+step: name, rc, wall_s, peak_torch_mib, peak_gpu_mib, note), steps/tests.log,
+models/, artifacts/, results/. Only the standard library: it must run whatever failed.
 """
 import json
 import sys
@@ -82,10 +82,18 @@ def results(work: Path) -> list[str]:
     return out
 
 
+def failed_tests(work: Path) -> list[str]:
+    """pytest's FAILED / ERROR lines (its short summary, -ra)."""
+    log = work / "steps" / "tests.log"
+    lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
+    return [f"- {line[:300]}" for line in lines if line.startswith(("FAILED ", "ERROR "))][:40]
+
+
 def main(work: Path) -> None:
     print("## Steps\n")
     print("\n".join(steps_table(work)))
-    for title, lines in (("Models", models(work)), ("Artifacts", artifacts(work)), ("Result rows", results(work))):
+    for title, lines in (("Failed tests", failed_tests(work)), ("Models", models(work)),
+                         ("Artifacts", artifacts(work)), ("Result rows", results(work))):
         if lines:
             print(f"\n## {title}\n")
             print("\n".join(lines))
