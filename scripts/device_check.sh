@@ -25,7 +25,8 @@
 # DEVICE_CHECK_WORK (default a new /tmp/quantbench-device.* folder),
 # DEVICE_CHECK_BUDGET_S (steps' budget: 400 on a GPU, 1500 in a dry run),
 # DEVICE_CHECK_TEST_WORKERS (8 on a GPU, 2 in a dry run), DEVICE_CHECK_TESTS
-# (pytest paths; the dry run runs a few files), PYTHON (python3; .venv's in a dry run).
+# (pytest paths; the dry run runs a few files), PYTHON (python3; .venv's in a dry run),
+# DEVICE_CHECK_SKIP (step names to skip, e.g. "build_8b quantize_8b_w4a16_gptq" for a short lease).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -104,6 +105,11 @@ step() {
     limit=$((cap < left ? cap : left))
     echo
     echo "== $name   [$(date -u +%H:%M:%S) UTC, $((now - T0)) s into the check, limit ${limit} s, budget ends in ${left} s]"
+    if [[ " ${DEVICE_CHECK_SKIP:-} " == *" $name "* ]]; then
+        echo "-- $name: SKIPPED (named in DEVICE_CHECK_SKIP)"
+        printf '%s\tskipped\t-\t-\t-\tDEVICE_CHECK_SKIP\n' "$name" >>"$W/steps.tsv"
+        return 0
+    fi
     if ((limit < min)); then
         echo "-- $name: SKIPPED (${left} s left in the budget, it needs ${min} s)"
         printf '%s\tskipped\t-\t-\t-\tno time left\n' "$name" >>"$W/steps.tsv"
