@@ -138,12 +138,9 @@ step() {
     [ -s "$W/gpu/$name.csv" ] && gpu_mib=$(awk '$1 + 0 > m { m = $1 + 0 } END { print m }' "$W/gpu/$name.csv")
     grep -v -E '^\s*$|it/s\]|s/it\]|\| METRIC \|' "$W/steps/$name.log" | tail -n "${TAIL:-12}" | cut -c1-300
     if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then note="timed out at ${limit} s"; echo "   (TIMED OUT at ${limit} s)"; fi
-    if [ "$name" = tests ]; then   # pytest's last line; if it was stopped, how far it got
-        note=$(grep -E '[0-9]+ (passed|failed|error)' "$W/steps/$name.log" | tail -1 | tr -d '=' | sed 's/^ *//; s/ *$//')
-        if [ -z "$note" ]; then
-            note="stopped at $(grep -oE '\[ *[0-9]+%\]' "$W/steps/$name.log" | tail -1 | tr -d '[] ') of the tests"
-            note+="; $(grep -oE '^[.sFEx]+' "$W/steps/$name.log" | tr -d '\n' | tr -cd 'F' | wc -c) failed so far"
-        fi
+    if [ "$name" = tests ]; then   # pytest's last line; if it was stopped, how far it got and how many failed
+        note=$("$PY" "$HERE/summarize.py" --tests-note "$W/steps/$name.log" 2>&1 | tail -1)
+        grep -E '^(\[gw[0-9]+\] \[ *[0-9]+%\] (FAILED|ERROR) |(FAILED|ERROR) )' "$W/steps/$name.log" | sort -u | head -40 | cut -c1-300
     fi
     echo "-- $name: rc=$rc, ${wall} s, peak GPU ${torch_mib} MiB (torch), ${gpu_mib} MiB (whole GPU)"
     printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$rc" "$wall" "$torch_mib" "$gpu_mib" "$note" >>"$W/steps.tsv"
@@ -239,7 +236,8 @@ check() {
     # dry run (2 cores) it runs after them.
     local tests_pid="" tests_cmd
     # Plugins: only xdist (the device's own pytest plugins may not load with the carried pytest).
-    tests_cmd="cd '$ROOT' && OMP_NUM_THREADS=2 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 '$PY' -m pytest -q -p xdist.plugin \
+    # -v: a line per test as it ends ("[gw3] [ 93%] FAILED <id>"), so a run the budget stops still names its failures.
+    tests_cmd="cd '$ROOT' && OMP_NUM_THREADS=2 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 '$PY' -m pytest -v -p xdist.plugin \
         -p no:cacheprovider -m 'not slow' -n $workers --dist loadfile --basetemp '$W/pytest' -o addopts='-ra --durations=10' --junitxml '$W/steps/tests.xml' $tests"
     if ((!dry)); then
         GPU_HOOK=0 TAIL=25 step tests "$budget" 30 bash -c "$tests_cmd" >"$W/tests.console" 2>&1 &

@@ -131,6 +131,42 @@ def test_the_summary_tables_the_steps_and_lists_what_they_made(tmp_path):
     assert "test_z" not in out.stdout
 
 
+def test_a_stopped_test_run_still_names_its_failures_and_errors(tmp_path):
+    """The budget stopped pytest -v (xdist) before its short summary: the
+    note says how far it got and counts failures and errors apart; the
+    summary lists each failed or errored id once, as it was printed."""
+    (tmp_path / "steps").mkdir()
+    log = tmp_path / "steps" / "tests.log"
+    log.write_text("created: 8/8 workers\n8 workers [737 items]\n\n"
+                   "[gw0] [  1%] PASSED tests/test_a.py::test_ok \n"
+                   "[gw3] [ 40%] FAILED tests/test_a.py::test_cpu_answer[cuda-1] \n"
+                   "[gw1] [ 41%] SKIPPED tests/test_b.py::test_vllm \n"
+                   "[gw2] [ 57%] ERROR tests/unit/test_c.py::test_fixture_one \n"
+                   "[gw2] [ 57%] ERROR tests/unit/test_c.py::test_fixture_two \n"
+                   "[gw5] [ 93%] PASSED tests/test_d.py::test_last \n")
+    (tmp_path / "steps.tsv").write_text("step\trc\twall_s\tpeak_torch_mib\tpeak_gpu_mib\tnote\n")
+    note = subprocess.run([sys.executable, str(DEVICE / "summarize.py"), "--tests-note", str(log)],
+                          capture_output=True, text=True, timeout=60)
+    assert note.returncode == 0, note.stderr
+    assert note.stdout.strip() == "stopped at 93% of the tests; 1 failed and 2 errors so far"
+    out = subprocess.run([sys.executable, str(DEVICE / "summarize.py"), str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    listed = out.stdout.split("## Failed tests\n\n", 1)[1].strip().splitlines()
+    assert listed == ["- FAILED tests/test_a.py::test_cpu_answer[cuda-1]", "- ERROR tests/unit/test_c.py::test_fixture_one",
+                      "- ERROR tests/unit/test_c.py::test_fixture_two"]
+    # a finished run: pytest's last line is the note, and its -ra line (with the message) replaces the progress line
+    log.write_text(log.read_text() + "FAILED tests/test_a.py::test_cpu_answer[cuda-1] - AssertionError: cpu\n"
+                   "= 1 failed, 733 passed, 1 skipped, 2 errors in 301.52s (0:05:01) =\n")
+    note = subprocess.run([sys.executable, str(DEVICE / "summarize.py"), "--tests-note", str(log)],
+                          capture_output=True, text=True, timeout=60)
+    assert note.stdout.strip() == "1 failed, 733 passed, 1 skipped, 2 errors in 301.52s (0:05:01)"
+    out = subprocess.run([sys.executable, str(DEVICE / "summarize.py"), str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)
+    assert "- FAILED tests/test_a.py::test_cpu_answer[cuda-1] - AssertionError: cpu\n" in out.stdout
+    assert out.stdout.count("test_cpu_answer") == 1
+
+
 def test_the_no_vllm_host_hides_vllm_from_imports_specs_and_metadata():
     proc = python_with(NO_VLLM, """
 import importlib.util

@@ -4,12 +4,14 @@ produced: each model built, each artifact's timings and size, each result
 row's speed or accuracy.
 
     python scripts/device/summarize.py WORK_DIR > summary.md
+    python scripts/device/summarize.py --tests-note WORK_DIR/steps/tests.log   # the tests step's note
 
 WORK_DIR is scripts/device_check.sh's work folder: steps.tsv (one row per
 step: name, rc, wall_s, peak_torch_mib, peak_gpu_mib, note), steps/tests.log,
 models/, artifacts/, results/. Only the standard library: it must run whatever failed.
 """
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -82,11 +84,44 @@ def results(work: Path) -> list[str]:
     return out
 
 
+# pytest -v's line per test: "[gw3] [ 93%] FAILED <id>" under xdist, "<id> FAILED   [ 93%]" without it.
+RESULT_LINE = re.compile(r"^\[gw\d+\] \[ *\d+%\] (FAILED|ERROR) (.+?)\s*$|^(\S.*?) (FAILED|ERROR)\s+\[ *\d+%\]\s*$")
+
+
+def test_failures(log_text: str) -> dict[str, str]:
+    """{test id: "FAILED" or "ERROR" line} for every failure and error in a
+    pytest -v log, as the run printed them: a run stopped before its short
+    summary still names them; the summary's line (-ra: with its message) wins."""
+    out = {}
+    for line in log_text.splitlines():
+        if line.startswith(("FAILED ", "ERROR ")):
+            kind, _, rest = line.partition(" ")
+            out[rest.split(" - ", 1)[0].strip()] = line
+            continue
+        m = RESULT_LINE.match(line)
+        if m:
+            kind, test = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
+            out.setdefault(test, f"{kind} {test}")
+    return out
+
+
+def tests_note(log_text: str) -> str:
+    """The tests step's note: pytest's last line, or for a run stopped before
+    it, how far it got and how many failed or errored so far."""
+    last = [line for line in log_text.splitlines() if re.search(r"\d+ (passed|failed|errors?|skipped)\b.* in [\d.]+s\b", line)]
+    if last:
+        return last[-1].replace("=", "").strip()
+    progress = re.findall(r"\[ *(\d+)%\]", log_text)
+    kinds = [line.split(" ", 1)[0] for line in test_failures(log_text).values()]
+    return (f"stopped at {progress[-1] if progress else 0}% of the tests; {kinds.count('FAILED')} failed "
+            f"and {kinds.count('ERROR')} errors so far")
+
+
 def failed_tests(work: Path) -> list[str]:
-    """pytest's FAILED / ERROR lines (its short summary, -ra)."""
+    """Each failed or errored test of steps/tests.log, also from a stopped run."""
     log = work / "steps" / "tests.log"
-    lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
-    return [f"- {line[:300]}" for line in lines if line.startswith(("FAILED ", "ERROR "))][:40]
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    return [f"- {line[:300]}" for line in test_failures(text).values()][:60]
 
 
 def main(work: Path) -> None:
@@ -100,4 +135,7 @@ def main(work: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    if sys.argv[1:2] == ["--tests-note"]:   # device_check.sh: the tests step's note, from its log
+        print(tests_note(Path(sys.argv[2]).read_text(errors="replace") if Path(sys.argv[2]).is_file() else ""))
+    else:
+        main(Path(sys.argv[1]))
