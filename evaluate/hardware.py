@@ -16,6 +16,9 @@ from quantize.common import machine as machine_mod
 GROUP = "hardware"
 PROFILES = ("cpu", "cuda")
 DEFAULT = "cpu"   # conf/evaluate.yaml's own choice
+# Hydra's command-line flags that take a value (the next argument is not an override).
+VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd",
+               "--experimental-rerun", "--info", "-i"}
 
 
 def detected(machine=None) -> str:
@@ -41,8 +44,15 @@ def with_default(argv: list[str]) -> list[str]:
     if named(argv) is not None:
         return argv
     profile = detected()
-    # first: a trailing flag that takes an optional value (--info) would swallow it
-    return argv if profile == DEFAULT else [f"{GROUP}={profile}", *argv]
+    if profile == DEFAULT:
+        return argv
+    # Just before the first override, so that the overrides stay together: Hydra's
+    # parser takes one run of them, and `hardware=cuda -m a=b` would leave `a=b`
+    # unrecognized. With no override, first: a trailing flag that takes an optional
+    # value (--info) would swallow it.
+    at = next((i for i, arg in enumerate(argv)
+               if "=" in arg and not arg.startswith("-") and (i == 0 or argv[i - 1] not in VALUE_FLAGS)), 0)
+    return [*argv[:at], f"{GROUP}={profile}", *argv[at:]]
 
 
 def mismatch(profile: str, machine) -> str | None:

@@ -78,6 +78,22 @@ def test_the_gpu_defaults_can_be_asked_for_on_a_cpu_machine(on):
     assert defaults(composed(["hardware=cuda"]))["scenario"] == "reference"
 
 
+@pytest.mark.parametrize("argv, expect", [
+    (["-m", "recipe=a,b", "runs=1"], ["-m", "hardware=cuda", "recipe=a,b", "runs=1"]),
+    (["--config-name", "evaluate", "runs=1", "--info"], ["--config-name", "evaluate", "hardware=cuda", "runs=1", "--info"]),
+    (["--info"], ["hardware=cuda", "--info"]),
+    ([], ["hardware=cuda"]),
+])
+def test_the_gpu_profile_joins_the_overrides_where_hydras_parser_takes_them(on, argv, expect):
+    """A sweep (`python -m evaluate -m a=b` on a GPU) keeps every override: Hydra
+    takes one run of them, so `hardware=cuda -m a=b` would leave `a=b` unrecognized."""
+    from hydra._internal.utils import get_args_parser
+    on(GPU)
+    assert hardware.with_default(argv) == expect
+    args = get_args_parser().parse_args(expect)
+    assert args.overrides == [a for a in expect if "=" in a]
+
+
 def test_a_job_on_a_gpu_with_the_cpu_defaults_is_warned_about():
     assert "hardware=cuda" in hardware.mismatch("cpu", GPU)
     assert hardware.mismatch("cpu", CPU) is None and hardware.mismatch("cuda", GPU) is None
