@@ -7,6 +7,8 @@ output is one module that only formats what it returns (`markdown`,
 output format is one more module called from `build_report`. `layouts/`
 holds the other reports' tables (`layout=batch_table,...`), each written to
 `<layout>.md` from the same groups."""
+import importlib.util
+import logging
 from pathlib import Path
 
 from evaluate import results
@@ -18,6 +20,8 @@ from evaluate.report.tables_csv import (
     RUN_FIELDS, SERVING_FIELDS, SUMMARY_FIELDS, run_records, serving_records, summary_records, to_csv)
 from quantize.common.atomic import write_text
 from quantize.common.errors import UserError
+
+log = logging.getLogger("quantbench.report")
 
 
 def build_report(results_dir: Path, out_dir: Path, title: str, pareto: str | None = None,
@@ -45,5 +49,9 @@ def build_report(results_dir: Path, out_dir: Path, title: str, pareto: str | Non
     out_dir.mkdir(parents=True, exist_ok=True)
     for path, text in written.items():
         write_text(path, text)
+    if summary and importlib.util.find_spec("matplotlib") is None:
+        # the tables are the report; a machine without matplotlib (a bare CUDA image) still gets them
+        log.warning("matplotlib is not installed: the report has no plots (bash scripts/setup.sh installs it)")
+        summary = False
     plots = render_plots(speed, accuracy, out_dir, pareto) + render_serving_plots(rows, out_dir) if summary else []
     return list(written) + plots

@@ -1,12 +1,15 @@
 """Result rows for the report tests, built as the evaluate stage writes them:
 3 recipes x 2 scenarios x 3 runs of one model, a failed and an unsupported
 row, accuracy rows for two artifacts; a store of three models; lm-eval rows."""
+import importlib.util
 import statistics
 from pathlib import Path
 
 from evaluate import results
 from evaluate.results import Row
 
+# Whether the report can draw its plots here (a bare CUDA image may lack matplotlib).
+PLOTS = importlib.util.find_spec("matplotlib") is not None
 MODEL = "SmolLM2-135M-Instruct"
 HARDWARE = {"hostname": "bench-1", "cpu": "AMD EPYC 9R14", "cpu_count": 2, "cpu_affinity": 2,
             "memory_gib": 15.3, "cpu_isa": ["avx2", "avx512f"], "accelerators": []}

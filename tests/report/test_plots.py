@@ -1,5 +1,8 @@
 """evaluate/report/plots.py: the PNGs, and labels that never overlap."""
-from matplotlib.text import Text
+import pytest
+
+pytest.importorskip("matplotlib", reason="matplotlib is not installed here (a bare CUDA image): the report has no plots")
+from matplotlib.text import Text  # noqa: E402
 
 from evaluate.report.plots import label_points, pyplot, spread
 
