@@ -204,6 +204,9 @@ def test_speed_variables_exported_in_the_shell_enter_the_setup_identity(clean_en
     from evaluate.engines import base
     from evaluate.engines.vllm import VllmEngine
     cfg = engines.config("vllm")
+    # a shell that exported none of them (the suite's own may have: device_check.sh runs it with OMP_NUM_THREADS=2)
+    monkeypatch.setattr(base, "LAUNCH_ENV", base.LAUNCH_ENV - {"OMP_NUM_THREADS", "ATEN_CPU_CAPABILITY",
+                                                               "CUDA_VISIBLE_DEVICES", "QB_TEST_NEW"})
     plain = engines.identity(cfg, VllmEngine)
     assert "shell_env" not in plain  # ids of setups without such variables stay what they were
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
