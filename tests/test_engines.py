@@ -263,14 +263,15 @@ def test_callers_talk_to_engines_only_through_the_interface(path):
 
 # ---------------------------------------------------------------- one module + one YAML
 
-def evaluate_with_dummy(*args, cwd: Path) -> subprocess.CompletedProcess:
+def evaluate_with_dummy(*args, cwd: Path, host: Path | None = None) -> subprocess.CompletedProcess:
     """`python -m evaluate engine=dummy ...` with the dummy's YAML on Hydra's
-    search path (never in the checkout's conf/) and its module on PYTHONPATH."""
+    search path (never in the checkout's conf/) and its module on PYTHONPATH;
+    `host`: a folder whose sitecustomize emulates another machine (tests/cuda_host)."""
     search = cwd / "searchpath"
     (search / "engine").mkdir(parents=True, exist_ok=True)
     shutil.copy(DUMMY_YAML, search / "engine" / "dummy.yaml")
     env = quantize_env()
-    env["PYTHONPATH"] = os.pathsep.join((str(DUMMY_DIR), env["PYTHONPATH"]))
+    env["PYTHONPATH"] = os.pathsep.join([*([str(host)] if host else []), str(DUMMY_DIR), env["PYTHONPATH"]])
     env.pop("QUANTBENCH_DUMMY_EXTRA", None)
     return subprocess.run([sys.executable, "-m", "evaluate", *args, "engine=dummy",
                            f"hydra.searchpath=[file://{search}]"], cwd=cwd, env=env, capture_output=True, text=True,
