@@ -114,7 +114,8 @@ def test_openai_engine_benchmarks_a_running_server(tmp_path, tiny_model, fake_se
     (("engine=openai",), "pass engine.base_url="),
     pytest.param(("engine=vllm",), "load=synchronous needs a server engine: pass engine=vllm_server",
                  marks=pytest.mark.needs_vllm),
-    (("engine=openai", "engine.base_url=http://127.0.0.1:9/v1", "load=slo_search"), "needs an SLO"),
+    # slo=none named: a CUDA machine's default states one (slo=interactive_gpu, conf/hardware/cuda.yaml)
+    (("engine=openai", "engine.base_url=http://127.0.0.1:9/v1", "load=slo_search", "slo=none"), "needs an SLO"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, tiny_model, args, message):
     proc = evaluate(tmp_path, tiny_model, "load=synchronous", *args)
