@@ -19,6 +19,10 @@ class Verdict:
     def __bool__(self) -> bool:
         return self.ok
 
+    def with_note(self, note: str) -> "Verdict":
+        """The same answer with a caveat appended to its reason."""
+        return Verdict(self.ok, "; ".join(r for r in (self.reason, note) if r), self.starts)
+
 
 YES = Verdict(True)
 

@@ -58,7 +58,7 @@ class HfEngine(Engine):
             # attention layer, which rounds k/v through the scheme with the checkpoint's scales
             # (measured on SmolLM2 W8A8 + fp8 KV: log-likelihood -583.4 with it, -580.3 without)
             note = f"{fmt.kv_cache} KV cache simulated (k/v rounded with the checkpoint's scales, stored unquantized)"
-            return Verdict(True, "; ".join(r for r in (verdict.reason, note) if r))
+            return verdict.with_note(note)
         return verdict
 
     @classmethod

@@ -16,7 +16,7 @@ from typing import Iterator
 
 from evaluate.formats import DENSE, FP8, W4A16, W8A8_INT8, W8A16, YES, Verdict
 from evaluate.engines import parallel, vllm_kernels, vllm_startup
-from evaluate.engines.vllm_cuda_rules import cuda_kv_rule, cuda_rule
+from evaluate.engines.vllm_cuda_rules import BF16, cuda_kv_rule, cuda_rule
 from evaluate.engines.base import Engine, EngineStartError, LmEvalModel, user_set
 from evaluate.metrics import RequestTiming
 from quantize.common import machine as machine_mod
@@ -118,7 +118,7 @@ def _kv_rule(fmt, machine, args) -> Verdict:
     if machine.cuda:
         verdict = cuda_kv_rule(kv, machine.min_cuda_capability, explicit)
         note = _kv_scale_note(kv, ct_kv)
-        return Verdict(True, "; ".join(r for r in (verdict.reason, note) if r)) if verdict and note else verdict
+        return verdict.with_note(note) if verdict else verdict
     if kv.startswith("fp8") and not machine.isa & {"avx512f", "amx_tile"}:
         # vllm/v1/attention/backends/cpu_attn.py:540 (_get_attn_isa): "FP8 KV cache on CPU requires
         # x86 with AVX-512 or AMX", raised by the worker at start-up (seen on a simulated AVX2 host).
@@ -336,8 +336,8 @@ class VllmEngine(Engine):
         if requested not in (None, "auto"):
             return str(requested)
         half = fmt.dtype if fmt.dtype in HALF else "bfloat16"
-        if machine.cuda:  # vllm_cuda_rules.BF16: bf16 from sm80, else vLLM's auto falls back to fp16
-            return "float16" if half == "bfloat16" and machine.min_cuda_capability < (8, 0) else half
+        if machine.cuda:  # bf16 from vllm_cuda_rules.BF16 (sm80), else vLLM's auto falls back to fp16
+            return "float16" if half == "bfloat16" and machine.min_cuda_capability < BF16 else half
         if fmt.method in HALF_ONLY_METHODS or fmt.scheme in HALF_ONLY_ON_CPU:
             return half
         return fast_faithful_dtype(half, on_cpu=True, cpu_native_half=machine.cpu_native_half)
@@ -369,7 +369,7 @@ class VllmEngine(Engine):
             return kv
         verdict = _cuda_rule(fmt, machine, args) if machine.cuda else _cpu_rule(fmt, machine, args)
         if verdict and kv.reason:
-            return Verdict(True, "; ".join(r for r in (verdict.reason, kv.reason) if r))
+            return verdict.with_note(kv.reason)
         return verdict
 
     @staticmethod

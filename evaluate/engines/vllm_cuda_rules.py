@@ -47,7 +47,7 @@ def cuda_rule(fmt, cc: Capability, args: dict) -> Verdict:
     if verdict and fmt.sparse_24:
         # compressed_tensors.py, _parse_sparsity_config: a sparsity_config is rejected ("Sparsity
         # support has been removed"), so 2:4 weights load as the dense scheme they are stored in.
-        return _with_note(verdict, "2:4 zeros computed dense: this vLLM has no 2:4 sparse kernel")
+        return verdict.with_note("2:4 zeros computed dense: this vLLM has no 2:4 sparse kernel")
     return verdict
 
 
@@ -137,7 +137,3 @@ def cuda_kv_rule(kv: str, cc: Capability, explicit: bool) -> Verdict:
 
 def _sm(cc: Capability) -> str:
     return f"sm{cc[0]}{cc[1]}"
-
-
-def _with_note(verdict: Verdict, note: str) -> Verdict:
-    return Verdict(verdict.ok, "; ".join(r for r in (verdict.reason, note) if r), verdict.starts)
