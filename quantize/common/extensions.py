@@ -1,0 +1,92 @@
+"""The one way to extend quantbench: a Hydra config group whose YAML names
+its implementation with `_target_`, as Hydra's own instantiate does.
+
+    # conf/load/sweep.yaml
+    _target_: evaluate.serving.profiles.Sweep   # a subclass of the group's base class
+    name: sweep
+    saturation_concurrency: 16
+
+Engines (conf/engine/), load profiles (conf/load/), report layouts and output
+formats (conf/report/...) all work this way: adding one is one module (the
+class, anywhere importable) and one YAML (in conf/<group>/ or on Hydra's
+search path), with no list to edit.
+
+The entry point calls `build(cfg.<group>, Base)` once. It imports the class,
+checks that it subclasses the group's base, and returns
+`cls.from_config(values)`: the typed object everything below the entry point
+receives instead of the DictConfig. For a dataclass base (`Configurable`) that
+is an instance whose fields are the YAML's keys, an unknown key a one-line
+error naming the fields.
+
+Why `_target_` resolved by hand rather than `hydra.utils.instantiate`: some
+classes are not built from their config alone (an engine is started per
+artifact), so the group's base decides what `from_config` returns; the key
+and its meaning stay Hydra's.
+"""
+import dataclasses
+import difflib
+import importlib
+from typing import Any, Mapping, TypeVar
+
+from quantize.common.errors import UserError
+
+TARGET = "_target_"
+T = TypeVar("T")
+
+
+def plain(node) -> dict:
+    """A config node (DictConfig, dict or None) as a plain, resolved dict."""
+    if node is None:
+        return {}
+    if isinstance(node, Mapping) and not hasattr(node, "_metadata"):
+        return dict(node)
+    from omegaconf import OmegaConf
+    return OmegaConf.to_container(node, resolve=True) or {}
+
+
+def implementation(target: Any, base: type, where: str) -> type:
+    """The class `_target_` names (module.Class), checked to subclass `base`;
+    each problem is one line that says what to fix in `where`."""
+    if not target or "." not in str(target):
+        raise UserError(f"{where} names no implementation; add `{TARGET}: <module>.<Class>` "
+                        f"(a subclass of {base.__module__}.{base.__qualname__})")
+    module_name, _, cls_name = str(target).rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if not (e.name and (module_name == e.name or module_name.startswith(e.name + "."))):
+            raise  # the module exists and lacks a dependency: its own error says which
+        raise UserError(f"cannot import module {module_name!r} ({TARGET}: {target} in {where}); "
+                        "fix it or put its folder on PYTHONPATH") from None
+    cls = getattr(module, cls_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        what = (f"is not a subclass of {base.__module__}.{base.__qualname__}" if cls is not None
+                else "does not exist")
+        raise UserError(f"{target} {what}; fix {TARGET} in {where}")
+    return cls
+
+
+def build(node, base: type[T], where: str) -> T:
+    """The typed object of one config group choice: `_target_`'s class,
+    built from the other keys by its `from_config`."""
+    values = plain(node)
+    cls = implementation(values.pop(TARGET, None), base, where)
+    return cls.from_config(values, where)
+
+
+class Configurable:
+    """Base of the extension points whose implementation is its own typed
+    config: a dataclass whose fields are the YAML's keys."""
+
+    @classmethod
+    def from_config(cls, values: dict, where: str):
+        names = [f.name for f in dataclasses.fields(cls)]
+        for key in sorted(set(values) - set(names)):
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f"did you mean {close[0]}?" if close else f"it takes {', '.join(names)}"
+            raise UserError(f"{where}: {key!r} is not a setting of {cls.__qualname__}; {hint}")
+        missing = [f.name for f in dataclasses.fields(cls) if f.name not in values
+                   and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise UserError(f"{where}: {cls.__qualname__} needs {', '.join(missing)}; add it to the YAML")
+        return cls(**values)

@@ -1,0 +1,48 @@
+"""The one extension mechanism: `_target_` names a class, build() returns its typed config."""
+from dataclasses import dataclass
+
+import pytest
+from omegaconf import OmegaConf
+
+from quantize.common.errors import UserError
+from quantize.common.extensions import Configurable, build
+
+
+class Shape(Configurable):
+    """A stand-in extension point."""
+
+
+@dataclass
+class Square(Shape):
+    side: float
+    colour: str = "red"
+
+    def area(self) -> float:
+        return self.side ** 2
+
+
+class NotAShape:
+    pass
+
+
+HERE = __name__
+
+
+def test_build_returns_the_typed_object_from_a_dictconfig():
+    square = build(OmegaConf.create({"_target_": f"{HERE}.Square", "side": 3}), Shape, "conf/shape/sq.yaml")
+    assert isinstance(square, Square) and square.area() == 9 and square.colour == "red"
+
+
+@pytest.mark.parametrize("values,message", [
+    ({"side": 1}, "names no implementation; add `_target_: <module>.<Class>`"),
+    ({"_target_": "no_such_module_xyz.Square"}, "cannot import module 'no_such_module_xyz'"),
+    ({"_target_": f"{HERE}.Circle"}, f"{HERE}.Circle does not exist"),
+    ({"_target_": f"{HERE}.NotAShape"}, "is not a subclass of"),
+    ({"_target_": f"{HERE}.Square", "sid": 1}, "'sid' is not a setting of Square; did you mean side?"),
+    ({"_target_": f"{HERE}.Square"}, "Square needs side; add it to the YAML"),
+])
+def test_each_mistake_is_one_line_naming_the_file(values, message):
+    with pytest.raises(UserError) as e:
+        build(values, Shape, "conf/shape/sq.yaml")
+    assert message in str(e.value) and "\n" not in str(e.value)
+    assert "conf/shape/sq.yaml" in str(e.value)
