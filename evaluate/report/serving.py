@@ -30,7 +30,7 @@ from evaluate.report.formatting import MISSING, fmt_fixed, fmt_number, mb, short
 from evaluate.report.markdown import md_table
 from evaluate.results import Row
 from evaluate.scenarios import Scenario
-from evaluate.serving.slo import SLO, Verdict, judge
+from evaluate.serving.slo import SLO, SloCheck, judge
 
 KIND = "serving"
 MODES = ("concurrency", "rate")
@@ -38,11 +38,11 @@ LEVEL_NAMES = {"concurrency": "concurrency", "rate": "request rate (req/s)"}
 
 
 @dataclass
-class Level:
+class LevelResult:
     row: Row
     mode: str               # concurrency | rate
     level: float
-    verdict: Verdict | None = None
+    verdict: SloCheck | None = None
 
     @property
     def metrics(self) -> dict:
@@ -57,13 +57,13 @@ class Level:
 class Curve:
     group: Group            # the serving group (aggregate's identity and labels)
     mode: str
-    levels: list[Level] = field(default_factory=list)
+    levels: list[LevelResult] = field(default_factory=list)
 
     @property
     def scenario(self) -> Scenario:
         return self.group.scenario
 
-    def capacity(self) -> tuple[Level | None, Level | None]:
+    def capacity(self) -> tuple[LevelResult | None, LevelResult | None]:
         """(highest passing level, the next level measured above it)."""
         passed = [lv for lv in self.levels if lv.verdict and lv.verdict.passed]
         if not passed:
@@ -72,7 +72,7 @@ class Curve:
         above = [lv for lv in self.levels if lv.level > best.level]
         return best, min(above, key=lambda lv: lv.level) if above else None
 
-    def knee(self) -> Level | None:
+    def knee(self) -> LevelResult | None:
         scored = [(lv.get("request_throughput") / lv.get("median_e2el_ms"), lv) for lv in self.levels
                   if lv.get("request_throughput") and lv.get("median_e2el_ms") and lv.metrics.get("valid") is not False]
         if len(scored) < 3:
@@ -80,7 +80,7 @@ class Curve:
         best = max(scored, key=lambda t: t[0])[1]
         return best if best is not scored[-1][1] else None
 
-    def at(self, level: float) -> Level | None:
+    def at(self, level: float) -> LevelResult | None:
         return next((lv for lv in self.levels if lv.level == level), None)
 
 
@@ -120,7 +120,7 @@ def curves(serving: list[Group], slos: dict[Scenario, SLO | None]) -> list[Curve
         slo = slos.get(g.scenario)
         for mode in MODES:
             if mode in by_mode:
-                levels = [Level(r, mode, lvl, judge(r.metrics, slo) if slo else None)
+                levels = [LevelResult(r, mode, lvl, judge(r.metrics, slo) if slo else None)
                           for lvl, r in sorted(by_mode[mode].items())]
                 out.append(Curve(g, mode, levels))
     return out
@@ -229,7 +229,7 @@ def recommend_capacity(cs: list[Curve], accuracy: list[Group], slo: SLO, names: 
     return Pick(lines + [f"  - not eligible: {o.strip()[2:]}" for o in out], chosen)
 
 
-def tpot_interval(lv: Level) -> tuple[float, float, float] | None:
+def tpot_interval(lv: LevelResult) -> tuple[float, float, float] | None:
     """(mean, low, high) of the mean TPOT over the level's requests: Student t
     from vllm's population std and the completed count."""
     mean, std, n = lv.get("mean_tpot_ms"), lv.get("std_tpot_ms"), lv.get("completed")
@@ -314,20 +314,20 @@ def fmt_count(x: float | None) -> str:
     return MISSING if x is None else f"{x:.0f}"
 
 
-def attainment_text(lv: Level) -> str:
+def attainment_text(lv: LevelResult) -> str:
     a, low, high = (lv.get(k) for k in ("slo_attainment", "slo_attainment_low", "slo_attainment_high"))
     if a is None:
         return MISSING
     return f"{100 * a:.1f}" + (f" ({100 * low:.1f}–{100 * high:.1f})" if low is not None and high is not None else "")
 
 
-def verdict_text(v: Verdict | None) -> str:
+def verdict_text(v: SloCheck | None) -> str:
     if v is None:
         return MISSING
     return {True: "pass", False: f"fail: {v.reason}", None: v.reason}[v.passed]
 
 
-def valid_text(lv: Level) -> str:
+def valid_text(lv: LevelResult) -> str:
     valid = lv.metrics.get("valid")
     return MISSING if valid is None else ("yes" if valid else f"no: {lv.metrics.get('valid_reason')}")
 

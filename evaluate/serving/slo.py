@@ -11,7 +11,7 @@ is not checked:
 artifact's accuracy row must reach this `recovery_pct` (% of the original
 model's perplexity score). It is not a latency bound and `judge` ignores it.
 
-Verdict on one level (`judge`), in this order:
+The check of one level (`judge`), in this order:
 1. Unresolved (passed None) when the level completed fewer than
    `min_requests(p) = ceil(10 / (1 - p/100))` requests: the pNN is then
    estimated from fewer than 10 requests above it (p90: 100 requests, p95: 200,
@@ -104,42 +104,42 @@ class SLO:
 
 
 @dataclass
-class Verdict:
+class SloCheck:
     passed: bool | None     # None: unresolved (never counts as passed)
     reason: str
 
 
-def judge(metrics: dict, slo: SLO) -> Verdict:
+def judge(metrics: dict, slo: SLO) -> SloCheck:
     """One level's metrics (metrics.level_metrics) against the SLO; the rules are in the module docstring."""
     p = slo.pct_key
     completed = metrics.get("completed") or 0
     failed = metrics.get("failed") or 0
     need = slo.min_requests()
     if completed < need:
-        return Verdict(None, f"unresolved: {completed} completed requests, {p} needs at least {need}")
+        return SloCheck(None, f"unresolved: {completed} completed requests, {p} needs at least {need}")
     if metrics.get("valid") is False:
-        return Verdict(None, f"unresolved: client-bound level ({metrics.get('valid_reason') or 'not valid'})")
+        return SloCheck(None, f"unresolved: client-bound level ({metrics.get('valid_reason') or 'not valid'})")
     allowed = 1 - float(slo.percentile) / 100
     if failed and failed / (completed + failed) > allowed:
-        return Verdict(False, f"{failed} of {completed + failed} requests failed, more than the "
+        return SloCheck(False, f"{failed} of {completed + failed} requests failed, more than the "
                               f"{allowed:.0%} a {p} SLO allows")
     misses = []
     for metric, bound in slo.limits().items():
         value = metrics.get(f"{p}_{metric}_ms")
         if not isinstance(value, (int, float)):
-            return Verdict(None, f"unresolved: {p}_{metric}_ms not measured")
+            return SloCheck(None, f"unresolved: {p}_{metric}_ms not measured")
         if value > bound:
             misses.append(f"{p} {metric.upper()} {value:.1f} ms > {bound:g} ms")
     if misses:
-        return Verdict(False, "; ".join(misses))
-    return Verdict(True, "meets " + ", ".join(f"{p} {m.upper()} ≤ {b:g} ms" for m, b in slo.limits().items()))
+        return SloCheck(False, "; ".join(misses))
+    return SloCheck(True, "meets " + ", ".join(f"{p} {m.upper()} ≤ {b:g} ms" for m, b in slo.limits().items()))
 
 
 @dataclass
 class SearchResult:
     best: float | None                      # highest level that passed; None when none did
     reason: str                             # why the search stopped there
-    trace: list[tuple[float, dict, Verdict]] = field(default_factory=list)  # every level measured, in order
+    trace: list[tuple[float, dict, SloCheck]] = field(default_factory=list)  # every level measured, in order
 
 
 def search(measure: Callable[[float], dict], slo: SLO, start: float = 1, max_level: float = 64,
@@ -150,10 +150,10 @@ def search(measure: Callable[[float], dict], slo: SLO, start: float = 1, max_lev
     if not (0 < start <= max_level) or resolution <= 0:
         raise UserError(f"slo_search: need 0 < start ({start}) <= max_level ({max_level}) and resolution "
                         f"({resolution}) > 0")
-    trace: list[tuple[float, dict, Verdict]] = []
-    seen: dict[float, tuple[dict, Verdict]] = {}
+    trace: list[tuple[float, dict, SloCheck]] = []
+    seen: dict[float, tuple[dict, SloCheck]] = {}
 
-    def run(level: float) -> tuple[dict, Verdict]:
+    def run(level: float) -> tuple[dict, SloCheck]:
         if level not in seen:
             metrics = measure(level)
             seen[level] = (metrics, judge(metrics, slo))
