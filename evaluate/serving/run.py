@@ -14,8 +14,6 @@ import json
 import logging
 import zlib
 
-from omegaconf import OmegaConf
-
 from evaluate.results import Row
 from evaluate.serving import load as load_mod
 from evaluate.serving.load import Level, ServerDied
@@ -27,22 +25,21 @@ from quantize.common.jobs import one_line
 log = logging.getLogger("quantbench.evaluate")
 
 
-def configure(cfg, engine_cls, engine_name: str) -> tuple[dict | None, SLO | None]:
-    """(load profile, SLO) of the job, checked before any engine starts;
-    (None, ...) for load=none."""
-    slo_cfg = cfg.get("slo")
-    slo = SLO.from_cfg(OmegaConf.to_container(slo_cfg, resolve=True)) if slo_cfg is not None else None
-    profile = OmegaConf.to_container(cfg.load, resolve=True) if cfg.get("load") is not None else None
-    if not profile or profile.get("name") in (None, "none"):
+def configure(load: dict | None, slo: dict | None, engine_cls, engine_name: str) -> tuple[dict | None, SLO | None]:
+    """(load profile, SLO) of the job from the `load` and `slo` groups as plain
+    dicts, checked before any engine starts; (None, ...) for load=none and for
+    an `only_with_server` profile with an in-process engine."""
+    slo = SLO.from_cfg(slo)
+    if not load or load.get("name") in (None, "none"):
         return None, slo
-    name = profile["name"]
+    name = load["name"]
     if not getattr(engine_cls, "serves_http", False):
-        if profile.get("only_with_server"):  # a default (hardware=cuda): in-process engines run batches
+        if load.get("only_with_server"):  # a default (hardware=cuda): in-process engines run batches
             return None, slo
         raise UserError(f"load={name} needs a server engine: pass engine=vllm_server "
                         f"(or engine=openai engine.base_url=...); engine={engine_name} runs in-process")
-    load_mod.validate(profile, slo)
-    return profile, slo
+    load_mod.validate(load, slo)
+    return load, slo
 
 
 def serving_row(job, s, level: Level | None) -> Row:
@@ -130,7 +127,7 @@ def _run_level(job, engine, s, row: Row) -> dict | None:
     level = Level(load["mode"], load["level"], load["burstiness"])
     key = zlib.crc32(json.dumps(load, sort_keys=True).encode())
     vocab = int(job.target.config.get("vocab_size") or 10000)
-    prompts = load_mod.level_prompts(int(job.cfg.seed), key, load_mod.level_requests(p["max_requests"]),
+    prompts = load_mod.level_prompts(int(job.seed), key, load_mod.level_requests(p["max_requests"]),
                                      s.input_len, vocab)
     try:
         run = load_mod.run_level(engine.base_url, engine.model, level, prompts, s.output_len,
