@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from evaluate.formats import YES, Verdict
 from evaluate.engines.base import Engine
-from evaluate.engines.vllm_server import HttpEngine, http_get
+from evaluate.engines.http import HttpEngine, http_get
 from quantize.common import machine as machine_mod
 from quantize.common.errors import UserError
 

@@ -12,7 +12,6 @@ environment, same kernels); only how the engine runs differs:
   If evaluate itself dies without stopping it (kill -9), the server gets
   SIGKILL from the kernel (PR_SET_PDEATHSIG) and a small watchdog process
   kills the rest of its group (vLLM's engine core and workers)."""
-import asyncio
 import ctypes
 import json
 import logging
@@ -23,16 +22,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import psutil
 
 from evaluate.engines.base import EngineStartError
+from evaluate.engines.http import HttpEngine, http_get
 from evaluate.engines.vllm import VllmEngine
-from evaluate.metrics import RequestTiming
-from evaluate.serving import client as client_mod
 
 log = logging.getLogger("quantbench.evaluate")
 
@@ -119,69 +115,12 @@ def last_error_line(path: Path) -> str:
     return lines[-1][-300:] if lines else "empty log"
 
 
-def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
-    """(status, body); status 0 when nothing answers. No proxy: loopback."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(url, timeout=timeout) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as e:
-        return e.code, b""
-    except (OSError, urllib.error.URLError):
-        return 0, b""
-
-
 def server_log_dir() -> Path:
     """The Hydra job's folder (beside its log), else a new temporary folder."""
     from hydra.core.hydra_config import HydraConfig
     if HydraConfig.initialized():
         return Path(HydraConfig.get().runtime.output_dir)
     return Path(tempfile.mkdtemp(prefix="quantbench-server-"))
-
-
-class HttpEngine:
-    """What a server engine adds to the Engine interface (mixed in): where it
-    answers, and the batch scenarios and prompt logprobs over HTTP."""
-    serves_http = True
-    base_url: str = ""
-    model: str = ""
-    server_pid: int | None = None    # the server process (its tree's memory is measured); None: remote
-
-    def alive(self) -> str | None:
-        """None while the server can serve, else why not (one line)."""
-        return None
-
-    def run(self, prompts: list[list[int]], output_len: int, stream: bool = True):
-        """All prompts at once, streamed (the batch scenarios)."""
-        start = time.perf_counter()
-        results = asyncio.run(client_mod.complete_all(self.base_url, self.model, prompts, output_len))
-        failed = next((r for r in results if not r.success), None)
-        if failed is not None:
-            raise RuntimeError(f"request to {self.base_url} failed: {failed.error or 'no tokens'}")
-        return start, [as_timing(r) for r in results]
-
-    def prompt_logprobs(self, prompts: list[list[int]], k: int):
-        """/v1/completions with vLLM's `prompt_logprobs` extra parameter."""
-        return asyncio.run(client_mod.prompt_logprobs_all(self.base_url, self.model, prompts, k))
-
-    def server_versions(self) -> dict[str, str]:
-        status, body = http_get(self.base_url.rstrip("/").removesuffix("/v1") + "/version")
-        if status == 200:
-            try:
-                return {"vllm": str(json.loads(body)["version"])}
-            except (ValueError, KeyError, TypeError):
-                pass
-        return {}
-
-
-def as_timing(r) -> RequestTiming:
-    """A streamed request as the batch metrics read it: one token per chunk,
-    any difference from the server's usage count put on the last chunk."""
-    chunks = [(t, 1) for t in r.chunk_times]
-    extra = r.generated_tokens - len(chunks)
-    if chunks and extra:
-        chunks[-1] = (chunks[-1][0], max(1, 1 + extra))
-    return RequestTiming(start=r.sent, prompt_tokens=r.prompt_tokens, chunks=chunks)
 
 
 class VllmServerEngine(HttpEngine, VllmEngine):

@@ -1,9 +1,14 @@
 """The HTTP engines' registration and pure parts: vllm_server answers
 capability questions as vllm does, its args become the server's flags, and
 the openai engine's address rules."""
+import subprocess
+import sys
+
 import pytest
 
 from evaluate import engines
+from evaluate.engines.http import HttpEngine, as_timing
+from evaluate.engines.openai import OpenAIEngine
 from evaluate.engines.openai import check_base_url, is_loopback
 from evaluate.engines.vllm import VllmEngine
 from evaluate.engines.vllm_server import VllmServerEngine, cli_flags, last_error_line
@@ -16,6 +21,21 @@ def test_server_engines_are_shipped_but_not_capability_table_columns():
     for name in ("openai", "vllm_server"):
         cls = engines.get(name)
         assert cls.name == name and cls.serves_http
+
+
+def test_both_server_engines_share_the_http_room_and_openai_needs_no_vllm_module():
+    assert issubclass(VllmServerEngine, HttpEngine) and issubclass(OpenAIEngine, HttpEngine)
+    loaded = subprocess.run([sys.executable, "-c", "import sys, evaluate.engines.openai; "
+                             "print(sorted(m for m in sys.modules if 'vllm' in m))"],
+                            capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
+
+
+def test_a_streamed_request_puts_the_servers_extra_tokens_on_its_last_chunk():
+    class Streamed:
+        sent, prompt_tokens, generated_tokens, chunk_times = 1.0, 8, 5, [1.1, 1.2, 1.3]
+    timing = as_timing(Streamed())
+    assert timing.chunks == [(1.1, 1), (1.2, 1), (1.3, 3)] and timing.start == 1.0 and timing.prompt_tokens == 8
 
 
 @pytest.mark.needs_vllm
