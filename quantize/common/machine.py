@@ -108,9 +108,9 @@ def detect() -> Machine:
 
 
 def numa_nodes() -> int:
-    """NUMA nodes that hold a CPU this process may run on (vLLM-CPU's automatic
-    thread binding gives each tensor-parallel rank one of them); 1 when the
-    kernel does not say."""
+    """NUMA nodes that hold a CPU this process may run on (a CPU engine may
+    bind each tensor-parallel rank to one of them); 1 when the kernel does
+    not say."""
     try:
         allowed = os.sched_getaffinity(0)
         nodes = 0
@@ -132,8 +132,9 @@ def parse_cpu_list(text: str) -> list[int]:
 
 
 def _torch_x86_isa() -> frozenset:
-    """The x86 ISA as torch sees it: the same queries vLLM uses to choose its
-    kernel library, so both decide from one answer."""
+    """The x86 ISA as torch sees it: the queries engines built on torch
+    choose their CPU kernels by, so the rules and the engine decide from one
+    answer."""
     import torch
     queries = {"avx2": "_is_avx2_supported", "avx512f": "_is_avx512_supported",
                "avx512_vnni": "_is_vnni_supported", "avx512_bf16": "_is_avx512_bf16_supported",

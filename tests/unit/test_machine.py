@@ -1,4 +1,7 @@
 """quantize.common.machine: the facts a capability decision starts from."""
+import subprocess
+import sys
+
 import pytest
 
 from quantize.common import machine
@@ -25,3 +28,27 @@ def test_no_numa_information_means_one_node(tmp_path, monkeypatch):
     monkeypatch.setattr(machine, "Path", lambda p: tmp_path / "missing")
     assert machine.numa_nodes() == 1
     assert machine.detect().numa_nodes >= 1 and "numa_nodes" in machine.detect().facts()
+
+
+def test_the_machine_holds_isa_cuda_and_numa_facts_and_each_engine_adds_its_own():
+    bare = machine.Machine("x86_64", frozenset({"avx2"}), cuda=((9, 0),), gpu_names=("H200",))
+    assert set(bare.facts()) == {"arch", "isa", "cuda", "cpu_native_half", "numa_nodes"}
+    assert bare.describe() == "CUDA: H200 (sm90)"
+
+    class Probed:
+        def facts(self):
+            return {"dummy_kernels": "k1"}
+
+        def describe(self):
+            return "dummy kernels k1"
+    probed = bare.with_engine("dummy", Probed())
+    assert probed.engine("dummy").facts() == {"dummy_kernels": "k1"} and bare.engine("dummy") is None
+    assert probed.facts()["dummy_kernels"] == "k1" and probed.describe() == "CUDA: H200 (sm90); dummy kernels k1"
+
+
+def test_detecting_the_machine_imports_no_engine():
+    loaded = subprocess.run([sys.executable, "-c", "import sys; from quantize.common import machine; "
+                             "machine.detect(); print(sorted(m for m in sys.modules "
+                             "if m.split('.')[0] in ('vllm', 'evaluate')))"],
+                            capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
