@@ -31,6 +31,7 @@ log = logging.getLogger("quantbench.evaluate")
 class Job:
     """What the steps of one evaluate job share, decided before any engine starts."""
     cfg: DictConfig
+    seed: int                            # prompt token ids are drawn from it (+ run index)
     plan: RunPlan                        # how many warm-up and timed runs (fixed or auto)
     target: Target
     store: Path                          # the results file rows are appended to
@@ -168,7 +169,7 @@ def _plan(cfg) -> tuple[Job, list[Scenario], Verdict]:
     if mismatch:
         log.warning("%s", mismatch)
     args["dtype"] = engine.choose_dtype(target.format, machine, args.get("dtype") or "auto")
-    load, slo = serving.configure(cfg, engine, name)
+    load, slo = serving.configure(_group(cfg, "load"), _group(cfg, "slo"), engine, name)
     lm_eval_cfg = cfg.lm_eval if cfg.lm_eval.get("enabled") else None
     lm_eval_model = lm_eval_versions = None
     if lm_eval_cfg:
@@ -184,10 +185,14 @@ def _plan(cfg) -> tuple[Job, list[Scenario], Verdict]:
                engine_env=engine_cfg.get("env", {}), **where, machine=machine.facts(), hardware_defaults=defaults,
                kv_quant=engine.kv_quant(target.format, args),
                setup_id=results.setup_id(engines.identity(engine_cfg, engine), **where), repro=_repro(target))
-    job = Job(cfg=cfg, plan=plan, target=target, store=store, engine=engine, engine_cfg=engine_cfg, limit=limit,
+    job = Job(cfg=cfg, seed=int(cfg.seed), plan=plan, target=target, store=store, engine=engine, engine_cfg=engine_cfg, limit=limit,
               fit=fit, base=base, accuracy_cfg=accuracy_cfg, lm_eval_cfg=lm_eval_cfg, lm_eval_model=lm_eval_model,
               lm_eval_versions=lm_eval_versions, load=load, slo=slo)
     return job, unfit, engine.supports(target.format, machine, args)
+
+
+def _group(cfg, key: str) -> dict | None:
+    return OmegaConf.to_container(cfg[key], resolve=True) if cfg.get(key) is not None else None
 
 
 def _defaults_profile(cfg) -> str | None:
@@ -323,7 +328,7 @@ def _start_engine(job: Job, with_accuracy: bool) -> Engine:
         for key, value in job.engine.logprob_args(int(job.accuracy_cfg.top_k)).items():
             args.setdefault(key, value)
     max_len = args.get("max_model_len") or min(max(needed), job.limit or max(needed))
-    settings = {k: v for k, v in job.engine_cfg.items() if k not in ("name", "impl", "args", "env")}
+    settings = {k: v for k, v in job.engine_cfg.items() if k not in ("name", "_target_", "impl", "args", "env")}
     # a batch scenario holds batch_size sequences at once; a load profile's concurrency is open-ended
     tokens = None if job.load else max([max_len] + [s.kv_tokens for s in job.fit])
     env = job.engine.sized_env(job.engine_cfg.get("env", {}), job.target, args, tokens)

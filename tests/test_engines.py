@@ -26,7 +26,7 @@ DUMMY_YAML = DUMMY_DIR / "dummy.yaml"
 
 @pytest.fixture
 def dummy(monkeypatch):
-    """The dummy engine module, imported as `impl: dummy_engine.DummyEngine` would."""
+    """The dummy engine module, imported as `_target_: dummy_engine.DummyEngine` would."""
     monkeypatch.syspath_prepend(str(DUMMY_DIR))
     import dummy_engine
     return dummy_engine
@@ -193,7 +193,32 @@ def test_every_shipped_engine_config_names_its_implementation():
 def test_engine_is_found_from_a_config_outside_conf(dummy):
     cfg = yaml.safe_load(DUMMY_YAML.read_text())
     assert engines.get(cfg) is dummy.DummyEngine
-    assert "impl" not in engines.identity(cfg) and engines.identity(cfg)["name"] == "dummy"
+    assert "_target_" not in engines.identity(cfg) and engines.identity(cfg)["name"] == "dummy"
+    typed = engines.build(cfg)
+    assert typed.engine is dummy.DummyEngine and typed.args["token_latency_ms"] == 8
+    assert engines.identity(typed) == engines.identity(cfg)  # the same setup id, typed or not
+
+
+def test_engine_config_is_typed_with_the_engines_own_keys_as_settings():
+    typed = engines.build(engines.config("openai"))
+    assert typed.name == "openai" and typed.engine is engines.get("openai")
+    assert typed.settings == {"base_url": None, "model": None, "allow_remote": False}
+    assert engines.build(engines.config("vllm_server")).settings["host"] == "127.0.0.1"
+
+
+def test_a_config_that_still_says_impl_works_with_one_warning_naming_target(caplog):
+    legacy = {k: v for k, v in engines.config("hf").items() if k != "_target_"}
+    legacy.update(name="hf_legacy", impl="evaluate.engines.hf.HfEngine")
+    with caplog.at_level("WARNING", logger="quantbench.evaluate"):
+        assert engines.get(legacy) is engines.get("hf")
+        assert engines.build(legacy).engine is engines.get("hf")
+    warnings = [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()]
+    assert warnings == ["conf/engine/hf_legacy.yaml: `impl:` is deprecated and stops working in the next release; "
+                        "rename it to `_target_:`"]
+    # the setup id of a legacy config is the one it had: neither key enters it
+    current = {**legacy, "name": "hf"}
+    current["_target_"] = current.pop("impl")
+    assert engines.identity({**legacy, "name": "hf"}) == engines.identity(current)
 
 
 def test_speed_variables_exported_in_the_shell_enter_the_setup_identity(clean_env, monkeypatch):
@@ -229,10 +254,10 @@ def test_speed_variables_exported_in_the_shell_enter_the_setup_identity(clean_en
 
 @pytest.mark.parametrize("cfg, expect", [
     ("no_such_engine", "unknown engine 'no_such_engine'; choose one of ['hf', 'openai', 'vllm', 'vllm_server'] (conf/engine/)"),
-    ({"name": "x"}, "conf/engine/x.yaml names no implementation; add `impl: <module>.<EngineClass>`"),
-    ({"name": "x", "impl": "no_such_module.Engine"}, "cannot import module 'no_such_module'"),
-    ({"name": "x", "impl": "evaluate.engines.vllm.NoSuchEngine"}, "evaluate.engines.vllm.NoSuchEngine does not exist"),
-    ({"name": "x", "impl": "evaluate.engines.vllm.SPEED_ENV"}, "is not an engine"),
+    ({"name": "x"}, "conf/engine/x.yaml names no implementation; add `_target_: <module>.<Class>`"),
+    ({"name": "x", "_target_": "no_such_module.Engine"}, "cannot import module 'no_such_module'"),
+    ({"name": "x", "_target_": "evaluate.engines.vllm.NoSuchEngine"}, "evaluate.engines.vllm.NoSuchEngine does not exist"),
+    ({"name": "x", "_target_": "evaluate.engines.vllm.SPEED_ENV"}, "is not a subclass of evaluate.engines.base.Engine"),
 ])
 def test_a_bad_engine_config_is_one_line_naming_conf_engine(cfg, expect):
     with pytest.raises(UserError) as e:
@@ -298,11 +323,11 @@ def test_a_new_engine_is_one_module_and_one_yaml(tiny_model, tmp_path):
         m = r.metrics  # the fake clock: 20 ms prefill, then 8 ms per token
         assert m["output_tokens"] == 64 and m["tpot_ms_mean"] == pytest.approx(8)
         assert m["ttft_ms_mean"] == pytest.approx(28) and m["latency_s"] == pytest.approx(0.02 + 64 * 0.008)
-    # the setup id: the engine config (dtype chosen; `impl` left out), and the versions and
+    # the setup id: the engine config (dtype chosen; `_target_` left out), and the versions and
     # hardware the rows record: the evaluate process's, which this one's need not equal (on a
     # GPU host a CUDA query made here with other variables set sees no GPU)
     (setup,) = {r.setup_id for r in rows}
-    configured = {k: v for k, v in conf.items() if k != "impl"}
+    configured = {k: v for k, v in conf.items() if k != "_target_"}
     configured["args"] = {**conf["args"], "dtype": rows[0].engine_args["dtype"]}
     assert setup == results.setup_id(configured, rows[0].versions, rows[0].hardware)
     assert rows[0].hardware["cpu_count"] == hardware()["cpu_count"] and rows[0].versions == versions() | {

@@ -1,27 +1,37 @@
 """Serving engines. Each one is a subclass of `evaluate.engines.base.Engine`
-(the interface) named by its config, conf/engine/<name>.yaml:
+(the interface) named by its config, conf/engine/<name>.yaml, the way every
+extension point is named (quantize.common.extensions):
 
     name: vllm                                  # the rows' `engine`
-    impl: evaluate.engines.vllm.VllmEngine      # module.Class, importable
+    _target_: evaluate.engines.vllm.VllmEngine  # module.Class, importable
     args: {...}                                 # engine.args.*, checked by accepted_args()
     env: {...}                                  # set while the engine runs
+    startup_timeout_s: 1800                     # any other key: the engine's own setting
 
 A new engine is one module and one YAML (the YAML may live on Hydra's search
-path instead of conf/engine/); nothing here lists engines.
+path instead of conf/engine/); nothing here lists engines. `build` gives the
+entry point the typed EngineConfig; `get` gives the class of a name (the
+report and the capability table ask by name).
 """
 import difflib
-import importlib
+import logging
 import os
 
 import yaml
 
-from evaluate.engines.base import Engine, LmEvalModel, scoped_env, user_set
+from evaluate.engines.base import Engine, EngineConfig, LmEvalModel, scoped_env, user_set
+from quantize.common import extensions
 from quantize.common.errors import UserError
 from quantize.common.paths import CONF_DIR
 
-__all__ = ["Engine", "LmEvalModel", "scoped_env", "known", "config", "get", "identity", "check_args"]
+__all__ = ["Engine", "EngineConfig", "LmEvalModel", "scoped_env", "known", "config", "build", "get", "identity",
+           "check_args"]
+
+log = logging.getLogger("quantbench.evaluate")
 
 ENGINE_CONF = CONF_DIR / "engine"
+LEGACY_TARGET = "impl"  # the key before `_target_`; read for one release
+_warned_legacy: set[str] = set()
 
 
 def known(servers: bool = False) -> list[str]:
@@ -41,28 +51,39 @@ def config(name: str) -> dict:
     return yaml.safe_load(path.read_text()) or {}
 
 
+def build(node) -> EngineConfig:
+    """The typed config of a composed engine config (a DictConfig or dict
+    with `name` and `_target_`), its class imported and checked."""
+    values = _with_target(extensions.plain(node))
+    return extensions.build(values, Engine, _where(values))
+
+
 def get(engine) -> type[Engine]:
-    """The engine class of a name (conf/engine/<name>.yaml) or of a composed
-    engine config (anything with `name` and `impl`)."""
-    cfg = config(engine) if isinstance(engine, str) else engine
-    name, impl = cfg.get("name"), cfg.get("impl")
-    where = f"conf/engine/{name}.yaml"
-    if not impl or "." not in str(impl):
-        raise UserError(f"{where} names no implementation; add `impl: <module>.<EngineClass>` "
-                        f"(e.g. evaluate.engines.vllm.VllmEngine)")
-    module_name, _, cls_name = str(impl).rpartition(".")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        if not (e.name and (module_name == e.name or module_name.startswith(e.name + "."))):
-            raise  # the module exists and lacks a dependency: its own error says which
-        raise UserError(f"engine {name}: cannot import module {module_name!r} (impl: {impl} in {where}); "
-                        "fix impl or put its folder on PYTHONPATH") from None
-    cls = getattr(module, cls_name, None)
-    if not (isinstance(cls, type) and issubclass(cls, Engine)):
-        what = "is not an engine (a subclass of evaluate.engines.base.Engine)" if cls else "does not exist"
-        raise UserError(f"engine {name}: {impl} {what}; fix impl in {where}")
-    return cls
+    """The engine class of a name (conf/engine/<name>.yaml), of a composed
+    engine config (anything with `name` and `_target_`) or of an EngineConfig."""
+    if isinstance(engine, EngineConfig):
+        return engine.engine
+    values = _with_target(config(engine) if isinstance(engine, str) else extensions.plain(engine))
+    return extensions.implementation(values.get(extensions.TARGET), Engine, _where(values))
+
+
+def _where(values: dict) -> str:
+    return f"conf/engine/{values.get('name')}.yaml"
+
+
+def _with_target(values: dict) -> dict:
+    """A copy whose class is under `_target_`; a config that still says
+    `impl:` works, with one warning per config naming the new key."""
+    values = dict(values)
+    if extensions.TARGET not in values and LEGACY_TARGET in values:
+        where = _where(values)
+        if where not in _warned_legacy:
+            _warned_legacy.add(where)
+            log.warning("%s: `%s:` is deprecated and stops working in the next release; rename it to `%s:`",
+                        where, LEGACY_TARGET, extensions.TARGET)
+        values[extensions.TARGET] = values.pop(LEGACY_TARGET)
+    values.pop(LEGACY_TARGET, None)
+    return values
 
 
 # Set per job by a scheduler without changing the setup: a resumed job may be
@@ -70,15 +91,17 @@ def get(engine) -> type[Engine]:
 _PER_JOB_ENV = frozenset({"CUDA_VISIBLE_DEVICES"})
 
 
-def identity(engine_cfg: dict, cls: type[Engine] | None = None) -> dict:
-    """The engine config as it enters the setup id: everything but `impl`
+def identity(engine_cfg: "dict | EngineConfig", cls: type[Engine] | None = None) -> dict:
+    """The engine config as it enters the setup id: everything but `_target_`
     (which code serves a name is not a setting; ids stay what they were), and
     as `shell_env` the engine's speed variables exported before quantbench
     started (e.g. OMP_NUM_THREADS, or the ISA caps of scripts/as_avx2_host.sh):
     they change speed as `engine.env` does. Absent when there are none, so
     the ids of setups without them stay what they were."""
     cls = cls or get(engine_cfg)
-    out = {k: v for k, v in engine_cfg.items() if k != "impl"}
+    if isinstance(engine_cfg, EngineConfig):
+        engine_cfg = engine_cfg.as_dict()
+    out = {k: v for k, v in engine_cfg.items() if k not in (extensions.TARGET, LEGACY_TARGET)}
     configured = engine_cfg.get("env") or {}
     shell = {k: os.environ[k] for k in cls.speed_env or ()
              if user_set(k) and k in os.environ and k not in configured and k not in _PER_JOB_ENV}

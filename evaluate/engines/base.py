@@ -3,7 +3,7 @@ implements, and the only way the pipeline, lm-eval, the capability probe and
 the benchmarks talk to one.
 
 An engine is a subclass of `Engine` in any importable module, named by
-`impl:` in its conf/engine/<name>.yaml (see evaluate.engines.get). It answers
+`_target_:` in its conf/engine/<name>.yaml (see evaluate.engines.build). It answers
 capability questions as static methods, before anything starts, and serves
 one target per instance:
 
@@ -19,6 +19,7 @@ sweep) never inherit each other's environment.
 import os
 import time
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple
 
 from evaluate.formats import Verdict
@@ -81,6 +82,20 @@ class Engine:
     # True: it serves over OpenAI-compatible HTTP once started (attributes
     # base_url, model, server_pid, alive()), so load profiles (conf/load/) can drive it.
     serves_http: bool = False
+
+    @classmethod
+    def from_config(cls, values: dict, where: str) -> "EngineConfig":
+        """The typed config of conf/engine/<name>.yaml (without `_target_`):
+        name, args and env, and the engine's own keys as `settings`."""
+        values = dict(values)
+        name = values.pop("name", None)
+        if not name:
+            raise UserError(f"{where} names no engine; add `name: <engine name>` (the rows' `engine`)")
+        args, env = values.pop("args", None) or {}, values.pop("env", None) or {}
+        for key, value in (("args", args), ("env", env)):
+            if not isinstance(value, dict):
+                raise UserError(f"{where}: {key} must be a mapping, not {value!r}")
+        return EngineConfig(name=str(name), engine=cls, args=dict(args), env=dict(env), settings=values)
 
     # ---- capability answers (no engine starts) -----------------------------
 
@@ -185,7 +200,7 @@ class Engine:
 
     def __init__(self, target, args: dict, env: dict, max_model_len: int, trust_remote_code: bool = False,
                  settings: dict | None = None):
-        """`settings`: the engine config's own keys besides name/impl/args/env
+        """`settings`: the engine config's own keys besides name/_target_/args/env
         (e.g. a server's host and start-up timeout)."""
         self.settings = dict(settings or {})
         self._scope = ExitStack()
@@ -251,3 +266,20 @@ class Engine:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+@dataclass
+class EngineConfig:
+    """One engine config (conf/engine/<name>.yaml), typed: what serves it and
+    how it is set up. `settings` are the keys only that engine reads
+    (openai: base_url, model, allow_remote; vllm_server: host,
+    startup_timeout_s), handed to it as `Engine(..., settings=)`."""
+    name: str
+    engine: type[Engine]
+    args: dict = field(default_factory=dict)
+    env: dict = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        """The config as the YAML gave it, less `_target_`: what the setup id hashes."""
+        return {"name": self.name, "args": self.args, "env": self.env, **self.settings}
