@@ -1,5 +1,5 @@
-"""Load profiles (conf/load/<name>.yaml) and the load generator that runs one
-level of them against an OpenAI-compatible server.
+"""The load generator: one level of a load profile (evaluate.serving.profiles)
+run against an OpenAI-compatible server.
 
 A *level* is one load setting held for a bounded number of requests
 (`max_requests`) and seconds (`max_seconds`):
@@ -10,12 +10,6 @@ A *level* is one load setting held for a bounded number of requests
   from a gamma distribution of shape `burstiness` (1 = Poisson; < 1
   burstier) and sent against that precomputed schedule whatever the server
   does; each request records when it was scheduled and when it was sent.
-
-A *profile* is a sequence of levels, the later ones possibly chosen from
-what the earlier ones measured (sweep, slo_search). Profiles are written
-against `measure(Level) -> metrics | None` (None: the level failed), so the
-same code runs them, resumes them from stored rows, and lists what a dead
-server still owed.
 
 When a level's time is up no request is sent any more; those in flight get
 `drain_seconds` more, then are cancelled and count as failed.
@@ -35,13 +29,13 @@ from evaluate.serving.client import Client
 from evaluate.serving.requests import LevelRun, RequestResult
 from quantize.common.errors import UserError
 
-PROFILES = ("none", "synchronous", "concurrency", "rate", "sweep", "slo_search")
 ALIVE_POLL_S = 1.0
 DEATH_GRACE_S = 2.0  # a dying server closes its sockets a moment before its exit can be seen
 
 
 @dataclass(frozen=True)
 class Level:
+    """One load setting of a profile: what a serving row's `load` names."""
     mode: str                       # synchronous | concurrency | rate
     level: float | None             # in-flight requests, or req/s; None for synchronous
     burstiness: float | None = None
@@ -58,99 +52,6 @@ class ServerDied(UserError):
     """The server stopped serving during a level: no later level can run
     (one line: why, and where its log is)."""
 
-
-# ---- profiles -------------------------------------------------------------------
-
-def validate(cfg: dict, slo) -> None:
-    """Bad profile settings fail before any server starts."""
-    name = cfg.get("name")
-    if name not in PROFILES:
-        raise UserError(f"unknown load profile {name!r}; choose one of {', '.join(PROFILES)} (conf/load/)")
-    if name == "none":
-        return
-    for key in ("max_requests", "max_seconds"):
-        if not (isinstance(cfg.get(key), (int, float)) and cfg[key] > 0):
-            raise UserError(f"load={name}: load.{key} must be a positive number, not {cfg.get(key)!r}")
-    if name == "concurrency" and not _positive_list(cfg.get("levels")):
-        raise UserError("load=concurrency: load.levels must be a list of positive in-flight counts, e.g. [1,4,16]")
-    if name == "rate" and not _positive_list(cfg.get("rates")):
-        raise UserError("load=rate: load.rates must be a list of positive request rates (req/s), e.g. [0.5,1,2]")
-    if name in ("rate", "sweep") or cfg.get("mode") == "rate":
-        if not (isinstance(cfg.get("burstiness"), (int, float)) and cfg["burstiness"] > 0):
-            raise UserError(f"load={name}: load.burstiness must be > 0 (1 = Poisson arrivals)")
-    if name == "slo_search":
-        if slo is None:
-            raise UserError("load=slo_search needs an SLO to search against: pass slo=interactive_cpu "
-                            "(or another conf/slo/ file)")
-        if cfg.get("mode") not in ("concurrency", "rate"):
-            raise UserError("load=slo_search: load.mode must be concurrency or rate")
-
-
-def _positive_list(values) -> bool:
-    return isinstance(values, (list, tuple)) and bool(values) and all(
-        isinstance(v, (int, float)) and v > 0 for v in values)
-
-
-def run_profile(cfg: dict, measure: Callable[[Level], dict | None], slo=None):
-    """Run the profile's levels through `measure`; returns slo_search's
-    SearchResult, else None."""
-    name = cfg["name"]
-    burst = float(cfg.get("burstiness") or 1.0)
-    if name == "synchronous":
-        measure(Level("synchronous", None))
-    elif name == "concurrency":
-        for c in cfg["levels"]:
-            measure(Level("concurrency", int(c)))
-    elif name == "rate":
-        for r in cfg["rates"]:
-            measure(Level("rate", round_level(r), burst))
-    elif name == "sweep":
-        _sweep(cfg, measure, burst)
-    elif name == "slo_search":
-        return _slo_search(cfg, measure, slo, burst)
-    return None
-
-
-def _sweep(cfg: dict, measure, burst: float) -> None:
-    """guidellm's sweep: synchronous (the lowest useful rate), saturation (the
-    highest), then `rate_levels` open-loop rates evenly spaced between the two
-    measured request throughputs."""
-    sync = measure(Level("synchronous", None))
-    sat = measure(Level("concurrency", int(cfg["saturation_concurrency"])))
-    for rate in sweep_rates(sync, sat, int(cfg["rate_levels"])):
-        measure(Level("rate", rate, burst))
-
-
-def sweep_rates(sync: dict | None, sat: dict | None, n: int) -> list[float]:
-    """`n` rates strictly between the synchronous and saturated throughputs
-    (none when either level failed)."""
-    low = (sync or {}).get("request_throughput")
-    high = (sat or {}).get("request_throughput")
-    if not low or not high or n <= 0:
-        return []
-    low, high = sorted((float(low), float(high)))
-    return [round_level(r) for r in np.linspace(low, high, n + 2)[1:-1]]
-
-
-def _slo_search(cfg: dict, measure, slo, burst: float):
-    from evaluate.serving import slo as slo_mod
-    integer = cfg["mode"] == "concurrency"
-
-    def one(level: float) -> dict:
-        lv = Level("concurrency", int(level)) if integer else Level("rate", round_level(level), burst)
-        return measure(lv) or {}  # a failed level: no completed requests, so unresolved, never passed
-
-    return slo_mod.search(one, slo, start=float(cfg["start"]), max_level=float(cfg["max_level"]),
-                          resolution=float(cfg["resolution"]), integer=integer)
-
-
-def round_level(rate: float) -> float:
-    """Rates computed from measurements, to 4 significant digits: a resumed
-    sweep that computes them again gets the same level (and row key)."""
-    return float(f"{float(rate):.4g}")
-
-
-# ---- one level --------------------------------------------------------------------
 
 def run_level(base_url: str, model: str, level: Level, prompts: list[list[int]], output_len: int,
               max_seconds: float, drain_seconds: float, alive: Callable[[], str | None],

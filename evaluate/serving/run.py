@@ -15,17 +15,19 @@ import logging
 import zlib
 
 from evaluate.results import Row
-from evaluate.serving import load as load_mod
-from evaluate.serving.load import Level, ServerDied
+from evaluate.serving.load import Level, ServerDied, level_prompts, level_requests, run_level
 from evaluate.serving.metrics import level_metrics
+from evaluate.serving.profiles import LoadProfile
 from evaluate.serving.slo import SLO
+from quantize.common import extensions
 from quantize.common.errors import UserError
 from quantize.common.jobs import one_line
 
 log = logging.getLogger("quantbench.evaluate")
 
 
-def configure(load: dict | None, slo: dict | None, engine_cls, engine_name: str) -> tuple[dict | None, SLO | None]:
+def configure(load: dict | None, slo: dict | None, engine_cls,
+              engine_name: str) -> tuple[LoadProfile | None, SLO | None]:
     """(load profile, SLO) of the job from the `load` and `slo` groups as plain
     dicts, checked before any engine starts; (None, ...) for load=none and for
     an `only_with_server` profile with an in-process engine."""
@@ -38,17 +40,18 @@ def configure(load: dict | None, slo: dict | None, engine_cls, engine_name: str)
             return None, slo
         raise UserError(f"load={name} needs a server engine: pass engine=vllm_server "
                         f"(or engine=openai engine.base_url=...); engine={engine_name} runs in-process")
-    load_mod.validate(load, slo)
-    return load, slo
+    profile = extensions.build(load, LoadProfile, f"load={name} (conf/load/)")
+    profile.validate(slo)
+    return profile, slo
 
 
 def serving_row(job, s, level: Level | None) -> Row:
     """The row of one level of scenario `s` (level None: the profile as a
     whole, for rows that say why nothing ran)."""
     p = job.load
-    load = {"profile": p["name"], "mode": level.mode if level else None, "level": level.level if level else None,
-            "burstiness": level.burstiness if level else None, "max_requests": p["max_requests"],
-            "max_seconds": p["max_seconds"]}
+    load = {"profile": p.name, "mode": level.mode if level else None, "level": level.level if level else None,
+            "burstiness": level.burstiness if level else None, "max_requests": p.max_requests,
+            "max_seconds": p.max_seconds}
     return job.base.but(kind="serving", scenario=s.name, batch_size=None, input_len=s.input_len,
                         output_len=s.output_len, run_index=0, load=load,
                         slo=job.slo.as_dict() if job.slo else None)
@@ -67,7 +70,7 @@ class LoadPending:
         self.recorded: set[tuple] = set()  # levels this job recorded, ok or failed
         self.owed = False
         try:
-            load_mod.run_profile(job.load, self._from_store(job, s, missing=None), job.slo)
+            job.load.run(self._from_store(job, s, missing=None), job.slo)
         except _Owed:
             self.owed = True
 
@@ -93,24 +96,23 @@ class LoadPending:
             if row.run_key() not in self.recorded:
                 rows.append(row)
 
-        load_mod.run_profile(job.load, self._from_store(job, s, missing=owed), job.slo)
+        job.load.run(self._from_store(job, s, missing=owed), job.slo)
         return rows or [serving_row(job, s, None)]
 
     def measure(self, job, engine, s) -> None:
         """Run the scenario's profile on the started `engine`."""
         log.info("scenario %s: load=%s, %d in / %d out tokens, levels of at most %s requests and %s s",
-                 s.name, job.load["name"], s.input_len, s.output_len, job.load["max_requests"],
-                 job.load["max_seconds"])
+                 s.name, job.load.name, s.input_len, s.output_len, job.load.max_requests,
+                 job.load.max_seconds)
         try:
-            result = load_mod.run_profile(job.load, self._from_store(
+            result = job.load.run(self._from_store(
                 job, s, missing=lambda row: self._run(job, engine, s, row)), job.slo)
         except ServerDied as e:
             for row in self.failed_rows(job, s):
                 job.record(row, "failed", reason=f"server died: {e}")
             raise
         if result is not None:
-            best = "none" if result.best is None else f"{result.best:g}"
-            log.info("  slo_search (%s): best %s %s; %s", job.slo.describe(), job.load["mode"], best, result.reason)
+            log.info("  %s", job.load.describe_outcome(result, job.slo))
 
 
     def _run(self, job, engine, s, row: Row) -> dict | None:
@@ -127,12 +129,10 @@ def _run_level(job, engine, s, row: Row) -> dict | None:
     level = Level(load["mode"], load["level"], load["burstiness"])
     key = zlib.crc32(json.dumps(load, sort_keys=True).encode())
     vocab = int(job.target.config.get("vocab_size") or 10000)
-    prompts = load_mod.level_prompts(int(job.seed), key, load_mod.level_requests(p["max_requests"]),
-                                     s.input_len, vocab)
+    prompts = level_prompts(int(job.seed), key, level_requests(p.max_requests), s.input_len, vocab)
     try:
-        run = load_mod.run_level(engine.base_url, engine.model, level, prompts, s.output_len,
-                                 float(p["max_seconds"]), float(p.get("drain_seconds", p["max_seconds"])),
-                                 engine.alive, engine.server_pid, seed=key)
+        run = run_level(engine.base_url, engine.model, level, prompts, s.output_len, float(p.max_seconds),
+                        p.drain(), engine.alive, engine.server_pid, seed=key)
         metrics = level_metrics(run, job.slo)
         if not metrics["completed"]:  # nothing to measure: say why instead of a row of zeros
             first = next((r.error for r in run.results if r.error), "no request was sent")

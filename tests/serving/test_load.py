@@ -1,15 +1,24 @@
 """The client and the load generator against the fake server (known latency
 law): counts and timings, the concurrency bound, max_requests and max_seconds,
 rate pacing, a server that dies, and slo_search's known right answer."""
+import asyncio
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
-from evaluate.serving import client as client_mod, load
+from evaluate.serving import load
+from evaluate.serving.client import complete_all
 from evaluate.serving.load import Level, ServerDied
 from evaluate.serving.metrics import level_metrics
+from evaluate.serving.profiles import Concurrency, LoadProfile, SloSearch, Sweep, Synchronous
 from evaluate.serving.slo import SLO
+from quantize.common.errors import UserError
+from quantize.common.extensions import build
+
+LOAD_CONF = Path(__file__).resolve().parents[2] / "conf" / "load"
 
 PROMPT = list(range(100, 132))
 
@@ -22,17 +31,17 @@ def run_level(server, level, n=8, output_len=4, max_seconds=30.0, drain=10.0, al
 
 def test_client_counts_tokens_from_usage_and_times_every_chunk(fake_server):
     server = fake_server("--fixed-ms", "20", "--per-active-ms", "0")
-    (r,) = client_mod.asyncio.run(client_mod.complete_all(server.base_url, "fake-model", [PROMPT], 5))
+    (r,) = asyncio.run(complete_all(server.base_url, "fake-model", [PROMPT], 5))
     assert r.success and r.error is None
     assert (r.prompt_tokens, r.output_tokens, len(r.chunk_times)) == (len(PROMPT), 5, 5)
     assert 0.018 < r.ttft_s < 0.2 and 0.018 < r.tpot_s < 0.2
 
 
 def test_a_failed_request_is_a_result_not_an_exception(fake_server):
-    (r,) = client_mod.asyncio.run(client_mod.complete_all("http://127.0.0.1:9/v1", "m", [PROMPT], 5))
+    (r,) = asyncio.run(complete_all("http://127.0.0.1:9/v1", "m", [PROMPT], 5))
     assert not r.success and r.error and "Connect" in r.error
     server = fake_server("--fail-from", "0", "--fail-to", "0")
-    (r,) = client_mod.asyncio.run(client_mod.complete_all(server.base_url, "m", [PROMPT], 5))
+    (r,) = asyncio.run(complete_all(server.base_url, "m", [PROMPT], 5))
     assert r.error.startswith("HTTP 500")
 
 
@@ -122,8 +131,8 @@ def test_sweep_places_its_rates_between_synchronous_and_saturation():
         seen.append(level)
         return {"request_throughput": {"synchronous": 1.0, "concurrency": 5.0}.get(level.mode, 2.0)}
 
-    load.run_profile({"name": "sweep", "saturation_concurrency": 16, "rate_levels": 3, "burstiness": 1.0},
-                     measure)
+    sweep = Sweep(name="sweep", saturation_concurrency=16, rate_levels=3, burstiness=1.0)
+    assert sweep.run(measure, None) is None
     assert [lv.mode for lv in seen] == ["synchronous", "concurrency", "rate", "rate", "rate"]
     assert [lv.level for lv in seen[2:]] == [2.0, 3.0, 4.0] and seen[1].level == 16
 
@@ -133,23 +142,46 @@ def test_slo_search_finds_the_known_highest_concurrency(fake_server):
     (230 ms; 10 in flight: 250 ms)."""
     server = fake_server("--fixed-ms", "50", "--per-active-ms", "20")
     slo = SLO(name="test", tpot_ms=240, percentile=50)
-    cfg = {"name": "slo_search", "mode": "concurrency", "start": 1, "max_level": 32, "resolution": 1,
-           "max_requests": 20, "max_seconds": 60}
+    search = SloSearch(name="slo_search", mode="concurrency", start=1, max_level=32, resolution=1,
+                       max_requests=20, max_seconds=60)
 
     def measure(level):
         return level_metrics(run_level(server, level, n=20, output_len=2), slo)
 
-    result = load.run_profile(cfg, measure, slo)
+    result = search.run(measure, slo)
     assert result.best == 9, [(lv, m["median_tpot_ms"], v.reason) for lv, m, v in result.trace]
     tried = [lv for lv, _, _ in result.trace]
     assert tried[:5] == [1, 2, 4, 8, 16] and 10 in tried
+    assert search.describe_outcome(result, slo).startswith("slo_search (test: p50 TPOT ≤ 240 ms): best concurrency 9;")
 
 
 def test_profile_settings_are_checked_before_anything_runs():
-    from quantize.common.errors import UserError
     with pytest.raises(UserError, match="load.levels"):
-        load.validate({"name": "concurrency", "levels": [], "max_requests": 4, "max_seconds": 5}, None)
-    with pytest.raises(UserError, match="needs an SLO"):
-        load.validate({"name": "slo_search", "mode": "concurrency", "max_requests": 4, "max_seconds": 5}, None)
-    with pytest.raises(UserError, match="max_seconds"):
-        load.validate({"name": "synchronous", "max_requests": 4, "max_seconds": 0}, None)
+        Concurrency(name="concurrency", levels=[], max_requests=4, max_seconds=5).validate(None)
+    with pytest.raises(UserError, match="load=slo_search needs an SLO"):
+        SloSearch(name="slo_search", mode="concurrency", start=1, max_level=8, resolution=1, max_requests=4,
+                  max_seconds=5).validate(None)
+    with pytest.raises(UserError, match="load=synchronous: load.max_seconds must be a positive number, not 0"):
+        Synchronous(name="synchronous", max_requests=4, max_seconds=0).validate(None)
+
+
+@pytest.mark.parametrize("path", sorted(p for p in LOAD_CONF.glob("*.yaml") if p.stem not in ("none",)),
+                         ids=lambda p: p.stem)
+def test_every_profile_yaml_builds_its_typed_profile(path):
+    values = yaml.safe_load(path.read_text())
+    for parent in values.pop("defaults", []):  # sweep_gpu_with_server composes sweep_gpu
+        if parent != "_self_":
+            values = {**yaml.safe_load((LOAD_CONF / f"{parent}.yaml").read_text()), **values}
+    profile = build(values, LoadProfile, str(path))
+    assert type(profile).__module__ == "evaluate.serving.profiles" and profile.name == values["name"]
+    profile.validate(SLO(name="t", ttft_ms=100))
+    levels = []
+    profile.run(lambda level: levels.append(level) or {"request_throughput": len(levels)},
+                SLO(name="t", ttft_ms=100))
+    assert levels and all(isinstance(lv, Level) for lv in levels)
+
+
+def test_a_profile_yaml_with_an_unknown_setting_is_one_line():
+    with pytest.raises(UserError, match="'rate_level' is not a setting of Sweep; did you mean rate_levels"):
+        build({"_target_": "evaluate.serving.profiles.Sweep", "name": "sweep", "saturation_concurrency": 4,
+               "rate_level": 3}, LoadProfile, "conf/load/sweep.yaml")
