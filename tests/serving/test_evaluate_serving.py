@@ -23,6 +23,8 @@ METRIC_KEYS = {"completed", "failed", "duration", "request_throughput", "request
 
 def evaluate(tmp_path, model, *args, fake_flags=(), timeout=300) -> subprocess.CompletedProcess:
     conf = write_conf(tmp_path / "conf", list(fake_flags))
+    (conf / "load").mkdir(exist_ok=True)  # load=staircase: a profile from outside conf/ (dummy_profile.py)
+    (conf / "load" / "staircase.yaml").write_text((HERE / "dummy_profile.yaml").read_text())
     env = quantize_env()
     env["PYTHONPATH"] = os.pathsep.join((str(HERE), env["PYTHONPATH"]))
     cmd = [sys.executable, "-m", "evaluate", f"model={model}", f"hydra.searchpath=[file://{conf}]",
@@ -106,6 +108,22 @@ def test_openai_engine_benchmarks_a_running_server(tmp_path, tiny_model, fake_se
     assert (r["engine"], r["status"], r["metrics"]["completed"]) == ("openai", "ok", 3)
     assert r["engine_version"] == "fake-1" and r["metrics"]["server_peak_memory_bytes"] is None
     assert server.stats()["requests"] == 3
+
+
+def test_a_profile_from_outside_conf_runs_its_levels_and_resumes(tmp_path, tiny_model, fake_server):
+    """One module and one YAML on the search path add a profile: no list in evaluate names it."""
+    server = fake_server("--fixed-ms", "2")
+    args = ("engine=openai", f"engine.base_url={server.base_url}", "load=staircase", "load.count=3")
+    proc = evaluate(tmp_path, tiny_model, *args)
+    assert proc.returncode == 0, tail(proc)
+    assert [(r["status"], r["load"]) for r in rows(tmp_path)] == [
+        ("ok", {"profile": "staircase", "mode": "concurrency", "level": level, "burstiness": None,
+                "max_requests": 3, "max_seconds": 30}) for level in (1, 3, 5)]
+    again = evaluate(tmp_path, tiny_model, *args)
+    assert again.returncode == 0 and "nothing to do" in again.stdout + again.stderr
+    assert len(rows(tmp_path)) == 3
+    bad = evaluate(tmp_path, tiny_model, *args[:3], "load.count=0")
+    assert bad.returncode == 2 and last_line(bad.stderr) == "error: load=staircase: load.count must be at least 1, not 0"
 
 
 @pytest.mark.parametrize("args,message", [
