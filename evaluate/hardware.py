@@ -11,7 +11,7 @@ and the report header names it.
 (scripts/run_matrix.sh picks its matrix preset from it)."""
 import sys
 
-from quantize.common import machine as machine_mod
+import quantize.common.machine
 
 GROUP = "hardware"
 PROFILES = ("cpu", "cuda")
@@ -23,7 +23,7 @@ VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--conf
 
 def detected(machine=None) -> str:
     """The profile for `machine` (default: this one)."""
-    machine = machine or machine_mod.detect()
+    machine = machine or quantize.common.machine.detect()
     return "cuda" if machine.cuda else "cpu"
 
 

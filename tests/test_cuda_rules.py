@@ -12,7 +12,7 @@ from evaluate.engines import vllm_kernels
 from evaluate.engines.vllm import VllmEngine
 from evaluate.engines.vllm_kernels import VllmKernels
 from evaluate.formats import DENSE, FP8, W4A16, W8A8_INT8, W8A16, CheckpointFormat
-from quantize.common import machine as machine_mod
+import quantize.common.machine
 from quantize.common.machine import Machine
 
 CT = "compressed-tensors"
@@ -221,7 +221,7 @@ def cuda_host(monkeypatch):
     """This process as a host with one GPU of the given kind, vLLM present or not."""
     def make(sm: str = "sm90", vllm_installed: bool = True):
         gpu = Machine("x86_64", frozenset({"avx2"}), cuda=SM[sm].cuda, gpu_names=("NVIDIA Test GPU",))
-        monkeypatch.setattr(machine_mod, "detect", lambda: gpu)
+        monkeypatch.setattr(quantize.common.machine, "detect", lambda: gpu)
         monkeypatch.setattr(vllm_kernels, "probe", lambda cuda: VllmKernels() if vllm_installed else MISSING)
         return gpu
     return make

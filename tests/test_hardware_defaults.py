@@ -8,20 +8,21 @@ from hydra import compose, initialize_config_dir
 from evaluate import hardware
 from evaluate.report.markdown import render_header
 from evaluate.results import Row
-from quantize.common import machine as machine_mod
+import quantize.common.machine
 from quantize.common.config import register
 from quantize.common.errors import UserError
+from quantize.common.machine import Machine
 from quantize.common.paths import CONF_DIR
 
-GPU = machine_mod.Machine(arch="x86_64", cuda=((9, 0),), gpu_names=("NVIDIA H200",))
-CPU = machine_mod.Machine(arch="x86_64", isa=frozenset({"avx2", "avx512f"}))
+GPU = Machine(arch="x86_64", cuda=((9, 0),), gpu_names=("NVIDIA H200",))
+CPU = Machine(arch="x86_64", isa=frozenset({"avx2", "avx512f"}))
 
 
 @pytest.fixture
 def on(monkeypatch):
     """Make this process see `machine` (as the entry point and the engines ask it)."""
     def use(machine):
-        monkeypatch.setattr(machine_mod, "detect", lambda: machine)
+        monkeypatch.setattr(quantize.common.machine, "detect", lambda: machine)
     return use
 
 

@@ -6,7 +6,7 @@ import time
 from evaluate.formats import DENSE, YES, Verdict
 from evaluate.engines.base import Engine
 from evaluate.metrics import RequestTiming
-from quantize.common import machine as machine_mod
+import quantize.common.machine
 from quantize.common.dtypes import fast_faithful_dtype
 
 log = logging.getLogger("quantbench.evaluate")
@@ -33,11 +33,11 @@ class _TimingStreamer:
 
 class HfEngine(Engine):
     name = "hf"
-    speed_env = machine_mod.ISA_CAP_ENV
+    speed_env = quantize.common.machine.ISA_CAP_ENV
 
     @staticmethod
     def machine():
-        return machine_mod.detect()
+        return quantize.common.machine.detect()
 
     @staticmethod
     def choose_dtype(fmt, machine, requested: str = "auto") -> str:

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from evaluate.formats import YES, Verdict
 from evaluate.engines.base import Engine
 from evaluate.engines.http import HttpEngine, http_get
-from quantize.common import machine as machine_mod
+import quantize.common.machine
 from quantize.common.errors import UserError
 
 log = logging.getLogger("quantbench.evaluate")
@@ -50,7 +50,7 @@ class OpenAIEngine(HttpEngine, Engine):
     @staticmethod
     def machine():
         """The client's machine: the server's is not known from here."""
-        return machine_mod.detect()
+        return quantize.common.machine.detect()
 
     @staticmethod
     def choose_dtype(fmt, machine, requested: str = "auto") -> str:

@@ -19,7 +19,7 @@ from evaluate.engines import parallel, vllm_kernels, vllm_startup
 from evaluate.engines.vllm_cuda_rules import BF16, cuda_kv_rule, cuda_rule
 from evaluate.engines.base import Engine, EngineStartError, LmEvalModel, user_set
 from evaluate.metrics import RequestTiming
-from quantize.common import machine as machine_mod
+import quantize.common.machine
 from quantize.common.dtypes import HALF, fast_faithful_dtype
 from quantize.common.errors import UserError
 from quantize.common.paths import CACHE_DIR
@@ -32,7 +32,7 @@ SPEED_ENV = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NU
              "VLLM_USE_AOT_COMPILE",      # which torch.compile driver ran (see AOT_CACHE_BROKEN)
              "VLLM_CPU_SIM_MULTI_NUMA",   # how ranks were bound to CPUs (see rank_binding)
              "LD_PRELOAD",                # vLLM-CPU's docs preload tcmalloc and Intel OpenMP for speed
-             *machine_mod.ISA_CAP_ENV)
+             *quantize.common.machine.ISA_CAP_ENV)
 
 
 def kv_cache_dtype(fmt, args) -> str:
@@ -67,7 +67,7 @@ def sizes_cpu_kv_cache() -> bool:
     reads it. On CUDA vLLM sizes its KV cache from gpu_memory_utilization, so
     the variable is left unset there (and rows do not record a size that
     never applied)."""
-    return not machine_mod.detect().cuda
+    return not quantize.common.machine.detect().cuda
 
 
 def kv_bytes_per_token(config: dict, itemsize: int, args: dict) -> int | None:
@@ -287,7 +287,7 @@ def rank_binding(env: dict, args: dict) -> dict:
     if ranks <= 1 or str(env.get("VLLM_CPU_OMP_THREADS_BIND", "auto")) != "auto" or \
             "VLLM_CPU_SIM_MULTI_NUMA" in os.environ or "VLLM_CPU_SIM_MULTI_NUMA" in env:
         return {}
-    machine = machine_mod.detect()
+    machine = quantize.common.machine.detect()
     return {} if machine.cuda or machine.numa_nodes >= ranks else {"VLLM_CPU_SIM_MULTI_NUMA": 1}
 
 
@@ -325,7 +325,7 @@ class VllmEngine(Engine):
     def machine():
         """This machine, with what the installed vLLM has here (whether it
         imports; on a CPU, the ops of the kernel library it loads)."""
-        machine = machine_mod.detect()
+        machine = quantize.common.machine.detect()
         return machine.with_engine("vllm", vllm_kernels.probe(bool(machine.cuda)))
 
     @staticmethod
@@ -376,7 +376,7 @@ class VllmEngine(Engine):
     def resolve_args(args: dict, model_config: dict) -> dict:
         """tensor_parallel_size=auto: the visible GPUs the model's heads split
         across, 1 on a CPU (evaluate/engines/parallel.py)."""
-        return parallel.resolve(args, model_config, machine_mod.detect())
+        return parallel.resolve(args, model_config, quantize.common.machine.detect())
 
     @staticmethod
     def config_problem(model_config: dict, args: dict) -> str | None:

@@ -13,7 +13,7 @@ import random
 from evaluate.formats import YES, Verdict
 from evaluate.engines import Engine
 from evaluate.metrics import RequestTiming
-from quantize.common import machine as machine_mod
+import quantize.common.machine
 
 VERSION = "0.0.1+fake"
 
@@ -38,7 +38,7 @@ class DummyEngine(Engine):
 
     @staticmethod
     def machine():
-        return machine_mod.detect()
+        return quantize.common.machine.detect()
 
     @staticmethod
     def choose_dtype(fmt, machine, requested: str = "auto") -> str:

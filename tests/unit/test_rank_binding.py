@@ -6,6 +6,7 @@ from dataclasses import replace
 import pytest
 
 from evaluate.engines import vllm as vllm_engine
+import quantize.common.machine
 from quantize.common.machine import Machine
 
 ONE_NODE = Machine("x86_64", frozenset({"avx2"}), numa_nodes=1)
@@ -16,7 +17,7 @@ def host(monkeypatch):
     monkeypatch.delenv("VLLM_CPU_SIM_MULTI_NUMA", raising=False)
 
     def use(machine):
-        monkeypatch.setattr(vllm_engine.machine_mod, "detect", lambda vllm=False: machine)
+        monkeypatch.setattr(quantize.common.machine, "detect", lambda vllm=False: machine)
     use(ONE_NODE)
     return use
 

@@ -6,9 +6,9 @@ from hydra import compose, initialize_config_dir
 
 from evaluate import pipeline
 from evaluate.engines import parallel
-from evaluate.engines import vllm as vllm_engine
+from evaluate.engines.vllm import VllmEngine
 from evaluate.engines.vllm_server import VllmServerEngine
-from quantize.common import machine as machine_mod
+import quantize.common.machine
 from quantize.common.config import expand_path_shorthands, register
 from quantize.common.machine import Machine
 from quantize.common.paths import CONF_DIR
@@ -67,20 +67,20 @@ def test_a_size_typed_out_is_left_as_it_is():
     (SMOLLM2, "two", "engine.args.tensor_parallel_size=two is not a count; use a whole number or auto"),
 ])
 def test_a_size_vllm_would_refuse_is_one_line_naming_sizes_that_work(model, tp, expect):
-    assert vllm_engine.VllmEngine.config_problem(model, {"tensor_parallel_size": tp}) == expect
+    assert VllmEngine.config_problem(model, {"tensor_parallel_size": tp}) == expect
 
 
 def test_sizes_vllm_takes_are_no_problem():
     for tp in (1, 3, "auto", None):
-        assert vllm_engine.VllmEngine.config_problem(SMOLLM2, {"tensor_parallel_size": tp}) is None
-    assert vllm_engine.VllmEngine.config_problem({}, {"tensor_parallel_size": 2}) is None  # heads unknown
+        assert VllmEngine.config_problem(SMOLLM2, {"tensor_parallel_size": tp}) is None
+    assert VllmEngine.config_problem({}, {"tensor_parallel_size": 2}) is None  # heads unknown
 
 
-@pytest.mark.parametrize("engine", [vllm_engine.VllmEngine, VllmServerEngine])
+@pytest.mark.parametrize("engine", [VllmEngine, VllmServerEngine])
 def test_both_vllm_engines_resolve_auto_from_the_machine(engine, monkeypatch):
-    monkeypatch.setattr(vllm_engine.machine_mod, "detect", lambda *a, **k: gpus(4))
+    monkeypatch.setattr(quantize.common.machine, "detect", lambda *a, **k: gpus(4))
     assert engine.resolve_args(AUTO, LLAMA_8B) == {"tensor_parallel_size": 4}
-    monkeypatch.setattr(vllm_engine.machine_mod, "detect", lambda *a, **k: CPU)
+    monkeypatch.setattr(quantize.common.machine, "detect", lambda *a, **k: CPU)
     assert engine.resolve_args(AUTO, LLAMA_8B) == {"tensor_parallel_size": 1}
 
 
@@ -99,7 +99,7 @@ def planned(tiny_model, results_dir, tp: str):
 @pytest.mark.needs_vllm
 def test_rows_record_the_size_that_runs_and_auto_shares_its_setup(tiny_model, tmp_path, monkeypatch):
     visible = {"gpus": 8}
-    monkeypatch.setattr(machine_mod, "detect", lambda *a, **k: gpus(visible["gpus"]))
+    monkeypatch.setattr(quantize.common.machine, "detect", lambda *a, **k: gpus(visible["gpus"]))
     auto = planned(tiny_model, tmp_path, "auto")
     assert auto.engine_args["tensor_parallel_size"] == 4  # 8 GPUs, 4 heads
     typed = planned(tiny_model, tmp_path, "4")
