@@ -6,7 +6,7 @@ are hashed, so two artifacts with the same calibration hash saw the same tokens.
 """
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from quantize.common.errors import UserError
 from quantize.common.paths import resolve
@@ -41,48 +41,76 @@ SOURCES = ("austen", "file", "hub")
 FILE_SUFFIXES = (".txt", ".json", ".jsonl")
 
 
-def check(cfg) -> None:
+@dataclass(frozen=True)
+class CalibrationConfig:
+    """The `calibration` config group (conf/calibration/*.yaml): where the
+    text comes from and how many windows of how many tokens are cut from it."""
+    source: str
+    num_samples: int
+    max_seq_len: int
+    name: str = ""
+    books: tuple[str, ...] = ()           # source austen
+    path: str | None = None               # source file
+    dataset: str | None = None            # source hub
+    subset: str | None = None
+    split: str | None = None
+    text_field: tuple[str, ...] = ("text",)  # file and hub records: the field(s) joined into one sample
+    # The group's keys as composed, in their order: the manifest records them as given.
+    spec: dict = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_config(cls, values: dict) -> "CalibrationConfig":
+        """From the group's plain values; keys this class does not read stay in `spec`."""
+        missing = [k for k in ("source", "num_samples", "max_seq_len") if values.get(k) is None]
+        if missing:
+            raise UserError(f"the calibration config lacks {', '.join(missing)}; add it to its YAML "
+                            "or pass calibration.<key>=<value>")
+        text_field = values.get("text_field", "text")
+        return cls(
+            source=str(values["source"]), num_samples=int(values["num_samples"]),
+            max_seq_len=int(values["max_seq_len"]), name=str(values.get("name", "")),
+            books=tuple(values.get("books") or ()), path=values.get("path"), dataset=values.get("dataset"),
+            subset=values.get("subset"), split=values.get("split"),
+            text_field=(text_field,) if isinstance(text_field, str) else tuple(text_field),
+            spec=dict(values))
+
+
+def check(config: CalibrationConfig) -> None:
     """What can be wrong with the `calibration` config before any text is read
     or tokenizer loaded, so a typo fails in a second, not after the imports."""
-    n, seq = int(cfg.num_samples), int(cfg.max_seq_len)
+    n, seq = config.num_samples, config.max_seq_len
     if n < 1 or seq < 2:
         raise UserError(f"calibration.num_samples ({n}) must be >= 1 and calibration.max_seq_len ({seq}) >= 2")
-    if cfg.source not in SOURCES:
-        raise UserError(f"unknown calibration.source {cfg.source!r}; use austen, file or hub")
-    if cfg.source == "austen":
+    if config.source not in SOURCES:
+        raise UserError(f"unknown calibration.source {config.source!r}; use austen, file or hub")
+    if config.source == "austen":
         from quantize.common.assets import AUSTEN_BOOKS
-        unknown = sorted(set(cfg.books) - set(AUSTEN_BOOKS))
+        unknown = sorted(set(config.books) - set(AUSTEN_BOOKS))
         if unknown:
             raise UserError(f"unknown Austen book(s) {unknown}; choose from {list(AUSTEN_BOOKS)}")
-    elif cfg.source == "file":
-        path = resolve(cfg.path)
+    elif config.source == "file":
+        path = resolve(config.path)
         if not path.is_file():
             raise UserError(f"calibration file {path} does not exist; pass calibration=<path to .txt/.json/.jsonl>")
         if path.suffix not in FILE_SUFFIXES:
             raise UserError(f"calibration file {path} must end in .txt, .json or .jsonl")
 
 
-def build(cfg, tokenizer, seed: int) -> CalibrationSet:
+def build(config: CalibrationConfig, tokenizer, seed: int) -> CalibrationSet:
     """Build the calibration set described by the `calibration` config group."""
-    check(cfg)
-    n, seq = int(cfg.num_samples), int(cfg.max_seq_len)
-    spec = {k: v for k, v in _plain(cfg).items()}
-    if cfg.source == "austen":
+    check(config)
+    n, seq = config.num_samples, config.max_seq_len
+    if config.source == "austen":
         from quantize.common.assets import ensure_austen
         folder = ensure_austen()
-        text = "\n\n".join((folder / f"{b}.txt").read_text() for b in cfg.books)
-        samples = _windows(tokenizer, text, n, seq, seed, what=f"calibration books {list(cfg.books)}")
-    elif cfg.source == "file":
-        samples = _from_file(cfg, tokenizer, n, seq, seed)
+        text = "\n\n".join((folder / f"{b}.txt").read_text() for b in config.books)
+        samples = _windows(tokenizer, text, n, seq, seed, what=f"calibration books {list(config.books)}")
+    elif config.source == "file":
+        samples = _from_file(config, tokenizer, seed)
     else:  # hub
-        samples = _pick(_tokenize_records(_hub_records(cfg), cfg, tokenizer, seq), n, seed,
-                        what=f"hub dataset {cfg.dataset}")
-    return CalibrationSet(samples=samples, spec=spec)
-
-
-def _plain(cfg) -> dict:
-    from omegaconf import OmegaConf
-    return OmegaConf.to_container(cfg, resolve=True) if not isinstance(cfg, dict) else dict(cfg)
+        samples = _pick(_tokenize_records(_hub_records(config), config, tokenizer), n, seed,
+                        what=f"hub dataset {config.dataset}")
+    return CalibrationSet(samples=samples, spec=dict(config.spec))
 
 
 def _windows(tokenizer, text: str, n: int, seq: int, seed: int, what: str) -> list[list[int]]:
@@ -104,8 +132,9 @@ def _pick(samples: list[list[int]], n: int, seed: int, what: str) -> list[list[i
     return [samples[i] for i in sorted(random.Random(seed).sample(range(len(samples)), n))]
 
 
-def _from_file(cfg, tokenizer, n: int, seq: int, seed: int) -> list[list[int]]:
-    path = resolve(cfg.path)  # check() made sure it exists and has a known suffix
+def _from_file(config: CalibrationConfig, tokenizer, seed: int) -> list[list[int]]:
+    n, seq = config.num_samples, config.max_seq_len
+    path = resolve(config.path)  # check() made sure it exists and has a known suffix
     if path.suffix == ".txt":
         return _windows(tokenizer, path.read_text(), n, seq, seed, what=f"calibration file {path}")
     try:
@@ -117,20 +146,21 @@ def _from_file(cfg, tokenizer, n: int, seq: int, seed: int) -> list[list[int]]:
         raise UserError(f"calibration file {path} is not valid JSON ({e}); fix the file") from None
     if not isinstance(records, list):
         raise UserError(f"calibration file {path} must hold a list of records (or one JSON object per line)")
-    return _pick(_tokenize_records(records, cfg, tokenizer, seq), n, seed, what=f"calibration file {path}")
+    return _pick(_tokenize_records(records, config, tokenizer), n, seed, what=f"calibration file {path}")
 
 
-def _hub_records(cfg):
+def _hub_records(config: CalibrationConfig):
     try:
         import datasets
-        return datasets.load_dataset(cfg.dataset, cfg.get("subset"), split=cfg.split)
+        return datasets.load_dataset(config.dataset, config.subset, split=config.split)
     except Exception as e:  # offline machines fail in many ways; all mean the same to the user
-        raise UserError(f"cannot load hub dataset {cfg.dataset} ({type(e).__name__}); without hub "
+        raise UserError(f"cannot load hub dataset {config.dataset} ({type(e).__name__}); without hub "
                         "access use calibration=austen or calibration=<local .txt/.jsonl>") from None
 
 
-def _tokenize_records(records, cfg, tokenizer, seq: int) -> list[list[int]]:
-    fields = cfg.text_field if not isinstance(cfg.text_field, str) else [cfg.text_field]
+def _tokenize_records(records, config: CalibrationConfig, tokenizer) -> list[list[int]]:
+    """One sample per record: its `text_field` value(s), each cut to max_seq_len tokens."""
+    fields, seq = config.text_field, config.max_seq_len
     out = []
     for rec in records:
         if not isinstance(rec, dict):

@@ -18,6 +18,7 @@ from quantize.common.jobs import job_command
 from quantize.common.manifest import Manifest, ModelInfo, RecipeInfo
 from quantize.common.paths import resolve
 from quantize.common.provenance import dir_bytes, hardware, sha256_files, versions
+from quantize.config import QuantizeConfig
 
 log = logging.getLogger("quantbench.quantize")
 
@@ -25,7 +26,7 @@ log = logging.getLogger("quantbench.quantize")
 @dataclass(frozen=True)
 class Inputs:
     """What one artifact is built from, and the id they hash to."""
-    cfg: object
+    config: QuantizeConfig
     model_dir: Path
     recipe: recipes.RecipeFile
     calib: calibration.CalibrationSet | None
@@ -46,28 +47,28 @@ class Timer:
         log.info("%s done in %.1f s", name, self.phases[name])
 
 
-def run(cfg) -> Path:
-    """Quantize per the composed Hydra config; return the artifact directory."""
+def run(config: QuantizeConfig) -> Path:
+    """Quantize per the stage's typed config; return the artifact directory."""
     timer = Timer()
-    check = verify.mode(cfg.verify)
-    model_dir = _model_dir(cfg.model.path)
-    recipe = recipes.load(cfg.recipe)
+    check = verify.mode(config.verify)
+    model_dir = _model_dir(config.model.path)
+    recipe = recipes.load(config.recipe)
     if not recipe.is_baseline:  # the calibration's quick checks first: llm-compressor imports for ~5 s
-        calibration.check(cfg.calibration)
+        calibration.check(config.calibration)
         recipes.check_with_llmcompressor(recipe)
-    out = resolve(cfg.artifact_dir)
+    out = resolve(config.artifact_dir)
     # Before minutes of calibration: an output dir with a corrupt manifest is
     # only replaced when asked to.
-    existing = None if cfg.force else manifest_mod.read(out, fix=f"pass force=true to rebuild {out}")
-    if existing is None and cfg.get("memory_check", True):  # a build follows: will the model fit?
-        _check_memory(cfg, model_dir, recipe)
+    existing = None if config.force else manifest_mod.read(out, fix=f"pass force=true to rebuild {out}")
+    if existing is None and config.memory_check:  # a build follows: will the model fit?
+        _check_memory(config, model_dir, recipe)
 
     with timer.phase("load tokenizer and calibration"):
-        tokenizer = _load_tokenizer(model_dir, cfg.trust_remote_code)
-        calib = None if recipe.is_baseline else calibration.build(cfg.calibration, tokenizer, cfg.seed)
-    identity = _identity(cfg, model_dir, recipe, calib, _calibration_dtype(cfg, model_dir, recipe))
+        tokenizer = _load_tokenizer(model_dir, config.trust_remote_code)
+        calib = None if recipe.is_baseline else calibration.build(config.calibration, tokenizer, config.seed)
+    identity = _identity(config, model_dir, recipe, calib, _calibration_dtype(config, model_dir, recipe))
     artifact_id = manifest_mod.artifact_id(**identity)
-    inputs = Inputs(cfg, model_dir, recipe, calib, identity, artifact_id)
+    inputs = Inputs(config, model_dir, recipe, calib, identity, artifact_id)
     if existing:
         if existing.artifact_id == artifact_id:
             log.info("artifact %s is complete at %s: skipping (force=true rebuilds)", artifact_id, out)
@@ -76,7 +77,7 @@ def run(cfg) -> Path:
                         "pass force=true to replace it, or artifact_dir=<new dir> to keep both")
 
     with timer.phase("load model"):
-        model = _load_model(model_dir, cfg.trust_remote_code)
+        model = _load_model(model_dir, config.trust_remote_code)
         if not recipe.is_baseline and moe.is_moe(model.config.to_dict()):
             moe.linearize(model)  # before the dtype cast below, so the experts get it too
     recipes.check_group_sizes(recipe, model)
@@ -91,7 +92,7 @@ def run(cfg) -> Path:
             saved_dtype, calib_dtype = model.dtype, identity["calibration_dtype"]
             with timer.phase(f"oneshot (calibrate + quantize in {calib_dtype})"):
                 model.to(getattr(torch, calib_dtype))
-                _oneshot(model, tokenizer, recipe, calib, cfg.seed)
+                _oneshot(model, tokenizer, recipe, calib, config.seed)
                 model.to(saved_dtype)  # the artifact keeps the checkpoint's dtype
             with timer.phase("save"):
                 model.save_pretrained(tmp, save_compressed=True)
@@ -137,14 +138,14 @@ def _load_model(model_dir: Path, trust_remote_code: bool):
         model_dir, dtype="auto", trust_remote_code=trust_remote_code, use_safetensors=True)
 
 
-def _check_memory(cfg, model_dir: Path, recipe) -> None:
+def _check_memory(config: QuantizeConfig, model_dir: Path, recipe: recipes.RecipeFile) -> None:
     """From the safetensors headers, before the tokenizer, the calibration set
     and the weight hash: a model too big for this machine's free memory fails
     in milliseconds, instead of in an OOM kill minutes later."""
     from quantize.common import memory_check
     # The model is loaded in its checkpoint's dtype, then cast to the calibration dtype.
     held = memory_check.wider(str(checkpoint_dtype(model_dir)).removeprefix("torch."),
-                              _calibration_dtype(cfg, model_dir, recipe))
+                              _calibration_dtype(config, model_dir, recipe))
     hessians = any(m in memory_check.HESSIAN_MODIFIERS for m in recipe.modifiers)
     gpu = not recipe.is_baseline and memory_check.on_gpu()  # the baseline is only loaded and saved
     need = memory_check.check(model_dir, held, on_gpu=gpu, hessians=hessians)
@@ -152,21 +153,22 @@ def _check_memory(cfg, model_dir: Path, recipe) -> None:
              f", largest layer {memory_check.gib(need.gpu_need)} on the GPU" if gpu else "")
 
 
-def _calibration_dtype(cfg, model_dir: Path, recipe) -> str | None:
+def _calibration_dtype(config: QuantizeConfig, model_dir: Path, recipe: recipes.RecipeFile) -> str | None:
     """Name of the dtype oneshot runs in (see quantize/common/dtypes.py)."""
     if recipe.is_baseline:
         return None
-    return str(compute_dtype(checkpoint_dtype(model_dir), cfg.calibration_dtype)).removeprefix("torch.")
+    return str(compute_dtype(checkpoint_dtype(model_dir), config.calibration_dtype)).removeprefix("torch.")
 
 
-def _identity(cfg, model_dir, recipe, calib, calibration_dtype) -> dict:
+def _identity(config: QuantizeConfig, model_dir: Path, recipe: recipes.RecipeFile,
+              calib: calibration.CalibrationSet | None, calibration_dtype: str | None) -> dict:
     """Everything that determines an artifact's bytes (manifest.artifact_id hashes it)."""
     return {
         "model_weights_sha256": sha256_files(weight_files(model_dir)),
         "recipe_sha256": recipe.sha256,
         "calibration_sha256": calib.sha256 if calib else None,
         "calibration_dtype": calibration_dtype,
-        "seed": int(cfg.seed) if calib else None,
+        "seed": config.seed if calib else None,
         "versions": None if recipe.is_baseline else versions(),
     }
 
@@ -197,9 +199,8 @@ def _oneshot(model, tokenizer, recipe, calib, seed: int) -> None:
 
 
 def _manifest(inputs: Inputs, tmp: Path, timer: Timer, checks: dict) -> Manifest:
-    from omegaconf import OmegaConf
-    cfg, model_dir, recipe, calib, identity = (inputs.cfg, inputs.model_dir, inputs.recipe, inputs.calib,
-                                               inputs.identity)
+    config, model_dir, recipe, calib, identity = (inputs.config, inputs.model_dir, inputs.recipe, inputs.calib,
+                                                  inputs.identity)
     weights = weight_files(tmp)
     model_config = json.loads((model_dir / "config.json").read_text())
     quantization = quantization_summary(tmp)
@@ -207,21 +208,21 @@ def _manifest(inputs: Inputs, tmp: Path, timer: Timer, checks: dict) -> Manifest
         artifact_id=inputs.artifact_id,
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         model=ModelInfo(
-            name=cfg.model.name, path=str(model_dir), weights_sha256=identity["model_weights_sha256"],
+            name=config.model.name, path=str(model_dir), weights_sha256=identity["model_weights_sha256"],
             architecture=(model_config.get("architectures") or [None])[0],
             max_position_embeddings=model_config.get("max_position_embeddings")),
         recipe=RecipeInfo(name=recipe.name, source=str(recipe.path), sha256=recipe.sha256,
-                          modifiers=recipe.modifiers, description=cfg.recipe.get("description", "")),
+                          modifiers=recipe.modifiers, description=config.recipe.description),
         calibration=calib.describe() if calib else None,
         seed=identity["seed"],
         calibration_dtype=identity["calibration_dtype"],
         quantization=quantization,
-        moe=moe.describe(model_config, quantization.get("ignore") or []),
+        moe=moe.describe(model_config, quantization.ignore or []),
         checks=checks,
         bytes_on_disk={"total": dir_bytes(tmp), "weights": sum(p.stat().st_size for p in weights)},
         timings_s={**timer.phases, "total": round(sum(timer.phases.values()), 3)},
         versions=versions(),
         hardware=hardware(),
-        config=OmegaConf.to_container(cfg, resolve=True),
+        config=config.composed,
         command=job_command("quantize", drop=("force",)),  # rerun: skipped while complete
     )

@@ -6,6 +6,7 @@ from pathlib import Path
 import yaml
 
 from quantize.common.errors import UserError
+from quantize.common.recipe_choices import RecipeChoice
 from quantize.common.paths import resolve
 from quantize.common.provenance import sha256_bytes
 
@@ -39,8 +40,9 @@ class RecipeFile:
         return {int(v) for v in _find_key(self.data, "group_size") if v is not None}
 
 
-def load(cfg) -> RecipeFile:
-    path = resolve(cfg.path)
+def load(choice: RecipeChoice) -> RecipeFile:
+    """The recipe file of a `recipe=` choice, read and parsed; bad YAML is a one-line error."""
+    path = resolve(choice.path)
     if not path.is_file():
         raise UserError(f"recipe file {path} does not exist; pass recipe=<name> or recipe=<path to yaml>")
     text = path.read_text()
@@ -52,7 +54,7 @@ def load(cfg) -> RecipeFile:
         data = {}
     elif not isinstance(data, dict):
         raise UserError(f"recipe {path} must be a YAML mapping of stages/modifiers")
-    return RecipeFile(name=str(cfg.name), path=path, text=text, data=data)
+    return RecipeFile(name=choice.name, path=path, text=text, data=data)
 
 
 def check_with_llmcompressor(recipe: RecipeFile) -> None:

@@ -224,7 +224,7 @@ def reload_dense(artifact_dir: Path):
     if moe.is_moe(config) and config.get("quantization_config"):
         return moe.reload_dense(artifact_dir)  # per-expert quantized tensors: see quantize/common/moe.py
     kwargs = {}
-    if quantization_summary(artifact_dir)["method"] == "compressed-tensors":
+    if quantization_summary(artifact_dir).method == "compressed-tensors":
         from transformers import CompressedTensorsConfig
         kwargs["quantization_config"] = CompressedTensorsConfig(dequantize=True)
     return AutoModelForCausalLM.from_pretrained(artifact_dir, dtype="auto", **kwargs)

@@ -130,6 +130,8 @@ def test_quantize_refuses_before_loading_anything(tiny_model, tmp_path, monkeypa
 
     from quantize import pipeline
     from quantize.common.config import register
+    from quantize.common.extensions import plain
+    from quantize.config import QuantizeConfig
     from quantize.common.paths import CONF_DIR
     register()
     arts = tmp_path / "artifacts"
@@ -139,7 +141,8 @@ def test_quantize_refuses_before_loading_anything(tiny_model, tmp_path, monkeypa
     monkeypatch.setattr(memory_check, "free_memory", lambda gpu: FreeMemory(ram_bytes=1 * GiB, gpu_bytes=GiB))
     for late in ("_load_tokenizer", "_load_model", "sha256_files"):
         monkeypatch.setattr(pipeline, late, lambda *a, late=late: pytest.fail(f"{late} ran before the memory check"))
-    message = one_line_error(lambda: pipeline.run(cfg))
+    config = QuantizeConfig.from_config(plain(cfg))  # as the CLI's entry converts it
+    message = one_line_error(lambda: pipeline.run(config))
     assert "tiny-llama" in message and "1.0 GiB is free" in message
     assert not arts.exists()
 

@@ -7,6 +7,7 @@ import struct
 from pathlib import Path
 
 from quantize.common.errors import UserError
+from quantize.common.manifest import Quantization, Scheme
 
 
 def weight_files(model_dir: Path) -> list[Path]:
@@ -76,25 +77,21 @@ def _safetensors_problem(path: Path) -> str | None:
     return None
 
 
-def quantization_summary(artifact_dir: Path) -> dict:
+def quantization_summary(artifact_dir: Path) -> Quantization:
     """What config.json says about the checkpoint's quantization: method,
     format, the weight/activation schemes, what is left unquantized, and the
-    KV-cache scheme (`kv_cache`, present only when the recipe quantizes it)."""
+    KV-cache scheme (only when the recipe quantizes it)."""
     config = json.loads((Path(artifact_dir) / "config.json").read_text())
     q = config.get("quantization_config")
     if not q:
-        return {"method": None, "format": "dense", "schemes": []}
+        return Quantization(method=None, format="dense")
     schemes = []
     for group in (q.get("config_groups") or {}).values():
         w, a = group.get("weights") or {}, group.get("input_activations") or {}
-        schemes.append({
-            "weights": _describe_args(w), "activations": _describe_args(a) if a else None,
-        })
-    out = {"method": q.get("quant_method"), "format": q.get("format"), "schemes": schemes,
-           "ignore": q.get("ignore", [])}
-    if q.get("kv_cache_scheme"):
-        out["kv_cache"] = _describe_args(q["kv_cache_scheme"])
-    return out
+        schemes.append(Scheme(weights=_describe_args(w), activations=_describe_args(a) if a else None))
+    kv_cache = q.get("kv_cache_scheme")
+    return Quantization(method=q.get("quant_method"), format=q.get("format"), schemes=tuple(schemes),
+                        ignore=q.get("ignore", []), kv_cache=_describe_args(kv_cache) if kv_cache else None)
 
 
 def _describe_args(args: dict) -> dict:

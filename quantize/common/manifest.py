@@ -34,11 +34,50 @@ class RecipeInfo:
 
 
 @dataclass(frozen=True)
+class Scheme:
+    """One config group of the checkpoint: the quantization arguments of its
+    weights and activations (num_bits, type, symmetric, strategy, group_size,
+    dynamic: those config.json states)."""
+    weights: dict
+    activations: dict | None = None
+
+    def to_dict(self) -> dict:
+        return {"weights": self.weights, "activations": self.activations}
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """The manifest's `quantization`: what the checkpoint's config.json says
+    (checkpoint.quantization_summary). Its JSON holds `ignore` only for a
+    quantized checkpoint and `kv_cache` only when the recipe quantizes the KV
+    cache, as manifests always have."""
+    method: str | None = None             # "compressed-tensors"; None for a dense checkpoint
+    format: str | None = None             # pack-quantized, int-quantized, float-quantized, ... or "dense"
+    schemes: tuple[Scheme, ...] = ()
+    ignore: list | None = None            # modules left unquantized
+    kv_cache: dict | None = None          # the KV-cache scheme's arguments
+    extra: dict = field(default_factory=dict)  # keys of newer writers, kept as they are
+
+    def to_dict(self) -> dict:
+        out = {"method": self.method, "format": self.format, "schemes": [s.to_dict() for s in self.schemes]}
+        out |= {k: v for k, v in (("ignore", self.ignore), ("kv_cache", self.kv_cache)) if v is not None}
+        return out | self.extra
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "Quantization":
+        data = data or {}
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        schemes = tuple(Scheme(s.get("weights") or {}, s.get("activations")) for s in data.get("schemes") or ())
+        known = {k: v for k, v in data.items() if k in names - {"schemes"}}
+        return cls(**known, schemes=schemes, extra={k: v for k, v in data.items() if k not in names})
+
+
+@dataclass(frozen=True)
 class Manifest:
     artifact_id: str
     model: ModelInfo
     recipe: RecipeInfo
-    quantization: dict          # method, format, schemes, ignore, kv_cache (checkpoint.quantization_summary)
+    quantization: Quantization
     schema: int = SCHEMA
     created_at: str | None = None
     calibration: dict | None = None
@@ -56,7 +95,7 @@ class Manifest:
 
     @property
     def quant_format(self) -> str:
-        return self.quantization.get("format") or "dense"
+        return self.quantization.format or "dense"
 
     @property
     def sparsity(self) -> dict | None:
@@ -70,6 +109,7 @@ class Manifest:
     def to_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         out["model"], out["recipe"] = dataclasses.asdict(self.model), dataclasses.asdict(self.recipe)
+        out["quantization"] = self.quantization.to_dict()
         if self.command is None:
             del out["command"]  # newer than schema 1: older manifests read and write back unchanged
         return out | self.extra
@@ -80,6 +120,7 @@ class Manifest:
         known = {k: v for k, v in data.items() if k in names}
         known["model"] = _typed(ModelInfo, data["model"])
         known["recipe"] = _typed(RecipeInfo, data["recipe"])
+        known["quantization"] = Quantization.from_dict(data["quantization"])
         return cls(**known, extra={k: v for k, v in data.items() if k not in names})
 
     def row_fields(self) -> dict:

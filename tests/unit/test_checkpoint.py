@@ -18,19 +18,24 @@ def write_config(path, quantization_config):
 
 
 def test_a_dense_checkpoint(tmp_path):
-    assert quantization_summary(write_config(tmp_path, None)) == {"method": None, "format": "dense", "schemes": []}
+    summary = quantization_summary(write_config(tmp_path, None))
+    assert summary.method is None and summary.format == "dense" and summary.schemes == ()
+    # the manifest's JSON as quantbench has always written it for a dense checkpoint
+    assert summary.to_dict() == {"method": None, "format": "dense", "schemes": []}
 
 
 def test_the_kv_cache_scheme_is_recorded_when_present(tmp_path):
     q = {"quant_method": "compressed-tensors", "format": "int-quantized", "ignore": ["lm_head"],
          "config_groups": {"group_0": W8A8}, "kv_cache_scheme": FP8_KV}
     summary = quantization_summary(write_config(tmp_path, q))
-    assert summary["kv_cache"] == {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "tensor",
-                                   "dynamic": False}
-    assert summary["schemes"][0]["activations"]["strategy"] == "token"
+    assert summary.kv_cache == {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "tensor",
+                                "dynamic": False}
+    assert summary.schemes[0].activations["strategy"] == "token"
+    assert list(summary.to_dict()) == ["method", "format", "schemes", "ignore", "kv_cache"]
 
 
 def test_no_kv_cache_key_without_a_kv_scheme(tmp_path):
     q = {"quant_method": "compressed-tensors", "format": "int-quantized", "config_groups": {"group_0": W8A8},
          "kv_cache_scheme": None}
-    assert "kv_cache" not in quantization_summary(write_config(tmp_path, q))
+    summary = quantization_summary(write_config(tmp_path, q))
+    assert summary.kv_cache is None and "kv_cache" not in summary.to_dict()

@@ -170,3 +170,33 @@ def test_read_missing_and_broken(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"artifact_id": "x", "model": {"name": "m"}}))
     with pytest.raises(UserError, match="not a quantbench manifest.*recipe"):
         manifest_mod.read(tmp_path)
+
+
+# The `quantization` of a W8A8 + FP8 KV artifact, as quantize writes it.
+QUANTIZED_WITH_KV = {
+    "method": "compressed-tensors", "format": "int-quantized",
+    "schemes": [{"weights": {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel"},
+                 "activations": {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "token",
+                                 "dynamic": True}}],
+    "ignore": ["lm_head"],
+    "kv_cache": {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "tensor", "dynamic": False},
+}
+
+
+def test_quantization_is_typed():
+    q = Manifest.from_dict(OLD_QUANTIZED | {"quantization": QUANTIZED_WITH_KV}).quantization
+    assert q.format == "int-quantized" and q.ignore == ["lm_head"] and q.kv_cache["type"] == "float"
+    assert q.schemes[0].weights["strategy"] == "channel" and q.schemes[0].activations["dynamic"] is True
+    baseline = Manifest.from_dict(OLD_BASELINE).quantization
+    assert baseline.ignore is None and baseline.kv_cache is None and baseline.schemes == ()
+
+
+@pytest.mark.parametrize("quantization", [QUANTIZED_WITH_KV, {"method": None, "format": "dense", "schemes": []},
+                                          QUANTIZED_WITH_KV | {"a_newer_key": 1}])
+def test_a_manifest_writes_back_byte_identical(quantization, tmp_path):
+    """Same keys, same values: the file quantize writes back is the file it read."""
+    from quantize.common.atomic import write_json
+    data = OLD_QUANTIZED | {"quantization": quantization, "command": "cd /x && python -m quantize recipe=r"}
+    write_json(tmp_path / "expected.json", data)
+    manifest_mod.write(tmp_path, Manifest.from_dict(data))
+    assert (tmp_path / "manifest.json").read_bytes() == (tmp_path / "expected.json").read_bytes()

@@ -1,0 +1,50 @@
+"""The quantize stage's settings as typed objects: `quantize/cli.py` converts
+the composed Hydra config once into a `QuantizeConfig`, and everything below
+it (pipeline, calibration, recipe) takes these instead of a DictConfig."""
+from dataclasses import dataclass, field
+
+from quantize.calibration import CalibrationConfig
+from quantize.common.recipe_choices import RecipeChoice
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """The `model` group: a name (the artifact folder's) and a local
+    checkpoint folder or a Hugging Face hub id."""
+    name: str
+    path: str
+
+    @classmethod
+    def from_config(cls, values: dict) -> "ModelChoice":
+        return cls(name=str(values["name"]), path=str(values["path"]))
+
+
+@dataclass(frozen=True)
+class QuantizeConfig:
+    """conf/quantize.yaml with its model, recipe and calibration groups (the
+    comments there say what each setting does)."""
+    model: ModelChoice
+    recipe: RecipeChoice
+    calibration: CalibrationConfig
+    artifact_dir: str
+    seed: int = 0
+    force: bool = False
+    trust_remote_code: bool = False
+    calibration_dtype: str | None = "auto"
+    verify: str | bool | None = "tensors"
+    memory_check: bool = True
+    # The whole composed config as plain values: the manifest records it.
+    composed: dict = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_config(cls, values: dict) -> "QuantizeConfig":
+        """From the composed config as plain, resolved values (extensions.plain)."""
+        return cls(
+            model=ModelChoice.from_config(values["model"]),
+            recipe=RecipeChoice.from_config(values["recipe"]),
+            calibration=CalibrationConfig.from_config(values["calibration"]),
+            artifact_dir=str(values["artifact_dir"]), seed=int(values.get("seed", 0)),
+            force=bool(values.get("force", False)), trust_remote_code=bool(values.get("trust_remote_code", False)),
+            calibration_dtype=values.get("calibration_dtype", "auto"),
+            verify=values.get("verify", "tensors"), memory_check=bool(values.get("memory_check", True)),
+            composed=values)
