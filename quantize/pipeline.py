@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from quantize import calibration, recipe as recipes, verify
-from quantize.common import manifest as manifest_mod, moe
+from quantize.common import manifest, moe
 from quantize.common.atomic import staging_dir
 from quantize.common.checkpoint import check_weight_files, quantization_summary, weight_files
 from quantize.common.dtypes import checkpoint_dtype, compute_dtype
@@ -59,7 +59,7 @@ def run(config: QuantizeConfig) -> Path:
     out = resolve(config.artifact_dir)
     # Before minutes of calibration: an output dir with a corrupt manifest is
     # only replaced when asked to.
-    existing = None if config.force else manifest_mod.read(out, fix=f"pass force=true to rebuild {out}")
+    existing = None if config.force else manifest.read(out, fix=f"pass force=true to rebuild {out}")
     if existing is None and config.memory_check:  # a build follows: will the model fit?
         _check_memory(config, model_dir, recipe)
 
@@ -67,7 +67,7 @@ def run(config: QuantizeConfig) -> Path:
         tokenizer = _load_tokenizer(model_dir, config.trust_remote_code)
         calib = None if recipe.is_baseline else calibration.build(config.calibration, tokenizer, config.seed)
     identity = _identity(config, model_dir, recipe, calib, _calibration_dtype(config, model_dir, recipe))
-    artifact_id = manifest_mod.artifact_id(**identity)
+    artifact_id = manifest.artifact_id(**identity)
     inputs = Inputs(config, model_dir, recipe, calib, identity, artifact_id)
     if existing:
         if existing.artifact_id == artifact_id:
@@ -105,9 +105,9 @@ def run(config: QuantizeConfig) -> Path:
         if check:
             with timer.phase(f"verify ({check}: the saved checkpoint)"):
                 checks = verify.check(tmp, check, recipe.prunes)
-        manifest = _manifest(inputs, tmp, timer, checks)
-        manifest_mod.write(tmp, manifest)  # last: its presence means "complete"
-    log.info("artifact %s written to %s (%.1f MB)", artifact_id, out, manifest.bytes_on_disk["total"] / 1e6)
+        described = _manifest(inputs, tmp, timer, checks)
+        manifest.write(tmp, described)  # last: its presence means "complete"
+    log.info("artifact %s written to %s (%.1f MB)", artifact_id, out, described.bytes_on_disk["total"] / 1e6)
     return out
 
 

@@ -96,8 +96,8 @@ def run_one(recipe: str, args, log_dir: Path) -> dict:
                               stdout=log, stderr=subprocess.STDOUT)
     row["wall_s"] = round(time.perf_counter() - start, 2)
     row["log"] = str(log_path)
-    from quantize.common import manifest as manifest_mod
-    m = manifest_mod.read(out_dir) if proc.returncode == 0 else None
+    from quantize.common import manifest
+    m = manifest.read(out_dir) if proc.returncode == 0 else None
     if m is None:
         lines = [l for l in log_path.read_text().splitlines() if l.strip()]
         row["error"] = f"exit {proc.returncode}: {lines[-1][:200] if lines else ''}"

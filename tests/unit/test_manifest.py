@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from quantize.common import manifest as manifest_mod
+from quantize.common import manifest
 from quantize.common.errors import UserError
 from quantize.common.manifest import Manifest
 
@@ -81,7 +81,7 @@ def old_artifact_id(weights, recipe, calibration, dtype, seed, versions) -> str:
 
 
 def new_artifact_id(weights, recipe, calibration, dtype, seed, versions) -> str:
-    return manifest_mod.artifact_id(model_weights_sha256=weights, recipe_sha256=recipe,
+    return manifest.artifact_id(model_weights_sha256=weights, recipe_sha256=recipe,
                                     calibration_sha256=calibration, calibration_dtype=dtype, seed=seed,
                                     versions=versions)
 
@@ -129,7 +129,7 @@ def test_artifact_id_follows_each_input():
 @pytest.mark.parametrize("old", [OLD_QUANTIZED, OLD_BASELINE])
 def test_an_old_manifest_reads_and_writes_back(old, tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps(old))
-    m = manifest_mod.read(tmp_path)
+    m = manifest.read(tmp_path)
     assert m.artifact_id == old["artifact_id"] and m.model.name == old["model"]["name"]
     assert m.recipe.name == old["recipe"]["name"] and m.quant_format == old["quantization"]["format"]
     assert m.calibration_dtype == old.get("calibration_dtype") and m.moe == old.get("moe")
@@ -144,8 +144,8 @@ def test_round_trip(tmp_path):
     m = Manifest.from_dict({**OLD_QUANTIZED, "a_newer_key": {"kept": True}})
     assert m.extra == {"a_newer_key": {"kept": True}}
     assert Manifest.from_dict(m.to_dict()) == m
-    manifest_mod.write(tmp_path, m)
-    assert manifest_mod.read(tmp_path) == m
+    manifest.write(tmp_path, m)
+    assert manifest.read(tmp_path) == m
     assert json.loads((tmp_path / "manifest.json").read_text())["a_newer_key"] == {"kept": True}
 
 
@@ -163,13 +163,13 @@ def test_typed_views():
 
 
 def test_read_missing_and_broken(tmp_path):
-    assert manifest_mod.read(tmp_path) is None
+    assert manifest.read(tmp_path) is None
     (tmp_path / "manifest.json").write_text('{"artifact_id": "x", "mod')
     with pytest.raises(UserError, match="corrupt.*force=true"):
-        manifest_mod.read(tmp_path, fix="pass force=true")
+        manifest.read(tmp_path, fix="pass force=true")
     (tmp_path / "manifest.json").write_text(json.dumps({"artifact_id": "x", "model": {"name": "m"}}))
     with pytest.raises(UserError, match="not a quantbench manifest.*recipe"):
-        manifest_mod.read(tmp_path)
+        manifest.read(tmp_path)
 
 
 # The `quantization` of a W8A8 + FP8 KV artifact, as quantize writes it.
@@ -198,5 +198,5 @@ def test_a_manifest_writes_back_byte_identical(quantization, tmp_path):
     from quantize.common.atomic import write_json
     data = OLD_QUANTIZED | {"quantization": quantization, "command": "cd /x && python -m quantize recipe=r"}
     write_json(tmp_path / "expected.json", data)
-    manifest_mod.write(tmp_path, Manifest.from_dict(data))
+    manifest.write(tmp_path, Manifest.from_dict(data))
     assert (tmp_path / "manifest.json").read_bytes() == (tmp_path / "expected.json").read_bytes()
