@@ -59,14 +59,12 @@ class SLO:
                 raise UserError(f"slo {self.name}: {metric}_ms must be a positive number of ms, not {bound}")
 
     @classmethod
-    def from_cfg(cls, cfg) -> "SLO | None":
-        """The `slo` config group (a dict, a DictConfig, a row's `slo`) -> an
-        SLO; None for `name: none`, no config, or one that bounds nothing."""
+    def from_cfg(cls, cfg: dict | None) -> "SLO | None":
+        """The `slo` config group as a plain dict (the entry converts it), or a
+        row's `slo` -> an SLO; None for `name: none`, no config, or one that
+        bounds nothing."""
         if cfg is None:
             return None
-        if not isinstance(cfg, dict):
-            from omegaconf import OmegaConf
-            cfg = OmegaConf.to_container(cfg, resolve=True)
         known = {k: v for k, v in cfg.items() if k in cls.__dataclass_fields__}
         unknown = sorted(set(cfg) - set(known))
         if unknown:
