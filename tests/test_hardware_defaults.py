@@ -106,13 +106,17 @@ def test_the_gpu_load_default_applies_where_the_engine_serves_http(on):
     the command line still needs a server engine."""
     from evaluate.engines.vllm import VllmEngine
     from evaluate.engines.vllm_server import VllmServerEngine
-    from evaluate.serving.run import configure
+    from evaluate.serving import run
+    from quantize.common.extensions import plain
+
+    def configure(cfg, engine_cls, name):
+        return run.configure(plain(cfg.get("load")), plain(cfg.get("slo")), engine_cls, name)
     on(GPU)
     cfg = composed([])
     load, slo = configure(cfg, VllmEngine, "vllm")
     assert load is None and slo.name == "interactive_gpu"
     load, _ = configure(composed(["engine=vllm_server"]), VllmServerEngine, "vllm_server")
-    assert (load["name"], load["saturation_concurrency"], load["max_requests"]) == ("sweep", 256, 1000)
+    assert (load.name, load.saturation_concurrency, load.max_requests) == ("sweep", 256, 1000)
     with pytest.raises(UserError, match="load=sweep needs a server engine"):
         configure(composed(["load=sweep_gpu"]), VllmEngine, "vllm")
 
