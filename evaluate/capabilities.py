@@ -9,14 +9,17 @@ in evaluate.formats. This module prints the table:
     python -m evaluate.capabilities --probe    # ... and run every cell for real
     python -m evaluate.capabilities --machine avx2   # the rules for another kind
 """
-import argparse
 import json
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
+
+import hydra
 
 from evaluate.formats import DENSE, FP8, W4A16, W8A8_INT8, W8A16, YES, CheckpointFormat, Verdict
 from evaluate.engines.vllm_kernels import VllmKernels
+from quantize.common.errors import UserError
 from quantize.common.machine import Machine
+from quantize.common.paths import CONF_DIR
 
 # ---- the table --------------------------------------------------------------
 
@@ -87,7 +90,7 @@ def table(machine: Machine, probed: dict | None = None, kind: str | None = None)
     names = engines.known()
     header = f"Machine: {machine.describe()}"
     if kind:
-        header += f" (the rules for `--machine {kind}`, as if every engine were installed)"
+        header += f" (the rules for `machine={kind}`, as if every engine were installed)"
     lines = [header, "",
              "| format | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for fmt in TABLE_FORMATS:
@@ -120,7 +123,7 @@ def servable_recipes(recipes: list[str], overrides: list[str]) -> tuple[list[str
     format cannot be told is kept: quantize will say what is wrong with it."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
-    from evaluate import engines, target as target_mod
+    from evaluate import engines, target
     from quantize.common import config
     from quantize.common.paths import CONF_DIR
     config.register()
@@ -131,71 +134,187 @@ def servable_recipes(recipes: list[str], overrides: list[str]) -> tuple[list[str
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         for name in recipes:
             cfg = compose("evaluate", overrides + [f"recipe={name}"])
-            target = target_mod.planned(cfg, target_mod.NotBuilt(name))
+            planned = target.planned(cfg, target.NotBuilt(name))
             engine_cfg = OmegaConf.to_container(cfg.engine, resolve=True)
             engine = engines.get(engine_cfg)
-            verdict, _ = decide(engine_cfg["name"], target.format, engine.machine(),
-                                engine_cfg.get("args")) if target else (YES, None)
+            verdict, _ = decide(engine_cfg["name"], planned.format, engine.machine(),
+                                engine_cfg.get("args")) if planned else (YES, None)
             if verdict:
                 servable.append(name)
             else:
-                refused[name] = f"{engine_cfg['name']} cannot serve {target.format.label} here: {verdict.reason}"
+                refused[name] = f"{engine_cfg['name']} cannot serve {planned.format.label} here: {verdict.reason}"
     return servable, refused
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m evaluate.capabilities", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--machine", choices=sorted(KNOWN_MACHINES),
-                        help="print the rules for a known machine kind instead of this one")
-    parser.add_argument("--probe", action="store_true",
-                        help="build a tiny model in each format and run every cell for real "
-                             "(a few minutes: one engine start per cell)")
-    parser.add_argument("--cells", nargs="*", default=None, metavar="ENGINE:FORMAT",
-                        help="with --probe, only these cells, e.g. vllm:w4a16 hf:dense_bfloat16")
-    parser.add_argument("--json", action="store_true", help="print the machine facts as JSON")
-    parser.add_argument("--servable", metavar="RECIPES",
-                        help="print which of these recipes (a,b,c) evaluate's engine could serve here, "
-                             "before quantizing them; the others go to stderr with the reason")
-    parser.add_argument("overrides", nargs="*", help="with --servable, evaluate overrides (engine=..., model=...)")
-    args = parser.parse_args(argv)
-    if args.overrides and not args.servable:
-        parser.error(f"unexpected arguments {' '.join(args.overrides)}; overrides go with --servable")
-    if args.servable:
-        from quantize.common.config import check_group_options
-        from quantize.common.jobs import one_line
-        from quantize.common.stdout import redirected_stdout
-        check_group_options([f"recipe={args.servable}", *args.overrides])  # unknown names: one line, exit 2
-        try:
-            with redirected_stdout(2):  # llm-compressor and vLLM log to stdout; the answer alone goes there
-                servable, refused = servable_recipes([r for r in args.servable.split(",") if r], args.overrides)
-        except Exception as e:  # e.g. an override the evaluate config does not have
-            print(f"error: {one_line(e)}", file=sys.stderr)
-            return 2
-        for name, why in refused.items():
-            print(f"{name}: {why}", file=sys.stderr)
-        print(",".join(servable))
-        return 0
-    if args.machine and args.probe:
-        parser.error("--probe runs on this machine; drop --machine")
-    if args.machine:
-        machine = KNOWN_MACHINES[args.machine]
-    else:
-        machine = this_machine()
-    if args.json:
+# ---- the command line ----------------------------------------------------------
+
+CONFIG_NAME = "capabilities"   # conf/capabilities.yaml: its keys, then the evaluate config
+OWN_KEYS = ("machine", "probe", "cells", "json", "servable")
+LIST_KEYS = ("cells", "servable")
+# The argparse flags of the previous release, each with the override it became;
+# None: takes no value (the override sets true). Kept for one release.
+LEGACY_FLAGS = {"--machine": "machine=", "--probe": None, "--cells": "cells=", "--json": None,
+                "--servable": "servable="}
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one `python -m evaluate.capabilities` call asks (conf/capabilities.yaml), typed."""
+    machine: str | None = None                 # a KNOWN_MACHINES kind; None: this machine
+    probe: bool = False
+    cells: tuple[str, ...] | None = None       # with probe: only these ENGINE:FORMAT cells
+    facts_as_json: bool = False
+    servable: tuple[str, ...] | None = None    # recipes to judge before quantizing them
+    evaluate_overrides: tuple[str, ...] = ()   # the command line's evaluate overrides (servable's engine, model)
+
+    @classmethod
+    def from_cfg(cls, cfg, overrides: list[str]) -> "Request":
+        """The composed config and the overrides it came from -> the request;
+        a combination that asks nothing sensible is one UserError line."""
+        request = cls(machine=cfg.machine, probe=bool(cfg.probe), cells=_names(cfg.cells),
+                      facts_as_json=bool(cfg.json), servable=_names(cfg.servable),
+                      evaluate_overrides=tuple(o for o in overrides if _key(o) not in OWN_KEYS))
+        request.check()
+        return request
+
+    def check(self) -> None:
+        if self.machine is not None and self.machine not in KNOWN_MACHINES:
+            raise UserError(f"unknown machine {self.machine!r}; choose from {', '.join(sorted(KNOWN_MACHINES))} "
+                            "(or leave machine= out for this one)")
+        if self.machine and self.probe:
+            raise UserError("probe=true runs on this machine; drop machine=")
+        asked = [o for o in self.evaluate_overrides if not _key(o).startswith("hydra")]
+        if asked and self.servable is None:
+            raise UserError(f"unexpected arguments {' '.join(asked)}; evaluate overrides go with "
+                            "servable=[<recipe>,...]")
+
+
+def _key(override: str) -> str:
+    return override.partition("=")[0].lstrip("+~")
+
+
+def _names(value) -> tuple[str, ...] | None:
+    """A list key as given: [a,b], or a string a,b."""
+    if value is None:
+        return None
+    items = value.split(",") if isinstance(value, str) else [str(v) for v in value]
+    return tuple(item.strip() for item in items if item.strip())
+
+
+def modern_overrides(argv: list[str]) -> list[str]:
+    """The command line with each flag of the previous release rewritten to
+    its override, and one line on stderr giving the new spelling."""
+    out, rest = [], list(argv)
+    while rest:
+        arg = rest.pop(0)
+        flag, eq, inline = arg.partition("=")
+        if flag not in LEGACY_FLAGS:
+            out.append(arg)
+            continue
+        if LEGACY_FLAGS[flag] is None:
+            override = f"{flag[2:]}=true"
+        elif flag == "--cells":  # took every name after it, e.g. --cells vllm:W4A16 hf:W4A16
+            names = [inline] if eq else []
+            while rest and not rest[0].startswith("-") and "=" not in rest[0]:
+                names.append(rest.pop(0))
+            override = f"cells=[{','.join(names)}]"
+        else:
+            value = inline if eq else (rest.pop(0) if rest else "")
+            override = LEGACY_FLAGS[flag] + (f"[{value}]" if flag == "--servable" else value)
+        print(f"warning: {flag} is deprecated and goes in the next release; pass {override}", file=sys.stderr)
+        out.append(override)
+    return out
+
+
+def as_lists(overrides: list[str]) -> list[str]:
+    """`servable=a,b` (a sweep to Hydra) means the list [a,b], as `--servable a,b` did."""
+    out = []
+    for override in overrides:
+        key, eq, value = override.partition("=")
+        unquoted = value and value[0] not in "[\"'"
+        out.append(f"{key}=[{value}]" if eq and key in LIST_KEYS and unquoted and "," in value else override)
+    return out
+
+
+def compose_request(overrides: list[str]) -> Request:
+    """conf/capabilities.yaml composed with the command line, converted once."""
+    from hydra import compose, initialize_config_dir
+    from quantize.common import config
+    from quantize.common.paths import CONF_DIR
+    config.register()
+    composed = config.open_pass_through_keys(config.expand_path_shorthands(overrides))
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose(CONFIG_NAME, composed)
+    return Request.from_cfg(cfg, overrides)
+
+
+def answer(request: Request) -> int:
+    """Print what `request` asks; the exit status."""
+    if request.servable is not None:
+        return print_servable(request)
+    machine = KNOWN_MACHINES[request.machine] if request.machine else this_machine()
+    if request.facts_as_json:
         print(json.dumps(machine.facts(), indent=2))
         return 0
-    probed = None
-    if args.probe:
+    probed, disagreements = None, []
+    if request.probe:
         from evaluate import probe
         from quantize.common.stdout import redirected_stdout
+        cells = list(request.cells) if request.cells else None
         with redirected_stdout(2):  # llm-compressor and vLLM log to stdout; the table alone goes there
-            probed, disagreements = probe.run(TABLE_FORMATS, lambda e, f: decide(e, f, machine), args.cells)
-    print(table(machine, probed, kind=args.machine))
-    if args.probe and disagreements:
+            probed, disagreements = probe.run(TABLE_FORMATS, lambda e, f: decide(e, f, machine), cells)
+    print(table(machine, probed, kind=request.machine))
+    if disagreements:
         print(f"\n{len(disagreements)} cell(s) where the rules and the probe disagree: {', '.join(disagreements)}",
               file=sys.stderr)
         return 1
     return 0
+
+
+def print_servable(request: Request) -> int:
+    """The servable recipes, comma-separated, alone on stdout; why not the others on stderr."""
+    from quantize.common.jobs import one_line
+    from quantize.common.stdout import redirected_stdout
+    try:
+        with redirected_stdout(2):  # llm-compressor and vLLM log to stdout; the answer alone goes there
+            servable, refused = servable_recipes(list(request.servable), list(request.evaluate_overrides))
+    except Exception as e:  # e.g. a recipe whose composition fails
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
+    for name, why in refused.items():
+        print(f"{name}: {why}", file=sys.stderr)
+    print(",".join(servable))
+    return 0
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name=CONFIG_NAME, version_base="1.3")
+def _hydra_main(cfg) -> None:
+    """Hydra's own flags (--help, --cfg job, --info ...) go through its main."""
+    from hydra.core.hydra_config import HydraConfig
+    raise SystemExit(answer(Request.from_cfg(cfg, list(HydraConfig.get().overrides.task))))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m evaluate.capabilities [key=value ...]`; the exit status (2: bad input)."""
+    from quantize.common.config import check_group_options, register
+    from quantize.common.jobs import one_line
+    overrides = as_lists(modern_overrides(list(sys.argv[1:] if argv is None else argv)))
+    recipes = [o.partition("=")[2].strip("[]") for o in overrides if _key(o) == "servable"]
+    check_group_options([f"recipe={names}" for names in recipes if names] + overrides)  # unknown names: exit 2
+    if any(arg.startswith("-") for arg in overrides):
+        register()
+        sys.argv = [sys.argv[0], *overrides]
+        try:
+            _hydra_main()
+        except SystemExit as e:
+            return e.code if isinstance(e.code, int) else 1
+        return 0
+    try:
+        request = compose_request(overrides)
+    except Exception as e:  # an override the config does not have, a bad value: one line
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
+    return answer(request)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from conftest import run_cli, table_cells
-from evaluate.capabilities import KNOWN_MACHINES, decide, main, table
+from evaluate.capabilities import KNOWN_MACHINES, as_lists, decide, main, modern_overrides, table
 from evaluate.engines.hf import HfEngine
 from evaluate.engines.vllm import VllmEngine
 from evaluate.engines.vllm_kernels import VllmKernels
@@ -225,8 +225,9 @@ def test_hf_needs_gptqmodel_for_legacy_formats(monkeypatch):
 # ---- the table ---------------------------------------------------------------
 
 def test_table_for_the_other_cpu_kind(capsys):
-    assert main(["--machine", "avx2"]) == 0
-    out = capsys.readouterr().out
+    assert main(["machine=avx2"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and "(the rules for `machine=avx2`, as if every engine were installed)" in out.splitlines()[0]
     cells = table_cells(out)
     vllm_cell, hf_cell = cells["W4A16", "vllm"], cells["W4A16", "hf"]
     assert "✗" in vllm_cell and "_C_AVX2" in vllm_cell and "✅ float32" in hf_cell
@@ -389,7 +390,7 @@ def test_servable_recipes_ask_the_engine_the_overrides_configure():
 def test_the_servable_cli_prints_only_the_answer_on_stdout(tmp_path):
     """In its own process, as scripts call it: under pytest's capture, a library's
     writes to sys.stdout would bypass the file-descriptor redirect being tested."""
-    proc = run_cli("evaluate.capabilities", "--servable", "original,w8a16_awq", cwd=tmp_path, timeout=300)
+    proc = run_cli("evaluate.capabilities", "servable=[original,w8a16_awq]", cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     expected = servable_here(["original", "w8a16_awq"])
     assert proc.stdout == ",".join(expected) + "\n"
@@ -399,9 +400,68 @@ def test_the_servable_cli_prints_only_the_answer_on_stdout(tmp_path):
 
 def test_the_servable_cli_says_bad_input_in_one_line(capfd):
     with pytest.raises(SystemExit) as unknown:
-        main(["--servable", "original,w9a9_nonsense"])
+        main(["servable=original,w9a9_nonsense"])
     assert unknown.value.code == 2
     assert capfd.readouterr().err.strip().startswith("error: unknown recipe 'w9a9_nonsense'")
-    assert main(["--servable", "original", "no_such_key=1"]) == 2
+    assert main(["servable=[original]", "no_such_key=1"]) == 2
     out, err = capfd.readouterr()
-    assert out == "" and err.strip().splitlines()[-1].startswith("error: ") and "Traceback" not in err
+    assert out == "" and err.strip().splitlines() == ["error: ConfigCompositionException: Could not override "
+                                                      "'no_such_key'."]
+
+
+@pytest.mark.parametrize("argv, error", [
+    (["machine=avx3"], "error: unknown machine 'avx3'; choose from amx, arm_bf16, avx2,"),
+    (["machine=avx2", "probe=true"], "error: probe=true runs on this machine; drop machine="),
+    (["engine=hf"], "error: unexpected arguments engine=hf; evaluate overrides go with servable=[<recipe>,...]"),
+    (["json=true", "no_such_key=1"], "error: ConfigCompositionException: Could not override 'no_such_key'."),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, error, capsys):
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1 and err.startswith(error), err
+
+
+def test_the_facts_as_json_are_this_machines(capsys):
+    assert main(["json=true"]) == 0
+    facts = json.loads(capsys.readouterr().out)
+    assert facts["isa"] == sorted(detect().isa) and "vllm_installed" in facts
+
+
+@pytest.mark.parametrize("old, new", [
+    (["--machine", "avx2"], ["machine=avx2"]),
+    (["--machine=avx2"], ["machine=avx2"]),
+    (["--json"], ["json=true"]),
+    (["--probe", "--cells", "vllm:W4A16", "hf:W4A16"], ["probe=true", "cells=[vllm:W4A16,hf:W4A16]"]),
+    (["--servable", "original,w4a16_gptq", "engine=hf"], ["servable=[original,w4a16_gptq]", "engine=hf"]),
+])
+def test_the_old_flags_become_overrides_with_one_deprecation_line_each(old, new, capsys):
+    assert modern_overrides(old) == new
+    lines = capsys.readouterr().err.splitlines()
+    flags = [arg.partition("=")[0] for arg in old if arg.startswith("--")]
+    assert lines == [f"warning: {flag} is deprecated and goes in the next release; pass {override}"
+                     for flag, override in zip(flags, new)]
+
+
+def test_an_old_flag_prints_what_its_override_prints(capsys):
+    assert main(["machine=avx2"]) == 0
+    new = capsys.readouterr()
+    assert main(["--machine", "avx2"]) == 0
+    old = capsys.readouterr()
+    assert old.out == new.out and old.err == "warning: --machine is deprecated and goes in the next release; " \
+                                             "pass machine=avx2\n"
+
+
+def test_a_comma_list_is_a_list_not_a_sweep():
+    assert as_lists(["servable=a,b", "cells=x:y", "servable='a,b'", "engine=hf,vllm"]) == \
+        ["servable=[a,b]", "cells=x:y", "servable='a,b'", "engine=hf,vllm"]
+
+
+def test_help_shows_the_groups_and_nothing_is_written_where_it_runs(tmp_path):
+    """Hydra's help, with the evaluate groups servable= takes; no .hydra/, outputs/ or log file."""
+    help_text = run_cli("evaluate.capabilities", "--help", cwd=tmp_path, timeout=120)
+    assert help_text.returncode == 0, help_text.stderr[-2000:]
+    assert "== Configuration groups ==" in help_text.stdout and "machine=avx2" in help_text.stdout
+    assert all(f"\n{group}: " in help_text.stdout for group in ("engine", "model", "recipe"))
+    table_run = run_cli("evaluate.capabilities", "machine=avx2", cwd=tmp_path, timeout=120)
+    assert table_run.returncode == 0 and table_run.stdout.startswith("Machine: x86_64 CPU, ISA avx2;")
+    assert list(tmp_path.iterdir()) == []

@@ -144,8 +144,8 @@ def test_fp8_experts_are_weight_only_below_sm89():
 # ---- the table ------------------------------------------------------------------
 
 def table_of(kind: str, capsys) -> dict:
-    """{(row, engine): cell} of `--machine kind`, plus the two KV lines under "kv" and "kv checkpoint"."""
-    assert main(["--machine", kind]) == 0
+    """{(row, engine): cell} of `machine=kind`, plus the two KV lines under "kv" and "kv checkpoint"."""
+    assert main([f"machine={kind}"]) == 0
     out = capsys.readouterr().out
     assert "as if every engine were installed" in out.splitlines()[0]
     return table_cells(out) | {("kv", "vllm"): out.splitlines()[-2], ("kv checkpoint", "*"): out.splitlines()[-1]}

@@ -1,4 +1,4 @@
-"""The capability probe end to end (`python -m evaluate.capabilities --probe`):
+"""The capability probe end to end (`python -m evaluate.capabilities probe=true`):
 it builds tiny checkpoints with real llm-compressor, starts the real engine on
 each, and exits 0 only when every cell ran where the rules say yes and failed
 where they say no. Here: vLLM's mixture-of-experts cells on this host (its
@@ -18,7 +18,7 @@ def test_the_probe_runs_the_moe_cells_and_they_do_what_the_rules_say(tmp_path):
     kernels = engines.get("vllm").machine().engine("vllm")
     if not kernels.installed:  # e.g. a CUDA host with torch and transformers only
         pytest.skip(f"the probe starts vLLM, which is not usable here: {kernels.missing}")
-    out = run_cli("evaluate.capabilities", "--probe", "--cells", *CELLS, cwd=tmp_path)
+    out = run_cli("evaluate.capabilities", "probe=true", f"cells=[{','.join(CELLS)}]", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     # stdout is the table alone: the build and engine logs went to stderr
     assert all(line.startswith(TABLE_LINES) for line in out.stdout.splitlines() if line.strip()), out.stdout[:2000]
