@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from evaluate import results  # noqa: E402
-from evaluate.report.aggregate import Group, aggregate, labels, same_setup  # noqa: E402
+from evaluate.analysis.groups import Group, aggregate, same_setup  # noqa: E402
+from evaluate.report.labels import labels  # noqa: E402
 from evaluate.report.formatting import MISSING, fmt_number, short  # noqa: E402
 
 W4_BASELINE, W4_CALIBRATED = "w4a16_rtn", ("w4a16_gptq", "w4a16_awq")

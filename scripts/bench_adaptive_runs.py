@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from evaluate import results  # noqa: E402
 from evaluate.precision import HEADLINE, ci_pct  # noqa: E402
-from evaluate.report.aggregate import aggregate  # noqa: E402
+from evaluate.analysis.groups import aggregate  # noqa: E402
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:

@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT))
 from evaluate import results  # noqa: E402
 from evaluate.engines.vllm import VllmEngine  # noqa: E402
 from evaluate.metrics import mean_interval  # noqa: E402
-from evaluate.report.aggregate import Group, add_speedups, aggregate, labels  # noqa: E402
+from evaluate.analysis.groups import Group, add_speedups, aggregate  # noqa: E402
+from evaluate.report.labels import labels  # noqa: E402
 from evaluate.results import Row  # noqa: E402
 
 VLLM_BENCH = """

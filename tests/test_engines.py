@@ -368,7 +368,8 @@ def test_a_sweep_over_any_engine_variable_is_recorded_and_labelled(tiny_model, t
     """A variable the engine does not list as speed-relevant (LD_PRELOAD-like):
     set through the config, it is in the rows, and the report tells the two
     setups apart by it."""
-    from evaluate.report.aggregate import aggregate, labels
+    from evaluate.analysis.groups import aggregate
+    from evaluate.report.labels import labels
     res = tmp_path / "res"
     out = evaluate_with_dummy("-m", f"model={tiny_model}", "accuracy=none", "scenario=interactive", "runs=1",
                               "+engine.env.QB_TEST_SWEPT=a,b", f"results_dir={res}", cwd=tmp_path)

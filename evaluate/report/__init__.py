@@ -13,7 +13,8 @@ from pathlib import Path
 
 from evaluate import results
 from evaluate.report import layouts as layouts_mod
-from evaluate.report.aggregate import add_speedups, aggregate, pareto_scenario
+from evaluate.analysis import analyse
+from evaluate.analysis.groups import pareto_scenario
 from evaluate.report.markdown import render_markdown
 from evaluate.report.plots import render_plots, render_serving_plots
 from evaluate.report.tables_csv import (
@@ -31,15 +32,14 @@ def build_report(results_dir: Path, out_dir: Path, title: str, pareto: str | Non
     rows = results.read(results_dir) if Path(results_dir).is_dir() else []
     if not rows:
         raise UserError(f"no results in {results_dir}; run python -m evaluate first")
-    speed = aggregate(rows, "speed")
-    add_speedups(speed)
-    accuracy, lm = aggregate(rows, "accuracy"), aggregate(rows, "lm_eval")
+    analysis = analyse(results_dir, rows)
+    speed, accuracy = analysis.speed, analysis.accuracy
     summary = layouts_mod.SUMMARY in layouts
     if summary and pareto is not None and speed:
         pareto_scenario(speed, pareto)  # fail on a bad name before writing anything
     written = {}
     if summary:
-        written = {out_dir / "report.md": render_markdown(rows, speed, accuracy, title, results_dir, lm),
+        written = {out_dir / "report.md": render_markdown(analysis, title),
                    out_dir / "summary.csv": to_csv(summary_records(speed), SUMMARY_FIELDS),
                    out_dir / "runs.csv": to_csv(run_records(rows), RUN_FIELDS)}
         if any(r.kind == "serving" for r in rows):
@@ -53,5 +53,5 @@ def build_report(results_dir: Path, out_dir: Path, title: str, pareto: str | Non
         # the tables are the report; a machine without matplotlib (a bare CUDA image) still gets them
         log.warning("matplotlib is not installed: the report has no plots (bash scripts/setup.sh installs it)")
         summary = False
-    plots = render_plots(speed, accuracy, out_dir, pareto) + render_serving_plots(rows, out_dir) if summary else []
+    plots = render_plots(speed, accuracy, out_dir, pareto) + render_serving_plots(analysis.serving, out_dir) if summary else []
     return list(written) + plots

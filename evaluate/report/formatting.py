@@ -55,3 +55,12 @@ def interval_text(ci: tuple[float, float] | None) -> str:
 def inline_json(obj) -> str:
     """`obj` as one line of JSON in Markdown code."""
     return f"`{json.dumps(obj, sort_keys=True, default=str)}`"
+
+
+def md_table(headers: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table; `|` and newlines inside a cell are escaped."""
+    def cell(v) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+    lines = ["| " + " | ".join(map(cell, headers)) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(map(cell, r)) + " |" for r in rows]
+    return "\n".join(lines)

@@ -4,12 +4,15 @@ import json
 from datetime import datetime, timezone
 from pathlib import Path
 
-from evaluate.report.aggregate import (
-    BASELINE, CV_MAX, Group, accuracy_keys, accuracy_of, by_model, by_throughput, headline_accuracy_keys, in_table,
-    Overall, kv_cache_bytes, labels, lm_baseline, lm_recovery, numeric_metrics, ordered_metrics, overall_ranking,
-    overall_tiers, run_labels, scenario_of, scenarios, stderr_key, tiers)
+from evaluate.analysis import Analysis
+from evaluate.analysis.groups import (
+    BASELINE, CV_MAX, Group, accuracy_keys, accuracy_of, by_model, by_throughput, headline_accuracy_keys,
+    Overall, kv_cache_bytes, lm_baseline, lm_recovery, numeric_metrics, ordered_metrics, overall_ranking,
+    overall_tiers, scenario_of, scenarios, stderr_key, tiers)
 from evaluate.report.formatting import (
-    MISSING, fmt_fixed, fmt_number, header, inline_json, interval_text, mb, short, speedup_text)
+    MISSING, fmt_fixed, fmt_number, header, inline_json, interval_text, mb, md_table, short, speedup_text)
+from evaluate.report.labels import in_table, labels, run_labels
+from evaluate.report.serving_markdown import render_serving
 from evaluate.results import Row
 
 MEMORY_HEADER = "Peak memory (MB): weights + KV cache + runtime"
@@ -31,25 +34,17 @@ DETAIL_METRICS = (
 )
 
 
-def render_markdown(rows: list[Row], speed: list[Group], accuracy: list[Group], title: str, results_dir: Path,
-                    lm: list[Group] = ()) -> str:
-    parts = [render_header(rows, title, results_dir), render_summary(speed, accuracy),
-             render_ranking(speed), render_details(speed), render_problems(rows)]
+def render_markdown(analysis: Analysis, title: str) -> str:
+    """report.md: every section of the analysed store."""
+    speed, accuracy = analysis.speed, analysis.accuracy
+    parts = [render_header(analysis.rows, title, analysis.results_dir), render_summary(speed, accuracy),
+             render_ranking(speed), render_details(speed), render_problems(analysis.rows)]
     if accuracy:
         parts.append(render_accuracy(accuracy))
-    if lm:
-        parts.append(render_lm_eval(lm))
-    from evaluate.report.serving import render_serving  # it formats with this module's tables
-    parts.append(render_serving(rows, speed, accuracy))
+    if analysis.lm_eval:
+        parts.append(render_lm_eval(analysis.lm_eval))
+    parts.append(render_serving(analysis.serving, speed, accuracy))
     return "\n\n".join(p for p in parts if p) + "\n"
-
-
-def md_table(headers: list[str], rows: list[list[str]]) -> str:
-    def cell(v) -> str:
-        return str(v).replace("|", "\\|").replace("\n", " ")
-    lines = ["| " + " | ".join(map(cell, headers)) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(map(cell, r)) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def mean_pm_std(g: Group, metric: str, digits: int | None = None) -> str:

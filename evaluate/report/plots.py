@@ -4,9 +4,11 @@ import os
 import tempfile
 from pathlib import Path
 
-from evaluate.report.aggregate import (
-    Group, accuracy_of, by_throughput, headline_accuracy_keys, labels, pareto_scenario, scenarios)
+from evaluate.analysis.groups import (
+    Group, accuracy_of, by_throughput, headline_accuracy_keys, pareto_scenario, scenarios)
+from evaluate.analysis.load_levels import ServingAnalysis
 from evaluate.report.formatting import header, mb, speedup_text
+from evaluate.report.labels import labels
 from evaluate.scenarios import Scenario
 
 LABEL_FONT = 8  # points
@@ -182,18 +184,14 @@ def spread(heights: list[float], gap: float) -> list[float]:
 
 # --- serving under load ---------------------------------------------------------------------------------
 
-def render_serving_plots(rows, out_dir: Path) -> list[Path]:
+def render_serving_plots(serving: ServingAnalysis | None, out_dir: Path) -> list[Path]:
     """Per serving scenario: TTFT and TPOT percentile vs request throughput
     (one line per artifact and mode, the SLO bound as a line, the knee ○ and
     the highest level under the SLO ★), and goodput vs offered load."""
-    from evaluate.report import serving
-    groups = serving.groups(rows)
-    if not groups:
+    if serving is None:
         return []
-    scs = scenarios(groups)
-    slos = {sc: serving.scenario_slo(rows, sc) for sc in scs}
-    curves = serving.curves(groups, slos)
-    names = labels(groups)
+    scs, slos, curves = serving.scenarios, serving.slos, serving.curves
+    names = labels(serving.groups)
     paths = []
     for sc in scs:
         mine = [c for c in curves if c.scenario == sc and any(lv.get("request_throughput") for lv in c.levels)]

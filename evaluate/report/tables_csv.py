@@ -6,7 +6,7 @@ import csv
 import io
 import json
 
-from evaluate.report.aggregate import Group, numeric_metrics, ordered_metrics
+from evaluate.analysis.groups import Group, numeric_metrics, ordered_metrics
 from evaluate.report.formatting import mb
 from evaluate.results import Row
 

@@ -1,13 +1,13 @@
-"""evaluate/report/aggregate.py on its own: groups, stats, speed-ups and
-their intervals, labels."""
+"""evaluate/analysis/groups.py on its own: groups, stats, speed-ups and
+their intervals; and evaluate/report/labels.py."""
 import statistics
 
 import pytest
 
 from evaluate.report import build_report
-from evaluate.report.aggregate import (
-    add_speedups, aggregate, labels, lm_recovery, mean_std, numeric_metrics, overall_ranking, ratio_interval,
-    run_labels, scenario_of)
+from evaluate.report.labels import labels, run_labels
+from evaluate.analysis.groups import (
+    add_speedups, aggregate, lm_recovery, mean_std, numeric_metrics, overall_ranking, ratio_interval, scenario_of)
 from evaluate.results import Row
 from quantize.common.errors import UserError
 

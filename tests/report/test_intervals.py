@@ -7,7 +7,7 @@ import pytest
 
 from evaluate.metrics import mean_interval
 from evaluate.report import build_report
-from evaluate.report.aggregate import aggregate, add_speedups, overall_ranking, tiers
+from evaluate.analysis.groups import add_speedups, aggregate, overall_ranking, tiers
 
 from .rows import SCENARIOS, base_row, heading, main_rows, md_tables, ok_speed, store
 

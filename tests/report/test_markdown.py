@@ -3,7 +3,7 @@ here from the same rows."""
 import statistics
 
 from evaluate.report import build_report
-from evaluate.report.aggregate import aggregate
+from evaluate.analysis.groups import aggregate
 from evaluate.report.markdown import mean_pm_std
 
 from .rows import ARTIFACTS, MODELS, SCENARIOS, heading, lm_eval_row, md_tables, mean_pm_std_of, ok_speed, store

@@ -1,4 +1,5 @@
-"""The report's serving sections (evaluate/report/serving.py), the serving
+"""The report's serving sections (evaluate/analysis/load_levels.py and
+recommendation.py, formatted by evaluate/report/serving_markdown.py), the serving
 plots and layout=length_grid, from Row-built stores: level tables (values,
 order, missing cells), the capacity/speed/accuracy join, the recommendation
 (clear winner, a tie within the measurement's interval -> the smaller model,

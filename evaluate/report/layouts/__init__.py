@@ -3,7 +3,7 @@ report.md with the CSVs and plots (see build_report); every other layout is a
 module here whose `render(rows, speed)` returns the Markdown body of
 `<layout>.md`, in the style of one reference report. All of them read the same
 rows and aggregated groups: nothing is measured for a layout."""
-from evaluate.report.aggregate import Group
+from evaluate.analysis.groups import Group
 from evaluate.report.layouts import batch_table, context_table, length_grid, oneline
 from evaluate.report.markdown import distinct, hardware_text
 from evaluate.results import Row

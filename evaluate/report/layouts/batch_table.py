@@ -3,9 +3,8 @@ prompt shape, prefill latency (TTFT) and decode latency per token (TPOT) per
 batch size: avg, min, max, p50, p90, p99; one section per tensor-parallel size."""
 import statistics
 
-from evaluate.report.aggregate import Group, numeric_metrics
-from evaluate.report.formatting import MISSING, fmt_fixed, short
-from evaluate.report.markdown import md_table
+from evaluate.analysis.groups import Group, numeric_metrics
+from evaluate.report.formatting import MISSING, fmt_fixed, md_table, short
 from evaluate.results import Row
 
 SUBTITLE = "prefill and decode latency per batch size"

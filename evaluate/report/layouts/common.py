@@ -1,6 +1,7 @@
 """What several layouts share."""
-from evaluate.report.aggregate import Group, setup_difference
+from evaluate.analysis.groups import Group
 from evaluate.report.formatting import short
+from evaluate.report.labels import setup_difference
 
 
 def result_label(g: Group, others: list[Group]) -> str:

@@ -1,10 +1,9 @@
 """`context_table`: the Qwen-style table. Batch-1 results, input length down
 the side, recipe × engine across (the engines of one artifact in adjacent
 columns), each cell output speed and peak memory; one table per output length."""
-from evaluate.report.aggregate import Group, kv_cache_bytes, weight_memory_bytes
-from evaluate.report.formatting import MISSING, fmt_fixed, gb
+from evaluate.analysis.groups import Group, kv_cache_bytes, weight_memory_bytes
+from evaluate.report.formatting import MISSING, fmt_fixed, gb, md_table
 from evaluate.report.layouts.common import result_label
-from evaluate.report.markdown import md_table
 from evaluate.results import Row
 
 SUBTITLE = "speed and memory per input length (batch 1)"

@@ -7,10 +7,9 @@ down the side, per metric the engines side by side:
 - ms per output token: mean end-to-end latency ÷ mean generated tokens per request.
 Each cell is the level of that column with the highest request throughput
 (its peak; client-bound levels left out), and the table says which level it was."""
-from evaluate.report.aggregate import Group, aggregate
-from evaluate.report.formatting import MISSING, fmt_fixed
+from evaluate.analysis.groups import Group, aggregate
+from evaluate.report.formatting import MISSING, fmt_fixed, md_table
 from evaluate.report.layouts.common import result_label
-from evaluate.report.markdown import md_table
 from evaluate.results import Row
 
 SUBTITLE = "serving throughput and latency per input × output length"

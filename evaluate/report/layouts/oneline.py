@@ -1,7 +1,7 @@
 """`oneline`: the torchao-style line per result group (scenario × recipe ×
 artifact × engine × setup), then the command that reproduces it when the row
 carries one."""
-from evaluate.report.aggregate import Group, scenarios
+from evaluate.analysis.groups import Group, scenarios
 from evaluate.report.formatting import MISSING, fmt_fixed, gb
 from evaluate.report.layouts.common import result_label
 from evaluate.results import Row
