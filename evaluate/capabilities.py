@@ -3,11 +3,13 @@
 The facts come from quantize.common.machine and each engine's own probe
 (`Engine.machine`; never CPU model names); the rules live with each engine
 (`Engine.supports`, `Engine.choose_dtype`); the formats they judge are named
-in evaluate.formats. This module prints the table:
+in evaluate.formats. This module holds the table and prints it, taking
+Hydra overrides like the stages (conf/capabilities.yaml):
 
-    python -m evaluate.capabilities            # this machine, formats x engines
-    python -m evaluate.capabilities --probe    # ... and run every cell for real
-    python -m evaluate.capabilities --machine avx2   # the rules for another kind
+    python -m evaluate.capabilities                  # this machine, formats x engines
+    python -m evaluate.capabilities probe=true       # ... and run every cell for real
+    python -m evaluate.capabilities machine=avx2     # the rules for another kind
+    python -m evaluate.capabilities servable=[original,w4a16_gptq] engine=hf   # what evaluate could serve
 """
 import json
 import sys
@@ -171,7 +173,7 @@ class Request:
     def from_cfg(cls, cfg, overrides: list[str]) -> "Request":
         """The composed config and the overrides it came from -> the request;
         a combination that asks nothing sensible is one UserError line."""
-        request = cls(machine=cfg.machine, probe=bool(cfg.probe), cells=_names(cfg.cells),
+        request = cls(machine=None if cfg.machine is None else str(cfg.machine), probe=bool(cfg.probe), cells=_names(cfg.cells),
                       facts_as_json=bool(cfg.json), servable=_names(cfg.servable),
                       evaluate_overrides=tuple(o for o in overrides if _key(o) not in OWN_KEYS))
         request.check()
@@ -291,24 +293,38 @@ def print_servable(request: Request) -> int:
 def _hydra_main(cfg) -> None:
     """Hydra's own flags (--help, --cfg job, --info ...) go through its main."""
     from hydra.core.hydra_config import HydraConfig
-    raise SystemExit(answer(Request.from_cfg(cfg, list(HydraConfig.get().overrides.task))))
+    try:
+        request = Request.from_cfg(cfg, list(HydraConfig.get().overrides.task))
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(e.exit_code) from None
+    raise SystemExit(answer(request))
+
+
+def run_hydra_main(overrides: list[str]) -> int:
+    """Hydra's main on these arguments (it reads sys.argv); its exit status."""
+    from quantize.common import config
+    config.register()
+    argv = sys.argv
+    sys.argv = [argv[0], *config.open_pass_through_keys(config.expand_path_shorthands(overrides))]
+    try:
+        _hydra_main()
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 1
+    finally:
+        sys.argv = argv
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m evaluate.capabilities [key=value ...]`; the exit status (2: bad input)."""
-    from quantize.common.config import check_group_options, register
+    from quantize.common.config import check_group_options
     from quantize.common.jobs import one_line
     overrides = as_lists(modern_overrides(list(sys.argv[1:] if argv is None else argv)))
     recipes = [o.partition("=")[2].strip("[]") for o in overrides if _key(o) == "servable"]
     check_group_options([f"recipe={names}" for names in recipes if names] + overrides)  # unknown names: exit 2
     if any(arg.startswith("-") for arg in overrides):
-        register()
-        sys.argv = [sys.argv[0], *overrides]
-        try:
-            _hydra_main()
-        except SystemExit as e:
-            return e.code if isinstance(e.code, int) else 1
-        return 0
+        return run_hydra_main(overrides)
     try:
         request = compose_request(overrides)
     except Exception as e:  # an override the config does not have, a bad value: one line

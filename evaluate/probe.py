@@ -1,4 +1,4 @@
-"""`python -m evaluate.capabilities --probe`: check the capability table
+"""`python -m evaluate.capabilities probe=true`: check the capability table
 against reality. A tiny random Llama (a tiny Qwen3-MoE for the MoE rows) is
 written in every table format (the quantized ones with llm-compressor's
 data-free schemes), then each (format, engine) cell starts the engine in its

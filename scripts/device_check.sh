@@ -228,8 +228,8 @@ check() {
         echo \"\$(nproc) CPU cores, \$(free -g | awk '/Mem:/ {print \$2}') GiB RAM, /tmp: \$(df -h /tmp | awk 'NR == 2 {print \$4}') free\";
         '$PY' '$HERE/facts.py'"
     TAIL=80 step capabilities 90 5 bash -c "'$PY' -m evaluate.capabilities; echo;
-        echo '--- python -m evaluate.capabilities --machine cuda_sm90 (the rules for an H100/H200):';
-        '$PY' -m evaluate.capabilities --machine cuda_sm90"
+        echo '--- python -m evaluate.capabilities machine=cuda_sm90 (the rules for an H100/H200):';
+        '$PY' -m evaluate.capabilities machine=cuda_sm90"
 
     # On the GPU, the fast suite runs beside the GPU steps (it is mostly CPU
     # work on 16 cores); their whole-GPU column includes its processes. In a

@@ -12,7 +12,7 @@
 # CUDA machine, `cpu` elsewhere (`python -m evaluate.hardware`, the machine facts
 # evaluate picks its own defaults from, conf/hardware/).
 # SERVABLE_ONLY=1 (the default): quantize only the recipes evaluate's engine can
-# serve on this machine (python -m evaluate.capabilities --servable); evaluate
+# serve on this machine (python -m evaluate.capabilities servable=[...]); evaluate
 # records the others as `unsupported` with the reason. Off when a launcher
 # override sends the jobs to other machines; SERVABLE_ONLY=0 quantizes all.
 set -uo pipefail
@@ -42,7 +42,7 @@ stage_done() { times="$times$1 $((SECONDS - start)) s, "; start=$SECONDS; }
 # meet): it was said in one line, and the later stages would only repeat it.
 QUANTIZE=$RECIPES
 if [ "$SERVABLE_ONLY" = 1 ] && ! printf '%s\n' "$@" | grep -q '^hydra/launcher='; then
-  QUANTIZE=$("$PY" -m evaluate.capabilities --servable "$RECIPES" "$@") || exit 2
+  QUANTIZE=$("$PY" -m evaluate.capabilities "servable=[$RECIPES]" "$@") || exit 2
   [ "$QUANTIZE" = "$RECIPES" ] || echo "quantizing only what can be served here: ${QUANTIZE:-none} (SERVABLE_ONLY=0 quantizes all)"
 fi
 if [ -n "$QUANTIZE" ]; then

@@ -152,7 +152,7 @@ STUB_PY = """#!/usr/bin/env bash
 # servable, and the stages' command lines logged instead of run
 case "$2" in
   evaluate.hardware) echo "$FAKE_HARDWARE" ;;
-  evaluate.capabilities) echo "$4" ;;
+  evaluate.capabilities) r="${3#servable=[}"; echo "${r%]}" ;;
   *) echo "$*" >> "$CALLS" ;;
 esac
 """

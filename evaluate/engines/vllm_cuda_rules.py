@@ -102,7 +102,7 @@ def _moe_rule(fmt, cc: Capability) -> Verdict:
         # only where CudaPlatform.supports_fp8 (sm89+), so below that Marlin runs it weight-only
         return _linear_rule(fmt, cc)
     return Verdict(False, f"no rule for {fmt.label} experts on CUDA; try it with "
-                          "`python -m evaluate.capabilities --probe` on the GPU, or use engine=hf")
+                          "`python -m evaluate.capabilities probe=true` on the GPU, or use engine=hf")
 
 
 def cuda_kv_rule(kv: str, cc: Capability, explicit: bool) -> Verdict:

@@ -4,7 +4,7 @@ library it loaded, which ops that library has and who runs an FP8 matmul.
 The vLLM engine asks this (VllmEngine.machine) and attaches the answer to
 the machine facts as `machine.engine("vllm")`; the rules in
 evaluate/engines/vllm.py decide from it. A machine without the record (a
-kind printed by `--machine`) is judged as if vLLM were installed."""
+kind printed by `machine=`) is judged as if vLLM were installed."""
 import re
 import tempfile
 from dataclasses import dataclass
