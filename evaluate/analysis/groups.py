@@ -2,11 +2,14 @@
 their intervals, rankings. Plain functions over `Row`s; the report's output
 modules only format what these return. Only rows with status "ok" enter a
 group; rows of different setups are never grouped together."""
+import functools
 import math
 import statistics
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from evaluate import engines
+from evaluate.engines import Engine
 from evaluate.metrics import t95
 from evaluate.results import Kind, Row
 from evaluate.scenarios import Scenario
@@ -297,22 +300,26 @@ def ordered_metrics(keys) -> list[str]:
     return [k for k in METRIC_ORDER if k in keys] + sorted(keys - set(METRIC_ORDER))
 
 
+@functools.cache
+def engine_class(name: str | None) -> type[Engine]:
+    """The engine class of a row's `engine`, which says what its rows mean;
+    the base Engine for a name without a config (test engines, old stores)."""
+    try:
+        return engines.get(name) if name else Engine
+    except UserError:
+        return Engine
+
+
 def kv_cache_bytes(row: Row) -> int | None:
     """The KV cache the engine allocated up front: what it reported
-    (`engine_memory`), else, for vLLM-CPU, its VLLM_CPU_KVCACHE_SPACE GiB,
-    whatever the batch. Part of the engine's peak memory. None elsewhere
-    (transformers grows its cache per request)."""
+    (`engine_memory`), else what its engine says the recorded environment
+    allocated (vLLM-CPU: VLLM_CPU_KVCACHE_SPACE GiB, whatever the batch).
+    Part of the engine's peak memory. None elsewhere (transformers grows its
+    cache per request)."""
     reported = (row.engine_memory or {}).get("kv_cache_bytes")
     if reported is not None:
         return int(reported)
-    space = row.engine_env.get("VLLM_CPU_KVCACHE_SPACE")
-    on_cpu = not row.hardware.get("accelerators")
-    if row.engine != "vllm" or not on_cpu or space in (None, ""):
-        return None
-    try:
-        return int(float(space) * 2 ** 30)
-    except ValueError:
-        return None
+    return engine_class(row.engine).preallocated_kv_cache_bytes(row.engine_env, row.hardware)
 
 
 def weight_memory_bytes(row: Row) -> int | None:

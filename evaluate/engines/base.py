@@ -144,6 +144,20 @@ class Engine:
             return kv
         return None if fmt.kv_cache else "none"
 
+    # ---- what a recorded row of this engine means (the report asks) -----------
+
+    @classmethod
+    def preallocated_kv_cache_bytes(cls, env: dict, hardware: dict) -> int | None:
+        """The KV cache this engine allocated up front, whatever the batch, as
+        its recorded `env` and `hardware` tell; None where it grows the cache
+        per request (or did not say)."""
+        return None
+
+    @classmethod
+    def compiles(cls, args: dict) -> bool:
+        """Whether a run with these recorded `engine.args` compiled the model."""
+        return bool(args.get("compile", False))
+
     # ---- engine-specific settings the callers ask for ------------------------
 
     @classmethod

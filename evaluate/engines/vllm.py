@@ -397,6 +397,22 @@ class VllmEngine(Engine):
         return f"{kv} (scale 1.0)" if kv.startswith("fp8") else kv
 
     @classmethod
+    def preallocated_kv_cache_bytes(cls, env: dict, hardware: dict) -> int | None:
+        """vLLM-CPU allocates its whole KV cache at start-up: VLLM_CPU_KVCACHE_SPACE GiB."""
+        space = env.get(KV_SPACE)
+        if hardware.get("accelerators") or space in (None, ""):
+            return None
+        try:
+            return int(float(space) * 2 ** 30)
+        except ValueError:
+            return None
+
+    @classmethod
+    def compiles(cls, args: dict) -> bool:
+        """vLLM compiles unless told `enforce_eager`."""
+        return not args.get("enforce_eager", False)
+
+    @classmethod
     def sized_env(cls, env: dict, target, args: dict, tokens: int | None) -> dict:
         """VLLM_CPU_KVCACHE_SPACE=auto: the whole GiB that hold `tokens` with
         headroom (at least 1); a value the user exported at launch stands."""

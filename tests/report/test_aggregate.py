@@ -1,6 +1,9 @@
 """evaluate/analysis/groups.py on its own: groups, stats, speed-ups and
 their intervals; and evaluate/report/labels.py."""
 import statistics
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -116,3 +119,29 @@ def test_bad_pareto_scenario_is_a_user_error_before_anything_is_written(tmp_path
     with pytest.raises(UserError, match="pareto_scenario=nope is not in the results; have: interactive, "):
         build_report(tmp_path / "results", tmp_path / "out", "t", pareto="nope")
     assert not (tmp_path / "out").exists()
+
+
+# --- the engine describes its rows ----------------------------------------------------------------------
+
+def test_the_engine_of_a_row_says_what_its_kv_cache_and_compile_settings_mean():
+    from evaluate.analysis.groups import engine_class, kv_cache_bytes
+    from evaluate.engines.base import Engine
+    from evaluate.engines.vllm import VllmEngine
+    from evaluate.report.layouts.oneline import compiled
+    vllm = base_row("original", "interactive")  # vLLM on a CPU, VLLM_CPU_KVCACHE_SPACE=4
+    assert engine_class("vllm") is VllmEngine
+    assert kv_cache_bytes(vllm) == 4 * 2 ** 30
+    assert kv_cache_bytes(vllm.but(hardware={**vllm.hardware, "accelerators": ["H100"]})) is None
+    assert compiled(vllm) and not compiled(vllm.but(engine_args={"enforce_eager": True}))
+    # a name without a conf/engine/ config (a test engine, an old store): the base Engine's neutral answers
+    other = vllm.but(engine="dummy_engine_of_an_old_store", engine_args={"compile": True})
+    assert engine_class(other.engine) is Engine and kv_cache_bytes(other) is None and compiled(other)
+    assert kv_cache_bytes(vllm.but(engine="hf")) is None and not compiled(vllm.but(engine="hf"))
+
+
+def test_importing_the_vllm_engine_does_not_import_vllm():
+    code = "import sys, evaluate.engines.vllm; print(sorted(m for m in sys.modules if m.split('.')[0] == 'vllm'))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

@@ -1,7 +1,7 @@
 """`oneline`: the torchao-style line per result group (scenario × recipe ×
 artifact × engine × setup), then the command that reproduces it when the row
 carries one."""
-from evaluate.analysis.groups import Group, scenarios
+from evaluate.analysis.groups import Group, engine_class, scenarios
 from evaluate.report.formatting import MISSING, fmt_fixed, gb
 from evaluate.report.layouts.common import result_label
 from evaluate.results import Row
@@ -46,10 +46,8 @@ def kv_quant(row: Row) -> str:
 
 
 def compiled(row: Row) -> bool:
-    """vLLM compiles unless enforce_eager; other engines only when their args say `compile`."""
-    if row.engine == "vllm":
-        return not row.engine_args.get("enforce_eager", False)
-    return bool(row.engine_args.get("compile", False))
+    """As the row's engine reads its recorded args (vLLM: not `enforce_eager`; others: `compile`)."""
+    return engine_class(row.engine).compiles(row.engine_args)
 
 
 def device(row: Row) -> str:
