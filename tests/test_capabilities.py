@@ -213,12 +213,12 @@ def test_hf_serves_compressed_tensors_by_decompressing_and_says_so():
 
 
 def test_hf_needs_gptqmodel_for_legacy_formats(monkeypatch):
-    import transformers.utils as tu
-    monkeypatch.setattr(tu, "is_gptqmodel_available", lambda: False)
+    import transformers.utils
+    monkeypatch.setattr(transformers.utils, "is_gptqmodel_available", lambda: False)
     verdict, _ = decide("hf", fmt(W4A16, "float16", "gptq"), AVX512_BF16)
     assert not verdict and "gptqmodel" in verdict.reason and "engine=vllm" in verdict.reason
-    monkeypatch.setattr(tu, "is_gptqmodel_available", lambda: True)
-    monkeypatch.setattr(tu, "is_optimum_available", lambda: True)
+    monkeypatch.setattr(transformers.utils, "is_gptqmodel_available", lambda: True)
+    monkeypatch.setattr(transformers.utils, "is_optimum_available", lambda: True)
     assert decide("hf", fmt(W4A16, "float16", "gptq"), AVX512_BF16)[0]
 
 
