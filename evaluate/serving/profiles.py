@@ -54,9 +54,11 @@ class LoadProfile(Configurable):
         return str(outcome)
 
     def drain(self) -> float:
+        """Seconds the requests in flight get after max_seconds."""
         return float(self.max_seconds if self.drain_seconds is None else self.drain_seconds)
 
     def arrival_burstiness(self) -> float:
+        """The gamma shape of open-loop levels (unset: 1, Poisson arrivals)."""
         return float(self.burstiness or 1.0)
 
     def _check_burstiness(self) -> None:

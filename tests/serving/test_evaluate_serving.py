@@ -123,7 +123,8 @@ def test_a_profile_from_outside_conf_runs_its_levels_and_resumes(tmp_path, tiny_
     assert again.returncode == 0 and "nothing to do" in again.stdout + again.stderr
     assert len(rows(tmp_path)) == 3
     bad = evaluate(tmp_path, tiny_model, *args[:3], "load.count=0")
-    assert bad.returncode == 2 and last_line(bad.stderr) == "error: load=staircase: load.count must be at least 1, not 0"
+    assert bad.returncode == 2
+    assert last_line(bad.stderr) == "error: load=staircase: load.count must be at least 1, not 0"
 
 
 @pytest.mark.parametrize("args,message", [
