@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import hydra
 
 from evaluate.formats import DENSE, FP8, W4A16, W8A8_INT8, W8A16, YES, CheckpointFormat, Verdict
-from evaluate.engines.vllm_kernels import VllmKernels
+from evaluate.engines.vllm_kernels import KERNELS_BY_CPU_KIND
 from quantize.common.errors import UserError
 from quantize.common.machine import Machine
 from quantize.common.paths import CONF_DIR
@@ -41,19 +41,13 @@ TABLE_FORMATS = (
 )
 
 # Machines the rules are known for, to print the table of a kind you are not on.
-# The vLLM op lists are what each CPU kernel library was seen to hold; the
-# CUDA kinds are judged from the compute capability alone (vllm.py, _cuda_rule).
-_CPU_OPS = frozenset({"onednn_scaled_mm", "cpu_gemm_wna16", "fp8_scaled_mm_cpu"})
+# An x86 kind carries what vLLM's kernel library was seen to hold there; the
+# CUDA kinds are judged from the compute capability alone (vllm_cuda_rules.py).
 _AVX512 = frozenset({"avx2", "avx512f", "avx512_vnni"})
+_X86_KINDS = {"avx2": frozenset({"avx2"}), "avx512": _AVX512, "avx512_bf16": _AVX512 | {"avx512_bf16"},
+              "amx": _AVX512 | {"avx512_bf16", "amx_bf16", "amx_int8", "amx_tile"}}  # amx: an Intel Xeon, no AMX-FP8
 KNOWN_MACHINES = {
-    "avx2": Machine("x86_64", frozenset({"avx2"}), engines={
-        "vllm": VllmKernels(library="_C_AVX2", ops=frozenset({"onednn_scaled_mm"}))}),
-    "avx512": Machine("x86_64", _AVX512, engines={
-        "vllm": VllmKernels(library="_C_AVX512", ops=frozenset({"onednn_scaled_mm", "cpu_gemm_wna16"}))}),
-    "avx512_bf16": Machine("x86_64", _AVX512 | {"avx512_bf16"}, engines={
-        "vllm": VllmKernels(library="_C", ops=_CPU_OPS)}),
-    "amx": Machine("x86_64", _AVX512 | {"avx512_bf16", "amx_bf16", "amx_int8", "amx_tile"}, engines={
-        "vllm": VllmKernels(library="_C", ops=_CPU_OPS, fp8_gemm="ref:any")}),  # an Intel Xeon with AMX, no AMX-FP8
+    **{kind: Machine("x86_64", isa, engines={"vllm": KERNELS_BY_CPU_KIND[kind]}) for kind, isa in _X86_KINDS.items()},
     "arm_bf16": Machine("aarch64", frozenset({"asimd", "bf16"})),
     **{f"cuda_sm{a}{b}": Machine("x86_64", frozenset({"avx2"}), cuda=((a, b),))
        for a, b in ((7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (10, 0))},

