@@ -283,20 +283,24 @@ def print_servable(request: Request) -> int:
     return 0
 
 
+_asked_through_hydra: list[Request] = []   # what _hydra_main's jobs asked, answered once Hydra is done
+
+
 @hydra.main(config_path=str(CONF_DIR), config_name=CONFIG_NAME, version_base="1.3")
 def _hydra_main(cfg) -> None:
-    """Hydra's own flags (--help, --cfg job, --info ...) go through its main."""
+    """Hydra's own flags (--help, --cfg job, --config-dir ...) go through its main."""
     from hydra.core.hydra_config import HydraConfig
     try:
-        request = Request.from_cfg(cfg, list(HydraConfig.get().overrides.task))
+        _asked_through_hydra.append(Request.from_cfg(cfg, list(HydraConfig.get().overrides.task)))
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(e.exit_code) from None
-    raise SystemExit(answer(request))
 
 
 def run_hydra_main(overrides: list[str]) -> int:
-    """Hydra's main on these arguments (it reads sys.argv); its exit status."""
+    """Hydra's main on these arguments (it reads sys.argv); then the answer to
+    what it composed, outside Hydra's app (servable= composes configs of its own)."""
+    from hydra.core.global_hydra import GlobalHydra
     from quantize.common import config
     config.register()
     argv = sys.argv
@@ -307,7 +311,10 @@ def run_hydra_main(overrides: list[str]) -> int:
         return e.code if isinstance(e.code, int) else 1
     finally:
         sys.argv = argv
-    return 0
+        GlobalHydra.instance().clear()
+    requests = list(_asked_through_hydra)
+    _asked_through_hydra.clear()
+    return max((answer(request) for request in requests), default=0)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -465,3 +465,16 @@ def test_help_shows_the_groups_and_nothing_is_written_where_it_runs(tmp_path):
     table_run = run_cli("evaluate.capabilities", "machine=avx2", cwd=tmp_path, timeout=120)
     assert table_run.returncode == 0 and table_run.stdout.startswith("Machine: x86_64 CPU, ISA avx2;")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_hydras_own_flags_go_through_its_main_and_answer_the_same(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["machine=avx2"]) == 0
+    table_alone = capsys.readouterr().out
+    assert main(["--config-dir", str(tmp_path), "machine=avx2"]) == 0
+    assert capsys.readouterr().out == table_alone
+    assert main(["--cfg", "job", "machine=avx2"]) == 0
+    assert "machine: avx2" in capsys.readouterr().out.splitlines()
+    assert main(["--config-dir", str(tmp_path), "machine=avx2", "probe=true"]) == 2
+    assert capsys.readouterr().err == "error: probe=true runs on this machine; drop machine=\n"
+    assert list(tmp_path.iterdir()) == []
