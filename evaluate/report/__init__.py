@@ -1,57 +1,52 @@
-"""The report: results store -> `report.md`, `summary.csv`, `runs.csv` and
-PNG plots (`python -m evaluate.report`, see __main__.py).
+"""The report: results store -> the files of the layouts asked for
+(`python -m evaluate.report`, see __main__.py).
 
-`aggregate` groups ok rows and computes stats, speed-ups and rankings; each
-output is one module that only formats what it returns (`markdown`,
-`tables_csv`, `plots`; units and number formats in `formatting`). A new
-output format is one more module called from `build_report`. `layouts/`
-holds the other reports' tables (`layout=batch_table,...`), each written to
-`<layout>.md` from the same groups."""
-import importlib.util
-import logging
+evaluate.analysis computes (groups, stats, speed-ups, rankings, the serving
+analysis and the recommendation); everything here only formats what it
+returns: `labels` names the groups, `formatting` holds units and number
+formats, and each layout (conf/report/layout/) and output format of the
+summary (conf/report/output/) is a class named by its YAML's `_target_`
+(evaluate.report.config): adding one is one module and one YAML."""
 from pathlib import Path
 
+import yaml
+
 from evaluate import results
-from evaluate.report import layouts as layouts_mod
 from evaluate.analysis import analyse
-from evaluate.analysis.groups import pareto_scenario
-from evaluate.report.markdown import render_markdown
-from evaluate.report.plots import render_plots, render_serving_plots
-from evaluate.report.tables_csv import (
-    RUN_FIELDS, SERVING_FIELDS, SUMMARY_FIELDS, run_records, serving_records, summary_records, to_csv)
+from evaluate.report.config import Layout, OutputFormat, ReportConfig, build_choices
 from quantize.common.atomic import write_text
 from quantize.common.errors import UserError
+from quantize.common.paths import CONF_DIR
 
-log = logging.getLogger("quantbench.report")
+SUMMARY = "summary"
+
+
+def default_outputs() -> list[str]:
+    """The summary's formats when none are named: conf/report.yaml's `output`."""
+    return list(yaml.safe_load((CONF_DIR / "report.yaml").read_text())["output"])
 
 
 def build_report(results_dir: Path, out_dir: Path, title: str, pareto: str | None = None,
-                 layouts: tuple[str, ...] = (layouts_mod.SUMMARY,)) -> list[Path]:
-    """Write the files of every layout into `out_dir`; return their paths."""
-    layouts = layouts_mod.parse(",".join(layouts))  # fail on a bad name before reading anything
-    rows = results.read(results_dir) if Path(results_dir).is_dir() else []
+                 layouts: tuple[str, ...] = (SUMMARY,), outputs: tuple[str, ...] | None = None) -> list[Path]:
+    """The report as the command line writes it, by the names of conf/report/'s
+    layouts and output formats; return the paths written."""
+    return write_report(ReportConfig(
+        Path(results_dir), Path(out_dir), title, pareto, build_choices("layout", Layout, list(layouts) or [SUMMARY]),
+        build_choices("output", OutputFormat, default_outputs() if outputs is None else list(outputs))))
+
+
+def write_report(report: ReportConfig) -> list[Path]:
+    """Write the files of every layout into report.out_dir; return their paths,
+    the text files first (all rendered before any is written), then the plots."""
+    rows = results.read(report.results_dir) if report.results_dir.is_dir() else []
     if not rows:
-        raise UserError(f"no results in {results_dir}; run python -m evaluate first")
-    analysis = analyse(results_dir, rows)
-    speed, accuracy = analysis.speed, analysis.accuracy
-    summary = layouts_mod.SUMMARY in layouts
-    if summary and pareto is not None and speed:
-        pareto_scenario(speed, pareto)  # fail on a bad name before writing anything
-    written = {}
-    if summary:
-        written = {out_dir / "report.md": render_markdown(analysis, title),
-                   out_dir / "summary.csv": to_csv(summary_records(speed), SUMMARY_FIELDS),
-                   out_dir / "runs.csv": to_csv(run_records(rows), RUN_FIELDS)}
-        if any(r.kind == "serving" for r in rows):
-            written[out_dir / "serving.csv"] = to_csv(serving_records(rows), SERVING_FIELDS)
-    written |= {out_dir / f"{name}.md": layouts_mod.render(name, rows, speed, title)
-                for name in layouts if name != layouts_mod.SUMMARY}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for path, text in written.items():
-        write_text(path, text)
-    if summary and importlib.util.find_spec("matplotlib") is None:
-        # the tables are the report; a machine without matplotlib (a bare CUDA image) still gets them
-        log.warning("matplotlib is not installed: the report has no plots (bash scripts/setup.sh installs it)")
-        summary = False
-    plots = render_plots(speed, accuracy, out_dir, pareto) + render_serving_plots(analysis.serving, out_dir) if summary else []
-    return list(written) + plots
+        raise UserError(f"no results in {report.results_dir}; run python -m evaluate first")
+    analysis = analyse(report.results_dir, rows)
+    files: dict[str, str] = {}
+    for layout in report.layouts:
+        files |= layout.render(analysis, report)
+    report.out_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        write_text(report.out_dir / name, text)
+    return [report.out_dir / name for name in files] + [
+        path for layout in report.layouts for path in layout.draw(analysis, report)]

@@ -1,47 +1,107 @@
 """`python -m evaluate.report [results_dir=results] [out_dir=reports] [title=...] [pareto_scenario=<name>]
-[layout=summary,batch_table,context_table,oneline,length_grid]`
+[layout=[summary,batch_table,context_table,oneline,length_grid]] [output=[markdown,csv,png]]`
 
-key=value arguments like the two stages: results_dir holds results*.jsonl;
-out_dir gets report.md, summary.csv, runs.csv and the PNGs (layout `summary`,
-the default) and `<layout>.md` for every other layout asked for;
+Hydra overrides like the two stages, over conf/report.yaml (`--help` lists
+them and the groups): results_dir holds results*.jsonl; out_dir gets the
+files of every layout (conf/report/layout/): `summary`, the default, writes
+the files of its output formats (conf/report/output/: report.md, summary.csv,
+runs.csv, serving.csv, the PNGs), every other layout `<layout>.md`;
 pareto_scenario is the scenario whose throughput the speed-vs-size and
-speed-vs-accuracy plots use (default: the first). An empty value keeps the
-default."""
+speed-vs-accuracy plots use (default: the first). Prints the files written,
+one per line. Writes nothing else: no .hydra/, no log.
+
+The spelling before Hydra, `layout=a,b` and `key=` (empty: the default),
+works for one release with a deprecation line on stderr."""
 import sys
 
-from evaluate.report import build_report, layouts
+import hydra
+from hydra.core.hydra_config import HydraConfig
+
+from evaluate.report import write_report
+from evaluate.report.config import report_config, search_dirs
 from quantize.common.errors import UserError
-from quantize.common.paths import resolve
+from quantize.common.extensions import plain
+from quantize.common.paths import CONF_DIR
 
-DEFAULTS = {"results_dir": "results", "out_dir": "reports",
-            "title": "quantbench: quantized LLM benchmark report", "pareto_scenario": None,
-            "layout": layouts.SUMMARY}
+KEYS = ("results_dir", "out_dir", "title", "pareto_scenario", "layout", "output")
+LIST_KEYS = ("layout", "output")
+# Hydra's own flags; those in FLAGS_WITH_VALUE take the next argument too.
+HYDRA_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p")
+FLAGS_WITH_VALUE = ("--cfg", "-c", "--info", "-i", "--package", "-p")
+_exit_code = [0]  # what the Hydra task decided; hydra.main returns nothing
 
 
-def parse(argv: list[str]) -> dict:
-    """key=value arguments over DEFAULTS; anything else is a UserError naming the keys."""
-    options = dict(DEFAULTS)
+def check(argv: list[str]) -> None:
+    """Every argument is a Hydra flag or an override of a key of conf/report.yaml
+    (or of hydra.*); anything else is one line naming the keys."""
+    value_next = False
+    for arg in argv:
+        key = arg.lstrip("+~").partition("=")[0].split(".")[0].split("/")[0]
+        flag = arg.partition("=")[0]
+        if value_next or flag in HYDRA_FLAGS or ("=" in arg and (key in KEYS or key == "hydra")):
+            value_next = arg in FLAGS_WITH_VALUE
+            continue
+        raise UserError(f"unknown argument {arg!r}; python -m evaluate.report takes "
+                        f"{' '.join(f'{k}=' for k in KEYS)} (Hydra overrides; --help lists them)")
+
+
+def modernise(argv: list[str]) -> list[str]:
+    """The old spelling as Hydra overrides, one deprecation line per old
+    argument: `layout=a,b` -> `layout=[a,b]`, `key=` (empty) -> the default.
+    A value with a comma elsewhere (a title) is quoted, not swept."""
+    out = []
     for arg in argv:
         key, eq, value = arg.partition("=")
-        if not eq or key not in DEFAULTS:
-            raise UserError(f"unknown argument {arg!r}; python -m evaluate.report takes "
-                            f"{' '.join(f'{k}=' for k in DEFAULTS)}")
-        options[key] = value or DEFAULTS[key]
-    options["layout"] = layouts.parse(options["layout"])
-    return options
+        if eq and key in KEYS and value == "":
+            deprecated(arg, f"leave {key}= out for its default")
+            continue
+        if eq and key in LIST_KEYS and not value.startswith("["):
+            new = f"{key}=[{value}]"
+            if "," in value:
+                deprecated(arg, f"write {new}")
+            out.append(new)
+        elif eq and key in KEYS and key not in LIST_KEYS and "," in value and value[0] not in "'\"":
+            out.append(f"{key}='" + value.replace("\\", "\\\\").replace("'", "\\'") + "'")
+        else:
+            out.append(arg)
+    return out
+
+
+def deprecated(old: str, advice: str) -> None:
+    print(f"warning: {old!r} is the old spelling and stops working in the next release; {advice}", file=sys.stderr)
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="report", version_base="1.3")
+def _hydra_main(cfg) -> None:
+    try:  # the one conversion: from here down the report sees a ReportConfig
+        report = report_config(plain(cfg), search_dirs(HydraConfig.get().searchpath))
+        paths = write_report(report)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        _exit_code[0] = e.exit_code
+        return
+    for p in paths:
+        print(p)
+    _exit_code[0] = 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        options = parse(sys.argv[1:] if argv is None else argv)
-        paths = build_report(resolve(options["results_dir"]), resolve(options["out_dir"]), options["title"],
-                             options["pareto_scenario"], tuple(options["layout"]))
+        check(argv)
+        overrides = modernise(argv)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
-    for p in paths:
-        print(p)
-    return 0
+    program, sys.argv = sys.argv, [sys.argv[0], *overrides]
+    _exit_code[0] = 0
+    try:
+        _hydra_main()
+    except SystemExit as e:  # Hydra's --help and its own errors
+        return e.code if isinstance(e.code, int) else 1
+    finally:
+        sys.argv = program
+    return _exit_code[0]
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """report.md: header, summary, ranking, detailed runs, problems, accuracy
 and lm-eval sections, each rendered from the aggregated groups."""
 import json
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from evaluate.report.formatting import (
     MISSING, fmt_fixed, fmt_number, header, inline_json, interval_text, mb, md_table, short, speedup_text)
 from evaluate.report.labels import in_table, labels, run_labels
 from evaluate.report.serving_markdown import render_serving
+from evaluate.report.config import OutputFormat, ReportConfig
 from evaluate.results import Row
 
 MEMORY_HEADER = "Peak memory (MB): weights + KV cache + runtime"
@@ -32,6 +34,14 @@ DETAIL_METRICS = (
     ("itl_ms_p50", "ITL p50 (ms)", 2), ("peak_memory_mb", MEMORY_HEADER, 1),
     ("weight_bandwidth_gb_s", "Weight bandwidth (GB/s)", 2),
 )
+
+
+@dataclass
+class Markdown(OutputFormat):
+    """report.md."""
+
+    def render(self, analysis: Analysis, report: ReportConfig) -> dict[str, str]:
+        return {"report.md": render_markdown(analysis, report.title)}
 
 
 def render_markdown(analysis: Analysis, title: str) -> str:

@@ -1,12 +1,17 @@
 """PNG plots: throughput per scenario (grouped and one per scenario), speed
 vs size and speed vs accuracy. matplotlib is imported only when plotting."""
+import importlib.util
+import logging
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
+from evaluate.analysis import Analysis
 from evaluate.analysis.groups import (
     Group, accuracy_of, by_throughput, headline_accuracy_keys, pareto_scenario, scenarios)
 from evaluate.analysis.load_levels import ServingAnalysis
+from evaluate.report.config import OutputFormat, ReportConfig
 from evaluate.report.formatting import header, mb, speedup_text
 from evaluate.report.labels import labels
 from evaluate.scenarios import Scenario
@@ -14,6 +19,20 @@ from evaluate.scenarios import Scenario
 LABEL_FONT = 8  # points
 THROUGHPUT_AXIS = "Output throughput (tok/s), mean"
 
+log = logging.getLogger("quantbench.report")
+
+
+@dataclass
+class Png(OutputFormat):
+    """The PNG plots; none, with one warning, where matplotlib is not installed."""
+
+    def draw(self, analysis: Analysis, report: ReportConfig) -> list[Path]:
+        if importlib.util.find_spec("matplotlib") is None:
+            # the tables are the report; a machine without matplotlib (a bare CUDA image) still gets them
+            log.warning("matplotlib is not installed: the report has no plots (bash scripts/setup.sh installs it)")
+            return []
+        return (render_plots(analysis.speed, analysis.accuracy, report.out_dir, report.pareto_scenario)
+                + render_serving_plots(analysis.serving, report.out_dir))
 
 def render_plots(speed: list[Group], accuracy: list[Group], out_dir: Path, wanted: str | None) -> list[Path]:
     """Write every plot the groups allow; return their paths."""

@@ -5,9 +5,12 @@ Named tables_csv so it never shadows the standard library's csv."""
 import csv
 import io
 import json
+from dataclasses import dataclass
 
+from evaluate.analysis import Analysis
 from evaluate.analysis.groups import Group, numeric_metrics, ordered_metrics
 from evaluate.report.formatting import mb
+from evaluate.report.config import OutputFormat, ReportConfig
 from evaluate.results import Row
 
 SUMMARY_FIELDS = ("scenario", "batch_size", "input_len", "output_len", "model_name", "recipe", "artifact_id",
@@ -18,6 +21,18 @@ SERVING_FIELDS = ("timestamp", "scenario", "input_len", "output_len", "model_nam
                   "slo")
 RUN_FIELDS = ("timestamp", "kind", "scenario", "batch_size", "input_len", "output_len", "model_name", "recipe",
               "artifact_id", "engine", "quant_format", "model_bytes", "run_index")
+
+
+@dataclass
+class Csv(OutputFormat):
+    """summary.csv and runs.csv; serving.csv where the store has serving rows."""
+
+    def render(self, analysis: Analysis, report: ReportConfig) -> dict[str, str]:
+        files = {"summary.csv": to_csv(summary_records(analysis.speed), SUMMARY_FIELDS),
+                 "runs.csv": to_csv(run_records(analysis.rows), RUN_FIELDS)}
+        if any(r.kind == "serving" for r in analysis.rows):
+            files["serving.csv"] = to_csv(serving_records(analysis.rows), SERVING_FIELDS)
+        return files
 
 
 def summary_records(speed: list[Group]) -> list[dict]:

@@ -198,13 +198,16 @@ def test_summary_is_todays_report(tmp_path):
     assert not (tmp_path / "default" / "context_table.md").exists()
 
 
-@pytest.mark.parametrize("value", ["bogus", "summary,bogus"])
+@pytest.mark.parametrize("value", ["bogus", "[summary,bogus]", "summary,bogus"])
 def test_an_unknown_layout_is_one_line_naming_the_choices(tmp_path, capsys, value):
     store(tmp_path / "results", main_rows())
     assert main([f"results_dir={tmp_path / 'results'}", f"out_dir={tmp_path / 'out'}", f"layout={value}"]) == 2
-    assert capsys.readouterr().err.splitlines() == [
-        "error: unknown layout 'bogus'; layout= takes one or several of summary, batch_table, context_table, "
-        "oneline, length_grid (comma-separated)"]
+    err = capsys.readouterr().err.splitlines()
+    old_spelling = value == "summary,bogus"  # it works, with a deprecation line first
+    assert len(err) == 1 + old_spelling and err[0].startswith("warning: ") == old_spelling
+    assert err[-1:] == [
+        "error: unknown layout 'bogus'; layout= takes one or several of batch_table, context_table, length_grid, "
+        "oneline, summary (conf/report/layout/), e.g. layout=[batch_table,context_table]"]
     assert not (tmp_path / "out").exists()
 
 

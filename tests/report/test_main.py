@@ -1,4 +1,4 @@
-"""evaluate/report/__main__.py: `python -m evaluate.report key=value ...`."""
+"""evaluate/report/__main__.py: `python -m evaluate.report key=value ...` (Hydra overrides)."""
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +11,8 @@ from .rows import PLOTS, main_rows, store
 
 ROOT = Path(__file__).resolve().parents[2]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-ACCEPTED = "python -m evaluate.report takes results_dir= out_dir= title= pareto_scenario= layout="
+ACCEPTED = ("python -m evaluate.report takes results_dir= out_dir= title= pareto_scenario= layout= output= "
+            "(Hydra overrides; --help lists them)")
 
 
 def test_cli_subprocess_takes_key_value_arguments(tmp_path):
@@ -34,6 +35,7 @@ def test_relative_dirs_are_taken_from_the_cwd(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main([]) == 0  # the defaults: results/ -> reports/
     assert (tmp_path / "reports" / "report.md").read_text().startswith("# quantbench: quantized LLM benchmark")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["reports", "results"]  # no .hydra/, no log
 
 
 @pytest.mark.parametrize("arg", ["resuls_dir=x", "--results-dir", "results", "--out-dir=x"])

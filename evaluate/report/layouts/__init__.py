@@ -1,36 +1,31 @@
-"""Report layouts (`python -m evaluate.report layout=a,b`): `summary` is
-report.md with the CSVs and plots (see build_report); every other layout is a
-module here whose `render(rows, speed)` returns the Markdown body of
-`<layout>.md`, in the style of one reference report. All of them read the same
-rows and aggregated groups: nothing is measured for a layout."""
-from evaluate.analysis.groups import Group
-from evaluate.report.layouts import batch_table, context_table, length_grid, oneline
+"""Report layouts (`python -m evaluate.report layout=[summary,batch_table]`):
+each is a `Layout` (evaluate.report.config) named by
+conf/report/layout/<name>.yaml. `summary` is report.md with the CSVs and
+plots (its output formats); the others here are `MarkdownLayout`s whose
+`body` is the Markdown of `<layout>.md`, in the style of one reference
+report. All of them read the same analysed rows and groups: nothing is
+measured for a layout."""
+from dataclasses import dataclass
+from typing import ClassVar
+
+from evaluate.analysis import Analysis
+from evaluate.report.config import Layout, ReportConfig
 from evaluate.report.markdown import distinct, hardware_text
-from evaluate.results import Row
-from quantize.common.errors import UserError
 
-SUMMARY = "summary"
-LAYOUTS = {"batch_table": batch_table, "context_table": context_table, "oneline": oneline,
-           "length_grid": length_grid}
-CHOICES = (SUMMARY, *LAYOUTS)
+NO_SPEED = "No speed results in this store: run python -m evaluate first."
 
 
-def parse(text: str) -> list[str]:
-    """`a,b` -> the layout names, in order, once each; an unknown name is a UserError naming the choices."""
-    names = list(dict.fromkeys(n.strip() for n in str(text).split(",") if n.strip())) or [SUMMARY]
-    unknown = [n for n in names if n not in CHOICES]
-    if unknown:
-        raise UserError(f"unknown layout {unknown[0]!r}; layout= takes one or several of "
-                        f"{', '.join(CHOICES)} (comma-separated)")
-    return names
-
-
-def render(name: str, rows: list[Row], speed: list[Group], title: str) -> str:
+@dataclass
+class MarkdownLayout(Layout):
     """`<name>.md`: the title, the hardware measured on, then the layout's tables."""
-    module = LAYOUTS[name]
-    lines = [f"# {title} — {module.SUBTITLE}", ""]
-    lines += [f"- Hardware: {hardware_text(hw)}" for hw in distinct(rows, "hardware")]
-    needs_speed = getattr(module, "NEEDS_SPEED", True)  # length_grid reads serving rows instead
-    body = (module.render(rows, speed) if speed or not needs_speed
-            else "No speed results in this store: run python -m evaluate first.")
-    return "\n".join(lines + ["", body]) + "\n"
+    subtitle: ClassVar[str] = ""
+    needs_speed: ClassVar[bool] = True   # False: rendered from other rows (length_grid reads serving rows)
+
+    def body(self, analysis: Analysis) -> str:
+        raise NotImplementedError
+
+    def render(self, analysis: Analysis, report: ReportConfig) -> dict[str, str]:
+        lines = [f"# {report.title} — {self.subtitle}", ""]
+        lines += [f"- Hardware: {hardware_text(hw)}" for hw in distinct(analysis.rows, "hardware")]
+        body = self.body(analysis) if analysis.speed or not self.needs_speed else NO_SPEED
+        return {f"{self.name}.md": "\n".join(lines + ["", body]) + "\n"}

@@ -2,9 +2,11 @@
 prompt shape, prefill latency (TTFT) and decode latency per token (TPOT) per
 batch size: avg, min, max, p50, p90, p99; one section per tensor-parallel size."""
 import statistics
+from dataclasses import dataclass
 
 from evaluate.analysis.groups import Group, numeric_metrics
 from evaluate.report.formatting import MISSING, fmt_fixed, md_table, short
+from evaluate.report.layouts import MarkdownLayout
 from evaluate.results import Row
 
 SUBTITLE = "prefill and decode latency per batch size"
@@ -14,6 +16,14 @@ HEADERS = ["Step", "Batch size", "Avg (ms)", "Min (ms)", "Max (ms)", "p50 (ms)",
 NOTE = ("Prefill = time to first token (TTFT); decode = time per output token after the first (TPOT). "
         "Avg, min and max are over the timed runs, of each run's mean over its requests; p50, p90 and p99 "
         f"are each run's percentiles over its requests, averaged over the runs. \"{MISSING}\" = not measured.")
+
+
+@dataclass
+class BatchTable(MarkdownLayout):
+    subtitle = SUBTITLE
+
+    def body(self, analysis) -> str:
+        return render(analysis.rows, analysis.speed)
 
 
 def render(rows: list[Row], speed: list[Group]) -> str:

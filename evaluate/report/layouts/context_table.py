@@ -1,8 +1,11 @@
 """`context_table`: the Qwen-style table. Batch-1 results, input length down
 the side, recipe × engine across (the engines of one artifact in adjacent
 columns), each cell output speed and peak memory; one table per output length."""
+from dataclasses import dataclass
+
 from evaluate.analysis.groups import Group, kv_cache_bytes, weight_memory_bytes
 from evaluate.report.formatting import MISSING, fmt_fixed, gb, md_table
+from evaluate.report.layouts import MarkdownLayout
 from evaluate.report.layouts.common import result_label
 from evaluate.results import Row
 
@@ -13,6 +16,14 @@ NOTE = ("Each cell: output tokens/s (generated tokens ÷ latency) · peak memory
         "vLLM pre-allocates its KV cache (`VLLM_CPU_KVCACHE_SPACE` on CPU, `gpu_memory_utilization` on "
         "GPUs), so its memory includes that whole cache at every input length{kv}; transformers grows its "
         f"cache with the context. \"{MISSING}\" = not measured.")
+
+
+@dataclass
+class ContextTable(MarkdownLayout):
+    subtitle = SUBTITLE
+
+    def body(self, analysis) -> str:
+        return render(analysis.rows, analysis.speed)
 
 
 def render(rows: list[Row], speed: list[Group]) -> str:

@@ -7,13 +7,15 @@ down the side, per metric the engines side by side:
 - ms per output token: mean end-to-end latency ÷ mean generated tokens per request.
 Each cell is the level of that column with the highest request throughput
 (its peak; client-bound levels left out), and the table says which level it was."""
+from dataclasses import dataclass
+
 from evaluate.analysis.groups import Group, aggregate
 from evaluate.report.formatting import MISSING, fmt_fixed, md_table
+from evaluate.report.layouts import MarkdownLayout
 from evaluate.report.layouts.common import result_label
 from evaluate.results import Row
 
 SUBTITLE = "serving throughput and latency per input × output length"
-NEEDS_SPEED = False   # rendered from serving rows
 NOTE = ("Per (input, output) length and column (artifact · engine), the load level with the highest request "
         "throughput; req/s = completed requests ÷ level duration; output tok/s = generated tokens ÷ duration; "
         "ms per token = mean end-to-end latency ÷ mean prompt + generated tokens per request; ms per output "
@@ -42,6 +44,15 @@ def level_text(row: Row) -> str:
     mode, level = load.get("mode"), load.get("level")
     return "synchronous" if mode == "synchronous" else f"{mode} {level:g}" if isinstance(level, (int, float)) \
         else str(mode or "?")
+
+
+@dataclass
+class LengthGrid(MarkdownLayout):
+    subtitle = SUBTITLE
+    needs_speed = False   # rendered from serving rows
+
+    def body(self, analysis) -> str:
+        return render(analysis.rows, analysis.speed)
 
 
 def render(rows: list[Row], speed: list[Group]) -> str:

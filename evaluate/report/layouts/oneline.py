@@ -1,8 +1,11 @@
 """`oneline`: the torchao-style line per result group (scenario × recipe ×
 artifact × engine × setup), then the command that reproduces it when the row
 carries one."""
+from dataclasses import dataclass
+
 from evaluate.analysis.groups import Group, engine_class, scenarios
 from evaluate.report.formatting import MISSING, fmt_fixed, gb
+from evaluate.report.layouts import MarkdownLayout
 from evaluate.report.layouts.common import result_label
 from evaluate.results import Row
 
@@ -15,6 +18,14 @@ NOTE = ("tok/s = output tokens/s; mem/s = weight bytes ÷ mean time per output t
 # Best instruction set first: the one the kernels most likely used.
 ISA_LABELS = (("amx_bf16", "amx"), ("avx512_bf16", "avx512_bf16"), ("avx512f", "avx512"), ("avx2", "avx2"),
               ("sve", "sve"), ("asimd", "neon"))
+
+
+@dataclass
+class OneLine(MarkdownLayout):
+    subtitle = SUBTITLE
+
+    def body(self, analysis) -> str:
+        return render(analysis.rows, analysis.speed)
 
 
 def render(rows: list[Row], speed: list[Group]) -> str:

@@ -1,0 +1,109 @@
+"""The report's typed config and its two extension points.
+
+`ReportConfig` is conf/report.yaml converted once by the entry point; nothing
+below it sees a DictConfig. `layout=[...]` and `output=[...]` name
+`Layout`s and `OutputFormat`s: each name is conf/report/<group>/<name>.yaml,
+or the same path under a `hydra.searchpath` folder, whose `_target_` names
+the class (quantize.common.extensions). Adding one is one module and one
+YAML; nothing here lists them."""
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import yaml
+
+from quantize.common import extensions
+from quantize.common.errors import UserError
+from quantize.common.paths import CONF_DIR, resolve
+
+GROUPS_DIR = "report"   # conf/report/<group>/<name>.yaml
+T = TypeVar("T")
+
+
+@dataclass
+class Layout(extensions.Configurable):
+    """One report written from the analysed store (`layout=<name>`).
+    `render` returns its text files (name in out_dir -> text), computed
+    before anything is written; `draw` writes the files it cannot return as
+    text (plots) afterwards and returns their paths."""
+    name: str = ""      # the name it was chosen by (its YAML's stem)
+
+    def render(self, analysis, report: "ReportConfig") -> dict[str, str]:
+        raise NotImplementedError
+
+    def draw(self, analysis, report: "ReportConfig") -> list[Path]:
+        return []
+
+
+@dataclass
+class OutputFormat(extensions.Configurable):
+    """One format of the summary layout (`output=<name>`): report.md, the CSVs, the PNGs."""
+    name: str = ""
+
+    def render(self, analysis, report: "ReportConfig") -> dict[str, str]:
+        return {}
+
+    def draw(self, analysis, report: "ReportConfig") -> list[Path]:
+        return []
+
+
+@dataclass
+class ReportConfig:
+    """What to report, and how: conf/report.yaml with the command line over it."""
+    results_dir: Path
+    out_dir: Path
+    title: str
+    pareto_scenario: str | None
+    layouts: list[Layout]
+    outputs: list[OutputFormat]
+
+
+def options(group: str, search_dirs: list[Path] = ()) -> dict[str, Path]:
+    """The choices of conf/report/<group>/ and of the search path's same folder
+    (name -> YAML), sorted; conf/ wins a name both have, as in Hydra."""
+    found: dict[str, Path] = {}
+    for root in [*search_dirs, CONF_DIR]:
+        found |= {p.stem: p for p in (root / GROUPS_DIR / group).glob("*.yaml")}
+    return dict(sorted(found.items()))
+
+
+def build_choices(group: str, base: type[T], names: list[str], search_dirs: list[Path] = ()) -> list[T]:
+    """The typed objects of the names chosen in a group, in order, once each;
+    an unknown name is one line naming the choices."""
+    known = options(group, search_dirs)
+    names = list(dict.fromkeys(str(n) for n in names))
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise UserError(f"unknown {group} {unknown[0]!r}; {group}= takes one or several of {', '.join(known)} "
+                        f"(conf/{GROUPS_DIR}/{group}/), e.g. {group}=[{','.join(list(known)[:2])}]")
+    return [build_one(known[n], base, f"conf/{GROUPS_DIR}/{group}/{n}.yaml") for n in names]
+
+
+def build_one(path: Path, base: type[T], where: str) -> T:
+    values = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(values, dict):
+        raise UserError(f"{where} is not a mapping; write `{extensions.TARGET}: <module>.<Class>`")
+    values.setdefault("name", path.stem)
+    return extensions.build(values, base, where)
+
+
+def search_dirs(entries) -> list[Path]:
+    """The folders of Hydra's search path entries (`file://<dir>`; other schemes have no folder)."""
+    return [Path(str(e).removeprefix("file://")) for e in entries or () if str(e).startswith("file://")]
+
+
+def report_config(values: dict, searched: list[Path] = ()) -> ReportConfig:
+    """conf/report.yaml's values (plain, resolved) as the typed ReportConfig;
+    relative folders are taken from the working directory."""
+    return ReportConfig(
+        results_dir=resolve(values["results_dir"]), out_dir=resolve(values["out_dir"]), title=str(values["title"]),
+        pareto_scenario=None if values.get("pareto_scenario") is None else str(values["pareto_scenario"]),
+        layouts=build_choices("layout", Layout, as_list(values.get("layout")), searched),
+        outputs=build_choices("output", OutputFormat, as_list(values.get("output")), searched))
+
+
+def as_list(value) -> list[str]:
+    """A list override (`[a,b]`), or one name."""
+    if value is None:
+        return []
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
