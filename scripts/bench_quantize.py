@@ -43,7 +43,9 @@ def phase_column(name: str) -> str:
 
 
 def shipped_recipes() -> list[str]:
-    return sorted(p.stem for p in (ROOT / "conf" / "recipe").glob("*.yaml") if p.stem != "file")
+    """Every `recipe=<name>` option, as the quantize CLI finds them."""
+    from quantize.common.recipe_choices import available
+    return [choice.name for choice in available()]
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:

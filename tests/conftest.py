@@ -16,13 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
-from quantize.common import atomic
+from quantize.common import atomic, recipe_choices
 from quantize.common.tiny_model import build_tiny_llama
 
 ROOT = Path(__file__).resolve().parents[1]
-CONF_RECIPES = ROOT / "conf" / "recipe"
 RECIPES_DIR = ROOT / "recipes"
 TINY_NAME = "tiny-llama"  # dir name of the tiny model = `model.name` (basename)
 # Small calibration keeps each quantize run ~10 s on the tiny model.
@@ -47,14 +45,14 @@ quant_stage:
 
 
 def shipped_recipes() -> list[str]:
-    """Every recipe preset in conf/recipe/, except the `file` fallback option."""
-    return sorted(p.stem for p in CONF_RECIPES.glob("*.yaml") if p.stem != "file")
+    """Every `recipe=<name>` option, as the CLI finds them (presets in
+    conf/recipe/ and YAML files in recipes/), in name order."""
+    return [choice.name for choice in recipe_choices.available()]
 
 
 def recipe_source(name: str) -> Path:
-    """The llm-compressor recipe file a shipped preset points at."""
-    cfg = yaml.safe_load((CONF_RECIPES / f"{name}.yaml").read_text())
-    return Path(str(cfg["path"]).replace("${qb_root:}", str(ROOT)))
+    """The llm-compressor recipe file the option `recipe=<name>` applies."""
+    return Path(recipe_choices.find(name).path)
 
 
 def sparse_recipes() -> list[str]:
@@ -235,7 +233,8 @@ def build_artifact(tiny_model, session_workdir, session_artifacts_dir, shared_di
     def build(recipe: str) -> Artifact:
         with shared_lock(shared_dir, "artifacts"):
             if load(recipe) is None:
-                shipped = shipped_recipes()
+                with shared_lock(shared_dir, "recipes-dir"):  # not while a test's own recipe is in recipes/
+                    shipped = shipped_recipes()
                 batch = [r for r in shipped if load(r) is None] if recipe in shipped else [recipe]
                 proc = run_quantize("-m", f"recipe={','.join(batch)}", f"model={tiny_model}", *SMALL_CALIB,
                                     f"artifacts_dir={session_artifacts_dir}", cwd=session_workdir)

@@ -27,3 +27,43 @@ def test_group_options_on_hydra_search_path_are_known(tmp_path):
     with pytest.raises(SystemExit) as e:
         check_group_options(["engine=mine"])
     assert e.value.code == 2
+
+
+@pytest.fixture
+def recipe_dirs(tmp_path, monkeypatch):
+    """A conf/recipe/ and a recipes/ of the test's own: two presets (one the
+    `file` fallback), a recipe with a preset and one dropped in without."""
+    from quantize.common import recipe_choices
+    presets, recipes = tmp_path / "conf" / "recipe", tmp_path / "recipes"
+    presets.mkdir(parents=True)
+    recipes.mkdir()
+    (presets / "described.yaml").write_text(
+        "name: described\npath: ${qb_root:}/recipes/w4a16_rtn.yaml\ndescription: with a preset\n")
+    (presets / "file.yaml").write_text("name: ${stem:${.path}}\npath: ???\ndescription: user recipe\n")
+    (recipes / "described.yaml").write_text("{}\n")
+    (recipes / "my_own_scheme.yaml").write_text("{}\n")
+    monkeypatch.setattr(recipe_choices, "PRESETS_DIR", presets)
+    monkeypatch.setattr(recipe_choices, "RECIPES_DIR", recipes)
+    return recipes
+
+
+def test_recipe_choices_are_the_presets_and_the_recipes_dir(recipe_dirs):
+    """A YAML dropped into recipes/ is an option under its stem, whatever its
+    name; a preset describes its recipe; `file` is no option of its own."""
+    from quantize.common.paths import PROJECT_ROOT
+    from quantize.common.recipe_choices import RecipeChoice, available, find
+    assert available() == [
+        RecipeChoice("described", str(PROJECT_ROOT / "recipes" / "w4a16_rtn.yaml"), "with a preset"),
+        RecipeChoice("my_own_scheme", str(recipe_dirs / "my_own_scheme.yaml")),
+    ]
+    assert find("my_own_scheme").path == str(recipe_dirs / "my_own_scheme.yaml")
+    assert find("file") is None and find("nope") is None
+
+
+def test_the_cli_lists_the_same_recipe_choices(recipe_dirs, capsys):
+    from quantize.common.config import check_group_options
+    check_group_options(["recipe=my_own_scheme"])  # no exit: an option
+    with pytest.raises(SystemExit) as e:
+        check_group_options(["recipe=nope"])
+    assert e.value.code == 2
+    assert "my_own_scheme" in capsys.readouterr().err

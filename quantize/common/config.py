@@ -1,15 +1,16 @@
-"""Hydra plumbing shared by both stages: resolvers, recipe discovery, and the
-path shorthands (`model=/some/dir`, `recipe=my.yaml`, `calibration=data.jsonl`,
+"""Hydra plumbing shared by both stages: resolvers, the recipe options (from
+recipe_choices), and the path shorthands (`model=/some/dir`, `recipe=my.yaml`, `calibration=data.jsonl`,
 `scenario=my.yaml`)."""
 import os
 import sys
 from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import OmegaConf
 
 from quantize.common.hub import is_repo_id
-from quantize.common.paths import CACHE_DIR, CONF_DIR, PROJECT_ROOT, RECIPES_DIR
+from quantize.common.paths import CONF_DIR
+from quantize.common.recipe_choices import available, has_preset
+from quantize.common.resolvers import register_resolvers
 
 # Config groups whose value may also be a filesystem path; the shorthand maps
 # `group=<path>` to `group=<fallback option> group.path=<path>`.
@@ -20,23 +21,15 @@ PASS_THROUGH = ("engine.args.", "engine.env.", "lm_eval.model_args.")
 
 
 def register() -> None:
-    """Idempotent: resolvers for config files, and every recipes/*.yaml as a
-    `recipe=<stem>` option, so adding a recipe is dropping one YAML file."""
-    resolvers = {
-        "qb_root": lambda: str(PROJECT_ROOT),
-        "qb_cache": lambda: str(CACHE_DIR),
-        "basename": lambda p: Path(str(p)).name,
-        "stem": lambda p: Path(str(p)).stem,
-    }
-    for name, fn in resolvers.items():
-        if not OmegaConf.has_resolver(name):
-            OmegaConf.register_new_resolver(name, fn)
+    """Idempotent: resolvers for config files, and every recipe option without
+    a conf/recipe/ preset (a YAML dropped into recipes/) as a `recipe=<stem>`
+    option, so adding a recipe is dropping one YAML file."""
+    register_resolvers()
     cs = ConfigStore.instance()
-    with_conf = {p.stem for p in (CONF_DIR / "recipe").glob("*.yaml")}
-    for path in sorted(RECIPES_DIR.glob("*.yaml")):
-        if path.stem not in with_conf:
-            cs.store(group="recipe", name=path.stem,
-                     node={"name": path.stem, "path": str(path), "description": ""})
+    for choice in available():
+        if not has_preset(choice.name):
+            cs.store(group="recipe", name=choice.name,
+                     node={"name": choice.name, "path": choice.path, "description": choice.description})
 
 
 def expand_path_shorthands(argv: list[str]) -> list[str]:
@@ -74,7 +67,7 @@ def check_group_options(argv: list[str]) -> None:
             continue
         known = {p.stem for folder in folders for p in folder.glob("*.yaml")}
         if key == "recipe":
-            known |= {p.stem for p in RECIPES_DIR.glob("*.yaml")}
+            known |= {choice.name for choice in available()}
         unknown = [name for name in value.split(",") if name not in known and name != "null"]
         if unknown:
             hint = " (or a path to a file)" if key in PATH_GROUPS else ""
