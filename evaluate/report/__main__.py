@@ -16,6 +16,8 @@ import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
 
 from evaluate.report import write_report
 from evaluate.report.config import report_config, search_dirs
@@ -48,7 +50,8 @@ def check(argv: list[str]) -> None:
 def modernise(argv: list[str]) -> list[str]:
     """The old spelling as Hydra overrides, one deprecation line per old
     argument: `layout=a,b` -> `layout=[a,b]`, `key=` (empty) -> the default.
-    A value with a comma elsewhere (a title) is quoted, not swept."""
+    A title or folder Hydra would read as something else (a comma: a sweep;
+    brackets, quotes) is quoted, so it stays the text typed."""
     out = []
     for arg in argv:
         key, eq, value = arg.partition("=")
@@ -60,11 +63,32 @@ def modernise(argv: list[str]) -> list[str]:
             if "," in value:
                 deprecated(arg, f"write {new}")
             out.append(new)
-        elif eq and key in KEYS and key not in LIST_KEYS and "," in value and value[0] not in "'\"":
+        elif eq and key in KEYS and key not in LIST_KEYS and not plain_value(arg):
             out.append(f"{key}='" + value.replace("\\", "\\\\").replace("'", "\\'") + "'")
         else:
             out.append(arg)
     return out
+
+
+def plain_value(override: str) -> bool:
+    """Whether Hydra reads `key=value` as one plain value (not a sweep, list or syntax error)."""
+    try:
+        parsed = OverridesParser.create().parse_override(override)
+    except HydraException:
+        return False
+    return not parsed.is_sweep_override() and isinstance(parsed.value(), (str, int, float, bool, type(None)))
+
+
+def parse_check(overrides: list[str]) -> None:
+    """An override Hydra's grammar cannot read is one line naming it (Hydra's own error is several)."""
+    parser = OverridesParser.create()
+    for arg in overrides:
+        if "=" in arg and not arg.startswith("-"):
+            try:
+                parser.parse_override(arg)
+            except HydraException as e:
+                raise UserError(f"cannot read {arg!r}: {str(e).splitlines()[0]} (Hydra's override grammar: "
+                                "quote a value with special characters, e.g. title='a [b]')") from None
 
 
 def deprecated(old: str, advice: str) -> None:
@@ -90,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check(argv)
         overrides = modernise(argv)
+        parse_check(overrides)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code

@@ -65,11 +65,18 @@ def test_the_old_spelling_works_with_one_deprecation_line(tmp_path, capsys):
         assert (tmp_path / "new" / name).read_text().startswith("# quantbench: quantized LLM benchmark report")
 
 
-def test_a_title_with_a_comma_is_a_title_not_a_sweep(tmp_path):
+def test_a_title_with_a_comma_or_brackets_is_the_text_typed(tmp_path):
     store(tmp_path / "results", main_rows())
-    assert main([f"results_dir={tmp_path / 'results'}", f"out_dir={tmp_path / 'out'}", "title=CPU, 2 cores",
+    assert main([f"results_dir={tmp_path / 'results'}", f"out_dir={tmp_path / 'out'}", "title=CPU, 2 cores [avx2]",
                  "layout=[oneline]"]) == 0
-    assert (tmp_path / "out" / "oneline.md").read_text().startswith("# CPU, 2 cores — ")
+    assert (tmp_path / "out" / "oneline.md").read_text().startswith("# CPU, 2 cores [avx2] — ")
+
+
+def test_an_override_hydra_cannot_read_is_one_line(tmp_path, capsys):
+    assert main([f"out_dir={tmp_path / 'out'}", "layout=[summary"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: cannot read 'layout=[summary': no viable alternative at input '[summary' (Hydra's override grammar: "
+        "quote a value with special characters, e.g. title='a [b]')"]
 
 
 def test_an_unknown_output_format_is_one_line_naming_the_choices(tmp_path, capsys):
