@@ -12,6 +12,7 @@ from typing import TypeVar
 
 import yaml
 
+from evaluate.analysis import Analysis
 from quantize.common import extensions
 from quantize.common.errors import UserError
 from quantize.common.paths import CONF_DIR, resolve
@@ -28,10 +29,10 @@ class Layout(extensions.Configurable):
     text (plots) afterwards and returns their paths."""
     name: str = ""      # the name it was chosen by (its YAML's stem)
 
-    def render(self, analysis, report: "ReportConfig") -> dict[str, str]:
+    def render(self, analysis: Analysis, report: "ReportConfig") -> dict[str, str]:
         raise NotImplementedError
 
-    def draw(self, analysis, report: "ReportConfig") -> list[Path]:
+    def draw(self, analysis: Analysis, report: "ReportConfig") -> list[Path]:
         return []
 
 
@@ -40,10 +41,10 @@ class OutputFormat(extensions.Configurable):
     """One format of the summary layout (`output=<name>`): report.md, the CSVs, the PNGs."""
     name: str = ""
 
-    def render(self, analysis, report: "ReportConfig") -> dict[str, str]:
+    def render(self, analysis: Analysis, report: "ReportConfig") -> dict[str, str]:
         return {}
 
-    def draw(self, analysis, report: "ReportConfig") -> list[Path]:
+    def draw(self, analysis: Analysis, report: "ReportConfig") -> list[Path]:
         return []
 
 
