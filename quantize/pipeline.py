@@ -83,23 +83,7 @@ def run(config: QuantizeConfig) -> Path:
     recipes.check_group_sizes(recipe, model)
 
     with staging_dir(out) as tmp:
-        if recipe.is_baseline:
-            with timer.phase("save"):
-                model.save_pretrained(tmp, safe_serialization=True)
-                (tmp / "recipe.yaml").write_text(recipe.text)
-        else:
-            import torch
-            saved_dtype, calib_dtype = model.dtype, identity["calibration_dtype"]
-            with timer.phase(f"oneshot (calibrate + quantize in {calib_dtype})"):
-                model.to(getattr(torch, calib_dtype))
-                _oneshot(model, tokenizer, recipe, calib, config.seed)
-                model.to(saved_dtype)  # the artifact keeps the checkpoint's dtype
-            with timer.phase("save"):
-                model.save_pretrained(tmp, save_compressed=True)
-                # llm-compressor's own dump holds !!python/tuple tags that safe
-                # YAML loaders reject: keep the exact source recipe instead.
-                (tmp / "recipe.yaml").write_text(recipe.text)
-        tokenizer.save_pretrained(tmp)
+        _quantize_and_save(model, tokenizer, inputs, tmp, timer)
         del model
         checks = {}
         if check:
@@ -109,6 +93,29 @@ def run(config: QuantizeConfig) -> Path:
         manifest.write(tmp, described)  # last: its presence means "complete"
     log.info("artifact %s written to %s (%.1f MB)", artifact_id, out, described.bytes_on_disk["total"] / 1e6)
     return out
+
+
+def _quantize_and_save(model, tokenizer, inputs: Inputs, tmp: Path, timer: Timer) -> None:
+    """The checkpoint, its recipe.yaml and tokenizer into `tmp`: the baseline
+    as loaded, else after oneshot in the calibration dtype."""
+    recipe = inputs.recipe
+    if recipe.is_baseline:
+        with timer.phase("save"):
+            model.save_pretrained(tmp, safe_serialization=True)
+            (tmp / "recipe.yaml").write_text(recipe.text)
+    else:
+        import torch
+        saved_dtype, calib_dtype = model.dtype, inputs.identity["calibration_dtype"]
+        with timer.phase(f"oneshot (calibrate + quantize in {calib_dtype})"):
+            model.to(getattr(torch, calib_dtype))
+            _oneshot(model, tokenizer, recipe, inputs.calib, inputs.config.seed)
+            model.to(saved_dtype)  # the artifact keeps the checkpoint's dtype
+        with timer.phase("save"):
+            model.save_pretrained(tmp, save_compressed=True)
+            # llm-compressor's own dump holds !!python/tuple tags that safe
+            # YAML loaders reject: keep the exact source recipe instead.
+            (tmp / "recipe.yaml").write_text(recipe.text)
+    tokenizer.save_pretrained(tmp)
 
 
 def _model_dir(path) -> Path:

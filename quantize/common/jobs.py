@@ -22,7 +22,11 @@ TIME_LIMIT = ("time limit: Slurm is about to stop the job (hydra.launcher.timeou
 
 
 def run_job(fn, cfg, needs_hub: bool = False):
-    """`needs_hub`: the job downloads from the Hugging Face hub (hub calibration
+    """Run `fn(cfg)`, the entry point's own function, on what Hydra composed:
+    run_job only wraps the entry (one-line errors, sweep failures) and reads
+    nothing of `cfg`; the entry converts it to typed objects.
+
+    `needs_hub`: the job downloads from the Hugging Face hub (hub calibration
     sets, lm-eval hub tasks); other jobs default to HF_HUB_OFFLINE=1 so they
     never wait on the network. A value the user set always wins."""
     if not needs_hub:
