@@ -207,17 +207,21 @@ def modern_overrides(argv: list[str]) -> list[str]:
         if flag not in LEGACY_FLAGS:
             out.append(arg)
             continue
+        values = [inline] if eq else []
+        if flag == "--cells":  # took every name after it, e.g. --cells vllm:W4A16 hf:W4A16
+            while rest and not rest[0].startswith("-") and "=" not in rest[0]:
+                values.append(rest.pop(0))
+        elif LEGACY_FLAGS[flag] is not None and not eq and rest:
+            values.append(rest.pop(0))
         if LEGACY_FLAGS[flag] is None:
             override = f"{flag[2:]}=true"
-        elif flag == "--cells":  # took every name after it, e.g. --cells vllm:W4A16 hf:W4A16
-            names = [inline] if eq else []
-            while rest and not rest[0].startswith("-") and "=" not in rest[0]:
-                names.append(rest.pop(0))
-            override = f"cells=[{','.join(names)}]"
+        elif flag in ("--cells", "--servable"):
+            override = LEGACY_FLAGS[flag] + f"[{','.join(values)}]"
         else:
-            value = inline if eq else (rest.pop(0) if rest else "")
-            override = LEGACY_FLAGS[flag] + (f"[{value}]" if flag == "--servable" else value)
-        print(f"warning: {flag} is deprecated and goes in the next release; pass {override}", file=sys.stderr)
+            override = LEGACY_FLAGS[flag] + "".join(values)
+        old = " ".join([flag, *values])
+        print(f"warning: {old!r} is the old spelling and stops working in the next release; write {override}",
+              file=sys.stderr)
         out.append(override)
     return out
 
