@@ -23,6 +23,7 @@ reference: the artifact's unquantized base model run in transformers.
 - recovery_pct: reference perplexity / artifact perplexity x 100;
   lastword_recovery_pct: artifact / reference last-word accuracy x 100.
 """
+import dataclasses
 import functools
 import hashlib
 import json
@@ -30,6 +31,7 @@ import logging
 import math
 import random
 import re
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -38,6 +40,7 @@ import numpy as np
 from quantize.common import atomic
 from quantize.common.checkpoint import weight_files
 from quantize.common.errors import UserError
+from quantize.common.extensions import Configurable
 from quantize.common.paths import CACHE_DIR, resolve
 
 log = logging.getLogger("quantbench.accuracy")
@@ -45,15 +48,55 @@ log = logging.getLogger("quantbench.accuracy")
 WORD = re.compile(r"^(.*\S)\s+([A-Za-z]+)[\W_]*$", re.S)
 
 
-def held_out_text(cfg) -> str:
-    if cfg.text == "austen":
+@dataclass
+class LastWordConfig(Configurable):
+    """accuracy.lastword: the last-word task's size."""
+    num_items: int
+    min_words: int
+    context_tokens: int
+
+
+@dataclass
+class AccuracyConfig(Configurable):
+    """The accuracy group (conf/accuracy/<name>.yaml) of an enabled pass; the
+    definitions of what it measures are this module's docstring."""
+    name: str
+    text: str                        # austen, or a local .txt file
+    books: list[str]                 # with text=austen
+    num_windows: int
+    window_len: int
+    top_k: int
+    lastword: LastWordConfig
+    reference: str | None = None     # None: the artifact's base model
+    reference_device: str = "cpu"
+    enabled: bool = True
+
+    @classmethod
+    def from_group(cls, values: dict) -> "AccuracyConfig | None":
+        """The group as a plain dict -> the typed config; None for accuracy=none."""
+        if not values.get("enabled"):
+            return None
+        values = dict(values)
+        if isinstance(values.get("lastword"), dict):
+            values["lastword"] = LastWordConfig.from_config(values["lastword"], "accuracy.lastword")
+        return cls.from_config(values, "accuracy")
+
+    def as_dict(self) -> dict:
+        """The group as rows record it (`accuracy_config`)."""
+        return dataclasses.asdict(self)
+
+
+def held_out_text(source) -> str:
+    """The held-out text of `source` (an AccuracyConfig or lm-eval's bundled
+    task: anything with `text` and `books`)."""
+    if source.text == "austen":
         from quantize.common.assets import AUSTEN_BOOKS, ensure_austen
-        unknown = sorted(set(cfg.books) - set(AUSTEN_BOOKS))
+        unknown = sorted(set(source.books) - set(AUSTEN_BOOKS))
         if unknown:
             raise UserError(f"unknown Austen book(s) {unknown}; choose from {list(AUSTEN_BOOKS)}")
         folder = ensure_austen()
-        return "\n\n".join((folder / f"{b}.txt").read_text() for b in cfg.books)
-    path = resolve(cfg.text)
+        return "\n\n".join((folder / f"{b}.txt").read_text() for b in source.books)
+    path = resolve(source.text)
     if not path.is_file():
         raise UserError(f"accuracy text {path} does not exist; set accuracy.text=austen or a local .txt file")
     return path.read_text()
@@ -132,24 +175,24 @@ class Reference:
             return logits.argmax(dim=-1).tolist()
 
 
-def needed_len(cfg) -> int:
+def needed_len(config: AccuracyConfig) -> int:
     """Context the engine needs for the accuracy requests: each prompt plus
     one generated token (last-word prompts end in a word of up to 16 tokens)."""
-    return max(int(cfg.window_len) + 1, int(cfg.lastword.context_tokens) + 16)
+    return max(int(config.window_len) + 1, int(config.lastword.context_tokens) + 16)
 
 
-def validate(cfg, target, max_model_len: int | None = None) -> None:
+def validate(config: AccuracyConfig, target, max_model_len: int | None = None) -> None:
     """Checks that need no engine, so bad input fails before anything starts."""
-    if target.max_context and int(cfg.window_len) > target.max_context:
-        raise UserError(f"accuracy.window_len={cfg.window_len} exceeds the model's context "
+    if target.max_context and int(config.window_len) > target.max_context:
+        raise UserError(f"accuracy.window_len={config.window_len} exceeds the model's context "
                         f"({target.max_context} tokens); lower it")
-    if max_model_len and needed_len(cfg) > int(max_model_len):
-        raise UserError(f"the accuracy requests need {needed_len(cfg)} tokens but engine.args.max_model_len is "
-                        f"{max_model_len}; raise it to at least {needed_len(cfg)}, lower accuracy.window_len, "
+    if max_model_len and needed_len(config) > int(max_model_len):
+        raise UserError(f"the accuracy requests need {needed_len(config)} tokens but engine.args.max_model_len is "
+                        f"{max_model_len}; raise it to at least {needed_len(config)}, lower accuracy.window_len, "
                         f"or pass accuracy=none")
-    held_out_text(cfg)
-    reference_path(target, cfg)
-    check_reference_device(str(cfg.get("reference_device") or "cpu"))
+    held_out_text(config)
+    reference_path(target, config)
+    check_reference_device(str(config.reference_device or "cpu"))
 
 
 def check_reference_device(device: str) -> None:
@@ -160,24 +203,24 @@ def check_reference_device(device: str) -> None:
                         "accuracy.reference_device=cpu (or auto)")
 
 
-def engine_pass(engine, cfg, tokenizer, seed: int) -> dict:
+def engine_pass(engine, config: AccuracyConfig, tokenizer, seed: int) -> dict:
     """Everything the engine must compute; the engine can be closed afterwards,
     so the reference model never competes with it for cores or memory."""
-    text = held_out_text(cfg)
-    wins = windows(tokenizer, text, int(cfg.num_windows), int(cfg.window_len))
-    items = lastword_items(tokenizer, text, int(cfg.lastword.num_items), int(cfg.lastword.min_words),
-                           int(cfg.lastword.context_tokens), seed)
-    log.info("accuracy: %d windows x %d tokens, %d last-word items", len(wins), cfg.window_len, len(items))
+    text = held_out_text(config)
+    wins = windows(tokenizer, text, int(config.num_windows), int(config.window_len))
+    items = lastword_items(tokenizer, text, int(config.lastword.num_items), int(config.lastword.min_words),
+                           int(config.lastword.context_tokens), seed)
+    log.info("accuracy: %d windows x %d tokens, %d last-word items", len(wins), config.window_len, len(items))
     return {"windows": wins, "items": items,
-            "window_logprobs": engine.prompt_logprobs(wins, int(cfg.top_k)),
+            "window_logprobs": engine.prompt_logprobs(wins, int(config.top_k)),
             "item_logprobs": engine.prompt_logprobs([p for p, _ in items], 1)}
 
 
-def score(passed: dict, target, cfg) -> dict:
+def score(passed: dict, target, config: AccuracyConfig) -> dict:
     """Compare the engine's logprobs with the reference model's distributions."""
     wins, items = passed["windows"], passed["items"]
-    ref_path = reference_path(target, cfg)
-    ref = Reference(ref_path, cfg.reference_device)
+    ref_path = reference_path(target, config)
+    ref = Reference(ref_path, config.reference_device)
     nll, ref_nll, kl, agree, scored = 0.0, 0.0, 0.0, 0, 0
     for ids, positions, ref_lp in zip(wins, passed["window_logprobs"], reference_window_log_probs(ref, wins)):
         for i in range(1, len(ids)):
@@ -199,14 +242,14 @@ def score(passed: dict, target, cfg) -> dict:
         "lastword_accuracy": acc, "reference_lastword_accuracy": ref_acc,
         "recovery_pct": 100 * ref_ppl / ppl,
         "lastword_recovery_pct": 100 * acc / ref_acc if ref_acc else None,
-        "scored_tokens": scored, "lastword_items": len(items), "top_k": int(cfg.top_k),
+        "scored_tokens": scored, "lastword_items": len(items), "top_k": int(config.top_k),
         "reference_dtype": str(ref.dtype).removeprefix("torch."),
     }
 
 
-def reference_path(target, cfg) -> Path:
-    if cfg.get("reference"):
-        path = resolve(cfg.reference)
+def reference_path(target, config: AccuracyConfig) -> Path:
+    if config.reference:
+        path = resolve(config.reference)
     elif target.manifest:
         path = Path(target.manifest.model.path)
     elif target.base_model:

@@ -5,14 +5,24 @@ import hydra
 
 from evaluate import hardware
 from quantize.common.config import prepare_argv
+from quantize.common.extensions import plain
 from quantize.common.jobs import run_job
 from quantize.common.paths import CONF_DIR
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="evaluate", version_base="1.3")
 def _hydra_main(cfg) -> None:
-    from evaluate import lmeval, pipeline
-    run_job(pipeline.run, cfg, needs_hub=lmeval.needs_hub(cfg.lm_eval))
+    from evaluate import lmeval
+    lm_eval = plain(cfg.lm_eval)
+    tasks = list(lm_eval.get("tasks") or []) if lm_eval.get("enabled") else None
+    run_job(_evaluate, cfg, needs_hub=lmeval.needs_hub(tasks))
+
+
+def _evaluate(cfg) -> None:
+    """The one conversion of the composed config: everything below takes the typed EvaluateConfig."""
+    from evaluate import pipeline
+    from evaluate.config import EvaluateConfig
+    pipeline.run(EvaluateConfig.from_cfg(cfg))
 
 
 def main() -> None:

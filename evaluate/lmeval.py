@@ -13,6 +13,7 @@ The bundled task `austen_lastword` works offline: LAMBADA-style last-word
 prediction (metrics acc and perplexity of the last word) on held-out Austen
 paragraphs, written as a local lm-eval task at run time.
 """
+import dataclasses
 import json
 import logging
 import os
@@ -21,13 +22,14 @@ import signal
 import subprocess
 import tempfile
 from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from omegaconf import OmegaConf
 
 from evaluate import accuracy
 from quantize.common.errors import UserError
+from quantize.common.extensions import Configurable
 from quantize.common.paths import PROJECT_ROOT, resolve
 from quantize.common.provenance import PACKAGES
 
@@ -41,21 +43,65 @@ VERSIONS_PROBE = ("import json, sys\nfrom importlib import metadata as m\nout = 
                   "    except m.PackageNotFoundError:\n        pass\nprint(json.dumps(out))")
 
 
-def venv_python(cfg) -> Path:
-    venv = resolve(cfg.venv) if cfg.get("venv") else PROJECT_ROOT / ".venv-lmeval"
+@dataclass
+class BundledTaskConfig(Configurable):
+    """lm_eval.austen_lastword: the passages of the bundled offline task."""
+    text: str                 # austen, or a local .txt file
+    books: list[str]
+    num_items: int
+    min_words: int
+
+
+@dataclass
+class LmEvalConfig(Configurable):
+    """The lm_eval group (conf/lm_eval/<name>.yaml) when tasks are to run."""
+    name: str
+    tasks: list[str]
+    venv: str | None = None               # None: <project>/.venv-lmeval
+    num_fewshot: int | None = None        # None: each task's own default
+    limit: int | None = None              # documents per task; None: all
+    batch_size: int | str = "auto"
+    apply_chat_template: bool = False
+    include_path: list[str] = field(default_factory=list)
+    model_args: dict = field(default_factory=dict)
+    austen_lastword: BundledTaskConfig | None = None
+    enabled: bool = True
+
+    @classmethod
+    def from_group(cls, values: dict) -> "LmEvalConfig | None":
+        """The group as a plain dict -> the typed config; None for lm_eval=none."""
+        if not values.get("enabled"):
+            return None
+        values = dict(values)
+        if isinstance(values.get("austen_lastword"), dict):
+            values["austen_lastword"] = BundledTaskConfig.from_config(values["austen_lastword"],
+                                                                      "lm_eval.austen_lastword")
+        return cls.from_config(values, "lm_eval")
+
+    def as_dict(self) -> dict:
+        """The group as rows record it (`lm_eval_config`): a preset without the
+        bundled task's settings records none."""
+        out = dataclasses.asdict(self)
+        if self.austen_lastword is None:
+            del out["austen_lastword"]
+        return out
+
+
+def venv_python(config: LmEvalConfig) -> Path:
+    venv = resolve(config.venv) if config.venv else PROJECT_ROOT / ".venv-lmeval"
     return venv / "bin" / "python"
 
 
-def validate(cfg, model: str) -> dict:
+def validate(config: LmEvalConfig, model: str) -> dict:
     """Fail before any engine starts; returns the lm-eval environment's
     versions. `model`: lm-eval's model name, also the package it needs."""
-    if not list(cfg.tasks or []):
+    if not list(config.tasks or []):
         raise UserError("lm_eval.tasks is empty; name lm-eval tasks, e.g. lm_eval.tasks=[gsm8k]")
-    for path in cfg.include_path or []:
+    for path in config.include_path or []:
         if not resolve(path).is_dir():
             raise UserError(f"lm_eval.include_path {resolve(path)} is not a folder; "
                             "give folders that hold lm-eval task YAMLs")
-    python = venv_python(cfg)
+    python = venv_python(config)
     if not python.is_file():
         raise UserError(f"no lm-eval environment at {python.parents[1]}; run `bash scripts/setup_lmeval.sh` "
                         "(it is kept apart from .venv because of the `evaluate` name clash)")
@@ -73,50 +119,51 @@ def validate(cfg, model: str) -> dict:
     return found
 
 
-def needs_hub(cfg) -> bool:
-    """Hub tasks download their datasets; the bundled task needs no network."""
-    return bool(cfg.get("enabled")) and set(cfg.tasks or []) != {BUNDLED_TASK}
+def needs_hub(tasks: list[str] | None) -> bool:
+    """Hub tasks download their datasets; the bundled task needs no network.
+    `tasks`: those to run (None: lm_eval=none)."""
+    return tasks is not None and set(tasks) != {BUNDLED_TASK}
 
 
-def label(cfg, task: str) -> str:
+def label(config: LmEvalConfig, task: str) -> str:
     """The scenario name of a task's row: task + shots (+ limit), so changing them
     is a new measurement rather than a completed one."""
-    shots = f"{cfg.num_fewshot}-shot" if cfg.num_fewshot is not None else "default shots"
-    return f"{task} ({shots}{f', limit {cfg.limit}' if cfg.limit else ''})"
+    shots = f"{config.num_fewshot}-shot" if config.num_fewshot is not None else "default shots"
+    return f"{task} ({shots}{f', limit {config.limit}' if config.limit else ''})"
 
 
-def row(base, cfg, task: str, engine: str):
+def row(base, config: LmEvalConfig, task: str, engine: str):
     """A task's row; `engine`: lm-eval's model name (the engine that ran it)."""
-    return base.but(kind="lm_eval", engine=engine, scenario=label(cfg, task), dataset=task,
+    return base.but(kind="lm_eval", engine=engine, scenario=label(config, task), dataset=task,
                     batch_size=None, input_len=None, output_len=None, run_index=0)
 
 
-def model_args(engine_model_args: dict, cfg) -> dict:
+def model_args(engine_model_args: dict, config: LmEvalConfig) -> dict:
     """lm-eval's model args: the engine's (Engine.lm_eval_model), then lm_eval.model_args."""
     args = dict(engine_model_args)
-    args |= {k: v for k, v in OmegaConf.to_container(cfg.model_args, resolve=True).items() if v is not None}
+    args |= {k: v for k, v in (config.model_args or {}).items() if v is not None}
     return args
 
 
-def run(cfg, target, model: str, args: dict, tasks: list[str], seed: int) -> dict:
+def run(config: LmEvalConfig, target, model: str, args: dict, tasks: list[str], seed: int) -> dict:
     """Run lm-eval's `model` with `args` on `tasks` (in the caller's environment);
     returns {task: {"metrics": ..., "n_samples": ..., ...}}."""
     with tempfile.TemporaryDirectory(prefix="quantbench-lm-eval-") as scratch:
         scratch = Path(scratch)
-        cmd = [str(venv_python(cfg)), "-m", "lm_eval", "--model", model,
+        cmd = [str(venv_python(config)), "-m", "lm_eval", "--model", model,
                "--model_args", ",".join(f"{k}={v}" for k, v in {"pretrained": target.path, **args}.items()),
-               "--tasks", ",".join(tasks), "--batch_size", str(cfg.batch_size),
+               "--tasks", ",".join(tasks), "--batch_size", str(config.batch_size),
                "--seed", str(seed), "--output_path", str(scratch / "out")]
-        if cfg.num_fewshot is not None:
-            cmd += ["--num_fewshot", str(cfg.num_fewshot)]
-        if cfg.limit:
-            cmd += ["--limit", str(cfg.limit)]
-        if cfg.apply_chat_template:
+        if config.num_fewshot is not None:
+            cmd += ["--num_fewshot", str(config.num_fewshot)]
+        if config.limit:
+            cmd += ["--limit", str(config.limit)]
+        if config.apply_chat_template:
             cmd += ["--apply_chat_template"]
-        if cfg.include_path or BUNDLED_TASK in tasks:
-            cmd += ["--include_path", str(_task_folder(scratch / "tasks", cfg, tasks, seed))]
+        if config.include_path or BUNDLED_TASK in tasks:
+            cmd += ["--include_path", str(_task_folder(scratch / "tasks", config, tasks, seed))]
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        if not needs_hub(cfg):  # nothing to download: fail fast instead of retrying a hub
+        if not needs_hub(list(config.tasks)):  # nothing to download: fail fast instead of retrying a hub
             env.setdefault("HF_HUB_OFFLINE", "1")
         status, last = _stream(cmd, cwd=scratch, env=env)
         _check_exit(status, last, scratch / "out")
@@ -182,23 +229,23 @@ def _metric_name(key: str) -> str:
     return name if filt in ("", "none") else f"{name}[{filt}]"
 
 
-def _task_folder(folder: Path, cfg, tasks: list[str], seed: int) -> Path:
+def _task_folder(folder: Path, config: LmEvalConfig, tasks: list[str], seed: int) -> Path:
     """lm-eval takes one --include_path: copies of the user's task folders, plus
     the bundled task when it is asked for."""
     folder.mkdir(parents=True)
-    for i, path in enumerate(cfg.include_path or []):
+    for i, path in enumerate(config.include_path or []):
         src = resolve(path)
         shutil.copytree(src, folder / f"{i}-{src.name}")
     if BUNDLED_TASK in tasks:
-        _write_bundled_task(folder / BUNDLED_TASK, cfg.austen_lastword, seed)
+        _write_bundled_task(folder / BUNDLED_TASK, config.austen_lastword, seed)
     return folder
 
 
-def _write_bundled_task(folder: Path, cfg, seed: int) -> None:
+def _write_bundled_task(folder: Path, config: BundledTaskConfig, seed: int) -> None:
     """austen_lastword as a local lm-eval task: a JSONL of held-out passages and its YAML."""
     folder.mkdir(parents=True)
-    text = accuracy.held_out_text(cfg)
-    passages = accuracy.lastword_passages(text, int(cfg.num_items), int(cfg.min_words), seed)
+    text = accuracy.held_out_text(config)
+    passages = accuracy.lastword_passages(text, int(config.num_items), int(config.min_words), seed)
     data = folder / f"{BUNDLED_TASK}.jsonl"
     data.write_text("".join(json.dumps({"context": c, "word": w}) + "\n" for c, w in passages))
     task = {

@@ -84,24 +84,26 @@ class RunPlan:
         return out
 
 
-def plan(cfg) -> RunPlan:
-    """The run settings of an evaluate config; bad values are one UserError line naming the fix."""
-    runs = _count_or_auto(cfg, "runs", 1, "runs=3 is typical, runs=auto adds runs until the interval is narrow")
-    warmup = _count_or_auto(cfg, "warmup_runs", 0, "warmup_runs=1 is typical, or warmup_runs=auto")
+def plan(settings: dict) -> RunPlan:
+    """The run settings of an evaluate config (its top-level keys runs,
+    warmup_runs, min_runs ... as a plain dict); bad values are one UserError
+    line naming the fix."""
+    runs = _count_or_auto(settings, "runs", 1, "runs=3 is typical, runs=auto adds runs until the interval is narrow")
+    warmup = _count_or_auto(settings, "warmup_runs", 0, "warmup_runs=1 is typical, or warmup_runs=auto")
     min_runs = max_runs = max_warmup = 0
     target = tolerance = 0.0
     if runs is None:
-        min_runs = _integer(cfg, "min_runs", 2, "runs=auto", "an interval needs two runs")
-        max_runs = _integer(cfg, "max_runs", min_runs, "runs=auto", f"at least min_runs={min_runs}")
-        target = _positive(cfg, "target_ci_pct", "the half-width of the 95% interval in % of the mean, e.g. 5")
+        min_runs = _integer(settings, "min_runs", 2, "runs=auto", "an interval needs two runs")
+        max_runs = _integer(settings, "max_runs", min_runs, "runs=auto", f"at least min_runs={min_runs}")
+        target = _positive(settings, "target_ci_pct", "the half-width of the 95% interval in % of the mean, e.g. 5")
     if warmup is None:
-        max_warmup = _integer(cfg, "max_warmup_runs", 2, "warmup_runs=auto", "stability compares two warm-up runs")
-        tolerance = _positive(cfg, "warmup_tolerance_pct", "e.g. 5")
+        max_warmup = _integer(settings, "max_warmup_runs", 2, "warmup_runs=auto", "stability compares two warm-up runs")
+        tolerance = _positive(settings, "warmup_tolerance_pct", "e.g. 5")
     return RunPlan(runs, min_runs, max_runs, target, warmup, tolerance, max_warmup)
 
 
-def _count_or_auto(cfg, key: str, least: int, hint: str) -> int | None:
-    value = cfg.get(key)
+def _count_or_auto(settings: dict, key: str, least: int, hint: str) -> int | None:
+    value = settings.get(key)
     if value == "auto":
         return None
     if isinstance(value, int) and not isinstance(value, bool) and value >= least:
@@ -109,15 +111,15 @@ def _count_or_auto(cfg, key: str, least: int, hint: str) -> int | None:
     raise UserError(f"{key}={value}: pass an integer >= {least} or auto ({hint})")
 
 
-def _integer(cfg, key: str, least: int, mode: str, why: str) -> int:
-    value = cfg.get(key)
+def _integer(settings: dict, key: str, least: int, mode: str, why: str) -> int:
+    value = settings.get(key)
     if isinstance(value, int) and not isinstance(value, bool) and value >= least:
         return value
     raise UserError(f"{key}={value} with {mode}: pass {key}=<an integer >= {least}> ({why})")
 
 
-def _positive(cfg, key: str, what: str) -> float:
-    value = cfg.get(key)
+def _positive(settings: dict, key: str, what: str) -> float:
+    value = settings.get(key)
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
     if not ok:
         raise UserError(f"{key}={value}: pass a number > 0 ({what})")

@@ -3,14 +3,30 @@ conf/scenario/, or anywhere (`scenario=/path/to/my.yaml` selects the `file`
 option with that path). A *set* file lists others under `include` (or
 `include: all`) and/or defines its own under `scenarios` (a list of
 {name, batch_size, input_len, output_len}); a set file's includes are looked
-up next to it first, then in conf/scenario/. Names are unique within a set."""
-from dataclasses import asdict, dataclass
+up next to it first, then in conf/scenario/. Names are unique within a set.
+
+The scenario group is an extension point like the others
+(quantize.common.extensions): the entry point builds the choice once into a
+typed `ScenarioChoice` (OneScenario, ScenarioSet, ScenarioFile, or any
+subclass a YAML names with `_target_`), whose `resolve()` gives the list of
+scenarios. A set computed by code (a grid, a ladder read from elsewhere) is
+one module with a ScenarioChoice subclass and one YAML naming it.
+
+Why `_target_` is optional here, unlike engines: scenario YAMLs are data
+that users write, pass by path and include from other sets, and every one of
+them predates `_target_`. So a YAML without it is read by what it holds (a
+set when it has `include` or `scenarios`, else one scenario) and data-only
+sets stay one YAML with nothing to name; conf/scenario/file.yaml names
+ScenarioFile, the one option whose meaning is code (read the file at `path`).
+"""
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import yaml
-from omegaconf import OmegaConf
 
+from quantize.common import extensions
 from quantize.common.errors import UserError
+from quantize.common.extensions import Configurable
 from quantize.common.paths import CONF_DIR, resolve as resolve_path
 
 SCENARIO_DIR = CONF_DIR / "scenario"
@@ -60,18 +76,102 @@ class Scenario:
         return f"{self.name}\nbs={self.batch_size} {self.input_len}→{self.output_len}"
 
 
-def resolve(cfg) -> list[Scenario]:
-    """The scenario config (a single scenario, a set, or a file given by
-    path) -> a list of scenarios."""
-    data, near = _config(cfg)
-    if not _is_set_data(data):
-        return [_from_dict(data)]
-    include = data.get("include") or []
-    names = _all_single() if include == "all" else include
-    if not isinstance(names, list):
-        raise UserError(f"scenario {data.get('name')}: include must be a list of scenarios or 'all', "
-                        f"not {include!r}")
-    return _unique(data.get("name"), [load(n, near) for n in names] + _inline(data))
+class ScenarioChoice(Configurable):
+    """Base of the scenario group's implementations: what `scenario=<name>`
+    chose, typed, before any file it names is read."""
+
+    def resolve(self) -> list[Scenario]:
+        """The scenarios to measure, in order."""
+        raise NotImplementedError
+
+    def is_set(self) -> bool:
+        """A set (several scenarios, rows that say `unsupported` instead of one
+        error line) rather than one scenario."""
+        return True
+
+
+@dataclass
+class OneScenario(ScenarioChoice):
+    """A single scenario's YAML. The shape is checked by resolve(), in the
+    words every scenario is checked in."""
+    name: str | None = None
+    batch_size: int | None = None
+    input_len: int | None = None
+    output_len: int | None = None
+
+    def resolve(self) -> list[Scenario]:
+        return [_from_dict({k: v for k, v in asdict(self).items() if v is not None})]
+
+    def is_set(self) -> bool:
+        return False
+
+
+@dataclass
+class ScenarioSet(ScenarioChoice):
+    """A set: others by name or path (`include`, or `include: all`) and its
+    own (`scenarios`, a list of mappings)."""
+    name: str | None = None
+    include: list | str | None = None
+    scenarios: list | None = None
+    near: str | None = None  # the folder includes are looked up in first (a set given by path)
+
+    def resolve(self) -> list[Scenario]:
+        names = _all_single() if self.include == "all" else (self.include or [])
+        if not isinstance(names, list):
+            raise UserError(f"scenario {self.name}: include must be a list of scenarios or 'all', "
+                            f"not {self.include!r}")
+        near = Path(self.near) if self.near else None
+        return _unique(self.name, [load(n, near) for n in names] + _inline(asdict(self)))
+
+
+@dataclass
+class ScenarioFile(ScenarioChoice):
+    """`scenario=<path>`: the file's own choice, with the command line's
+    `+scenario.<key>=` over its keys; named by its `name:`, else the file name."""
+    path: str
+    name: str | None = None
+    overrides: dict = field(default_factory=dict)  # every other key the composed group holds
+
+    @classmethod
+    def from_config(cls, values: dict, where: str) -> "ScenarioFile":
+        values = dict(values)
+        path, name = values.pop("path", None), values.pop("name", None)
+        if path is None:
+            raise UserError("scenario=file needs a path: pass scenario=<path to a scenario YAML>")
+        return cls(path=str(path), name=name, overrides=values)
+
+    def chosen(self) -> ScenarioChoice:
+        file = resolve_path(self.path)
+        data = _read(file)
+        data.setdefault("name", file.stem)
+        data.update(self.overrides)
+        choice = choose(data, str(file))
+        return replace(choice, near=str(file.parent)) if isinstance(choice, ScenarioSet) else choice
+
+    def resolve(self) -> list[Scenario]:
+        return self.chosen().resolve()
+
+    def is_set(self) -> bool:
+        return self.chosen().is_set()
+
+
+def choose(values: dict, where: str = "scenario") -> ScenarioChoice:
+    """The typed choice of a scenario YAML (a plain dict): the class its
+    `_target_` names, else what its keys hold (see the module docstring)."""
+    values = dict(values)
+    if extensions.TARGET not in values:
+        values[extensions.TARGET] = f"{__name__}.{(ScenarioSet if _is_set_data(values) else OneScenario).__name__}"
+    return extensions.build(values, ScenarioChoice, where)
+
+
+def resolve(choice: ScenarioChoice) -> list[Scenario]:
+    """The chosen scenario, set or file -> a list of scenarios."""
+    return choice.resolve()
+
+
+def is_set(choice: ScenarioChoice) -> bool:
+    """A scenario set (`include:` or `scenarios:`) rather than one scenario."""
+    return choice.is_set()
 
 
 def _is_set_data(data: dict) -> bool:
@@ -103,36 +203,15 @@ def load(name: str, near: Path | None = None) -> Scenario:
     return _from_dict(_load(name, near))
 
 
-def is_set(cfg) -> bool:
-    """A scenario set (`include:` or `scenarios:`) rather than one scenario."""
-    return _is_set_data(_config(cfg)[0])
-
-
-def _config(cfg) -> tuple[dict, Path | None]:
-    """The scenario config as a plain dict, and the folder a set's includes
-    are looked up in first. For the `file` option, the file's keys, with any
-    `+scenario.<key>=` of the command line over them, and the file's folder;
-    its name is the file's `name:`, else the file name without .yaml."""
-    keys = list(cfg.keys())
-    if "path" not in keys:
-        return {k: _plain(cfg[k]) for k in keys}, None
-    if OmegaConf.is_config(cfg) and OmegaConf.is_missing(cfg, "path"):
-        raise UserError("scenario=file needs a path: pass scenario=<path to a scenario YAML>")
-    path = cfg["path"]
-    file = resolve_path(str(path))
-    data = _read(file)
-    data.setdefault("name", file.stem)
-    data.update({k: _plain(cfg[k]) for k in keys if k not in ("name", "path")})
-    return data, file.parent
-
-
-def _plain(value):
-    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-
-
 def _all_single() -> list[str]:
     return [p.stem for p in sorted(SCENARIO_DIR.glob("*.yaml"))
-            if p.stem != FILE_OPTION and not _is_set_data(_read(p))]
+            if p.stem != FILE_OPTION and _is_single(_read(p))]
+
+
+def _is_single(data: dict) -> bool:
+    """One scenario's YAML: no set keys, and no `_target_` but OneScenario's."""
+    single = f"{__name__}.{OneScenario.__name__}"
+    return not _is_set_data(data) and data.get(extensions.TARGET, single) == single
 
 
 def _known() -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 from evaluate.formats import classify
 from quantize.common.errors import UserError
 from quantize.common.paths import resolve
-from quantize.common import manifest as manifest_mod
+from quantize.common import manifest
 from quantize.common.manifest import Manifest
 from quantize.common.checkpoint import check_weight_files, planned_quantization_config, weight_files
 from quantize.common.provenance import sha256_files
@@ -52,27 +52,38 @@ class NotBuilt(UserError):
     """recipe=<name> names an artifact that is not (completely) on disk."""
 
 
-def load(cfg) -> Target:
-    return from_path(_target_dir(cfg))
+@dataclass(frozen=True)
+class TargetConfig:
+    """What to open: model.path itself, or with a recipe the artifact
+    `python -m quantize` writes to <artifacts_dir>/<model name>/<recipe name>."""
+    model_name: str | None
+    model_path: str | None
+    recipe_name: str | None = None     # None: no recipe=, model_path is evaluated
+    recipe_path: str | None = None     # the recipe YAML, to plan an artifact not built yet
+    artifacts_dir: str = "artifacts"
 
 
-def planned(cfg, not_built: NotBuilt) -> Target | None:
+def load(config: TargetConfig) -> Target:
+    return from_path(_target_dir(config))
+
+
+def planned(config: TargetConfig, not_built: NotBuilt) -> Target | None:
     """The artifact `python -m quantize` would build for recipe=<name>: the
     model's config.json with the quantization_config llm-compressor resolves
     from the recipe. Enough for an engine to say whether it could serve it, so
     a recipe it cannot serve here gets that answer, not "quantize first".
     None when it cannot tell (no model on disk, a recipe that does not load)."""
-    model_dir = resolve(cfg.model.path)
+    model_dir = resolve(config.model_path)
     try:
-        config = json.loads((model_dir / "config.json").read_text())
-        q = planned_quantization_config(resolve(cfg.recipe.path))
+        model_config = json.loads((model_dir / "config.json").read_text())
+        q = planned_quantization_config(resolve(config.recipe_path))
     except Exception:  # quantize reports these itself, in its own words
         return None
     if q:
-        config["quantization_config"] = q
-    return Target(path=_artifact_dir(cfg), artifact_id=None, model_name=str(cfg.model.name),
-                  recipe=str(cfg.recipe.name), quant_format="not built", model_bytes=0,
-                  max_context=config.get("max_position_embeddings"), config=config,
+        model_config["quantization_config"] = q
+    return Target(path=_artifact_dir(config), artifact_id=None, model_name=str(config.model_name),
+                  recipe=str(config.recipe_name), quant_format="not built", model_bytes=0,
+                  max_context=model_config.get("max_position_embeddings"), config=model_config,
                   not_built=not_built, base_model=model_dir)
 
 
@@ -90,34 +101,34 @@ def from_path(path: Path) -> Target:
         config = json.loads(config_file.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise UserError(f"{config_file} is corrupt (not valid JSON: {e}); re-copy or re-create the checkpoint") from None
-    manifest = manifest_mod.read(path, fix=f"rebuild the artifact with `python -m quantize ... force=true` "
+    recorded = manifest.read(path, fix=f"rebuild the artifact with `python -m quantize ... force=true` "
                                         f"or delete {path / 'manifest.json'} to serve it as a plain checkpoint")
     check_weight_files(weights)
     q = config.get("quantization_config") or {}
-    common = dict(path=path, config=config, manifest=manifest,
+    common = dict(path=path, config=config, manifest=recorded,
                   model_bytes=sum(p.stat().st_size for p in weights),
                   max_context=config.get("max_position_embeddings"))
-    if manifest:
-        return Target(artifact_id=manifest.artifact_id, model_name=manifest.model.name,
-                      recipe=manifest.recipe.name, quant_format=manifest.quant_format, **common)
+    if recorded:
+        return Target(artifact_id=recorded.artifact_id, model_name=recorded.model.name,
+                      recipe=recorded.recipe.name, quant_format=recorded.quant_format, **common)
     # A plain checkpoint: its identity is the hash of its weights.
     return Target(artifact_id=sha256_files(weights)[:16], model_name=path.name,
                   recipe="original" if not q else "external",
                   quant_format=q.get("format") or q.get("quant_method") or "dense", **common)
 
 
-def _target_dir(cfg) -> Path:
-    if cfg.get("recipe"):
-        path = _artifact_dir(cfg)
-        if not (path / manifest_mod.FILE).is_file():
+def _target_dir(config: TargetConfig) -> Path:
+    if config.recipe_name is not None:
+        path = _artifact_dir(config)
+        if not (path / manifest.FILE).is_file():
             raise NotBuilt(f"no complete artifact at {path}; run `python -m quantize "
-                           f"recipe={cfg.recipe.name}` first (or pass model=<artifact dir>)")
+                           f"recipe={config.recipe_name}` first (or pass model=<artifact dir>)")
         return path
-    path = resolve(cfg.model.path)
+    path = resolve(config.model_path)
     if not path.exists():
         raise UserError(f"model {path} does not exist; pass model=<artifact dir> or a preset from conf/model/")
     return path
 
 
-def _artifact_dir(cfg) -> Path:
-    return resolve(cfg.artifacts_dir) / cfg.model.name / cfg.recipe.name
+def _artifact_dir(config: TargetConfig) -> Path:
+    return resolve(config.artifacts_dir) / str(config.model_name) / str(config.recipe_name)

@@ -33,9 +33,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evaluate import engines, scenarios, target as target_mod  # noqa: E402
+from evaluate import engines, scenarios  # noqa: E402
+from evaluate.target import Target, from_path  # noqa: E402
 from evaluate.metrics import mean_interval, median_interval, summarize  # noqa: E402
-from evaluate.pipeline import prompts  # noqa: E402
+from evaluate.batch import prompts  # noqa: E402
 from quantize.common.assets import SMOLLM2_DIR  # noqa: E402
 
 
@@ -47,12 +48,12 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", default=None, help="also write every pair's ratio and tok/s here")
 
 
-def engine_for(model: Path, wanted) -> tuple[target_mod.Target, engines.Engine]:
+def engine_for(model: Path, wanted) -> tuple[Target, engines.Engine]:
     """The vLLM engine as `python -m evaluate` configures it by default (conf/engine/vllm.yaml)
     for the `wanted` scenarios, prefix caching off."""
     conf = engines.config("vllm")
     cls = engines.get(conf)
-    target = target_mod.from_path(model)
+    target = from_path(model)
     args = {**conf["args"], "enable_prefix_caching": False}
     args["dtype"] = cls.choose_dtype(target.format, cls.machine(), args["dtype"])
     env = cls.sized_env(conf["env"], target, args, max(s.kv_tokens for s in wanted))

@@ -38,9 +38,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evaluate import engines, scenarios, target as target_mod  # noqa: E402
+from evaluate import engines, scenarios  # noqa: E402
+from evaluate.target import from_path  # noqa: E402
 from evaluate.metrics import mean_interval, summarize  # noqa: E402
-from evaluate.pipeline import prompts  # noqa: E402
+from evaluate.batch import prompts  # noqa: E402
 from quantize.common.paths import PROJECT_ROOT  # noqa: E402
 
 ARTIFACTS = PROJECT_ROOT / "artifacts" / "smollm2-135m-instruct"
@@ -72,7 +73,7 @@ def one_start(label: str, model: Path, scenario, runs: int, cache: Path, aot: bo
     """`aot`: with vLLM's own compile driver (VLLM_USE_AOT_COMPILE=1)."""
     conf = engines.config("vllm")
     cls = engines.get(conf)
-    target = target_mod.from_path(model)
+    target = from_path(model)
     args = dict(conf["args"])
     args["dtype"] = cls.choose_dtype(target.format, cls.machine(), args["dtype"])
     load0, files0 = load_avg(), cache_files(cache)

@@ -8,7 +8,6 @@ import subprocess
 from types import SimpleNamespace
 
 import pytest
-from omegaconf import OmegaConf
 
 from conftest import run_cli
 from evaluate import lmeval, results
@@ -107,11 +106,12 @@ def _user_task(folder):
 def _last_word_log_perplexity(model_dir, n: int) -> float:
     """-mean over items of log P(" word" | paragraph), in transformers, fp32."""
     import torch
-    from omegaconf import OmegaConf
+    import yaml
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from evaluate import accuracy
-    preset = OmegaConf.load(PROJECT_ROOT / "conf" / "lm_eval" / "austen_lastword.yaml").austen_lastword
+    bundled = yaml.safe_load((PROJECT_ROOT / "conf" / "lm_eval" / "austen_lastword.yaml").read_text())
+    preset = lmeval.BundledTaskConfig.from_config(bundled["austen_lastword"], "lm_eval.austen_lastword")
     passages = accuracy.lastword_passages(accuracy.held_out_text(preset), n, int(preset.min_words), seed=0)
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
@@ -136,8 +136,9 @@ while [ "$1" != --output_path ]; do shift; done
 {then}
 """.replace("WRITE", f"mkdir -p $2/m && echo '{json.dumps(results)}' > $2/m/results_1.json"))
     python.chmod(0o755)
-    cfg = OmegaConf.create({"venv": str(python.parents[1]), "tasks": ["t"], "batch_size": 1, "num_fewshot": None,
-                            "limit": None, "apply_chat_template": False, "include_path": [], "enabled": True})
+    cfg = lmeval.LmEvalConfig.from_group({"name": "fake", "venv": str(python.parents[1]), "tasks": ["t"],
+                                          "batch_size": 1, "num_fewshot": None, "limit": None,
+                                          "apply_chat_template": False, "include_path": [], "enabled": True})
     return lambda: lmeval.run(cfg, SimpleNamespace(path=str(tmp_path)), "vllm", {}, ["t"], 0)
 
 

@@ -74,7 +74,6 @@ def test_a_request_without_tokens_is_an_error():
 
 # ---------------------------------------------------------------- runs=auto / warmup_runs=auto (evaluate/precision.py)
 
-from omegaconf import OmegaConf  # noqa: E402
 
 from evaluate.metrics import mean_interval  # noqa: E402
 from evaluate.precision import CAP_REACHED, TARGET_MET, ci_pct, plan, stop_reason, warmed_up  # noqa: E402
@@ -111,8 +110,9 @@ def test_warm_up_stops_when_two_in_a_row_agree_or_at_the_cap():
 
 
 def settings(**over):
-    return OmegaConf.create({"runs": 3, "min_runs": 3, "max_runs": 10, "target_ci_pct": 5, "warmup_runs": 1,
-                             "warmup_tolerance_pct": 5, "max_warmup_runs": 5, **over})
+    """The top-level run keys as the entry point hands them to plan()."""
+    return dict({"runs": 3, "min_runs": 3, "max_runs": 10, "target_ci_pct": 5, "warmup_runs": 1,
+                             "warmup_tolerance_pct": 5, "max_warmup_runs": 5}, **over)
 
 
 def test_a_fixed_plan_measures_the_missing_indices_and_records_nothing():

@@ -5,6 +5,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from evaluate import scenarios
+from evaluate.config import scenario_choice
 from evaluate.scenarios import Scenario
 from quantize.common.config import expand_path_shorthands, register
 from quantize.common.errors import UserError
@@ -14,10 +15,10 @@ TINY = "name: my_tiny\nbatch_size: 2\ninput_len: 32\noutput_len: 16\n"
 
 
 def scenario_cfg(*overrides: str):
-    """cfg.scenario as `python -m evaluate <overrides>` composes it."""
+    """The typed scenario choice `python -m evaluate <overrides>` composes and converts."""
     register()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="evaluate", overrides=expand_path_shorthands(list(overrides))).scenario
+        return scenario_choice(compose(config_name="evaluate", overrides=expand_path_shorthands(list(overrides))).scenario)
 
 
 def test_a_name_loads_from_conf():
@@ -157,4 +158,47 @@ def test_a_bad_inline_set_is_one_line(tmp_path, body, match):
     (tmp_path / "bad.yaml").write_text(f"name: bad\n{body}")
     with pytest.raises(UserError, match=match) as e:
         scenarios.resolve(scenario_cfg(f"scenario={tmp_path / 'bad.yaml'}"))
+    one_line_error(e)
+
+
+GRID = '''"""A scenario set computed by code: every batch size with every input length."""
+from dataclasses import dataclass
+
+from evaluate.scenarios import Scenario, ScenarioChoice
+
+
+@dataclass
+class Grid(ScenarioChoice):
+    name: str
+    batch_sizes: list
+    input_lens: list
+    output_len: int
+
+    def resolve(self):
+        return [Scenario(f"b{b}_i{i}", b, i, self.output_len) for b in self.batch_sizes for i in self.input_lens]
+'''
+
+
+def test_a_scenario_set_computed_by_code_is_one_module_and_one_yaml(tmp_path, monkeypatch):
+    """The scenario group is an extension point: a YAML on Hydra's search path
+    names its class with `_target_`, nothing in evaluate/ lists it."""
+    (tmp_path / "grid_set.py").write_text(GRID)
+    (tmp_path / "scenario").mkdir()
+    (tmp_path / "scenario" / "grid.yaml").write_text(
+        "_target_: grid_set.Grid\nname: grid\nbatch_sizes: [1, 4]\ninput_lens: [8, 16]\noutput_len: 4\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    choice = scenario_cfg("scenario=grid", f"hydra.searchpath=[file://{tmp_path}]")
+    assert scenarios.is_set(choice)
+    assert [(s.name, s.batch_size, s.input_len) for s in scenarios.resolve(choice)] == [
+        ("b1_i8", 1, 8), ("b1_i16", 1, 16), ("b4_i8", 4, 8), ("b4_i16", 4, 16)]
+    # a set file that names a class which is not a scenario choice: one line naming the fix
+    (tmp_path / "scenario" / "bad.yaml").write_text("_target_: grid_set.Scenario\nname: bad\n")
+    with pytest.raises(UserError, match="is not a subclass of evaluate.scenarios.ScenarioChoice") as e:
+        scenario_cfg("scenario=bad", f"hydra.searchpath=[file://{tmp_path}]")
+    one_line_error(e)
+
+
+def test_the_file_option_without_a_path_names_the_fix():
+    with pytest.raises(UserError, match="scenario=file needs a path") as e:
+        scenario_cfg("scenario=file")
     one_line_error(e)

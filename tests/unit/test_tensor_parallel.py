@@ -5,6 +5,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from evaluate import pipeline
+from evaluate.config import EvaluateConfig
 from evaluate.engines import parallel
 from evaluate.engines.vllm import VllmEngine
 from evaluate.engines.vllm_server import VllmServerEngine
@@ -92,7 +93,7 @@ def planned(tiny_model, results_dir, tp: str):
         cfg = compose("evaluate", overrides=expand_path_shorthands([
             f"model={tiny_model}", "engine=vllm", f"engine.args.tensor_parallel_size={tp}", "accuracy=none",
             f"results_dir={results_dir}"]))
-    job, _, _ = pipeline._plan(cfg)
+    job, _, _ = pipeline._plan(EvaluateConfig.from_cfg(cfg))
     return job.base
 
 

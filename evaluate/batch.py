@@ -1,0 +1,112 @@
+"""Batch speed: a scenario's timed runs in one engine, each run one batch of
+`batch_size` requests of `input_len` random prompt tokens generating
+`output_len` tokens (warm-up, timed runs, summary per run, one `speed` row
+per run). The load profiles' counterpart is evaluate.serving.
+
+`job` is the evaluate pipeline's Job (duck-typed, as evaluate.serving reads
+it): plan, target, seed, speed_row, record, guarded."""
+import logging
+from typing import NamedTuple
+
+from evaluate import precision
+from evaluate.engines import Engine
+from evaluate.memory import PeakMemory
+from evaluate.metrics import summarize
+from evaluate.precision import HEADLINE
+from evaluate.results import Row
+from evaluate.scenarios import Scenario, random_prompts
+
+log = logging.getLogger("quantbench.evaluate")
+
+
+class Pending(NamedTuple):
+    """A scenario's timed runs still to measure, and the output throughputs of
+    its runs already stored in this setup (runs=auto continues from them)."""
+    indices: list[int]
+    prior: list[float]
+
+    @property
+    def owed(self) -> bool:
+        return bool(self.indices)
+
+    def failed_rows(self, job, s: Scenario) -> list[Row]:
+        return [job.speed_row(s, None)]
+
+    def measure(self, job, engine: Engine, s: Scenario) -> None:
+        _run_scenario(job, engine, s, self)
+
+
+def pending_runs(job, s: Scenario, stored: list[Row]) -> Pending:
+    """What scenario `s` still owes, given the ok rows already `stored`."""
+    key = job.speed_row(s, None).measurement_key()
+    prior = {r.run_index: r.metrics.get(HEADLINE) for r in stored
+             if r.measurement_key() == key and isinstance(r.run_index, int)}
+    values = [float(v) for _, v in sorted(prior.items()) if isinstance(v, (int, float))]
+    indices = job.plan.indices(prior, values)
+    if job.plan.auto and prior and not indices:
+        log.info("scenario %s: its %d stored runs already meet runs=auto (%s)", s.name, len(values),
+                 job.plan.stopped(values))
+    return Pending(indices, values)
+
+
+def _run_scenario(job, engine: Engine, s: Scenario, pending: Pending) -> None:
+    plan = job.plan
+    log.info("scenario %s: batch %d, %d in / %d out tokens, %s warm-up + %s timed runs", s.name, s.batch_size,
+             s.input_len, s.output_len, plan.warmup_runs if plan.warmup_runs is not None else "auto",
+             len(pending.indices) if not plan.auto else
+             f"auto ({plan.min_runs}-{plan.max_runs}, target ±{plan.target_ci_pct:g} %)")
+    vocab = int(job.target.config.get("vocab_size") or 10000)
+
+    def measure_all():
+        warmups = _warm_up(job, engine, s, vocab)
+        values = list(pending.prior)
+        for i in pending.indices:
+            metrics = _timed_run(job, engine, s, i, vocab)
+            values.append(metrics[HEADLINE])
+            record = plan.record(values, warmups)
+            job.record(job.speed_row(s, i), "ok", metrics=metrics, precision=record)
+            log.info("  run %d%s: %.1f tok/s out, latency %.2f s, TTFT %.0f ms%s", i + 1,
+                     f" (auto, at most {plan.max_runs})" if plan.auto else f"/{plan.runs}", metrics[HEADLINE],
+                     metrics["latency_s"], metrics["ttft_ms_mean"],
+                     f", 95% CI ±{record['achieved_ci_pct']:.1f} %" if plan.auto and len(values) > 1 else "")
+            if plan.stopped(values):
+                log.info("  runs=auto: %s after %d runs", plan.stopped(values), len(values))
+                break
+
+    job.guarded(job.speed_row(s, None), measure_all)
+
+
+def _warm_up(job, engine: Engine, s: Scenario, vocab: int) -> int:
+    """Untimed runs before the timed ones; with warmup_runs=auto, until the
+    throughput is stable. Returns how many ran."""
+    plan, seed = job.plan, job.seed
+    if plan.warmup_runs is not None:
+        for w in range(plan.warmup_runs):
+            engine.run(prompts(s, seed, -1 - w, vocab), s.output_len)
+        return plan.warmup_runs
+    speeds = []
+    while not precision.warmed_up(speeds, plan.warmup_tolerance_pct, plan.max_warmup_runs):
+        start, timings = engine.run(prompts(s, seed, -1 - len(speeds), vocab), s.output_len)
+        speeds.append(summarize(timings, start, job.target.model_bytes)[HEADLINE])
+    log.info("  warm-up: %d runs (%s tok/s)", len(speeds), ", ".join(f"{v:.1f}" for v in speeds))
+    return len(speeds)
+
+
+def _timed_run(job, engine: Engine, s: Scenario, i: int, vocab: int) -> dict:
+    target = job.target
+    with PeakMemory() as mem:
+        start, timings = engine.run(prompts(s, job.seed, i, vocab), s.output_len)
+    short = [t.output_tokens for t in timings if t.output_tokens != s.output_len]
+    if short:
+        raise RuntimeError(f"engine generated {short[0]} tokens instead of {s.output_len}")
+    metrics = summarize(timings, start, target.model_bytes) | mem.as_metrics()
+    metrics["model_bytes"] = target.model_bytes
+    return metrics
+
+
+def prompts(s, seed: int, run_index: int, vocab: int) -> list[list[int]]:
+    """Exactly input_len random token ids per request, fresh for every run
+    (so prefix caching cannot serve a timed run from the warm-up), drawn below
+    10000 as `vllm bench` does."""
+    return random_prompts([seed, run_index + 1000, s.batch_size, s.input_len],
+                                       s.batch_size, s.input_len, vocab)

@@ -1,0 +1,77 @@
+"""`python -m evaluate`'s config, typed: the entry point (evaluate.cli)
+converts Hydra's composed DictConfig once, here, and everything below it
+receives these objects. Bad values are one UserError line naming the fix."""
+from dataclasses import dataclass
+
+from omegaconf import OmegaConf
+
+from evaluate import engines, precision, scenarios
+from evaluate.accuracy import AccuracyConfig
+from evaluate.engines import EngineConfig
+from evaluate.lmeval import LmEvalConfig
+from evaluate.precision import RunPlan
+from evaluate.scenarios import ScenarioChoice
+from evaluate.target import TargetConfig
+from quantize.common.extensions import plain
+
+# The top-level keys that decide how many warm-up and timed runs a scenario gets.
+RUN_KEYS = ("runs", "min_runs", "max_runs", "target_ci_pct", "warmup_runs", "warmup_tolerance_pct",
+            "max_warmup_runs")
+
+
+@dataclass(frozen=True)
+class EvaluateConfig:
+    """One evaluate job: what to open, in which engine, what to measure, where to write."""
+    target: TargetConfig
+    engine: EngineConfig
+    scenario: ScenarioChoice
+    plan: RunPlan                         # warm-up and timed runs (fixed or auto)
+    accuracy: AccuracyConfig | None       # None: accuracy=none
+    lm_eval: LmEvalConfig | None          # None: lm_eval=none
+    load: dict | None                     # the load group (conf/load/), for evaluate.serving.run.configure
+    slo: dict | None                      # the slo group (conf/slo/), likewise
+    seed: int                             # prompt token ids are drawn from it (+ run index)
+    results_dir: str
+    results_per_process: bool
+    skip_completed: bool
+    trust_remote_code: bool
+    hardware: str | None                  # the conf/hardware/ profile the defaults came from
+
+    @classmethod
+    def from_cfg(cls, cfg) -> "EvaluateConfig":
+        """The composed `evaluate` config -> the typed one (the entry point's one conversion)."""
+        return cls(
+            target=target_config(cfg), engine=engines.build(cfg.engine), scenario=scenario_choice(cfg.scenario),
+            plan=precision.plan({key: cfg.get(key) for key in RUN_KEYS}),
+            accuracy=AccuracyConfig.from_group(plain(cfg.accuracy)),
+            lm_eval=LmEvalConfig.from_group(plain(cfg.lm_eval)),
+            load=_group(cfg, "load"), slo=_group(cfg, "slo"), seed=int(cfg.seed),
+            results_dir=str(cfg.results_dir), results_per_process=bool(cfg.results_per_process),
+            skip_completed=bool(cfg.skip_completed), trust_remote_code=bool(cfg.trust_remote_code),
+            hardware=cfg.hardware.name if cfg.get("hardware") else None)
+
+
+def target_config(cfg) -> TargetConfig:
+    """What a composed evaluate config opens (model=, recipe=, artifacts_dir);
+    also what `python -m evaluate.capabilities` plans recipes with."""
+    recipe = cfg.get("recipe")
+    return TargetConfig(model_name=_text(cfg.model.get("name")), model_path=_text(cfg.model.get("path")),
+                        recipe_name=str(recipe.name) if recipe else None,
+                        recipe_path=_text(recipe.get("path")) if recipe else None,
+                        artifacts_dir=str(cfg.artifacts_dir))
+
+
+def scenario_choice(node) -> ScenarioChoice:
+    """The composed scenario group -> its typed choice (files it names are read later)."""
+    if OmegaConf.is_config(node) and "path" in node.keys() and OmegaConf.is_missing(node, "path"):
+        values = {k: node[k] for k in node.keys() if k not in ("path", "name")}  # unset: name cannot resolve
+        return scenarios.choose({**plain(values), "path": None}, "scenario")
+    return scenarios.choose(plain(node), "scenario")
+
+
+def _group(cfg, key: str) -> dict | None:
+    return plain(cfg[key]) if cfg.get(key) is not None else None
+
+
+def _text(value) -> str | None:
+    return None if value is None else str(value)
