@@ -8,6 +8,8 @@ import pytest
 
 from conftest import run_cli, serve_verdict
 from evaluate import results
+from quantize.common.errors import UserError
+from quantize.common.paths import CONF_DIR, PROJECT_ROOT
 
 SMALL = ["calibration.num_samples=8", "calibration.max_seq_len=64"]
 
@@ -428,3 +430,60 @@ def test_sweeping_an_engine_setting_measures_each_setting(eval_artifacts, tmp_pa
     rows = results.read(tmp_path)
     assert sorted(r.engine_args["dtype"] for r in rows) == ["bfloat16", "float32"]
     assert len({r.setup_id for r in rows}) == 2 and all(r.status == "ok" for r in rows)
+
+
+# ---------------------------------------------------------------- typed config
+
+def _composed(*overrides: str):
+    from hydra import compose, initialize_config_dir
+
+    from quantize.common.config import register
+    register()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("evaluate", overrides=list(overrides))
+
+
+def test_the_entry_converts_the_config_once_into_typed_objects():
+    """Below the entry point every setting is a typed object; what rows record
+    of the accuracy and lm-eval groups is still the composed group itself."""
+    from omegaconf import OmegaConf
+
+    from evaluate.config import EvaluateConfig
+    from evaluate.engines import EngineConfig
+    from evaluate.scenarios import ScenarioSet
+    cfg = _composed("engine=openai", "lm_eval=austen_lastword", "recipe=w4a16_gptq", "runs=auto", "hardware=cpu")
+    config = EvaluateConfig.from_cfg(cfg)
+    assert isinstance(config.engine, EngineConfig) and config.engine.settings["allow_remote"] is False
+    assert config.target.recipe_name == "w4a16_gptq" and config.target.model_name == cfg.model.name
+    assert config.plan.auto and config.seed == 0 and config.hardware == "cpu"
+    assert isinstance(config.scenario, ScenarioSet) and config.scenario.name == "cpu"
+    assert config.accuracy.as_dict() == OmegaConf.to_container(cfg.accuracy, resolve=True)
+    assert config.lm_eval.as_dict() == OmegaConf.to_container(cfg.lm_eval, resolve=True)
+    hub = _composed("lm_eval=hub")
+    assert EvaluateConfig.from_cfg(hub).lm_eval.as_dict() == OmegaConf.to_container(hub.lm_eval, resolve=True)
+    off = EvaluateConfig.from_cfg(_composed("accuracy=none", "lm_eval=none"))
+    assert off.accuracy is None and off.lm_eval is None
+
+
+def test_a_misspelt_accuracy_key_is_one_line_naming_the_key():
+    from evaluate.config import EvaluateConfig
+    with pytest.raises(UserError, match="'windw_len' is not a setting of AccuracyConfig; did you mean window_len"):
+        EvaluateConfig.from_cfg(_composed("+accuracy.windw_len=3"))
+
+
+def test_no_function_below_the_entry_takes_the_composed_config():
+    """Only evaluate/cli.py and the converters in evaluate/config.py see Hydra's
+    DictConfig: the Job keeps none, and no function of the stage's modules
+    has a `cfg` parameter."""
+    import ast
+    import dataclasses
+
+    from evaluate import pipeline
+    assert "cfg" not in {f.name for f in dataclasses.fields(pipeline.Job)}
+    below = ["pipeline", "batch", "target", "precision", "scenarios", "accuracy", "lmeval", "results", "metrics",
+             "engines/__init__", "engines/base", "engines/parallel"]
+    for name in below:
+        tree = ast.parse((PROJECT_ROOT / "evaluate" / f"{name}.py").read_text())
+        takes = [f.name for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and "cfg" in [a.arg for a in f.args.args + f.args.kwonlyargs]]
+        assert not takes, f"evaluate/{name}.py: {takes} take a cfg"
