@@ -1,4 +1,9 @@
-"""One artifact x its scenarios x runs, in one engine, appended to the results store."""
+"""One artifact x its scenarios x runs, in one engine, appended to the results store.
+
+This module orchestrates: it plans the job from the typed EvaluateConfig
+(evaluate.config), starts the engine and hands each scenario to its room,
+evaluate.batch (timed batch runs) or evaluate.serving (load profiles), then
+accuracy and lm-eval."""
 import logging
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
