@@ -195,7 +195,8 @@ def _load_target(config: EvaluateConfig, store: Path) -> Target:
 def _record_unloadable(config: EvaluateConfig, store: Path, e: UserError) -> None:
     if in_multirun():
         row = Row(kind="speed", model_name=config.target.model_name, recipe=config.target.recipe_name,
-                  engine=config.engine.name, scenario=config.scenario.name, hardware_defaults=config.hardware)
+                  engine=config.engine.name, scenario=getattr(config.scenario, "name", None),
+                  hardware_defaults=config.hardware)
         _record(store, row, "failed", reason=str(e))
 
 
