@@ -95,7 +95,7 @@ def scenario_slo(rows: list[Row], sc: Scenario) -> SLO | None:
     stated = sorted((r for r in rows if r.kind == KIND and r.ok and scenario_of(r) == sc and r.slo),
                     key=lambda r: r.timestamp or "")
     for r in reversed(stated):
-        slo = SLO.from_cfg(r.slo)
+        slo = SLO.from_dict(r.slo)
         if slo is not None:
             return slo
     return None

@@ -31,7 +31,7 @@ def configure(load: dict | None, slo: dict | None, engine_cls,
     """(load profile, SLO) of the job from the `load` and `slo` groups as plain
     dicts, checked before any engine starts; (None, ...) for load=none and for
     an `only_with_server` profile with an in-process engine."""
-    slo = SLO.from_cfg(slo)
+    slo = SLO.from_dict(slo)
     if not load or load.get("name") in (None, "none"):
         return None, slo
     name = load["name"]

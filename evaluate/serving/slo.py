@@ -59,14 +59,14 @@ class SLO:
                 raise UserError(f"slo {self.name}: {metric}_ms must be a positive number of ms, not {bound}")
 
     @classmethod
-    def from_cfg(cls, cfg: dict | None) -> "SLO | None":
+    def from_dict(cls, values: dict | None) -> "SLO | None":
         """The `slo` config group as a plain dict (the entry converts it), or a
         row's `slo` -> an SLO; None for `name: none`, no config, or one that
         bounds nothing."""
-        if cfg is None:
+        if values is None:
             return None
-        known = {k: v for k, v in cfg.items() if k in cls.__dataclass_fields__}
-        unknown = sorted(set(cfg) - set(known))
+        known = {k: v for k, v in values.items() if k in cls.__dataclass_fields__}
+        unknown = sorted(set(values) - set(known))
         if unknown:
             raise UserError(f"slo: unknown key(s) {', '.join(unknown)}; an SLO takes "
                             f"{', '.join(cls.__dataclass_fields__)}")

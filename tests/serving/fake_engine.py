@@ -21,7 +21,7 @@ class FakeServerEngine(VllmServerEngine):
 
 ENGINE_YAML = """\
 name: fake_server
-impl: fake_engine.FakeServerEngine
+_target_: fake_engine.FakeServerEngine
 host: 127.0.0.1
 startup_timeout_s: 60
 fake_flags: {flags}

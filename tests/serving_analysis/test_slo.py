@@ -14,20 +14,20 @@ from quantize.common.paths import CONF_DIR
 # --- SLO configs ------------------------------------------------------------------------------------------
 
 def test_presets_load_and_none_means_no_slo():
-    presets = {p.stem: SLO.from_cfg(yaml.safe_load(p.read_text())) for p in (CONF_DIR / "slo").glob("*.yaml")}
+    presets = {p.stem: SLO.from_dict(yaml.safe_load(p.read_text())) for p in (CONF_DIR / "slo").glob("*.yaml")}
     assert presets["none"] is None
     cpu = presets["interactive_cpu"]
     assert (cpu.ttft_ms, cpu.tpot_ms, cpu.e2el_ms, cpu.percentile, cpu.min_recovery_pct) == (2000, 100, None, 90, 95)
     assert presets["interactive_gpu"].pct_key == "p99" and presets["batch"].limits() == {"e2el": 60000}
-    assert SLO.from_cfg(cpu.as_dict()) == cpu  # a row's `slo` reads back as the SLO it was judged against
-    assert SLO.from_cfg(None) is None and SLO.from_cfg({"name": "loose", "percentile": 90}) is None
+    assert SLO.from_dict(cpu.as_dict()) == cpu  # a row's `slo` reads back as the SLO it was judged against
+    assert SLO.from_dict(None) is None and SLO.from_dict({"name": "loose", "percentile": 90}) is None
 
 
 @pytest.mark.parametrize("cfg,message", [({"ttft": 10}, "unknown key"), ({"ttft_ms": 10, "percentile": 100}, "between"),
                                          ({"tpot_ms": -5}, "positive"), ({"tpot_ms": "fast"}, "slo")])
 def test_bad_slo_configs_are_one_line_errors(cfg, message):
     with pytest.raises(UserError, match=message):
-        SLO.from_cfg(cfg)
+        SLO.from_dict(cfg)
 
 
 @pytest.mark.parametrize("p,need", [(50, 20), (90, 100), (95, 200), (99, 1000), (99.9, 10000)])
