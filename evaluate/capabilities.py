@@ -118,8 +118,8 @@ def servable_recipes(recipes: list[str], overrides: list[str]) -> tuple[list[str
     before anything is quantized; and why not, for the others. A recipe whose
     format cannot be told is kept: quantize will say what is wrong with it."""
     from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
     from evaluate import engines, target
+    from evaluate.config import target_config
     from quantize.common import config
     from quantize.common.paths import CONF_DIR
     config.register()
@@ -130,15 +130,14 @@ def servable_recipes(recipes: list[str], overrides: list[str]) -> tuple[list[str
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         for name in recipes:
             cfg = compose("evaluate", overrides + [f"recipe={name}"])
-            planned = target.planned(cfg, target.NotBuilt(name))
-            engine_cfg = OmegaConf.to_container(cfg.engine, resolve=True)
-            engine = engines.get(engine_cfg)
-            verdict, _ = decide(engine_cfg["name"], planned.format, engine.machine(),
-                                engine_cfg.get("args")) if planned else (YES, None)
+            # converted at once: what the recipe would give, and the engine that would serve it
+            planned, engine = target.planned(target_config(cfg), target.NotBuilt(name)), engines.build(cfg.engine)
+            verdict, _ = decide(engine.name, planned.format, engine.engine.machine(),
+                                engine.args) if planned else (YES, None)
             if verdict:
                 servable.append(name)
             else:
-                refused[name] = f"{engine_cfg['name']} cannot serve {planned.format.label} here: {verdict.reason}"
+                refused[name] = f"{engine.name} cannot serve {planned.format.label} here: {verdict.reason}"
     return servable, refused
 
 
