@@ -166,8 +166,8 @@ class Request:
     def from_cfg(cls, cfg, overrides: list[str]) -> "Request":
         """The composed config and the overrides it came from -> the request;
         a combination that asks nothing sensible is one UserError line."""
-        request = cls(machine=None if cfg.machine is None else str(cfg.machine), probe=bool(cfg.probe), cells=_names(cfg.cells),
-                      facts_as_json=bool(cfg.json), servable=_names(cfg.servable),
+        request = cls(machine=None if cfg.machine is None else str(cfg.machine), probe=bool(cfg.probe),
+                      cells=_names(cfg.cells), facts_as_json=bool(cfg.json), servable=_names(cfg.servable),
                       evaluate_overrides=tuple(o for o in overrides if _key(o) not in OWN_KEYS))
         request.check()
         return request
