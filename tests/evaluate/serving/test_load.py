@@ -1,0 +1,187 @@
+"""The client and the load generator against the fake server (known latency
+law): counts and timings, the concurrency bound, max_requests and max_seconds,
+rate pacing, a server that dies, and slo_search's known right answer."""
+import asyncio
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from evaluate.serving import load
+from evaluate.serving.client import complete_all
+from evaluate.serving.load import Level, ServerDied
+from evaluate.serving.metrics import level_metrics
+from evaluate.serving.profiles import Concurrency, LoadProfile, SloSearch, Sweep, Synchronous
+from evaluate.serving.slo import SLO
+from quantize.common.errors import UserError
+from quantize.common.extensions import build
+
+LOAD_CONF = Path(__file__).resolve().parents[3] / "conf" / "load"
+
+PROMPT = list(range(100, 132))
+
+
+def run_level(server, level, n=8, output_len=4, max_seconds=30.0, drain=10.0, alive=None):
+    prompts = load.level_prompts(0, 1, n, len(PROMPT), 49152)
+    return load.run_level(server.base_url, "fake-model", level, prompts, output_len, max_seconds, drain,
+                          alive or server.alive, server_pid=server.proc.pid)
+
+
+def test_client_counts_tokens_from_usage_and_times_every_chunk(fake_server):
+    server = fake_server("--fixed-ms", "20", "--per-active-ms", "0")
+    (r,) = asyncio.run(complete_all(server.base_url, "fake-model", [PROMPT], 5))
+    assert r.success and r.error is None
+    assert (r.prompt_tokens, r.output_tokens, len(r.chunk_times)) == (len(PROMPT), 5, 5)
+    assert 0.018 < r.ttft_s < 0.2 and 0.018 < r.tpot_s < 0.2
+
+
+def test_a_failed_request_is_a_result_not_an_exception(fake_server):
+    (r,) = asyncio.run(complete_all("http://127.0.0.1:9/v1", "m", [PROMPT], 5))
+    assert not r.success and r.error and "Connect" in r.error
+    server = fake_server("--fail-from", "0", "--fail-to", "0")
+    (r,) = asyncio.run(complete_all(server.base_url, "m", [PROMPT], 5))
+    assert r.error.startswith("HTTP 500")
+
+
+def test_concurrency_holds_exactly_its_in_flight_count_and_max_requests(fake_server):
+    server = fake_server("--fixed-ms", "10", "--per-active-ms", "0")
+    run = run_level(server, Level("concurrency", 3), n=12)
+    assert len(run.results) == 12 and all(r.success for r in run.results)
+    assert server.stats()["peak_active"] == 3
+    assert run.stopped_by == "max_requests" and run.client_cpu_s is not None
+    assert run.server_peak_memory_bytes > 0
+
+
+def test_synchronous_sends_one_at_a_time(fake_server):
+    server = fake_server("--fixed-ms", "5")
+    run = run_level(server, Level("synchronous", None), n=5)
+    assert len(run.results) == 5 and server.stats()["peak_active"] == 1
+    for a, b in zip(run.results, run.results[1:]):
+        assert b.sent >= a.end
+
+
+def test_max_seconds_stops_sending_and_cancels_after_the_drain(fake_server):
+    server = fake_server("--fixed-ms", "400", "--per-active-ms", "0")  # 4 s per request of 10 tokens
+    t0 = time.perf_counter()
+    run = run_level(server, Level("concurrency", 2), n=50, output_len=10, max_seconds=1.0, drain=0.5)
+    took = time.perf_counter() - t0
+    assert took < 3.5, took
+    assert run.stopped_by == "max_seconds" and len(run.results) == 2
+    assert all(not r.success and "cancelled" in r.error for r in run.results)
+    assert server.stats()["requests"] == 2
+
+
+def test_rate_sends_on_its_precomputed_schedule(fake_server):
+    server = fake_server("--fixed-ms", "2", "--per-active-ms", "0")
+    run = run_level(server, Level("rate", 20.0, 1.0), n=40, output_len=2)
+    assert len(run.results) == 40 and all(r.success for r in run.results)
+    lags = sorted(r.send_lag_s for r in run.results)
+    # sent when scheduled: the median, since on 2 shared cores another job can stall this process for seconds
+    assert lags[len(lags) // 2] < 0.05, lags
+    scheduled = sorted(r.scheduled - run.start for r in run.results)
+    expected = load.arrival_offsets(20.0, 1.0, 40, seed=0)
+    assert np.allclose(scheduled, expected, atol=1e-9)
+    m = level_metrics(run)
+    assert m["send_lag_ms_p99"] is not None and m["valid"]
+
+
+@pytest.mark.parametrize("burstiness", [1.0, 0.25, 4.0])
+def test_arrivals_have_the_asked_rate_and_burstiness(burstiness):
+    gaps = np.diff(load.arrival_offsets(5.0, burstiness, 40001, seed=3))
+    assert gaps.mean() == pytest.approx(0.2, rel=0.03)
+    cv = gaps.std() / gaps.mean()   # gamma of shape k: CV = 1/sqrt(k)
+    assert cv == pytest.approx(1 / np.sqrt(burstiness), rel=0.05)
+
+
+def test_rate_level_stops_sending_at_max_seconds(fake_server):
+    server = fake_server("--fixed-ms", "2", "--per-active-ms", "0")
+    run = run_level(server, Level("rate", 10.0, 1.0), n=1000, output_len=2, max_seconds=1.0)
+    assert run.stopped_by == "max_seconds"
+    assert 3 <= len(run.results) <= 25 and run.duration_s < 2.0
+
+
+def test_a_server_that_dies_mid_level_ends_it(fake_server):
+    server = fake_server("--fixed-ms", "20", "--die-after", "3")
+    with pytest.raises(ServerDied, match="exited with code 3"):
+        run_level(server, Level("concurrency", 2), n=20)
+
+
+def test_a_death_seen_late_still_ends_the_level_as_a_death(fake_server):
+    """The client sees closed connections a moment before the server's exit is
+    visible: the first two looks at a dead server say it is alive."""
+    server = fake_server("--fixed-ms", "20", "--die-after", "3")
+    looks_at_the_dead = []
+
+    def lagging_alive():
+        died = server.alive()
+        if died:
+            looks_at_the_dead.append(died)
+        return died if len(looks_at_the_dead) > 2 else None
+
+    with pytest.raises(ServerDied, match="exited with code 3"):
+        run_level(server, Level("concurrency", 2), n=20, alive=lagging_alive)
+
+
+def test_sweep_places_its_rates_between_synchronous_and_saturation():
+    seen = []
+
+    def measure(level):
+        seen.append(level)
+        return {"request_throughput": {"synchronous": 1.0, "concurrency": 5.0}.get(level.mode, 2.0)}
+
+    sweep = Sweep(name="sweep", saturation_concurrency=16, rate_levels=3, burstiness=1.0)
+    assert sweep.run(measure, None) is None
+    assert [lv.mode for lv in seen] == ["synchronous", "concurrency", "rate", "rate", "rate"]
+    assert [lv.level for lv in seen[2:]] == [2.0, 3.0, 4.0] and seen[1].level == 16
+
+
+def test_slo_search_finds_the_known_highest_concurrency(fake_server):
+    """TPOT = 50 + 20 x in-flight ms: a p50 TPOT bound of 240 ms holds up to 9 in flight
+    (230 ms; 10 in flight: 250 ms)."""
+    server = fake_server("--fixed-ms", "50", "--per-active-ms", "20")
+    slo = SLO(name="test", tpot_ms=240, percentile=50)
+    search = SloSearch(name="slo_search", mode="concurrency", start=1, max_level=32, resolution=1,
+                       max_requests=20, max_seconds=60)
+
+    def measure(level):
+        return level_metrics(run_level(server, level, n=20, output_len=2), slo)
+
+    result = search.run(measure, slo)
+    assert result.best == 9, [(lv, m["median_tpot_ms"], v.reason) for lv, m, v in result.trace]
+    tried = [lv for lv, _, _ in result.trace]
+    assert tried[:5] == [1, 2, 4, 8, 16] and 10 in tried
+    assert search.describe_outcome(result, slo).startswith("slo_search (test: p50 TPOT ≤ 240 ms): best concurrency 9;")
+
+
+def test_profile_settings_are_checked_before_anything_runs():
+    with pytest.raises(UserError, match="load.levels"):
+        Concurrency(name="concurrency", levels=[], max_requests=4, max_seconds=5).validate(None)
+    with pytest.raises(UserError, match="load=slo_search needs an SLO"):
+        SloSearch(name="slo_search", mode="concurrency", start=1, max_level=8, resolution=1, max_requests=4,
+                  max_seconds=5).validate(None)
+    with pytest.raises(UserError, match="load=synchronous: load.max_seconds must be a positive number, not 0"):
+        Synchronous(name="synchronous", max_requests=4, max_seconds=0).validate(None)
+
+
+@pytest.mark.parametrize("path", sorted(p for p in LOAD_CONF.glob("*.yaml") if p.stem not in ("none",)),
+                         ids=lambda p: p.stem)
+def test_every_profile_yaml_builds_its_typed_profile(path):
+    values = yaml.safe_load(path.read_text())
+    for parent in values.pop("defaults", []):  # sweep_gpu_with_server composes sweep_gpu
+        if parent != "_self_":
+            values = {**yaml.safe_load((LOAD_CONF / f"{parent}.yaml").read_text()), **values}
+    profile = build(values, LoadProfile, str(path))
+    assert type(profile).__module__ == "evaluate.serving.profiles" and profile.name == values["name"]
+    profile.validate(SLO(name="t", ttft_ms=100))
+    levels = []
+    profile.run(lambda level: levels.append(level) or {"request_throughput": len(levels)},
+                SLO(name="t", ttft_ms=100))
+    assert levels and all(isinstance(lv, Level) for lv in levels)
+
+
+def test_a_profile_yaml_with_an_unknown_setting_is_one_line():
+    with pytest.raises(UserError, match="'rate_level' is not a setting of Sweep; did you mean rate_levels"):
+        build({"_target_": "evaluate.serving.profiles.Sweep", "name": "sweep", "saturation_concurrency": 4,
+               "rate_level": 3}, LoadProfile, "conf/load/sweep.yaml")

