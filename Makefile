@@ -18,11 +18,11 @@ setup:
 setup-lmeval:
 	bash scripts/setup_lmeval.sh
 
-# Debian's slurm-wlm, slurmdbd and mariadb-server for tests/test_slurm.py (root
+# Debian's slurm-wlm, slurmdbd and mariadb-server for tests/scripts/test_slurm_local.py (root
 # installs them when missing; otherwise those tests are skipped, saying why).
 setup-slurm:
 	@if [ "$$(id -u)" = 0 ]; then bash scripts/slurm_local.sh install; \
-	else bash scripts/slurm_local.sh install || echo "make: not root: tests/test_slurm.py will be skipped"; fi
+	else bash scripts/slurm_local.sh install || echo "make: not root: tests/scripts/test_slurm_local.py will be skipped"; fi
 
 run: setup
 	bash scripts/run_matrix.sh

@@ -190,8 +190,8 @@ check() {
     export TOKENIZERS_PARALLELISM=false MPLBACKEND=Agg PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
     local site=$W/site
     PYTHONPATH=$ROOT:$ROOT/quantize/plugins${PYTHONPATH:+:$PYTHONPATH}
-    # A dry run hides vLLM as the CUDA machine lacks it (tests/no_vllm_host).
-    ((dry)) && PYTHONPATH=$ROOT/tests/no_vllm_host:$PYTHONPATH
+    # A dry run hides vLLM as the CUDA machine lacks it (tests/hosts/no_vllm_host).
+    ((dry)) && PYTHONPATH=$ROOT/tests/hosts/no_vllm_host:$PYTHONPATH
     ((dry)) || PYTHONPATH=$site:$PYTHONPATH
     export PYTHONPATH
     local base=$QUANTBENCH_CACHE/models/$DEFAULT_MODEL
@@ -202,7 +202,7 @@ check() {
         evals=(scenario="$HERE/scenarios_dry.yaml" runs=1 warmup_runs=1 accuracy.num_windows=2
                accuracy.window_len=128 accuracy.lastword.num_items=8)
         workers=${DEVICE_CHECK_TEST_WORKERS:-2}
-        tests=${DEVICE_CHECK_TESTS:-tests/unit/test_vllm_startup.py tests/test_config.py}
+        tests=${DEVICE_CHECK_TESTS:-tests/evaluate/engines/test_vllm_startup.py tests/quantize/common/test_config.py}
     else
         evals=(scenario="$HERE/scenarios_gpu.yaml" runs=2 warmup_runs=1)
         workers=${DEVICE_CHECK_TEST_WORKERS:-8}

@@ -21,7 +21,7 @@
 # (/dev/nvidia0, ...), bound to their device files so Slurm sets each job's
 # CUDA_VISIBLE_DEVICES; on a host without one, one stand-in GPU (see
 # gres_conf), so that a GPU request is scheduled and runs on a CPU machine
-# too (tests/test_slurm.py checks it). QB_SLURM_GPUS=0: no GPUs.
+# too (tests/scripts/test_slurm_local.py checks it). QB_SLURM_GPUS=0: no GPUs.
 # `start` restarts a running cluster whose configuration changed (e.g. GPUs added).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
