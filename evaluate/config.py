@@ -11,6 +11,9 @@ from evaluate.engines import EngineConfig
 from evaluate.lmeval import LmEvalConfig
 from evaluate.precision import RunPlan
 from evaluate.scenarios import ScenarioChoice
+from evaluate.serving import profiles
+from evaluate.serving.profiles import LoadProfile
+from evaluate.serving.slo import SLO
 from evaluate.target import TargetConfig
 from quantize.common.extensions import plain
 
@@ -28,8 +31,8 @@ class EvaluateConfig:
     plan: RunPlan                         # warm-up and timed runs (fixed or auto)
     accuracy: AccuracyConfig | None       # None: accuracy=none
     lm_eval: LmEvalConfig | None          # None: lm_eval=none
-    load: dict | None                     # the load group (conf/load/), for evaluate.serving.run.configure
-    slo: dict | None                      # the slo group (conf/slo/), likewise
+    load: LoadProfile | None              # conf/load/; None: load=none, batch timed runs
+    slo: SLO | None                       # conf/slo/; None: slo=none
     seed: int                             # prompt token ids are drawn from it (+ run index)
     results_dir: str
     results_per_process: bool
@@ -45,7 +48,8 @@ class EvaluateConfig:
             plan=precision.plan({key: cfg.get(key) for key in RUN_KEYS}),
             accuracy=AccuracyConfig.from_group(plain(cfg.accuracy)),
             lm_eval=LmEvalConfig.from_group(plain(cfg.lm_eval)),
-            load=_group(cfg, "load"), slo=_group(cfg, "slo"), seed=int(cfg.seed),
+            load=profiles.from_group(_group(cfg, "load")), slo=SLO.from_dict(_group(cfg, "slo")),
+            seed=int(cfg.seed),
             results_dir=str(cfg.results_dir), results_per_process=bool(cfg.results_per_process),
             skip_completed=bool(cfg.skip_completed), trust_remote_code=bool(cfg.trust_remote_code),
             hardware=cfg.hardware.name if cfg.get("hardware") else None)

@@ -20,6 +20,8 @@ from evaluate.results import Row
 from evaluate.scenarios import Scenario
 from evaluate.serving import run as serving
 from evaluate.serving.load import ServerDied
+from evaluate.serving.profiles import LoadProfile
+from evaluate.serving.slo import SLO
 from evaluate.target import Target
 from quantize.common import provenance
 from quantize.common.errors import UserError
@@ -46,8 +48,8 @@ class Job:
     lm_eval_cfg: LmEvalConfig | None     # None: lm_eval=none
     lm_eval_model: LmEvalModel | None    # how lm-eval runs this engine
     lm_eval_versions: dict | None        # of the lm-eval environment
-    load: object = None                  # evaluate.serving's load profile (conf/load/); None: batch timed runs
-    slo: object = None                   # evaluate.serving.slo.SLO the serving rows are judged against
+    load: LoadProfile | None = None      # the load profile (conf/load/); None: batch timed runs
+    slo: SLO | None = None               # the SLO the serving rows are judged against
 
     def speed_row(self, s: Scenario, run_index: int | None) -> Row:
         return self.base.but(kind="speed", **s.as_row(), run_index=run_index)
@@ -140,7 +142,7 @@ def _plan(config: EvaluateConfig) -> tuple[Job, list[Scenario], Verdict]:
     if mismatch:
         log.warning("%s", mismatch)
     args["dtype"] = engine.choose_dtype(opened.format, machine, args.get("dtype") or "auto")
-    load, slo = serving.configure(config.load, config.slo, engine, name)
+    load, slo = serving.configure(config.load, config.slo, engine, name), config.slo
     lm_eval_model, lm_eval_versions = _plan_lm_eval(config, engine, args)
     where = {"versions": provenance.versions(), "hardware": provenance.hardware()}
     # engine_args/env as configured; a started engine replaces them with what it used.

@@ -20,9 +20,17 @@ import numpy as np
 from evaluate.serving.load import Level
 from evaluate.serving.slo import SLO, SearchResult, search
 from quantize.common.errors import UserError
-from quantize.common.extensions import Configurable
+from quantize.common.extensions import Configurable, build
 
 Measure = Callable[[Level], dict | None]
+
+
+def from_group(load: dict | None) -> "LoadProfile | None":
+    """The `load` group as a plain dict -> its typed profile; None for
+    load=none (batch timed runs), which names no class."""
+    if not load or load.get("name") in (None, "none"):
+        return None
+    return build(load, LoadProfile, f"load={load['name']} (conf/load/)")
 
 
 @dataclass(frozen=True, kw_only=True)

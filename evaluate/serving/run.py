@@ -19,30 +19,25 @@ from evaluate.serving.load import Level, ServerDied, level_prompts, level_reques
 from evaluate.serving.metrics import level_metrics
 from evaluate.serving.profiles import LoadProfile
 from evaluate.serving.slo import SLO
-from quantize.common import extensions
 from quantize.common.errors import UserError
 from quantize.common.jobs import one_line
 
 log = logging.getLogger("quantbench.evaluate")
 
 
-def configure(load: dict | None, slo: dict | None, engine_cls,
-              engine_name: str) -> tuple[LoadProfile | None, SLO | None]:
-    """(load profile, SLO) of the job from the `load` and `slo` groups as plain
-    dicts, checked before any engine starts; (None, ...) for load=none and for
-    an `only_with_server` profile with an in-process engine."""
-    slo = SLO.from_dict(slo)
-    if not load or load.get("name") in (None, "none"):
-        return None, slo
-    name = load["name"]
+def configure(load: LoadProfile | None, slo: SLO | None, engine_cls, engine_name: str) -> LoadProfile | None:
+    """The job's load profile, checked against its engine and SLO before any
+    engine starts; None for load=none and for an `only_with_server` profile
+    with an in-process engine."""
+    if load is None:
+        return None
     if not getattr(engine_cls, "serves_http", False):
-        if load.get("only_with_server"):  # a default (hardware=cuda): in-process engines run batches
-            return None, slo
-        raise UserError(f"load={name} needs a server engine: pass engine=vllm_server "
+        if load.only_with_server:  # a default (hardware=cuda): in-process engines run batches
+            return None
+        raise UserError(f"load={load.name} needs a server engine: pass engine=vllm_server "
                         f"(or engine=openai engine.base_url=...); engine={engine_name} runs in-process")
-    profile = extensions.build(load, LoadProfile, f"load={name} (conf/load/)")
-    profile.validate(slo)
-    return profile, slo
+    load.validate(slo)
+    return load
 
 
 def serving_row(job, s, level: Level | None) -> Row:

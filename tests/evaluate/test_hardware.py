@@ -106,11 +106,12 @@ def test_the_gpu_load_default_applies_where_the_engine_serves_http(on):
     the command line still needs a server engine."""
     from evaluate.engines.vllm import VllmEngine
     from evaluate.engines.vllm_server import VllmServerEngine
+    from evaluate.config import EvaluateConfig
     from evaluate.serving import run
-    from quantize.common.extensions import plain
 
     def configure(cfg, engine_cls, name):
-        return run.configure(plain(cfg.get("load")), plain(cfg.get("slo")), engine_cls, name)
+        config = EvaluateConfig.from_cfg(cfg)
+        return run.configure(config.load, config.slo, engine_cls, name), config.slo
     on(GPU)
     cfg = composed([])
     load, slo = configure(cfg, VllmEngine, "vllm")
