@@ -471,19 +471,10 @@ def test_a_misspelt_accuracy_key_is_one_line_naming_the_key():
         EvaluateConfig.from_cfg(_composed("+accuracy.windw_len=3"))
 
 
-def test_no_function_below_the_entry_takes_the_composed_config():
-    """Only evaluate/cli.py and the converters in evaluate/config.py see Hydra's
-    DictConfig: the Job keeps none, and no function of the stage's modules
-    has a `cfg` parameter."""
-    import ast
+def test_the_job_keeps_no_composed_config():
+    """Only the entry sees Hydra's DictConfig (tests/test_entry_configs.py
+    checks every function); the Job the steps share keeps none."""
     import dataclasses
 
     from evaluate import pipeline
     assert "cfg" not in {f.name for f in dataclasses.fields(pipeline.Job)}
-    below = ["pipeline", "batch", "target", "precision", "scenarios", "accuracy", "lmeval", "results", "metrics",
-             "engines/__init__", "engines/base", "engines/parallel"]
-    for name in below:
-        tree = ast.parse((PROJECT_ROOT / "evaluate" / f"{name}.py").read_text())
-        takes = [f.name for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                 and "cfg" in [a.arg for a in f.args.args + f.args.kwonlyargs]]
-        assert not takes, f"evaluate/{name}.py: {takes} take a cfg"
