@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import run_cli, serve_verdict
 from evaluate import results
 from quantize.common.errors import UserError
-from quantize.common.paths import CONF_DIR, PROJECT_ROOT
+from quantize.common.paths import CONF_DIR
 
 SMALL = ["calibration.num_samples=8", "calibration.max_seq_len=64"]
 
