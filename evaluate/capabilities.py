@@ -199,6 +199,7 @@ def _names(value) -> tuple[str, ...] | None:
 def modern_overrides(argv: list[str]) -> list[str]:
     """The command line with each flag of the previous release rewritten to
     its override, and one line on stderr giving the new spelling."""
+    from quantize.common.config import warn_old_spelling
     out, rest = [], list(argv)
     while rest:
         arg = rest.pop(0)
@@ -218,9 +219,7 @@ def modern_overrides(argv: list[str]) -> list[str]:
             override = LEGACY_FLAGS[flag] + f"[{','.join(values)}]"
         else:
             override = LEGACY_FLAGS[flag] + "".join(values)
-        old = " ".join([flag, *values])
-        print(f"warning: {old!r} is the old spelling and stops working in the next release; write {override}",
-              file=sys.stderr)
+        warn_old_spelling(" ".join([flag, *values]), f"write {override}")
         out.append(override)
     return out
 

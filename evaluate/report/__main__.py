@@ -21,6 +21,7 @@ from hydra.errors import HydraException
 
 from evaluate.report import write_report
 from evaluate.report.config import report_config, search_dirs
+from quantize.common.config import warn_old_spelling
 from quantize.common.errors import UserError
 from quantize.common.extensions import plain
 from quantize.common.paths import CONF_DIR
@@ -56,12 +57,12 @@ def modernise(argv: list[str]) -> list[str]:
     for arg in argv:
         key, eq, value = arg.partition("=")
         if eq and key in KEYS and value == "":
-            deprecated(arg, f"leave {key}= out for its default")
+            warn_old_spelling(arg, f"leave {key}= out for its default")
             continue
         if eq and key in LIST_KEYS and not value.startswith("["):
             new = f"{key}=[{value}]"
             if "," in value:
-                deprecated(arg, f"write {new}")
+                warn_old_spelling(arg, f"write {new}")
             out.append(new)
         elif eq and key in KEYS and key not in LIST_KEYS and not plain_value(arg):
             out.append(f"{key}='" + value.replace("\\", "\\\\").replace("'", "\\'") + "'")
@@ -89,10 +90,6 @@ def parse_check(overrides: list[str]) -> None:
             except HydraException as e:
                 raise UserError(f"cannot read {arg!r}: {str(e).splitlines()[0]} (Hydra's override grammar: "
                                 "quote a value with special characters, e.g. title='a [b]')") from None
-
-
-def deprecated(old: str, advice: str) -> None:
-    print(f"warning: {old!r} is the old spelling and stops working in the next release; {advice}", file=sys.stderr)
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="report", version_base="1.3")

@@ -12,6 +12,13 @@ from quantize.common.paths import CONF_DIR
 from quantize.common.recipe_choices import available, has_preset
 from quantize.common.resolvers import register_resolvers
 
+def warn_old_spelling(old: str, advice: str) -> None:
+    """The one deprecation line a command prints for a spelling of the
+    previous release it still accepts (the report's and the capability
+    table's old flags)."""
+    print(f"warning: {old!r} is the old spelling and stops working in the next release; {advice}", file=sys.stderr)
+
+
 # Config groups whose value may also be a filesystem path; the shorthand maps
 # `group=<path>` to `group=<fallback option> group.path=<path>`.
 PATH_GROUPS = {"model": "local", "recipe": "file", "calibration": "file", "scenario": "file"}
