@@ -11,7 +11,7 @@ PY := .venv/bin/python
 TEST_WORKERS ?= 3
 PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: setup setup-lmeval setup-slurm run test test-fast
+.PHONY: setup setup-lmeval setup-slurm setup-browser run test test-fast
 setup:
 	bash scripts/setup.sh
 
@@ -24,10 +24,15 @@ setup-slurm:
 	@if [ "$$(id -u)" = 0 ]; then bash scripts/slurm_local.sh install; \
 	else bash scripts/slurm_local.sh install || echo "make: not root: tests/scripts/test_slurm_local.py will be skipped"; fi
 
+# Debian's chromium and chromedriver for the report.html browser test (root
+# installs them when missing; otherwise that test is skipped, saying why).
+setup-browser:
+	bash scripts/setup_browser.sh
+
 run: setup
 	bash scripts/run_matrix.sh
 
-test: setup setup-lmeval setup-slurm
+test: setup setup-lmeval setup-slurm setup-browser
 	$(PYTEST) tests
 
 test-fast: setup
