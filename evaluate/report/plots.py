@@ -1,10 +1,14 @@
-"""PNG plots: throughput per scenario (grouped and one per scenario), speed
-vs size and speed vs accuracy. matplotlib is imported only when plotting."""
+"""The plots: throughput per scenario (grouped and one per scenario), speed
+vs size and speed vs accuracy, serving under load. Each figure goes to a
+`Figures`: PNG files in the report folder (`output=png`), or SVG text kept for
+report.html (`output=html`). matplotlib is imported only when plotting."""
 import importlib.util
+import io
 import logging
 import os
+import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from evaluate.analysis import Analysis
@@ -22,60 +26,96 @@ THROUGHPUT_AXIS = "Output throughput (tok/s), mean"
 log = logging.getLogger("quantbench.report")
 
 
+class Figures:
+    """Where each finished figure goes, by its name (`throughput`, `pareto`, ...)."""
+
+    def save(self, fig, name: str) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class PngFiles(Figures):
+    """<out_dir>/<name>.png, each written whole (see save_png)."""
+    out_dir: Path
+    paths: list[Path] = field(default_factory=list)
+
+    def save(self, fig, name: str) -> None:
+        self.paths.append(self.out_dir / f"{name}.png")
+        save_png(fig, self.paths[-1])
+
+
+@dataclass
+class SvgTexts(Figures):
+    """Each figure as an <svg> element to put inline in an HTML page (name -> text)."""
+    svgs: dict[str, str] = field(default_factory=dict)
+
+    def save(self, fig, name: str) -> None:
+        self.svgs[name] = svg_text(fig, name)
+
+
+def have_matplotlib(what: str) -> bool:
+    """Whether plots can be drawn; where not, one warning saying what goes without them."""
+    if importlib.util.find_spec("matplotlib") is None:
+        # the tables are the report; a machine without matplotlib (a bare CUDA image) still gets them
+        log.warning(f"matplotlib is not installed: {what} has no plots (bash scripts/setup.sh installs it)")
+        return False
+    return True
+
+
+def draw_all(analysis: Analysis, wanted: str | None, figures: Figures) -> None:
+    """Every plot the analysis allows, into `figures`."""
+    render_plots(analysis.speed, analysis.accuracy, figures, wanted)
+    render_serving_plots(analysis.serving, figures)
+
+
 @dataclass
 class Png(OutputFormat):
     """The PNG plots; none, with one warning, where matplotlib is not installed."""
 
     def draw(self, analysis: Analysis, report: ReportConfig) -> list[Path]:
-        if importlib.util.find_spec("matplotlib") is None:
-            # the tables are the report; a machine without matplotlib (a bare CUDA image) still gets them
-            log.warning("matplotlib is not installed: the report has no plots (bash scripts/setup.sh installs it)")
+        if not have_matplotlib("the report"):
             return []
-        return (render_plots(analysis.speed, analysis.accuracy, report.out_dir, report.pareto_scenario)
-                + render_serving_plots(analysis.serving, report.out_dir))
+        files = PngFiles(report.out_dir)
+        draw_all(analysis, report.pareto_scenario, files)
+        return files.paths
 
-def render_plots(speed: list[Group], accuracy: list[Group], out_dir: Path, wanted: str | None) -> list[Path]:
-    """Write every plot the groups allow; return their paths."""
+
+def render_plots(speed: list[Group], accuracy: list[Group], figures: Figures, wanted: str | None) -> None:
+    """Every speed and accuracy plot the groups allow."""
     speed = [g for g in speed if g.mean("output_throughput")]
     if not speed:
-        return []
+        return
     names = labels(speed)
-    paths = [out_dir / "throughput.png"]
-    plot_grouped(speed, names, paths[0])
+    plot_grouped(speed, names, figures, "throughput")
     for sc in scenarios(speed):
-        paths.append(out_dir / f"throughput_{slug(sc, scenarios(speed))}.png")
-        plot_scenario([g for g in speed if g.scenario == sc], names, sc, paths[-1])
+        plot_scenario([g for g in speed if g.scenario == sc], names, sc, figures,
+                      f"throughput_{slug(sc, scenarios(speed))}")
     sc = pareto_scenario(speed, wanted)
     chosen = [g for g in speed if g.scenario == sc]
-    return paths + plot_size(chosen, names, sc, out_dir) + plot_accuracy(chosen, accuracy, names, sc, out_dir)
+    plot_size(chosen, names, sc, figures)
+    plot_accuracy(chosen, accuracy, names, sc, figures)
 
 
-def plot_size(chosen: list[Group], names: dict, sc: Scenario, out_dir: Path) -> list[Path]:
+def plot_size(chosen: list[Group], names: dict, sc: Scenario, figures: Figures) -> None:
     sized = [(names[g.identity], mb(g.model_bytes), g.mean("output_throughput"), 60) for g in chosen if g.model_bytes]
-    if not sized:
-        return []
-    path = out_dir / "speed_vs_size.png"
-    annotated_scatter(sized, "Model size (MB)", THROUGHPUT_AXIS, f"Speed vs size\n{sc.heading()}", path)
-    return [path]
+    if sized:
+        annotated_scatter(sized, "Model size (MB)", THROUGHPUT_AXIS, f"Speed vs size\n{sc.heading()}", figures,
+                          "speed_vs_size")
 
 
-def plot_accuracy(chosen: list[Group], accuracy: list[Group], names: dict, sc: Scenario,
-                  out_dir: Path) -> list[Path]:
+def plot_accuracy(chosen: list[Group], accuracy: list[Group], names: dict, sc: Scenario, figures: Figures) -> None:
     """Speed vs the first headline accuracy metric, bubble area by model size."""
     keys = headline_accuracy_keys(accuracy)
     if not keys:
-        return []
+        return
     biggest = max((mb(g.model_bytes) or 0 for g in chosen), default=0) or 1
     scored = [(g, accuracy_of(accuracy, g)) for g in chosen]
     points = [(names[g.identity], a.mean(keys[0]), g.mean("output_throughput"),
                40 + 1200 * (mb(g.model_bytes) or 0) / biggest)
               for g, a in scored if a and a.mean(keys[0]) is not None]
-    if not points:
-        return []
-    path = out_dir / "pareto.png"
-    annotated_scatter(points, header(keys[0]), THROUGHPUT_AXIS,
-                      f"Speed vs accuracy (bubble area ∝ model size)\n{sc.heading()}", path)
-    return [path]
+    if points:
+        annotated_scatter(points, header(keys[0]), THROUGHPUT_AXIS,
+                          f"Speed vs accuracy (bubble area ∝ model size)\n{sc.heading()}", figures, "pareto")
 
 
 def pyplot():
@@ -100,6 +140,23 @@ def save_png(fig, path: Path) -> None:
         plt.close(fig)
 
 
+def svg_text(fig, name: str) -> str:
+    """The figure as one inline <svg> element: text kept as text (small, and
+    drawn in the page's sans-serif font), no XML prolog or metadata, and every
+    id prefixed with `name` so that several figures share one page without clashes."""
+    plt = pyplot()
+    out = io.StringIO()
+    try:
+        with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": name}):
+            fig.savefig(out, format="svg", bbox_inches="tight",
+                        metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
+    finally:
+        plt.close(fig)
+    svg = out.getvalue()
+    svg = svg[svg.index("<svg"):]
+    return re.sub(r'(\bid="|href="#|url\(#)', lambda m: f"{m.group(1)}{name}-", svg)
+
+
 def slug(sc: Scenario, all_scenarios: list[Scenario]) -> str:
     """File-name part for a scenario: its name, plus its shape if the name repeats."""
     name = sc.name
@@ -108,7 +165,7 @@ def slug(sc: Scenario, all_scenarios: list[Scenario]) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
 
 
-def plot_scenario(groups: list[Group], names: dict, sc: Scenario, path: Path) -> None:
+def plot_scenario(groups: list[Group], names: dict, sc: Scenario, figures: Figures, name: str) -> None:
     plt = pyplot()
     gs = [g for g in by_throughput(groups) if g.mean("output_throughput")][::-1]
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.45 * len(gs)))
@@ -123,10 +180,10 @@ def plot_scenario(groups: list[Group], names: dict, sc: Scenario, path: Path) ->
     ax.set_xlim(0, max(m + e for m, e in zip(means, stds)) * 1.35)
     ax.set_xlabel("Output throughput (tok/s), mean ± std")
     ax.set_title(sc.heading())
-    save_png(fig, path)
+    figures.save(fig, name)
 
 
-def plot_grouped(groups: list[Group], names: dict, path: Path) -> None:
+def plot_grouped(groups: list[Group], names: dict, figures: Figures, name: str) -> None:
     plt = pyplot()
     scs = scenarios(groups)
     idents = list(dict.fromkeys(g.identity for g in groups))
@@ -149,11 +206,11 @@ def plot_grouped(groups: list[Group], names: dict, path: Path) -> None:
     ax.set_ylabel("Output throughput (tok/s), mean ± std" + (", log scale" if log else ""))
     ax.set_title("Output throughput per scenario")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
-    save_png(fig, path)
+    figures.save(fig, name)
 
 
 def annotated_scatter(points: list[tuple[str, float, float, float]], xlabel: str, ylabel: str, title: str,
-                      path: Path) -> None:
+                      figures: Figures, name: str) -> None:
     """points: (label, x, y, bubble area)."""
     plt = pyplot()
     # Tall enough for one label line per point in the label column.
@@ -165,7 +222,7 @@ def annotated_scatter(points: list[tuple[str, float, float, float]], xlabel: str
     ax.set_title(title)
     ax.grid(alpha=0.3)
     label_points(ax, [(label, x, y) for label, x, y, _ in points])
-    save_png(fig, path)
+    figures.save(fig, name)
 
 
 def label_points(ax, points: list[tuple[str, float, float]]) -> list:
@@ -203,25 +260,19 @@ def spread(heights: list[float], gap: float) -> list[float]:
 
 # --- serving under load ---------------------------------------------------------------------------------
 
-def render_serving_plots(serving: ServingAnalysis | None, out_dir: Path) -> list[Path]:
+def render_serving_plots(serving: ServingAnalysis | None, figures: Figures) -> None:
     """Per serving scenario: TTFT and TPOT percentile vs request throughput
     (one line per artifact and mode, the SLO bound as a line, the knee ○ and
     the highest level under the SLO ★), and goodput vs offered load."""
     if serving is None:
-        return []
+        return
     scs, slos, curves = serving.scenarios, serving.slos, serving.curves
     names = labels(serving.groups)
-    paths = []
     for sc in scs:
         mine = [c for c in curves if c.scenario == sc and any(lv.get("request_throughput") for lv in c.levels)]
-        if not mine:
-            continue
-        name = slug(sc, scs)
-        paths.append(out_dir / f"serving_latency_{name}.png")
-        plot_latency_curves(mine, names, sc, slos[sc], paths[-1])
-        paths.append(out_dir / f"serving_goodput_{name}.png")
-        plot_goodput(mine, names, sc, paths[-1])
-    return paths
+        if mine:
+            plot_latency_curves(mine, names, sc, slos[sc], figures, f"serving_latency_{slug(sc, scs)}")
+            plot_goodput(mine, names, sc, figures, f"serving_goodput_{slug(sc, scs)}")
 
 
 def curve_label(c, names: dict) -> str:
@@ -234,7 +285,7 @@ def curve_style(c, names: dict) -> dict:
             "linestyle": "--" if c.mode == "rate" else "-"}
 
 
-def plot_latency_curves(curves, names: dict, sc: Scenario, slo, path: Path) -> None:
+def plot_latency_curves(curves, names: dict, sc: Scenario, slo, figures: Figures, name: str) -> None:
     plt = pyplot()
     pct = slo.pct_key if slo else "p90"
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
@@ -265,10 +316,10 @@ def plot_latency_curves(curves, names: dict, sc: Scenario, slo, path: Path) -> N
     axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.suptitle(f"Serving under load: {sc.heading()}" + (f"\nSLO {slo.describe()}" if slo else ""), fontsize=10,
                  y=1.04)
-    save_png(fig, path)
+    figures.save(fig, name)
 
 
-def plot_goodput(curves, names: dict, sc: Scenario, path: Path) -> None:
+def plot_goodput(curves, names: dict, sc: Scenario, figures: Figures, name: str) -> None:
     plt = pyplot()
     modes = list(dict.fromkeys(c.mode for c in curves))
     fig, axes = plt.subplots(1, len(modes), figsize=(6.5 * len(modes) + 2, 4.5), squeeze=False)
@@ -288,4 +339,4 @@ def plot_goodput(curves, names: dict, sc: Scenario, path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
     fig.suptitle(sc.heading(), fontsize=10, y=1.02)
-    save_png(fig, path)
+    figures.save(fig, name)

@@ -1,12 +1,15 @@
-"""evaluate/report/plots.py: the PNGs, and labels that never overlap."""
+"""evaluate/report/plots.py: the PNGs, the same figures as inline SVG, and labels that never overlap."""
+import re
+
 import pytest
 
 pytest.importorskip("matplotlib", reason="matplotlib is not installed here (a bare CUDA image): the report has no plots")
 from matplotlib.text import Text  # noqa: E402
 
-from evaluate.report.plots import label_points, pyplot, spread
+from evaluate.analysis import analyse
+from evaluate.report.plots import PngFiles, SvgTexts, draw_all, label_points, pyplot, spread
 
-from .rows import SCENARIOS
+from .rows import SCENARIOS, main_rows, store
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -17,6 +20,27 @@ def test_pngs_written(report_dir):
     for name in names:
         assert (out / name).read_bytes()[:8] == PNG_SIGNATURE, name
     assert not list(out.glob(".*.tmp"))
+
+
+def test_svg_figures_match_the_pngs(tmp_path):
+    """SvgTexts gets the figures PngFiles writes, by the same names, each one
+    inline-ready <svg> element whose ids no other figure repeats."""
+    rows = store(tmp_path / "results", main_rows())
+    analysis = analyse([tmp_path / "results"], rows)
+    pngs, svgs = PngFiles(tmp_path), SvgTexts()
+    draw_all(analysis, None, pngs)
+    draw_all(analysis, None, svgs)
+    assert list(svgs.svgs) == [p.stem for p in pngs.paths]
+    ids = []
+    for name, svg in svgs.svgs.items():
+        assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>"), name
+        assert "<?xml" not in svg and "DOCTYPE" not in svg and "<metadata" not in svg
+        assert "<text" in svg  # text kept as text, not glyph paths
+        mine = re.findall(r'\bid="([^"]+)"', svg)
+        assert mine and all(i.startswith(f"{name}-") for i in mine), name
+        assert set(re.findall(r'href="#([^"]+)"', svg)) <= set(mine), name  # every reference resolves in its figure
+        ids += mine
+    assert len(ids) == len(set(ids))
 
 
 def test_plot_labels_never_overlap():
