@@ -7,6 +7,7 @@ processes on one machine can share a file; jobs on other nodes write
 `results-<host>-<pid>.jsonl` beside it (see `shard_path`) and readers merge
 every `results*.jsonl` in the directory. `Row.from_dict` reads every row ever
 written (keys it does not know are kept in `extra` and written back).
+`read_stores` reads several stores side by side (the report's `results_dir=a,b`).
 """
 import dataclasses
 import json
@@ -29,6 +30,13 @@ RESULTS_FILE = "results.jsonl"
 Kind = Literal["speed", "accuracy", "lm_eval", "serving"]
 Status = Literal["ok", "skipped", "failed", "unsupported"]
 KINDS, STATUSES = get_args(Kind), get_args(Status)
+
+
+@dataclass(frozen=True)
+class Store:
+    """The results store a row was read from, when a report reads several."""
+    path: Path
+    name: str   # the shortest tail of `path` that no other store read shares, e.g. `b` or `run1/results`
 
 
 @dataclass
@@ -98,6 +106,8 @@ class Row:
     lm_eval_config: dict | None = None
     lm_eval_versions: dict | None = None
     extra: dict = field(default_factory=dict)  # keys this version does not know
+    # set by read_stores when several stores are read; never written
+    store: Store | None = field(default=None, compare=False, repr=False)
 
     def measurement_key(self) -> tuple:
         """Identity of what the runs measure (artifact, setup, scenario, load):
@@ -116,7 +126,7 @@ class Row:
         return self.status == "ok"
 
     def to_dict(self) -> dict:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in NOT_WRITTEN}
         return {k: v for k, v in out.items() if v is not None or k in ALWAYS_WRITTEN} | self.extra
 
     @classmethod
@@ -132,7 +142,8 @@ class Row:
         return dataclasses.replace(self, **changes)
 
 
-FIELDS = {f.name for f in dataclasses.fields(Row)} - {"extra"}
+NOT_WRITTEN = ("extra", "store")  # extra is written flat; store is where the row was read from
+FIELDS = {f.name for f in dataclasses.fields(Row)} - set(NOT_WRITTEN)
 # Written even when None: what every reader of a row may index.
 ALWAYS_WRITTEN = ("kind", "status", "artifact_id", "engine", "setup_id", "scenario", "batch_size", "input_len",
                   "output_len", "run_index")
@@ -210,6 +221,42 @@ def read(results_dir: Path) -> list[Row]:
         if skipped:
             log.warning("%s: skipped %d line(s) that are not result rows", path, skipped)
     return rows
+
+
+def read_stores(results_dirs: list[Path]) -> list[Row]:
+    """The rows of every store, store after store. Each must hold rows: one
+    that does not is one line naming it. With several, each row carries its
+    Store, and its setup ids end in `@<store name>`: the hostname is not part
+    of a setup id, so twin machines' rows would otherwise be averaged
+    together, and a speed-up could divide one store's rows by the other's."""
+    found = {d: read(d) if d.is_dir() else [] for d in dict.fromkeys(Path(d) for d in results_dirs)}
+    if not found:
+        raise UserError("results_dir= names no folder; pass results_dir=<folder>, or results_dir=a,b for several")
+    several = len(found) > 1
+    for d, rows in found.items():
+        if not rows:
+            raise UserError(f"no results in {d}; run python -m evaluate first" + (
+                f", or leave it out of results_dir= (one of its {len(found)} folders)" if several else ""))
+    if not several:
+        return next(iter(found.values()))
+    return [in_store(row, store) for store in stores(list(found)) for row in found[store.path]]
+
+
+def stores(dirs: list[Path]) -> list[Store]:
+    """The stores (distinct folders), each named by the fewest trailing path
+    parts that no other store ends in: `a` and `b`; `run1/results` and `run2/results`."""
+    return [Store(d, next(tail(d, n) for n in range(1, len(d.parts) + 1)
+                          if all(tail(o, n) != tail(d, n) for o in dirs if o != d)))
+            for d in dirs]
+
+
+def tail(path: Path, parts: int) -> str:
+    return str(Path(*path.parts[-parts:]))
+
+
+def in_store(row: Row, store: Store) -> Row:
+    """The row as read from one of several stores: tagged, its setup ids kept apart per store."""
+    return row.but(store=store, setup_id=f"{row.setup_id or '?'}@{store.name}")
 
 
 def completed_keys(results_dir: Path, statuses: tuple = ("ok",)) -> set[tuple]:

@@ -12,17 +12,23 @@ from evaluate.results import Row
 
 @dataclass
 class Analysis:
-    """One results store, analysed once for every layout and output format."""
-    results_dir: Path
+    """The results store (or several side by side), analysed once for every
+    layout and output format."""
+    results_dirs: list[Path]
     rows: list[Row]
     speed: list[Group]          # with speed-ups vs the original
     accuracy: list[Group]
     lm_eval: list[Group]
     serving: ServingAnalysis | None  # None without ok serving rows
 
+    @property
+    def results_dir(self) -> Path:
+        """The store; the first of several (each row's `store` says which it came from)."""
+        return self.results_dirs[0]
 
-def analyse(results_dir: Path, rows: list[Row]) -> Analysis:
+
+def analyse(results_dirs: list[Path], rows: list[Row]) -> Analysis:
     speed = aggregate(rows, "speed")
     add_speedups(speed)
-    return Analysis(results_dir, rows, speed, aggregate(rows, "accuracy"), aggregate(rows, "lm_eval"),
+    return Analysis(list(results_dirs), rows, speed, aggregate(rows, "accuracy"), aggregate(rows, "lm_eval"),
                     analyse_serving(rows))

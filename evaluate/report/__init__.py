@@ -1,4 +1,4 @@
-"""The report: results store -> the files of the layouts asked for
+"""The report: results store (or several side by side) -> the files of the layouts asked for
 (`python -m evaluate.report`, see __main__.py).
 
 evaluate.analysis computes (groups, stats, speed-ups, rankings, the serving
@@ -15,7 +15,6 @@ from evaluate import results
 from evaluate.analysis import analyse
 from evaluate.report.config import Layout, OutputFormat, ReportConfig, build_choices
 from quantize.common.atomic import write_text
-from quantize.common.errors import UserError
 from quantize.common.paths import CONF_DIR
 
 SUMMARY = "summary"
@@ -26,22 +25,22 @@ def default_outputs() -> list[str]:
     return list(yaml.safe_load((CONF_DIR / "report.yaml").read_text())["output"])
 
 
-def build_report(results_dir: Path, out_dir: Path, title: str, pareto: str | None = None,
+def build_report(results_dir: Path | list[Path], out_dir: Path, title: str, pareto: str | None = None,
                  layouts: tuple[str, ...] = (SUMMARY,), outputs: tuple[str, ...] | None = None) -> list[Path]:
-    """The report as the command line writes it, by the names of conf/report/'s
-    layouts and output formats; return the paths written."""
+    """The report as the command line writes it, of one store or a list of
+    them, by the names of conf/report/'s layouts and output formats; return
+    the paths written."""
+    dirs = [Path(d) for d in (results_dir if isinstance(results_dir, (list, tuple)) else [results_dir])]
     return write_report(ReportConfig(
-        Path(results_dir), Path(out_dir), title, pareto, build_choices("layout", Layout, list(layouts) or [SUMMARY]),
+        dirs, Path(out_dir), title, pareto, build_choices("layout", Layout, list(layouts) or [SUMMARY]),
         build_choices("output", OutputFormat, default_outputs() if outputs is None else list(outputs))))
 
 
 def write_report(report: ReportConfig) -> list[Path]:
     """Write the files of every layout into report.out_dir; return their paths,
     the text files first (all rendered before any is written), then the plots."""
-    rows = results.read(report.results_dir) if report.results_dir.is_dir() else []
-    if not rows:
-        raise UserError(f"no results in {report.results_dir}; run python -m evaluate first")
-    analysis = analyse(report.results_dir, rows)
+    rows = results.read_stores(report.results_dirs)
+    analysis = analyse(report.results_dirs, rows)
     files: dict[str, str] = {}
     for layout in report.layouts:
         files |= layout.render(analysis, report)

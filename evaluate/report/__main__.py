@@ -1,8 +1,11 @@
-"""`python -m evaluate.report [results_dir=results] [out_dir=reports] [title=...] [pareto_scenario=<name>]
+"""`python -m evaluate.report [results_dir=results|a,b] [out_dir=reports] [title=...] [pareto_scenario=<name>]
 [layout=[summary,batch_table,context_table,oneline,length_grid]] [output=[markdown,csv,png]]`
 
 Hydra overrides like the two stages, over conf/report.yaml (`--help` lists
-them and the groups): results_dir holds results*.jsonl; out_dir gets the
+them and the groups): results_dir holds results*.jsonl, or names several
+such folders side by side (`results_dir=a,b` or `results_dir=[a,b]`: rows
+stay keyed by hardware and, with several, by store, so nothing measured
+on two machines or in two stores is averaged); out_dir gets the
 files of every layout (conf/report/layout/): `summary`, the default, writes
 the files of its output formats (conf/report/output/: report.md, summary.csv,
 runs.csv, serving.csv, the PNGs), every other layout `<layout>.md`;
@@ -28,6 +31,7 @@ from quantize.common.paths import CONF_DIR
 
 KEYS = ("results_dir", "out_dir", "title", "pareto_scenario", "layout", "output")
 LIST_KEYS = ("layout", "output")
+STORES_KEY = "results_dir"   # one folder, or several: results_dir=a,b is a list, not a Hydra sweep
 # Hydra's own flags; those in FLAGS_WITH_VALUE take the next argument too.
 HYDRA_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p")
 FLAGS_WITH_VALUE = ("--cfg", "-c", "--info", "-i", "--package", "-p")
@@ -51,24 +55,35 @@ def check(argv: list[str]) -> None:
 def modernise(argv: list[str]) -> list[str]:
     """The old spelling as Hydra overrides, one deprecation line per old
     argument: `layout=a,b` -> `layout=[a,b]`, `key=` (empty) -> the default.
-    A title or folder Hydra would read as something else (a comma: a sweep;
-    brackets, quotes) is quoted, so it stays the text typed."""
+    `results_dir=a,b` (several stores, the current spelling) becomes the
+    list of its folders, each quoted. Any other title or folder Hydra would
+    read as something else (a comma: a sweep; brackets, quotes) is quoted,
+    so it stays the text typed."""
     out = []
     for arg in argv:
         key, eq, value = arg.partition("=")
         if eq and key in KEYS and value == "":
             warn_old_spelling(arg, f"leave {key}= out for its default")
             continue
-        if eq and key in LIST_KEYS and not value.startswith("["):
+        if eq and key == STORES_KEY and value.startswith("["):
+            out.append(arg)     # a list already: Hydra reads it
+        elif eq and key == STORES_KEY and "," in value:
+            out.append(f"{key}=[{','.join(quoted(v) for v in value.split(',') if v)}]")
+        elif eq and key in LIST_KEYS and not value.startswith("["):
             new = f"{key}=[{value}]"
             if "," in value:
                 warn_old_spelling(arg, f"write {new}")
             out.append(new)
         elif eq and key in KEYS and key not in LIST_KEYS and not plain_value(arg):
-            out.append(f"{key}='" + value.replace("\\", "\\\\").replace("'", "\\'") + "'")
+            out.append(f"{key}={quoted(value)}")
         else:
             out.append(arg)
     return out
+
+
+def quoted(value: str) -> str:
+    """`value` as a Hydra quoted string, read back as the text typed."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def plain_value(override: str) -> bool:

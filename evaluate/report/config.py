@@ -51,7 +51,7 @@ class OutputFormat(extensions.Configurable):
 @dataclass
 class ReportConfig:
     """What to report, and how: conf/report.yaml with the command line over it."""
-    results_dir: Path
+    results_dirs: list[Path]    # one store, or several side by side (results_dir=a,b)
     out_dir: Path
     title: str
     pareto_scenario: str | None
@@ -97,14 +97,15 @@ def report_config(values: dict, searched: list[Path] = ()) -> ReportConfig:
     """conf/report.yaml's values (plain, resolved) as the typed ReportConfig;
     relative folders are taken from the working directory."""
     return ReportConfig(
-        results_dir=resolve(values["results_dir"]), out_dir=resolve(values["out_dir"]), title=str(values["title"]),
+        results_dirs=[resolve(d) for d in as_list(values["results_dir"])], out_dir=resolve(values["out_dir"]),
+        title=str(values["title"]),
         pareto_scenario=None if values.get("pareto_scenario") is None else str(values["pareto_scenario"]),
         layouts=build_choices("layout", Layout, as_list(values.get("layout")), searched),
         outputs=build_choices("output", OutputFormat, as_list(values.get("output")), searched))
 
 
 def as_list(value) -> list[str]:
-    """A list override (`[a,b]`), or one name."""
+    """A list override (`[a,b]`), or one value."""
     if value is None:
         return []
     return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]

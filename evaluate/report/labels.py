@@ -12,7 +12,8 @@ from quantize.common.provenance import setup_versions
 def labels(groups: list[Group]) -> dict[tuple, str]:
     """Recipe name, as `model/recipe` when several models are present; where
     several identities share it, what tells them apart: the artifact, the
-    engine, and the settings of the setups that differ."""
+    engine, the store (where several are read side by side), and the
+    settings of the setups that differ (within one store)."""
     first = {}
     for g in groups:
         first.setdefault(g.identity, g)
@@ -27,6 +28,10 @@ def labels(groups: list[Group]) -> dict[tuple, str]:
         twins = [t for t in first.values() if (t.model_name, t.recipe) == (g.model_name, g.recipe)]
         parts = [short(g.artifact_id)] if len({t.artifact_id for t in twins}) > 1 else []
         parts += [g.engine] if len({t.engine for t in twins}) > 1 else []
+        store = g.runs[0].store if g.runs else None
+        if store and len({t.runs[0].store for t in twins if t.runs}) > 1:  # stores side by side: each apart
+            parts.append(f"store {store.name}")
+            twins = [t for t in twins if t.runs and t.runs[0].store == store]
         if len({t.setup_id for t in twins}) > 1:
             parts.append(setup_difference(g, twins))
         out[ident] = f"{name} ({'; '.join(parts)})"

@@ -137,7 +137,8 @@ def render_header(rows: list[Row], title: str, results_dir: Path) -> str:
     stamps = sorted(r.timestamp for r in rows if r.timestamp)
     lines = [f"# {title}", "",
              f"- Generated: {datetime.now(timezone.utc).isoformat(timespec='seconds')}",
-             f"- Results: {len(rows)} rows in `{results_dir}`"
+             "- Results: " + ", ".join(f"{sum(r.store == s for r in rows)} rows in `{s.path if s else results_dir}`"
+                                       for s in dict.fromkeys(r.store for r in rows))
              + (f", measured {stamps[0]} … {stamps[-1]}" if stamps else ""),
              f"- Models: {', '.join(sorted({r.model_name or '?' for r in rows}))}"]
     lines += [f"- Hardware: {hardware_text(hw)}" for hw in distinct(rows, "hardware")]

@@ -1,0 +1,125 @@
+"""`python -m evaluate.report results_dir=a,b`: several stores side by side.
+Rows of two machines, or of twin machines in two stores, are never averaged
+together and no speed-up divides one store's rows by another's; one folder
+reads as before; a folder without results is one line, nothing written."""
+import csv
+import statistics
+from pathlib import Path
+
+import pytest
+
+from evaluate import results
+from evaluate.results import Row
+
+from .rows import ENGINE_ARGS, ENGINE_ENV, HARDWARE, VERSIONS, main_rows, md_tables, store
+from .test_main_cli import report_cli
+
+OTHER_CPU = {**HARDWARE, "hostname": "bench-2", "cpu": "Intel Xeon Platinum 8488C", "cpu_isa": ["avx2", "amx"]}
+TWIN = {**HARDWARE, "hostname": "bench-2"}   # the same machine but for its name: the same setup_id
+SPEED = ("latency_s", "output_throughput")
+
+
+def on_machine(hardware: dict, throughput_factor: float = 1.0) -> list[Row]:
+    """The fixture's rows as measured on `hardware`, with its setup id, each
+    speed row `throughput_factor` times as fast."""
+    setup = results.setup_id({"name": "vllm", "args": ENGINE_ARGS, "env": ENGINE_ENV}, VERSIONS, hardware)
+    out = []
+    for row in main_rows():
+        metrics = dict(row.metrics)
+        if row.kind == "speed" and row.ok:
+            metrics["output_throughput"] *= throughput_factor
+            metrics["latency_s"] /= throughput_factor
+        out.append(row.but(hardware=hardware, setup_id=setup, metrics=metrics))
+    return out
+
+
+def throughputs(rows: list[Row], recipe: str, scenario: str) -> list[float]:
+    return [r.metrics["output_throughput"] for r in rows
+            if r.kind == "speed" and r.ok and r.recipe == recipe and r.scenario == scenario]
+
+
+def summary_csv(out: Path) -> list[dict]:
+    with open(out / "summary.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def two_stores(tmp_path: Path, second: dict) -> tuple[list[Row], list[Row]]:
+    """Store a on the fixture's machine, store b on `second`, twice as fast."""
+    a, b = on_machine(HARDWARE), on_machine(second, 2.0)
+    store(tmp_path / "a", a)
+    store(tmp_path / "b", b)
+    return a, b
+
+
+@pytest.mark.parametrize("second", [OTHER_CPU, TWIN], ids=["two machines", "twin machines"])
+@pytest.mark.parametrize("spelling", ["results_dir=a,b", "results_dir=[a,b]"])
+def test_two_stores_side_by_side_never_averaged(tmp_path, second, spelling):
+    a, b = two_stores(tmp_path, second)
+    assert (a[0].setup_id == b[0].setup_id) == (second is TWIN)
+    proc = report_cli(tmp_path, spelling, "out_dir=out")
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "out"
+    report = (out / "report.md").read_text()
+    assert f"- Results: {len(a)} rows in `{tmp_path / 'a'}`, {len(b)} rows in `{tmp_path / 'b'}`" in report
+    # every recipe twice per scenario, labelled by store, each with its own store's runs only
+    table = {r["Recipe"]: r for r in md_tables(report, "Summary")[
+        "interactive (batch_size=1, input_len=128, output_len=64)"]}
+    for recipe in ("original", "w8a8_smooth_ptq", "w4a16_gptq"):
+        for name, rows in (("a", a), ("b", b)):
+            mean = statistics.mean(throughputs(rows, recipe, "interactive"))
+            assert table[f"{recipe} (store {name})"]["Output throughput (tok/s)"].startswith(f"{mean:.2f} ±")
+    assert len(table) == 6
+    # each speed-up against its own store's original: b is twice as fast, yet 1.27x as in a
+    assert table["w8a8_smooth_ptq (store a)"]["Speed-up vs original (x)"] == "1.27x"
+    assert table["w8a8_smooth_ptq (store b)"]["Speed-up vs original (x)"] == "1.27x"
+    summary = summary_csv(out)
+    assert len(summary) == 12 and all(r["runs"] == "3" for r in summary)
+
+
+def test_one_folder_reads_as_before(tmp_path):
+    rows = on_machine(HARDWARE)
+    store(tmp_path / "a", rows)
+    single = report_cli(tmp_path, "results_dir=a", "out_dir=one")
+    listed = report_cli(tmp_path, "results_dir=[a]", "out_dir=listed")
+    assert single.returncode == listed.returncode == 0, single.stderr + listed.stderr
+    report = (tmp_path / "one" / "report.md").read_text()
+    assert f"- Results: {len(rows)} rows in `{tmp_path / 'a'}`," in report
+    assert "store" not in report and f"`{rows[0].setup_id}` vllm" in report
+
+    def body(name):  # all but the generation time
+        return [line for line in (tmp_path / name / "report.md").read_text().splitlines()
+                if not line.startswith("- Generated:")]
+    assert body("one") == body("listed")
+    assert (tmp_path / "one" / "summary.csv").read_text() == (tmp_path / "listed" / "summary.csv").read_text()
+
+
+@pytest.mark.parametrize("make_dir", [True, False], ids=["empty", "missing"])
+def test_a_folder_without_results_is_one_line_and_writes_nothing(tmp_path, make_dir):
+    store(tmp_path / "a", on_machine(HARDWARE))
+    if make_dir:
+        (tmp_path / "b").mkdir()
+    proc = report_cli(tmp_path, "results_dir=a,b", "out_dir=out")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"error: no results in {tmp_path / 'b'}; run python -m evaluate first, or leave it out of results_dir= "
+        "(one of its 2 folders)"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_stores_are_named_by_the_path_parts_that_tell_them_apart(tmp_path):
+    dirs = [tmp_path / "run1" / "results", tmp_path / "run2" / "results", tmp_path / "other"]
+    assert [s.name for s in results.stores(dirs)] == ["run1/results", "run2/results", "other"]
+    for d in dirs:
+        store(d, main_rows()[:2])
+    rows = results.read_stores([dirs[0], dirs[1], dirs[0]])   # a folder named twice is read once
+    assert [r.store.name for r in rows] == ["run1/results"] * 2 + ["run2/results"] * 2
+    assert rows[0].setup_id == "?@run1/results"
+
+
+def test_the_store_is_never_written_with_a_row(tmp_path):
+    store(tmp_path / "a", main_rows()[:1])
+    store(tmp_path / "b", main_rows()[:1])
+    row = results.read_stores([tmp_path / "a", tmp_path / "b"])[1]
+    assert row.store == results.Store(tmp_path / "b", "b")
+    assert "store" not in row.to_dict()
+    assert Row.from_dict(row.to_dict()).store is None
