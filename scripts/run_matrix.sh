@@ -41,10 +41,24 @@ stage_done() { times="$times$1 $((SECONDS - start)) s, "; start=$SECONDS; }
 # Exit status 2 is a usage error (bad override, a Slurm request no node can
 # meet): it was said in one line, and the later stages would only repeat it.
 QUANTIZE=$RECIPES
+plan_args=()
 if [ "$SERVABLE_ONLY" = 1 ] && ! printf '%s\n' "$@" | grep -q '^hydra/launcher='; then
   QUANTIZE=$("$PY" -m evaluate.capabilities "servable=[$RECIPES]" "$@") || exit 2
   [ "$QUANTIZE" = "$RECIPES" ] || echo "quantizing only what can be served here: ${QUANTIZE:-none} (SERVABLE_ONLY=0 quantizes all)"
+  plan_args=(--servable "$QUANTIZE")
 fi
+# The plan (jobs, engines to start, ETA from this host's past job times), and
+# its run file: each job of both stages reads it from $QUANTBENCH_RUN, records
+# its time beside it and prints "k/N done, elapsed, ETA" (quantize.common.progress).
+case $RESULTS in /*) results_abs=$RESULTS ;; *) results_abs=$PWD/$RESULTS ;; esac
+run_file="$results_abs/progress/run-$(date -u +%Y%m%dT%H%M%SZ)-$$.json"
+"$PY" -m evaluate.matrix_plan --quantize "$QUANTIZE" --evaluate "$RECIPES" --scenario "$SCENARIO" \
+  --runs "$RUNS" --results-dir "$RESULTS" --run-file "$run_file" "${plan_args[@]}" "$@"
+case $? in
+  0) export QUANTBENCH_RUN=$run_file ;;
+  2) exit 2 ;;
+  *) echo "no plan: the stages run without progress lines" ;;
+esac
 if [ -n "$QUANTIZE" ]; then
   "$PY" -m quantize -m "recipe=$QUANTIZE" "$@" || { rc=$?; [ $rc = 2 ] && exit 2; status=1; }
 fi
