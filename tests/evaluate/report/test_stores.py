@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from evaluate import results
+from evaluate.report.__main__ import modernise
 from evaluate.results import Row
 
 from .rows import ENGINE_ARGS, ENGINE_ENV, HARDWARE, VERSIONS, main_rows, md_tables, store
@@ -58,6 +59,7 @@ def test_two_stores_side_by_side_never_averaged(tmp_path, second, spelling):
     assert (a[0].setup_id == b[0].setup_id) == (second is TWIN)
     proc = report_cli(tmp_path, spelling, "out_dir=out")
     assert proc.returncode == 0, proc.stderr
+    assert "deprecat" not in proc.stderr   # the current spelling, not the old one
     out = tmp_path / "out"
     report = (out / "report.md").read_text()
     assert f"- Results: {len(a)} rows in `{tmp_path / 'a'}`, {len(b)} rows in `{tmp_path / 'b'}`" in report
@@ -104,6 +106,16 @@ def test_a_folder_without_results_is_one_line_and_writes_nothing(tmp_path, make_
         f"error: no results in {tmp_path / 'b'}; run python -m evaluate first, or leave it out of results_dir= "
         "(one of its 2 folders)"]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("arg, override", [
+    ("results_dir=a,b", "results_dir=['a','b']"),
+    ("results_dir=runs [old],it's", "results_dir=['runs [old]','it\\'s']"),   # each folder as typed
+    ("results_dir=[a,b]", "results_dir=[a,b]"),
+    ("results_dir=results", "results_dir=results"),
+])
+def test_several_folders_become_a_list_override(arg, override):
+    assert modernise([arg]) == [override]
 
 
 def test_stores_are_named_by_the_path_parts_that_tell_them_apart(tmp_path):
