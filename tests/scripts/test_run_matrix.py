@@ -1,6 +1,7 @@
 """scripts/run_matrix.sh end to end: quantize, evaluate and report through
 real llm-compressor, vLLM and files, on a tiny model."""
 import platform
+import re
 import subprocess
 import sys
 
@@ -35,6 +36,7 @@ def test_the_cpu_matrix_on_an_avx2_host_quantizes_only_what_it_can_serve(tmp_pat
 
     out = run_matrix()
     assert "quantizing only what can be served here: original (SERVABLE_ONLY=0 quantizes all)" in out.stdout
+    assert "plan: 3 jobs (1 quantize, 2 evaluate)" in out.stdout and "progress: 3/3 done" in out.stdout
     assert "matrix cpu wall time: quantize" in out.stdout
     artifacts = tmp_path / "artifacts" / "tiny-llama"
     assert (artifacts / "original" / "manifest.json").is_file() and not (artifacts / "w4a16_rtn").exists()
@@ -47,3 +49,53 @@ def test_the_cpu_matrix_on_an_avx2_host_quantizes_only_what_it_can_serve(tmp_pat
     # SERVABLE_ONLY=0 builds it anyway (e.g. for another machine); it is still unsupported here
     again = run_matrix(SERVABLE_ONLY="0", RECIPES="w4a16_rtn")
     assert "quantizing only" not in again.stdout and (artifacts / "w4a16_rtn" / "manifest.json").is_file()
+    assert "progress: 2/2 done" in again.stdout
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="an x86 host is emulated")
+def test_make_run_prints_its_plan_first_then_k_of_n_after_each_job(tmp_path):
+    """The real script, stages and llm-compressor on a tiny model, with no
+    engine to start (W4A16 is unsupported on an AVX2 host, so evaluate records
+    that): the plan comes before any job, every job of both stages prints
+    "k/N done" with N the plan's; the next run's plan has an ETA from them."""
+    from quantize.common.assets import ensure_default_model
+    from quantize.common.tiny_model import build_tiny_llama
+    model = build_tiny_llama(tmp_path / "tiny-llama", ensure_default_model())
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text("name: tiny\nbatch_size: 1\ninput_len: 16\noutput_len: 4\n")
+    env = quantize_env({"PY": sys.executable, "RECIPES": "w4a16_rtn", "SCENARIO": str(scenario), "RUNS": "1",
+                        "SERVABLE_ONLY": "0", "RESULTS": str(tmp_path / "results"),
+                        "REPORT": str(tmp_path / "reports")})
+
+    def run_matrix() -> list[str]:
+        out = subprocess.run(["bash", str(ROOT / "scripts" / "as_avx2_host.sh"), "bash",
+                              str(ROOT / "scripts" / "run_matrix.sh"), "cpu", f"model={model}",
+                              f"artifacts_dir={tmp_path / 'artifacts'}"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+        return out.stdout.splitlines()
+
+    first = run_matrix()
+    plan_at = next(i for i, line in enumerate(first) if line.startswith("plan: "))
+    assert first[plan_at].startswith("plan: 2 jobs (1 quantize, 1 evaluate) on ")
+    assert first[plan_at + 1:plan_at + 4] == [
+        "  quantize: build w4a16_rtn; complete, skipped: none",
+        f"  evaluate on scenario {scenario} (1 scenario) x 1 runs: 1 engine to start (measurements left: "
+        "w4a16_rtn 2)", "  ETA unknown (first run on this host)"]
+    done = [(i, line) for i, line in enumerate(first) if line.startswith("progress: ")]
+    assert [line.split(",")[0] for _, line in done] == ["progress: 1/2 done", "progress: 2/2 done"]
+    assert done[0][0] > plan_at and "ETA unknown (no evaluate job of tiny-llama measured" in done[0][1]
+    assert re.search(r"elapsed \d+ (min \d+ )?s, ETA 0 s \(evaluate w4a16_rtn ok in \d+ s\)$", done[1][1])
+
+    # the next run's plan has this host's times: what the skips and the jobs took
+    plan = subprocess.run(["bash", str(ROOT / "scripts" / "as_avx2_host.sh"), sys.executable, "-m",
+                           "evaluate.matrix_plan", "--quantize", "w4a16_rtn", "--evaluate", "w4a16_rtn",
+                           "--scenario", str(scenario), "--runs", "2", "--results-dir", str(tmp_path / "results"),
+                           "--run-file", str(tmp_path / "results" / "progress" / "run-next.json"),
+                           f"model={model}", f"artifacts_dir={tmp_path / 'artifacts'}"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    lines = plan.stdout.splitlines()
+    assert lines[1] == "  quantize: build none; complete, skipped: w4a16_rtn"
+    assert lines[2].endswith("0 engines to start; nothing to measure: w4a16_rtn (every run stored or unsupported)")
+    assert re.fullmatch(r"  ETA \d+ s", lines[3]), lines

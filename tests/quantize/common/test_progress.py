@@ -1,0 +1,107 @@
+"""A run's progress and ETA (quantize.common.progress): the arithmetic from a
+job-times file, and the Hydra callback that writes it and prints the line."""
+import json
+import re
+import time
+
+from hydra.core.utils import JobReturn, JobStatus
+from omegaconf import OmegaConf
+
+from quantize.common import progress
+from quantize.common.progress import JobProgress, JobTime, PlannedJob, RunFile, duration, eta, read_times
+
+HOST, OTHER = "AMD EPYC, 2 cores; avx2", "Xeon, 64 cores; avx512f"
+
+
+def took(seconds, stage="quantize", recipe="w4a16_gptq", work=1, host=HOST, ok=True, run="old", model="m"):
+    return JobTime(run=run, stage=stage, model=model, recipe=recipe, host=host, seconds=seconds, work=work, ok=ok)
+
+
+def job(stage="quantize", recipe="w4a16_gptq", work=1, model="m"):
+    return PlannedJob(stage, model, recipe, work)
+
+
+def test_durations_carry_units():
+    assert [duration(s) for s in (0, 42.4, 60, 190, 3599, 3600, 7500)] == [
+        "0 s", "42 s", "1 min 0 s", "3 min 10 s", "59 min 59 s", "1 h 0 min", "2 h 5 min"]
+
+
+def test_eta_sums_the_mean_of_the_same_recipe_on_this_host():
+    history = [took(100), took(140), took(10, recipe="w4a16_rtn"), took(999, host=OTHER),
+               took(5000, ok=False), took(300, stage="evaluate", recipe="w4a16_gptq", work=9)]
+    jobs = [job(), job(recipe="w4a16_rtn"), job("evaluate", work=3)]
+    assert eta(jobs, HOST, history).seconds == 120 + 10 + 300
+    assert str(eta(jobs, HOST, history)) == "ETA 7 min 10 s"
+
+
+def test_a_recipe_never_measured_takes_the_stage_mean_of_its_model():
+    history = [took(100), took(20, recipe="w4a16_rtn"), took(5000, recipe="w4a16_awq", model="big")]
+    assert eta([job(recipe="w8a8_smooth_gptq")], HOST, history).seconds == 60
+
+
+def test_a_job_with_nothing_left_takes_what_skips_took_or_nothing():
+    history = [took(600), took(4, work=0), took(6, work=0)]
+    assert eta([job(work=0), job(work=0)], HOST, history).seconds == 10
+    assert eta([job(work=0)], HOST, []).seconds == 0
+
+
+def test_unknown_says_why():
+    first = eta([job(), job("evaluate")], HOST, [took(100, host=OTHER)])
+    assert first.seconds is None and str(first) == "ETA unknown (first run on this host)"
+    evaluate_unmeasured = eta([job(), job("evaluate")], HOST, [took(100)])
+    assert str(evaluate_unmeasured) == "ETA unknown (no evaluate job of m measured on this host yet)"
+
+
+def test_progress_counts_this_runs_jobs_failed_ones_too(tmp_path):
+    run = RunFile(run_id="now", started=1000.0, times=str(tmp_path / "t.jsonl"),
+                  jobs=[job(), job(recipe="w4a16_rtn"), job("evaluate", work=3), job("evaluate", "w4a16_rtn", 3)])
+    history = [took(100, run="old"), took(200, stage="evaluate", work=3, run="old"),
+               took(90, run="now"), took(3, recipe="w4a16_rtn", run="now", ok=False)]
+    line = run.progress(history, HOST, now=1190.0)
+    # left: the two evaluate jobs, 200 s each (the gptq one measured, rtn takes the stage mean)
+    assert line == "progress: 2/4 done (1 failed), elapsed 3 min 10 s, ETA 6 min 40 s"
+
+
+def test_a_line_cut_short_by_a_crash_is_passed_over(tmp_path):
+    times = tmp_path / "job_times.jsonl"
+    times.write_text(json.dumps(took(5).__dict__) + "\n" + '{"run": "x", "stage"' + "\n")
+    assert read_times(times) == [took(5)] and read_times(tmp_path / "none.jsonl") == []
+
+
+def job_config(out_dir, recipe="w4a16_rtn"):
+    return OmegaConf.create({"model": {"name": "m"}, "recipe": {"name": recipe},
+                             "hydra": {"runtime": {"output_dir": str(out_dir)}}})
+
+
+def test_the_callback_records_each_job_and_prints_k_of_n(tmp_path, monkeypatch, capsys):
+    """Two jobs through the callback as Hydra calls it: one ok, one failed
+    (its FAILED.json); each appends its time, the second line counts both."""
+    monkeypatch.setattr(progress, "host_kind", lambda: HOST)
+    run_file = tmp_path / "progress" / "run-1.json"
+    RunFile(run_id="run-1", started=time.time(), times=str(tmp_path / "progress" / progress.TIMES_FILE),
+            jobs=[job(recipe="w4a16_rtn"), job(recipe="w4a16_gptq"), job("evaluate", "w4a16_rtn", 2)]).write(run_file)
+    monkeypatch.setenv(progress.RUN_ENV, str(run_file))
+    callback = JobProgress(stage="quantize")
+    for recipe, status in (("w4a16_rtn", JobStatus.COMPLETED), ("w4a16_gptq", JobStatus.COMPLETED)):
+        out_dir = tmp_path / recipe
+        out_dir.mkdir()
+        if recipe == "w4a16_gptq":
+            (out_dir / "FAILED.json").write_text("{}")  # run_job caught the error: the job "completes"
+        callback.on_job_start(job_config(out_dir, recipe))
+        callback.on_job_end(job_config(out_dir, recipe), JobReturn(status=status))
+    lines = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(r"progress: 1/3 done, elapsed [01] s, ETA unknown \(no evaluate job of m measured "
+                        r"on this host yet\) \(quantize w4a16_rtn ok in 0 s\)", lines[0]), lines
+    assert lines[1].startswith("progress: 2/3 done (1 failed),")
+    assert lines[1].endswith("(quantize w4a16_gptq failed in 0 s)")
+    recorded = read_times(tmp_path / "progress" / progress.TIMES_FILE)
+    assert [(t.run, t.recipe, t.ok, t.work, t.host) for t in recorded] == [
+        ("run-1", "w4a16_rtn", True, 1, HOST), ("run-1", "w4a16_gptq", False, 1, HOST)]
+
+
+def test_outside_a_planned_run_the_callback_does_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv(progress.RUN_ENV, raising=False)
+    callback = JobProgress(stage="quantize")
+    callback.on_job_start(job_config(tmp_path))
+    callback.on_job_end(job_config(tmp_path), JobReturn(status=JobStatus.COMPLETED))
+    assert capsys.readouterr().out == "" and list(tmp_path.iterdir()) == []
