@@ -149,7 +149,9 @@ def _plan(config: EvaluateConfig) -> tuple[Job, list[Scenario], Verdict]:
     base = Row(kind="speed", **opened.as_row(), engine=name, engine_args=args,
                engine_env=engine_cfg.env, **where, machine=machine.facts(), hardware_defaults=config.hardware,
                kv_quant=engine.kv_quant(opened.format, args),
-               setup_id=results.setup_id(engines.identity(engine_cfg, engine), **where), repro=_repro(opened))
+               setup_id=results.setup_id(engines.identity(engine_cfg, engine), **where),
+               comparison_id=results.setup_id(engines.identity(config.engine, engine), **where),
+               repro=_repro(opened))
     job = Job(config=config, seed=config.seed, plan=config.plan, target=opened, store=store, engine=engine,
               engine_cfg=engine_cfg, limit=limit, fit=fit, base=base, accuracy_cfg=config.accuracy,
               lm_eval_cfg=config.lm_eval, lm_eval_model=lm_eval_model, lm_eval_versions=lm_eval_versions,

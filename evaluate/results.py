@@ -74,6 +74,11 @@ class Row:
     machine: dict | None = None        # capability facts the engine decided from (quantize.common.machine)
     kv_quant: str | None = None        # KV-cache quantization that ran: "none", "fp8", ... (Engine.kv_quant)
     setup_id: str | None = None        # see setup_id()
+    # setup_id of the setup as configured, before the engine resolved `auto`
+    # values (dtype, tensor_parallel_size): rows of one comparison_id may be
+    # compared even where `dtype: auto` chose another dtype per artifact (the
+    # int4 kernel's bf16 beside the original's float32 on a CPU without native bf16)
+    comparison_id: str | None = None
     versions: dict = field(default_factory=dict)
     hardware: dict = field(default_factory=dict)
     # the defaults profile the job was composed with (conf/hardware/: "cpu" | "cuda"); not
@@ -256,7 +261,8 @@ def tail(path: Path, parts: int) -> str:
 
 def in_store(row: Row, store: Store) -> Row:
     """The row as read from one of several stores: tagged, its setup ids kept apart per store."""
-    return row.but(store=store, setup_id=f"{row.setup_id or '?'}@{store.name}")
+    return row.but(store=store, setup_id=f"{row.setup_id or '?'}@{store.name}",
+                   comparison_id=row.comparison_id and f"{row.comparison_id}@{store.name}")
 
 
 def completed_keys(results_dir: Path, statuses: tuple = ("ok",)) -> set[tuple]:

@@ -80,18 +80,22 @@ def run_quantize(*overrides: str, cwd: Path, timeout: float = QUANTIZE_TIMEOUT_S
                           capture_output=True, text=True, timeout=timeout)
 
 
-# On PYTHONPATH, this folder makes processes see an AVX2-only CPU (see its sitecustomize.py).
-AVX2_HOST = Path(__file__).resolve().parent / "hosts" / "avx2_host"
+# On PYTHONPATH, a folder of tests/hosts/ makes processes see another kind of
+# CPU (see its sitecustomize.py): avx2_host, an AVX2-only CPU;
+# avx512_no_bf16_host, AVX-512 + VNNI without AVX512-BF16 or AMX.
+HOSTS = Path(__file__).resolve().parent / "hosts"
 
 
-def run_cli(module: str, *args: str, cwd: Path, timeout: float = 900,
-            avx2_host: bool = False) -> subprocess.CompletedProcess:
+def run_cli(module: str, *args: str, cwd: Path, timeout: float = 900, avx2_host: bool = False,
+            host: str | None = None) -> subprocess.CompletedProcess:
     """`python -m <module> args` (quantize or evaluate) with a small vLLM KV
-    cache, optionally as on an AVX2-only host; returns the finished process
-    (never raises on failure)."""
+    cache, optionally as on another kind of host (`host`: a folder of
+    tests/hosts/; `avx2_host=True` is host="avx2_host"); returns the
+    finished process (never raises on failure)."""
     env = quantize_env({"VLLM_CPU_KVCACHE_SPACE": "1"})
-    if avx2_host:
-        env["PYTHONPATH"] = os.pathsep.join((str(AVX2_HOST), env["PYTHONPATH"]))
+    host = "avx2_host" if avx2_host else host
+    if host:
+        env["PYTHONPATH"] = os.pathsep.join((str(HOSTS / host), env["PYTHONPATH"]))
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 

@@ -46,10 +46,28 @@ class Group:
     speedup: float | None = None
     speedup_ci: tuple[float, float] | None = None  # 95% interval
     flag: str | None = None  # why the speed-up is not ranked
+    # the `original` group the speed-up is against (itself for the original)
+    baseline: "Group | None" = field(default=None, repr=False, compare=False)
 
     @property
     def identity(self) -> tuple:
         return (self.model_name, self.recipe, self.artifact_id, self.engine, self.setup_id)
+
+    @property
+    def comparison(self) -> str | None:
+        """What the group may be compared within: the setup as configured
+        (Row.comparison_id), else, for rows written before it was recorded, the setup."""
+        return self.runs[0].comparison_id or self.setup_id if self.runs else self.setup_id
+
+    @property
+    def dtype(self) -> str | None:
+        """The dtype the engine ran in (`auto` resolved per artifact)."""
+        return self.runs[0].engine_args.get("dtype") if self.runs else None
+
+    @property
+    def dtype_differs(self) -> bool:
+        """Whether the speed-up compares two dtypes (each chosen by `dtype: auto`)."""
+        return bool(self.baseline and self.dtype and self.baseline.dtype and self.dtype != self.baseline.dtype)
 
     def mean(self, metric: str) -> float | None:
         return self.stats[metric][0] if metric in self.stats else None
@@ -131,15 +149,20 @@ def aggregate(rows: list[Row], kind: Kind = "speed") -> list[Group]:
 
 def add_speedups(groups: list[Group], metric: str = "output_throughput") -> None:
     """Speed-up = mean `metric` / that of the `original` recipe with the same
-    model, engine, setup and scenario; None when there is no such baseline.
-    Each group also gets the speed-up's 95% interval and, when the runs
-    cannot tell it apart from 1.0 or are too noisy, a flag saying why."""
+    model, engine, configured setup (Group.comparison) and scenario; None
+    when there is no such baseline. Configured, not resolved: under
+    `dtype: auto` each artifact runs in the dtype its kernels do best on this
+    machine, and that is the comparison the user asked for (Group.dtype_differs
+    says where the two dtypes differ). Each group also gets the speed-up's 95%
+    interval and, when the runs cannot tell it apart from 1.0 or are too
+    noisy, a flag saying why."""
     baselines: dict[tuple, Group] = {}
     for g in sorted(groups, key=lambda g: g.artifact_id):  # deterministic if several originals
         if g.recipe == BASELINE and g.mean(metric):
-            baselines.setdefault((g.model_name, g.engine, g.setup_id, g.scenario), g)
+            baselines.setdefault((g.model_name, g.engine, g.comparison, g.scenario), g)
     for g in groups:
-        base = baselines.get((g.model_name, g.engine, g.setup_id, g.scenario))
+        base = baselines.get((g.model_name, g.engine, g.comparison, g.scenario))
+        g.baseline = base
         ours = g.mean(metric)
         g.speedup = ours / base.mean(metric) if base and ours is not None else None
         g.speedup_ci = ratio_interval(g, base, metric) if g.speedup and base is not g else None
@@ -229,6 +252,7 @@ class Overall(NamedTuple):
     speedup: float                         # geometric mean over `scenarios`
     scenarios: list[Scenario]
     interval: tuple[float, float] | None   # its 95% interval (None where a scenario has none)
+    dtype_pairs: tuple[tuple[str, str], ...] = ()  # (baseline's, its own) where `auto` chose two dtypes
 
 
 def overall_ranking(groups: list[Group]) -> list[Overall]:
@@ -239,7 +263,8 @@ def overall_ranking(groups: list[Group]) -> list[Overall]:
     for g in groups:
         if g.speedup and not g.flag:
             per.setdefault(g.identity, []).append(g)
-    ranked = [Overall(ident, geomean([g.speedup for g in gs]), [g.scenario for g in gs], geomean_interval(gs))
+    ranked = [Overall(ident, geomean([g.speedup for g in gs]), [g.scenario for g in gs], geomean_interval(gs),
+                      tuple(dict.fromkeys((g.baseline.dtype, g.dtype) for g in gs if g.dtype_differs)))
               for ident, gs in per.items()]
     return sorted(ranked, key=lambda o: -o.speedup)
 
@@ -273,9 +298,10 @@ def overall_tiers(ranked: list[Overall]) -> list[list[Overall]]:
 
 
 def same_setup(candidates: list[Group], g: Group) -> Group | None:
-    """The first candidate measured in g's setup; never one of another setup
-    (its engine, versions or machine could explain any difference)."""
-    return next((c for c in candidates if c.setup_id == g.setup_id), None)
+    """The first candidate measured in g's setup as configured
+    (Group.comparison); never one of another setup (its engine, versions or
+    machine could explain any difference)."""
+    return next((c for c in candidates if c.comparison == g.comparison), None)
 
 
 def accuracy_of(accuracy_groups: list[Group], g: Group) -> Group | None:

@@ -72,3 +72,12 @@ def run_labels(runs: list[Row]) -> list[str]:
         seen[base] += 1
         out.append(base if seen[base] == 1 else f"{base} (repeat {seen[base]})")
     return out
+
+
+def dtype_note(g: Group, names: dict[tuple, str]) -> str | None:
+    """Where g's speed-up compares two dtypes (`dtype: auto` chose each for its
+    artifact's kernels): which, in words; None where both ran in one dtype."""
+    if not g.dtype_differs:
+        return None
+    return (f"{names.get(g.baseline.identity, g.baseline.recipe)} {g.baseline.dtype} vs "
+            f"{names.get(g.identity, g.recipe)} {g.dtype}: each at its best on this host")

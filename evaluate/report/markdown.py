@@ -6,13 +6,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from evaluate.analysis import Analysis
+from evaluate.analysis.choice import ACCURACY_FLOOR_PCT
 from evaluate.analysis.groups import (
     BASELINE, CV_MAX, Group, accuracy_keys, accuracy_of, by_model, by_throughput, headline_accuracy_keys,
     Overall, kv_cache_bytes, lm_baseline, lm_recovery, numeric_metrics, ordered_metrics, overall_ranking,
     overall_tiers, scenario_of, scenarios, stderr_key, tiers)
 from evaluate.report.formatting import (
     MISSING, fmt_fixed, fmt_number, header, inline_json, interval_text, mb, md_table, short, speedup_text)
-from evaluate.report.labels import in_table, labels, run_labels
+from evaluate.report.answer_markdown import render_answer
+from evaluate.report.labels import dtype_note, in_table, labels, run_labels
 from evaluate.report.serving_markdown import render_serving
 from evaluate.report.config import OutputFormat, ReportConfig
 from evaluate.results import Row
@@ -44,16 +46,17 @@ class Markdown(OutputFormat):
         return {"report.md": render_markdown(analysis, report.title)}
 
 
-def render_markdown(analysis: Analysis, title: str) -> str:
-    """report.md: every section of the analysed store."""
+def render_markdown(analysis: Analysis, title: str, floor_pct: float = ACCURACY_FLOOR_PCT) -> str:
+    """report.md: the answer first, then the tables, then how they were measured."""
     speed, accuracy = analysis.speed, analysis.accuracy
-    parts = [render_header(analysis.rows, title, analysis.results_dir), render_summary(speed, accuracy),
-             render_ranking(speed), render_details(speed), render_problems(analysis.rows)]
+    parts = [render_title(analysis.rows, title, analysis.results_dir), render_answer(analysis, floor_pct),
+             render_summary(speed, accuracy), render_ranking(speed), render_details(speed),
+             render_problems(analysis.rows)]
     if accuracy:
         parts.append(render_accuracy(accuracy))
     if analysis.lm_eval:
         parts.append(render_lm_eval(analysis.lm_eval))
-    parts.append(render_serving(analysis.serving, speed, accuracy))
+    parts += [render_serving(analysis.serving, speed, accuracy), render_method(analysis.rows)]
     return "\n\n".join(p for p in parts if p) + "\n"
 
 
@@ -101,8 +104,11 @@ def auto_text(p: dict) -> str:
 
 
 def speedup_cell(g: Group) -> str:
-    """The speed-up, marked when the runs cannot support it."""
+    """The speed-up, with the two dtypes where `auto` chose different ones,
+    marked when the runs cannot support it."""
     text = speedup_text(g.speedup)
+    if g.speedup is not None and g.dtype_differs:
+        text += f" ({g.baseline.dtype} → {g.dtype})"
     return f"{text} ⚠ {g.flag}" if g.flag and g.speedup is not None else text
 
 
@@ -116,7 +122,9 @@ def distinct(rows: list[Row], attr: str) -> list:
 NOTES = (
     "Notes: values are mean ± sample std over the timed runs (warm-up excluded); "
     "TTFT/TPOT percentiles are per-run values averaged over runs; speed-up is mean output "
-    "throughput / that of the `original` artifact of the same model, engine, setup and scenario; "
+    "throughput / that of the `original` artifact of the same model, engine, setup as configured and "
+    "scenario (under `dtype: auto` each artifact runs in the dtype the engine chose for it on this machine, "
+    "and a speed-up between two dtypes names both: \"float32 → bfloat16\"); "
     "input (prefill) throughput is the measured `input_throughput`, or batch_size × input_len / "
     "mean TTFT where a row lacks it; \"—\" means not measured (never 0); model size is weight "
     "bytes on disk / 10^6.\n\n"
@@ -133,7 +141,8 @@ NOTES = (
     "changes with batch size; model size is the weights alone.")
 
 
-def render_header(rows: list[Row], title: str, results_dir: Path) -> str:
+def render_title(rows: list[Row], title: str, results_dir: Path) -> str:
+    """The title and what the report is of: its stores, models and machines."""
     stamps = sorted(r.timestamp for r in rows if r.timestamp)
     lines = [f"# {title}", "",
              f"- Generated: {datetime.now(timezone.utc).isoformat(timespec='seconds')}",
@@ -142,10 +151,18 @@ def render_header(rows: list[Row], title: str, results_dir: Path) -> str:
              + (f", measured {stamps[0]} … {stamps[-1]}" if stamps else ""),
              f"- Models: {', '.join(sorted({r.model_name or '?' for r in rows}))}"]
     lines += [f"- Hardware: {hardware_text(hw)}" for hw in distinct(rows, "hardware")]
+    return "\n".join(lines)
+
+
+def render_method(rows: list[Row]) -> str:
+    """The last section: what the engines decided from, the versions, the
+    setups, and how every number above was computed."""
+    lines = ["## Method and setups", ""]
     lines += [f"- Capabilities: {capability_text(facts)}" for facts in distinct(rows, "machine")]
     lines += defaults_lines(rows)
     lines.append(f"- Versions: {versions_text(rows)}")
-    lines.append("- Setups (engine, args and environment as recorded; rows of different setups are never averaged):")
+    lines.append("- Setups (engine, args and environment as recorded; rows of different setups are never averaged; "
+                 "speed-ups are computed where only what `dtype: auto` chose differs):")
     lines += setup_lines(rows)
     return "\n".join(lines + ["", NOTES])
 
@@ -273,8 +290,9 @@ def overall_lines(ranked: list[Overall], names: dict) -> list[str]:
 
 def overall_entry(o: Overall, names: dict) -> str:
     ci = f" (95% interval {o.interval[0]:.2f}–{o.interval[1]:.2f})" if o.interval else ""
+    dtypes = "".join(f"; original {base} vs {ours}: each at its best on this host" for base, ours in o.dtype_pairs)
     return (f"{names[o.identity]} — {o.speedup:.2f}x over {len(o.scenarios)} scenario(s): "
-            f"{', '.join(s.name for s in o.scenarios)}{ci}")
+            f"{', '.join(s.name for s in o.scenarios)}{ci}{dtypes}")
 
 
 def ranking_lines(groups: list[Group], names: dict) -> list[str]:
@@ -292,8 +310,9 @@ def ranking_lines(groups: list[Group], names: dict) -> list[str]:
 
 
 def ranking_entry(g: Group, names: dict) -> str:
+    note = dtype_note(g, names)
     return (f"{names[g.identity]} — {fmt_fixed(g.mean('output_throughput'))} tok/s"
-            f" ({speedup_text(g.speedup)} vs original)")
+            f" ({speedup_text(g.speedup)} vs original{'; ' + note if note else ''})")
 
 
 def run_metrics(row: Row) -> dict[str, float]:

@@ -1,10 +1,11 @@
-"""report.md's "Serving under load" and "Recommendation" sections: the
-serving analysis (evaluate.analysis.load_levels) and the recommendation
-(evaluate.analysis.recommendation) as Markdown."""
+"""report.md's "Serving under load" section (the serving analysis,
+evaluate.analysis.load_levels) and the lines of the serving recommendation
+(evaluate.analysis.recommendation), which open the report in "What to use
+on this machine" (answer_markdown), as Markdown."""
 from evaluate.analysis.groups import Group, scenarios
 from evaluate.analysis.load_levels import (
     MODES, Curve, LevelResult, ServingAnalysis, accuracy_for, level_text, offline_speed, recovery_of)
-from evaluate.analysis.recommendation import CapacityPick, Recommendation, TpotPick, recommend
+from evaluate.analysis.recommendation import CapacityPick, Recommendation, TpotPick
 from evaluate.report.formatting import MISSING, fmt_fixed, fmt_number, mb, md_table, short
 from evaluate.report.labels import labels
 from evaluate.scenarios import Scenario
@@ -80,7 +81,7 @@ def capacity_text(c: Curve | None) -> str:
 
 
 def render_serving(analysis: ServingAnalysis | None, speed: list[Group], accuracy: list[Group]) -> str:
-    """The "Serving under load" and "Recommendation" sections; "" without serving rows."""
+    """The "Serving under load" section; "" without serving rows."""
     if analysis is None:
         return ""
     cs, scs = analysis.curves, analysis.scenarios
@@ -94,8 +95,7 @@ def render_serving(analysis: ServingAnalysis | None, speed: list[Group], accurac
         for c in [c for c in cs if c.scenario == sc]:
             mode = "" if c.mode == "concurrency" else " · rate"
             out += ["", f"### {sc.heading()} · {names[c.group.identity]}{mode}", "", level_table(c, slo)]
-    out += ["", join_table(analysis.groups, cs, speed, accuracy, names, scs), "",
-            render_recommendation(recommend(analysis, accuracy), names)]
+    out += ["", join_table(analysis.groups, cs, speed, accuracy, names, scs)]
     return "\n".join(out)
 
 
@@ -131,10 +131,11 @@ def join_table(serving: list[Group], cs: list[Curve], speed: list[Group], accura
             "level measured, which did not.\n\n" + md_table(heads, table))
 
 
-def render_recommendation(recommendations: list[Recommendation], names: dict) -> str:
-    out = ["## Recommendation"]
+def recommendation_lines(recommendations: list[Recommendation], names: dict) -> list[str]:
+    """The serving recommendation, per scenario (report.md opens with it, in "What to use on this machine")."""
+    out = []
     for r in recommendations:
-        out += ["", f"### {r.scenario.heading()}", ""]
+        out += ["", f"**{r.scenario.heading()}**", ""]
         if r.slo is None:
             out.append("No SLO stated for these levels (slo=none), so no artifact can be said to sustain a load: "
                        "rerun with slo=interactive_cpu (or another conf/slo/ preset).")
@@ -143,7 +144,7 @@ def render_recommendation(recommendations: list[Recommendation], names: dict) ->
             for pick in r.capacity:
                 out += capacity_lines(pick, names)
         out += tpot_lines(r.tpot, names)
-    return "\n".join(out)
+    return out
 
 
 def size_text(g: Group) -> str:

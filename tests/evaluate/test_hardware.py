@@ -6,7 +6,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from evaluate import hardware
-from evaluate.report.markdown import render_header
+from evaluate.report.markdown import render_method
 from evaluate.results import Row
 import quantize.common.machine
 from quantize.common.config import register
@@ -134,10 +134,10 @@ def test_a_gpu_reference_on_a_machine_without_one_fails_before_any_engine_starts
 
 def test_the_report_header_names_the_profiles_of_its_rows(tmp_path):
     rows = [Row(kind="speed", status="ok", recipe="original", hardware_defaults=p) for p in ("cuda", "cpu", "cuda")]
-    header = render_header(rows, "t", tmp_path).splitlines()
+    header = render_method(rows).splitlines()
     assert "- Defaults: `hardware=cpu`, `hardware=cuda` (conf/hardware/; command-line choices override them)" in header
     # rows written before the profile was recorded: no line, the header is what it was
-    assert not [line for line in render_header([Row(kind="speed", status="ok")], "t", tmp_path).splitlines()
+    assert not [line for line in render_method([Row(kind="speed", status="ok")]).splitlines()
                 if line.startswith("- Defaults")]
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from tests.conftest import run_cli, serve_verdict
 from evaluate import results
+from evaluate.analysis.groups import add_speedups, aggregate, overall_ranking
 from quantize.common.errors import UserError
 from quantize.common.paths import CONF_DIR
 
@@ -139,6 +140,34 @@ def test_report_from_real_results(vllm_rows, tmp_path):
     assert out.returncode == 0, out.stderr
     report = (tmp_path / "report.md").read_text()
     assert "w8a8_smooth_ptq" in report and "test_tiny_a" in report and "test_tiny_b" in report
+
+
+@pytest.mark.slow
+def test_where_auto_chooses_two_dtypes_the_report_still_gives_the_int4_speedup(eval_artifacts, tmp_path, scen):
+    """The run of an AVX-512 host without native bf16: `dtype: auto` runs the
+    original and W8A8 in float32 and W4A16 in bf16 (its kernel has no float32
+    path). The rows record each dtype, share the configured setup, and the
+    report computes W4A16's speed-up against the original and ranks it."""
+    res = tmp_path / "results"
+    paths = ",".join(str(eval_artifacts[r]) for r in ("original", "w8a8_smooth_ptq", "w4a16_rtn"))
+    out = run_cli("evaluate", "-m", "model=local", f"model.path={paths}", scen["test_tiny_a"], "runs=2",
+                  "accuracy=none", "engine.args.enforce_eager=true", f"results_dir={res}", cwd=tmp_path,
+                  host="avx512_no_bf16_host")
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = {r.recipe: r for r in results.read(res)}
+    assert {r: rows[r].engine_args["dtype"] for r in rows} == {
+        "original": "float32", "w8a8_smooth_ptq": "float32", "w4a16_rtn": "bfloat16"}
+    assert all(r.status == "ok" for r in rows.values())
+    assert len({r.comparison_id for r in rows.values()}) == 1  # one setup as configured ...
+    assert rows["w4a16_rtn"].setup_id != rows["original"].setup_id  # ... two as run
+    speed = aggregate(results.read(res))
+    add_speedups(speed)
+    w4 = next(g for g in speed if g.recipe == "w4a16_rtn")
+    assert w4.speedup and w4.baseline.recipe == "original" and w4.dtype_differs
+    assert "w4a16_rtn" in {o.identity[1] for o in overall_ranking(speed)} or w4.flag
+    report = run_cli("evaluate.report", f"results_dir={res}", f"out_dir={tmp_path / 'rep'}", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert "float32 → bfloat16" in (tmp_path / "rep" / "report.md").read_text()
 
 
 def test_hf_engine_and_plain_checkpoint(eval_artifacts, tmp_path, scen):

@@ -145,3 +145,48 @@ def test_importing_the_vllm_engine_does_not_import_vllm():
                           cwd=Path(__file__).resolve().parents[3])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def auto_dtype_rows(comparison: dict[str, str] | None = None) -> list[Row]:
+    """The run of an AVX-512 host without native bf16, all `dtype: auto`: the
+    original and W8A8 ran in float32, W4A16 in bf16 (its kernel has no float32
+    path), so each dtype is its own setup as run; `comparison` gives each
+    recipe's setup as configured (default: one for all)."""
+    dtypes = {"original": "float32", "w8a8_smooth_ptq": "float32", "w4a16_gptq": "bfloat16"}
+    return [speed_run(recipe, "interactive", i, engine_args={"dtype": dtype, "max_model_len": 4096},
+                      setup_id=f"ran-{dtype}", comparison_id=(comparison or {}).get(recipe, "auto-setup"))
+            for recipe, dtype in dtypes.items() for i in range(3)]
+
+
+def test_where_auto_chose_two_dtypes_the_speedup_and_ranking_include_the_other_dtype():
+    groups = aggregate(auto_dtype_rows())
+    add_speedups(groups)
+    w4 = next(g for g in groups if g.recipe == "w4a16_gptq")
+    assert len({g.setup_id for g in groups}) == 2  # never averaged together
+    assert w4.speedup == pytest.approx(0.88) and w4.baseline.recipe == "original" and w4.speedup_ci
+    assert w4.dtype_differs and (w4.baseline.dtype, w4.dtype) == ("float32", "bfloat16")
+    ranked = overall_ranking(groups)
+    assert "w4a16_gptq" in {o.identity[1] for o in ranked}
+    assert next(o for o in ranked if o.identity[1] == "w4a16_gptq").dtype_pairs == (("float32", "bfloat16"),)
+    w8 = next(g for g in groups if g.recipe == "w8a8_smooth_ptq")
+    assert w8.speedup == pytest.approx(1.27) and not w8.dtype_differs
+
+
+def test_the_report_names_both_dtypes_beside_the_speedup(tmp_path):
+    store(tmp_path / "res", auto_dtype_rows())
+    build_report(tmp_path / "res", tmp_path / "out", "t", outputs=("markdown",))
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "0.88x (float32 → bfloat16)" in md
+    assert "original float32 vs w4a16_gptq bfloat16: each at its best on this host" in md
+
+
+def test_rows_configured_differently_are_still_never_compared():
+    """A user-given dtype is part of the setup as configured: rows of two
+    configurations (or of stores written before it was recorded) stay apart."""
+    groups = aggregate(auto_dtype_rows({"w4a16_gptq": "bf16-given"}))
+    add_speedups(groups)
+    assert next(g for g in groups if g.recipe == "w4a16_gptq").speedup is None
+    old = [r.but(comparison_id=None) for r in auto_dtype_rows()]
+    groups = aggregate(old)
+    add_speedups(groups)
+    assert next(g for g in groups if g.recipe == "w4a16_gptq").speedup is None

@@ -334,8 +334,8 @@ def test_a_new_engine_is_one_module_and_one_yaml(tiny_model, tmp_path):
         "quantbench": rows[0].versions["quantbench"]}  # this machine's, from the same libraries
     # the defaults this machine gets (conf/hardware/), in every row and in the report's header
     assert {r.hardware_defaults for r in rows} == {detected()}
-    from evaluate.report.markdown import render_header
-    assert f"- Defaults: `hardware={detected()}`" in render_header(rows, "t", res)
+    from evaluate.report.markdown import render_method
+    assert f"- Defaults: `hardware={detected()}`" in render_method(rows)
 
     again = evaluate_with_dummy(*args, cwd=tmp_path)
     assert again.returncode == 0, tail(again)

@@ -69,7 +69,7 @@ def report(tmp_path, rows: list[Row], *layouts: str) -> tuple[str, list]:
 
 
 def recommendation(md: str) -> str:
-    return md.split("## Recommendation\n", 1)[1]
+    return md.split("### Under load\n", 1)[1].split("\n## ", 1)[0]
 
 
 # --- level tables ---------------------------------------------------------------------------------------
@@ -211,7 +211,7 @@ def test_speed_sections_ignore_serving_rows(tmp_path):
         assert md_tables(mixed, section) == md_tables(plain, section)
     assert mixed.split("## Ranking", 1)[1].split("## Detailed", 1)[0] == \
         plain.split("## Ranking", 1)[1].split("## Detailed", 1)[0]
-    assert "## Serving under load" not in plain and "## Recommendation" not in plain
+    assert "## Serving under load" not in plain and "### Under load" not in plain
     if PLOTS:
         assert {p.name for p in paths} >= {"serving_latency_chat.png", "serving_goodput_chat.png", "throughput.png"}
     else:

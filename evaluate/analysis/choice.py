@@ -1,0 +1,63 @@
+"""The answer the report opens with: per scenario and model, the fastest
+artifact whose accuracy meets the floor (recovery vs the original, default
+95 %), and the runner-up. The original meets any floor by definition; an
+artifact without an accuracy row cannot be said to meet it, so it is named
+apart when it is faster than the pick rather than recommended."""
+from dataclasses import dataclass, field
+
+from evaluate.analysis.groups import Group, by_throughput, overlap, scenarios
+from evaluate.analysis.load_levels import recovery_of
+from evaluate.scenarios import Scenario
+
+ACCURACY_FLOOR_PCT = 95.0
+SPEED = "output_throughput"
+
+
+@dataclass
+class Passed:
+    """A candidate: its speed group and its accuracy recovery (%)."""
+    group: Group
+    recovery_pct: float
+
+
+@dataclass
+class Choice:
+    """One scenario's answer for one model."""
+    scenario: Scenario
+    model_name: str
+    floor_pct: float
+    pick: Passed | None                      # None: nothing measured meets the floor
+    runner_up: Passed | None = None
+    tied: bool = False                       # the runner-up's 95% interval overlaps the pick's
+    below_floor: list[Passed] = field(default_factory=list)   # faster than the pick, less accurate
+    unmeasured: list[Group] = field(default_factory=list)     # faster than the pick, accuracy not measured
+
+
+def choose(speed: list[Group], accuracy: list[Group], floor_pct: float = ACCURACY_FLOOR_PCT) -> list[Choice]:
+    """The answer for every scenario and model of the speed groups, in their order."""
+    out = []
+    for sc in scenarios(speed):
+        here = [g for g in speed if g.scenario == sc and g.mean(SPEED)]
+        for model in dict.fromkeys(g.model_name for g in here):
+            out.append(choose_one(sc, model, [g for g in here if g.model_name == model], accuracy, floor_pct))
+    return out
+
+
+def choose_one(sc: Scenario, model: str, groups: list[Group], accuracy: list[Group], floor_pct: float) -> Choice:
+    choice = Choice(sc, model, floor_pct, None)
+    passed = []
+    for g in by_throughput(groups):
+        recovery = recovery_of(accuracy, g)
+        if recovery is not None and recovery >= floor_pct:
+            passed.append(Passed(g, recovery))
+        elif not passed:  # faster than any pick: say why it is not the answer
+            if recovery is None:
+                choice.unmeasured.append(g)
+            else:
+                choice.below_floor.append(Passed(g, recovery))
+    if passed:
+        choice.pick = passed[0]
+        choice.runner_up = passed[1] if len(passed) > 1 else None
+        choice.tied = bool(choice.runner_up) and overlap(
+            passed[0].group.interval(SPEED), choice.runner_up.group.interval(SPEED))
+    return choice

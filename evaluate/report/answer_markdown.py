@@ -1,0 +1,79 @@
+"""report.md's first section, "What to use on this machine": the choices of
+evaluate.analysis.choice as one table, what was faster but left out and
+why, and, where serving rows exist, the serving recommendation."""
+from evaluate.analysis import Analysis
+from evaluate.analysis.choice import ACCURACY_FLOOR_PCT, Choice, Passed, SPEED, choose
+from evaluate.analysis.groups import BASELINE
+from evaluate.analysis.recommendation import recommend
+from evaluate.report.formatting import MISSING, fmt_fixed, interval_text, mb, md_table, speedup_text
+from evaluate.report.labels import labels
+from evaluate.report.serving_markdown import recommendation_lines
+
+TITLE = "## What to use on this machine"
+UNDER_LOAD = "### Under load"
+
+
+def render_answer(analysis: Analysis, floor_pct: float = ACCURACY_FLOOR_PCT) -> str:
+    choices = choose(analysis.speed, analysis.accuracy, floor_pct)
+    out = [TITLE, ""]
+    if choices:
+        names = labels(analysis.speed)
+        out += [f"Per scenario, the fastest artifact (mean output throughput) that keeps at least {floor_pct:g} % "
+                f"of the original's accuracy (`accuracy_floor_pct=`; the original is 100 % by definition), and the "
+                "runner-up. Speed-ups are against the original in the same setup as configured.", "",
+                answer_table(choices, names)]
+        left_out = [line for c in choices for line in left_out_lines(c, names)]
+        out += [""] + left_out if left_out else []
+    else:
+        out.append("No successful speed runs to choose from.")
+    if analysis.serving:
+        serving_names = labels(analysis.serving.groups)
+        out += ["", UNDER_LOAD, "", "From the serving rows (see *Serving under load* for every level):"]
+        out += recommendation_lines(recommend(analysis.serving, analysis.accuracy), serving_names)
+    return "\n".join(out)
+
+
+def answer_table(choices: list[Choice], names: dict) -> str:
+    several = len({c.model_name for c in choices}) > 1
+    heads = ["Scenario"] + ["Model"] * several + [
+        "Use", "Output throughput (tok/s)", "Speed-up vs original (95% CI)", "Model size (MB)",
+        "Accuracy recovery (%)", "Runner-up"]
+    rows = [[c.scenario.heading()] + [c.model_name] * several + pick_cells(c, names) for c in choices]
+    return md_table(heads, rows)
+
+
+def pick_cells(c: Choice, names: dict) -> list[str]:
+    if c.pick is None:
+        return [f"none meets {c.floor_pct:g} %"] + [MISSING] * 5
+    g = c.pick.group
+    return [f"**{names[g.identity]}**", fmt_fixed(g.mean(SPEED)), speedup_cell(c.pick),
+            fmt_fixed(mb(g.model_bytes), 1), fmt_fixed(c.pick.recovery_pct, 1), runner_up_text(c, names)]
+
+
+def speedup_cell(p: Passed) -> str:
+    """The speed-up with its interval, and the two dtypes where `auto` chose different ones."""
+    g = p.group
+    if g.speedup is None:
+        return MISSING if g.recipe != BASELINE else "1.00x (the original)"
+    text = speedup_text(g.speedup) + (f" ({interval_text(g.speedup_ci)})" if g.speedup_ci else "")
+    if g.dtype_differs:
+        text += f", {g.baseline.dtype} → {g.dtype}"
+    return text + (f" ⚠ {g.flag}" if g.flag else "")
+
+
+def runner_up_text(c: Choice, names: dict) -> str:
+    if c.runner_up is None:
+        return MISSING
+    g = c.runner_up.group
+    text = f"{names[g.identity]}: {fmt_fixed(g.mean(SPEED))} tok/s, {fmt_fixed(mb(g.model_bytes), 1)} MB"
+    return text + (" (95% intervals overlap: no significant difference)" if c.tied else "")
+
+
+def left_out_lines(c: Choice, names: dict) -> list[str]:
+    """The artifacts faster than the pick that are not the answer, and why."""
+    where = c.scenario.name + (f", {c.model_name}" if c.model_name else "")
+    out = [f"- {where}: {names[p.group.identity]} is faster ({fmt_fixed(p.group.mean(SPEED))} tok/s) but keeps "
+           f"{p.recovery_pct:.1f} % of the accuracy, below the floor" for p in c.below_floor]
+    out += [f"- {where}: {names[g.identity]} is faster ({fmt_fixed(g.mean(SPEED))} tok/s) but its accuracy was "
+            "not measured (python -m evaluate accuracy=austen)" for g in c.unmeasured]
+    return out
