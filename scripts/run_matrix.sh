@@ -3,6 +3,8 @@
 #   quantize every recipe -> evaluate every artifact on a scenario set -> report.
 # Completed artifacts and result rows are skipped, so a rerun resumes; a failing
 # job is recorded and the others finish (exit status 1 at the end if any failed).
+# First the plan (jobs, engines to start, ETA from this host's past job times);
+# after each job, "progress: k/N done, elapsed …, ETA …" (docs/sweeps.md).
 #
 #   bash scripts/run_matrix.sh [matrix preset] [extra overrides for both stages]
 #   bash scripts/run_matrix.sh reference hydra/launcher=slurm_gpu
