@@ -55,7 +55,7 @@ fi
 case $RESULTS in /*) results_abs=$RESULTS ;; *) results_abs=$PWD/$RESULTS ;; esac
 run_file="$results_abs/progress/run-$(date -u +%Y%m%dT%H%M%SZ)-$$.json"
 "$PY" -m evaluate.matrix_plan --quantize "$QUANTIZE" --evaluate "$RECIPES" --scenario "$SCENARIO" \
-  --runs "$RUNS" --results-dir "$RESULTS" --run-file "$run_file" "${plan_args[@]}" "$@"
+  --runs "$RUNS" --results-dir "$RESULTS" --run-file "$run_file" ${plan_args[@]+"${plan_args[@]}"} "$@"
 case $? in
   0) export QUANTBENCH_RUN=$run_file ;;
   2) exit 2 ;;
