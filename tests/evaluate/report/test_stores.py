@@ -21,8 +21,9 @@ SPEED = ("latency_s", "output_throughput")
 
 
 def on_machine(hardware: dict, throughput_factor: float = 1.0) -> list[Row]:
-    """The fixture's rows as measured on `hardware`, with its setup id, each
-    speed row `throughput_factor` times as fast."""
+    """The fixture's rows as measured on `hardware`, with its setup id (and
+    the same as the setup as configured), each speed row `throughput_factor`
+    times as fast."""
     setup = results.setup_id({"name": "vllm", "args": ENGINE_ARGS, "env": ENGINE_ENV}, VERSIONS, hardware)
     out = []
     for row in main_rows():
@@ -30,7 +31,7 @@ def on_machine(hardware: dict, throughput_factor: float = 1.0) -> list[Row]:
         if row.kind == "speed" and row.ok:
             metrics["output_throughput"] *= throughput_factor
             metrics["latency_s"] /= throughput_factor
-        out.append(row.but(hardware=hardware, setup_id=setup, metrics=metrics))
+        out.append(row.but(hardware=hardware, setup_id=setup, comparison_id=setup, metrics=metrics))
     return out
 
 
@@ -63,19 +64,18 @@ def test_two_stores_side_by_side_never_averaged(tmp_path, second, spelling):
     out = tmp_path / "out"
     report = (out / "report.md").read_text()
     assert f"- Results: {len(a)} rows in `{tmp_path / 'a'}`, {len(b)} rows in `{tmp_path / 'b'}`" in report
-    # every recipe twice per scenario, labelled by store, each with its own store's runs only
-    table = {r["Recipe"]: r for r in md_tables(report, "Summary")[
-        "interactive (batch_size=1, input_len=128, output_len=64)"]}
-    for recipe in ("original", "w8a8_smooth_ptq", "w4a16_gptq"):
-        for name, rows in (("a", a), ("b", b)):
-            mean = statistics.mean(throughputs(rows, recipe, "interactive"))
-            assert table[f"{recipe} (store {name})"]["Output throughput (tok/s)"].startswith(f"{mean:.2f} ±")
-    assert len(table) == 6
-    # each speed-up against its own store's original: b is twice as fast, yet 1.27x as in a
-    assert table["w8a8_smooth_ptq (store a)"]["Speed-up vs original (x)"] == "1.27x"
-    assert table["w8a8_smooth_ptq (store b)"]["Speed-up vs original (x)"] == "1.27x"
+    # every recipe twice per scenario, labelled by store, each with its own store's runs only, each
+    # speed-up against its own store's original: b is twice as fast, yet w8a8 is 1.27x in both
     summary = summary_csv(out)
     assert len(summary) == 12 and all(r["runs"] == "3" for r in summary)
+    for scenario in ("interactive", "medium_batch"):
+        for recipe, speedup in (("original", 1.0), ("w8a8_smooth_ptq", 1.27), ("w4a16_gptq", 0.88)):
+            lines = [r for r in summary if (r["scenario"], r["recipe"]) == (scenario, recipe)]
+            means = sorted(float(r["output_throughput_mean"]) for r in lines)
+            expected = sorted(statistics.mean(throughputs(rows, recipe, scenario)) for rows in (a, b))
+            assert means == pytest.approx(expected)
+            assert [float(r["speedup_vs_original"]) for r in lines] == pytest.approx([speedup] * 2, abs=0.005)
+            assert f"{recipe} (store a)" in report and f"{recipe} (store b)" in report
 
 
 def test_one_folder_reads_as_before(tmp_path):
