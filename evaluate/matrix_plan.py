@@ -87,6 +87,8 @@ def plan(request: Request) -> MatrixPlan:
     config.register()
     both = [o for o in request.overrides if not o.lstrip("+~").startswith("hydra")]  # launchers change no job
     evaluate_only = [f"scenario={request.scenario}", f"runs={request.runs}", f"results_dir={request.results_dir}"]
+    # an unknown recipe or scenario: the stages' one line naming the choices, exit status 2
+    config.check_group_options([f"recipe={','.join(request.quantize + request.evaluate)}", *both, *evaluate_only])
     prepare = lambda argv: config.open_pass_through_keys(config.expand_path_shorthands(argv))  # noqa: E731
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         quantize = [compose("quantize", prepare(both + [f"recipe={name}"])) for name in request.quantize]
@@ -171,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     run_file = Path(args.run_file).absolute()
     times = run_file.parent / TIMES_FILE
     print("\n".join(matrix.lines(read_times(times))), flush=True)
-    RunFile(run_id=f"{run_file.stem}", started=time.time(), times=str(times), jobs=matrix.jobs).write(run_file)
+    RunFile(run_id=run_file.stem, started=time.time(), times=str(times), jobs=matrix.jobs).write(run_file)
     return 0
 
 
