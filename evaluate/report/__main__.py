@@ -1,5 +1,5 @@
 """`python -m evaluate.report [results_dir=results|a,b] [out_dir=reports] [title=...] [pareto_scenario=<name>]
-[layout=[summary,batch_table,context_table,oneline,length_grid]] [output=[markdown,csv,png]]`
+[layout=[summary,batch_table,context_table,oneline,length_grid]] [output=[markdown,csv,png,html]]`
 
 Hydra overrides like the two stages, over conf/report.yaml (`--help` lists
 them and the groups): results_dir holds results*.jsonl, or names several

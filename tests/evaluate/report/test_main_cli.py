@@ -42,7 +42,7 @@ def test_help_lists_the_layouts_and_output_formats():
     assert proc.returncode == 0, proc.stderr
     groups = dict(line.split(": ", 1) for line in proc.stdout.splitlines() if line.startswith("report/"))
     assert groups["report/layout"].split(", ") == list(LAYOUTS)
-    assert groups["report/output"].split(", ") == ["csv", "markdown", "png"]
+    assert groups["report/output"].split(", ") == ["csv", "html", "markdown", "png"]
 
 
 def test_the_old_spelling_works_with_one_deprecation_line(tmp_path, capsys):
@@ -83,6 +83,6 @@ def test_an_unknown_output_format_is_one_line_naming_the_choices(tmp_path, capsy
     store(tmp_path / "results", main_rows())
     assert main([f"results_dir={tmp_path / 'results'}", f"out_dir={tmp_path / 'out'}", "output=[markdown,pdf]"]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        "error: unknown output 'pdf'; output= takes one or several of csv, markdown, png (conf/report/output/), "
-        "e.g. output=[csv,markdown]"]
+        "error: unknown output 'pdf'; output= takes one or several of csv, html, markdown, png (conf/report/output/), "
+        "e.g. output=[csv,html]"]
     assert not (tmp_path / "out").exists()
