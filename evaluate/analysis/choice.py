@@ -5,8 +5,7 @@ artifact without an accuracy row cannot be said to meet it, so it is named
 apart when it is faster than the pick rather than recommended."""
 from dataclasses import dataclass, field
 
-from evaluate.analysis.groups import Group, by_throughput, overlap, scenarios
-from evaluate.analysis.load_levels import recovery_of
+from evaluate.analysis.groups import BASELINE, Group, accuracy_of, by_throughput, overlap, scenarios
 from evaluate.scenarios import Scenario
 
 ACCURACY_FLOOR_PCT = 95.0
@@ -41,6 +40,15 @@ def choose(speed: list[Group], accuracy: list[Group], floor_pct: float = ACCURAC
         for model in dict.fromkeys(g.model_name for g in here):
             out.append(choose_one(sc, model, [g for g in here if g.model_name == model], accuracy, floor_pct))
     return out
+
+
+def recovery_of(accuracy: list[Group], g: Group) -> float | None:
+    """g's accuracy recovery (%), measured in its own setup (as the summary
+    shows it: never borrowed from another); the original's is 100 by definition."""
+    if g.recipe == BASELINE:
+        return 100.0
+    a = accuracy_of(accuracy, g)
+    return a.mean("recovery_pct") if a else None
 
 
 def choose_one(sc: Scenario, model: str, groups: list[Group], accuracy: list[Group], floor_pct: float) -> Choice:

@@ -17,14 +17,6 @@ from quantize.common.errors import UserError
 
 BASELINE = "original"
 ACCURACY_HEADLINE = ("recovery_pct", "perplexity", "kl_divergence", "top1_agreement")
-# Metrics shown first in tables and CSVs, in this order; any other numeric key follows.
-METRIC_ORDER = (
-    "output_throughput", "total_token_throughput", "input_throughput", "latency_s",
-    "ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p99",
-    "tpot_ms_mean", "tpot_ms_p50", "tpot_ms_p90", "tpot_ms_p99",
-    "itl_ms_mean", "itl_ms_p50", "itl_ms_p90", "itl_ms_p99",
-    "peak_memory_bytes", "weight_bandwidth_gb_s",
-)
 # A speed-up is flagged, not ranked, when the runs of either side vary more than
 # this (coefficient of variation of output throughput) or its 95% interval holds 1.0.
 CV_MAX = 0.15
@@ -319,11 +311,6 @@ def accuracy_keys(accuracy_groups: list[Group]) -> list[str]:
 def headline_accuracy_keys(accuracy_groups: list[Group]) -> list[str]:
     keys = accuracy_keys(accuracy_groups)
     return [k for k in ACCURACY_HEADLINE if k in keys] or keys[:3]
-
-
-def ordered_metrics(keys) -> list[str]:
-    keys = set(keys)
-    return [k for k in METRIC_ORDER if k in keys] + sorted(keys - set(METRIC_ORDER))
 
 
 @functools.cache

@@ -2,14 +2,15 @@
 evaluate.analysis.choice as one table, what was faster but left out and
 why, and, where serving rows exist, the serving recommendation."""
 from evaluate.analysis import Analysis
-from evaluate.analysis.choice import ACCURACY_FLOOR_PCT, Choice, Passed, SPEED, choose
-from evaluate.analysis.groups import BASELINE
+from evaluate.analysis.choice import ACCURACY_FLOOR_PCT, Choice, SPEED, choose
+from evaluate.analysis.groups import Group
 from evaluate.analysis.recommendation import recommend
-from evaluate.report.formatting import MISSING, fmt_fixed, interval_text, mb, md_table, speedup_text
+from evaluate.report.formatting import MISSING, fmt_fixed, header, interval_text, mb, md_table, speedup_text
 from evaluate.report.labels import labels
 from evaluate.report.serving_markdown import recommendation_lines
 
 TITLE = "## What to use on this machine"
+SPEEDUP_HEADER = "Speed-up vs original (x, 95% CI)"
 UNDER_LOAD = "### Under load"
 
 
@@ -36,8 +37,7 @@ def render_answer(analysis: Analysis, floor_pct: float = ACCURACY_FLOOR_PCT) -> 
 def answer_table(choices: list[Choice], names: dict) -> str:
     several = len({c.model_name for c in choices}) > 1
     heads = ["Scenario"] + ["Model"] * several + [
-        "Use", "Output throughput (tok/s)", "Speed-up vs original (95% CI)", "Model size (MB)",
-        "Accuracy recovery (%)", "Runner-up"]
+        "Use", header(SPEED), SPEEDUP_HEADER, "Model size (MB)", header("recovery_pct"), "Runner-up"]
     rows = [[c.scenario.heading()] + [c.model_name] * several + pick_cells(c, names) for c in choices]
     return md_table(heads, rows)
 
@@ -46,15 +46,15 @@ def pick_cells(c: Choice, names: dict) -> list[str]:
     if c.pick is None:
         return [f"none meets {c.floor_pct:g} %"] + [MISSING] * 5
     g = c.pick.group
-    return [f"**{names[g.identity]}**", fmt_fixed(g.mean(SPEED)), speedup_cell(c.pick),
+    return [f"**{names[g.identity]}**", fmt_fixed(g.mean(SPEED)), speedup_cell(g),
             fmt_fixed(mb(g.model_bytes), 1), fmt_fixed(c.pick.recovery_pct, 1), runner_up_text(c, names)]
 
 
-def speedup_cell(p: Passed) -> str:
-    """The speed-up with its interval, and the two dtypes where `auto` chose different ones."""
-    g = p.group
+def speedup_cell(g: Group) -> str:
+    """The speed-up with its 95% interval, the two dtypes where `auto` chose
+    different ones, and why it is not ranked where it is flagged."""
     if g.speedup is None:
-        return MISSING if g.recipe != BASELINE else "1.00x (the original)"
+        return MISSING
     text = speedup_text(g.speedup) + (f" ({interval_text(g.speedup_ci)})" if g.speedup_ci else "")
     if g.dtype_differs:
         text += f", {g.baseline.dtype} → {g.dtype}"

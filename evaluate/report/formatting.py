@@ -6,9 +6,37 @@ MISSING = "—"
 # Units by metric name, most specific first; a name none of them matches is
 # shown without a unit rather than with a made-up one.
 UNITS = (("perplexity", "ppl"), ("kl_divergence", "nats"), ("_pct", "%"), ("accuracy", "fraction"),
-         ("agreement", "fraction"), ("request_throughput", "req/s"), ("_gb_s", "GB/s"), ("_ms", "ms"),
+         ("agreement", "fraction"), ("request_throughput", "req/s"), ("_gb_s", "GB/s"), ("_ms", "ms"), ("_mb", "MB"),
          ("_bytes", "bytes"), ("throughput", "tok/s"), ("tokens", "tokens"), ("top_k", "tokens"),
          ("windows", "count"), ("items", "count"), ("num_", "count"))
+
+
+# The one table of what each metric is called in the report (Markdown and
+# HTML headers), in the order tables and CSVs show them; summary.csv and
+# runs.csv name their columns by these keys in this order. A key not here
+# gets its name in words and the unit UNITS gives it.
+LABELS = {
+    "output_throughput": "Output throughput",
+    "total_token_throughput": "Total token throughput",
+    "input_throughput": "Input (prefill) throughput",
+    "latency_s": "Latency",
+    **{f"{m}_ms_{s}": f"{m.upper()} {s}" for m in ("ttft", "tpot", "itl") for s in ("mean", "p50", "p90", "p99")},
+    "peak_memory_bytes": "Peak memory",
+    "peak_memory_mb": "Peak memory",
+    "weight_bandwidth_gb_s": "Weight bandwidth",
+    "recovery_pct": "Accuracy recovery",
+    "perplexity": "Perplexity",
+    "kl_divergence": "KL divergence",
+    "top1_agreement": "Top-1 agreement",
+    "lastword_recovery_pct": "Last-word recovery",
+    "lastword_accuracy": "Last-word accuracy",
+    "reference_perplexity": "Reference perplexity",
+    "reference_lastword_accuracy": "Reference last-word accuracy",
+    "scored_tokens": "Scored tokens",
+    "lastword_items": "Last-word items",
+    "windows": "Windows",
+    "top_k": "Top-k logprobs",
+}
 
 
 def unit(metric: str) -> str | None:
@@ -18,9 +46,21 @@ def unit(metric: str) -> str | None:
     return "s" if metric.endswith("_s") else None
 
 
+def label(metric: str) -> str:
+    """The metric in words: from LABELS, else its key with spaces."""
+    return LABELS.get(metric) or metric.replace("_", " ").capitalize()
+
+
 def header(metric: str) -> str:
+    """A table header: the metric in words and its unit; raw keys stay in the CSVs."""
     u = unit(metric)
-    return f"{metric} ({u})" if u else metric
+    return f"{label(metric)} ({u})" if u else label(metric)
+
+
+def ordered_metrics(keys) -> list[str]:
+    """The keys in LABELS' order, any other after them by name."""
+    keys = set(keys)
+    return [k for k in LABELS if k in keys] + sorted(keys - set(LABELS))
 
 
 def short(artifact_id: str | None) -> str:

@@ -1,5 +1,7 @@
-"""report.md: header, summary, ranking, detailed runs, problems, accuracy
-and lm-eval sections, each rendered from the aggregated groups."""
+"""report.md: the answer (answer_markdown), then summary, ranking, speed in
+detail, detailed runs, problems, accuracy, lm-eval and serving sections,
+then the method and setups, each rendered from the analysed store. Headers
+name metrics in words with their units (formatting.LABELS)."""
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -9,33 +11,26 @@ from evaluate.analysis import Analysis
 from evaluate.analysis.choice import ACCURACY_FLOOR_PCT
 from evaluate.analysis.groups import (
     BASELINE, CV_MAX, Group, accuracy_keys, accuracy_of, by_model, by_throughput, headline_accuracy_keys,
-    Overall, kv_cache_bytes, lm_baseline, lm_recovery, numeric_metrics, ordered_metrics, overall_ranking,
+    Overall, kv_cache_bytes, lm_baseline, lm_recovery, numeric_metrics, overall_ranking,
     overall_tiers, scenario_of, scenarios, stderr_key, tiers)
 from evaluate.report.formatting import (
-    MISSING, fmt_fixed, fmt_number, header, inline_json, interval_text, mb, md_table, short, speedup_text)
-from evaluate.report.answer_markdown import render_answer
+    MISSING, fmt_fixed, fmt_number, header, inline_json, label, mb, md_table, ordered_metrics, short, speedup_text)
+from evaluate.report.answer_markdown import SPEEDUP_HEADER, render_answer, speedup_cell
 from evaluate.report.labels import dtype_note, in_table, labels, run_labels
 from evaluate.report.serving_markdown import render_serving
 from evaluate.report.config import OutputFormat, ReportConfig
 from evaluate.results import Row
 
-MEMORY_HEADER = "Peak memory (MB): weights + KV cache + runtime"
-CI_HEADER = "Output throughput 95% CI (tok/s)"
-SUMMARY_SPEED = (  # metric, column header, decimals, mean ± std?
-    ("output_throughput", "Output throughput (tok/s)", 2, True),
-    ("total_token_throughput", "Total token throughput (tok/s)", 2, True),
-    ("input_throughput", "Input (prefill) throughput (tok/s)", 2, True),
-    ("latency_s", "Latency (s)", 3, True),
-    ("ttft_ms_p50", "TTFT p50 (ms)", 2, False),
-    ("tpot_ms_p50", "TPOT p50 (ms)", 2, False),
-)
-DETAIL_METRICS = (
-    ("latency_s", "Latency (s)", 3), ("output_throughput", "Output (tok/s)", 2),
-    ("total_token_throughput", "Total (tok/s)", 2), ("input_throughput", "Input (tok/s)", 2),
-    ("ttft_ms_p50", "TTFT p50 (ms)", 2), ("tpot_ms_p50", "TPOT p50 (ms)", 2),
-    ("itl_ms_p50", "ITL p50 (ms)", 2), ("peak_memory_mb", MEMORY_HEADER, 1),
-    ("weight_bandwidth_gb_s", "Weight bandwidth (GB/s)", 2),
-)
+SPEED = "output_throughput"
+# The summary: at most 10 columns (with a Model column where there are several
+# models); every other metric is in "Speed in detail", the runs and the CSVs.
+SUMMARY_LATENCY = ("ttft_ms_p50", "tpot_ms_p50")
+# "Speed in detail": per artifact, mean ± std (decimals)
+DETAIL_STATS = (("total_token_throughput", 2), ("input_throughput", 2), ("latency_s", 3))
+RUN_METRICS = (  # per run: metric, decimals
+    ("latency_s", 3), ("output_throughput", 2), ("total_token_throughput", 2), ("input_throughput", 2),
+    ("ttft_ms_p50", 2), ("tpot_ms_p50", 2), ("itl_ms_p50", 2), ("peak_memory_mb", 1), ("weight_bandwidth_gb_s", 2))
+KV_HEADER = "of it KV cache (MB)"
 
 
 @dataclass
@@ -50,7 +45,7 @@ def render_markdown(analysis: Analysis, title: str, floor_pct: float = ACCURACY_
     """report.md: the answer first, then the tables, then how they were measured."""
     speed, accuracy = analysis.speed, analysis.accuracy
     parts = [render_title(analysis.rows, title, analysis.results_dir), render_answer(analysis, floor_pct),
-             render_summary(speed, accuracy), render_ranking(speed), render_details(speed),
+             render_summary(speed, accuracy), render_ranking(speed), render_speed_detail(speed), render_details(speed),
              render_problems(analysis.rows)]
     if accuracy:
         parts.append(render_accuracy(accuracy))
@@ -101,15 +96,6 @@ def auto_text(p: dict) -> str:
     if p.get("stopped") == "max_runs reached":
         return f"auto: cap reached at max_runs={p.get('max_runs')} ({width} > {goal})"
     return f"auto: {width}, target {goal}: continued"
-
-
-def speedup_cell(g: Group) -> str:
-    """The speed-up, with the two dtypes where `auto` chose different ones,
-    marked when the runs cannot support it."""
-    text = speedup_text(g.speedup)
-    if g.speedup is not None and g.dtype_differs:
-        text += f" ({g.baseline.dtype} → {g.dtype})"
-    return f"{text} ⚠ {g.flag}" if g.flag and g.speedup is not None else text
 
 
 def distinct(rows: list[Row], attr: str) -> list:
@@ -226,45 +212,60 @@ def versions_text(rows: list[Row]) -> str:
 
 
 def render_summary(speed: list[Group], accuracy: list[Group]) -> str:
+    """Per scenario, the headline of each artifact in at most 10 columns."""
     names = labels(speed)
-    accuracy_cols = headline_accuracy_keys(accuracy)
-    speed_heads = [h for _, h, _, _ in SUMMARY_SPEED]
-    speed_heads.insert(1, CI_HEADER)
-    heads = (["Model", "Recipe", "Artifact", "Format", "Model size (MB)"] + speed_heads
-             + ["Speed-up vs original (x)", "Speed-up 95% CI", "Runs (n)", MEMORY_HEADER, "of it KV cache (MB)"]
-             + [header(k) for k in accuracy_cols])
+    several = len({g.model_name for g in speed}) > 1
+    recovery = "recovery_pct" in headline_accuracy_keys(accuracy)
+    heads = (["Model"] * several + ["Recipe", "Artifact", "Model size (MB)", header(SPEED), SPEEDUP_HEADER]
+             + [header(k) for k in SUMMARY_LATENCY] + [memory_header()] + [header("recovery_pct")] * recovery)
     out = ["## Summary"]
     for sc in scenarios(speed):
-        rows = [summary_row(g, names, accuracy_of(accuracy, g), accuracy_cols)
+        rows = [[g.model_name] * several + summary_row(g, names, accuracy_of(accuracy, g), recovery)
                 for g in by_model([g for g in speed if g.scenario == sc])]
         out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
     if not speed:
         out += ["", "No successful speed runs."]
-    elif accuracy_cols:
-        out += ["", f"Accuracy columns ({', '.join(accuracy_cols)}) come from the artifact's accuracy run in the same "
-                "setup; — means no such run (a run of another setup is never borrowed)."]
+    elif recovery:
+        out += ["", "Accuracy recovery comes from the artifact's accuracy run in the same setup; — means no such "
+                "run (a run of another setup is never borrowed). The other accuracy metrics are under *Accuracy*, "
+                "every speed metric under *Speed in detail* and in summary.csv."]
     return "\n".join(out)
 
 
-def summary_row(g: Group, names: dict, accuracy: Group | None, accuracy_cols: list[str]) -> list[str]:
-    return ([g.model_name, in_table(names, g), f"`{short(g.artifact_id)}`", g.quant_format or MISSING,
-             fmt_fixed(mb(g.model_bytes), 1)]
-            + summary_speed(g)
-            + [speedup_cell(g), interval_text(g.speedup_ci), runs_cell(g),
-               fmt_fixed(mb(g.mean("peak_memory_bytes")), 1), fmt_fixed(mb(kv_cache_bytes(g.runs[0])), 1)]
-            + [mean_pm_std(accuracy, k) if accuracy and k in accuracy.stats else MISSING for k in accuracy_cols])
-
-
-def summary_speed(g: Group) -> list[str]:
-    """The speed cells: mean ± std (or the mean), the headline's 95% interval second."""
-    cells = [mean_pm_std(g, m, d) if both else fmt_fixed(g.mean(m), d) for m, _, d, both in SUMMARY_SPEED]
-    cells.insert(1, ci_cell(g, SUMMARY_SPEED[0][0], SUMMARY_SPEED[0][2]))
+def summary_row(g: Group, names: dict, accuracy: Group | None, recovery: bool) -> list[str]:
+    cells = ([in_table(names, g), f"`{short(g.artifact_id)}`", fmt_fixed(mb(g.model_bytes), 1),
+              mean_pm_std(g, SPEED, 2), speedup_cell(g)]
+             + [fmt_fixed(g.mean(k), 2) for k in SUMMARY_LATENCY] + [fmt_fixed(mb(g.mean("peak_memory_bytes")), 1)])
+    if recovery:
+        cells.append(mean_pm_std(accuracy, "recovery_pct") if accuracy and "recovery_pct" in accuracy.stats
+                     else MISSING)
     return cells
+
+
+def memory_header() -> str:
+    return f"{label('peak_memory_bytes')} (MB)"
+
+
+def render_speed_detail(speed: list[Group]) -> str:
+    """Per scenario and artifact, what the summary leaves out: the run count,
+    the interval of the mean output throughput, the other throughputs, latency
+    and the KV cache."""
+    names = labels(speed)
+    heads = (["Model", "Recipe", "Artifact", "Format", "Engine", "Runs (n)", f"{label(SPEED)} 95% CI (tok/s)"]
+             + [header(k) for k, _ in DETAIL_STATS] + [KV_HEADER])
+    out = ["## Speed in detail"]
+    for sc in scenarios(speed):
+        rows = [[g.model_name, in_table(names, g), f"`{short(g.artifact_id)}`", g.quant_format or MISSING, g.engine,
+                 runs_cell(g), ci_cell(g, SPEED, 2)] + [mean_pm_std(g, k, d) for k, d in DETAIL_STATS]
+                + [fmt_fixed(mb(kv_cache_bytes(g.runs[0])), 1)]
+                for g in by_model([g for g in speed if g.scenario == sc])]
+        out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
+    return "\n".join(out) if speed else ""
 
 
 def render_ranking(speed: list[Group]) -> str:
     out = ["## Ranking", "", "By mean output throughput (tok/s), per scenario and model; flagged speed-ups "
-           "(⚠, see the notes above) are listed apart, not ranked:"]
+           "(⚠, see *Method and setups* at the end) are listed apart, not ranked:"]
     names = labels(speed)
     for sc in scenarios(speed):
         for model in dict.fromkeys(g.model_name for g in speed if g.scenario == sc):
@@ -326,7 +327,7 @@ def render_details(speed: list[Group]) -> str:
     out = ["## Detailed runs"]
     names = labels(speed)
     decided = any(r.precision for g in speed for r in g.runs)  # a column only where some run recorded it
-    heads = (["Run", "Model", "Recipe", "Artifact", "Engine"] + [h for _, h, _ in DETAIL_METRICS]
+    heads = (["Run", "Model", "Recipe", "Artifact", "Engine"] + [header(k) for k, _ in RUN_METRICS]
              + ["Run count decision"] * decided + ["Timestamp (UTC)"])
     for sc in scenarios(speed):
         rows = []
@@ -334,7 +335,7 @@ def render_details(speed: list[Group]) -> str:
             for label, run in zip(run_labels(g.runs), g.runs):
                 m = run_metrics(run)
                 rows.append([label, g.model_name, in_table(names, g), f"`{short(g.artifact_id)}`", g.engine]
-                            + [fmt_fixed(m.get(k), d) for k, _, d in DETAIL_METRICS]
+                            + [fmt_fixed(m.get(k), d) for k, d in RUN_METRICS]
                             + [decision_text(run.precision)] * decided + [run.timestamp or MISSING])
         out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
     if not speed:
@@ -387,7 +388,8 @@ def render_lm_eval(lm: list[Group]) -> str:
                 + [lm_eval_cell(g, k) for k in keys]
                 + [fmt_fixed(lm_recovery(g, lm_baseline(groups, g), k), 1) for k in keys[:1]]
                 for g in groups]
-        heads = ["Model", "Recipe", "Artifact", "Model size (MB)"] + keys + [f"{k} recovery (%)" for k in keys[:1]]
+        heads = (["Model", "Recipe", "Artifact", "Model size (MB)"] + [header(k) for k in keys]
+                 + [f"{label(k)} recovery (%)" for k in keys[:1]])
         out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
     return "\n".join(out)
 

@@ -8,8 +8,8 @@ import json
 from dataclasses import dataclass
 
 from evaluate.analysis import Analysis
-from evaluate.analysis.groups import Group, numeric_metrics, ordered_metrics
-from evaluate.report.formatting import mb
+from evaluate.analysis.groups import Group, numeric_metrics
+from evaluate.report.formatting import mb, ordered_metrics
 from evaluate.report.config import OutputFormat, ReportConfig
 from evaluate.results import Row
 

@@ -176,7 +176,7 @@ def test_the_report_names_both_dtypes_beside_the_speedup(tmp_path):
     store(tmp_path / "res", auto_dtype_rows())
     build_report(tmp_path / "res", tmp_path / "out", "t", outputs=("markdown",))
     md = (tmp_path / "out" / "report.md").read_text()
-    assert "0.88x (float32 → bfloat16)" in md
+    assert "0.88x (0.81–0.95), float32 → bfloat16" in md
     assert "original float32 vs w4a16_gptq bfloat16: each at its best on this host" in md
 
 

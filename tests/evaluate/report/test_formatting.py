@@ -1,14 +1,23 @@
 """evaluate/report/formatting.py: units by metric name and number formats."""
-from evaluate.report.formatting import fmt_fixed, fmt_number, header, inline_json, interval_text, speedup_text
+from evaluate.report.formatting import (
+    LABELS, fmt_fixed, fmt_number, header, inline_json, interval_text, ordered_metrics, speedup_text)
 
 
-def test_every_metric_has_its_unit_or_none():
-    assert header("reference_perplexity") == "reference_perplexity (ppl)"
-    assert header("lastword_accuracy") == "lastword_accuracy (fraction)"
-    assert header("scored_tokens") == "scored_tokens (tokens)"
-    assert header("kl_divergence") == "kl_divergence (nats)"
-    assert header("latency_s") == "latency_s (s)"
-    assert header("some_new_score") == "some_new_score"
+def test_every_metric_has_its_words_and_unit_or_none():
+    assert header("reference_perplexity") == "Reference perplexity (ppl)"
+    assert header("lastword_accuracy") == "Last-word accuracy (fraction)"
+    assert header("scored_tokens") == "Scored tokens (tokens)"
+    assert header("kl_divergence") == "KL divergence (nats)"
+    assert header("latency_s") == "Latency (s)"
+    assert header("recovery_pct") == "Accuracy recovery (%)"
+    assert header("lastword_items") == "Last-word items (count)"
+    assert header("some_new_score") == "Some new score"  # a key not in LABELS, in words, without a unit
+
+
+def test_the_csv_columns_follow_the_label_table():
+    assert ordered_metrics({"zeta", "latency_s", "output_throughput", "ttft_ms_p50"}) == [
+        "output_throughput", "latency_s", "ttft_ms_p50", "zeta"]
+    assert list(LABELS)[:2] == ["output_throughput", "total_token_throughput"]
 
 
 def test_not_measured_is_a_dash_never_zero():

@@ -2,6 +2,7 @@
 the ranking where two artifacts' intervals of output throughput overlap, and
 how runs=auto decided each run count (Row.precision)."""
 import math
+import statistics
 
 import pytest
 
@@ -32,20 +33,20 @@ def ranking(md: str, scenario: str = "interactive") -> list[str]:
     return [line for line in block.splitlines() if line.strip()]
 
 
-def test_each_summary_row_shows_the_interval_of_its_mean_output_throughput(tmp_path):
+def test_each_artifact_shows_the_interval_of_its_mean_output_throughput(tmp_path):
     rows = main_rows()
-    summary = md_tables(report(tmp_path, rows), "Summary")
+    summary = md_tables(report(tmp_path, rows), "Speed in detail")
     for scenario in SCENARIOS:
         for row in summary[heading(scenario)]:
             _, lo, hi = mean_interval([r.metrics["output_throughput"] for r in ok_speed(rows, row["Recipe"], scenario)])
             assert row[CI] == f"{lo:.2f}–{hi:.2f}"
-            mean = float(row["Output throughput (tok/s)"].split(" ± ")[0])
+            mean = statistics.mean(r.metrics["output_throughput"] for r in ok_speed(rows, row["Recipe"], scenario))
             assert lo < mean < hi
 
 
 def test_a_single_run_has_no_interval(tmp_path):
     md = report(tmp_path, speed("original", [30.0]) + speed("w8a8_smooth_ptq", [40.0, 41.0]))
-    table = {r["Recipe"]: r for r in md_tables(md, "Summary")[heading("interactive")]}
+    table = {r["Recipe"]: r for r in md_tables(md, "Speed in detail")[heading("interactive")]}
     assert table["original"][CI] == "—" and table["w8a8_smooth_ptq"][CI] == "34.15–46.85"  # t(1 df) = 12.7
 
 
@@ -130,7 +131,7 @@ def test_the_run_count_decision_is_shown_in_summary_and_details(tmp_path):
     capped = [r.but(precision=auto(i + 1, "max_runs reached" if i == 4 else None, 9.6)) for i, r in enumerate(capped)]
     fixed = speed("w4a16_gptq", [20.0, 20.1, 19.9])
     md = report(tmp_path, met + capped + fixed)
-    summary = {r["Recipe"]: r["Runs (n)"] for r in md_tables(md, "Summary")[heading("interactive")]}
+    summary = {r["Recipe"]: r["Runs (n)"] for r in md_tables(md, "Speed in detail")[heading("interactive")]}
     assert summary == {"original": "3 (auto: target met)", "w8a8_smooth_ptq": "5 (auto: cap reached)",
                        "w4a16_gptq": "3"}
     details = {(r["Recipe"], r["Run"]): r["Run count decision"]
@@ -145,12 +146,12 @@ def test_the_run_count_decision_is_shown_in_summary_and_details(tmp_path):
 def test_an_interrupted_auto_scenario_says_so(tmp_path):
     rows = [r.but(precision=auto(i + 1, None, 7.0)) for i, r in enumerate(speed("original", [30.0, 33.0]))]
     md = report(tmp_path, rows)
-    assert md_tables(md, "Summary")[heading("interactive")][0]["Runs (n)"] == "2 (auto: interrupted)"
+    assert md_tables(md, "Speed in detail")[heading("interactive")][0]["Runs (n)"] == "2 (auto: interrupted)"
 
 
-@pytest.mark.parametrize("section", ["Summary", "Detailed runs"])
+@pytest.mark.parametrize("section", ["Speed in detail", "Detailed runs"])
 def test_a_store_without_precision_keeps_its_columns(tmp_path, section):
     table = md_tables(report(tmp_path, main_rows()), section)[heading("interactive")]
     assert "Run count decision" not in table[0]
-    if section == "Summary":
+    if section == "Speed in detail":
         assert {r["Runs (n)"] for r in table} == {"3"}
