@@ -1,4 +1,5 @@
 """`python -m evaluate.report [results_dir=results|a,b] [out_dir=reports] [title=...] [pareto_scenario=<name>]
+[accuracy_floor_pct=95]
 [layout=[summary,batch_table,context_table,oneline,length_grid]] [output=[markdown,csv,png,html]]`
 
 Hydra overrides like the two stages, over conf/report.yaml (`--help` lists
@@ -29,7 +30,7 @@ from quantize.common.errors import UserError
 from quantize.common.extensions import plain
 from quantize.common.paths import CONF_DIR
 
-KEYS = ("results_dir", "out_dir", "title", "pareto_scenario", "layout", "output")
+KEYS = ("results_dir", "out_dir", "title", "pareto_scenario", "accuracy_floor_pct", "layout", "output")
 LIST_KEYS = ("layout", "output")
 STORES_KEY = "results_dir"   # one folder, or several: results_dir=a,b is a list, not a Hydra sweep
 # Hydra's own flags; those in FLAGS_WITH_VALUE take the next argument too.

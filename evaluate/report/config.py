@@ -13,6 +13,7 @@ from typing import TypeVar
 import yaml
 
 from evaluate.analysis import Analysis
+from evaluate.analysis.choice import ACCURACY_FLOOR_PCT
 from quantize.common import extensions
 from quantize.common.errors import UserError
 from quantize.common.paths import CONF_DIR, resolve
@@ -57,6 +58,8 @@ class ReportConfig:
     pareto_scenario: str | None
     layouts: list[Layout]
     outputs: list[OutputFormat]
+    # the accuracy recovery (%) an artifact needs to be the answer ("What to use on this machine")
+    accuracy_floor_pct: float = ACCURACY_FLOOR_PCT
 
 
 def options(group: str, search_dirs: list[Path] = ()) -> dict[str, Path]:
@@ -101,7 +104,16 @@ def report_config(values: dict, searched: list[Path] = ()) -> ReportConfig:
         title=str(values["title"]),
         pareto_scenario=None if values.get("pareto_scenario") is None else str(values["pareto_scenario"]),
         layouts=build_choices("layout", Layout, as_list(values.get("layout")), searched),
-        outputs=build_choices("output", OutputFormat, as_list(values.get("output")), searched))
+        outputs=build_choices("output", OutputFormat, as_list(values.get("output")), searched),
+        accuracy_floor_pct=floor_pct(values.get("accuracy_floor_pct", ACCURACY_FLOOR_PCT)))
+
+
+def floor_pct(value) -> float:
+    """accuracy_floor_pct as a number of percent; anything else is one line."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 200:
+        raise UserError(f"accuracy_floor_pct={value} is not a recovery in %; pass a number such as "
+                        f"accuracy_floor_pct=99 (default {ACCURACY_FLOOR_PCT:g})")
+    return float(value)
 
 
 def as_list(value) -> list[str]:

@@ -37,7 +37,7 @@ class Section:
 
 def render_html(analysis: Analysis, report: ReportConfig) -> str:
     """The whole page: report.md's sections, then the plots (none without matplotlib)."""
-    body, sections = markdown_body(render_markdown(analysis, report.title), taken={PLOTS_ID})
+    body, sections = markdown_body(render_markdown(analysis, report.title, report.accuracy_floor_pct), taken={PLOTS_ID})
     svgs = plot_svgs(analysis, report.pareto_scenario)
     if svgs:
         body += plots_section(svgs)

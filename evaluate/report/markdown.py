@@ -38,7 +38,7 @@ class Markdown(OutputFormat):
     """report.md."""
 
     def render(self, analysis: Analysis, report: ReportConfig) -> dict[str, str]:
-        return {"report.md": render_markdown(analysis, report.title)}
+        return {"report.md": render_markdown(analysis, report.title, report.accuracy_floor_pct)}
 
 
 def render_markdown(analysis: Analysis, title: str, floor_pct: float = ACCURACY_FLOOR_PCT) -> str:
