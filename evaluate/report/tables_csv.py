@@ -1,6 +1,8 @@
 """summary.csv (one record per speed group: every metric's mean, std and 95%
-interval of the mean, the speed-up and its interval), runs.csv (one per ok row) and
-serving.csv (one per ok serving row: a load level).
+interval of the mean, the speed-up and its interval, the dtypes it compares),
+runs.csv (one per ok row) and serving.csv (one per ok serving row: a load
+level). Columns are the rows' raw keys, metrics in formatting.LABELS' order;
+`store` says which store a line came from where several were read.
 Named tables_csv so it never shadows the standard library's csv."""
 import csv
 import io
@@ -15,12 +17,12 @@ from evaluate.results import Row
 
 SUMMARY_FIELDS = ("scenario", "batch_size", "input_len", "output_len", "model_name", "recipe", "artifact_id",
                   "engine", "quant_format", "model_bytes", "model_size_mb", "runs", "speedup_vs_original",
-                  "speedup_ci95_low", "speedup_ci95_high")
+                  "speedup_ci95_low", "speedup_ci95_high", "dtype", "baseline_dtype", "setup_id", "store")
 SERVING_FIELDS = ("timestamp", "scenario", "input_len", "output_len", "model_name", "recipe", "artifact_id", "engine",
                   "setup_id", "model_bytes", "profile", "mode", "level", "burstiness", "max_requests", "max_seconds",
                   "slo")
 RUN_FIELDS = ("timestamp", "kind", "scenario", "batch_size", "input_len", "output_len", "model_name", "recipe",
-              "artifact_id", "engine", "quant_format", "model_bytes", "run_index")
+              "artifact_id", "engine", "quant_format", "model_bytes", "run_index", "setup_id", "comparison_id")
 
 
 @dataclass
@@ -42,7 +44,8 @@ def summary_records(speed: list[Group]) -> list[dict]:
         rec = dict(zip(SUMMARY_FIELDS, (
             g.scenario.name, g.scenario.batch_size, g.scenario.input_len, g.scenario.output_len, g.model_name,
             g.recipe, g.artifact_id, g.engine, g.quant_format, g.model_bytes, mb(g.model_bytes), len(g.runs),
-            g.speedup, *(g.speedup_ci or (None, None)))))
+            g.speedup, *(g.speedup_ci or (None, None)), g.dtype, g.baseline.dtype if g.baseline else None,
+            g.setup_id, store_name(g.runs[0]))))
         for k in metrics:
             rec[f"{k}_mean"], rec[f"{k}_std"] = g.mean(k), g.std(k)
             rec[f"{k}_ci95_low"], rec[f"{k}_ci95_high"] = g.interval(k) or (None, None)
@@ -57,12 +60,17 @@ def run_records(rows: list[Row]) -> list[dict]:
     out = []
     for r in ok:
         m = numeric_metrics(r)
-        rec = {k: getattr(r, k) for k in RUN_FIELDS}
+        rec = {k: getattr(r, k) for k in RUN_FIELDS} | {"store": store_name(r)}
         rec["engine_args"] = json.dumps(r.engine_args, sort_keys=True)
         rec["engine_env"] = json.dumps(r.engine_env, sort_keys=True)
         rec.update({f"metrics.{k}": m.get(k) for k in metrics})
         out.append(rec)
     return out
+
+
+def store_name(row: Row) -> str | None:
+    """Which store the row came from where the report read several (results_dir=a,b)."""
+    return row.store.name if row.store else None
 
 
 def to_csv(records: list[dict], empty_fields: tuple = ()) -> str:

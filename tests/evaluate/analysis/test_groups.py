@@ -14,7 +14,8 @@ from evaluate.analysis.groups import (
 from evaluate.results import Row
 from quantize.common.errors import UserError
 
-from tests.evaluate.report.rows import ENGINE_ENV, base_row, lm_eval_row, main_rows, speed_metrics, speed_run, store
+from tests.evaluate.report.rows import (
+    ENGINE_ENV, auto_dtype_rows, base_row, lm_eval_row, main_rows, speed_metrics, speed_run, store)
 
 
 def test_mean_std_single_value_has_no_std():
@@ -145,17 +146,6 @@ def test_importing_the_vllm_engine_does_not_import_vllm():
                           cwd=Path(__file__).resolve().parents[3])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
-
-
-def auto_dtype_rows(comparison: dict[str, str] | None = None) -> list[Row]:
-    """The run of an AVX-512 host without native bf16, all `dtype: auto`: the
-    original and W8A8 ran in float32, W4A16 in bf16 (its kernel has no float32
-    path), so each dtype is its own setup as run; `comparison` gives each
-    recipe's setup as configured (default: one for all)."""
-    dtypes = {"original": "float32", "w8a8_smooth_ptq": "float32", "w4a16_gptq": "bfloat16"}
-    return [speed_run(recipe, "interactive", i, engine_args={"dtype": dtype, "max_model_len": 4096},
-                      setup_id=f"ran-{dtype}", comparison_id=(comparison or {}).get(recipe, "auto-setup"))
-            for recipe, dtype in dtypes.items() for i in range(3)]
 
 
 def test_where_auto_chose_two_dtypes_the_speedup_and_ranking_include_the_other_dtype():

@@ -148,3 +148,14 @@ def mean_pm_std_of(values: list[float], digits: int) -> str:
 def heading(scenario: str) -> str:
     bs, inp, out = SCENARIOS[scenario]
     return f"{scenario} (batch_size={bs}, input_len={inp}, output_len={out})"
+
+
+def auto_dtype_rows(comparison: dict[str, str] | None = None) -> list[Row]:
+    """The run of an AVX-512 host without native bf16, all `dtype: auto`: the
+    original and W8A8 ran in float32, W4A16 in bf16 (its kernel has no float32
+    path), so each dtype is its own setup as run; `comparison` gives each
+    recipe's setup as configured (default: one for all)."""
+    dtypes = {"original": "float32", "w8a8_smooth_ptq": "float32", "w4a16_gptq": "bfloat16"}
+    return [speed_run(recipe, "interactive", i, engine_args={"dtype": dtype, "max_model_len": 4096},
+                      setup_id=f"ran-{dtype}", comparison_id=(comparison or {}).get(recipe, "auto-setup"))
+            for recipe, dtype in dtypes.items() for i in range(3)]

@@ -7,7 +7,7 @@ import pytest
 from evaluate.metrics import mean_interval
 from evaluate.report.tables_csv import SUMMARY_FIELDS, summary_records, to_csv
 
-from .rows import ARTIFACTS, SCENARIOS, ok_speed
+from .rows import ARTIFACTS, SCENARIOS, auto_dtype_rows, ok_speed, store
 
 
 def test_csvs_parse(report_dir):
@@ -32,3 +32,21 @@ def test_csvs_parse(report_dir):
 
 def test_no_groups_give_just_the_header():
     assert to_csv(summary_records([]), SUMMARY_FIELDS) == ",".join(SUMMARY_FIELDS) + "\n"
+
+
+def test_each_summary_line_says_its_dtypes_setup_and_store(tmp_path):
+    """The CSV keeps what report.md shows beside a speed-up across dtypes, and
+    which of several stores a line came from."""
+    from evaluate.report import build_report
+
+    for name in ("a", "b"):
+        store(tmp_path / name, auto_dtype_rows())
+    build_report([tmp_path / "a", tmp_path / "b"], tmp_path / "out", "t", outputs=("csv",))
+    with open(tmp_path / "out" / "summary.csv") as f:
+        lines = list(csv.DictReader(f))
+    w4 = [r for r in lines if r["recipe"] == "w4a16_gptq"]
+    assert {r["store"] for r in w4} == {"a", "b"}
+    assert all((r["baseline_dtype"], r["dtype"]) == ("float32", "bfloat16") and r["speedup_vs_original"] for r in w4)
+    with open(tmp_path / "out" / "runs.csv") as f:
+        runs = list(csv.DictReader(f))
+    assert {r["comparison_id"] for r in runs} == {"auto-setup@a", "auto-setup@b"}
