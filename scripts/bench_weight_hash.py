@@ -33,7 +33,7 @@ from quantize.common import memory_check  # noqa: E402
 from quantize.common.atomic import staging_dir  # noqa: E402
 from quantize.common.checkpoint import weight_files  # noqa: E402
 from quantize.common.paths import CACHE_DIR  # noqa: E402
-from quantize.common.provenance import _cpu_model, sha256_files  # noqa: E402
+from quantize.common.provenance import cpu_model, sha256_files  # noqa: E402
 
 HIDDEN, LAYERS, MLP, HEADS, KV_HEADS, VOCAB = 4096, 32, 14336, 32, 8, 32000
 SHARD_BYTES = 2 * 10**9  # about what transformers' sharding writes
@@ -147,7 +147,7 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=CACHE_DIR / "bench" / "random-llama-8b-shape")
     ap.add_argument("--delete", action="store_true", help="remove the checkpoint afterwards")
     args = ap.parse_args()
-    print(f"cpu: {_cpu_model()}, {os.cpu_count()} cores; sha256 in memory: {hash_in_memory_gbps():.2f} GB/s")
+    print(f"cpu: {cpu_model()}, {os.cpu_count()} cores; sha256 in memory: {hash_in_memory_gbps():.2f} GB/s")
     start = time.perf_counter()
     model = build(args.dir)
     print(f"checkpoint {model} ready in {time.perf_counter() - start:.0f} s")

@@ -155,23 +155,13 @@ def host_kind() -> str:
     many cores this process may use, the ISA and GPUs (quantize.common.machine),
     and the ISA caps a host emulation sets (scripts/as_avx2_host.sh)."""
     from quantize.common.machine import ISA_CAP_ENV, detect
+    from quantize.common.provenance import cpu_model
     caps = [f"{name}={os.environ[name]}" for name in ISA_CAP_ENV if os.environ.get(name)]
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:
         cores = os.cpu_count() or 0
-    return "; ".join([f"{_cpu_model()}, {cores} cores", detect().describe(), *caps])
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-    return platform.processor() or platform.machine()
+    return "; ".join([f"{cpu_model()}, {cores} cores", detect().describe(), *caps])
 
 
 class JobProgress(Callback):
