@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from quantize import calibration, recipe as recipes, verify
-from quantize.common import manifest, moe
+from quantize.common import fingerprint, manifest, moe
 from quantize.common.atomic import staging_dir
 from quantize.common.checkpoint import check_weight_files, quantization_summary, weight_files
 from quantize.common.dtypes import checkpoint_dtype, compute_dtype
@@ -232,4 +232,5 @@ def _manifest(inputs: Inputs, tmp: Path, timer: Timer, checks: dict) -> Manifest
         hardware=hardware(),
         config=config.composed,
         command=job_command("quantize", drop=("force",)),  # rerun: skipped while complete
+        weights_fingerprint=fingerprint.compute(weights, full=True),  # evaluate checks the files against it
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from quantize.common.atomic import write_json
 from quantize.common.errors import UserError
+from quantize.common.fingerprint import WeightsFingerprint
 from quantize.common.provenance import artifact_versions, sha256_json
 
 FILE = "manifest.json"
@@ -91,6 +92,9 @@ class Manifest:
     hardware: dict = field(default_factory=dict)
     config: dict = field(default_factory=dict)        # the composed Hydra config
     command: str | None = None                        # the command that builds it again (jobs.job_command)
+    # The saved weight files' fingerprint, which evaluate checks the files
+    # against; None in manifests written before it existed.
+    weights_fingerprint: WeightsFingerprint | None = None
     extra: dict = field(default_factory=dict)         # keys of newer writers, kept as they are
 
     @property
@@ -110,8 +114,11 @@ class Manifest:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         out["model"], out["recipe"] = dataclasses.asdict(self.model), dataclasses.asdict(self.recipe)
         out["quantization"] = self.quantization.to_dict()
-        if self.command is None:
-            del out["command"]  # newer than schema 1: older manifests read and write back unchanged
+        for newer in ("command", "weights_fingerprint"):  # newer than schema 1: older manifests
+            if out[newer] is None:                         # read and write back unchanged
+                del out[newer]
+        if self.weights_fingerprint is not None:
+            out["weights_fingerprint"] = self.weights_fingerprint.to_dict()
         return out | self.extra
 
     @classmethod
@@ -121,6 +128,8 @@ class Manifest:
         known["model"] = _typed(ModelInfo, data["model"])
         known["recipe"] = _typed(RecipeInfo, data["recipe"])
         known["quantization"] = Quantization.from_dict(data["quantization"])
+        if data.get("weights_fingerprint"):
+            known["weights_fingerprint"] = WeightsFingerprint.from_dict(data["weights_fingerprint"])
         return cls(**known, extra={k: v for k, v in data.items() if k not in names})
 
     def row_fields(self) -> dict:
