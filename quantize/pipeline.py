@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from quantize import calibration, recipe as recipes, verify
+from quantize import calibration, recipe as recipes, smoothquant_check, verify
 from quantize.common import fingerprint, manifest, moe
 from quantize.common.atomic import staging_dir
 from quantize.common.checkpoint import check_weight_files, quantization_summary, weight_files
@@ -56,6 +56,7 @@ def run(config: QuantizeConfig) -> Path:
     if not recipe.is_baseline:  # the calibration's quick checks first: llm-compressor imports for ~5 s
         calibration.check(config.calibration)
         recipes.check_with_llmcompressor(recipe)
+        smoothquant_check.check(recipe, model_dir, config.trust_remote_code)
     out = resolve(config.artifact_dir)
     # Before minutes of calibration: an output dir with a corrupt manifest is
     # only replaced when asked to.
