@@ -10,7 +10,11 @@ Two ways, chosen by `verify` in conf/quantize.yaml:
   (dense weights, scales) is finite and every scale positive (integer weights
   are finite by construction, so they are not read); for a pruning recipe the
   Linear weights are dequantized and must hold 2:4. Only the safetensors
-  headers and the floating-point tensors are read.
+  headers and the floating-point tensors are read. Checkpoint names are
+  compared as transformers' loader renames them (GPT-NeoX stores lm_head as
+  embed_out); where the loader merges stored tensors into one (per-expert
+  weights into a fused tensor), the names cannot be compared one to one and
+  the checkpoint is reloaded instead.
 - `reload`: load the whole checkpoint in transformers, decompressed, and run
   a forward pass (slower, more memory; always used for a quantized MoE).
 Weight-file format checks: quantize.common.checkpoint."""
@@ -64,11 +68,18 @@ class Layout:
     schemes: dict[str, object]  # quantized module -> its compressed-tensors QuantizationScheme
     linears: set[str]          # Linear modules but lm_head (where 2:4 is checked)
     tied: set[str]             # tensors a checkpoint may leave out (tied to another)
+    conversions: tuple = ()    # transformers' WeightTransforms from stored names to the model's
 
 
 def check_tensors(artifact_dir: Path, prunes: bool) -> dict:
-    headers = read_headers(artifact_dir)
     layout = expected_layout(artifact_dir)
+    headers = as_loaded(read_headers(artifact_dir), layout.conversions)
+    if headers is None:
+        return check_reload(artifact_dir, prunes)
+    return _check_layout_and_values(artifact_dir, headers, layout, prunes)
+
+
+def _check_layout_and_values(artifact_dir: Path, headers: dict, layout: Layout, prunes: bool) -> dict:
     problems = _layout_problems(headers, layout)
     floats = [n for n in headers if headers[n][1] in FLOATS]
     problems += _value_problems(headers, floats)
@@ -84,20 +95,38 @@ def check_tensors(artifact_dir: Path, prunes: bool) -> dict:
 
 
 def read_headers(artifact_dir: Path) -> dict[str, tuple]:
-    """Tensor name -> (shape, torch dtype name, file), from the safetensors headers."""
+    """Stored tensor name -> (shape, torch dtype name, file, stored name), from the safetensors headers."""
     from safetensors import safe_open
     headers = {}
     for path in sorted(Path(artifact_dir).glob("*.safetensors")):
         with safe_open(path, "pt") as f:
             for name in f.keys():
                 info = f.get_slice(name)
-                headers[name] = (tuple(info.get_shape()), DTYPES.get(info.get_dtype(), info.get_dtype()), path)
+                dtype = DTYPES.get(info.get_dtype(), info.get_dtype())
+                headers[name] = (tuple(info.get_shape()), dtype, path, name)
     return headers
+
+
+def as_loaded(headers: dict[str, tuple], conversions) -> dict[str, tuple] | None:
+    """`headers` keyed by the names transformers' loader gives the stored
+    tensors (its renamings, in its order); None where a stored tensor is one
+    the loader merges with others (a WeightConverter matches it)."""
+    from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+    renamings = [c for c in conversions if isinstance(c, WeightRenaming)]
+    converters = [c for c in conversions if isinstance(c, WeightConverter)]
+    loaded = {}
+    for stored, header in headers.items():
+        name, merged_by = rename_source_key(stored, renamings, converters)
+        if merged_by is not None:
+            return None
+        loaded[name] = header
+    return loaded
 
 
 def expected_layout(artifact_dir: Path) -> Layout:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.conversion_mapping import get_model_conversion_mapping
     config = AutoConfig.from_pretrained(artifact_dir)  # trust_remote_code stays off
     q = getattr(config, "quantization_config", None)
     if q is not None:
@@ -115,7 +144,8 @@ def expected_layout(artifact_dir: Path) -> Layout:
             local = {k: v for k, v in _shapes(module).items() if prefix + k in persistent}
         tensors |= {prefix + k: v for k, v in local.items()}
     tied = {n for n in tensors if n.endswith("lm_head.weight")} if config.get_text_config().tie_word_embeddings else set()
-    return Layout(tensors, schemes, {name for name, _ in linear_weights(model)}, tied)
+    return Layout(tensors, schemes, {name for name, _ in linear_weights(model)}, tied,
+                  tuple(get_model_conversion_mapping(model)))
 
 
 def _apply_quantization(model, q: dict) -> dict:
@@ -154,7 +184,7 @@ def _layout_problems(headers: dict, layout: Layout) -> list[str]:
     problems = [f"missing tensor {n}" for n in sorted(set(layout.tensors) - set(headers) - layout.tied)]
     problems += [f"unexpected tensor {n}" for n in sorted(set(headers) - set(layout.tensors))]
     for name in sorted(set(headers) & set(layout.tensors)):
-        (shape, dtype, _), (want_shape, want_dtype) = headers[name], layout.tensors[name]
+        (shape, dtype), (want_shape, want_dtype) = headers[name][:2], layout.tensors[name]
         if (shape, dtype) != (want_shape, want_dtype):
             problems.append(f"{name} is {dtype} {shape}, the model needs {want_dtype} {want_shape}")
     return problems
@@ -177,11 +207,11 @@ def _value_problems(headers: dict, names: list[str]) -> list[str]:
 
 @contextmanager
 def _reader(headers: dict):
-    """read(name) -> the tensor, from whichever file holds it."""
+    """read(name) -> the tensor, from whichever file holds it under its stored name."""
     from safetensors import safe_open
     with ExitStack() as stack:
-        files = {path: stack.enter_context(safe_open(path, "pt")) for _, _, path in headers.values()}
-        yield lambda name: files[headers[name][2]].get_tensor(name)
+        files = {path: stack.enter_context(safe_open(path, "pt")) for _, _, path, _ in headers.values()}
+        yield lambda name: files[headers[name][2]].get_tensor(headers[name][3])
 
 
 def _dense_linear_weights(headers: dict, layout: Layout):
