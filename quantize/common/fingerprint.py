@@ -53,12 +53,12 @@ class WeightsFingerprint:
         return cls(sha256=data["sha256"], files=files, full_sha256=data.get("full_sha256"),
                    algorithm=data.get("algorithm", ALGORITHM))
 
-    def differences(self, other: "WeightsFingerprint") -> list[str]:
-        """What differs between two fingerprints, file by file, in words."""
+    def differences(self, recorded: "WeightsFingerprint") -> list[str]:
+        """What differs in these files from `recorded`, file by file, in words."""
         out = [f"{n} {'is missing' if n not in self.files else 'was not in the manifest'}"
-               for n in sorted(set(self.files) ^ set(other.files))]
-        for name in sorted(set(self.files) & set(other.files)):
-            mine, theirs = self.files[name], other.files[name]
+               for n in sorted(set(self.files) ^ set(recorded.files))]
+        for name in sorted(set(self.files) & set(recorded.files)):
+            mine, theirs = self.files[name], recorded.files[name]
             if mine.bytes != theirs.bytes:
                 out.append(f"{name} holds {mine.bytes} bytes, the manifest records {theirs.bytes}")
             elif mine.header_sha256 != theirs.header_sha256:
