@@ -4,6 +4,7 @@ it (pipeline, calibration, recipe) takes these instead of a DictConfig."""
 from dataclasses import dataclass, field
 
 from quantize.calibration import CalibrationConfig
+from quantize.common.paths import check_output_dir
 from quantize.common.recipe_choices import RecipeChoice
 
 
@@ -39,6 +40,7 @@ class QuantizeConfig:
     @classmethod
     def from_config(cls, values: dict) -> "QuantizeConfig":
         """From the composed config as plain, resolved values (extensions.plain)."""
+        check_output_dir(values["artifact_dir"], "artifacts_dir=<a directory> (or artifact_dir=<a directory>)")
         return cls(
             model=ModelChoice.from_config(values["model"]),
             recipe=RecipeChoice.from_config(values["recipe"]),

@@ -18,3 +18,18 @@ def resolve(path: str | os.PathLike) -> Path:
     jobs there (submitit's local processes, Slurm's sbatch, local Ray)."""
     p = Path(os.path.expanduser(str(path)))
     return p if p.is_absolute() else Path.cwd() / p
+
+
+def check_output_dir(path: str | os.PathLike, fix: str) -> Path:
+    """`resolve(path)` for a folder a stage creates and writes into: a regular
+    file at it or above it is a one-line error (before any work), not a
+    NotADirectoryError when the stage saves. `fix` is the setting to pass."""
+    from quantize.common.errors import UserError
+    out = resolve(path)
+    for existing in (out, *out.parents):
+        if existing.exists():
+            if not existing.is_dir():
+                where = "" if existing == out else f", so {out} cannot be created"
+                raise UserError(f"{existing} is a file, not a directory{where}; pass {fix}")
+            break
+    return out
