@@ -95,6 +95,9 @@ class Manifest:
     # The saved weight files' fingerprint, which evaluate checks the files
     # against; None in manifests written before it existed.
     weights_fingerprint: WeightsFingerprint | None = None
+    # How many modules oneshot changed: {"total", "quantized"[, "pruned"]}
+    # (pipeline.count_changed_modules); None for the baseline and older manifests.
+    modules_changed: dict | None = None
     extra: dict = field(default_factory=dict)         # keys of newer writers, kept as they are
 
     @property
@@ -114,8 +117,9 @@ class Manifest:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         out["model"], out["recipe"] = dataclasses.asdict(self.model), dataclasses.asdict(self.recipe)
         out["quantization"] = self.quantization.to_dict()
-        for newer in ("command", "weights_fingerprint"):  # newer than schema 1: older manifests
-            if out[newer] is None:                         # read and write back unchanged
+        # Newer than schema 1: older manifests read and write back unchanged.
+        for newer in ("command", "weights_fingerprint", "modules_changed"):
+            if out[newer] is None:
                 del out[newer]
         if self.weights_fingerprint is not None:
             out["weights_fingerprint"] = self.weights_fingerprint.to_dict()
@@ -135,7 +139,7 @@ class Manifest:
     def row_fields(self) -> dict:
         """The manifest fields a result row repeats (the rest stays in the artifact)."""
         keep = ("artifact_id", "created_at", "model", "recipe", "calibration", "seed",
-                "quantization", "bytes_on_disk")
+                "quantization", "bytes_on_disk", "modules_changed")
         full = self.to_dict()
         out = {k: full.get(k) for k in keep}
         if self.sparsity:
