@@ -5,11 +5,12 @@ This module orchestrates: it plans the job from the typed EvaluateConfig
 evaluate.batch (timed batch runs) or evaluate.serving (load profiles), then
 accuracy and lm-eval."""
 import logging
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from evaluate import accuracy, batch, engines, hardware, lmeval, results, scenarios, target
+from evaluate import accuracy, batch, engines, hardware, lmeval, results, scenarios, store_lock, target
 from evaluate.accuracy import AccuracyConfig
 from evaluate.config import EvaluateConfig
 from evaluate.engines import Engine, EngineConfig, LmEvalModel
@@ -100,8 +101,7 @@ def run(config: EvaluateConfig) -> None:
         reason = f"needs {s.max_len} tokens, max_model_len is {job.limit}"
         job.record(job.scenario_row(s), "skipped", reason=reason)
         log.warning("skipping scenario %s: %s", s.name, reason)
-    todo = {s: serving.LoadPending(job, s, stored) if job.load else batch.pending_runs(job, s, stored)
-            for s in job.fit}
+    todo = {s: _pending(job, s, stored) for s in job.fit}
     todo = {s: pending for s, pending in todo.items() if pending.owed}
     accuracy_todo = job.accuracy_cfg is not None and job.accuracy_row().run_key() not in done
     lm_eval_todo = [t for t in job.lm_eval_tasks() if job.lm_eval_row(t).run_key() not in done]
@@ -111,8 +111,60 @@ def run(config: EvaluateConfig) -> None:
     if todo or accuracy_todo:
         _evaluate_in_engine(job, todo, accuracy_todo)
     if lm_eval_todo:
-        _run_lm_eval(job, lm_eval_todo)
+        with ExitStack() as held:  # in name order: two processes never hold one task each and wait for the other
+            holds = {t: held.enter_context(_lock(job, job.lm_eval_row(t), f"lm-eval task {t}"))
+                     for t in sorted(lm_eval_todo)}
+            owed = [t for t in lm_eval_todo if _owed_now(job, job.lm_eval_row(t), f"lm-eval task {t}", holds[t])]
+            if owed:
+                _run_lm_eval(job, owed)
     log.info("results appended to %s", store)
+
+
+def _pending(job: Job, s: Scenario, stored: list[Row]):
+    """What scenario `s` owes, given the ok rows `stored`: a load profile's
+    levels, or batch timed runs."""
+    return serving.LoadPending(job, s, stored) if job.load else batch.pending_runs(job, s, stored)
+
+
+def _lock(job: Job, row: Row, what: str):
+    """One writer per measurement: the lock of `row`'s measurement in the job's store."""
+    return store_lock.measurement(job.store.parent, row.measurement_key(), what)
+
+
+def _stored_ok(job: Job) -> list[Row]:
+    return [r for r in results.read(job.store.parent) if r.ok] if job.config.skip_completed else []
+
+
+def _still_pending(job: Job, s: Scenario, planned, hold: store_lock.Hold):
+    """What scenario `s` owes now that this process holds its lock: another
+    process on the store may have measured some or all of it since this job
+    planned (runs=auto continues from its runs)."""
+    if not job.config.skip_completed:  # measured again, as asked, one process at a time
+        _say_owed(f"scenario {s.name}", hold, True)
+        return planned
+    now = _pending(job, s, _stored_ok(job))
+    _say_owed(f"scenario {s.name}", hold, now.owed)
+    return now
+
+
+def _owed_now(job: Job, row: Row, what: str, hold: store_lock.Hold) -> bool:
+    """Whether `row` (one accuracy pass or lm-eval task) is still owed now
+    that this process holds its lock."""
+    owed = row.run_key() not in {r.run_key() for r in _stored_ok(job)}
+    _say_owed(what, hold, owed)
+    return owed
+
+
+def _say_owed(what: str, hold: store_lock.Hold, owed: bool) -> None:
+    """One line when another process on the store changed what this one
+    measures: it skips what that process completed, or measures what it left."""
+    if not owed:
+        by = f"{hold.holder} while this process waited {hold.waited_s:.1f} s" if hold.waited else \
+            "another process since this job planned"
+        log.info("%s: skipped, complete in the store (measured by %s)", what, by)
+    elif hold.waited:
+        log.info("%s: waited %.1f s for %s; measuring what the store still lacks", what, hold.waited_s,
+                 hold.holder)
 
 
 def _plan(config: EvaluateConfig) -> tuple[Job, list[Scenario], Verdict]:
@@ -233,21 +285,34 @@ def _evaluate_in_engine(job: Job, todo: dict, with_accuracy: bool) -> None:
         _record_owed(job, todo, with_accuracy, f"engine start-up failed: {one_line(e)}")
         raise
     logprob_pass = None
-    try:
-        job = replace(job, base=job.base.but(**engine.describe()))
-        for i, (s, pending) in enumerate(todo.items()):
+    with ExitStack() as held:  # the accuracy lock: from its engine pass until its row is scored
+        try:
+            job = replace(job, base=job.base.but(**engine.describe()))
+            _measure_scenarios(job, engine, todo, with_accuracy)
+            if with_accuracy:
+                row = job.accuracy_row()
+                if _owed_now(job, row, "accuracy pass", held.enter_context(_lock(job, row, "accuracy pass"))):
+                    logprob_pass = job.guarded(row, lambda: accuracy.engine_pass(
+                        engine, job.accuracy_cfg, _tokenizer(job), job.seed))
+        finally:
+            engine.close()  # before the accuracy reference loads: no competition for cores or memory
+        if logprob_pass:
+            _score_accuracy(job, logprob_pass)
+
+
+def _measure_scenarios(job: Job, engine: Engine, todo: dict, with_accuracy: bool) -> None:
+    """Each scenario under its lock, measuring what the store still lacks
+    once this process holds it."""
+    for i, (s, pending) in enumerate(todo.items()):
+        with _lock(job, job.scenario_row(s), f"scenario {s.name}") as hold:
+            pending = _still_pending(job, s, pending, hold)
+            if not pending.owed:
+                continue
             try:
                 pending.measure(job, engine, s)
             except ServerDied as e:  # the scenario recorded its own; the rest cannot run either
                 _record_owed(job, dict(list(todo.items())[i + 1:]), with_accuracy, f"server died: {e}")
                 raise
-        if with_accuracy:
-            logprob_pass = job.guarded(job.accuracy_row(), lambda: accuracy.engine_pass(
-                engine, job.accuracy_cfg, _tokenizer(job), job.seed))
-    finally:
-        engine.close()  # before the accuracy reference loads: no competition for cores or memory
-    if logprob_pass:
-        _score_accuracy(job, logprob_pass)
 
 
 def _record_owed(job: Job, todo: dict, with_accuracy: bool, reason: str) -> None:

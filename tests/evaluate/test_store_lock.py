@@ -1,0 +1,145 @@
+"""One writer per measurement (evaluate.store_lock): a second process on a
+results store waits for the measurement another holds, then measures only
+what the store still lacks. Unit tests of the lock between real processes,
+then two real `python -m evaluate` sweeps started together on one store."""
+import errno
+import fcntl
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, quantize_env, run_cli
+from evaluate import results, store_lock
+
+# Holds the lock of key argv[3:] in store argv[1] for argv[2] seconds; says "held" once it does.
+HOLDER = """
+import sys, time
+from pathlib import Path
+from evaluate import store_lock
+with store_lock.measurement(Path(sys.argv[1]), tuple(sys.argv[3:]), "test"):
+    print("held", flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+KEY = ("speed", "artifact-1", "setup-1", "scenario-a")
+
+
+def hold_in_child(store: Path, seconds: float, key: tuple = KEY) -> subprocess.Popen:
+    child = subprocess.Popen([sys.executable, "-c", HOLDER, str(store), str(seconds), *key], cwd=ROOT,
+                             env=quantize_env(), stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "held"
+    return child
+
+
+def test_a_second_process_waits_for_the_holder_and_learns_who_it_was(tmp_path, caplog):
+    child = hold_in_child(tmp_path, seconds=1.5)
+    with caplog.at_level(logging.INFO, logger="quantbench.evaluate"):
+        with store_lock.measurement(tmp_path, KEY, "scenario a") as hold:
+            pass
+    child.wait(timeout=30)
+    assert hold.waited and hold.waited_s >= 0.5  # the child held it ~1.5 s after saying so
+    assert hold.holder == f"{socket.gethostname()} pid {child.pid}"
+    (line,) = [r.getMessage() for r in caplog.records if "waiting for" in r.getMessage()]
+    assert line.startswith(f"scenario a: waiting for {hold.holder}") and str(tmp_path / "locks") in line
+
+
+def test_other_measurements_and_other_stores_do_not_wait(tmp_path):
+    child = hold_in_child(tmp_path / "store", seconds=30)
+    try:
+        with store_lock.measurement(tmp_path / "store", (*KEY[:-1], "scenario-b"), "scenario b") as other_key:
+            pass
+        with store_lock.measurement(tmp_path / "other-store", KEY, "scenario a") as other_store:
+            pass
+    finally:
+        child.kill()
+        child.wait()
+    assert not other_key.waited and not other_store.waited
+
+
+def test_a_killed_holder_leaves_no_lock_behind(tmp_path):
+    child = hold_in_child(tmp_path, seconds=600)
+    child.kill()  # SIGKILL: no cleanup runs; the kernel drops the lock
+    child.wait()
+    start = time.monotonic()
+    with store_lock.measurement(tmp_path, KEY, "scenario a") as hold:
+        pass
+    assert not hold.waited and time.monotonic() - start < 5
+
+
+def test_the_lock_file_is_named_by_the_key_not_the_path_the_store_is_mounted_at(tmp_path):
+    """Nodes may mount one shared store at different paths: they meet at one file."""
+    here, there = store_lock.lock_path(tmp_path / "a", KEY), store_lock.lock_path(tmp_path / "b", KEY)
+    assert here.parent == tmp_path / "a" / "locks" and here.name == there.name
+    assert store_lock.lock_path(tmp_path, (*KEY[:-1], "scenario-b")).name != here.name
+
+
+def test_a_file_system_without_locks_warns_and_measures(tmp_path, monkeypatch, caplog):
+    def no_locks(fd, cmd, *args):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+    monkeypatch.setattr(fcntl, "lockf", no_locks)
+    ran = False
+    with caplog.at_level(logging.WARNING, logger="quantbench.evaluate"):
+        with store_lock.measurement(tmp_path, KEY, "scenario a") as hold:
+            ran = True
+    assert ran and not hold.locked
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "quantbench.evaluate"]
+    assert line.startswith("scenario a: cannot lock") and "another process on this store may measure it" in line
+    assert "results_dir" in line
+
+
+# ---------------------------------------------------------------- two real sweeps on one store
+
+def evaluate_args(model: Path, scenario: Path, res: Path, runs: int) -> list[str]:
+    return [f"model={model}", "engine=hf", f"scenario={scenario}", f"runs={runs}", "accuracy=none",
+            f"results_dir={res}"]
+
+
+def wait_for_text(path: Path, text: str, procs: list, timeout_s: float = 600) -> None:
+    deadline = time.monotonic() + timeout_s
+    while text not in path.read_text():
+        exited = [p for p in procs if p.poll() is not None]
+        assert not exited, f"exited {exited[0].returncode} before '{text}':\n{path.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"no '{text}' in {timeout_s} s:\n{path.read_text()[-3000:]}"
+        time.sleep(0.2)
+
+
+@pytest.mark.slow  # three evaluate processes: ~45 s on 2 cores
+def test_two_sweeps_on_one_store_measure_each_run_once(tiny_model, tmp_path):
+    """A first job stores run 0 (and leaves the scenario's lock file). The test
+    then holds that lock while two jobs asking runs=3 start together, so both
+    plan runs 1 and 2 and both wait; released, one measures them, the other
+    finds them stored and skips: one row per run key, and each says which."""
+    scenario = tmp_path / "lock_s.yaml"
+    scenario.write_text("name: lock_s\nbatch_size: 1\ninput_len: 16\noutput_len: 4\n")
+    res = tmp_path / "res"
+    first = run_cli("evaluate", *evaluate_args(tiny_model, scenario, res, runs=1), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    (lock_file,) = (res / "locks").iterdir()
+    held = os.open(lock_file, os.O_RDWR)
+    fcntl.lockf(held, fcntl.LOCK_EX)
+    logs = [tmp_path / f"sweep{i}.log" for i in (1, 2)]
+    procs = [subprocess.Popen([sys.executable, "-m", "evaluate", *evaluate_args(tiny_model, scenario, res, runs=3)],
+                              cwd=tmp_path, env=quantize_env({"OMP_NUM_THREADS": "1"}),
+                              stdout=log.open("w"), stderr=subprocess.STDOUT)
+             for log in logs]
+    try:
+        for log in logs:
+            wait_for_text(log, "scenario lock_s: waiting for", procs)
+    finally:
+        os.close(held)  # lets them go
+    assert [p.wait(timeout=600) for p in procs] == [0, 0], "\n".join(log.read_text()[-2000:] for log in logs)
+
+    rows = results.read(res)
+    assert all(r.ok and r.kind == "speed" for r in rows)
+    assert sorted(r.run_index for r in rows) == [0, 1, 2]
+    assert len({r.run_key() for r in rows}) == len(rows)
+    said = sorted(log.read_text() for log in logs)
+    measured = [text for text in said if "measuring what the store still lacks" in text]
+    skipped = [text for text in said if "scenario lock_s: skipped, complete in the store (measured by" in text]
+    assert len(measured) == 1 and len(skipped) == 1 and measured != skipped, said
+    assert "run 2/3" in measured[0] and "run 2/3" not in skipped[0]
