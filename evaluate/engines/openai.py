@@ -1,6 +1,6 @@
 """A server that is already running, driven over its OpenAI-compatible HTTP
-API (`engine=openai engine.base_url=http://127.0.0.1:PORT/v1`): another vLLM,
-TGI, SGLang. quantbench starts and stops nothing; it cannot know the remote
+API (`engine=openai engine.base_url=http://127.0.0.1:PORT/v1`, or without
+/v1 as `vllm bench serve --base-url` takes it): another vLLM, TGI, SGLang. quantbench starts and stops nothing; it cannot know the remote
 machine, so it decides no dtype or kernel and records what it was told.
 
 Load goes to loopback addresses only unless `engine.allow_remote=true`: a
@@ -32,7 +32,9 @@ def is_loopback(host: str) -> bool:
 
 
 def check_base_url(base_url, allow_remote: bool) -> str:
-    """The base URL, or one line naming the fix."""
+    """The API's base URL (the one /models and /completions hang from), or
+    one line naming the fix. A bare server address gets the OpenAI API's
+    /v1; a URL with a path is taken as given (a proxy may mount it elsewhere)."""
     if not base_url:
         raise UserError("engine=openai needs the server's address: pass engine.base_url=http://127.0.0.1:PORT/v1")
     parts = urlsplit(str(base_url))
@@ -41,7 +43,8 @@ def check_base_url(base_url, allow_remote: bool) -> str:
     if not is_loopback(parts.hostname) and not allow_remote:
         raise UserError(f"engine.base_url={base_url} is not a loopback address; pass engine.allow_remote=true "
                         "to send load to it")
-    return str(base_url).rstrip("/")
+    url = str(base_url).rstrip("/")
+    return url + "/v1" if not parts.path.strip("/") else url
 
 
 class OpenAIEngine(HttpEngine, Engine):
