@@ -1,5 +1,6 @@
 """model + recipe + calibration -> artifact directory (checkpoint, recipe.yaml,
 manifest.json), written atomically and skipped when already complete."""
+import dataclasses
 import json
 import logging
 import time
@@ -11,7 +12,7 @@ from pathlib import Path
 from quantize import calibration, recipe as recipes, smoothquant_check, verify
 from quantize.common import fingerprint, manifest, moe
 from quantize.common.atomic import staging_dir
-from quantize.common.checkpoint import check_weight_files, quantization_summary, weight_files
+from quantize.common.checkpoint import check_complete, check_weight_files, quantization_summary, weight_files
 from quantize.common.dtypes import checkpoint_dtype, compute_dtype
 from quantize.common.errors import UserError
 from quantize.common.jobs import job_command
@@ -84,22 +85,23 @@ def run(config: QuantizeConfig) -> Path:
     recipes.check_group_sizes(recipe, model)
 
     with staging_dir(out) as tmp:
-        _quantize_and_save(model, tokenizer, inputs, tmp, timer)
+        changed = _quantize_and_save(model, tokenizer, inputs, tmp, timer)
         del model
         checks = {}
         if check:
             with timer.phase(f"verify ({check}: the saved checkpoint)"):
                 checks = verify.check(tmp, check, recipe.prunes)
-        described = _manifest(inputs, tmp, timer, checks)
+        described = dataclasses.replace(_manifest(inputs, tmp, timer, checks), modules_changed=changed)
         manifest.write(tmp, described)  # last: its presence means "complete"
     log.info("artifact %s written to %s (%.1f MB)", artifact_id, out, described.bytes_on_disk["total"] / 1e6)
     return out
 
 
-def _quantize_and_save(model, tokenizer, inputs: Inputs, tmp: Path, timer: Timer) -> None:
+def _quantize_and_save(model, tokenizer, inputs: Inputs, tmp: Path, timer: Timer) -> dict | None:
     """The checkpoint, its recipe.yaml and tokenizer into `tmp`: the baseline
-    as loaded, else after oneshot in the calibration dtype."""
-    recipe = inputs.recipe
+    as loaded, else after oneshot in the calibration dtype. Returns how many
+    modules oneshot changed (count_changed_modules; None for the baseline)."""
+    recipe, changed = inputs.recipe, None
     if recipe.is_baseline:
         with timer.phase("save"):
             model.save_pretrained(tmp, safe_serialization=True)
@@ -109,7 +111,10 @@ def _quantize_and_save(model, tokenizer, inputs: Inputs, tmp: Path, timer: Timer
         saved_dtype, calib_dtype = model.dtype, inputs.identity["calibration_dtype"]
         with timer.phase(f"oneshot (calibrate + quantize in {calib_dtype})"):
             model.to(getattr(torch, calib_dtype))
+            zeros_before = _linear_zeros(model) if recipe.prunes else None
             _oneshot(model, tokenizer, recipe, inputs.calib, inputs.config.seed)
+            changed = count_changed_modules(model, zeros_before)
+            _check_changed(changed, model, recipe, inputs.config.model.name)
             model.to(saved_dtype)  # the artifact keeps the checkpoint's dtype
         with timer.phase("save"):
             model.save_pretrained(tmp, save_compressed=True)
@@ -117,6 +122,7 @@ def _quantize_and_save(model, tokenizer, inputs: Inputs, tmp: Path, timer: Timer
             # YAML loaders reject: keep the exact source recipe instead.
             (tmp / "recipe.yaml").write_text(recipe.text)
     tokenizer.save_pretrained(tmp)
+    return changed
 
 
 def _model_dir(path) -> Path:
@@ -141,9 +147,17 @@ def _load_tokenizer(model_dir: Path, trust_remote_code: bool):
 
 
 def _load_model(model_dir: Path, trust_remote_code: bool):
+    """The model as transformers loads it; a checkpoint lacking any of the
+    architecture's parameters (transformers would initialise them at random)
+    is refused before calibration."""
     from transformers import AutoModelForCausalLM
-    return AutoModelForCausalLM.from_pretrained(
-        model_dir, dtype="auto", trust_remote_code=trust_remote_code, use_safetensors=True)
+    model, info = AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype="auto", trust_remote_code=trust_remote_code, use_safetensors=True,
+        output_loading_info=True)
+    # Parameters only: a missing buffer (e.g. rotary frequencies) is computed at init, not random.
+    parameters = {name for name, _ in model.named_parameters(remove_duplicate=False)}
+    check_complete(model_dir, [k for k in info["missing_keys"] if k in parameters], model.config.to_dict())
+    return model
 
 
 def _check_memory(config: QuantizeConfig, model_dir: Path, recipe: recipes.RecipeFile) -> None:
@@ -204,6 +218,41 @@ def _oneshot(model, tokenizer, recipe, calib, seed: int) -> None:
         # unresolvable mappings) as these; anything else is a real crash.
         msg = " ".join(str(e).split())[:300]
         raise UserError(f"llm-compressor could not apply recipe {recipe.path.name} to this model: {msg}") from e
+
+
+def _linear_zeros(model) -> dict[str, int]:
+    """Exact-zero weights of each Linear, to see afterwards which ones pruning changed."""
+    import torch
+    return {name: int((m.weight == 0).sum()) for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+
+
+def count_changed_modules(model, zeros_before: dict[str, int] | None) -> dict:
+    """How many modules oneshot changed, for the manifest's modules_changed:
+    `quantized`, those carrying a compressed-tensors quantization scheme
+    (Linears; attention modules for a KV-cache scheme); with `zeros_before`
+    (a pruning recipe), `pruned`, the Linears holding more exact-zero weights
+    than before (a quantizer that rounds weights to zero adds to it); `total`,
+    the modules in either."""
+    from compressed_tensors.quantization.utils import is_module_quantized
+    quantized = {name for name, m in model.named_modules() if is_module_quantized(m)}
+    counts = {"quantized": len(quantized)}
+    changed = set(quantized)
+    if zeros_before is not None:
+        pruned = {name for name, zeros in _linear_zeros(model).items() if zeros > zeros_before.get(name, zeros)}
+        counts["pruned"] = len(pruned)
+        changed |= pruned
+    return {"total": len(changed)} | counts
+
+
+def _check_changed(changed: dict, model, recipe: recipes.RecipeFile, model_name: str) -> None:
+    """A recipe whose targets/ignore select nothing leaves the model dense:
+    saved under the recipe's name it would pass for a quantized artifact."""
+    if changed["total"]:
+        return
+    import torch
+    example = next((name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)), None)
+    raise UserError(f"recipe {recipe.name} matched no module of {model_name}: check targets/ignore "
+                    f"in {recipe.path} against the model's module names (e.g. {example})")
 
 
 def _manifest(inputs: Inputs, tmp: Path, timer: Timer, checks: dict) -> Manifest:

@@ -119,3 +119,22 @@ def planned_quantization_config(recipe_path: Path) -> dict | None:
                                     for group in config.get("config_groups", {}).values()}
         merged["kv_cache_scheme"] = merged.get("kv_cache_scheme") or config.get("kv_cache_scheme")
     return merged
+
+
+def check_complete(model_dir: Path, missing: list[str], config: dict) -> None:
+    """Refuse a checkpoint whose weight files lack parameters its architecture
+    has (`missing`: transformers' missing keys, parameters only): loading
+    initialises them at random, and every number measured on the artifact
+    built from it would be meaningless."""
+    if not missing:
+        return
+    missing = sorted(missing)
+    shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+    architecture = (config.get("architectures") or [config.get("model_type") or "configured"])[0]
+    hint = ""
+    if any("lm_head" in name.split(".") for name in missing) and not config.get("tie_word_embeddings", True):
+        hint = " (tie_word_embeddings is false, so lm_head is a tensor of its own; set it true in "
+                "config.json if the model shares it with the embeddings)"
+    raise UserError(f"model {model_dir} lacks {len(missing)} parameter tensor(s) of the {architecture} "
+                    f"architecture, which loading would initialise at random: {shown}{hint}; "
+                    "re-copy or re-download the checkpoint")
