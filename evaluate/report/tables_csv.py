@@ -16,8 +16,9 @@ from evaluate.report.config import OutputFormat, ReportConfig
 from evaluate.results import Row
 
 SUMMARY_FIELDS = ("scenario", "batch_size", "input_len", "output_len", "model_name", "recipe", "artifact_id",
-                  "engine", "quant_format", "model_bytes", "model_size_mb", "runs", "speedup_vs_original",
-                  "speedup_ci95_low", "speedup_ci95_high", "dtype", "baseline_dtype", "setup_id", "store")
+                  "engine", "quant_format", "modules_changed", "model_bytes", "model_size_mb", "runs",
+                  "speedup_vs_original", "speedup_ci95_low", "speedup_ci95_high", "dtype", "baseline_dtype",
+                  "setup_id", "store")
 SERVING_FIELDS = ("timestamp", "scenario", "input_len", "output_len", "model_name", "recipe", "artifact_id", "engine",
                   "setup_id", "model_bytes", "profile", "mode", "level", "burstiness", "max_requests", "max_seconds",
                   "slo")
@@ -43,7 +44,8 @@ def summary_records(speed: list[Group]) -> list[dict]:
     for g in speed:
         rec = dict(zip(SUMMARY_FIELDS, (
             g.scenario.name, g.scenario.batch_size, g.scenario.input_len, g.scenario.output_len, g.model_name,
-            g.recipe, g.artifact_id, g.engine, g.quant_format, g.model_bytes, mb(g.model_bytes), len(g.runs),
+            g.recipe, g.artifact_id, g.engine, g.quant_format, modules_changed(g.runs[0]), g.model_bytes,
+            mb(g.model_bytes), len(g.runs),
             g.speedup, *(g.speedup_ci or (None, None)), g.dtype, g.baseline.dtype if g.baseline else None,
             g.setup_id, store_name(g.runs[0]))))
         for k in metrics:
@@ -66,6 +68,12 @@ def run_records(rows: list[Row]) -> list[dict]:
         rec.update({f"metrics.{k}": m.get(k) for k in metrics})
         out.append(rec)
     return out
+
+
+def modules_changed(row: Row) -> int | None:
+    """How many modules the artifact's recipe quantized or pruned (the
+    manifest's modules_changed); empty for the baseline and older artifacts."""
+    return ((row.manifest or {}).get("modules_changed") or {}).get("total")
 
 
 def store_name(row: Row) -> str | None:
