@@ -95,10 +95,16 @@ def _check_one_smooth_layer(recipe: RecipeFile, model, mapping) -> None:
     from compressed_tensors.utils import match_modules_set
     from torch.utils._pytree import tree_leaves
     names = {module: name for name, module in model.named_modules()}
-    for *_, smooth_layers in match_modules_set(model, tree_leaves(mapping)):
+    patterns = list(tree_leaves(mapping))
+    try:
+        groups = list(match_modules_set(model, patterns))
+    except ValueError as e:  # compressed-tensors: a module matched twice, or a group left incomplete
+        raise UserError(f"recipe {recipe.path.name}: the SmoothQuant mapping {patterns} does not group into "
+                        f"decoder layers: {' '.join(str(e).split())[:200]}; fix `mappings:`") from None
+    for *_, smooth_layers in groups:
         if len(smooth_layers) > 1:
             several = ", ".join(names[m] for m in smooth_layers[:MAX_NAMED])
-            raise UserError(f"recipe {recipe.path.name}: the SmoothQuant mapping {list(tree_leaves(mapping))} "
+            raise UserError(f"recipe {recipe.path.name}: the SmoothQuant mapping {patterns} "
                             f"matches several smooth layers in one block ({several}); make its last entry "
                             "match one norm layer per decoder layer")
 
