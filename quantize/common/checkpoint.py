@@ -133,8 +133,8 @@ def check_complete(model_dir: Path, missing: list[str], config: dict) -> None:
     architecture = (config.get("architectures") or [config.get("model_type") or "configured"])[0]
     hint = ""
     if any("lm_head" in name.split(".") for name in missing) and not config.get("tie_word_embeddings", True):
-        hint = " (tie_word_embeddings is false, so lm_head is a tensor of its own; set it true in "
-                "config.json if the model shares it with the embeddings)"
+        hint = (" (tie_word_embeddings is false, so lm_head is a tensor of its own; set it true in "
+                "config.json if the model shares it with the embeddings)")
     raise UserError(f"model {model_dir} lacks {len(missing)} parameter tensor(s) of the {architecture} "
                     f"architecture, which loading would initialise at random: {shown}{hint}; "
                     "re-copy or re-download the checkpoint")
