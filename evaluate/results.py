@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
+from evaluate import store_lock
 from quantize.common.atomic import append_line
 from quantize.common.errors import UserError
 from quantize.common.provenance import setup_versions, sha256_json
@@ -196,6 +197,7 @@ def check_writable(path: Path) -> None:
     except OSError as e:
         raise UserError(f"cannot write results to {path} ({e.strerror or e}); pass results_dir=<a writable "
                         "directory>") from None
+    store_lock.check_writable(path.parent)  # a measurement's lock file goes there
 
 
 def is_row(obj) -> bool:

@@ -22,10 +22,13 @@ import json
 import logging
 import os
 import socket
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from quantize.common.errors import UserError
 
 log = logging.getLogger("quantbench.evaluate")
 
@@ -60,8 +63,7 @@ def measurement(results_dir: Path, key: tuple, what: str):
     `with` block, waiting for another process that holds it; yields a Hold.
     `what` names the measurement in the line logged while waiting."""
     path = lock_path(results_dir, key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    fd = _open(path)
     try:
         hold = _acquire(fd, path, what)
         if hold.locked:
@@ -69,6 +71,28 @@ def measurement(results_dir: Path, key: tuple, what: str):
         yield hold
     finally:
         os.close(fd)  # releases the lock
+
+
+def _open(path: Path) -> int:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # an exclusive lock needs a writable descriptor
+    except OSError as e:
+        raise UserError(f"cannot open the lock file {path} ({e.strerror or e}); make {path.parent} writable "
+                        "for this user, or pass results_dir=<a directory of your own>") from None
+
+
+def check_writable(results_dir: Path) -> None:
+    """Fail before any engine starts where the store's lock folder exists but
+    no lock file can be made in it (another user's folder, or not a folder)."""
+    locks = Path(results_dir) / LOCKS_DIR
+    if not locks.exists():
+        return  # made at the first measurement, in a store already found writable
+    try:
+        tempfile.TemporaryFile(dir=locks).close()  # leaves nothing behind
+    except OSError as e:
+        raise UserError(f"cannot create lock files in {locks} ({e.strerror or e}); make it a folder this user "
+                        "can write, or pass results_dir=<a directory of your own>") from None
 
 
 def _acquire(fd: int, path: Path, what: str) -> Hold:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, quantize_env, run_cli
+from tests.conftest import ROOT, last_line, quantize_env, run_cli
 from evaluate import results, store_lock
 
 # Holds the lock of key argv[3:] in store argv[1] for argv[2] seconds; says "held" once it does.
@@ -90,6 +90,18 @@ def test_a_file_system_without_locks_warns_and_measures(tmp_path, monkeypatch, c
     (line,) = [r.getMessage() for r in caplog.records if r.name == "quantbench.evaluate"]
     assert line.startswith("scenario a: cannot lock") and "another process on this store may measure it" in line
     assert "results_dir" in line
+
+
+def test_a_lock_folder_that_is_a_file_is_one_line_before_the_engine(tiny_model, tmp_path):
+    res = tmp_path / "res"
+    res.mkdir()
+    (res / "locks").write_text("not a folder")
+    out = run_cli("evaluate", f"model={tiny_model}", "engine=hf", "scenario=interactive", "accuracy=none",
+                  f"results_dir={res}", cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    line = last_line(out.stderr)
+    assert line.startswith(f"error: cannot create lock files in {res / 'locks'}") and "results_dir=" in line
+    assert sorted(p.name for p in res.iterdir()) == ["locks"]  # no row, no engine
 
 
 # ---------------------------------------------------------------- two real sweeps on one store
