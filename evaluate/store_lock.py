@@ -10,8 +10,9 @@ measures only what the first left (evaluate.pipeline).
 The lock is a POSIX record lock (`fcntl.lockf`) on
 `<results_dir>/locks/<hash of the measurement key>.lock`: NFS forwards these
 to the server (NFSv4 natively, NFSv3 through lockd), where `flock` may be
-local to one client. The kernel (or the NFS server) drops it when the holder
-exits, also on a kill, so a dead job never blocks the next. Two caveats of
+local to one client. The kernel drops it when the holder exits, also on a
+kill, so a dead job does not block the next (on NFS, the locks of a node that
+died go when the server's lease on them expires). Two caveats of
 POSIX locks shape the code: they exclude other processes only (never the
 holder's own), and closing any descriptor of the file releases them, so the
 file is opened once per hold and read only through that descriptor."""
