@@ -1,0 +1,146 @@
+"""Inputs that used to end in a traceback, each now a working run or one
+line naming the fix (exit 2, nothing written), through the real CLIs:
+- artifacts_dir= / artifact_dir= at or under a regular file (quantize), and
+  results_dir= / artifacts_dir= a regular file (evaluate);
+- a GPT-NeoX-shaped model (fused query_key_value, lm_head stored as
+  embed_out): recipe=original and w4a16_gptq are built and verified;
+  SmoothQuant, for which llm-compressor has no GPT-NeoX mappings, is one line
+  before calibration, and a recipe with the explicit `mappings:` that line asks
+  for quantizes it."""
+import json
+import shutil
+
+import pytest
+
+from quantize import verify
+from tests.conftest import SMALL_CALIB, check_ok, last_line, run_cli, run_quantize, tail
+
+NEOX = "tiny-neox"
+# What the one line asks for, written for GPT-NeoX: each norm smoothed into the Linear it feeds.
+NEOX_SMOOTH_RECIPE = """\
+quant_stage:
+  quant_modifiers:
+    SmoothQuantModifier:
+      smoothing_strength: 0.8
+      mappings:
+        - [["re:.*query_key_value"], "re:.*input_layernorm"]
+        - [["re:.*dense_h_to_4h"], "re:.*post_attention_layernorm"]
+    GPTQModifier:
+      targets: [Linear]
+      scheme: W8A8
+      ignore: [lm_head]
+      dampening_frac: 0.01
+"""
+
+
+def build_tiny_neox(out, tokenizer_dir):
+    """A 2-layer random GPT-NeoX (hidden 128) with SmolLM2's tokenizer; untied
+    output embedding, as Pythia's, so the checkpoint holds embed_out.weight."""
+    import torch
+    from transformers import AutoTokenizer, GPTNeoXConfig, GPTNeoXForCausalLM
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    config = GPTNeoXConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                           num_attention_heads=4, max_position_embeddings=1024, tie_word_embeddings=False,
+                           bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                           dtype="bfloat16")
+    torch.manual_seed(0)
+    GPTNeoXForCausalLM(config).to(torch.bfloat16).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def neox(tmp_path_factory, tokenizer_dir):
+    return build_tiny_neox(tmp_path_factory.mktemp("neox") / NEOX, tokenizer_dir)
+
+
+def assert_one_line_error(proc, *phrases: str) -> str:
+    assert proc.returncode == 2, tail(proc)
+    line = last_line(proc.stderr)
+    assert line.startswith("error: ") and "Traceback" not in proc.stderr, tail(proc)
+    for phrase in phrases:
+        assert phrase in line, line
+    return line
+
+
+# ---- output folders at or under a regular file --------------------------------
+
+@pytest.mark.parametrize("setting", ["artifacts_dir", "artifact_dir"])
+def test_quantize_output_under_a_file_is_one_line_before_any_work(tmp_path, workdir, tiny_model, setting):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file\n")
+    proc = run_quantize("recipe=original", f"model={tiny_model}", f"{setting}={blocker}", cwd=workdir)
+    assert_one_line_error(proc, f"{blocker} is a file, not a directory", "pass artifacts_dir=<a directory>")
+    assert "load model" not in proc.stdout + proc.stderr  # refused before the model was read
+    assert blocker.read_text() == "a file\n"
+
+
+@pytest.mark.parametrize("setting,phrases", [
+    ("results_dir", ("cannot write results to", "pass results_dir=<a writable directory>")),
+    ("artifacts_dir", ("no complete artifact at", "python -m quantize recipe=original")),
+])
+def test_evaluate_output_or_input_folder_a_file_is_one_line(tmp_path, workdir, tiny_model, setting, phrases):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file\n")
+    args = [f"results_dir={tmp_path / 'results'}", f"model={tiny_model}"]
+    if setting == "artifacts_dir":
+        args = [f"results_dir={tmp_path / 'results'}", "recipe=original"]
+    proc = run_cli("evaluate", *args, f"{setting}={blocker}", "engine=hf", "runs=1", "accuracy=none", cwd=workdir)
+    assert_one_line_error(proc, str(blocker), *phrases)
+    assert blocker.read_text() == "a file\n"
+    assert not [p for p in (tmp_path / "results").rglob("*") if p.is_file()]  # no row, no file
+
+
+# ---- a GPT-NeoX-shaped model ------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def neox_artifacts(neox, tmp_path_factory):
+    """original and w4a16_gptq in one sweep; W8A8 SmoothQuant with explicit mappings (a recipe file)."""
+    root = tmp_path_factory.mktemp("neox-builds")
+    smooth = root / "w8a8_smooth_gptq_neox.yaml"
+    smooth.write_text(NEOX_SMOOTH_RECIPE)
+    arts = root / "artifacts"
+    for recipe in ("-m recipe=original,w4a16_gptq", f"recipe={smooth}"):
+        check_ok(run_quantize(*recipe.split(), f"model={neox}", *SMALL_CALIB, f"artifacts_dir={arts}", cwd=root))
+    return {name: arts / NEOX / name for name in ("original", "w4a16_gptq", smooth.stem)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["original", "w4a16_gptq", "w8a8_smooth_gptq_neox"])
+def test_neox_is_built_and_its_tensors_verified(neox_artifacts, recipe):
+    manifest = json.loads((neox_artifacts[recipe] / "manifest.json").read_text())
+    assert manifest["model"]["architecture"] == "GPTNeoXForCausalLM"
+    checks = manifest["checks"]
+    assert (checks["verified_by"], checks["layout_matches_model"], checks["values_finite"]) == ("tensors", True, True)
+    assert verify.read_headers(neox_artifacts[recipe]).keys() >= {"embed_out.weight"}  # stored as transformers saves it
+
+
+@pytest.mark.slow
+def test_the_tensor_check_still_finds_a_missing_neox_output_layer(neox_artifacts, tmp_path):
+    """embed_out is compared as the lm_head it loads as, not skipped."""
+    from safetensors.torch import load_file, save_file
+    broken = tmp_path / "broken"
+    shutil.copytree(neox_artifacts["original"], broken)
+    tensors = load_file(broken / "model.safetensors")
+    del tensors["embed_out.weight"]
+    save_file(tensors, broken / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(RuntimeError, match="missing tensor lm_head.weight"):
+        verify.check(broken, "tensors", prunes=False)
+
+
+@pytest.mark.parametrize("recipe,phrases", [
+    ("w8a8_smooth_gptq", ("llm-compressor has none for GPTNeoXForCausalLM", "re:.*q_proj",
+                          "explicit `mappings:`", "attention.query_key_value")),
+    pytest.param("typo", ("mappings in the recipe name layers GPTNeoXForCausalLM lacks", "re:.*query_key_valu$"),
+                 marks=pytest.mark.slow),  # a second llm-compressor start-up (~25 s on 2 shared cores)
+])
+def test_smoothquant_without_mappings_for_the_model_is_one_line_before_calibration(neox, tmp_path, recipe, phrases):
+    if recipe == "typo":
+        path = tmp_path / "typo.yaml"
+        path.write_text(NEOX_SMOOTH_RECIPE.replace('"re:.*query_key_value"', '"re:.*query_key_valu$"'))
+        recipe = str(path)
+    arts = tmp_path / "artifacts"
+    proc = run_quantize(f"recipe={recipe}", f"model={neox}", *SMALL_CALIB, f"artifacts_dir={arts}", cwd=tmp_path)
+    assert_one_line_error(proc, *phrases)
+    assert "load tokenizer and calibration" not in proc.stdout + proc.stderr  # nothing calibrated or loaded
+    assert not arts.exists()
