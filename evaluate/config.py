@@ -14,7 +14,7 @@ from evaluate.scenarios import ScenarioChoice
 from evaluate.serving import profiles
 from evaluate.serving.profiles import LoadProfile
 from evaluate.serving.slo import SLO
-from evaluate.target import TargetConfig
+from evaluate.target import TargetConfig, verify_mode
 from quantize.common.extensions import plain
 
 # The top-level keys that decide how many warm-up and timed runs a scenario gets.
@@ -62,7 +62,7 @@ def target_config(cfg) -> TargetConfig:
     return TargetConfig(model_name=_text(cfg.model.get("name")), model_path=_text(cfg.model.get("path")),
                         recipe_name=str(recipe.name) if recipe else None,
                         recipe_path=_text(recipe.get("path")) if recipe else None,
-                        artifacts_dir=str(cfg.artifacts_dir))
+                        artifacts_dir=str(cfg.artifacts_dir), verify=verify_mode(cfg.get("verify", "fingerprint")))
 
 
 def scenario_choice(node) -> ScenarioChoice:

@@ -2,17 +2,25 @@
 Hugging Face checkpoint (GPTQ/AWQ/compressed-tensors/dense), with an identity
 that every result row carries."""
 import json
+import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evaluate import completeness
 from evaluate.formats import classify
 from quantize.common.errors import UserError
 from quantize.common.paths import resolve
-from quantize.common import manifest
+from quantize.common import fingerprint, manifest
+from quantize.common.fingerprint import WeightsFingerprint
 from quantize.common.manifest import Manifest
 from quantize.common.checkpoint import check_weight_files, planned_quantization_config, weight_files
 from quantize.common.provenance import sha256_files
 
+log = logging.getLogger(__name__)
+
+# verify= (conf/evaluate.yaml): how the weights are checked before any engine starts.
+VERIFY_MODES = ("fingerprint", "full")
 
 @dataclass
 class Target:
@@ -61,10 +69,93 @@ class TargetConfig:
     recipe_name: str | None = None     # None: no recipe=, model_path is evaluated
     recipe_path: str | None = None     # the recipe YAML, to plan an artifact not built yet
     artifacts_dir: str = "artifacts"
+    verify: str | None = "fingerprint"  # VERIFY_MODES, or None: trust the files as they are
+
+
+def verify_mode(value) -> str | None:
+    """The `verify` setting as a mode, None for no check; a value that is none is one line."""
+    if value is False or value is None or value == "none":
+        return None
+    if value in VERIFY_MODES:
+        return value
+    raise UserError(f"verify={value}: pass verify=fingerprint (sizes, headers and sampled blocks of the "
+                    "weights against the manifest), verify=full (every byte) or verify=false")
 
 
 def load(config: TargetConfig) -> Target:
-    return from_path(_target_dir(config))
+    opened = from_path(_target_dir(config))
+    if config.verify:
+        started = time.perf_counter()
+        check_weights(opened, config.verify)
+        log.info("weights of %s checked (verify=%s) in %.2f s", opened.path, config.verify,
+                 time.perf_counter() - started)
+    return opened
+
+
+def check_weights(opened: Target, mode: str) -> None:
+    """The weights are the ones the manifest describes and hold every
+    parameter the config implies. A manifest with a fingerprint: the files
+    must match it (then they are what quantize saved from the whole model, so
+    complete). An older manifest: the weight bytes it records must match.
+    No fingerprint (older manifest, plain checkpoint): the tensor names are
+    compared with the architecture's parameters."""
+    weights = weight_files(opened.path)
+    recorded = opened.manifest.weights_fingerprint if opened.manifest else None
+    if recorded is not None:
+        _check_fingerprint(opened, recorded, weights, full=mode == "full")
+        return
+    if opened.manifest:
+        _check_recorded_bytes(opened, weights, full=mode == "full")
+    missing = completeness.missing_parameters(opened.path)
+    if missing:
+        more = f" (+{len(missing) - 5} more)" if len(missing) > 5 else ""
+        raise UserError(f"{opened.path} lacks {len(missing)} parameter(s) its config.json implies: "
+                        f"{', '.join(missing[:5])}{more}; re-copy or re-create the checkpoint "
+                        "(verify=false skips this check)")
+
+
+def _check_fingerprint(opened: Target, recorded: WeightsFingerprint, weights: list[Path], full: bool) -> None:
+    actual = fingerprint.compute(weights, full=full and recorded.full_sha256 is not None)
+    differences = actual.differences(recorded) if actual.sha256 != recorded.sha256 else []
+    if not differences and actual.full_sha256 not in (None, recorded.full_sha256):
+        differences = ["the SHA-256 of every byte differs"]
+    if full and recorded.full_sha256 is None:
+        log.warning("manifest.json of %s records no full weight hash: verify=full checked the fingerprint only",
+                    opened.path)
+    if differences:
+        raise UserError(_mismatch(opened, _owner_of(opened.path, actual, recorded), "; ".join(differences[:2])))
+
+
+def _check_recorded_bytes(opened: Target, weights: list[Path], full: bool) -> None:
+    """A manifest from before fingerprints records only the weights' total bytes."""
+    recorded = (opened.manifest.bytes_on_disk or {}).get("weights")
+    actual = sum(p.stat().st_size for p in weights)
+    if full:
+        log.warning("manifest.json of %s predates weight fingerprints: verify=full has no hash to compare, "
+                    "only the weight bytes were checked (rebuild with force=true to record one)", opened.path)
+    if recorded is not None and actual != recorded:
+        raise UserError(_mismatch(opened, "other weights",
+                                  f"they hold {actual} bytes, the manifest records {recorded}"))
+
+
+def _owner_of(path: Path, actual: WeightsFingerprint, recorded: WeightsFingerprint) -> str:
+    """Whose weights these are: a sibling artifact's whose manifest records
+    this fingerprint, else other weights, by fingerprint."""
+    for other in sorted(path.parent.glob(f"*/{manifest.FILE}")):
+        try:
+            found = manifest.read(other.parent)
+        except UserError:
+            continue
+        if other.parent != path and found.weights_fingerprint and found.weights_fingerprint.sha256 == actual.sha256:
+            return f"those of artifact {found.artifact_id} ({other.parent})"
+    return f"other weights (fingerprint {actual.short}, the manifest records {recorded.short})"
+
+
+def _mismatch(opened: Target, weights: str, why: str) -> str:
+    m = opened.manifest
+    return (f"{opened.path}: manifest.json names artifact {m.artifact_id} ({m.model.name}/{m.recipe.name}), "
+            f"but the weights beside it are {weights}: {why}; rebuild the artifact with `python -m quantize "
+            f"... force=true`, or delete {opened.path / manifest.FILE} to evaluate them as a plain checkpoint")
 
 
 def planned(config: TargetConfig, not_built: NotBuilt) -> Target | None:

@@ -59,12 +59,15 @@ class WeightsFingerprint:
                for n in sorted(set(self.files) ^ set(recorded.files))]
         for name in sorted(set(self.files) & set(recorded.files)):
             mine, theirs = self.files[name], recorded.files[name]
+            what = []
+            if mine.header_sha256 != theirs.header_sha256:
+                what.append("lists other tensors (its safetensors header differs)")
             if mine.bytes != theirs.bytes:
-                out.append(f"{name} holds {mine.bytes} bytes, the manifest records {theirs.bytes}")
-            elif mine.header_sha256 != theirs.header_sha256:
-                out.append(f"{name} lists other tensors (its safetensors header differs)")
-            elif mine.sampled_sha256 != theirs.sampled_sha256:
-                out.append(f"{name} holds other values (its sampled blocks differ)")
+                what.append(f"holds {mine.bytes} bytes, the manifest records {theirs.bytes}")
+            elif not what and mine.sampled_sha256 != theirs.sampled_sha256:
+                what.append("holds other values (its sampled blocks differ)")
+            if what:
+                out.append(f"{name} {', '.join(what)}")
         return out
 
 

@@ -93,7 +93,12 @@ def test_renamed_tensor_and_other_size_are_named(shard, tmp_path):
     shard.write_bytes(shard.read_bytes().replace(b'"b.weight"', b'"c.weight"', 1))
     assert fingerprint.compute([shard]).differences(before) == [
         "model.safetensors lists other tensors (its safetensors header differs)"]
-    write_safetensors(shard, {"a.weight": b"\x00" * 10})
+    shard.write_bytes(shard.read_bytes() + b"\x00" * 8)  # same header, longer file
+    assert fingerprint.compute([shard]).differences(before) == [
+        "model.safetensors lists other tensors (its safetensors header differs), "
+        f"holds {shard.stat().st_size} bytes, the manifest records {before.files['model.safetensors'].bytes}"]
+    write_safetensors(shard, {"a.weight": bytes(range(256)) * (8 << 10), "b.weight": b"\x07" * (2 << 20)})
+    shard.write_bytes(shard.read_bytes() + b"\x00" * 8)
     assert fingerprint.compute([shard]).differences(before) == [
         f"model.safetensors holds {shard.stat().st_size} bytes, the manifest records {before.files['model.safetensors'].bytes}"]
     extra = tmp_path / "model-2.safetensors"
