@@ -12,7 +12,7 @@ import pytest
 
 from quantize.common import manifest
 from quantize.common.checkpoint import read_header
-from tests.conftest import SMALL_CALIB, check_ok, last_line, run_quantize
+from tests.conftest import SMALL_CALIB, check_ok, last_line, run_quantize, w4_rtn_recipe
 
 LAYER_1 = "model.layers.1."
 
@@ -58,15 +58,7 @@ sparsity_stage:
       mask_structure: "2:4"
       targets: [Linear]
       ignore: ["re:.*lm_head"]
-quant_stage:
-  quant_modifiers:
-    QuantizationModifier:
-      ignore: [lm_head]
-      config_groups:
-        group_0:
-          targets: [Linear]
-          weights: {num_bits: 4, type: int, symmetric: true, strategy: group, group_size: 64}
-"""
+""" + w4_rtn_recipe(64)
 DECODER_LINEARS = 14  # 2 layers x (q, k, v, o, gate, up, down)
 
 # name -> (overrides(tmp, tiny model), words the one error line holds)
