@@ -73,7 +73,7 @@ class TargetConfig:
 
 
 def verify_mode(value) -> str | None:
-    """The `verify` setting as a mode, None for no check; a value that is none is one line."""
+    """The `verify` setting as a mode, None for no check; any other value is one line naming the choices."""
     if value is False or value is None or value == "none":
         return None
     if value in VERIFY_MODES:

@@ -76,7 +76,7 @@ def test_a_manifest_copied_from_another_artifact_is_refused(artifacts, tmp_path)
     res = tmp_path / "res"
     line = assert_refused(evaluate(w4, res, cwd=tmp_path), res,
                           f"names artifact {manifest_of(original)['artifact_id']} ({TINY_NAME}/original)",
-                          f"fingerprint {w4_weights}", "model.safetensors holds", "force=true")
+                          f"fingerprint {w4_weights}", "model.safetensors lists other tensors", "force=true")
     assert line.startswith("error: ")
 
 
