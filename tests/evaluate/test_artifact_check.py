@@ -15,7 +15,7 @@ from evaluate import target
 from evaluate.target import TargetConfig
 from quantize.common import fingerprint
 from quantize.common.errors import UserError
-from tests.conftest import TINY_NAME, last_line, run_cli
+from tests.conftest import TINY_NAME, last_line, run_cli, sha256_files_by_hand
 
 SMALL_SCENARIO = ("scenario=interactive", "scenario.input_len=16", "scenario.output_len=4")
 
@@ -114,7 +114,10 @@ def test_verify_full_sees_a_change_between_the_samples(artifacts, tmp_path):
 
 def test_intact_artifacts_pass_and_verify_false_trusts_the_files(artifacts):
     original, w4 = artifacts["original"], artifacts["w4a16_rtn"]
-    for path in (original, w4):
+    for path in (original, w4):  # quantize recorded the fingerprint of the files it wrote
+        recorded = manifest_of(path)["weights_fingerprint"]
+        assert recorded["full_sha256"] == sha256_files_by_hand(path.glob("*.safetensors"))
+        assert recorded["files"]["model.safetensors"]["bytes"] == (path / "model.safetensors").stat().st_size
         assert open_target(path).artifact_id == manifest_of(path)["artifact_id"]
         assert open_target(path, verify="full").artifact_id == manifest_of(path)["artifact_id"]
     shutil.copy(original / "manifest.json", w4 / "manifest.json")
