@@ -79,5 +79,9 @@ def dtype_note(g: Group, names: dict[tuple, str]) -> str | None:
     artifact's kernels): which, in words; None where both ran in one dtype."""
     if not g.dtype_differs:
         return None
-    return (f"{names.get(g.baseline.identity, g.baseline.recipe)} {g.baseline.dtype} vs "
-            f"{names.get(g.identity, g.recipe)} {g.dtype}: each at its best on this host")
+    return dtypes_text(names.get(g.baseline.identity, g.baseline.recipe), g.baseline.dtype,
+                       names.get(g.identity, g.recipe), g.dtype)
+
+
+def dtypes_text(base: str, base_dtype: str, name: str, dtype: str) -> str:
+    return f"{base} {base_dtype} vs {name} {dtype}: each at its best on this host"

@@ -16,7 +16,7 @@ from evaluate.analysis.groups import (
 from evaluate.report.formatting import (
     MISSING, fmt_fixed, fmt_number, header, inline_json, label, mb, md_table, ordered_metrics, short, speedup_text)
 from evaluate.report.answer_markdown import SPEEDUP_HEADER, render_answer, speedup_cell
-from evaluate.report.labels import dtype_note, in_table, labels, run_labels
+from evaluate.report.labels import dtype_note, dtypes_text, in_table, labels, run_labels
 from evaluate.report.serving_markdown import render_serving
 from evaluate.report.config import OutputFormat, ReportConfig
 from evaluate.results import Row
@@ -291,7 +291,7 @@ def overall_lines(ranked: list[Overall], names: dict) -> list[str]:
 
 def overall_entry(o: Overall, names: dict) -> str:
     ci = f" (95% interval {o.interval[0]:.2f}–{o.interval[1]:.2f})" if o.interval else ""
-    dtypes = "".join(f"; original {base} vs {ours}: each at its best on this host" for base, ours in o.dtype_pairs)
+    dtypes = "".join(f"; {dtypes_text('original', base, names[o.identity], ours)}" for base, ours in o.dtype_pairs)
     return (f"{names[o.identity]} — {o.speedup:.2f}x over {len(o.scenarios)} scenario(s): "
             f"{', '.join(s.name for s in o.scenarios)}{ci}{dtypes}")
 
@@ -332,9 +332,9 @@ def render_details(speed: list[Group]) -> str:
     for sc in scenarios(speed):
         rows = []
         for g in by_model([g for g in speed if g.scenario == sc]):
-            for label, run in zip(run_labels(g.runs), g.runs):
+            for run_label, run in zip(run_labels(g.runs), g.runs):
                 m = run_metrics(run)
-                rows.append([label, g.model_name, in_table(names, g), f"`{short(g.artifact_id)}`", g.engine]
+                rows.append([run_label, g.model_name, in_table(names, g), f"`{short(g.artifact_id)}`", g.engine]
                             + [fmt_fixed(m.get(k), d) for k, d in RUN_METRICS]
                             + [decision_text(run.precision)] * decided + [run.timestamp or MISSING])
         out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]

@@ -4,7 +4,7 @@ from evaluate.analysis.choice import choose
 from evaluate.analysis.groups import add_speedups, aggregate
 from evaluate.report.__main__ import main
 
-from .rows import base_row, heading, main_rows, md_tables, speed_run, store
+from .rows import base_row, heading, main_rows, speed_run, store
 
 ANSWER = "What to use on this machine"
 

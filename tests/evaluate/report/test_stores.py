@@ -12,7 +12,7 @@ from evaluate import results
 from evaluate.report.__main__ import modernise
 from evaluate.results import Row
 
-from .rows import ENGINE_ARGS, ENGINE_ENV, HARDWARE, VERSIONS, main_rows, md_tables, store
+from .rows import ENGINE_ARGS, ENGINE_ENV, HARDWARE, VERSIONS, main_rows, store
 from .test_main_cli import report_cli
 
 OTHER_CPU = {**HARDWARE, "hostname": "bench-2", "cpu": "Intel Xeon Platinum 8488C", "cpu_isa": ["avx2", "amx"]}
