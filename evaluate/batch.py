@@ -36,12 +36,18 @@ class Pending(NamedTuple):
         _run_scenario(job, engine, s, self)
 
 
+def stored_runs(rows) -> tuple[dict, list[float]]:
+    """The timed runs of one measurement already stored: their output
+    throughput by run index, and the numeric ones in run order (what
+    RunPlan.indices decides the runs still owed from)."""
+    prior = {r.run_index: r.metrics.get(HEADLINE) for r in rows if isinstance(r.run_index, int)}
+    return prior, [float(v) for _, v in sorted(prior.items()) if isinstance(v, (int, float))]
+
+
 def pending_runs(job, s: Scenario, stored: list[Row]) -> Pending:
     """What scenario `s` still owes, given the ok rows already `stored`."""
     key = job.speed_row(s, None).measurement_key()
-    prior = {r.run_index: r.metrics.get(HEADLINE) for r in stored
-             if r.measurement_key() == key and isinstance(r.run_index, int)}
-    values = [float(v) for _, v in sorted(prior.items()) if isinstance(v, (int, float))]
+    prior, values = stored_runs(r for r in stored if r.measurement_key() == key)
     indices = job.plan.indices(prior, values)
     if job.plan.auto and prior and not indices:
         log.info("scenario %s: its %d stored runs already meet runs=auto (%s)", s.name, len(values),

@@ -18,9 +18,8 @@ from pathlib import Path
 
 from hydra.errors import HydraException
 
-from evaluate import hardware, lmeval, results, scenarios
+from evaluate import batch, hardware, lmeval, results, scenarios
 from evaluate.config import EvaluateConfig
-from evaluate.precision import HEADLINE
 from evaluate.results import Row
 from quantize.common import manifest
 from quantize.common.errors import UserError
@@ -133,9 +132,8 @@ def measurements_left(config: EvaluateConfig, rows: list[Row]) -> int:
             left += not any(r.ok and r.kind == "serving" for r in mine)
             continue
         shape = (s.batch_size, s.input_len, s.output_len)
-        done = {r.run_index: r.metrics.get(HEADLINE) for r in mine if r.ok and r.kind == "speed"
-                and isinstance(r.run_index, int) and (r.batch_size, r.input_len, r.output_len) == shape}
-        values = [float(v) for _, v in sorted(done.items()) if isinstance(v, (int, float))]
+        done, values = batch.stored_runs(r for r in mine if r.ok and r.kind == "speed"
+                                         and (r.batch_size, r.input_len, r.output_len) == shape)
         left += len(config.plan.indices(done, values))
     once = [("accuracy", config.accuracy.name)] if config.accuracy else []
     once += [("lm_eval", lmeval.label(config.lm_eval, task)) for task in config.lm_eval.tasks] if config.lm_eval else []
