@@ -17,7 +17,7 @@ import logging
 import re
 from pathlib import Path
 
-from quantize.common.checkpoint import read_header, weight_files
+from quantize.common.checkpoint import load_renames, read_header, weight_files
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +73,8 @@ def _as_parameter_names(model, tensor_names: set[str]) -> set[str]:
     """The model parameters these checkpoint tensors load into."""
     candidates = {_parameter_of(n) for n in tensor_names}
     try:
-        from transformers.conversion_mapping import get_model_conversion_mapping
-        from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
-        transforms = get_model_conversion_mapping(model)
-        renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
-        converters = [t for t in transforms if isinstance(t, WeightConverter)]
+        from transformers.core_model_loading import rename_source_key
+        renamings, converters = load_renames(model)
         meta = model.state_dict()
         return {rename_source_key(n, renamings, converters, model.base_model_prefix, meta)[0]
                 for n in candidates}

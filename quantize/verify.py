@@ -24,7 +24,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantize.common.checkpoint import quantization_summary
+from quantize.common.checkpoint import load_renames, quantization_summary
 
 MODES = ("tensors", "reload")
 # safetensors header dtype -> torch dtype name
@@ -68,12 +68,12 @@ class Layout:
     schemes: dict[str, object]  # quantized module -> its compressed-tensors QuantizationScheme
     linears: set[str]          # Linear modules but lm_head (where 2:4 is checked)
     tied: set[str]             # tensors a checkpoint may leave out (tied to another)
-    conversions: tuple = ()    # transformers' WeightTransforms from stored names to the model's
+    renames: tuple = ((), ())  # checkpoint.load_renames: stored names -> the model's
 
 
 def check_tensors(artifact_dir: Path, prunes: bool) -> dict:
     layout = expected_layout(artifact_dir)
-    headers = as_loaded(read_headers(artifact_dir), layout.conversions)
+    headers = as_loaded(read_headers(artifact_dir), *layout.renames)
     if headers is None:
         return check_reload(artifact_dir, prunes)
     return _check_layout_and_values(artifact_dir, headers, layout, prunes)
@@ -107,13 +107,11 @@ def read_headers(artifact_dir: Path) -> dict[str, tuple]:
     return headers
 
 
-def as_loaded(headers: dict[str, tuple], conversions) -> dict[str, tuple] | None:
+def as_loaded(headers: dict[str, tuple], renamings: list, converters: list) -> dict[str, tuple] | None:
     """`headers` keyed by the names transformers' loader gives the stored
     tensors (its renamings, in its order); None where a stored tensor is one
     the loader merges with others (a WeightConverter matches it)."""
-    from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
-    renamings = [c for c in conversions if isinstance(c, WeightRenaming)]
-    converters = [c for c in conversions if isinstance(c, WeightConverter)]
+    from transformers.core_model_loading import rename_source_key
     loaded = {}
     for stored, header in headers.items():
         name, merged_by = rename_source_key(stored, renamings, converters)
@@ -126,7 +124,6 @@ def as_loaded(headers: dict[str, tuple], conversions) -> dict[str, tuple] | None
 def expected_layout(artifact_dir: Path) -> Layout:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
-    from transformers.conversion_mapping import get_model_conversion_mapping
     config = AutoConfig.from_pretrained(artifact_dir)  # trust_remote_code stays off
     q = getattr(config, "quantization_config", None)
     if q is not None:
@@ -144,8 +141,7 @@ def expected_layout(artifact_dir: Path) -> Layout:
             local = {k: v for k, v in _shapes(module).items() if prefix + k in persistent}
         tensors |= {prefix + k: v for k, v in local.items()}
     tied = {n for n in tensors if n.endswith("lm_head.weight")} if config.get_text_config().tie_word_embeddings else set()
-    return Layout(tensors, schemes, {name for name, _ in linear_weights(model)}, tied,
-                  tuple(get_model_conversion_mapping(model)))
+    return Layout(tensors, schemes, {name for name, _ in linear_weights(model)}, tied, load_renames(model))
 
 
 def _apply_quantization(model, q: dict) -> dict:

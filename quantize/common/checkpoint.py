@@ -121,6 +121,18 @@ def planned_quantization_config(recipe_path: Path) -> dict | None:
     return merged
 
 
+def load_renames(model) -> tuple[list, list]:
+    """How transformers' loader maps stored tensor names to `model`'s, as
+    transformers.core_model_loading.rename_source_key takes it: (its
+    WeightRenamings, its WeightConverters, which merge several stored tensors
+    into one parameter, e.g. per-expert MoE weights)."""
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import WeightConverter, WeightRenaming
+    transforms = get_model_conversion_mapping(model)
+    return ([t for t in transforms if isinstance(t, WeightRenaming)],
+            [t for t in transforms if isinstance(t, WeightConverter)])
+
+
 def check_complete(model_dir: Path, missing: list[str], config: dict) -> None:
     """Refuse a checkpoint whose weight files lack parameters its architecture
     has (`missing`: transformers' missing keys, parameters only): loading
