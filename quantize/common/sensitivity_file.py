@@ -1,0 +1,120 @@
+"""The per-layer sensitivity file: what `python -m quantize.sensitivity` writes
+and what the proposer, the recipe search and the report read.
+
+One cell per quantizable Linear module of each decoder layer: the KL divergence
+(nats per scored token) of the model with only that module quantized, against
+the original, on held-out text. A file is keyed by the model's weights (their
+fingerprint) and the scheme, so a stale file never ranks another model's layers.
+
+    <results_dir>/sensitivity/<model name>/<scheme key>-<weights hash>/sensitivity.json (+ .csv, .png)
+"""
+import csv
+import io
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from quantize.common import atomic
+from quantize.common.errors import UserError
+
+KIND = "quantbench.sensitivity"
+VERSION = 1
+FILE = "sensitivity.json"
+CSV_COLUMNS = ["rank", "layer", "group", "kl", "params", "modules"]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One module group of one decoder layer, quantized alone."""
+    layer: int
+    group: str              # the module's name inside its layer, e.g. "self_attn.q_proj"
+    modules: list[str]      # full module names, as llm-compressor's `ignore` takes them
+    kl: float               # nats per scored token, against the original
+    params: int             # weights in the group (for the size a kept-dense group costs)
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    model_name: str
+    model_path: str
+    weights_hash: str       # quantize.common.fingerprint of the model's weight files
+    recipe: str             # the recipe whose scheme was applied
+    scheme_key: str         # e.g. "w4a16-g64-asym"
+    scheme: dict            # the scheme's weights/activations args, as the recipe gives them
+    text: dict              # held-out text: source, books, num_windows, window_len, scored_tokens
+    cells: list[Cell]
+    baseline_kl: float | None = None   # every group quantized at once (same fake-quant), if measured
+    wall_s: float | None = None
+    created: str = ""
+    versions: dict = field(default_factory=dict)
+    hardware: dict = field(default_factory=dict)
+
+    def ranked(self) -> list[Cell]:
+        """Most sensitive first (highest KL); ties keep layer order."""
+        return sorted(self.cells, key=lambda c: (-c.kl, c.layer, c.group))
+
+    def most_sensitive_modules(self, k: int) -> list[str]:
+        """The module names of the k most sensitive cells: what to keep dense."""
+        if not 0 <= k <= len(self.cells):
+            raise UserError(f"cannot keep {k} groups dense: the sensitivity file has {len(self.cells)}; "
+                            f"choose 0..{len(self.cells)}")
+        return [m for cell in self.ranked()[:k] for m in cell.modules]
+
+    def layers(self) -> list[int]:
+        return sorted({c.layer for c in self.cells})
+
+    def groups(self) -> list[str]:
+        """Group names in the order they first appear (the layer's own order)."""
+        return list(dict.fromkeys(c.group for c in self.cells))
+
+
+def folder_for(results_dir: Path, model_name: str, scheme_key: str, weights_hash: str) -> Path:
+    return Path(results_dir) / "sensitivity" / model_name / f"{scheme_key}-{weights_hash[:12]}"
+
+
+def find(results_dir: Path) -> list[Path]:
+    """Every sensitivity file under a results store, in a stable order."""
+    return sorted((Path(results_dir) / "sensitivity").glob(f"*/*/{FILE}"))
+
+
+def write(folder: Path, sensitivity: Sensitivity) -> Path:
+    """sensitivity.json and sensitivity.csv, each written atomically; returns the JSON's path."""
+    record = {"kind": KIND, "version": VERSION, **asdict(sensitivity)}
+    atomic.write_text(folder / "sensitivity.csv", to_csv(sensitivity))
+    path = folder / FILE
+    atomic.write_json(path, record)
+    return path
+
+
+def to_csv(sensitivity: Sensitivity) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(CSV_COLUMNS)
+    for rank, cell in enumerate(sensitivity.ranked(), 1):
+        writer.writerow([rank, cell.layer, cell.group, f"{cell.kl:.6g}", cell.params, " ".join(cell.modules)])
+    return out.getvalue()
+
+
+def read(path: str | Path) -> Sensitivity:
+    """A sensitivity file (or the folder holding one) -> Sensitivity; one line if it is not one."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / FILE
+    fix = "run `python -m quantize.sensitivity recipe=<name>` to write one"
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"no sensitivity file at {path}; {fix}") from None
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path} is not a readable sensitivity file ({e}); {fix}") from None
+    if not isinstance(record, dict) or record.get("kind") != KIND:
+        raise UserError(f"{path} is not a sensitivity file (no kind: {KIND}); {fix}")
+    if record.get("version") != VERSION:
+        raise UserError(f"{path} has sensitivity file version {record.get('version')}, this quantbench reads "
+                        f"{VERSION}; rerun the sensitivity to rewrite it")
+    record = {k: v for k, v in record.items() if k not in ("kind", "version")}
+    try:
+        cells = [Cell(**c) for c in record.pop("cells")]
+        return Sensitivity(cells=cells, **record)
+    except (KeyError, TypeError) as e:
+        raise UserError(f"{path} is a damaged sensitivity file ({e}); {fix}") from None
