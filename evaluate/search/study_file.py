@@ -90,3 +90,30 @@ def read(path: str | Path) -> SearchRecord:
         return SearchRecord(objectives=objectives, trials=trials, **record)
     except (KeyError, TypeError) as e:
         raise UserError(f"{path} is a damaged search record ({e}); {fix}") from None
+
+
+# What one trial's job built, written by the job itself (it may run on another
+# node) and joined into study.json by trial number when the sweeper snapshots.
+TRIAL_FIELDS = ("recipe", "recipe_path", "artifact_id", "artifact_dir", "speed", "repro", "error", "wall_s")
+
+
+def trial_info_path(results_dir: Path, study: str, number: int) -> Path:
+    return Path(results_dir) / "search" / study / "trials" / f"{number}.json"
+
+
+def write_trial_info(results_dir: Path, study: str, number: int, info: dict) -> Path:
+    unknown = set(info) - set(TRIAL_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown trial fields {sorted(unknown)}; known: {TRIAL_FIELDS}")
+    path = trial_info_path(results_dir, study, number)
+    atomic.write_json(path, info)
+    return path
+
+
+def read_trial_info(results_dir: Path, study: str, number: int) -> dict:
+    """The trial job's own record; {} while it has not written one (running, or killed)."""
+    try:
+        info = json.loads(trial_info_path(results_dir, study, number).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in info.items() if k in TRIAL_FIELDS}
