@@ -41,6 +41,7 @@ from quantize.common import atomic
 from quantize.common.checkpoint import weight_files
 from quantize.common.errors import UserError
 from quantize.common.extensions import Configurable
+from quantize.common.heldout import held_out_text, windows
 from quantize.common.paths import CACHE_DIR, resolve
 
 log = logging.getLogger("quantbench.accuracy")
@@ -84,33 +85,6 @@ class AccuracyConfig(Configurable):
     def as_dict(self) -> dict:
         """The group as rows record it (`accuracy_config`)."""
         return dataclasses.asdict(self)
-
-
-def held_out_text(source) -> str:
-    """The held-out text of `source` (an AccuracyConfig or lm-eval's bundled
-    task: anything with `text` and `books`)."""
-    if source.text == "austen":
-        from quantize.common.assets import AUSTEN_BOOKS, ensure_austen
-        unknown = sorted(set(source.books) - set(AUSTEN_BOOKS))
-        if unknown:
-            raise UserError(f"unknown Austen book(s) {unknown}; choose from {list(AUSTEN_BOOKS)}")
-        folder = ensure_austen()
-        return "\n\n".join((folder / f"{b}.txt").read_text() for b in source.books)
-    path = resolve(source.text)
-    if not path.is_file():
-        raise UserError(f"accuracy text {path} does not exist; set accuracy.text=austen or a local .txt file")
-    return path.read_text()
-
-
-def windows(tokenizer, text: str, n: int, length: int) -> list[list[int]]:
-    """n windows of `length` tokens, evenly spaced over the text."""
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    count = len(ids) // length
-    if count < n:
-        raise UserError(f"accuracy text holds {len(ids)} tokens = {count} windows of {length}; "
-                        f"lower accuracy.num_windows ({n}) or accuracy.window_len")
-    step = count // n
-    return [ids[i * step * length:(i * step + 1) * length] for i in range(n)]
 
 
 def lastword_passages(text: str, n: int, min_words: int, seed: int) -> list[tuple[str, str]]:
@@ -190,7 +164,7 @@ def validate(config: AccuracyConfig, target, max_model_len: int | None = None) -
         raise UserError(f"the accuracy requests need {needed_len(config)} tokens but engine.args.max_model_len is "
                         f"{max_model_len}; raise it to at least {needed_len(config)}, lower accuracy.window_len, "
                         f"or pass accuracy=none")
-    held_out_text(config)
+    held_out_text(config.text, config.books)
     reference_path(target, config)
     check_reference_device(str(config.reference_device or "cpu"))
 
@@ -206,7 +180,7 @@ def check_reference_device(device: str) -> None:
 def engine_pass(engine, config: AccuracyConfig, tokenizer, seed: int) -> dict:
     """Everything the engine must compute; the engine can be closed afterwards,
     so the reference model never competes with it for cores or memory."""
-    text = held_out_text(config)
+    text = held_out_text(config.text, config.books)
     wins = windows(tokenizer, text, int(config.num_windows), int(config.window_len))
     items = lastword_items(tokenizer, text, int(config.lastword.num_items), int(config.lastword.min_words),
                            int(config.lastword.context_tokens), seed)

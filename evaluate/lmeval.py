@@ -30,6 +30,7 @@ import yaml
 from evaluate import accuracy
 from quantize.common.errors import UserError
 from quantize.common.extensions import Configurable
+from quantize.common.heldout import held_out_text
 from quantize.common.paths import PROJECT_ROOT, resolve
 from quantize.common.provenance import PACKAGES
 
@@ -244,7 +245,7 @@ def _task_folder(folder: Path, config: LmEvalConfig, tasks: list[str], seed: int
 def _write_bundled_task(folder: Path, config: BundledTaskConfig, seed: int) -> None:
     """austen_lastword as a local lm-eval task: a JSONL of held-out passages and its YAML."""
     folder.mkdir(parents=True)
-    text = accuracy.held_out_text(config)
+    text = held_out_text(config.text, config.books, key="lm_eval.austen_lastword.text")
     passages = accuracy.lastword_passages(text, int(config.num_items), int(config.min_words), seed)
     data = folder / f"{BUNDLED_TASK}.jsonl"
     data.write_text("".join(json.dumps({"context": c, "word": w}) + "\n" for c, w in passages))

@@ -110,9 +110,10 @@ def _last_word_log_perplexity(model_dir, n: int) -> float:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from evaluate import accuracy
+    from quantize.common.heldout import held_out_text
     bundled = yaml.safe_load((PROJECT_ROOT / "conf" / "lm_eval" / "austen_lastword.yaml").read_text())
     preset = lmeval.BundledTaskConfig.from_config(bundled["austen_lastword"], "lm_eval.austen_lastword")
-    passages = accuracy.lastword_passages(accuracy.held_out_text(preset), n, int(preset.min_words), seed=0)
+    passages = accuracy.lastword_passages(held_out_text(preset.text, preset.books), n, int(preset.min_words), seed=0)
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     total = 0.0

@@ -1,0 +1,33 @@
+"""Held-out text (novels kept out of calibration) and the token windows cut
+from it: what evaluate's accuracy pass, lm-eval's bundled task and the
+per-layer sensitivity score models on."""
+from quantize.common.errors import UserError
+from quantize.common.paths import resolve
+
+
+def held_out_text(text: str, books: list[str], key: str = "accuracy.text") -> str:
+    """`text` = austen (the given `books`, joined) or a local .txt file;
+    `key` is the setting `text` came from, named in errors."""
+    if text == "austen":
+        from quantize.common.assets import AUSTEN_BOOKS, ensure_austen
+        unknown = sorted(set(books) - set(AUSTEN_BOOKS))
+        if unknown:
+            raise UserError(f"unknown Austen book(s) {unknown}; choose from {list(AUSTEN_BOOKS)}")
+        folder = ensure_austen()
+        return "\n\n".join((folder / f"{b}.txt").read_text() for b in books)
+    path = resolve(text)
+    if not path.is_file():
+        raise UserError(f"{key} {path} does not exist; set {key}=austen or a local .txt file")
+    return path.read_text()
+
+
+def windows(tokenizer, text: str, n: int, length: int, group: str = "accuracy") -> list[list[int]]:
+    """n windows of `length` tokens, evenly spaced over the text; `group`
+    holds the num_windows and window_len settings, named in errors."""
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    count = len(ids) // length
+    if count < n:
+        raise UserError(f"{group} text holds {len(ids)} tokens = {count} windows of {length}; "
+                        f"lower {group}.num_windows ({n}) or {group}.window_len")
+    step = count // n
+    return [ids[i * step * length:(i * step + 1) * length] for i in range(n)]
