@@ -1,0 +1,127 @@
+"""Edits of an llm-compressor recipe that keep it a normal recipe: keeping
+modules dense (out of every quantization and pruning modifier), and the
+weight scheme a recipe quantizes with.
+
+llm-compressor (compressed-tensors' `match_name`) takes an `ignore` entry as an
+exact module name or a `re:` pattern; a decoder layer's module is matched by its
+full name, e.g. `model.layers.3.mlp.down_proj`, by quantization modifiers and by
+the pruning modifiers (which join the layer's name and the module's own)."""
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from quantize.common.errors import UserError
+
+# A modifier quantizes when its arguments give a scheme, prunes when they give a
+# sparsity; smoothing modifiers (SmoothQuant, AWQ without a scheme) only rescale
+# and leave a module's values equivalent, so they keep their own lists.
+QUANTIZING_ARGS = ("config_groups", "scheme")
+PRUNING_ARGS = ("sparsity", "init_sparsity", "final_sparsity")
+
+
+def with_kept_dense(recipe_text: str, modules: list[str]) -> str:
+    """The recipe with `modules` added to the `ignore` list of every quantization
+    and pruning modifier (entries already there are kept, none is repeated).
+    Comments are not kept: the caller writes its own header."""
+    data = yaml.safe_load(recipe_text) or {}
+    edited = dense_keeping_modifiers(data)
+    if not edited:
+        raise UserError("the recipe has no quantization or pruning modifier, so there is nothing to keep dense; "
+                        "start from a recipe that quantizes (e.g. recipe=w4a16_gptq)")
+    for args in edited.values():
+        ignore = args.get("ignore") or []
+        ignore = [ignore] if isinstance(ignore, str) else list(ignore)
+        args["ignore"] = ignore + [m for m in dict.fromkeys(modules) if m not in ignore]
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+
+
+def dense_keeping_modifiers(data: dict) -> dict[str, dict]:
+    """{path of the modifier: its (mutable) arguments} for each modifier that
+    quantizes or prunes; a modifier written with no arguments gets a dict."""
+    found = {}
+    for path, parent, name in _modifiers(data):
+        args = parent[name]
+        if not isinstance(args, dict):
+            continue
+        if any(k in args for k in QUANTIZING_ARGS + PRUNING_ARGS):
+            found[path] = args
+    return found
+
+
+def quantizes(data: dict) -> bool:
+    return bool(_quantizing(data))
+
+
+def quantization_ignore(data: dict) -> list[str]:
+    """Every entry of the quantization modifiers' `ignore` lists, in order."""
+    entries = []
+    for args in _quantizing(data):
+        ignore = args.get("ignore") or []
+        entries += [ignore] if isinstance(ignore, str) else list(ignore)
+    return list(dict.fromkeys(entries))
+
+
+def _quantizing(data: dict) -> list[dict]:
+    return [parent[name] for _, parent, name in _modifiers(data)
+            if isinstance(parent[name], dict) and any(k in parent[name] for k in QUANTIZING_ARGS)]
+
+
+def _modifiers(node, path: str = ""):
+    """(dotted path, the mapping holding it, modifier name) of each modifier in a
+    recipe's stage/group nesting."""
+    if not isinstance(node, dict):
+        return
+    for key, value in node.items():
+        here = f"{path}.{key}" if path else str(key)
+        if isinstance(key, str) and key.endswith("Modifier"):
+            yield here, node, key
+        elif isinstance(value, dict):
+            yield from _modifiers(value, here)
+
+
+@dataclass(frozen=True)
+class WeightScheme:
+    """How a recipe stores a quantized Linear's weights."""
+    num_bits: int
+    strategy: str                  # tensor, channel, group, block
+    group_size: int | None = None
+    block_structure: tuple[int, int] | None = None
+    symmetric: bool = True
+    type: str = "int"
+    activation_bits: int = 16      # 16: activations are not quantized
+
+    @property
+    def key(self) -> str:
+        """Short label as the sensitivity folders are named, e.g. w4a16-g64-asym, w8a8-fp8-channel-sym."""
+        parts = [f"w{self.num_bits}a{self.activation_bits}"] + ([f"fp{self.num_bits}"] if self.type != "int" else [])
+        parts.append(f"g{self.group_size}" if self.strategy == "group" else self.strategy)
+        return "-".join(parts + ["sym" if self.symmetric else "asym"])
+
+    def bytes_per_matrix(self, rows: int, cols: int, scale_bytes: int) -> float:
+        """Bytes a (rows x cols) weight takes quantized: packed values, one
+        scale (the model's dtype) per group and, asymmetric, one zero point of
+        num_bits per group."""
+        groups = {"tensor": 1, "channel": rows, "group": rows * -(-cols // (self.group_size or cols))}
+        if self.strategy == "block" and self.block_structure:
+            br, bc = self.block_structure
+            groups["block"] = -(-rows // br) * -(-cols // bc)
+        n = groups.get(self.strategy, rows)
+        per_group = scale_bytes + (0 if self.symmetric else self.num_bits / 8)
+        return rows * cols * self.num_bits / 8 + n * per_group
+
+
+def weight_scheme(recipe_path: Path) -> WeightScheme | None:
+    """The weight scheme of the recipe's first quantization config group, as
+    llm-compressor resolves it (presets included); None when it quantizes no weights."""
+    from quantize.common.checkpoint import planned_quantization_config
+    planned = planned_quantization_config(recipe_path) or {}
+    for group in (planned.get("config_groups") or {}).values():
+        w, a = group.get("weights") or {}, group.get("input_activations") or {}
+        if w.get("num_bits"):
+            block = w.get("block_structure")
+            return WeightScheme(num_bits=int(w["num_bits"]), strategy=str(w.get("strategy") or "tensor"),
+                                group_size=w.get("group_size"), block_structure=tuple(block) if block else None,
+                                symmetric=bool(w.get("symmetric", True)), type=str(w.get("type") or "int"),
+                                activation_bits=int(a.get("num_bits") or 16))
+    return None

@@ -1,0 +1,75 @@
+"""Choosing k, the number of most sensitive module groups kept dense.
+
+KL is taken as additive over groups: the KL of the recipe applied everywhere
+(the sensitivity file's baseline_kl, or the sum of every group's own KL when it
+was not measured) minus the KL each kept group causes when quantized alone.
+Groups interact, so this is an estimate; the evaluate stage measures the truth."""
+from dataclasses import dataclass
+
+from quantize.common.errors import UserError
+from quantize.common.sensitivity_file import Cell, Sensitivity
+
+MB = 1e6
+
+
+@dataclass(frozen=True)
+class Estimate:
+    k: int                # groups kept dense, the most sensitive first
+    kl_nats: float        # estimated KL per token against the original
+    size_bytes: float     # estimated artifact size on disk
+
+
+def estimates(sensitivity: Sensitivity, uniform_bytes: float, dense_cost: dict[tuple[int, str], float]) -> list[Estimate]:
+    """The estimate for every k from 0 (the base recipe) to all groups.
+    `dense_cost`: bytes a cell (layer, group) adds when kept dense."""
+    ranked = sensitivity.ranked()
+    full_kl = base_kl(sensitivity)
+    out, kept_kl, kept_bytes = [Estimate(0, full_kl, uniform_bytes)], 0.0, 0.0
+    for k, cell in enumerate(ranked, 1):
+        kept_kl += cell.kl
+        kept_bytes += dense_cost[(cell.layer, cell.group)]
+        out.append(Estimate(k, max(0.0, full_kl - kept_kl), uniform_bytes + kept_bytes))
+    return out
+
+
+def base_kl(sensitivity: Sensitivity) -> float:
+    if sensitivity.baseline_kl is not None:
+        return float(sensitivity.baseline_kl)
+    return sum(c.kl for c in sensitivity.cells)
+
+
+def for_max_kl(options: list[Estimate], max_kl: float) -> Estimate:
+    """The smallest k whose estimated KL is within max_kl."""
+    fit = [e for e in options if e.kl_nats <= max_kl]
+    if not fit:
+        best = min(options, key=lambda e: e.kl_nats)
+        raise UserError(f"max_kl={max_kl:g} nats is out of reach: the lowest estimated KL is {best.kl_nats:.4g} nats "
+                        f"(k={best.k} of {len(options) - 1} groups dense); use max_kl={_up(best.kl_nats)} or more")
+    return min(fit, key=lambda e: e.k)
+
+
+def for_max_size(options: list[Estimate], max_size_mb: float) -> Estimate:
+    """The largest k whose estimated size is within max_size_mb."""
+    fit = [e for e in options if e.size_bytes <= max_size_mb * MB]
+    if not fit:
+        smallest = min(options, key=lambda e: e.size_bytes)
+        raise UserError(f"max_size_mb={max_size_mb:g} MB is out of reach: the base recipe alone is an estimated "
+                        f"{smallest.size_bytes / MB:.2f} MB (k=0); use max_size_mb={_up(smallest.size_bytes / MB)} or more")
+    return max(fit, key=lambda e: e.k)
+
+
+def for_kept_dense(options: list[Estimate], k: int) -> Estimate:
+    if not 0 <= k < len(options):
+        raise UserError(f"kept_dense={k} is out of range: the sensitivity file has {len(options) - 1} groups; "
+                        f"choose kept_dense=0..{len(options) - 1}")
+    return options[k]
+
+
+def _up(value: float) -> str:
+    """A value just above `value`, in 4 significant digits, so that it is reachable."""
+    text = f"{value:.4g}"
+    return text if float(text) >= value else f"{value * 1.0001:.4g}"
+
+
+def kept_cells(sensitivity: Sensitivity, k: int) -> list[Cell]:
+    return sensitivity.ranked()[:k]

@@ -1,0 +1,62 @@
+"""The proposer's settings as typed objects (conf/propose.yaml says what each does)."""
+from dataclasses import dataclass
+
+from quantize.common.errors import UserError
+from quantize.common.paths import resolve
+from quantize.common.recipe_choices import RecipeChoice
+from quantize.config import ModelChoice
+
+TARGETS = ("max_size_mb", "max_kl", "kept_dense")
+NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
+
+
+@dataclass(frozen=True)
+class Target:
+    """What k is chosen for: a size (MB), a KL (nats per token), or k itself."""
+    kind: str                 # one of TARGETS
+    value: float
+
+    @property
+    def text(self) -> str:
+        unit = {"max_size_mb": " MB", "max_kl": " nats per token"}.get(self.kind, "")
+        return f"{self.kind}={self.value:g}{unit}"
+
+    @classmethod
+    def from_config(cls, values: dict) -> "Target":
+        given = {k: values.get(k) for k in TARGETS if values.get(k) is not None}
+        if len(given) != 1:
+            said = f"got {', '.join(given)}" if given else "got none"
+            raise UserError(f"give exactly one target: max_size_mb=<MB>, max_kl=<nats> or kept_dense=<k> ({said})")
+        kind, value = next(iter(given.items()))
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UserError(f"{kind}={value!r} is not a number; e.g. {kind}={'12' if kind == 'kept_dense' else '0.05'}")
+        if kind == "kept_dense" and value != int(value):
+            raise UserError(f"kept_dense={value} is not a whole number of groups; e.g. kept_dense=12")
+        if value < 0 or (kind == "max_size_mb" and value == 0):
+            raise UserError(f"{kind}={value} must be {'positive' if kind == 'max_size_mb' else '0 or more'}")
+        return cls(kind=kind, value=int(value) if kind == "kept_dense" else float(value))
+
+
+@dataclass(frozen=True)
+class ProposeConfig:
+    model: ModelChoice
+    recipe: RecipeChoice
+    target: Target
+    sensitivity: str = "auto"     # "auto" or a path to a sensitivity file (or its folder)
+    name: str | None = None
+    force: bool = False
+    results_dir: str = "results"
+    artifacts_dir: str = "artifacts"
+    recipes_dir: str = "recipes"
+
+    @classmethod
+    def from_config(cls, values: dict) -> "ProposeConfig":
+        name = values.get("name")
+        if name is not None and (not str(name) or set(str(name)) - NAME_CHARS or str(name).startswith(".")):
+            raise UserError(f"name={name!r} is not a recipe name; use letters, digits, _ - . (e.g. name=w4a16_keep12)")
+        return cls(model=ModelChoice.from_config(values["model"]), recipe=RecipeChoice.from_config(values["recipe"]),
+                   target=Target.from_config(values), sensitivity=str(values.get("sensitivity") or "auto"),
+                   name=None if name is None else str(name), force=bool(values.get("force", False)),
+                   results_dir=str(resolve(values.get("results_dir", "results"))),
+                   artifacts_dir=str(resolve(values.get("artifacts_dir", "artifacts"))),
+                   recipes_dir=str(resolve(values.get("recipes_dir", "recipes"))))

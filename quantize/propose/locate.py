@@ -1,0 +1,53 @@
+"""Which sensitivity file a proposal uses: the one given, or the one
+`python -m quantize.sensitivity` wrote for this model's weights and the base
+recipe's weight scheme."""
+import sys
+from pathlib import Path
+
+from quantize.common import sensitivity_file
+from quantize.common.errors import UserError
+from quantize.common.recipe_edit import WeightScheme
+from quantize.common.sensitivity_file import Sensitivity
+
+HASH_CHARS = 12   # the folder name's share of the weights hash
+SCHEME_FIELDS = ("num_bits", "type", "symmetric", "strategy", "group_size")
+
+
+def sensitivity_for(choice: str, results_dir: Path, model_name: str, weights_hash: str, scheme: WeightScheme,
+                    measure_command: str) -> tuple[Path, Sensitivity]:
+    """`choice` "auto" or a path; the file, checked to be of these weights."""
+    if choice == "auto":
+        return _auto(results_dir, model_name, weights_hash, scheme, measure_command)
+    path = Path(choice)
+    found = sensitivity_file.read(path)
+    if found.weights_hash[:HASH_CHARS] != weights_hash[:HASH_CHARS]:
+        raise UserError(f"sensitivity file {path} was measured on other weights ({found.model_name}, "
+                        f"{found.weights_hash[:HASH_CHARS]}) than model {model_name} ({weights_hash[:HASH_CHARS]}); "
+                        f"pass the model it was measured on, or measure this one: {measure_command}")
+    if not same_scheme(found, scheme):
+        print(f"warning: sensitivity file {path} was measured with scheme {found.scheme_key}, the recipe quantizes "
+              f"with {scheme.key}; the ranking is a guide only", file=sys.stderr)
+    return path, found
+
+
+def _auto(results_dir: Path, model_name: str, weights_hash: str, scheme: WeightScheme,
+          measure_command: str) -> tuple[Path, Sensitivity]:
+    folder = Path(results_dir) / "sensitivity" / model_name
+    of_weights = sorted(folder.glob(f"*-{weights_hash[:HASH_CHARS]}/{sensitivity_file.FILE}"))
+    matching = [(p, s) for p, s in ((p, sensitivity_file.read(p)) for p in of_weights) if same_scheme(s, scheme)]
+    if not matching:
+        others = f" (only for other schemes: {', '.join(p.parent.name for p in of_weights)})" if of_weights else ""
+        raise UserError(f"no sensitivity file for model {model_name} (weights {weights_hash[:HASH_CHARS]}) and scheme "
+                        f"{scheme.key} under {folder}{others}; measure it first: {measure_command} "
+                        "(or pass sensitivity=<path to sensitivity.json>)")
+    return max(matching, key=lambda found: found[1].created)
+
+
+def same_scheme(found: Sensitivity, scheme: WeightScheme) -> bool:
+    """The file's weight arguments agree with the scheme on every field both state."""
+    weights = found.scheme.get("weights", found.scheme) if isinstance(found.scheme, dict) else {}
+    if not isinstance(weights, dict) or "num_bits" not in weights:
+        return False
+    mine = {"num_bits": scheme.num_bits, "type": scheme.type, "symmetric": scheme.symmetric,
+            "strategy": scheme.strategy, "group_size": scheme.group_size}
+    return all(weights[k] == mine[k] for k in SCHEME_FIELDS if weights.get(k) is not None and mine[k] is not None)

@@ -1,0 +1,193 @@
+"""A proposal from start to end: the base recipe, its sensitivity file, k for
+the target, the new recipe written into recipes/ and the commands that build
+and measure it."""
+import os
+import shlex
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from quantize.common import atomic, fingerprint, hub, recipe_edit
+from quantize.common.checkpoint import check_weight_files, weight_files
+from quantize.common.errors import UserError
+from quantize.common.paths import RECIPES_DIR, resolve
+from quantize.common.recipe_choices import has_preset
+from quantize.common.sensitivity_file import Sensitivity
+from quantize.propose import choose
+from quantize.propose.config import ProposeConfig, Target
+from quantize.propose.locate import sensitivity_for
+from quantize.propose.size import ModelWeights, UniformSize, dense_cost, uniform_size
+from quantize.recipe import RecipeFile, check_with_llmcompressor, load
+
+
+@dataclass(frozen=True)
+class Proposal:
+    name: str
+    path: Path                       # the recipe file written
+    base: str
+    sensitivity_path: Path
+    target: Target
+    chosen: choose.Estimate
+    groups: int                      # cells in the sensitivity file
+    modules: list[str]               # kept dense
+    uniform: UniformSize
+
+
+def run(config: ProposeConfig) -> Proposal:
+    base = load(config.recipe)
+    if not recipe_edit.quantizes(base.data):
+        raise UserError(f"recipe={config.recipe.name} quantizes nothing, so no group can be kept dense; "
+                        "start from a quantizing recipe (e.g. recipe=w4a16_gptq)")
+    scheme = recipe_edit.weight_scheme(base.path)
+    if scheme is None:
+        raise UserError(f"recipe={config.recipe.name} quantizes no weights; start from a weight-quantizing recipe")
+    model_dir = _model_dir(config.model.path)
+    weights_hash = fingerprint.compute(weight_files(model_dir)).sha256
+    sens_path, sens = sensitivity_for(config.sensitivity, Path(config.results_dir), config.model.name, weights_hash,
+                                      scheme, _measure_command(config))
+    weights = ModelWeights.read(model_dir)
+    uniform = uniform_size(Path(config.artifacts_dir) / config.model.name / config.recipe.name, base.text, weights,
+                           scheme, recipe_edit.quantization_ignore(base.data))
+    options = choose.estimates(sens, uniform.bytes, {(c.layer, c.group): dense_cost(c, weights, scheme)
+                                                     for c in sens.cells})
+    chosen = _choose(options, config.target)
+    name = config.name or f"{config.recipe.name}_keep{chosen.k}"
+    modules = sens.most_sensitive_modules(chosen.k)
+    proposal = Proposal(name=name, path=Path(config.recipes_dir) / f"{name}.yaml", base=config.recipe.name,
+                        sensitivity_path=sens_path, target=config.target, chosen=chosen, groups=len(sens.cells),
+                        modules=modules, uniform=uniform)
+    text = header(proposal, sens, base.text, config) + recipe_edit.with_kept_dense(base.text, modules)
+    _write(proposal, text, config)
+    _report(proposal, sens, config)
+    return proposal
+
+
+def _choose(options: list[choose.Estimate], target: Target) -> choose.Estimate:
+    if target.kind == "max_kl":
+        return choose.for_max_kl(options, target.value)
+    if target.kind == "max_size_mb":
+        return choose.for_max_size(options, target.value)
+    return choose.for_kept_dense(options, int(target.value))
+
+
+def _model_dir(path: str) -> Path:
+    """The model's local folder (a hub id is downloaded, the default model materialized)."""
+    from quantize.common.assets import SMOLLM2_DIR, ensure_default_model
+    model_dir = hub.download(path) if hub.is_repo_id(path) else resolve(path)
+    if model_dir == SMOLLM2_DIR and not model_dir.exists():
+        ensure_default_model()
+    if not weight_files(model_dir):
+        raise UserError(f"model {model_dir} has no *.safetensors weights; pass model=<preset|checkpoint dir>")
+    check_weight_files(weight_files(model_dir))
+    return model_dir
+
+
+def header(p: Proposal, sens: Sensitivity, base_text: str, config: ProposeConfig) -> str:
+    """The recipe's comment: where the choice comes from and what it is expected to give."""
+    c = p.chosen
+    lines = [
+        f"Proposed mixed precision: recipe {p.base} with {c.k} of {p.groups} module groups kept dense "
+        f"({len(p.modules)} modules), the most sensitive first",
+        f"by the sensitivity file {_shown(p.sensitivity_path)}",
+        f"(model {sens.model_name}, weights {sens.weights_hash[:12]}, scheme {sens.scheme_key}: "
+        "KL of each group quantized alone).",
+        f"Target: {p.target.text}; k = {c.k}.",
+        f"Estimated KL: {c.kl_nats:.4g} nats per token, taking KL as additive over groups: the base recipe's "
+        f"{choose.base_kl(sens):.4g} nats ({_base_kl_source(sens)}) minus each kept group's own KL.",
+        f"Estimated size: {c.size_bytes / choose.MB:.2f} MB (base recipe {p.uniform.bytes / choose.MB:.2f} MB, "
+        f"{p.uniform.source}).",
+        "Measure the truth:",
+        *[f"  {command}" for command in next_commands(p, config)],
+    ]
+    made_by = _propose_command()
+    if made_by:
+        lines.insert(0, f"Made by: {made_by}")
+    base_comment = _leading_comment(base_text)
+    if base_comment:
+        lines.append(f"Base recipe {p.base}:")
+        lines += [f"  {line}" for line in base_comment]
+    return "".join(f"# {line}\n" for line in lines)
+
+
+def _leading_comment(text: str) -> list[str]:
+    out = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        out.append(line.lstrip("#").strip())
+    return out
+
+
+def _write(p: Proposal, text: str, config: ProposeConfig) -> None:
+    """Checked by llm-compressor first, then written in one rename; an existing
+    different recipe of that name is kept unless force=true."""
+    if p.name == config.recipe.name:
+        raise UserError(f"name={p.name} is the base recipe's own name; choose another name=")
+    if Path(config.recipes_dir) == RECIPES_DIR and has_preset(p.name):
+        raise UserError(f"conf/recipe/{p.name}.yaml is a preset of that name, which `recipe={p.name}` would select; "
+                        "choose another name=")
+    if p.path.is_file() and p.path.read_text() != text and not config.force:
+        raise UserError(f"{p.path} exists with other contents; pass name=<another name> or force=true to replace it")
+    with tempfile.TemporaryDirectory() as tmp:
+        draft = Path(tmp) / f"{p.name}.yaml"
+        draft.write_text(text)
+        check_with_llmcompressor(RecipeFile(name=p.name, path=draft, text=text, data={}))
+    atomic.write_text(p.path, text)
+
+
+def _report(p: Proposal, sens: Sensitivity, config: ProposeConfig) -> None:
+    c = p.chosen
+    print(f"sensitivity: {_shown(p.sensitivity_path)} ({p.groups} groups, scheme {sens.scheme_key})")
+    print(f"target {p.target.text}: keep k={c.k} groups dense ({len(p.modules)} modules); "
+          f"estimated KL {c.kl_nats:.4g} nats per token, estimated size {c.size_bytes / choose.MB:.2f} MB")
+    print(f"base recipe {p.base}: {p.uniform.bytes / choose.MB:.2f} MB, {p.uniform.source}")
+    print(f"wrote {_shown(p.path)}")
+    print("next:")
+    for command in next_commands(p, config):
+        print(f"  {command}")
+
+
+def next_commands(p: Proposal, config: ProposeConfig) -> list[str]:
+    """Build the proposed recipe's artifact, then measure it."""
+    recipe_arg = p.name if Path(config.recipes_dir) == RECIPES_DIR else str(p.path)
+    extra = _model_args(config)
+    return [f"python -m {stage} recipe={shlex.quote(recipe_arg)}{extra}" for stage in ("quantize", "evaluate")]
+
+
+def _base_kl_source(sens: Sensitivity) -> str:
+    if sens.baseline_kl is not None:
+        return "measured with every group quantized"
+    return "the sum of the groups' own KL: the file has no measured baseline"
+
+
+def _propose_command() -> str | None:
+    """This run's command line, without the folder it ran in."""
+    from quantize.common.jobs import job_command
+    command = job_command("quantize.propose")
+    return command.split(" && ", 1)[-1] if command else None
+
+
+def _model_args(config: ProposeConfig) -> str:
+    """The model= and artifacts_dir= the next commands need (none for the defaults)."""
+    args = _model_arg(config)
+    if Path(config.artifacts_dir) != resolve("artifacts"):
+        args += f" artifacts_dir={shlex.quote(config.artifacts_dir)}"
+    return args
+
+
+def _model_arg(config: ProposeConfig) -> str:
+    from quantize.common.assets import SMOLLM2_DIR
+    return "" if resolve(config.model.path) == SMOLLM2_DIR else f" model={shlex.quote(config.model.path)}"
+
+
+def _measure_command(config: ProposeConfig) -> str:
+    results = "" if Path(config.results_dir) == resolve("results") else f" results_dir={shlex.quote(config.results_dir)}"
+    return f"python -m quantize.sensitivity recipe={config.recipe.name}{_model_arg(config)}{results}"
+
+
+def _shown(path: Path) -> str:
+    """A path relative to the cwd when it is below it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path(os.getcwd()).resolve()))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,78 @@
+"""Artifact sizes, estimated from the model's safetensors headers (no weights
+are loaded) or read from an artifact's manifest."""
+from dataclasses import dataclass
+from math import prod
+from pathlib import Path
+
+from quantize.common import manifest
+from quantize.common.checkpoint import DTYPE_BYTES, read_header, weight_files
+from quantize.common.errors import UserError
+from quantize.common.provenance import sha256_bytes
+from quantize.common.recipe_edit import WeightScheme
+from quantize.common.sensitivity_file import Cell
+
+
+@dataclass(frozen=True)
+class ModelWeights:
+    """What the model's weight files hold: each tensor's dtype and shape."""
+    tensors: dict[str, tuple[str, list[int]]]
+    other_files_bytes: int        # config, tokenizer, ...: an artifact carries them too
+
+    @classmethod
+    def read(cls, model_dir: Path) -> "ModelWeights":
+        tensors = {}
+        for path in weight_files(model_dir):
+            header, _ = read_header(path)
+            tensors |= {name: (t["dtype"], t["shape"]) for name, t in header.items() if name != "__metadata__"}
+        others = sum(p.stat().st_size for p in Path(model_dir).iterdir() if p.is_file() and p.suffix != ".safetensors")
+        return cls(tensors=tensors, other_files_bytes=others)
+
+    def linear(self, module: str) -> tuple[int, int, int]:
+        """(rows, cols, bytes per value) of a Linear module's weight."""
+        if f"{module}.weight" not in self.tensors:
+            raise UserError(f"the model has no weight {module}.weight, which the sensitivity file names; "
+                            "use the sensitivity file of this model (sensitivity=auto)")
+        dtype, shape = self.tensors[f"{module}.weight"]
+        return shape[0], prod(shape[1:]), DTYPE_BYTES.get(dtype, 2)
+
+
+def dense_cost(cell: Cell, weights: ModelWeights, scheme: WeightScheme) -> float:
+    """Bytes a cell's modules add kept dense instead of quantized."""
+    total = 0.0
+    for module in cell.modules:
+        rows, cols, width = weights.linear(module)
+        total += rows * cols * width - scheme.bytes_per_matrix(rows, cols, width)
+    return total
+
+
+def estimated_uniform_bytes(weights: ModelWeights, scheme: WeightScheme, ignore: list[str]) -> float:
+    """The base recipe's artifact: every 2-D weight quantized except embeddings
+    and the modules its `ignore` lists name, plus the model's other files."""
+    from compressed_tensors.utils.match import match_name
+    total = float(weights.other_files_bytes)
+    for name, (dtype, shape) in weights.tensors.items():
+        width = DTYPE_BYTES.get(dtype, 2)
+        module = name.removesuffix(".weight")
+        quantized = (name.endswith(".weight") and len(shape) == 2 and "embed" not in name
+                     and not any(match_name(module, entry) for entry in ignore))
+        total += scheme.bytes_per_matrix(shape[0], shape[1], width) if quantized else prod(shape) * width
+    return total
+
+
+@dataclass(frozen=True)
+class UniformSize:
+    bytes: float
+    source: str         # where the number comes from, in words
+
+
+def uniform_size(artifact_dir: Path, recipe_text: str, weights: ModelWeights, scheme: WeightScheme,
+                 ignore: list[str]) -> UniformSize:
+    """The base recipe's artifact size: measured, from its manifest, when an
+    artifact of this very recipe text exists; else estimated."""
+    found = manifest.read(artifact_dir, fix="delete it or pass artifacts_dir=<another folder>")
+    if found and found.recipe.sha256 == sha256_bytes(recipe_text.encode()) and found.bytes_on_disk.get("total"):
+        return UniformSize(float(found.bytes_on_disk["total"]),
+                           f"measured: bytes_on_disk of {artifact_dir / manifest.FILE}")
+    why = "no artifact of the base recipe" if not found else "the artifact there was built from another recipe text"
+    return UniformSize(estimated_uniform_bytes(weights, scheme, ignore),
+                       f"estimated from the model's parameter count ({why} at {artifact_dir})")
