@@ -1,0 +1,385 @@
+"""quantbench's Optuna sweeper: Hydra's Optuna sweeper plugin
+(hydra-optuna-sweeper) with what a long search on shared machines needs.
+
+- Resume: `n_trials` is the study's total target. A rerun with the same study
+  name and storage loads the study, marks the trials a killed sweeper left
+  RUNNING as FAIL (user attr `interrupted`), queues their parameters to run
+  first (user attr `retry_of` on the new trial), and runs only the trials the
+  target still lacks. Finished trials (COMPLETE, PRUNED, FAIL other than
+  interrupted) count; so a trial that fails on its own is not retried.
+- One sweeper per study at a time: the running one names itself in the
+  study's user attr `sweeper` (host, pid, heartbeat every 30 s); another one
+  started on the same study refuses with one line while that process lives
+  (same host) or its heartbeat is fresh (another host).
+- Trial numbers: each job gets `++trial_number=<n>`, so the job can write its
+  own record (study_file.write_trial_info) and the snapshot joins it.
+- Snapshot: study.json (evaluate/search/study_file.py) after each batch and at
+  the end: every trial's number, state, params and values, joined with its
+  job's record, the storage URL without its password.
+- Progress: one line per finished batch, "trial k/N done (state), elapsed, ETA".
+- Failures: a failed job fails its trial and the search goes on (the preset's
+  max_failure_rate: 1.0); the trial's error line goes into study.json.
+- Storage: by default sqlite:///<results_dir>/search/<study>/study.db; any
+  Optuna RDB URL (MariaDB: mysql+pymysql://...). It is opened before any trial
+  starts; one that cannot be reached stops the search with one line, exit 2.
+
+Hydra instantiates sweepers only from its `hydra_plugins` namespace:
+conf/hydra/sweeper/quantbench_optuna.yaml names
+hydra_plugins.quantbench_sweepers.sweeper.QuantbenchSweeper, which builds this
+class (the preset's `impl`)."""
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Sequence
+
+import optuna
+from hydra.core.utils import JobReturn, JobStatus
+from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl
+from omegaconf import DictConfig, OmegaConf
+from optuna.trial import FrozenTrial, Trial, TrialState
+
+from evaluate.search import storage as storages
+from evaluate.search import study_file
+from quantize.common.errors import UserError
+from quantize.common.extensions import plain
+from quantize.common.jobs import FAILURE_FILE, one_line
+from quantize.common.progress import duration
+
+log = logging.getLogger(__name__)
+
+TRIAL_KEY = "trial_number"     # the job's override: ++trial_number=<n>
+OWNER_ATTR = "sweeper"         # study user attr: the sweeper running the study now
+INTERRUPTED_ATTR = "interrupted"
+RETRY_ATTR = "retry_of"
+ERROR_ATTR = "error"
+HEARTBEAT_S = 30
+STALE_S = 4 * HEARTBEAT_S      # another host's sweeper counts as gone after this long silent
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """What the snapshot takes from the job config (conf/search.yaml); each key
+    may be missing (a plain Hydra app), with the default shown."""
+    results_dir: Path                               # results_dir: results
+    space: str                                      # search.name: ""
+    engine: str                                     # engine.name: ""
+    model: str                                      # model.name: ""
+    objectives: list[study_file.Objective] | None   # search.objectives: one per direction, unnamed
+    hardware: dict                                  # hardware: {}
+
+    @classmethod
+    def from_cfg(cls, cfg: DictConfig) -> "SearchSettings":
+        def get(key: str, default: Any) -> Any:
+            value = OmegaConf.select(cfg, key, default=default)
+            return plain(value) if isinstance(value, DictConfig) else value
+        objectives = OmegaConf.select(cfg, "search.objectives", default=None)
+        return cls(
+            results_dir=Path(get("results_dir", "results")),
+            space=str(get("search.name", "") or ""),
+            engine=str(get("engine.name", "") or ""),
+            model=str(get("model.name", "") or ""),
+            objectives=None if objectives is None else [
+                study_file.Objective(**plain(o)) for o in objectives],
+            hardware=get("hardware", {}) or {},
+        )
+
+
+class QuantbenchOptunaSweeper(OptunaSweeperImpl):
+    """The plugin's sweeper; see the module's docstring for what it adds."""
+
+    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
+        super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
+        self.launcher = _RecordingLauncher(self.launcher, self._record_job_errors)
+        self.settings = SearchSettings.from_cfg(config)
+        self.study_name = self.study_name or OmegaConf.select(config, "search.name") or config.hydra.job.name
+        self.url = self.storage or storages.default_url(self.settings.results_dir, self.study_name)
+        self.target = self.n_trials
+        self.batch: list[Trial] = []
+        self.progress: _Progress | None = None
+
+    def sweep(self, arguments: list[str]) -> None:
+        try:
+            self._sweep(arguments)
+        except UserError as e:
+            print(f"error: {e}", file=sys.stderr)
+            raise SystemExit(e.exit_code) from None
+
+    def _sweep(self, arguments: list[str]) -> None:
+        self.storage = storages.open_storage(self.url)
+        directions = self._get_directions()
+        self.objectives = _objectives(self.settings.objectives, directions)
+        study = _load_study(self.study_name, self.storage, directions, self.url)
+        with _Ownership(study, self.url):
+            retried = _requeue_interrupted(study)
+            done = len(_finished(study))
+            self.n_trials = max(0, self.target - done)
+            self.job_idx = _next_trial_number(study)  # job folders follow trial numbers across reruns
+            if study.trials and hasattr(self.sampler, "reseed_rng"):
+                self.sampler.reseed_rng()  # a seeded sampler would repeat the first run's points
+            _log_start(study, self.url, self.target, done, retried, self.n_trials)
+            self.progress = _Progress(self.target, done)
+            try:
+                super().sweep(arguments)
+            except ValueError:
+                if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+                    # the plugin's closing summary needs a completed trial
+                    raise UserError(f"none of study {self.study_name}'s trials completed; each one's error "
+                                    f"is in {study_file.path_for(self.settings.results_dir, self.study_name)}")
+                raise
+            finally:
+                self._batch_told(study)
+
+    def _configure_trials(self, trials: list[Trial], search_space_distributions: dict,
+                          fixed_params: dict) -> Sequence[Sequence[str]]:
+        study = trials[0].study
+        self._batch_told(study)
+        overrides = super()._configure_trials(trials, search_space_distributions, fixed_params)
+        self.batch = list(trials)
+        self._snapshot(study)  # the new batch shows as RUNNING, with its parameters
+        return [(*job, f"++{TRIAL_KEY}={trial.number}") for job, trial in zip(overrides, trials)]
+
+    def _batch_told(self, study: optuna.Study) -> None:
+        """After the plugin told the batch's results to the study: progress and snapshot."""
+        if self.batch and self.progress:
+            numbers = {t.number for t in self.batch}
+            states = [t.state.name for t in study.get_trials(deepcopy=False) if t.number in numbers]
+            log.info(self.progress.line(len(_finished(study)), states, [t.number for t in self.batch]))
+        self.batch = []
+        self._snapshot(study)
+
+    def _record_job_errors(self, returns: Sequence[JobReturn]) -> None:
+        """Each failed job's one line, on its trial (before the plugin tells it FAIL)."""
+        for trial, ret in zip(self.batch, returns):
+            error = job_error(ret, len(self.objectives))
+            if error:
+                trial.set_user_attr(ERROR_ATTR, error)
+
+    def _snapshot(self, study: optuna.Study) -> Path:
+        record = snapshot(study, self.settings, self.objectives, self.url, self.target)
+        return study_file.write(self.settings.results_dir, record)
+
+
+class _RecordingLauncher:
+    """The configured launcher, with the jobs' returns seen before the plugin reads them."""
+
+    def __init__(self, launcher, on_returns) -> None:
+        self.launcher = launcher
+        self.on_returns = on_returns
+
+    def launch(self, job_overrides, initial_job_idx: int) -> Sequence[JobReturn]:
+        returns = self.launcher.launch(job_overrides, initial_job_idx=initial_job_idx)
+        self.on_returns(returns)
+        return returns
+
+
+def job_error(ret: JobReturn, n_objectives: int) -> str | None:
+    """Why a job gave its trial no values, in one line; None when it did."""
+    if ret.status != JobStatus.COMPLETED:
+        return one_line(ret._return_value) if isinstance(ret._return_value, BaseException) else "the job failed"
+    value = ret._return_value
+    if value is None:  # quantize.common.jobs.run_job in a multirun: the error is in the job's FAILED.json
+        return _failure_file_error(ret) or "the job returned nothing"
+    values = value if isinstance(value, (list, tuple)) or OmegaConf.is_list(value) else [value]
+    try:
+        [float(v) for v in values]
+    except (TypeError, ValueError):
+        return f"the job returned {value!r}, not {n_objectives} number(s)"
+    if len(values) != n_objectives:
+        return f"the job returned {len(values)} value(s) for {n_objectives} objective(s)"
+    return None
+
+
+def _failure_file_error(ret: JobReturn) -> str | None:
+    import json
+    try:
+        folder = Path(ret.hydra_cfg.hydra.runtime.output_dir)
+        return json.loads((folder / FAILURE_FILE).read_text())["error"]
+    except (AttributeError, OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def snapshot(study: optuna.Study, settings: SearchSettings, objectives: list[study_file.Objective],
+             url: str, target: int) -> study_file.SearchRecord:
+    """The study as study.json holds it: every trial joined with its job's record."""
+    trials = study.get_trials(deepcopy=False)
+    return study_file.SearchRecord(
+        study=study.study_name, storage=storages.redact(url), objectives=objectives,
+        engine=settings.engine, model=settings.model, space=settings.space, n_trials=target,
+        trials=[_trial_record(t, settings.results_dir, study.study_name) for t in trials],
+        hardware=settings.hardware, versions=_versions(), wall_s=_study_wall_s(trials),
+        updated=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+
+def _trial_record(trial: FrozenTrial, results_dir: Path, study: str) -> study_file.Trial:
+    info = study_file.read_trial_info(results_dir, study, trial.number)
+    error = info.pop("error", None) or trial.user_attrs.get(ERROR_ATTR)
+    if trial.user_attrs.get(INTERRUPTED_ATTR):
+        error = error or trial.user_attrs[INTERRUPTED_ATTR]
+    wall_s = info.pop("wall_s", None)
+    if wall_s is None and trial.duration is not None:
+        wall_s = round(trial.duration.total_seconds(), 1)
+    return study_file.Trial(number=trial.number, state=trial.state.name, params=dict(trial.params),
+                            values=list(trial.values) if trial.values is not None else None,
+                            error=error, wall_s=wall_s, **info)
+
+
+def _study_wall_s(trials: list[FrozenTrial]) -> float | None:
+    """From the first trial's start to the last one's end (seconds)."""
+    starts = [t.datetime_start for t in trials if t.datetime_start]
+    ends = [t.datetime_complete for t in trials if t.datetime_complete]
+    return round((max(ends) - min(starts)).total_seconds(), 1) if starts and ends else None
+
+
+def _versions() -> dict:
+    out = {}
+    for dist in ("optuna", "hydra-optuna-sweeper", "hydra-core"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _objectives(configured: list[study_file.Objective] | None,
+                directions: list[str]) -> list[study_file.Objective]:
+    """search.objectives, checked against the sweeper's directions; unnamed ones without it."""
+    if configured is None:
+        return [study_file.Objective(name=f"value_{i}", direction=d, unit="") for i, d in enumerate(directions)]
+    asked = [o.direction for o in configured]
+    if asked != directions:
+        raise UserError(f"search.objectives ({', '.join(f'{o.name}: {o.direction}' for o in configured)}) do not "
+                        f"match hydra.sweeper.direction {directions}; set hydra.sweeper.direction to {asked}")
+    return configured
+
+
+def _load_study(name: str, storage, directions: list[str], url: str) -> optuna.Study:
+    try:
+        return optuna.create_study(study_name=name, storage=storage, directions=directions, load_if_exists=True)
+    except ValueError as e:  # e.g. the stored study was made with other directions
+        raise UserError(f"study {name} in {storages.redact(url)} does not fit this search ({e}); "
+                        "use another hydra.sweeper.study_name, or the same objectives as before") from None
+
+
+def _finished(study: optuna.Study) -> list[FrozenTrial]:
+    """The trials that count towards n_trials (an interrupted one is run again instead)."""
+    return [t for t in study.get_trials(deepcopy=False, states=FINISHED)
+            if not t.user_attrs.get(INTERRUPTED_ATTR)]
+
+
+def _requeue_interrupted(study: optuna.Study) -> list[int]:
+    """Mark the trials a dead sweeper left RUNNING as FAIL (interrupted) and
+    queue their parameters to run first. Only while this sweeper owns the study."""
+    storage = study._storage  # the study's own storage object: Optuna has no public way to fail another run's trial
+    study_id = storage.get_study_id_from_name(study.study_name)
+    requeued = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+        storage.set_trial_user_attr(trial_id, INTERRUPTED_ATTR,
+                                    "interrupted: the sweeper stopped while this trial ran; run again")
+        storage.set_trial_state_values(trial_id, TrialState.FAIL)
+        if trial.params:  # asked but never configured: nothing to repeat
+            study.enqueue_trial(trial.params, user_attrs={RETRY_ATTR: trial.number})
+        requeued.append(trial.number)
+    return requeued
+
+
+def _next_trial_number(study: optuna.Study) -> int:
+    """The number study.ask() gives next: the oldest queued trial's, else a new one's."""
+    trials = study.get_trials(deepcopy=False)
+    waiting = [t.number for t in trials if t.state == TrialState.WAITING]
+    return min(waiting) if waiting else len(trials)
+
+
+def _log_start(study: optuna.Study, url: str, target: int, done: int, retried: list[int], to_run: int) -> None:
+    where = f"study {study.study_name} in {storages.redact(url)}"
+    if not study.trials:
+        log.info("%s: new, %d trial(s) to run", where, target)
+        return
+    again = f"; interrupted trial(s) {', '.join(map(str, retried))} run again first" if retried else ""
+    log.info("%s: resumed with %d of %d trial(s) finished, %d to run%s", where, done, target, to_run, again)
+
+
+class _Progress:
+    """'trial k/N done (state), elapsed, ETA' from this run's pace."""
+
+    def __init__(self, target: int, done_before: int) -> None:
+        self.target = target
+        self.done_before = done_before
+        self.start = time.monotonic()
+
+    def line(self, done: int, states: list[str], numbers: list[int]) -> str:
+        elapsed = time.monotonic() - self.start
+        ran = done - self.done_before
+        left = max(0, self.target - done)
+        eta = duration(elapsed / ran * left) if ran > 0 else "unknown"
+        which = f"trial {done}/{self.target}" if len(states) == 1 else f"trials {done - len(states) + 1}-{done}/{self.target}"
+        shown = ", ".join(f"#{n} {s}" for n, s in zip(numbers, states))
+        return f"{which} done ({shown}), elapsed {duration(elapsed)}, ETA {eta if left else '0 s'}"
+
+
+class _Ownership:
+    """The study's `sweeper` user attr names the one sweeper running it; a
+    heartbeat thread keeps it fresh for sweepers on other hosts to see."""
+
+    def __init__(self, study: optuna.Study, url: str) -> None:
+        self.study = study
+        self.url = url
+        self.me = {"host": socket.gethostname(), "pid": os.getpid()}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name="study-heartbeat", daemon=True)
+
+    def __enter__(self) -> "_Ownership":
+        other = self.study.user_attrs.get(OWNER_ATTR)
+        if other and _alive(other) and not self._is_me(other):
+            since = other.get("started", "?")
+            raise UserError(f"study {self.study.study_name} in {storages.redact(self.url)} is being run by "
+                            f"pid {other.get('pid')} on {other.get('host')} (since {since}); one sweeper per "
+                            "study: wait for it, stop it, or use another hydra.sweeper.study_name")
+        self.me["started"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self._claim()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+        try:
+            self.study.set_user_attr(OWNER_ATTR, None)
+        except Exception as e:  # the storage went away: the next sweeper sees this pid gone
+            log.warning("could not release study %s: %s", self.study.study_name, one_line(e))
+
+    def _is_me(self, owner: dict) -> bool:
+        return owner.get("host") == self.me["host"] and owner.get("pid") == self.me["pid"]
+
+    def _claim(self) -> None:
+        self.study.set_user_attr(OWNER_ATTR, {**self.me, "heartbeat": time.time()})
+
+    def _beat(self) -> None:
+        while not self.stop.wait(HEARTBEAT_S):
+            try:
+                self._claim()
+            except Exception as e:  # a passing storage error; the next beat retries
+                log.debug("study heartbeat failed: %s", one_line(e))
+
+
+def _alive(owner: dict) -> bool:
+    """Whether the sweeper named in the study's `sweeper` attr still runs."""
+    if owner.get("host") == socket.gethostname():
+        try:
+            os.kill(int(owner["pid"]), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # another user's process
+            return True
+        except (KeyError, TypeError, ValueError):
+            return False
+        return True
+    return time.time() - float(owner.get("heartbeat") or 0) < STALE_S
