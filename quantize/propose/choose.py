@@ -10,6 +10,8 @@ from quantize.common.errors import UserError
 from quantize.common.sensitivity_file import Cell, Sensitivity
 
 MB = 1e6
+# A target typed in decimals meets a sum of floats: equal within this counts as within.
+ROUNDING = 1e-9
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ def base_kl(sensitivity: Sensitivity) -> float:
 
 def for_max_kl(options: list[Estimate], max_kl: float) -> Estimate:
     """The smallest k whose estimated KL is within max_kl."""
-    fit = [e for e in options if e.kl_nats <= max_kl]
+    fit = [e for e in options if e.kl_nats <= max_kl * (1 + ROUNDING)]
     if not fit:
         best = min(options, key=lambda e: e.kl_nats)
         raise UserError(f"max_kl={max_kl:g} nats is out of reach: the lowest estimated KL is {best.kl_nats:.4g} nats "
@@ -50,7 +52,7 @@ def for_max_kl(options: list[Estimate], max_kl: float) -> Estimate:
 
 def for_max_size(options: list[Estimate], max_size_mb: float) -> Estimate:
     """The largest k whose estimated size is within max_size_mb."""
-    fit = [e for e in options if e.size_bytes <= max_size_mb * MB]
+    fit = [e for e in options if e.size_bytes <= max_size_mb * MB * (1 + ROUNDING)]
     if not fit:
         smallest = min(options, key=lambda e: e.size_bytes)
         raise UserError(f"max_size_mb={max_size_mb:g} MB is out of reach: the base recipe alone is an estimated "

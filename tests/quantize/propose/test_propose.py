@@ -1,0 +1,152 @@
+"""The proposer on a synthetic sensitivity file over the tiny model's real
+modules: k for each target, the edges, and the recipe it writes."""
+import dataclasses
+import math
+
+import pytest
+import yaml
+
+from quantize import recipe as recipes
+from quantize.common import recipe_choices
+from quantize.common.errors import UserError
+from quantize.common.recipe_edit import WeightScheme
+from quantize.config import ModelChoice
+from quantize.propose.config import ProposeConfig, Target
+from quantize.propose.run import run
+from tests.conftest import TINY_NAME
+from tests.quantize.propose.synthetic import cells_with_kl, linear_weights, write_sensitivity
+
+TOP = "model.layers.1.mlp.down_proj"      # planted: the most sensitive
+SECOND = "model.layers.0.self_attn.q_proj"
+KL = {TOP: 0.40, SECOND: 0.20}            # the 12 other groups: 0.01 nats each; sum 0.72
+W4 = WeightScheme(num_bits=4, strategy="group", group_size=64, symmetric=False)
+
+
+def planted_kl(layer: int, group: str) -> float:
+    return KL.get(f"model.layers.{layer}.{group}", 0.01)
+
+
+@pytest.fixture
+def store(tmp_path, tiny_model):
+    """A results store holding the tiny model's synthetic sensitivity file."""
+    results = tmp_path / "results"
+    write_sensitivity(results, tiny_model, cells_with_kl(tiny_model, planted_kl))
+    return results
+
+
+def config(tmp_path, tiny_model, store, target: str, value, **changes) -> ProposeConfig:
+    base = ProposeConfig(model=ModelChoice(TINY_NAME, str(tiny_model)),
+                         recipe=recipe_choices.find("w4a16_gptq"), target=Target(target, value),
+                         results_dir=str(store), artifacts_dir=str(tmp_path / "artifacts"),
+                         recipes_dir=str(tmp_path / "recipes"))
+    return dataclasses.replace(base, **changes)
+
+
+def dense_minus_w4_bytes(tiny_model, module: str) -> float:
+    """What keeping one bf16 module dense costs over int4 g64 asymmetric, computed here."""
+    rows, cols = linear_weights(tiny_model)[module]
+    return rows * cols * 2 - (rows * cols / 2 + rows * (cols // 64) * (2 + 0.5))
+
+
+@pytest.mark.parametrize("max_kl,k,kept", [(0.8, 0, []), (0.72, 0, []), (0.35, 1, [TOP]),
+                                           (0.125, 2, [TOP, SECOND]), (0.115, 3, None)])
+def test_max_kl_keeps_the_fewest_groups_that_reach_it(tmp_path, tiny_model, store, max_kl, k, kept):
+    proposal = run(config(tmp_path, tiny_model, store, "max_kl", max_kl))
+    assert proposal.chosen.k == k
+    assert proposal.chosen.kl_nats <= max_kl + 1e-12
+    if kept is not None:
+        assert proposal.modules == kept
+    assert proposal.path == tmp_path / "recipes" / f"w4a16_gptq_keep{k}.yaml"
+
+
+def test_max_kl_out_of_reach_names_the_closest_reachable_value(tmp_path, tiny_model):
+    results = tmp_path / "results"
+    # measured with every group quantized: more than the groups' sum (they interact), so 0.9 - 0.72 stays
+    write_sensitivity(results, tiny_model, cells_with_kl(tiny_model, planted_kl), baseline_kl=0.9)
+    with pytest.raises(UserError, match=r"max_kl=0\.1 nats is out of reach.*use max_kl=0\.18 or more"):
+        run(config(tmp_path, tiny_model, results, "max_kl", 0.1))
+    assert not (tmp_path / "recipes").exists()
+    assert run(config(tmp_path, tiny_model, results, "max_kl", 0.18)).chosen.k == 14
+
+
+def test_max_size_keeps_the_most_groups_that_fit(tmp_path, tiny_model, store):
+    def chosen(max_size_mb):   # each target writes its own header: force the rewrite
+        return run(config(tmp_path, tiny_model, store, "max_size_mb", max_size_mb, force=True)).chosen
+
+    uniform = run(config(tmp_path, tiny_model, store, "kept_dense", 0)).uniform.bytes
+    top, second = (dense_minus_w4_bytes(tiny_model, m) for m in (TOP, SECOND))
+    exactly_one = (uniform + top) / 1e6
+    assert chosen(exactly_one).k == 1
+    assert chosen(exactly_one - 1e-6).k == 0
+    halfway = chosen((uniform + top + second / 2) / 1e6)
+    assert halfway.k == 1 and halfway.size_bytes == pytest.approx(uniform + top)
+    assert chosen(1e6).k == 14
+
+
+def test_max_size_below_the_base_recipe_names_its_size(tmp_path, tiny_model, store):
+    uniform_mb = run(config(tmp_path, tiny_model, store, "kept_dense", 0)).uniform.bytes / 1e6
+    with pytest.raises(UserError, match=rf"max_size_mb=1 MB is out of reach.*{uniform_mb:.2f} MB \(k=0\)"):
+        run(config(tmp_path, tiny_model, store, "max_size_mb", 1.0, name="too_small"))
+    assert not (tmp_path / "recipes" / "too_small.yaml").exists()
+
+
+def test_uniform_size_estimate_counts_every_linear_at_4_bits(tmp_path, tiny_model, store):
+    from quantize.propose.size import ModelWeights
+    weights = ModelWeights.read(tiny_model)
+    linears = linear_weights(tiny_model)
+    dense_total = sum(2 * math.prod(shape) for _, shape in weights.tensors.values())
+    saved = sum(dense_minus_w4_bytes(tiny_model, m) for m in linears)
+    uniform = run(config(tmp_path, tiny_model, store, "kept_dense", 0)).uniform
+    assert uniform.bytes == pytest.approx(dense_total - saved + weights.other_files_bytes)
+    assert "estimated from the model's parameter count" in uniform.source
+
+
+@pytest.mark.parametrize("k", [-1, 15])
+def test_kept_dense_out_of_range(tmp_path, tiny_model, store, k):
+    with pytest.raises(UserError, match=r"kept_dense=.* choose kept_dense=0\.\.14"):
+        run(config(tmp_path, tiny_model, store, "kept_dense", k))
+
+
+def test_written_recipe_is_a_normal_recipe(tmp_path, tiny_model, store, capsys):
+    proposal = run(config(tmp_path, tiny_model, store, "kept_dense", 2, name="mixed"))
+    loaded = recipes.load(recipe_choices.RecipeChoice("mixed", str(proposal.path)))
+    recipes.check_with_llmcompressor(loaded)
+    assert loaded.modifiers == ["GPTQModifier"]
+    ignore = loaded.data["quant_stage"]["quant_modifiers"]["GPTQModifier"]["ignore"]
+    assert ignore == ["lm_head", TOP, SECOND]
+    header = [line for line in loaded.text.splitlines() if line.startswith("#")]
+    said = "\n".join(header)
+    assert "w4a16-g64-asym" in said and "sensitivity.json" in said and "kept_dense=2" in said
+    assert "2 of 14 module groups kept dense" in said and "Estimated KL: 0.12 nats" in said
+    out = capsys.readouterr().out
+    assert f"python -m quantize recipe={proposal.path} model={tiny_model}" in out
+    assert f"python -m evaluate recipe={proposal.path} model={tiny_model}" in out
+
+
+def test_a_different_recipe_of_that_name_is_kept_unless_forced(tmp_path, tiny_model, store):
+    first = run(config(tmp_path, tiny_model, store, "kept_dense", 1, name="mine"))
+    before = first.path.read_text()
+    run(config(tmp_path, tiny_model, store, "kept_dense", 1, name="mine"))   # the same recipe again: fine
+    with pytest.raises(UserError, match="exists with other contents.*force=true"):
+        run(config(tmp_path, tiny_model, store, "kept_dense", 2, name="mine"))
+    assert first.path.read_text() == before
+    run(config(tmp_path, tiny_model, store, "kept_dense", 2, name="mine", force=True))
+    assert SECOND in yaml.safe_load(first.path.read_text())["quant_stage"]["quant_modifiers"]["GPTQModifier"]["ignore"]
+
+
+def test_a_sensitivity_file_of_other_weights_is_refused(tmp_path, tiny_model):
+    results = tmp_path / "results"
+    path = write_sensitivity(results, tiny_model, cells_with_kl(tiny_model, planted_kl), weights_hash="0" * 64)
+    with pytest.raises(UserError, match="measured on other weights.*python -m quantize.sensitivity recipe=w4a16_gptq"):
+        run(config(tmp_path, tiny_model, results, "kept_dense", 1, sensitivity=str(path)))
+    with pytest.raises(UserError, match="no sensitivity file for model tiny-llama"):
+        run(config(tmp_path, tiny_model, results, "kept_dense", 1))
+
+
+def test_auto_skips_a_file_of_another_scheme(tmp_path, tiny_model):
+    results = tmp_path / "results"
+    w8 = {"weights": {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel", "group_size": None}}
+    write_sensitivity(results, tiny_model, cells_with_kl(tiny_model, planted_kl), scheme=w8,
+                      scheme_key="w8a16-channel-sym")
+    with pytest.raises(UserError, match=r"scheme w4a16-g64-asym .*only for other schemes: w8a16-channel-sym"):
+        run(config(tmp_path, tiny_model, results, "kept_dense", 1))

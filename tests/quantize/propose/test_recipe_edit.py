@@ -1,0 +1,86 @@
+"""recipe_edit: kept-dense modules join the ignore list of every quantization
+and pruning modifier, as llm-compressor matches them; the weight scheme and
+its bytes per matrix."""
+import pytest
+import yaml
+
+from quantize.common.errors import UserError
+from quantize.common.recipe_edit import WeightScheme, weight_scheme, with_kept_dense
+from tests.conftest import RECIPES_DIR
+
+KEPT = ["model.layers.1.mlp.down_proj", "model.layers.0.self_attn.q_proj"]
+
+
+def modifier_args(text: str) -> dict:
+    """{modifier name: args} of a recipe's stage/group nesting."""
+    out = {}
+
+    def walk(node):
+        for key, value in node.items():
+            if key.endswith("Modifier"):
+                out[key] = value
+            elif isinstance(value, dict):
+                walk(value)
+    walk(yaml.safe_load(text))
+    return out
+
+
+def test_kept_modules_join_every_quantization_and_pruning_modifier():
+    edited = modifier_args(with_kept_dense((RECIPES_DIR / "w8a16_sparse_awq.yaml").read_text(), KEPT))
+    assert edited["SparseGPTModifier"]["ignore"] == ["re:.*lm_head", *KEPT]
+    assert edited["QuantizationModifier"]["ignore"] == ["lm_head", *KEPT]
+    # AWQ here only rescales (no scheme of its own): its mappings stay whole
+    assert "ignore" not in edited["AWQModifier"]
+    # the rest of the recipe is unchanged
+    assert edited["SparseGPTModifier"]["mask_structure"] == "2:4"
+    assert edited["QuantizationModifier"]["config_groups"]["group_0"]["weights"]["num_bits"] == 8
+
+
+def test_existing_entries_are_kept_and_none_repeated():
+    text = """\
+stage:
+  modifiers:
+    GPTQModifier:
+      ignore: lm_head
+      scheme: W4A16
+      targets: [Linear]
+"""
+    once = with_kept_dense(text, KEPT + KEPT[:1])
+    assert modifier_args(once)["GPTQModifier"]["ignore"] == ["lm_head", *KEPT]
+    assert with_kept_dense(once, KEPT) == once
+
+
+def test_a_modifier_without_an_ignore_list_gets_one():
+    text = "stage:\n  modifiers:\n    QuantizationModifier:\n      scheme: FP8_DYNAMIC\n      targets: [Linear]\n"
+    assert modifier_args(with_kept_dense(text, KEPT))["QuantizationModifier"]["ignore"] == KEPT
+
+
+def test_a_recipe_that_neither_quantizes_nor_prunes_is_refused():
+    with pytest.raises(UserError, match="no quantization or pruning modifier"):
+        with_kept_dense((RECIPES_DIR / "original.yaml").read_text(), KEPT)
+
+
+def test_llm_compressor_matches_the_full_module_names():
+    """The names the sensitivity file gives are what compressed-tensors'
+    ignore matching takes: exact, not a suffix."""
+    from compressed_tensors.utils.match import match_name
+    assert match_name("model.layers.1.mlp.down_proj", KEPT[0])
+    assert not match_name("model.layers.11.mlp.down_proj", KEPT[0])
+    assert not match_name("model.layers.1.mlp.down_proj", "mlp.down_proj")
+
+
+def test_weight_scheme_as_llm_compressor_resolves_it():
+    assert weight_scheme(RECIPES_DIR / "w4a16_gptq.yaml") == WeightScheme(
+        num_bits=4, strategy="group", group_size=64, symmetric=False, type="int")
+    fp8 = weight_scheme(RECIPES_DIR / "fp8_dynamic.yaml")
+    assert (fp8.num_bits, fp8.type, fp8.strategy, fp8.activation_bits, fp8.key) == (
+        8, "float", "channel", 8, "w8a8-fp8-channel-sym")
+    assert weight_scheme(RECIPES_DIR / "w4a16_gptq.yaml").key == "w4a16-g64-asym"
+
+
+def test_bytes_per_matrix_counts_values_scales_and_zero_points():
+    w4 = WeightScheme(num_bits=4, strategy="group", group_size=64, symmetric=False)
+    # 256x128 int4: 16384 B of values; 256 rows x 2 groups, each a 2-byte scale and a 4-bit zero point
+    assert w4.bytes_per_matrix(256, 128, scale_bytes=2) == 16384 + 512 * 2.5
+    channel = WeightScheme(num_bits=8, strategy="channel", symmetric=True)
+    assert channel.bytes_per_matrix(256, 128, scale_bytes=2) == 256 * 128 + 256 * 2
