@@ -113,6 +113,7 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
             raise SystemExit(e.exit_code) from None
 
     def _sweep(self, arguments: list[str]) -> None:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # its "created"/"using existing" lines: ours say more
         self.storage = storages.open_storage(self.url)
         directions = self._get_directions()
         self.objectives = _objectives(self.settings.objectives, directions)

@@ -1,0 +1,196 @@
+"""quantbench's Optuna sweeper (evaluate/search/sweeper.py) driving a toy
+search (toy_app.py) through the real Hydra CLI and real Optuna on SQLite:
+a study killed with kill -9 resumes to its target with no trial lost or run
+twice, a second sweeper on a live study refuses, a failing trial leaves the
+search going with its error in study.json, and a storage that cannot be
+opened stops the search with one line before any trial."""
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import optuna
+import pytest
+from hydra.core.utils import JobReturn, JobStatus
+
+from evaluate.search import study_file
+from evaluate.search.sweeper import _alive, _Progress, job_error
+
+# The plugin builds Optuna's pre-3.0 distributions; Optuna 5 only warns.
+pytestmark = pytest.mark.filterwarnings("ignore:.*Distribution has been deprecated:FutureWarning")
+
+ROOT = Path(__file__).resolve().parents[3]
+HANG_GUARD_S = 180  # a toy search that takes longer is a hang, not a slow machine
+
+
+def toy(tmp_path: Path, *overrides: str) -> list[str]:
+    """The toy search's command: its study, ledger and job folders under tmp_path."""
+    return [sys.executable, "-m", "tests.evaluate.search.toy_app", "-m", f"hydra.searchpath=[file://{ROOT}/conf]",
+            f"results_dir={tmp_path / 'res'}", f"ledger={tmp_path / 'ledger.txt'}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}", *overrides]
+
+
+def env(extra: dict | None = None) -> dict:
+    return {**os.environ, "PYTHONPATH": str(ROOT), **(extra or {})}
+
+
+def run(cmd: list[str], cwd: Path, extra_env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, env=env(extra_env), capture_output=True, text=True, timeout=HANG_GUARD_S)
+
+
+def db_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'res' / 'search' / 'toy' / 'study.db'}"
+
+
+def trial_states(db: Path) -> Counter:
+    """Trial states straight from the SQLite file, as another process sees them mid-search."""
+    try:
+        with sqlite3.connect(db, timeout=5) as con:
+            return Counter(dict(con.execute("SELECT state, COUNT(*) FROM trials GROUP BY state").fetchall()))
+    except sqlite3.OperationalError:  # not created yet
+        return Counter()
+
+
+def wait_for(condition, proc: subprocess.Popen, what: str) -> None:
+    deadline = time.time() + HANG_GUARD_S
+    while time.time() < deadline and proc.poll() is None:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no {what} (search exited {proc.poll()}): {proc.communicate()[0][-2000:]}")
+
+
+def one_error_line(out: subprocess.CompletedProcess) -> str:
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, f"rc {out.returncode}\n{out.stderr[-3000:]}"
+    assert lines[0].startswith("error: "), lines[0]
+    return lines[0]
+
+
+def test_a_study_killed_with_kill_9_resumes_with_no_trial_lost_or_run_twice(tmp_path):
+    cmd = toy(tmp_path, "sleep_s=1.0")  # 6 trials, 2 a batch
+    db = tmp_path / "res" / "search" / "toy" / "study.db"
+    first = subprocess.Popen(cmd, cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: (s := trial_states(db))["COMPLETE"] >= 2 and s["RUNNING"] >= 1, first,
+                 "second batch running after two complete trials")
+        refused = one_error_line(run(cmd, tmp_path))  # one sweeper per study
+        assert f"is being run by pid {first.pid} on {socket.gethostname()}" in refused and "toy" in refused
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(timeout=30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    killed = optuna.load_study(study_name="toy", storage=db_url(tmp_path)).trials
+    interrupted = {t.number: t.params for t in killed if t.state == optuna.trial.TrialState.RUNNING}
+    done = sum(t.state == optuna.trial.TrialState.COMPLETE for t in killed)
+    assert interrupted and done >= 2
+
+    again = run(cmd, tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (f"resumed with {done} of 6 trial(s) finished, {6 - done} to run; interrupted trial(s) "
+            f"{', '.join(map(str, sorted(interrupted)))} run again first") in again.stdout
+    study = optuna.load_study(study_name="toy", storage=db_url(tmp_path))
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(complete) == 6
+    failed = {t.number: t for t in study.trials if t.state == optuna.trial.TrialState.FAIL}
+    assert set(failed) == set(interrupted) and all(t.user_attrs.get("interrupted") for t in failed.values())
+    for number, params in interrupted.items():  # each interrupted trial ran again, once, with its parameters
+        retries = [t for t in complete if t.user_attrs.get("retry_of") == number]
+        assert len(retries) == 1 and retries[0].params == params
+    ran = Counter(int(n) for n in (tmp_path / "ledger.txt").read_text().split())
+    assert ran == Counter(t.number for t in complete)  # every completed trial ran to the end exactly once
+    # Job folders follow trial numbers, so the rerun wrote beside the first run's, not over them.
+    assert {int(p.name) for p in (tmp_path / "sweep").iterdir() if p.name.isdigit()} >= set(ran)
+
+    record = study_file.read(study_file.path_for(tmp_path / "res", "toy"))
+    assert record.n_trials == 6 and record.storage == db_url(tmp_path)
+    assert {t.number: t.state for t in record.trials} == {t.number: t.state.name for t in study.trials}
+    assert len(record.complete()) == 6 and all(t.recipe and t.recipe.startswith("toy-k") for t in record.complete())
+    assert all("interrupted" in (t.error or "") for t in record.trials if t.state == "FAIL")
+    assert [o.name for o in record.objectives] == ["loss", "distance"]
+    assert (record.engine, record.model, record.space) == ("toy-engine", "toy-model", "toy")
+
+
+def test_a_failing_trial_is_recorded_and_the_search_goes_on(tmp_path):
+    out = run(toy(tmp_path, "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=1", "fail_trials=[1]"), tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    record = study_file.read(study_file.path_for(tmp_path / "res", "toy"))
+    states = {t.number: t.state for t in record.trials}
+    assert states == {0: "COMPLETE", 1: "FAIL", 2: "COMPLETE"}
+    failed = record.trials[1]
+    assert failed.error == "toy trial 1 fails on purpose; drop it from fail_trials" and failed.values is None
+    logs = out.stdout + out.stderr
+    assert "trial 2/3 done (#1 FAIL)" in logs and "trial 3/3 done (#2 COMPLETE)" in logs
+    assert Counter((tmp_path / "ledger.txt").read_text().split()) == Counter(["0", "2"])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+BAD = {
+    "unreachable MariaDB": (lambda tmp, port: [f"hydra.sweeper.storage='mysql+pymysql://optuna:s3cret@127.0.0.1:{port}/optuna'"],
+                            lambda port: [f"cannot open the study storage mysql+pymysql://optuna:***@127.0.0.1:{port}/optuna",
+                                          "Can't connect", "scripts/slurm_local.sh start"]),
+    "unwritable folder": (lambda tmp, port: [f"results_dir={tmp / 'a-file' / 'res'}"],
+                          lambda port: ["cannot create the folder of the study storage sqlite:///", "a-file",
+                                        "set results_dir or hydra.sweeper.storage"]),
+    "not a URL": (lambda tmp, port: ["hydra.sweeper.storage=nonsense"],
+                  lambda port: ["hydra.sweeper.storage=nonsense is not a database URL", "sqlite:///<file>"]),
+    "directions": (lambda tmp, port: ["hydra.sweeper.direction=[maximize,minimize]"],
+                   lambda port: ["search.objectives (loss: minimize, distance: minimize) do not match",
+                                 "set hydra.sweeper.direction to ['minimize', 'minimize']"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_a_storage_or_setting_that_cannot_work_stops_before_any_trial_with_one_line(tmp_path, case):
+    (tmp_path / "a-file").write_text("in the way\n")
+    port = free_port()
+    overrides, expected = BAD[case]
+    out = run(toy(tmp_path, *overrides(tmp_path, port)), tmp_path)
+    line = one_error_line(out)
+    assert all(part in line for part in expected(port)), line
+    assert "s3cret" not in out.stdout + out.stderr
+    assert not (tmp_path / "ledger.txt").exists() and not list(tmp_path.glob("sweep/*/.hydra"))
+    assert not list(tmp_path.glob("res/search/*/study.json"))
+
+
+def returned(value, status=JobStatus.COMPLETED) -> JobReturn:
+    ret = JobReturn(status=status)
+    ret.return_value = value
+    return ret
+
+
+def test_a_job_that_gives_no_usable_values_has_its_reason_in_one_line():
+    assert job_error(returned([1.0, 2]), 2) is None
+    assert job_error(returned(3.5), 1) is None
+    assert job_error(returned([1.0]), 2) == "the job returned 1 value(s) for 2 objective(s)"
+    assert job_error(returned(["fast", 1.0]), 2) == "the job returned ['fast', 1.0], not 2 number(s)"
+    assert job_error(returned(RuntimeError("engine died\nat line 3"), JobStatus.FAILED), 2) == "RuntimeError: engine died"
+    assert job_error(returned(None), 2) == "the job returned nothing"
+
+
+def test_progress_counts_the_study_total_and_estimates_from_this_runs_pace(monkeypatch):
+    clock = iter([100.0, 160.0])
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
+    progress = _Progress(target=10, done_before=4)  # resumed: 4 finished before this run
+    line = progress.line(6, ["COMPLETE", "FAIL"], [7, 8])  # 2 trials in 60 s: 4 left take 120 s
+    assert line == "trials 5-6/10 done (#7 COMPLETE, #8 FAIL), elapsed 1 min 0 s, ETA 2 min 0 s"
+
+
+def test_another_hosts_sweeper_counts_as_alive_while_its_heartbeat_is_fresh():
+    assert _alive({"host": "elsewhere", "pid": 1, "heartbeat": time.time() - 10})
+    assert not _alive({"host": "elsewhere", "pid": 1, "heartbeat": time.time() - 3600})
+    assert _alive({"host": socket.gethostname(), "pid": os.getpid()})
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    assert not _alive({"host": socket.gethostname(), "pid": dead.pid})

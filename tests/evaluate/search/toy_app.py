@@ -1,0 +1,41 @@
+"""A toy search job for the sweeper's tests: two objectives from an interval
+and a choice parameter, after a short sleep, through the project's real job
+wrapper (quantize.common.jobs.run_job). It writes its trial record as the
+real trial job does, and appends its trial number to a ledger when it is
+done, so a test can see which trials ran to the end and how often.
+
+    python -m tests.evaluate.search.toy_app hydra.searchpath=[file://<repo>/conf] results_dir=... ledger=...
+"""
+import time
+
+import hydra
+
+from evaluate.search import study_file
+from quantize.common import atomic
+from quantize.common.errors import UserError
+from quantize.common.jobs import run_job
+from quantize.common.resolvers import register_resolvers
+
+register_resolvers()  # the launcher presets use ${qb_root:}
+
+
+@hydra.main(config_path="conf", config_name="toy", version_base="1.3")
+def main(cfg):
+    return run_job(_trial, cfg)
+
+
+def _trial(cfg) -> list[float]:
+    started = time.monotonic()
+    number = int(cfg.trial_number)
+    time.sleep(float(cfg.sleep_s))
+    if number in list(cfg.fail_trials):
+        raise UserError(f"toy trial {number} fails on purpose; drop it from fail_trials")
+    x, k = float(cfg.x), int(cfg.k)
+    study_file.write_trial_info(cfg.results_dir, cfg.study, number,
+                                {"recipe": f"toy-k{k}", "wall_s": round(time.monotonic() - started, 2)})
+    atomic.append_line(cfg.ledger, str(number))
+    return [x * x + k, (x - 2) ** 2]
+
+
+if __name__ == "__main__":
+    main()
