@@ -20,6 +20,7 @@ from hydra.core.utils import JobReturn, JobStatus
 
 from evaluate.search import study_file
 from evaluate.search.sweeper import _alive, _Progress, job_error
+from tests.conftest import quantize_env
 
 # The plugin builds Optuna's pre-3.0 distributions; Optuna 5 only warns.
 pytestmark = pytest.mark.filterwarnings("ignore:.*Distribution has been deprecated:FutureWarning")
@@ -36,7 +37,7 @@ def toy(tmp_path: Path, *overrides: str) -> list[str]:
 
 
 def env(extra: dict | None = None) -> dict:
-    return {**os.environ, "PYTHONPATH": str(ROOT), **(extra or {})}
+    return quantize_env(extra)  # this checkout (and its hydra_plugins) on PYTHONPATH
 
 
 def run(cmd: list[str], cwd: Path, extra_env: dict | None = None) -> subprocess.CompletedProcess:
