@@ -1,0 +1,84 @@
+"""`python -m evaluate.search [search=default] [model=<preset|dir>] [engine=vllm|hf] [n_trials=12]
+[study=<name>] [storage=<url>] [hydra/launcher=<name>]`
+
+A Hydra app that is always a multirun: Optuna's sweeper (conf/search.yaml)
+proposes each trial's `trial.*` values from the space of conf/search/<name>.yaml,
+and every trial is one job (evaluate.search.trial) on whatever launcher is chosen."""
+import sys
+
+import hydra
+from omegaconf import OmegaConf
+
+from quantize.common.config import prepare_argv
+from quantize.common.errors import UserError
+from quantize.common.extensions import plain
+from quantize.common.jobs import run_job
+from quantize.common.paths import CONF_DIR
+
+DEFAULT_SPACE = "default"
+
+
+def register_resolvers() -> None:
+    """The sweeper's keys that conf/search.yaml derives from the app's own (idempotent)."""
+    resolvers = {
+        # one Optuna direction per objective, in the objectives' order
+        "search_directions": lambda objectives: [str(o["direction"]) for o in objectives],
+    }
+    for name, fn in resolvers.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)
+
+
+register_resolvers()   # also where a launcher imports this module to run a job
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="search", version_base="1.3")
+def _hydra_main(cfg):
+    return run_job(_trial, cfg)
+
+
+def _trial(cfg) -> list[float]:
+    """The entry point's one conversion: everything below takes the typed SearchConfig."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from evaluate.search import trial
+    from evaluate.search.config import SearchConfig
+    register_resolvers()
+    job = HydraConfig.get()
+    config = SearchConfig.from_values(plain(cfg), job.runtime.choices.get("search") or DEFAULT_SPACE)
+    # the sweeper's trial number; a sweeper that sets none: the job's index in the sweep
+    return trial.run(config, config.trial_number if config.trial_number is not None else job.job.num)
+
+
+def preflight(argv: list[str]) -> None:
+    """Before any trial: the composed config converts and the space can run
+    (its keep_dense has a sensitivity file, its scenario is one), so a bad
+    search is one line and exit 2, not N failed trials. A config Hydra
+    cannot compose is left to Hydra's own message."""
+    from hydra import compose, initialize_config_dir
+
+    from evaluate.search import check
+    from evaluate.search.config import SearchConfig
+    overrides = [a for a in argv if not a.startswith("-") and not a.lstrip("+~").startswith("hydra")]
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="search"):
+            composed = compose("search", overrides=overrides, return_hydra_config=True)
+    except Exception:  # Hydra's composition errors: _hydra_main reports them in Hydra's words
+        return
+    space = composed.hydra.runtime.choices.get("search") or DEFAULT_SPACE
+    values = plain(OmegaConf.masked_copy(composed, [k for k in composed if k != "hydra"]))
+    try:
+        check.before_sweep(SearchConfig.from_values(values, space))
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(e.exit_code)
+
+
+def main() -> None:
+    prepare_argv()
+    preflight(sys.argv[1:])
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

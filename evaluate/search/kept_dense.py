@@ -1,0 +1,90 @@
+"""Which modules a trial keeps dense: the k most sensitive module groups of
+the model's sensitivity file (quantize.common.sensitivity_file), found
+under the results store (`sensitivity=auto`) or named by path."""
+import json
+from pathlib import Path
+
+from evaluate.search.space import KeptDense
+from quantize.common import fingerprint, sensitivity_file
+from quantize.common.errors import UserError
+from quantize.common.provenance import sha256_files
+
+MEASURE = "python -m quantize.sensitivity recipe=w4a16_gptq"
+
+
+def upper_bound(expression) -> int:
+    """The largest keep_dense an Optuna sweeper expression can give
+    (choice, range and interval include their ends there)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
+    try:
+        value = OverridesParser.create().parse_override(f"trial.keep_dense={expression}").value()
+    except Exception as e:  # Hydra's grammar errors: all mean "not an expression"
+        raise UserError(f"trial.keep_dense: {expression!r} is not a sweep expression ({e})") from None
+    if isinstance(value, ChoiceSweep):
+        return max(int(v) for v in value.list)
+    if isinstance(value, RangeSweep):
+        return int(value.stop)
+    if isinstance(value, IntervalSweep):
+        return int(value.end)
+    return int(value)
+
+
+def find(results_dir: Path, model_name: str, model_path: str, scheme: str, choice: str) -> tuple:
+    """(Sensitivity, its path relative to the results store) for `choice`
+    (`auto` or a path); auto prefers the file measured with the trial's scheme
+    family (its scheme key starts with it), else takes the first for the model."""
+    if choice == "none":
+        raise UserError(f"keep_dense > 0 needs a sensitivity file, and sensitivity=none; pass sensitivity=auto "
+                        f"(after `{MEASURE}`) or a path, or search trial.keep_dense=0")
+    if choice != "auto":
+        path = Path(choice)
+        return sensitivity_file.read(path), str(path)
+    candidates = [p for p in sensitivity_file.find(results_dir) if p.parent.parent.name == model_name]
+    read = [(sensitivity_file.read(p), p) for p in candidates]
+    if read:
+        hashes = _weights_hashes(model_path)
+        read = [(s, p) for s, p in read if hashes is None or s.weights_hash in hashes(s.weights_hash)]
+    if not read:
+        where = Path(results_dir) / "sensitivity" / model_name
+        raise UserError(f"keep_dense > 0 needs the sensitivity of {model_name} (none for these weights in {where}); "
+                        f"run `{MEASURE} model=<the model> results_dir={results_dir}` first, or search "
+                        "trial.keep_dense=0")
+    sensitivity, path = next(((s, p) for s, p in read if s.scheme_key.startswith(scheme)), read[0])
+    return sensitivity, str(Path(path).relative_to(results_dir))
+
+
+def kept(results_dir: Path, model_name: str, model_path: str, scheme: str, k: int, choice: str) -> KeptDense:
+    if k == 0:
+        return KeptDense([], "")
+    sensitivity, source = find(results_dir, model_name, model_path, scheme, choice)
+    return KeptDense(sensitivity.most_sensitive_modules(k), source)
+
+
+def _weights_hashes(model_path: str):
+    """A matcher of a file's weights_hash against the model's weights (the
+    sampled fingerprint, else the full SHA-256, computed only if needed);
+    None when the model's weights are not local files."""
+    weights = sorted(Path(model_path).glob("*.safetensors"))
+    if not weights:
+        return None
+    sampled = fingerprint.compute(weights).sha256
+
+    def hashes(recorded: str) -> set[str]:
+        return {sampled} if recorded == sampled else {sampled, sha256_files(weights)}
+    return hashes
+
+
+def linear_widths(model_path: str) -> set[int]:
+    """The input widths of a decoder layer's Linear modules, from config.json
+    (hidden, attention output, MLP intermediate); empty when it says none."""
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return set()
+    config = config.get("text_config", config)
+    widths = {config.get("hidden_size"), config.get("intermediate_size")}
+    heads, head_dim = config.get("num_attention_heads"), config.get("head_dim")
+    if heads and head_dim:
+        widths.add(heads * head_dim)
+    return {int(w) for w in widths if isinstance(w, int) and w > 0}

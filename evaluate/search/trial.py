@@ -1,0 +1,155 @@
+"""One trial of the search: the trial's recipe -> `python -m quantize` ->
+`python -m evaluate` -> its objective values, in the study's order.
+
+Both stages run as subprocesses (evaluate never imports quantize's stages):
+a complete artifact is skipped by quantize itself, completed rows by
+evaluate, so a rerun trial costs what is missing. The speed is measured only
+for a kernel path this host has not measured (evaluate.search.speed);
+otherwise evaluate runs with scenario=none and the trial reuses the earlier
+artifact's runs. The trial's record (study_file.write_trial_info) says which."""
+import logging
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from evaluate import results, scenarios
+from evaluate.search import kept_dense, speed, study_file
+from evaluate.search.config import ACCURACY_METRICS, SIZE_METRICS, SearchConfig
+from quantize.common import atomic, manifest
+from quantize.common.errors import UserError
+from quantize.common.jobs import one_line
+from quantize.common.paths import PROJECT_ROOT
+
+log = logging.getLogger("quantbench.search")
+MB = 1e6
+
+
+@dataclass(frozen=True)
+class Built:
+    recipe: str
+    recipe_path: Path
+    artifact_dir: Path
+    manifest: manifest.Manifest
+
+
+def run(config: SearchConfig, number: int) -> list[float]:
+    """The trial's objective values; raises (and records the one-line reason) when a stage fails."""
+    start = time.monotonic()
+    info: dict = {}
+    try:
+        values = _measure(config, number, info)
+    except Exception as e:
+        info.update(error=one_line(e), wall_s=round(time.monotonic() - start, 1))
+        study_file.write_trial_info(config.results_dir, config.study, number, info)
+        raise
+    info["wall_s"] = round(time.monotonic() - start, 1)
+    study_file.write_trial_info(config.results_dir, config.study, number, info)
+    log.info("trial %d: %s (%s)", number, dict(zip([o.name for o in config.objectives], values)), info["speed"])
+    return values
+
+
+def _measure(config: SearchConfig, number: int, info: dict) -> list[float]:
+    built = build(config, number, info)
+    scenario = speed_scenario(config)
+    host = speed.Host.here()
+    fields = built.manifest.row_fields()
+    reused = scenario and speed.measured_before(results.read(config.results_dir), fields, config.engine,
+                                                scenario, host)
+    evaluate = evaluate_command(config, built.artifact_dir, measure_speed=bool(scenario and not reused))
+    info["repro"] = " && ".join(
+        shlex.join(["python", *c[1:]]) for c in (quantize_command(config, built.recipe_path),
+                                                evaluate_command(config, built.artifact_dir, True)))
+    _run_stage("evaluate", evaluate, config, number)
+    speed_source = reused or built.manifest.artifact_id
+    info["speed"] = f"reused from {reused}" if reused else ("measured" if scenario else "not measured")
+    rows = results.read(config.results_dir)
+    return [objective_value(o.name, rows, config, built, speed_source, scenario, host) for o in config.objectives]
+
+
+def build(config: SearchConfig, number: int, info: dict) -> Built:
+    """The trial's recipe file and its artifact (quantize skips a complete one)."""
+    values = config.trial
+    kept = kept_dense.kept(config.results_dir, config.model_name, config.model_path, values.scheme,
+                           values.keep_dense, config.sensitivity)
+    name, text = config.space.recipe(values, kept, kept_dense.linear_widths(config.model_path))
+    recipe_path = (config.results_dir / "search" / config.study / "recipes" / f"{name}.yaml").resolve()
+    info.update(recipe=name, recipe_path=str(recipe_path))
+    if not recipe_path.is_file() or recipe_path.read_text() != text:
+        atomic.write_text(recipe_path, text)
+    _run_stage("quantize", quantize_command(config, recipe_path), config, number)
+    artifact_dir = (config.artifacts_dir / config.model_name / name).resolve()
+    built = manifest.read(artifact_dir)
+    if built is None:
+        raise UserError(f"quantize finished without a manifest in {artifact_dir}; rerun the search")
+    info.update(artifact_id=built.artifact_id, artifact_dir=str(artifact_dir))
+    return Built(name, recipe_path, artifact_dir, built)
+
+
+def quantize_command(config: SearchConfig, recipe_path: Path) -> list[str]:
+    return [sys.executable, "-m", "quantize", "recipe=file", f"recipe.path={recipe_path}", "model=local",
+            f"model.path={config.model_path}", f"model.name={config.model_name}",
+            f"artifacts_dir={config.artifacts_dir.resolve()}", f"seed={config.seed}", *config.quantize_overrides]
+
+
+def evaluate_command(config: SearchConfig, artifact_dir: Path, measure_speed: bool) -> list[str]:
+    return [sys.executable, "-m", "evaluate", f"model={artifact_dir}", f"engine={config.engine}",
+            f"scenario={config.scenario_arg if measure_speed else 'none'}", f"accuracy={config.accuracy}",
+            f"results_dir={config.results_dir.resolve()}", *config.evaluate_overrides]
+
+
+def speed_scenario(config: SearchConfig) -> str | None:
+    """The name the speed rows carry; None when no objective needs speed."""
+    if not any(o.scenario for o in config.objectives):
+        return None
+    found = scenarios.resolve(scenarios.choose(config.scenario))
+    if len(found) != 1:
+        raise UserError(f"the search measures speed at one scenario; scenario={config.scenario_arg} holds "
+                        f"{len(found)}: pass one (e.g. scenario=interactive)")
+    return found[0].name
+
+
+def objective_value(name: str, rows: list[results.Row], config: SearchConfig, built: Built,
+                    speed_source: str, scenario: str | None, host: speed.Host) -> float:
+    if name in SIZE_METRICS:
+        return (built.manifest.bytes_on_disk or {}).get("total", 0) / MB
+    if name in ACCURACY_METRICS:
+        accuracy = [r for r in rows if r.kind == "accuracy" and r.ok and r.engine == config.engine
+                    and r.artifact_id == built.manifest.artifact_id and name in r.metrics]
+        if not accuracy:
+            raise UserError(f"evaluate wrote no {name} for {built.artifact_dir} in {config.results_dir}; "
+                            "see the evaluate log of this trial")
+        return float(accuracy[-1].metrics[name])
+    value = speed.mean_of(rows, speed_source, config.engine, scenario, name, host)
+    if value is None:
+        raise UserError(f"no {name} at scenario {scenario} on engine {config.engine} for artifact {speed_source} "
+                        f"in {config.results_dir}; see the evaluate log of this trial")
+    return value
+
+
+def _run_stage(stage: str, command: list[str], config: SearchConfig, number: int) -> None:
+    """Run one stage; its output goes to search/<study>/logs/<trial>-<stage>.log, a failure is one line."""
+    log_path = config.results_dir / "search" / config.study / "logs" / f"{number}-{stage}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log.info("trial %d: %s", number, shlex.join(command[1:]))
+    with open(log_path, "w") as out:
+        proc = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=_stage_env(), text=True)
+    if proc.returncode:
+        raise UserError(f"{stage} failed (exit {proc.returncode}): {_last_error(log_path)} (log: {log_path})")
+
+
+def _stage_env() -> dict:
+    """The stages import this checkout (and its Hydra launcher plugins), as the search itself does."""
+    env = dict(os.environ)
+    paths = [str(PROJECT_ROOT), str(PROJECT_ROOT / "quantize" / "plugins"), env.get("PYTHONPATH")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    return env
+
+
+def _last_error(log_path: Path) -> str:
+    lines = [line.strip() for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error:")]
+    return (errors or lines or ["no output"])[-1]
