@@ -1,12 +1,15 @@
 """report.md's first section, "What to use on this machine": the choices of
 evaluate.analysis.choice as one table, what was faster but left out and
-why, and, where serving rows exist, the serving recommendation."""
+why, where serving rows exist the serving recommendation, and where the
+stores hold recipe searches the point each one recommends."""
 from evaluate.analysis import Analysis
 from evaluate.analysis.choice import ACCURACY_FLOOR_PCT, Choice, SPEED, choose
 from evaluate.analysis.groups import Group
 from evaluate.analysis.recommendation import recommend
 from evaluate.report.formatting import MISSING, fmt_fixed, header, interval_text, mb, md_table, speedup_text
 from evaluate.report.labels import labels
+from evaluate.report.search_files import StudyEntry, studies
+from evaluate.report.search_markdown import search_answer
 from evaluate.report.serving_markdown import recommendation_lines
 
 TITLE = "## What to use on this machine"
@@ -14,7 +17,9 @@ SPEEDUP_HEADER = "Speed-up vs original (x, 95% CI)"
 UNDER_LOAD = "### Under load"
 
 
-def render_answer(analysis: Analysis, floor_pct: float = ACCURACY_FLOOR_PCT) -> str:
+def render_answer(analysis: Analysis, floor_pct: float = ACCURACY_FLOOR_PCT,
+                  searches: list[StudyEntry] | None = None) -> str:
+    """The section; `searches`, the stores' recipe searches, are read from them where not given."""
     choices = choose(analysis.speed, analysis.accuracy, floor_pct)
     out = [TITLE, ""]
     if choices:
@@ -31,7 +36,8 @@ def render_answer(analysis: Analysis, floor_pct: float = ACCURACY_FLOOR_PCT) -> 
         serving_names = labels(analysis.serving.groups)
         out += ["", UNDER_LOAD, "", "From the serving rows (see *Serving under load* for every level):"]
         out += recommendation_lines(recommend(analysis.serving, analysis.accuracy), serving_names)
-    return "\n".join(out)
+    from_search = search_answer(studies(analysis.results_dirs) if searches is None else searches, floor_pct)
+    return "\n".join(out + ([""] + from_search if from_search else []))
 
 
 def answer_table(choices: list[Choice], names: dict) -> str:

@@ -23,6 +23,7 @@ LABELS = {
     **{f"{m}_ms_{s}": f"{m.upper()} {s}" for m in ("ttft", "tpot", "itl") for s in ("mean", "p50", "p90", "p99")},
     "peak_memory_bytes": "Peak memory",
     "peak_memory_mb": "Peak memory",
+    "size_mb": "Model size",
     "weight_bandwidth_gb_s": "Weight bandwidth",
     "recovery_pct": "Accuracy recovery",
     "perplexity": "Perplexity",

@@ -2,7 +2,8 @@
 section is a <section> with an id from its heading ("What to use on this
 machine" -> #what-to-use-on-this-machine), each `###` heading has one too, the
 tables sort by a clicked header, and the plots of `output=png` follow inline
-as SVG under "Plots". Styles and the sort script are inline: the page loads
+as SVG under "Plots"; the recipe search's and layer sensitivity's figures are
+inline SVG in their own sections. Styles and the sort script are inline: the page loads
 nothing, so it opens offline and can be mailed as one file."""
 import html
 import re
@@ -15,6 +16,8 @@ from evaluate.analysis import Analysis
 from evaluate.report.config import OutputFormat, ReportConfig
 from evaluate.report.markdown import render_markdown
 from evaluate.report.plots import SvgTexts, draw_all, have_matplotlib
+from evaluate.report.search_files import sensitivities, studies
+from evaluate.report.search_plots import svg_texts
 
 PLOTS_ID = "plots"
 LONG_CELL = 40  # characters of Markdown: a longer table cell wraps
@@ -37,7 +40,10 @@ class Section:
 
 def render_html(analysis: Analysis, report: ReportConfig) -> str:
     """The whole page: report.md's sections, then the plots (none without matplotlib)."""
-    body, sections = markdown_body(render_markdown(analysis, report.title, report.accuracy_floor_pct), taken={PLOTS_ID})
+    text = render_markdown(analysis, report.title, report.accuracy_floor_pct)
+    inline = svg_texts(studies(analysis.results_dirs), sensitivities(analysis.results_dirs),
+                       report.accuracy_floor_pct)
+    body, sections = markdown_body(text, taken={PLOTS_ID}, figures=inline)
     svgs = plot_svgs(analysis, report.pareto_scenario)
     if svgs:
         body += plots_section(svgs)
@@ -46,15 +52,30 @@ def render_html(analysis: Analysis, report: ReportConfig) -> str:
     return PAGE.format(title=html.escape(report.title), style=STYLE, script=SORT_SCRIPT, body=body)
 
 
-def markdown_body(text: str, taken: set[str]) -> tuple[str, list[Section]]:
+def markdown_body(text: str, taken: set[str], figures: dict[str, str] | None = None) -> tuple[str, list[Section]]:
     """The Markdown as HTML, with ids on the `##` sections (each wrapped in a
     <section>) and `###` headings, every table sortable and scrolling on its own.
-    Raw HTML in the text is escaped: names from the results store are shown, never run."""
+    An image alone in its paragraph whose `<name>.png` is in `figures` (name ->
+    inline SVG) becomes that figure; any other image its alt text, so the page
+    loads no file. Raw HTML in the text is escaped: names from the results
+    store are shown, never run."""
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
     tokens = md.parse(text)
     out: list[Token] = []
     sections: list[Section] = []
+    skip = 0
     for i, token in enumerate(tokens):
+        if skip:
+            skip -= 1
+            continue
+        figure = inline_figure(tokens, i, figures or {})
+        if figure:
+            out.append(raw(figure))
+            skip = 2    # the paragraph's inline text and its close
+            continue
+        if token.type == "inline":
+            token.children = [Token("text", "", 0, content=c.content) if c.type == "image" else c
+                              for c in token.children or ()]
         if token.type == "heading_open" and token.tag in ("h2", "h3"):
             title = inline_text(tokens[i + 1])
             ident = unique_slug(title, taken)
@@ -74,6 +95,20 @@ def markdown_body(text: str, taken: set[str]) -> tuple[str, list[Section]]:
     if sections:
         out.append(raw("</section>\n"))
     return md.renderer.render(out, md.options, {}), sections
+
+
+def inline_figure(tokens: list[Token], i: int, figures: dict[str, str]) -> str:
+    """The <figure> for a paragraph that is one image of `figures`; "" for anything else."""
+    if tokens[i].type != "paragraph_open" or i + 2 >= len(tokens):
+        return ""
+    children = tokens[i + 1].children or []
+    if len(children) != 1 or children[0].type != "image":
+        return ""
+    name = str(children[0].attrGet("src") or "").removesuffix(".png")
+    if name not in figures:
+        return ""
+    return (f'<figure id="plot-{html.escape(name)}">\n{figures[name]}\n'
+            f"<figcaption>{html.escape(children[0].content)} ({html.escape(name)}.png)</figcaption>\n</figure>\n")
 
 
 def raw(markup: str) -> Token:

@@ -1,6 +1,6 @@
 """report.md: the answer (answer_markdown), then summary, ranking, speed in
-detail, detailed runs, problems, accuracy, lm-eval and serving sections,
-then the method and setups, each rendered from the analysed store. Headers
+detail, detailed runs, problems, accuracy, lm-eval, serving, recipe search
+and layer sensitivity sections (search_markdown), then the method and setups, each rendered from the analysed store. Headers
 name metrics in words with their units (formatting.LABELS)."""
 import json
 from dataclasses import dataclass
@@ -17,6 +17,9 @@ from evaluate.report.formatting import (
     MISSING, fmt_fixed, fmt_number, header, inline_json, label, mb, md_table, ordered_metrics, short, speedup_text)
 from evaluate.report.answer_markdown import SPEEDUP_HEADER, render_answer, speedup_cell
 from evaluate.report.labels import dtype_note, dtypes_text, in_table, labels, run_labels
+from evaluate.report.search_files import sensitivities, studies
+from evaluate.report.search_markdown import render_search, render_sensitivity
+from evaluate.report.search_plots import png_files
 from evaluate.report.serving_markdown import render_serving
 from evaluate.report.config import OutputFormat, ReportConfig
 from evaluate.results import Row
@@ -40,18 +43,25 @@ class Markdown(OutputFormat):
     def render(self, analysis: Analysis, report: ReportConfig) -> dict[str, str]:
         return {"report.md": render_markdown(analysis, report.title, report.accuracy_floor_pct)}
 
+    def draw(self, analysis: Analysis, report: ReportConfig) -> list[Path]:
+        """The figures report.md shows beside it: each study's front, each sensitivity heat map."""
+        return png_files(studies(analysis.results_dirs), sensitivities(analysis.results_dirs),
+                         report.accuracy_floor_pct, report.out_dir)
+
 
 def render_markdown(analysis: Analysis, title: str, floor_pct: float = ACCURACY_FLOOR_PCT) -> str:
     """report.md: the answer first, then the tables, then how they were measured."""
     speed, accuracy = analysis.speed, analysis.accuracy
-    parts = [render_title(analysis.rows, title, analysis.results_dir), render_answer(analysis, floor_pct),
+    searches = studies(analysis.results_dirs)
+    parts = [render_title(analysis.rows, title, analysis.results_dir), render_answer(analysis, floor_pct, searches),
              render_summary(speed, accuracy), render_ranking(speed), render_speed_detail(speed), render_details(speed),
              render_problems(analysis.rows)]
     if accuracy:
         parts.append(render_accuracy(accuracy))
     if analysis.lm_eval:
         parts.append(render_lm_eval(analysis.lm_eval))
-    parts += [render_serving(analysis.serving, speed, accuracy), render_method(analysis.rows)]
+    parts += [render_serving(analysis.serving, speed, accuracy), render_search(searches),
+              render_sensitivity(sensitivities(analysis.results_dirs)), render_method(analysis.rows)]
     return "\n\n".join(p for p in parts if p) + "\n"
 
 

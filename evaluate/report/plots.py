@@ -10,6 +10,7 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from evaluate.analysis import Analysis
 from evaluate.analysis.groups import (
@@ -32,6 +33,10 @@ class Figures:
     def save(self, fig, name: str) -> None:
         raise NotImplementedError
 
+    def save_drawn(self, draw: Callable[[Path], None], name: str) -> None:
+        """A figure that `draw` writes to a file itself (its format by the path's suffix)."""
+        raise NotImplementedError
+
 
 @dataclass
 class PngFiles(Figures):
@@ -43,6 +48,17 @@ class PngFiles(Figures):
         self.paths.append(self.out_dir / f"{name}.png")
         save_png(fig, self.paths[-1])
 
+    def save_drawn(self, draw: Callable[[Path], None], name: str) -> None:
+        path = self.out_dir / f"{name}.png"
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+        os.close(fd)
+        try:  # drawn beside the PNG under a temp name, then renamed: readers never see half of it
+            draw(Path(tmp))
+            os.replace(tmp, path)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        self.paths.append(path)
+
 
 @dataclass
 class SvgTexts(Figures):
@@ -51,6 +67,13 @@ class SvgTexts(Figures):
 
     def save(self, fig, name: str) -> None:
         self.svgs[name] = svg_text(fig, name)
+
+    def save_drawn(self, draw: Callable[[Path], None], name: str) -> None:
+        with tempfile.TemporaryDirectory() as folder, \
+                pyplot().rc_context({"svg.fonttype": "none", "svg.hashsalt": name}):
+            path = Path(folder) / f"{name}.svg"
+            draw(path)
+            self.svgs[name] = inline_svg(path.read_text(), name)
 
 
 def have_matplotlib(what: str) -> bool:
@@ -152,7 +175,12 @@ def svg_text(fig, name: str) -> str:
                         metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
     finally:
         plt.close(fig)
-    svg = out.getvalue()
+    return inline_svg(out.getvalue(), name)
+
+
+def inline_svg(svg: str, name: str) -> str:
+    """An SVG file's text as one inline <svg> element: no XML prolog, and every
+    id prefixed with `name`."""
     svg = svg[svg.index("<svg"):]
     return re.sub(r'(\bid="|href="#|url\(#)', lambda m: f"{m.group(1)}{name}-", svg)
 

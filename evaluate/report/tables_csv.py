@@ -1,7 +1,8 @@
 """summary.csv (one record per speed group: every metric's mean, std and 95%
 interval of the mean, the speed-up and its interval, the dtypes it compares),
-runs.csv (one per ok row) and serving.csv (one per ok serving row: a load
-level). Columns are the rows' raw keys, metrics in formatting.LABELS' order;
+runs.csv (one per ok row), serving.csv (one per ok serving row: a load
+level) and search_front.csv (one per complete trial of each recipe search,
+with `on_front`). Columns are the rows' raw keys, metrics in formatting.LABELS' order;
 `store` says which store a line came from where several were read.
 Named tables_csv so it never shadows the standard library's csv."""
 import csv
@@ -13,6 +14,7 @@ from evaluate.analysis import Analysis
 from evaluate.analysis.groups import Group, numeric_metrics
 from evaluate.report.formatting import mb, ordered_metrics
 from evaluate.report.config import OutputFormat, ReportConfig
+from evaluate.report.search_files import StudyEntry, studies
 from evaluate.results import Row
 
 SUMMARY_FIELDS = ("scenario", "batch_size", "input_len", "output_len", "model_name", "recipe", "artifact_id",
@@ -22,6 +24,8 @@ SUMMARY_FIELDS = ("scenario", "batch_size", "input_len", "output_len", "model_na
 SERVING_FIELDS = ("timestamp", "scenario", "input_len", "output_len", "model_name", "recipe", "artifact_id", "engine",
                   "setup_id", "model_bytes", "profile", "mode", "level", "burstiness", "max_requests", "max_seconds",
                   "slo")
+SEARCH_FIELDS = ("study", "trial", "recipe", "artifact_id", "on_front", "speed", "repro", "params", "recipe_path",
+                 "artifact_dir", "wall_s", "study_file")
 RUN_FIELDS = ("timestamp", "kind", "scenario", "batch_size", "input_len", "output_len", "model_name", "recipe",
               "artifact_id", "engine", "quant_format", "model_bytes", "run_index", "setup_id", "comparison_id")
 
@@ -35,6 +39,9 @@ class Csv(OutputFormat):
                  "runs.csv": to_csv(run_records(analysis.rows), RUN_FIELDS)}
         if any(r.kind == "serving" for r in analysis.rows):
             files["serving.csv"] = to_csv(serving_records(analysis.rows), SERVING_FIELDS)
+        searches = studies(analysis.results_dirs)
+        if searches:
+            files["search_front.csv"] = to_csv(search_records(searches), SEARCH_FIELDS)
         return files
 
 
@@ -88,6 +95,25 @@ def to_csv(records: list[dict], empty_fields: tuple = ()) -> str:
     writer.writeheader()
     writer.writerows({k: ("" if v is None else v) for k, v in rec.items()} for rec in records)
     return buf.getvalue()
+
+
+def search_records(searches: list[StudyEntry]) -> list[dict]:
+    """Every complete trial of every study, its objectives' values as columns
+    by their names (the union over the studies, in order of first appearance)
+    and `on_front`: whether it is on its study's Pareto front."""
+    names = list(dict.fromkeys(o.name for e in searches for o in e.search.record.objectives))
+    out = []
+    for entry in searches:
+        search = entry.search
+        for t in search.complete:
+            values = {o.name: v for o, v in zip(search.record.objectives, t.values)}
+            rec = {"study": search.record.study, "trial": t.number, "recipe": t.recipe, "artifact_id": t.artifact_id}
+            rec |= {name: values.get(name) for name in names}
+            rec |= {"on_front": search.on_front(t), "speed": t.speed, "repro": t.repro,
+                    "params": json.dumps(t.params, sort_keys=True), "recipe_path": t.recipe_path,
+                    "artifact_dir": t.artifact_dir, "wall_s": t.wall_s, "study_file": str(entry.path)}
+            out.append(rec)
+    return out
 
 
 def serving_records(rows: list[Row]) -> list[dict]:
