@@ -12,6 +12,8 @@ from quantize.common.errors import UserError
 
 MAXIMIZE, MINIMIZE = "maximize", "minimize"
 DIRECTIONS = (MAXIMIZE, MINIMIZE)
+ACCURACY_PREFIXES = ("kl", "top1_agreement", "perplexity")
+LATENCY_PREFIXES = ("tpot", "ttft", "itl", "latency")
 
 
 def pareto_front(points: list[tuple[float, ...]], directions: list[str]) -> list[int]:
@@ -53,17 +55,25 @@ class Roles:
     def of(cls, objectives: list[Objective]) -> "Roles":
         def first(test) -> int | None:
             return next((i for i, o in enumerate(objectives) if test(o)), None)
-        return cls(accuracy=first(lambda o: is_recovery(o) or is_kl(o)),
-                   speed=first(lambda o: o.unit == "tok/s" or "throughput" in o.name),
-                   size=first(lambda o: o.unit in ("MB", "GB", "bytes") or "size" in o.name))
+        return cls(accuracy=first(is_accuracy), speed=first(is_speed), size=first(is_size))
 
 
 def is_recovery(objective: Objective) -> bool:
     return objective.name.endswith("recovery_pct")
 
 
-def is_kl(objective: Objective) -> bool:
-    return "kl" in objective.name.split("_") or objective.name.startswith("kl") or objective.unit == "nats"
+def is_accuracy(objective: Objective) -> bool:
+    """A recovery, a KL divergence, an agreement or a perplexity."""
+    return is_recovery(objective) or objective.name.startswith(ACCURACY_PREFIXES) or objective.unit == "nats"
+
+
+def is_speed(objective: Objective) -> bool:
+    """A throughput (maximized) or a latency (minimized)."""
+    return objective.unit == "tok/s" or "throughput" in objective.name or objective.name.startswith(LATENCY_PREFIXES)
+
+
+def is_size(objective: Objective) -> bool:
+    return objective.unit in ("MB", "GB", "bytes") or "size" in objective.name
 
 
 @dataclass(frozen=True)

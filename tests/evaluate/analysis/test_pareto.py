@@ -95,3 +95,12 @@ def test_with_a_kl_objective_no_floor_applies():
 def test_a_study_without_complete_trials_has_no_answer():
     search = search_front(study([None, None]))
     assert search.front == [] and answer(search, 95.0).pick is None
+
+
+def test_a_latency_speed_objective_is_minimized_in_the_answer():
+    objectives = [Objective("top1_agreement", MAXIMIZE, "fraction"), Objective("tpot_ms_mean", MINIMIZE, "ms", "x"),
+                  Objective("size_mb", MINIMIZE, "MB")]
+    search = search_front(study([(0.99, 30.0, 270.0), (0.9, 12.0, 170.0), (0.8, 12.0, 120.0)], objectives))
+    assert (search.roles.accuracy, search.roles.speed, search.roles.size) == (0, 1, 2)
+    result = answer(search, 95.0)
+    assert result.pick.number == 2 and result.floor_pct is None   # fastest (lowest TPOT), then smaller

@@ -4,12 +4,13 @@ store whose study.json and sensitivity files are written by their own modules
 (evaluate/search/study_file.py, quantize/common/sensitivity_file.py)."""
 import csv
 import re
+import sys
 
 import pytest
 
 from evaluate.report import build_report
 from evaluate.report.__main__ import main
-from evaluate.report.search_files import heatmap_drawer
+from evaluate.report.search_files import HEATMAP_MODULE, heatmap_drawer
 from evaluate.search import study_file
 from evaluate.search.study_file import Objective, SearchRecord, Trial
 from quantize.common import sensitivity_file
@@ -164,6 +165,14 @@ def test_sensitivity_section_ranks_the_planted_cell_first(results, tmp_path):
         assert "No heat map: " in text and not figure.exists()
 
 
+def test_without_the_heat_map_module_the_section_says_so(results, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, HEATMAP_MODULE, None)   # import now raises ImportError
+    md = report(results, tmp_path / "out", "output=[markdown,html]")
+    assert f"No heat map: this checkout lacks {HEATMAP_MODULE}." in section(md, "## Layer sensitivity")
+    assert not list((tmp_path / "out").glob("sensitivity-*"))
+    assert "plot-sensitivity" not in (tmp_path / "out" / "report.html").read_text()
+
+
 def test_search_front_csv_has_every_complete_trial(results, tmp_path):
     report(results, tmp_path / "out", "output=[markdown,csv]")
     with open(tmp_path / "out" / "search_front.csv") as f:
@@ -184,6 +193,8 @@ def test_html_has_the_sections_and_inlines_the_figures(results, tmp_path):
     if PLOTS:
         search = page[page.index('<section id="recipe-search">'):page.index('<section id="layer-sensitivity">')]
         assert '<figure id="plot-search-s">\n<svg' in search
+        if heatmap_drawer():
+            assert f'<figure id="plot-sensitivity-{MODEL}-w4a16-g64-asym">\n<svg' in page
         ids = re.findall(r'\bid="([^"]+)"', page)
         assert len(ids) == len(set(ids))
 
