@@ -210,5 +210,10 @@ def text_description(text: dict) -> str:
     parts = [" ".join(head)] if head else []
     if "scored_tokens" in text:
         parts.append(f"{text.pop('scored_tokens')} scored tokens")
-    parts += [f"{key.replace('_', ' ')} {value}" for key, value in text.items()]
+    parts += [f"{key.replace('_', ' ')} {short_hash(key, value)}" for key, value in text.items()]
     return ", ".join(parts) or MISSING
+
+
+def short_hash(key: str, value) -> str:
+    """A digest (`sha256`, `*_hash`) as its first 12 characters, as the weights' hash is shown."""
+    return str(value)[:12] if ("sha" in key or "hash" in key) and isinstance(value, str) else str(value)
