@@ -34,22 +34,12 @@ class Proposal:
 
 
 def run(config: ProposeConfig) -> Proposal:
-    base = load(config.recipe)
-    if not recipe_edit.quantizes(base.data):
-        raise UserError(f"recipe={config.recipe.name} quantizes nothing, so no group can be kept dense; "
-                        "start from a quantizing recipe (e.g. recipe=w4a16_gptq)")
-    scheme = recipe_edit.weight_scheme(base.path)
-    if scheme is None:
-        raise UserError(f"recipe={config.recipe.name} quantizes no weights; start from a weight-quantizing recipe")
+    base, scheme = _base_recipe(config)
     model_dir = _model_dir(config.model.path)
     weights_hash = fingerprint.compute(weight_files(model_dir)).sha256
     sens_path, sens = sensitivity_for(config.sensitivity, Path(config.results_dir), config.model.name, weights_hash,
                                       scheme, _measure_command(config))
-    weights = ModelWeights.read(model_dir)
-    uniform = uniform_size(Path(config.artifacts_dir) / config.model.name / config.recipe.name, base.text, weights,
-                           scheme, recipe_edit.quantization_ignore(base.data))
-    options = choose.estimates(sens, uniform.bytes, {(c.layer, c.group): dense_cost(c, weights, scheme)
-                                                     for c in sens.cells})
+    options, uniform = _estimates(config, base, scheme, model_dir, sens)
     chosen = _choose(options, config.target)
     name = config.name or f"{config.recipe.name}_keep{chosen.k}"
     modules = sens.most_sensitive_modules(chosen.k)
@@ -60,6 +50,26 @@ def run(config: ProposeConfig) -> Proposal:
     _write(proposal, text, config)
     _report(proposal, sens, config)
     return proposal
+
+
+def _base_recipe(config: ProposeConfig) -> tuple[RecipeFile, recipe_edit.WeightScheme]:
+    """The base recipe and the weight scheme it quantizes with; one that quantizes no weights is refused."""
+    base = load(config.recipe)
+    scheme = recipe_edit.weight_scheme(base.path) if recipe_edit.quantizes(base.data) else None
+    if scheme is None:
+        raise UserError(f"recipe={config.recipe.name} quantizes nothing, so no group can be kept dense; "
+                        "start from a recipe that quantizes weights (e.g. recipe=w4a16_gptq)")
+    return base, scheme
+
+
+def _estimates(config: ProposeConfig, base: RecipeFile, scheme: recipe_edit.WeightScheme, model_dir: Path,
+               sens: Sensitivity) -> tuple[list[choose.Estimate], UniformSize]:
+    """KL and size for every k, and the base recipe's size they start from."""
+    weights = ModelWeights.read(model_dir)
+    uniform = uniform_size(Path(config.artifacts_dir) / config.model.name / config.recipe.name, base.text, weights,
+                           scheme, recipe_edit.quantization_ignore(base.data))
+    costs = {(c.layer, c.group): dense_cost(c, weights, scheme) for c in sens.cells}
+    return choose.estimates(sens, uniform.bytes, costs), uniform
 
 
 def _choose(options: list[choose.Estimate], target: Target) -> choose.Estimate:
