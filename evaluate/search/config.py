@@ -53,7 +53,7 @@ class SearchConfig:
             results_dir=Path(values["results_dir"]), artifacts_dir=Path(values["artifacts_dir"]),
             model_name=str(values["model"]["name"]), model_path=str(values["model"]["path"]),
             engine=str(values["engine"]["name"]), scenario=dict(values["scenario"]),
-            accuracy=str(values["accuracy"]), sensitivity=str(values.get("sensitivity") or "none"),
+            accuracy=str(values["accuracy"]["name"]), sensitivity=str(values.get("sensitivity") or "none"),
             seed=int(values.get("seed") or 0),
             quantize_overrides=[str(a) for a in values.get("quantize_overrides") or []],
             evaluate_overrides=[str(a) for a in values.get("evaluate_overrides") or []],

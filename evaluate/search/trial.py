@@ -6,7 +6,9 @@ a complete artifact is skipped by quantize itself, completed rows by
 evaluate, so a rerun trial costs what is missing. The speed is measured only
 for a kernel path this host has not measured (evaluate.search.speed);
 otherwise evaluate runs with scenario=none and the trial reuses the earlier
-artifact's runs. The trial's record (study_file.write_trial_info) says which."""
+artifact's runs. The trial's record (study_file.write_trial_info) says which.
+A stage whose very command already ran for this point (an earlier trial that
+drew the same recipe) is not started again: its outputs are complete."""
 import logging
 import os
 import shlex
@@ -20,12 +22,14 @@ from evaluate import results, scenarios
 from evaluate.search import kept_dense, speed, study_file
 from evaluate.search.config import ACCURACY_METRICS, SIZE_METRICS, SearchConfig
 from quantize.common import atomic, manifest
+from quantize.common.config import expand_path_shorthands
 from quantize.common.errors import UserError
 from quantize.common.jobs import one_line
 from quantize.common.paths import PROJECT_ROOT
 
 log = logging.getLogger("quantbench.search")
 MB = 1e6
+SCENARIO_KEYS = ("scenario", "scenario.path")   # accuracy rows do not depend on them
 
 
 @dataclass(frozen=True)
@@ -59,11 +63,13 @@ def _measure(config: SearchConfig, number: int, info: dict) -> list[float]:
     fields = built.manifest.row_fields()
     reused = scenario and speed.measured_before(results.read(config.results_dir), fields, config.engine,
                                                 scenario, host)
-    evaluate = evaluate_command(config, built.artifact_dir, measure_speed=bool(scenario and not reused))
+    measure_speed = bool(scenario) and not reused
+    evaluate = evaluate_command(config, built.artifact_dir, measure_speed)
     info["repro"] = " && ".join(
         shlex.join(["python", *c[1:]]) for c in (quantize_command(config, built.recipe_path),
                                                 evaluate_command(config, built.artifact_dir, True)))
-    _run_stage("evaluate", evaluate, config, number)
+    if measure_speed or not _accuracy_stored(config, built, evaluate, host):
+        _run_stage("evaluate", evaluate, config, number)
     speed_source = reused or built.manifest.artifact_id
     info["speed"] = f"reused from {reused}" if reused else ("measured" if scenario else "not measured")
     rows = results.read(config.results_dir)
@@ -80,9 +86,12 @@ def build(config: SearchConfig, number: int, info: dict) -> Built:
     info.update(recipe=name, recipe_path=str(recipe_path))
     if not recipe_path.is_file() or recipe_path.read_text() != text:
         atomic.write_text(recipe_path, text)
-    _run_stage("quantize", quantize_command(config, recipe_path), config, number)
     artifact_dir = (config.artifacts_dir / config.model_name / name).resolve()
+    command = quantize_command(config, recipe_path)
     built = manifest.read(artifact_dir)
+    if built is None or not ran_before(built.command, "quantize", command):
+        _run_stage("quantize", command, config, number)
+        built = manifest.read(artifact_dir)
     if built is None:
         raise UserError(f"quantize finished without a manifest in {artifact_dir}; rerun the search")
     info.update(artifact_id=built.artifact_id, artifact_dir=str(artifact_dir))
@@ -99,6 +108,30 @@ def evaluate_command(config: SearchConfig, artifact_dir: Path, measure_speed: bo
     return [sys.executable, "-m", "evaluate", f"model={artifact_dir}", f"engine={config.engine}",
             f"scenario={config.scenario_arg if measure_speed else 'none'}", f"accuracy={config.accuracy}",
             f"results_dir={config.results_dir.resolve()}", *config.evaluate_overrides]
+
+
+def ran_before(recorded: str | None, module: str, command: list[str], ignore: tuple[str, ...] = ()) -> bool:
+    """Whether a recorded command (a manifest's `command`, a row's `repro`)
+    ran `python -m <module>` with this command's arguments, as its entry
+    point rewrites them, but for the keys in `ignore`: that job's outputs are
+    complete, and running it again would only find them so (an earlier trial
+    of the same point)."""
+    if not recorded or f"python -m {module} " not in recorded:
+        return False
+
+    def kept(args: list[str]) -> list[str]:
+        return [a for a in args if a.partition("=")[0] not in ignore]
+    return kept(shlex.split(recorded.rpartition(f"python -m {module} ")[2])) == \
+        kept(expand_path_shorthands(command[3:]))
+
+
+def _accuracy_stored(config: SearchConfig, built: Built, command: list[str], host: speed.Host) -> bool:
+    """This host already measured the artifact's accuracy with this very evaluate command."""
+    if not config.accuracy_enabled:
+        return True
+    return any(r.kind == "accuracy" and r.ok and r.artifact_id == built.manifest.artifact_id
+               and r.engine == config.engine and host.ran(r) and ran_before(r.repro, "evaluate", command, ignore=SCENARIO_KEYS)
+               for r in results.read(config.results_dir))
 
 
 def speed_scenario(config: SearchConfig) -> str | None:

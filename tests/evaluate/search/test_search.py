@@ -1,0 +1,133 @@
+"""`python -m evaluate.search` end to end: a 6-trial study on the tiny random
+model through the real Hydra app, Optuna sweeper, quantize and evaluate
+subprocesses (engine=hf, small calibration and accuracy windows); and bad
+searches stopped with one line before any trial."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from evaluate import results
+from evaluate.analysis.groups import mean_std
+from evaluate.search import speed, study_file
+from tests.conftest import SMALL_CALIB, run_cli, tail
+
+N_TRIALS = 6
+SCENARIO = "test_search_scen"
+STUDY = "tiny-tiny-llama-hf"   # <space>-<model>-<engine>
+EVALUATE_SMALL = ("accuracy.num_windows=2", "accuracy.window_len=128", "accuracy.lastword.num_items=8", "runs=1")
+SENSITIVITY_COMMAND = "python -m quantize.sensitivity recipe=w4a16_gptq"
+
+
+def hydra_list(args) -> str:
+    return "[" + ",".join(f'"{a}"' for a in args) + "]"
+
+
+@pytest.fixture(scope="module")
+def scenario_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("scenario") / f"{SCENARIO}.yaml"
+    path.write_text(f"name: {SCENARIO}\nbatch_size: 1\ninput_len: 32\noutput_len: 8\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def study(tiny_model, scenario_file, tmp_path_factory):
+    root = tmp_path_factory.mktemp("search")
+    res, art = root / "results", root / "artifacts"
+    proc = run_cli("evaluate.search", "search=tiny", f"model={tiny_model}", "engine=hf", f"scenario={scenario_file}",
+                   f"n_trials={N_TRIALS}", f"results_dir={res}", f"artifacts_dir={art}",
+                   f"quantize_overrides={hydra_list(SMALL_CALIB)}", f"evaluate_overrides={hydra_list(EVALUATE_SMALL)}",
+                   cwd=root, timeout=1800)
+    assert proc.returncode == 0, tail(proc, 40)
+    record = study_file.read(study_file.path_for(res, STUDY))
+    infos = {t.number: study_file.read_trial_info(res, STUDY, t.number) for t in record.trials}
+    return record, infos, results.read(res)
+
+
+@pytest.mark.slow
+def test_six_trials_finish_each_with_an_artifact_and_rows(study):
+    record, infos, rows = study
+    assert [t.state for t in record.trials] == ["COMPLETE"] * N_TRIALS
+    assert [o.name for o in record.objectives] == ["recovery_pct", "output_throughput", "size_mb"]
+    assert record.space == "tiny" and record.engine == "hf" and record.model == "tiny-llama"
+    for trial in record.trials:
+        info = infos[trial.number]
+        assert re.fullmatch(r"search-[0-9a-f]{8}", info["recipe"]) and not info.get("error")
+        manifest = json.loads((Path(info["artifact_dir"]) / "manifest.json").read_text())
+        assert manifest["artifact_id"] == info["artifact_id"] and manifest["recipe"]["name"] == info["recipe"]
+        assert any(r.kind == "accuracy" and r.ok and r.artifact_id == info["artifact_id"] for r in rows)
+        recipe = yaml.safe_load(Path(info["recipe_path"]).read_text())
+        gptq = recipe["quant_stage"]["quant_modifiers"]["GPTQModifier"]
+        assert gptq["config_groups"]["group_0"]["weights"]["num_bits"] == {"w4a16": 4, "w8a8": 8}[trial.params["trial.scheme"]]
+        assert "python -m quantize recipe=file" in info["repro"] and "python -m evaluate model=" in info["repro"]
+        assert f"{SCENARIO}.yaml" in info["repro"]   # the repro line measures the speed, even where it was reused
+
+
+@pytest.mark.slow
+def test_the_values_are_those_of_the_rows_and_manifests(study):
+    record, infos, rows = study
+    for trial in record.trials:
+        info = infos[trial.number]
+        recovery, throughput, size = trial.values
+        accuracy = [r for r in rows if r.kind == "accuracy" and r.ok and r.artifact_id == info["artifact_id"]]
+        assert recovery == pytest.approx(accuracy[-1].metrics["recovery_pct"])
+        manifest = json.loads((Path(info["artifact_dir"]) / "manifest.json").read_text())
+        assert size == pytest.approx(manifest["bytes_on_disk"]["total"] / 1e6)
+        source = info["artifact_id"] if info["speed"] == "measured" else info["speed"].removeprefix("reused from ")
+        runs = [r.metrics["output_throughput"] for r in rows
+                if r.kind == "speed" and r.ok and r.artifact_id == source and r.scenario == SCENARIO]
+        assert runs and throughput == pytest.approx(mean_std(runs)[0])
+
+
+@pytest.mark.slow
+def test_speed_is_measured_once_per_kernel_path_and_reused_after(study):
+    record, infos, rows = study
+    speeds = [infos[t.number]["speed"] for t in record.trials]
+    assert speeds[0] == "measured" and any(s.startswith("reused from ") for s in speeds)
+    measured = {r.artifact_id: r for r in rows if r.kind == "speed" and r.ok}
+    paths = [speed.kernel_path(r.manifest) for r in measured.values()]
+    assert len(paths) == len(set(paths)), "two artifacts of one kernel path were both measured"
+    for trial in record.trials:
+        info = infos[trial.number]
+        if info["speed"] != "measured":
+            source = measured[info["speed"].removeprefix("reused from ")]
+            own = json.loads((Path(info["artifact_dir"]) / "manifest.json").read_text())
+            assert speed.kernel_path(source.manifest) == speed.kernel_path(own)
+    # trials that drew the same recipe share one artifact
+    by_recipe = {}
+    for info in infos.values():
+        by_recipe.setdefault(info["recipe"], set()).add(info["artifact_id"])
+    assert all(len(ids) == 1 for ids in by_recipe.values())
+
+
+def one_error_line(proc) -> str:
+    assert proc.returncode == 2, tail(proc)
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def test_an_unknown_search_space_is_one_line(tmp_path):
+    line = one_error_line(run_cli("evaluate.search", "search=no_such_space", f"results_dir={tmp_path}", cwd=tmp_path))
+    assert "unknown search 'no_such_space'" in line and "default" in line and "tiny" in line
+
+
+def test_kept_dense_groups_without_a_sensitivity_file_name_the_command(tiny_model, tmp_path):
+    res = tmp_path / "results"
+    proc = run_cli("evaluate.search", f"model={tiny_model}", "engine=hf", f"results_dir={res}", cwd=tmp_path)
+    line = one_error_line(proc)
+    assert SENSITIVITY_COMMAND in line and "keep_dense" in line
+    assert not (res / "search").exists()   # no study was started
+
+
+@pytest.mark.parametrize("args,says", [
+    (["scenario=cpu"], "one scenario"),                        # a set: the speed objective needs one
+    (["accuracy=none"], "recovery_pct needs an accuracy measurement"),
+])
+def test_a_search_that_cannot_run_stops_before_its_first_trial(tiny_model, tmp_path, args, says):
+    proc = run_cli("evaluate.search", "search=tiny", f"model={tiny_model}", "engine=hf", f"results_dir={tmp_path}",
+                   *args, cwd=tmp_path)
+    assert says in one_error_line(proc)
