@@ -94,7 +94,11 @@ def read(path: str | Path) -> SearchRecord:
 
 # What one trial's job built, written by the job itself (it may run on another
 # node) and joined into study.json by trial number when the sweeper snapshots.
-TRIAL_FIELDS = ("recipe", "recipe_path", "artifact_id", "artifact_dir", "speed", "repro", "error", "wall_s")
+# `values` (the objective values the job returned, in the objectives' order):
+# a sweeper killed before it told the study a finished trial's values takes
+# them from here when the study resumes, instead of running the trial again.
+TRIAL_FIELDS = ("recipe", "recipe_path", "artifact_id", "artifact_dir", "speed", "repro", "error", "wall_s",
+                "values")
 
 
 def trial_info_path(results_dir: Path, study: str, number: int) -> Path:

@@ -5,7 +5,9 @@
   name and storage loads the study, marks the trials a killed sweeper left
   RUNNING as FAIL (user attr `interrupted`), queues their parameters to run
   first (user attr `retry_of` on the new trial), and runs only the trials the
-  target still lacks. Finished trials (COMPLETE, PRUNED, FAIL other than
+  target still lacks. A left-RUNNING trial whose job had finished (its record
+  holds its values: a batch's first jobs, or Slurm jobs that ran on) is
+  completed with those values instead (user attr `recovered`). Finished trials (COMPLETE, PRUNED, FAIL other than
   interrupted) count; so a trial that fails on its own is not retried.
 - One sweeper per study at a time: the running one names itself in the
   study's user attr `sweeper` (host, pid, heartbeat every 30 s); another one
@@ -33,7 +35,7 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -57,10 +59,12 @@ log = logging.getLogger(__name__)
 TRIAL_KEY = "trial_number"     # the job's override: ++trial_number=<n>
 OWNER_ATTR = "sweeper"         # study user attr: the sweeper running the study now
 INTERRUPTED_ATTR = "interrupted"
+RECOVERED_ATTR = "recovered"
 RETRY_ATTR = "retry_of"
 ERROR_ATTR = "error"
 HEARTBEAT_S = 30
 STALE_S = 4 * HEARTBEAT_S      # another host's sweeper counts as gone after this long silent
+RECORD_CLOCK_SLACK_S = 60
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
@@ -86,10 +90,18 @@ class SearchSettings:
             space=str(get("search.name", "") or ""),
             engine=str(get("engine.name", "") or ""),
             model=str(get("model.name", "") or ""),
-            objectives=None if objectives is None else [
-                study_file.Objective(**plain(o)) for o in objectives],
+            objectives=None if objectives is None else [_objective(plain(o)) for o in objectives],
             hardware=get("hardware", {}) or {},
         )
+
+
+def _objective(entry: dict) -> study_file.Objective:
+    known = {f.name for f in fields(study_file.Objective)}
+    try:
+        return study_file.Objective(**{k: v for k, v in entry.items() if k in known})
+    except TypeError:
+        raise UserError(f"search.objectives entry {entry} lacks a name or direction; write it as "
+                        "{name: <metric>, direction: maximize|minimize, unit: <unit>}") from None
 
 
 class QuantbenchOptunaSweeper(OptunaSweeperImpl):
@@ -98,9 +110,6 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
         self.launcher = _RecordingLauncher(self.launcher, self._record_job_errors)
-        self.settings = SearchSettings.from_cfg(config)
-        self.study_name = self.study_name or OmegaConf.select(config, "search.name") or config.hydra.job.name
-        self.url = self.storage or storages.default_url(self.settings.results_dir, self.study_name)
         self.target = self.n_trials
         self.batch: list[Trial] = []
         self.progress: _Progress | None = None
@@ -114,18 +123,21 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
 
     def _sweep(self, arguments: list[str]) -> None:
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # its "created"/"using existing" lines: ours say more
+        self.settings = SearchSettings.from_cfg(self.config)
+        self.study_name = self.study_name or self.settings.space or self.config.hydra.job.name
+        self.url = self.storage or storages.default_url(self.settings.results_dir, self.study_name)
         self.storage = storages.open_storage(self.url)
         directions = self._get_directions()
         self.objectives = _objectives(self.settings.objectives, directions)
         study = _load_study(self.study_name, self.storage, directions, self.url)
         with _Ownership(study, self.url):
-            retried = _requeue_interrupted(study)
+            settled = _settle_interrupted(study, self.settings.results_dir, len(directions))
             done = len(_finished(study))
             self.n_trials = max(0, self.target - done)
             self.job_idx = _next_trial_number(study)  # job folders follow trial numbers across reruns
             if study.trials and hasattr(self.sampler, "reseed_rng"):
                 self.sampler.reseed_rng()  # a seeded sampler would repeat the first run's points
-            _log_start(study, self.url, self.target, done, retried, self.n_trials)
+            _log_start(study, self.url, self.target, done, settled, self.n_trials)
             self.progress = _Progress(self.target, done)
             try:
                 super().sweep(arguments)
@@ -220,7 +232,8 @@ def snapshot(study: optuna.Study, settings: SearchSettings, objectives: list[stu
 
 
 def _trial_record(trial: FrozenTrial, results_dir: Path, study: str) -> study_file.Trial:
-    info = study_file.read_trial_info(results_dir, study, trial.number)
+    info = _job_record(results_dir, study, trial)
+    info.pop("values", None)  # the study's own values are the ones told
     error = info.pop("error", None) or trial.user_attrs.get(ERROR_ATTR)
     if trial.user_attrs.get(INTERRUPTED_ATTR):
         error = error or trial.user_attrs[INTERRUPTED_ATTR]
@@ -230,6 +243,20 @@ def _trial_record(trial: FrozenTrial, results_dir: Path, study: str) -> study_fi
     return study_file.Trial(number=trial.number, state=trial.state.name, params=dict(trial.params),
                             values=list(trial.values) if trial.values is not None else None,
                             error=error, wall_s=wall_s, **info)
+
+
+def _job_record(results_dir: Path, study: str, trial: FrozenTrial) -> dict:
+    """The trial's job record, if this trial's job wrote it: one older than the
+    trial (a deleted study's, recreated under the same name) is not its own.
+    The slack allows for clocks of other hosts sharing the folder."""
+    path = study_file.trial_info_path(results_dir, study, trial.number)
+    try:
+        written = path.stat().st_mtime
+    except OSError:
+        return {}
+    if trial.datetime_start and written < trial.datetime_start.timestamp() - RECORD_CLOCK_SLACK_S:
+        return {}
+    return study_file.read_trial_info(results_dir, study, trial.number)
 
 
 def _study_wall_s(trials: list[FrozenTrial]) -> float | None:
@@ -275,21 +302,47 @@ def _finished(study: optuna.Study) -> list[FrozenTrial]:
             if not t.user_attrs.get(INTERRUPTED_ATTR)]
 
 
-def _requeue_interrupted(study: optuna.Study) -> list[int]:
-    """Mark the trials a dead sweeper left RUNNING as FAIL (interrupted) and
-    queue their parameters to run first. Only while this sweeper owns the study."""
+@dataclass(frozen=True)
+class Settled:
+    """What became of the trials a dead sweeper left RUNNING."""
+    recovered: list[int]    # their jobs had finished: values taken from the jobs' records
+    requeued: list[int]     # FAIL (interrupted); their parameters run again first
+
+
+def _settle_interrupted(study: optuna.Study, results_dir: Path, n_objectives: int) -> Settled:
+    """The trials a dead sweeper left RUNNING: a job that finished (its record
+    holds its values) completes its trial; the others are marked FAIL
+    (interrupted) and their parameters queued to run first. Only while this
+    sweeper owns the study."""
     storage = study._storage  # the study's own storage object: Optuna has no public way to fail another run's trial
     study_id = storage.get_study_id_from_name(study.study_name)
-    requeued = []
+    recovered, requeued = [], []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+        values = _finished_values(_job_record(results_dir, study.study_name, trial), n_objectives)
+        if values is not None:
+            storage.set_trial_user_attr(trial_id, RECOVERED_ATTR, "values from the job's record after the sweeper stopped")
+            study.tell(trial.number, values=values)
+            recovered.append(trial.number)
+            continue
         storage.set_trial_user_attr(trial_id, INTERRUPTED_ATTR,
                                     "interrupted: the sweeper stopped while this trial ran; run again")
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
         if trial.params:  # asked but never configured: nothing to repeat
             study.enqueue_trial(trial.params, user_attrs={RETRY_ATTR: trial.number})
         requeued.append(trial.number)
-    return requeued
+    return Settled(recovered, requeued)
+
+
+def _finished_values(info: dict, n_objectives: int) -> list[float] | None:
+    """A finished job's values from its record; None if it did not finish or failed."""
+    values = info.get("values")
+    if info.get("error") or not isinstance(values, list) or len(values) != n_objectives:
+        return None
+    try:
+        return [float(v) for v in values]
+    except (TypeError, ValueError):
+        return None
 
 
 def _next_trial_number(study: optuna.Study) -> int:
@@ -299,13 +352,21 @@ def _next_trial_number(study: optuna.Study) -> int:
     return min(waiting) if waiting else len(trials)
 
 
-def _log_start(study: optuna.Study, url: str, target: int, done: int, retried: list[int], to_run: int) -> None:
+def _log_start(study: optuna.Study, url: str, target: int, done: int, settled: Settled, to_run: int) -> None:
     where = f"study {study.study_name} in {storages.redact(url)}"
     if not study.trials:
         log.info("%s: new, %d trial(s) to run", where, target)
         return
-    again = f"; interrupted trial(s) {', '.join(map(str, retried))} run again first" if retried else ""
-    log.info("%s: resumed with %d of %d trial(s) finished, %d to run%s", where, done, target, to_run, again)
+    notes = ""
+    if settled.recovered:
+        notes += f"; trial(s) {_numbers(settled.recovered)} had finished: values from their jobs' records"
+    if settled.requeued:
+        notes += f"; interrupted trial(s) {_numbers(settled.requeued)} run again first"
+    log.info("%s: resumed with %d of %d trial(s) finished, %d to run%s", where, done, target, to_run, notes)
+
+
+def _numbers(numbers: list[int]) -> str:
+    return ", ".join(map(str, numbers))
 
 
 class _Progress:

@@ -73,41 +73,55 @@ def one_error_line(out: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+def ledger(tmp_path: Path) -> Counter:
+    """How often each trial number's toy job ran to the end."""
+    path = tmp_path / "ledger.txt"
+    return Counter(int(n) for n in path.read_text().split()) if path.exists() else Counter()
+
+
 def test_a_study_killed_with_kill_9_resumes_with_no_trial_lost_or_run_twice(tmp_path):
-    cmd = toy(tmp_path, "sleep_s=1.0")  # 6 trials, 2 a batch
+    cmd = toy(tmp_path, "sleep_s=1.5")  # 6 trials, 2 a batch, one job after the other
     db = tmp_path / "res" / "search" / "toy" / "study.db"
     first = subprocess.Popen(cmd, cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        wait_for(lambda: (s := trial_states(db))["COMPLETE"] >= 2 and s["RUNNING"] >= 1, first,
-                 "second batch running after two complete trials")
+        wait_for(lambda: trial_states(db)["RUNNING"] >= 1, first, "trial running")
         refused = one_error_line(run(cmd, tmp_path))  # one sweeper per study
         assert f"is being run by pid {first.pid} on {socket.gethostname()}" in refused and "toy" in refused
+        # Kill when a batch's first job has finished and its second runs: the study
+        # has not been told the first one's values yet.
+        wait_for(lambda: sum(ledger(tmp_path).values()) > trial_states(db)["COMPLETE"] >= 2, first,
+                 "a finished job not yet told, after two complete trials")
         os.kill(first.pid, signal.SIGKILL)
         first.wait(timeout=30)
     finally:
         if first.poll() is None:
             first.kill()
     killed = optuna.load_study(study_name="toy", storage=db_url(tmp_path)).trials
-    interrupted = {t.number: t.params for t in killed if t.state == optuna.trial.TrialState.RUNNING}
-    done = sum(t.state == optuna.trial.TrialState.COMPLETE for t in killed)
-    assert interrupted and done >= 2
+    left_running = {t.number: t.params for t in killed if t.state == optuna.trial.TrialState.RUNNING}
+    finished_untold = sorted(set(left_running) & set(ledger(tmp_path)))
+    cut_short = sorted(set(left_running) - set(finished_untold))
+    assert finished_untold and cut_short
 
     again = run(cmd, tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert (f"resumed with {done} of 6 trial(s) finished, {6 - done} to run; interrupted trial(s) "
-            f"{', '.join(map(str, sorted(interrupted)))} run again first") in again.stdout
+    done = sum(t.state == optuna.trial.TrialState.COMPLETE for t in killed) + len(finished_untold)
+    assert (f"resumed with {done} of 6 trial(s) finished, {6 - done} to run; trial(s) "
+            f"{', '.join(map(str, finished_untold))} had finished: values from their jobs' records; "
+            f"interrupted trial(s) {', '.join(map(str, cut_short))} run again first") in again.stdout
     study = optuna.load_study(study_name="toy", storage=db_url(tmp_path))
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(complete) == 6
+    assert all(study.trials[n].user_attrs.get("recovered") and study.trials[n].state.name == "COMPLETE"
+               for n in finished_untold)
     failed = {t.number: t for t in study.trials if t.state == optuna.trial.TrialState.FAIL}
-    assert set(failed) == set(interrupted) and all(t.user_attrs.get("interrupted") for t in failed.values())
-    for number, params in interrupted.items():  # each interrupted trial ran again, once, with its parameters
+    assert sorted(failed) == cut_short and all(t.user_attrs.get("interrupted") for t in failed.values())
+    for number in cut_short:  # each interrupted trial ran again, once, with its parameters
         retries = [t for t in complete if t.user_attrs.get("retry_of") == number]
-        assert len(retries) == 1 and retries[0].params == params
-    ran = Counter(int(n) for n in (tmp_path / "ledger.txt").read_text().split())
-    assert ran == Counter(t.number for t in complete)  # every completed trial ran to the end exactly once
+        assert len(retries) == 1 and retries[0].params == left_running[number]
+    # Every completed trial ran to the end exactly once, and no other job did.
+    assert ledger(tmp_path) == Counter(t.number for t in complete)
     # Job folders follow trial numbers, so the rerun wrote beside the first run's, not over them.
-    assert {int(p.name) for p in (tmp_path / "sweep").iterdir() if p.name.isdigit()} >= set(ran)
+    assert {int(p.name) for p in (tmp_path / "sweep").iterdir() if p.name.isdigit()} >= {t.number for t in complete}
 
     record = study_file.read(study_file.path_for(tmp_path / "res", "toy"))
     assert record.n_trials == 6 and record.storage == db_url(tmp_path)
@@ -149,6 +163,9 @@ BAD = {
     "directions": (lambda tmp, port: ["hydra.sweeper.direction=[maximize,minimize]"],
                    lambda port: ["search.objectives (loss: minimize, distance: minimize) do not match",
                                  "set hydra.sweeper.direction to ['minimize', 'minimize']"]),
+    "objective": (lambda tmp, port: ["search.objectives=[{unit: MB}]"],
+                  lambda port: ["search.objectives entry {'unit': 'MB'} lacks a name or direction",
+                                "{name: <metric>, direction: maximize|minimize, unit: <unit>}"]),
 }
 
 

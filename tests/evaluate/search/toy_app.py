@@ -31,10 +31,11 @@ def _trial(cfg) -> list[float]:
     if number in list(cfg.fail_trials):
         raise UserError(f"toy trial {number} fails on purpose; drop it from fail_trials")
     x, k = float(cfg.x), int(cfg.k)
-    study_file.write_trial_info(cfg.results_dir, cfg.study, number,
-                                {"recipe": f"toy-k{k}", "wall_s": round(time.monotonic() - started, 2)})
+    values = [x * x + k, (x - 2) ** 2]
+    study_file.write_trial_info(cfg.results_dir, cfg.study, number, {
+        "recipe": f"toy-k{k}", "wall_s": round(time.monotonic() - started, 2), "values": values})
     atomic.append_line(cfg.ledger, str(number))
-    return [x * x + k, (x - 2) ** 2]
+    return values
 
 
 if __name__ == "__main__":
