@@ -29,6 +29,7 @@ Hydra instantiates sweepers only from its `hydra_plugins` namespace:
 conf/hydra/sweeper/quantbench_optuna.yaml names
 hydra_plugins.quantbench_sweepers.sweeper.QuantbenchSweeper, which builds this
 class (the preset's `impl`)."""
+import json
 import logging
 import os
 import socket
@@ -161,10 +162,11 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
 
     def _batch_told(self, study: optuna.Study) -> None:
         """After the plugin told the batch's results to the study: progress and snapshot."""
-        if self.batch and self.progress:
-            numbers = {t.number for t in self.batch}
-            states = [t.state.name for t in study.get_trials(deepcopy=False) if t.number in numbers]
-            log.info(self.progress.line(len(_finished(study)), states, [t.number for t in self.batch]))
+        numbers = {t.number for t in self.batch}
+        states = [t.state for t in study.get_trials(deepcopy=False) if t.number in numbers]
+        if states and self.progress and all(state.is_finished() for state in states):  # not when stopped mid-batch
+            log.info(self.progress.line(len(_finished(study)), [state.name for state in states],
+                                        sorted(numbers)))
         self.batch = []
         self._snapshot(study)
 
@@ -211,7 +213,6 @@ def job_error(ret: JobReturn, n_objectives: int) -> str | None:
 
 
 def _failure_file_error(ret: JobReturn) -> str | None:
-    import json
     try:
         folder = Path(ret.hydra_cfg.hydra.runtime.output_dir)
         return json.loads((folder / FAILURE_FILE).read_text())["error"]
@@ -321,7 +322,8 @@ def _settle_interrupted(study: optuna.Study, results_dir: Path, n_objectives: in
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
         values = _finished_values(_job_record(results_dir, study.study_name, trial), n_objectives)
         if values is not None:
-            storage.set_trial_user_attr(trial_id, RECOVERED_ATTR, "values from the job's record after the sweeper stopped")
+            storage.set_trial_user_attr(trial_id, RECOVERED_ATTR,
+                                        "values from the job's record after the sweeper stopped")
             study.tell(trial.number, values=values)
             recovered.append(trial.number)
             continue
@@ -382,7 +384,8 @@ class _Progress:
         ran = done - self.done_before
         left = max(0, self.target - done)
         eta = duration(elapsed / ran * left) if ran > 0 else "unknown"
-        which = f"trial {done}/{self.target}" if len(states) == 1 else f"trials {done - len(states) + 1}-{done}/{self.target}"
+        first = done - len(states) + 1
+        which = f"trial {done}/{self.target}" if first == done else f"trials {first}-{done}/{self.target}"
         shown = ", ".join(f"#{n} {s}" for n, s in zip(numbers, states))
         return f"{which} done ({shown}), elapsed {duration(elapsed)}, ETA {eta if left else '0 s'}"
 

@@ -151,32 +151,39 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-BAD = {
-    "unreachable MariaDB": (lambda tmp, port: [f"hydra.sweeper.storage='mysql+pymysql://optuna:s3cret@127.0.0.1:{port}/optuna'"],
-                            lambda port: [f"cannot open the study storage mysql+pymysql://optuna:***@127.0.0.1:{port}/optuna",
-                                          "Can't connect", "scripts/slurm_local.sh start"]),
-    "unwritable folder": (lambda tmp, port: [f"results_dir={tmp / 'a-file' / 'res'}"],
-                          lambda port: ["cannot create the folder of the study storage sqlite:///", "a-file",
-                                        "set results_dir or hydra.sweeper.storage"]),
-    "not a URL": (lambda tmp, port: ["hydra.sweeper.storage=nonsense"],
-                  lambda port: ["hydra.sweeper.storage=nonsense is not a database URL", "sqlite:///<file>"]),
-    "directions": (lambda tmp, port: ["hydra.sweeper.direction=[maximize,minimize]"],
-                   lambda port: ["search.objectives (loss: minimize, distance: minimize) do not match",
-                                 "set hydra.sweeper.direction to ['minimize', 'minimize']"]),
-    "objective": (lambda tmp, port: ["search.objectives=[{unit: MB}]"],
-                  lambda port: ["search.objectives entry {'unit': 'MB'} lacks a name or direction",
-                                "{name: <metric>, direction: maximize|minimize, unit: <unit>}"]),
-}
+def bad_input(case: str, tmp_path: Path, port: int) -> tuple[list[str], list[str]]:
+    """A case's overrides, and what its one error line must say."""
+    mariadb = f"mysql+pymysql://optuna:s3cret@127.0.0.1:{port}/optuna"
+    return {
+        "unreachable MariaDB": (
+            [f"hydra.sweeper.storage='{mariadb}'"],
+            [f"cannot open the study storage {mariadb.replace('s3cret', '***')}", "Can't connect",
+             "scripts/slurm_local.sh start"]),
+        "unwritable folder": (
+            [f"results_dir={tmp_path / 'a-file' / 'res'}"],
+            ["cannot create the folder of the study storage sqlite:///", "a-file",
+             "set results_dir or hydra.sweeper.storage"]),
+        "not a URL": (
+            ["hydra.sweeper.storage=nonsense"],
+            ["hydra.sweeper.storage=nonsense is not a database URL", "sqlite:///<file>"]),
+        "directions": (
+            ["hydra.sweeper.direction=[maximize,minimize]"],
+            ["search.objectives (loss: minimize, distance: minimize) do not match",
+             "set hydra.sweeper.direction to ['minimize', 'minimize']"]),
+        "objective": (
+            ["search.objectives=[{unit: MB}]"],
+            ["search.objectives entry {'unit': 'MB'} lacks a name or direction",
+             "{name: <metric>, direction: maximize|minimize, unit: <unit>}"]),
+    }[case]
 
 
-@pytest.mark.parametrize("case", list(BAD))
+@pytest.mark.parametrize("case", ["unreachable MariaDB", "unwritable folder", "not a URL", "directions", "objective"])
 def test_a_storage_or_setting_that_cannot_work_stops_before_any_trial_with_one_line(tmp_path, case):
     (tmp_path / "a-file").write_text("in the way\n")
-    port = free_port()
-    overrides, expected = BAD[case]
-    out = run(toy(tmp_path, *overrides(tmp_path, port)), tmp_path)
+    overrides, expected = bad_input(case, tmp_path, free_port())
+    out = run(toy(tmp_path, *overrides), tmp_path)
     line = one_error_line(out)
-    assert all(part in line for part in expected(port)), line
+    assert all(part in line for part in expected), line
     assert "s3cret" not in out.stdout + out.stderr
     assert not (tmp_path / "ledger.txt").exists() and not list(tmp_path.glob("sweep/*/.hydra"))
     assert not list(tmp_path.glob("res/search/*/study.json"))
@@ -193,7 +200,8 @@ def test_a_job_that_gives_no_usable_values_has_its_reason_in_one_line():
     assert job_error(returned(3.5), 1) is None
     assert job_error(returned([1.0]), 2) == "the job returned 1 value(s) for 2 objective(s)"
     assert job_error(returned(["fast", 1.0]), 2) == "the job returned ['fast', 1.0], not 2 number(s)"
-    assert job_error(returned(RuntimeError("engine died\nat line 3"), JobStatus.FAILED), 2) == "RuntimeError: engine died"
+    died = returned(RuntimeError("engine died\nat line 3"), JobStatus.FAILED)
+    assert job_error(died, 2) == "RuntimeError: engine died"
     assert job_error(returned(None), 2) == "the job returned nothing"
 
 
