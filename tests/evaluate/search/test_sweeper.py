@@ -101,6 +101,9 @@ def test_a_study_killed_with_kill_9_resumes_with_no_trial_lost_or_run_twice(tmp_
     finished_untold = sorted(set(left_running) & set(ledger(tmp_path)))
     cut_short = sorted(set(left_running) - set(finished_untold))
     assert finished_untold and cut_short
+    # study.json was rewritten when each batch started: it shows the study as the kill left it.
+    snapshot = study_file.read(study_file.path_for(tmp_path / "res", "toy"))
+    assert {t.number: t.state for t in snapshot.trials} == {t.number: t.state.name for t in killed}
 
     again = run(cmd, tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
