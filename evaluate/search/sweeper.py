@@ -290,11 +290,14 @@ def _objectives(configured: list[study_file.Objective] | None,
 
 
 def _load_study(name: str, storage, directions: list[str], url: str) -> optuna.Study:
-    try:
-        return optuna.create_study(study_name=name, storage=storage, directions=directions, load_if_exists=True)
-    except ValueError as e:  # e.g. the stored study was made with other directions
-        raise UserError(f"study {name} in {storages.redact(url)} does not fit this search ({e}); "
-                        "use another hydra.sweeper.study_name, or the same objectives as before") from None
+    """The study, new or stored; a stored one must optimize the same directions
+    (Optuna would load it as it is, and the values would be judged the wrong way)."""
+    study = optuna.create_study(study_name=name, storage=storage, directions=directions, load_if_exists=True)
+    stored = [d.name.lower() for d in study.directions]
+    if stored != directions:
+        raise UserError(f"study {name} in {storages.redact(url)} optimizes {stored}, this search {directions}; "
+                        "use another hydra.sweeper.study_name for the new objectives, or the old ones to resume it")
+    return study
 
 
 def _finished(study: optuna.Study) -> list[FrozenTrial]:

@@ -173,6 +173,10 @@ def bad_input(case: str, tmp_path: Path, port: int) -> tuple[list[str], list[str
             ["hydra.sweeper.direction=[maximize,minimize]"],
             ["search.objectives (loss: minimize, distance: minimize) do not match",
              "set hydra.sweeper.direction to ['minimize', 'minimize']"]),
+        "stored directions": (
+            [],
+            [f"study toy in {db_url(tmp_path)} optimizes ['maximize', 'minimize'], this search "
+             "['minimize', 'minimize']; use another hydra.sweeper.study_name"]),
         "objective": (
             ["search.objectives=[{unit: MB}]"],
             ["search.objectives entry {'unit': 'MB'} lacks a name or direction",
@@ -180,9 +184,13 @@ def bad_input(case: str, tmp_path: Path, port: int) -> tuple[list[str], list[str
     }[case]
 
 
-@pytest.mark.parametrize("case", ["unreachable MariaDB", "unwritable folder", "not a URL", "directions", "objective"])
+@pytest.mark.parametrize("case", ["unreachable MariaDB", "unwritable folder", "not a URL", "directions", "objective",
+                                  "stored directions"])
 def test_a_storage_or_setting_that_cannot_work_stops_before_any_trial_with_one_line(tmp_path, case):
     (tmp_path / "a-file").write_text("in the way\n")
+    if case == "stored directions":  # a study of the same name made for other objectives
+        (tmp_path / "res" / "search" / "toy").mkdir(parents=True)
+        optuna.create_study(study_name="toy", storage=db_url(tmp_path), directions=["maximize", "minimize"])
     overrides, expected = bad_input(case, tmp_path, free_port())
     out = run(toy(tmp_path, *overrides), tmp_path)
     line = one_error_line(out)
