@@ -14,6 +14,7 @@ ENTRY_FUNCTIONS = {
     ("evaluate/capabilities.py", "_hydra_main"), ("evaluate/capabilities.py", "from_cfg"),
     ("evaluate/report/__main__.py", "_hydra_main"),
     ("quantize/cli.py", "_hydra_main"), ("quantize/cli.py", "_quantize"),
+    ("quantize/sensitivity/__main__.py", "_hydra_main"), ("quantize/sensitivity/__main__.py", "_sensitivity"),
     ("quantize/propose/cli.py", "_hydra_main"), ("quantize/propose/cli.py", "_propose"),
     ("quantize/common/jobs.py", "run_job"),
 }

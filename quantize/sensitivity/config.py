@@ -1,0 +1,47 @@
+"""The sensitivity stage's settings as typed objects: the entry point
+converts the composed Hydra config once into a SensitivityConfig."""
+from dataclasses import dataclass
+
+from quantize.common.errors import UserError
+from quantize.common.paths import check_output_dir
+from quantize.common.recipe_choices import RecipeChoice
+from quantize.config import ModelChoice
+
+
+@dataclass(frozen=True)
+class TextConfig:
+    """The held-out text: `source` = austen (the `books`) or a local .txt file."""
+    source: str
+    books: list[str]
+    num_windows: int
+    window_len: int
+
+    @classmethod
+    def from_config(cls, values: dict) -> "TextConfig":
+        text = cls(source=str(values["source"]), books=[str(b) for b in values.get("books") or []],
+                   num_windows=int(values["num_windows"]), window_len=int(values["window_len"]))
+        if text.num_windows < 1 or text.window_len < 2:
+            raise UserError(f"text.num_windows={text.num_windows}, text.window_len={text.window_len}: "
+                            "set at least 1 window of at least 2 tokens")
+        return text
+
+
+@dataclass(frozen=True)
+class SensitivityConfig:
+    """conf/sensitivity.yaml with its model and recipe groups."""
+    model: ModelChoice
+    recipe: RecipeChoice
+    text: TextConfig
+    results_dir: str
+    force: bool = False
+    trust_remote_code: bool = False
+
+    @classmethod
+    def from_config(cls, values: dict) -> "SensitivityConfig":
+        """From the composed config as plain, resolved values (extensions.plain)."""
+        check_output_dir(values["results_dir"], "results_dir=<a directory>")
+        return cls(model=ModelChoice.from_config(values["model"]),
+                   recipe=RecipeChoice.from_config(values["recipe"]),
+                   text=TextConfig.from_config(values["text"]), results_dir=str(values["results_dir"]),
+                   force=bool(values.get("force", False)),
+                   trust_remote_code=bool(values.get("trust_remote_code", False)))

@@ -1,0 +1,103 @@
+"""model + recipe + held-out text -> the sensitivity file (JSON, CSV and
+heat map), skipped when one for the same weights, scheme and text exists."""
+import logging
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from quantize import pipeline, recipe as recipes
+from quantize.common import fingerprint, sensitivity_file
+from quantize.common.checkpoint import weight_files
+from quantize.common.dtypes import checkpoint_dtype, compute_dtype
+from quantize.common.errors import UserError
+from quantize.common.heldout import held_out_text, windows
+from quantize.common.paths import resolve
+from quantize.common.progress import duration
+from quantize.common.provenance import hardware, sha256_bytes, versions
+from quantize.common.sensitivity_plot import draw_heatmap
+from quantize.sensitivity import measure, scheme as schemes
+from quantize.sensitivity.config import SensitivityConfig, TextConfig
+
+log = logging.getLogger("quantbench.sensitivity")
+SHOWN = 10  # most sensitive cells printed at the end
+
+
+def run(config: SensitivityConfig) -> Path:
+    """Measure (or find) the sensitivity file; return its JSON's path."""
+    start = time.perf_counter()
+    model_dir = pipeline._model_dir(config.model.path)
+    recipe = recipes.load(config.recipe)
+    scheme = schemes.from_recipe(recipe)
+    tokenizer = pipeline._load_tokenizer(model_dir, config.trust_remote_code)
+    text, text_record = _held_out(config.text, tokenizer)
+    weights_hash = fingerprint.compute(weight_files(model_dir)).sha256
+    folder = sensitivity_file.folder_for(resolve(config.results_dir), config.model.name, scheme.key, weights_hash)
+    existing = _existing(folder, text_record)
+    if existing and not config.force:
+        print(f"sensitivity of {config.model.name} under {scheme.key} on this text is already measured: "
+              f"{existing} (force=true remeasures)")
+        return existing
+    cells, baseline = _measure(model_dir, config.trust_remote_code, scheme, text)
+    result = sensitivity_file.Sensitivity(
+        model_name=config.model.name, model_path=str(model_dir), weights_hash=weights_hash, recipe=recipe.name,
+        scheme_key=scheme.key, scheme=scheme.as_dict(), text=text_record, cells=cells, baseline_kl=baseline,
+        wall_s=round(time.perf_counter() - start, 1),
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"), versions=versions(), hardware=hardware())
+    draw_heatmap(result, folder / "sensitivity.png")  # before the JSON: a JSON means a complete folder
+    path = sensitivity_file.write(folder, result)
+    _summary(result, folder)
+    return path
+
+
+def _held_out(text_config: TextConfig, tokenizer) -> tuple[list[list[int]], dict]:
+    """The windows to score (a text too short is a one-line error) and how the file records them."""
+    text = held_out_text(text_config.source, text_config.books, key="text.source")
+    wins = windows(tokenizer, text, text_config.num_windows, text_config.window_len, group="text")
+    source = text_config.source if text_config.source == "austen" else str(resolve(text_config.source))
+    record = {"source": source, "books": list(text_config.books) if source == "austen" else [],
+              "num_windows": text_config.num_windows, "window_len": text_config.window_len,
+              "scored_tokens": text_config.num_windows * (text_config.window_len - 1),
+              "sha256": sha256_bytes(text.encode())}
+    return wins, record
+
+
+def _existing(folder: Path, text_record: dict) -> Path | None:
+    """The file already measured for this model and scheme on the same text, if any."""
+    path = folder / sensitivity_file.FILE
+    if not path.is_file():
+        return None
+    try:
+        found = sensitivity_file.read(path)
+    except UserError as e:
+        log.warning("remeasuring: %s", e)
+        return None
+    if found.text != text_record:
+        log.info("remeasuring: %s was measured on other text (%s)", path, found.text)
+        return None
+    return path
+
+
+def _measure(model_dir: Path, trust_remote_code: bool, scheme: schemes.WeightScheme,
+             wins: list[list[int]]) -> tuple[list[sensitivity_file.Cell], float]:
+    import torch
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = compute_dtype(checkpoint_dtype(model_dir), "auto", device)
+    model = pipeline._load_model(model_dir, trust_remote_code).to(device=device, dtype=dtype).eval()
+    log.info("computing in %s on %s: %d windows x %d tokens", dtype, device, len(wins), len(wins[0]))
+    runner = measure.LayerwiseModel(model, wins)
+    groups = measure.groups(model, scheme)
+    measured, baseline = measure.measure(runner, groups, scheme.weights)
+    cells = [sensitivity_file.Cell(layer=m.layer, group=m.group, modules=m.modules, kl=m.kl, params=m.params)
+             for m in measured]
+    return cells, baseline
+
+
+def _summary(result: sensitivity_file.Sensitivity, folder: Path) -> None:
+    print(f"sensitivity of {result.model_name} under {result.scheme_key} ({len(result.cells)} cells, "
+          f"{result.text['scored_tokens']} scored tokens) in {duration(result.wall_s)}:")
+    for name in (sensitivity_file.FILE, "sensitivity.csv", "sensitivity.png"):
+        print(f"  {folder / name}")
+    print(f"every cell quantized at once: KL {result.baseline_kl:.4g} nats/token")
+    print(f"{SHOWN} most sensitive cells (KL, nats/token):")
+    for cell in result.ranked()[:SHOWN]:
+        print(f"  layer {cell.layer:>3}  {cell.group:<24} {cell.kl:.4g}")
