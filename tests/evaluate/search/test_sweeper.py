@@ -121,6 +121,9 @@ def test_a_study_killed_with_kill_9_resumes_with_no_trial_lost_or_run_twice(tmp_
     for number in cut_short:  # each interrupted trial ran again, once, with its parameters
         retries = [t for t in complete if t.user_attrs.get("retry_of") == number]
         assert len(retries) == 1 and retries[0].params == left_running[number]
+    # The seeded sampler was reseeded on resume: no fresh trial repeats an earlier one's point.
+    fresh = [t.params["x"] for t in study.trials if t.params and "retry_of" not in t.user_attrs]
+    assert len(set(fresh)) == len(fresh)
     # Every completed trial ran to the end exactly once, and no other job did.
     assert ledger(tmp_path) == Counter(t.number for t in complete)
     # Job folders follow trial numbers, so the rerun wrote beside the first run's, not over them.
