@@ -7,8 +7,9 @@
   first (user attr `retry_of` on the new trial), and runs only the trials the
   target still lacks. A left-RUNNING trial whose job had finished (its record
   holds its values: a batch's first jobs, or Slurm jobs that ran on) is
-  completed with those values instead (user attr `recovered`). Finished trials (COMPLETE, PRUNED, FAIL other than
-  interrupted) count; so a trial that fails on its own is not retried.
+  completed with those values instead (user attr `recovered`). Finished
+  trials (COMPLETE, PRUNED, FAIL other than interrupted) count towards the
+  target; so a trial that fails on its own is not retried.
 - One sweeper per study at a time: the running one names itself in the
   study's user attr `sweeper` (host, pid, heartbeat every 30 s); another one
   started on the same study refuses with one line while that process lives
