@@ -28,8 +28,11 @@ def run(config: SensitivityConfig) -> Path:
     model_dir = pipeline._model_dir(config.model.path)
     recipe = recipes.load(config.recipe)
     scheme = schemes.from_recipe(recipe)
-    tokenizer = pipeline._load_tokenizer(model_dir, config.trust_remote_code)
-    text, text_record = _held_out(config.text, tokenizer)
+    if set(recipe.modifiers) != {"QuantizationModifier"}:
+        log.info("recipe %s runs %s; sensitivity applies its weight scheme by round-to-nearest only "
+                 "(no calibration, smoothing or pruning)", recipe.name, ", ".join(recipe.modifiers))
+    text = held_out_text(config.text.source, config.text.books, key="text.source")
+    text_record = _text_record(config.text, text)
     weights_hash = fingerprint.compute(weight_files(model_dir)).sha256
     folder = sensitivity_file.folder_for(resolve(config.results_dir), config.model.name, scheme.key, weights_hash)
     existing = _existing(folder, text_record)
@@ -37,7 +40,9 @@ def run(config: SensitivityConfig) -> Path:
         print(f"sensitivity of {config.model.name} under {scheme.key} on this text is already measured: "
               f"{existing} (force=true remeasures)")
         return existing
-    cells, baseline = _measure(model_dir, config.trust_remote_code, scheme, text)
+    tokenizer = pipeline._load_tokenizer(model_dir, config.trust_remote_code)
+    wins = windows(tokenizer, text, config.text.num_windows, config.text.window_len, group="text")
+    cells, baseline = _measure(model_dir, config.trust_remote_code, scheme, wins)
     result = sensitivity_file.Sensitivity(
         model_name=config.model.name, model_path=str(model_dir), weights_hash=weights_hash, recipe=recipe.name,
         scheme_key=scheme.key, scheme=scheme.as_dict(), text=text_record, cells=cells, baseline_kl=baseline,
@@ -49,16 +54,13 @@ def run(config: SensitivityConfig) -> Path:
     return path
 
 
-def _held_out(text_config: TextConfig, tokenizer) -> tuple[list[list[int]], dict]:
-    """The windows to score (a text too short is a one-line error) and how the file records them."""
-    text = held_out_text(text_config.source, text_config.books, key="text.source")
-    wins = windows(tokenizer, text, text_config.num_windows, text_config.window_len, group="text")
+def _text_record(text_config: TextConfig, text: str) -> dict:
+    """The held-out text as the file records it: a rerun on other text remeasures."""
     source = text_config.source if text_config.source == "austen" else str(resolve(text_config.source))
-    record = {"source": source, "books": list(text_config.books) if source == "austen" else [],
-              "num_windows": text_config.num_windows, "window_len": text_config.window_len,
-              "scored_tokens": text_config.num_windows * (text_config.window_len - 1),
-              "sha256": sha256_bytes(text.encode())}
-    return wins, record
+    return {"source": source, "books": list(text_config.books) if source == "austen" else [],
+            "num_windows": text_config.num_windows, "window_len": text_config.window_len,
+            "scored_tokens": text_config.num_windows * (text_config.window_len - 1),
+            "sha256": sha256_bytes(text.encode())}
 
 
 def _existing(folder: Path, text_record: dict) -> Path | None:

@@ -100,3 +100,15 @@ def test_the_heat_map_is_written_as_its_suffix_says(tmp_path):
     with pytest.raises(UserError, match="name a .png or .svg file"):
         draw_heatmap(sensitivity(), tmp_path / "map.pdf")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["map.png", "map.svg"]
+
+
+def test_a_file_counts_as_measured_only_for_the_same_text(tmp_path):
+    from quantize.sensitivity.run import _existing
+    text = {"source": "austen", "books": ["persuasion"], "num_windows": 4, "window_len": 128,
+            "scored_tokens": 508, "sha256": "00"}
+    measured = sensitivity()
+    path = sensitivity_file.write(tmp_path, sensitivity_file.Sensitivity(**{**vars(measured), "text": text}))
+    assert _existing(tmp_path, text) == path
+    assert _existing(tmp_path, {**text, "num_windows": 8}) is None
+    path.write_text("{ damaged")
+    assert _existing(tmp_path, text) is None
