@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from quantize.common.errors import UserError
 from quantize.common.progress import duration
+from quantize.common.sensitivity_file import Cell
 from quantize.sensitivity import scheme as schemes
 
 log = logging.getLogger("quantbench.sensitivity")
@@ -28,15 +29,6 @@ class Group:
     @property
     def params(self) -> int:
         return sum(m.weight.numel() for m in self.modules.values())
-
-
-@dataclass(frozen=True)
-class Measured:
-    layer: int
-    group: str
-    modules: list[str]
-    kl: float        # nats per scored token
-    params: int
 
 
 def decoder_layers(model):
@@ -172,7 +164,7 @@ class KL:
         return (self.neg_entropy - cross) / self.tokens
 
 
-def measure(runner: LayerwiseModel, cells: list[Group], weight_args) -> tuple[list[Measured], float]:
+def measure(runner: LayerwiseModel, cells: list[Group], weight_args) -> tuple[list[Cell], float]:
     """Every cell's KL, and the KL with every cell quantized at once."""
     kl = KL(runner.reference_logits)
     work = {layer: runner.work(layer) for layer in {c.layer for c in cells}}
@@ -181,7 +173,8 @@ def measure(runner: LayerwiseModel, cells: list[Group], weight_args) -> tuple[li
     for k, cell in enumerate(cells, 1):
         with quantized([cell], weight_args):
             value = kl(runner.logits_from(cell.layer))
-        measured.append(Measured(cell.layer, cell.name, list(cell.modules), value, cell.params))
+        measured.append(Cell(layer=cell.layer, group=cell.name, modules=list(cell.modules), kl=value,
+                             params=cell.params))
         done += work[cell.layer]
         if k == len(cells) or cells[k].layer != cell.layer:
             _progress(k, len(cells), time.perf_counter() - start, done / total)

@@ -86,12 +86,8 @@ def _measure(model_dir: Path, trust_remote_code: bool, scheme: schemes.WeightSch
     dtype = compute_dtype(checkpoint_dtype(model_dir), "auto", device)
     model = pipeline._load_model(model_dir, trust_remote_code).to(device=device, dtype=dtype).eval()
     log.info("computing in %s on %s: %d windows x %d tokens", dtype, device, len(wins), len(wins[0]))
-    runner = measure.LayerwiseModel(model, wins)
     groups = measure.groups(model, scheme)
-    measured, baseline = measure.measure(runner, groups, scheme.weights)
-    cells = [sensitivity_file.Cell(layer=m.layer, group=m.group, modules=m.modules, kl=m.kl, params=m.params)
-             for m in measured]
-    return cells, baseline
+    return measure.measure(measure.LayerwiseModel(model, wins), groups, scheme.weights)
 
 
 def _summary(result: sensitivity_file.Sensitivity, folder: Path) -> None:
