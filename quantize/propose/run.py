@@ -103,7 +103,7 @@ def header(p: Proposal, sens: Sensitivity, base_text: str, config: ProposeConfig
         "KL of each group quantized alone).",
         f"Target: {p.target.text}; k = {c.k}.",
         f"Estimated KL: {c.kl_nats:.4g} nats per token, taking KL as additive over groups: the base recipe's "
-        f"{choose.base_kl(sens):.4g} nats ({_base_kl_source(sens)}) minus each kept group's own KL.",
+        f"{choose.base_kl(sens):.4g} nats ({_base_kl_source(sens)}) minus each kept group's own KL{_scaled(sens)}.",
         f"Estimated size: {c.size_bytes / choose.MB:.2f} MB (base recipe {p.uniform.bytes / choose.MB:.2f} MB, "
         f"{p.uniform.source}).",
         "Measure the truth:",
@@ -162,6 +162,11 @@ def next_commands(p: Proposal, config: ProposeConfig) -> list[str]:
     recipe_arg = p.name if Path(config.recipes_dir) == RECIPES_DIR else str(p.path)
     extra = _model_args(config)
     return [f"python -m {stage} recipe={shlex.quote(recipe_arg)}{extra}" for stage in ("quantize", "evaluate")]
+
+
+def _scaled(sens: Sensitivity) -> str:
+    scale = choose.interaction_scale(sens)
+    return "" if abs(scale - 1) < 1e-6 else f" x {scale:.3g} (measured all-at-once / sum of the groups' own)"
 
 
 def _base_kl_source(sens: Sensitivity) -> str:

@@ -59,14 +59,19 @@ def test_max_kl_keeps_the_fewest_groups_that_reach_it(tmp_path, tiny_model, stor
     assert proposal.path == tmp_path / "recipes" / f"w4a16_gptq_keep{k}.yaml"
 
 
-def test_max_kl_out_of_reach_names_the_closest_reachable_value(tmp_path, tiny_model):
+def test_interacting_groups_scale_each_groups_share(tmp_path, tiny_model):
+    """Measured with every group quantized, the KL is more than the groups'
+    sum (0.72): each kept group removes its KL x 0.9 / 0.72."""
     results = tmp_path / "results"
-    # measured with every group quantized: more than the groups' sum (they interact), so 0.9 - 0.72 stays
     write_sensitivity(results, tiny_model, cells_with_kl(tiny_model, planted_kl), baseline_kl=0.9)
-    with pytest.raises(UserError, match=r"max_kl=0\.1 nats is out of reach.*use max_kl=0\.18 or more"):
-        run(config(tmp_path, tiny_model, results, "max_kl", 0.1))
-    assert not (tmp_path / "recipes").exists()
-    assert run(config(tmp_path, tiny_model, results, "max_kl", 0.18)).chosen.k == 14
+
+    def chosen(max_kl):
+        return run(config(tmp_path, tiny_model, results, "max_kl", max_kl, force=True)).chosen
+
+    assert chosen(0.9).k == 0
+    assert (chosen(0.40).k, chosen(0.40).kl_nats) == (1, pytest.approx(0.40))
+    assert (chosen(0.15).k, chosen(0.15).kl_nats) == (2, pytest.approx(0.15))
+    assert (chosen(0).k, chosen(0).kl_nats) == (14, 0)
 
 
 def test_max_size_keeps_the_most_groups_that_fit(tmp_path, tiny_model, store):
