@@ -35,7 +35,7 @@ def run(config: SensitivityConfig) -> Path:
     text_record = _text_record(config.text, text)
     weights_hash = fingerprint.compute(weight_files(model_dir)).sha256
     folder = sensitivity_file.folder_for(resolve(config.results_dir), config.model.name, scheme.key, weights_hash)
-    existing = _existing(folder, text_record)
+    existing = _existing(folder, text_record, scheme.as_dict())
     if existing and not config.force:
         print(f"sensitivity of {config.model.name} under {scheme.key} on this text is already measured: "
               f"{existing} (force=true remeasures)")
@@ -63,7 +63,7 @@ def _text_record(text_config: TextConfig, text: str) -> dict:
             "sha256": sha256_bytes(text.encode())}
 
 
-def _existing(folder: Path, text_record: dict) -> Path | None:
+def _existing(folder: Path, text_record: dict, scheme_record: dict) -> Path | None:
     """The file already measured for this model and scheme on the same text, if any."""
     path = folder / sensitivity_file.FILE
     if not path.is_file():
@@ -73,8 +73,8 @@ def _existing(folder: Path, text_record: dict) -> Path | None:
     except UserError as e:
         log.warning("remeasuring: %s", e)
         return None
-    if found.text != text_record:
-        log.info("remeasuring: %s was measured on other text (%s)", path, found.text)
+    if found.text != text_record or found.scheme != scheme_record:
+        log.info("remeasuring: %s was measured on other text or with another scheme", path)
         return None
     return path
 

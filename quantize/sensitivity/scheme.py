@@ -8,10 +8,13 @@ from dataclasses import dataclass
 
 from quantize import recipe as recipes
 from quantize.common.errors import UserError
+from quantize.common.provenance import sha256_json
 
 APPLIED = ("weights only: round-to-nearest fake quantization with min-max scales on the scheme's grid; "
            "activation quantization is not applied")
 SUPPORTED_STRATEGIES = ("tensor", "channel", "group")
+# Every Linear but the output head: the shipped recipes' coverage, which the key leaves unsaid.
+USUAL_MODULES = {"targets": ["Linear"], "ignore": ["lm_head"]}
 
 
 @dataclass(frozen=True)
@@ -24,13 +27,18 @@ class WeightScheme:
 
     @property
     def key(self) -> str:
-        """e.g. w4a16-g64-asym, w8a16-channel-sym, w8a8-fp8-channel-sym."""
+        """e.g. w4a16-g64-asym, w8a16-channel-sym, w8a8-fp8-channel-sym; a
+        recipe that quantizes other modules (its own targets or ignore list,
+        e.g. a proposed mixed-precision recipe) adds -m<hash of them>."""
         w, a = self.weights, self.input_activations
         parts = [f"w{w.num_bits}a{a.num_bits if a is not None else 16}"]
         if str(w.type) != "int":
             parts.append(f"fp{w.num_bits}")
         parts.append(f"g{w.group_size}" if str(w.strategy) == "group" else str(w.strategy))
         parts.append("sym" if w.symmetric else "asym")
+        modules = {"targets": sorted(self.targets), "ignore": sorted(self.ignore)}
+        if modules != USUAL_MODULES:
+            parts.append("m" + sha256_json(modules)[:6])
         return "-".join(parts)
 
     def as_dict(self) -> dict:

@@ -106,9 +106,18 @@ def test_a_file_counts_as_measured_only_for_the_same_text(tmp_path):
     from quantize.sensitivity.run import _existing
     text = {"source": "austen", "books": ["persuasion"], "num_windows": 4, "window_len": 128,
             "scored_tokens": 508, "sha256": "00"}
-    measured = sensitivity()
-    path = sensitivity_file.write(tmp_path, sensitivity_file.Sensitivity(**{**vars(measured), "text": text}))
-    assert _existing(tmp_path, text) == path
-    assert _existing(tmp_path, {**text, "num_windows": 8}) is None
+    scheme = scheme_of("w4a16_rtn").as_dict()
+    measured = sensitivity_file.Sensitivity(**{**vars(sensitivity()), "text": text, "scheme": scheme})
+    path = sensitivity_file.write(tmp_path, measured)
+    assert _existing(tmp_path, text, scheme) == path
+    assert _existing(tmp_path, {**text, "num_windows": 8}, scheme) is None
+    assert _existing(tmp_path, text, {**scheme, "ignore": ["lm_head", "model.layers.0.mlp.down_proj"]}) is None
     path.write_text("{ damaged")
-    assert _existing(tmp_path, text) is None
+    assert _existing(tmp_path, text, scheme) is None
+
+
+def test_a_recipe_that_keeps_other_modules_dense_has_its_own_key():
+    usual = scheme_of("w4a16_rtn")
+    kept = schemes.WeightScheme(usual.weights, None, ["Linear"], ["lm_head", "model.layers.3.mlp.down_proj"])
+    assert kept.key.startswith("w4a16-g64-asym-m") and len(kept.key) == len("w4a16-g64-asym-m") + 6
+    assert schemes.WeightScheme(usual.weights, None, ["Linear"], ["lm_head"]).key == "w4a16-g64-asym"
