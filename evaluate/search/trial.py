@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from evaluate import results, scenarios
+from evaluate import results, scenarios, store_lock
 from evaluate.search import kept_dense, speed, study_file
 from evaluate.search.config import ACCURACY_METRICS, SIZE_METRICS, SearchConfig
 from quantize.common import atomic, manifest
@@ -60,20 +60,31 @@ def _measure(config: SearchConfig, number: int, info: dict) -> list[float]:
     built = build(config, number, info)
     scenario = speed_scenario(config)
     host = speed.Host.here()
-    fields = built.manifest.row_fields()
-    reused = scenario and speed.measured_before(results.read(config.results_dir), fields, config.engine,
-                                                scenario, host)
-    measure_speed = bool(scenario) and not reused
-    evaluate = evaluate_command(config, built.artifact_dir, measure_speed)
     info["repro"] = " && ".join(
         shlex.join(["python", *c[1:]]) for c in (quantize_command(config, built.recipe_path),
                                                 evaluate_command(config, built.artifact_dir, True)))
-    if measure_speed or not _accuracy_stored(config, built, evaluate, host):
-        _run_stage("evaluate", evaluate, config, number)
-    speed_source = reused or built.manifest.artifact_id
+    reused = _measure_speed(config, number, built, scenario, host) if scenario else None
+    accuracy_only = evaluate_command(config, built.artifact_dir, measure_speed=False)
+    if (reused or not scenario) and not _accuracy_stored(config, built, accuracy_only, host):
+        _run_stage("evaluate", accuracy_only, config, number)
     info["speed"] = f"reused from {reused}" if reused else ("measured" if scenario else "not measured")
     rows = results.read(config.results_dir)
+    speed_source = reused or built.manifest.artifact_id
     return [objective_value(o.name, rows, config, built, speed_source, scenario, host) for o in config.objectives]
+
+
+def _measure_speed(config: SearchConfig, number: int, built: Built, scenario: str, host: speed.Host) -> str | None:
+    """Evaluate with the speed scenario unless this host measured the kernel
+    path before; returns the artifact id measured before, None when this
+    trial measured. Trials running side by side (a parallel launcher) take
+    one kernel path's lock in turn, so the second reuses the first's runs."""
+    fields = built.manifest.row_fields()
+    key = ("search speed", config.engine, scenario, repr(speed.kernel_path(fields)))
+    with store_lock.measurement(config.results_dir, key, f"the speed of {built.recipe}'s kernel path"):
+        reused = speed.measured_before(results.read(config.results_dir), fields, config.engine, scenario, host)
+        if not reused:
+            _run_stage("evaluate", evaluate_command(config, built.artifact_dir, measure_speed=True), config, number)
+    return reused
 
 
 def build(config: SearchConfig, number: int, info: dict) -> Built:

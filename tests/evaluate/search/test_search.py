@@ -32,15 +32,24 @@ def scenario_file(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def study(tiny_model, scenario_file, tmp_path_factory):
-    root = tmp_path_factory.mktemp("search")
-    res, art = root / "results", root / "artifacts"
-    proc = run_cli("evaluate.search", "search=tiny", f"model={tiny_model}", "engine=hf", f"scenario={scenario_file}",
-                   f"n_trials={N_TRIALS}", f"results_dir={res}", f"artifacts_dir={art}",
+def run_search(root: Path, model: Path, scenario: Path, n_trials: int, *args: str, artifacts: Path | None = None):
+    res = root / "results"
+    proc = run_cli("evaluate.search", "search=tiny", f"model={model}", "engine=hf", f"scenario={scenario}",
+                   f"n_trials={n_trials}", f"results_dir={res}", f"artifacts_dir={artifacts or root / 'artifacts'}",
                    f"quantize_overrides={hydra_list(SMALL_CALIB)}", f"evaluate_overrides={hydra_list(EVALUATE_SMALL)}",
-                   cwd=root, timeout=1800)
+                   *args, cwd=root, timeout=1800)
     assert proc.returncode == 0, tail(proc, 40)
+    return res
+
+
+@pytest.fixture(scope="module")
+def search_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("search")
+
+
+@pytest.fixture(scope="module")
+def study(tiny_model, scenario_file, search_root):
+    res = run_search(search_root, tiny_model, scenario_file, N_TRIALS)
     record = study_file.read(study_file.path_for(res, STUDY))
     infos = {t.number: study_file.read_trial_info(res, STUDY, t.number) for t in record.trials}
     return record, infos, results.read(res)
@@ -100,6 +109,23 @@ def test_speed_is_measured_once_per_kernel_path_and_reused_after(study):
     for info in infos.values():
         by_recipe.setdefault(info["recipe"], set()).add(info["artifact_id"])
     assert all(len(ids) == 1 for ids in by_recipe.values())
+
+
+@pytest.mark.slow
+def test_trials_side_by_side_measure_one_kernel_path_once(study, search_root, tiny_model, scenario_file, tmp_path):
+    """Two trials at once on the joblib launcher, both W8A8 (a value on the
+    command line fixes a param, as in any Optuna sweep): the second waits for
+    the first's speed lock and reuses its runs. The artifacts are the
+    study's, so quantize only finds them."""
+    res = run_search(tmp_path, tiny_model, scenario_file, 2, "n_jobs=2", "hydra/launcher=local_parallel",
+                     "trial.scheme=w8a8", artifacts=search_root / "artifacts")
+    record = study_file.read(study_file.path_for(res, STUDY))
+    infos = [study_file.read_trial_info(res, STUDY, t.number) for t in record.trials]
+    assert [t.state for t in record.trials] == ["COMPLETE"] * 2
+    assert {Path(i["recipe_path"]).read_text().count("input_activations") for i in infos} == {1}   # W8A8
+    assert sorted(i["speed"] == "measured" for i in infos) == [False, True]
+    speed_rows = {r.artifact_id for r in results.read(res) if r.kind == "speed" and r.ok}
+    assert len(speed_rows) == 1
 
 
 def one_error_line(proc) -> str:
