@@ -151,6 +151,9 @@ def _report(p: Proposal, sens: Sensitivity, config: ProposeConfig) -> None:
     print(f"target {p.target.text}: keep k={c.k} groups dense ({len(p.modules)} modules); "
           f"estimated KL {c.kl_nats:.4g} nats per token, estimated size {c.size_bytes / choose.MB:.2f} MB")
     print(f"base recipe {p.base}: {p.uniform.bytes / choose.MB:.2f} MB, {p.uniform.source}")
+    if c.k in (0, p.groups):
+        print(f"note: k={c.k} keeps {'no group' if c.k == 0 else 'every group'} dense: the recipe quantizes "
+              f"{'as the base recipe does' if c.k == 0 else 'nothing of the decoder layers'}")
     print(f"wrote {_shown(p.path)}")
     print("next:")
     for command in next_commands(p, config):
