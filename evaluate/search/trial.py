@@ -194,6 +194,9 @@ def _stage_env() -> dict:
 
 
 def _last_error(log_path: Path) -> str:
-    lines = [line.strip() for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
+    """The stage's own one line (`error: ...`), else its last unindented line
+    (a traceback's exception, Hydra's message) but Hydra's pointer to HYDRA_FULL_ERROR."""
+    lines = [line.strip() for line in log_path.read_text(errors="replace").splitlines()
+             if line.strip() and not line[0].isspace() and "HYDRA_FULL_ERROR" not in line]
     errors = [line for line in lines if line.startswith("error:")]
     return (errors or lines or ["no output"])[-1]

@@ -112,11 +112,11 @@ def test_speed_is_measured_once_per_kernel_path_and_reused_after(study):
 
 
 @pytest.mark.slow
-def test_trials_side_by_side_measure_one_kernel_path_once(study, search_root, tiny_model, scenario_file, tmp_path):
+def test_trials_side_by_side_measure_one_kernel_path_once(search_root, tiny_model, scenario_file, tmp_path):
     """Two trials at once on the joblib launcher, both W8A8 (a value on the
     command line fixes a param, as in any Optuna sweep): the second waits for
-    the first's speed lock and reuses its runs. The artifacts are the
-    study's, so quantize only finds them."""
+    the first's speed lock and reuses its runs. The artifacts folder is the
+    study's: after it, quantize only finds them."""
     res = run_search(tmp_path, tiny_model, scenario_file, 2, "n_jobs=2", "hydra/launcher=local_parallel",
                      "trial.scheme=w8a8", artifacts=search_root / "artifacts")
     record = study_file.read(study_file.path_for(res, STUDY))
@@ -126,6 +126,20 @@ def test_trials_side_by_side_measure_one_kernel_path_once(study, search_root, ti
     assert sorted(i["speed"] == "measured" for i in infos) == [False, True]
     speed_rows = {r.artifact_id for r in results.read(res) if r.kind == "speed" and r.ok}
     assert len(speed_rows) == 1
+
+
+def test_a_failing_stage_fails_its_trial_with_one_line(tiny_model, scenario_file, tmp_path):
+    res = tmp_path / "results"
+    proc = run_cli("evaluate.search", "search=tiny", f"model={tiny_model}", "engine=hf", f"scenario={scenario_file}",
+                   "n_trials=1", f"results_dir={res}", f"artifacts_dir={tmp_path / 'artifacts'}",
+                   'quantize_overrides=["calibration.no_such_setting=1"]', cwd=tmp_path)
+    assert proc.returncode == 1, tail(proc)   # the sweep ends; its summary lists the failed job
+    (trial,) = study_file.read(study_file.path_for(res, STUDY)).trials
+    info = study_file.read_trial_info(res, STUDY, 0)
+    assert trial.state == "FAIL" and trial.values is None
+    assert info["error"].startswith("quantize failed (exit 1): ") and "no_such_setting" in info["error"]
+    assert "\n" not in info["error"] and (res / "search" / STUDY / "logs" / "0-quantize.log").is_file()
+    assert not (tmp_path / "artifacts").exists()
 
 
 def one_error_line(proc) -> str:
