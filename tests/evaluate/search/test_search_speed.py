@@ -1,0 +1,67 @@
+"""Cost control's rule: a speed measurement is reused only for the same
+kernel path, measured on this host (hardware and measuring versions), engine
+and scenario; and which earlier evaluate job a trial need not start again."""
+import pytest
+
+from evaluate.results import Row
+from evaluate.search import speed
+from evaluate.search.trial import ran_before
+
+HOST = speed.Host(hardware={"cpu": "X", "cpu_count": 2}, versions={"torch": "2.9", "vllm": "0.11"})
+W4 = {"weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 64}, "activations": None}
+W8A8 = {"weights": {"num_bits": 8, "type": "int", "strategy": "channel"},
+        "activations": {"num_bits": 8, "type": "int", "strategy": "token", "dynamic": True}}
+
+
+def fields(scheme=W4, fmt="pack-quantized", base="abc", sparse=None) -> dict:
+    out = {"model": {"name": "m", "weights_sha256": base}, "quantization": {"format": fmt, "schemes": [scheme]}}
+    return out | ({"sparsity": {"all_layers_hold_pattern": sparse}} if sparse is not None else {})
+
+
+def row(artifact_id: str, manifest: dict, throughput: float = 10.0, **changes) -> Row:
+    base = Row(kind="speed", status="ok", artifact_id=artifact_id, engine="vllm", scenario="interactive",
+               manifest=manifest, hardware={"hostname": "a", **HOST.hardware}, versions=dict(HOST.versions),
+               metrics={"output_throughput": throughput})
+    return base.but(**changes)
+
+
+def test_the_first_artifact_of_the_same_kernel_path_is_reused():
+    rows = [row("w8", fields(W8A8, "int-quantized")), row("first", fields()), row("second", fields())]
+    assert speed.measured_before(rows, fields(), "vllm", "interactive", HOST) == "first"
+
+
+@pytest.mark.parametrize("other", [
+    fields(W4 | {"weights": {**W4["weights"], "group_size": 32}}),   # another group size
+    fields(W8A8, "int-quantized"),                                     # another scheme and format
+    fields(sparse=True),                                               # 2:4
+    fields(base="other base weights"),                                 # another model
+])
+def test_another_kernel_path_is_measured(other):
+    assert speed.measured_before([row("a", other)], fields(), "vllm", "interactive", HOST) is None
+
+
+@pytest.mark.parametrize("changes", [
+    {"engine": "hf"}, {"scenario": "medium_batch"}, {"status": "failed"}, {"kind": "accuracy"},
+    {"hardware": {"hostname": "a", "cpu": "Y", "cpu_count": 2}},       # another machine
+    {"versions": {"torch": "2.9", "vllm": "0.12"}},                     # another vLLM measures anew
+])
+def test_rows_of_another_setup_are_not_reused(changes):
+    assert speed.measured_before([row("a", fields(), **changes)], fields(), "vllm", "interactive", HOST) is None
+
+
+def test_a_twin_node_counts_as_this_host_and_the_mean_is_over_its_runs():
+    rows = [row("a", fields(), 10.0, hardware={"hostname": "b", **HOST.hardware}), row("a", fields(), 14.0),
+            row("a", fields(), 99.0, engine="hf")]
+    assert speed.measured_before(rows, fields(), "vllm", "interactive", HOST) == "a"
+    assert speed.mean_of(rows, "a", "vllm", "interactive", "output_throughput", HOST) == pytest.approx(12.0)
+    assert speed.mean_of(rows, "b", "vllm", "interactive", "output_throughput", HOST) is None
+
+
+def test_a_stage_ran_before_only_with_the_same_arguments_as_its_entry_rewrites_them(tmp_path):
+    command = ["python", "-m", "evaluate", f"model={tmp_path}", "engine=hf", "scenario=none", "runs=1"]
+    recorded = f"cd /x && python -m quantize recipe=r && cd /y && python -m evaluate model=local model.path={tmp_path} " \
+               "engine=hf scenario=file scenario.path=/s.yaml runs=1"
+    assert not ran_before(recorded, "evaluate", command)
+    assert ran_before(recorded, "evaluate", command, ignore=("scenario", "scenario.path"))
+    assert not ran_before(recorded, "evaluate", command[:-1] + ["runs=2"], ignore=("scenario", "scenario.path"))
+    assert not ran_before(None, "evaluate", command) and not ran_before("python -m quantize a=b", "evaluate", command)
