@@ -68,7 +68,8 @@ def preflight(argv: list[str]) -> None:
     space = composed.hydra.runtime.choices.get("search") or DEFAULT_SPACE
     values = plain(OmegaConf.masked_copy(composed, [k for k in composed if k != "hydra"]))
     try:
-        check.before_sweep(SearchConfig.from_values(values, space))
+        fixed = {a.partition("=")[0] for a in overrides if a.startswith(check.PREFIX)}
+        check.before_sweep(SearchConfig.from_values(values, space), fixed)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(e.exit_code)

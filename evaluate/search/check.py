@@ -13,17 +13,20 @@ from quantize.common.errors import UserError
 PREFIX = "trial."
 
 
-def before_sweep(config: SearchConfig) -> None:
+def before_sweep(config: SearchConfig, fixed: set[str] = frozenset()) -> None:
+    """`fixed`: the trial keys the command line sets (`trial.keep_dense=0`),
+    which replace the space's params as in any Optuna sweep."""
     where = f"conf/search/{config.space_name}.yaml"
     names = {f.name for f in dataclasses.fields(TrialValues)}
     for key in config.space.params:
         if key.startswith(PREFIX) and key[len(PREFIX):] not in names:
             raise UserError(f"{where}: params.{key} is not a trial value; the space sets "
                             f"{', '.join(PREFIX + n for n in sorted(names))}")
-    for scheme in _choices(config.space.params.get(PREFIX + "scheme"), config.trial.scheme):
+    params = {k: v for k, v in config.space.params.items() if k not in fixed}
+    for scheme in _choices(params.get(PREFIX + "scheme"), config.trial.scheme):
         if scheme not in SCHEMES:
             raise UserError(f"{where}: unknown scheme family {scheme!r}; choose from {', '.join(SCHEMES)}")
-    expression = config.space.params.get(PREFIX + "keep_dense")
+    expression = params.get(PREFIX + "keep_dense")
     most = kept_dense.upper_bound(expression) if expression is not None else config.trial.keep_dense
     if most > 0:
         sensitivity, source = kept_dense.find(config.results_dir, config.model_name, config.model_path, "",

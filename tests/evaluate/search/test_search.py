@@ -161,6 +161,11 @@ def test_kept_dense_groups_without_a_sensitivity_file_name_the_command(tiny_mode
     line = one_error_line(proc)
     assert SENSITIVITY_COMMAND in line and "keep_dense" in line
     assert not (res / "search").exists()   # no study was started
+    # the line's other fix: a value on the command line replaces the space's range
+    assert "trial.keep_dense=0" in line
+    fixed = run_cli("evaluate.search", f"model={tiny_model}", "engine=hf", "trial.keep_dense=0", "scenario=cpu",
+                    f"results_dir={res}", cwd=tmp_path)
+    assert "one scenario" in one_error_line(fixed)   # past the sensitivity check, to the next one
 
 
 @pytest.mark.parametrize("args,says", [
