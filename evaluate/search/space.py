@@ -78,7 +78,7 @@ class TrialValues:
         return cls(**typed)
 
     def describe(self) -> str:
-        return " ".join(f"{k}={v}" for k, v in dataclasses.asdict(self).items())
+        return " ".join(f"{k}={'none' if v is None else v}" for k, v in dataclasses.asdict(self).items())
 
 
 def _boolean(value) -> bool:

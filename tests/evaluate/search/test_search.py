@@ -128,6 +128,31 @@ def test_trials_side_by_side_measure_one_kernel_path_once(search_root, tiny_mode
     assert len(speed_rows) == 1
 
 
+@pytest.mark.slow
+def test_kept_dense_groups_stay_unquantized_and_unpruned(tiny_model, scenario_file, tmp_path):
+    """One trial with k=2 from a sensitivity file and 2:4 on: the two most
+    sensitive modules are saved as they were (bf16, no pruned zeros), every
+    other Linear is int4 and 2:4 sparse."""
+    from safetensors import safe_open
+
+    from tests.evaluate.search.test_search_space import write_sensitivity
+    res = tmp_path / "results"
+    write_sensitivity(res, tiny_model, {(0, "mlp.down_proj"): 0.5, (1, "self_attn.q_proj"): 0.9, (1, "mlp.up_proj"): 0.1})
+    run_search(tmp_path, tiny_model, scenario_file, 1, "trial.scheme=w4a16", "trial.keep_dense=2",
+               "trial.sparse_2_4=true")
+    info = study_file.read_trial_info(res, STUDY, 0)
+    kept = ["model.layers.1.self_attn.q_proj", "model.layers.0.mlp.down_proj"]
+    manifest = json.loads((Path(info["artifact_dir"]) / "manifest.json").read_text())
+    assert set(kept) <= set(manifest["quantization"]["ignore"])
+    assert manifest["checks"]["sparsity"]["all_layers_hold_pattern"] and manifest["modules_changed"]["pruned"] == 12
+    with safe_open(str(Path(info["artifact_dir"]) / "model.safetensors"), "pt") as weights:
+        for name in kept:
+            tensor = weights.get_tensor(f"{name}.weight")
+            assert tensor.dtype.is_floating_point and not (tensor == 0).any()
+        assert "model.layers.0.mlp.up_proj.weight_packed" in weights.keys()
+    assert "sensitivity/tiny-llama/" in Path(info["recipe_path"]).read_text().splitlines()[1]
+
+
 def test_a_failing_stage_fails_its_trial_with_one_line(tiny_model, scenario_file, tmp_path):
     res = tmp_path / "results"
     proc = run_cli("evaluate.search", "search=tiny", f"model={tiny_model}", "engine=hf", f"scenario={scenario_file}",
