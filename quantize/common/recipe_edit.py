@@ -13,6 +13,11 @@ import yaml
 
 from quantize.common.errors import UserError
 
+# vLLM serves these Linears of one decoder layer as one fused matrix (its
+# models' packed_modules_mapping: qkv_proj, gate_up_proj), which must have a
+# single scheme: a module kept dense takes its fused siblings along.
+FUSED_SHARDS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
 # A modifier quantizes when its arguments give a scheme, prunes when they give a
 # sparsity; smoothing modifiers (SmoothQuant, AWQ without a scheme) only rescale
 # and leave a module's values equivalent, so they keep their own lists.
@@ -34,6 +39,14 @@ def with_kept_dense(recipe_text: str, modules: list[str]) -> str:
         ignore = [ignore] if isinstance(ignore, str) else list(ignore)
         args["ignore"] = ignore + [m for m in dict.fromkeys(modules) if m not in ignore]
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+
+
+def fused_siblings(name: str) -> list[str]:
+    """The other shards of the fused matrix `name` (a module name, full or
+    within its layer) belongs to, named alike; none for an unfused module."""
+    parent, _, leaf = name.rpartition(".")
+    shards = next((s for s in FUSED_SHARDS if leaf in s), ())
+    return [f"{parent}.{other}" if parent else other for other in shards if other != leaf]
 
 
 def dense_keeping_modifiers(data: dict) -> dict[str, dict]:

@@ -5,10 +5,15 @@ KL, so keeping it dense removes that share. The total is the recipe applied
 everywhere (the sensitivity file's baseline_kl, else the sum of the groups'
 own KL); where both are known and differ (the groups interact), each group's
 share is scaled by baseline_kl / sum, so that keeping every group dense
-estimates 0. The evaluate stage measures the truth."""
+estimates 0. The evaluate stage measures the truth.
+
+A group kept dense takes the other shards of its fused matrix along (q/k/v,
+gate/up: vLLM loads each fused matrix with one scheme), so k counts groups in
+sensitivity order and the recipe keeps those and their fused siblings."""
 from dataclasses import dataclass
 
 from quantize.common.errors import UserError
+from quantize.common.recipe_edit import fused_siblings
 from quantize.common.sensitivity_file import Cell, Sensitivity
 
 MB = 1e6
@@ -26,12 +31,26 @@ class Estimate:
 def estimates(sensitivity: Sensitivity, uniform_bytes: float, dense_cost: dict[tuple[int, str], float]) -> list[Estimate]:
     """The estimate for every k from 0 (the base recipe) to all groups.
     `dense_cost`: bytes a cell (layer, group) adds when kept dense."""
-    ranked, scale = sensitivity.ranked(), interaction_scale(sensitivity)
-    still_quantized = [sum(c.kl for c in ranked[k:]) for k in range(len(ranked) + 1)]   # exactly 0 at k = all
-    kept_bytes = [0.0]
-    for cell in ranked:
-        kept_bytes.append(kept_bytes[-1] + dense_cost[(cell.layer, cell.group)])
-    return [Estimate(k, scale * still_quantized[k], uniform_bytes + kept_bytes[k]) for k in range(len(ranked) + 1)]
+    scale, total = interaction_scale(sensitivity), sum(c.kl for c in sensitivity.cells)
+    out = [Estimate(0, base_kl(sensitivity), uniform_bytes)]
+    for k, kept in enumerate(kept_sets(sensitivity)[1:], 1):
+        still_quantized = 0.0 if len(kept) == len(sensitivity.cells) else total - sum(c.kl for c in kept)
+        out.append(Estimate(k, scale * max(0.0, still_quantized),
+                            uniform_bytes + sum(dense_cost[(c.layer, c.group)] for c in kept)))
+    return out
+
+
+def kept_sets(sensitivity: Sensitivity) -> list[list[Cell]]:
+    """For each k, the cells kept dense: the k most sensitive and their fused siblings, in that order."""
+    by_name = {(c.layer, c.group): c for c in sensitivity.cells}
+    kept: dict[tuple[int, str], Cell] = {}
+    out = [[]]
+    for cell in sensitivity.ranked():
+        for group in [cell.group, *fused_siblings(cell.group)]:
+            if (cell.layer, group) in by_name:
+                kept.setdefault((cell.layer, group), by_name[(cell.layer, group)])
+        out.append(list(kept.values()))
+    return out
 
 
 def base_kl(sensitivity: Sensitivity) -> float:
@@ -75,5 +94,6 @@ def _up(value: float) -> str:
     return text if float(text) >= value else f"{value * 1.0001:.4g}"
 
 
-def kept_cells(sensitivity: Sensitivity, k: int) -> list[Cell]:
-    return sensitivity.ranked()[:k]
+def kept_modules(sensitivity: Sensitivity, k: int) -> list[str]:
+    """The module names the recipe keeps dense for k."""
+    return [m for cell in kept_sets(sensitivity)[k] for m in cell.modules]

@@ -42,7 +42,7 @@ def run(config: ProposeConfig) -> Proposal:
     options, uniform = _estimates(config, base, scheme, model_dir, sens)
     chosen = _choose(options, config.target)
     name = config.name or f"{config.recipe.name}_keep{chosen.k}"
-    modules = sens.most_sensitive_modules(chosen.k)
+    modules = choose.kept_modules(sens, chosen.k)
     proposal = Proposal(name=name, path=Path(config.recipes_dir) / f"{name}.yaml", base=config.recipe.name,
                         sensitivity_path=sens_path, target=config.target, chosen=chosen, groups=len(sens.cells),
                         modules=modules, uniform=uniform)
@@ -96,8 +96,8 @@ def header(p: Proposal, sens: Sensitivity, base_text: str, config: ProposeConfig
     """The recipe's comment: where the choice comes from and what it is expected to give."""
     c = p.chosen
     lines = [
-        f"Proposed mixed precision: recipe {p.base} with {c.k} of {p.groups} module groups kept dense "
-        f"({len(p.modules)} modules), the most sensitive first",
+        f"Proposed mixed precision: recipe {p.base} with the {c.k} most sensitive of {p.groups} module groups "
+        f"kept dense, with their fused siblings (q/k/v, gate/up): {len(p.modules)} modules,",
         f"by the sensitivity file {_shown(p.sensitivity_path)}",
         f"(model {sens.model_name}, weights {sens.weights_hash[:12]}, scheme {sens.scheme_key}: "
         "KL of each group quantized alone).",
@@ -148,7 +148,7 @@ def _write(p: Proposal, text: str, config: ProposeConfig) -> None:
 def _report(p: Proposal, sens: Sensitivity, config: ProposeConfig) -> None:
     c = p.chosen
     print(f"sensitivity: {_shown(p.sensitivity_path)} ({p.groups} groups, scheme {sens.scheme_key})")
-    print(f"target {p.target.text}: keep k={c.k} groups dense ({len(p.modules)} modules); "
+    print(f"target {p.target.text}: keep k={c.k} groups dense, with their fused siblings {len(p.modules)} modules; "
           f"estimated KL {c.kl_nats:.4g} nats per token, estimated size {c.size_bytes / choose.MB:.2f} MB")
     print(f"base recipe {p.base}: {p.uniform.bytes / choose.MB:.2f} MB, {p.uniform.source}")
     if c.k in (0, p.groups):

@@ -9,7 +9,7 @@ import pytest
 from quantize.common.checkpoint import read_header, weight_files
 from tests.conftest import RECIPES_DIR, SMALL_CALIB, TINY_NAME, run_cli, run_quantize, tail
 from tests.quantize.propose.synthetic import cells_with_kl, linear_weights, write_sensitivity
-from tests.quantize.propose.test_propose import SECOND, TOP, planted_kl
+from tests.quantize.propose.test_propose import SECOND, SIBLINGS, TOP, planted_kl
 
 
 @pytest.fixture
@@ -78,10 +78,11 @@ def test_proposed_recipe_quantizes_with_its_kept_modules_dense(tmp_path, workdir
 
     mixed, uniform = arts / TINY_NAME / name, arts / TINY_NAME / "w4a16_gptq"
     config = json.loads((mixed / "config.json").read_text())["quantization_config"]
-    assert {TOP, SECOND} <= set(config["ignore"])
+    kept = {TOP, SECOND, *SIBLINGS}
+    assert kept <= set(config["ignore"])
     tensors = stored_tensors(mixed)
     for module in linear_weights(tiny_model):
-        if module in (TOP, SECOND):
+        if module in kept:
             assert tensors.get(f"{module}.weight") == "BF16" and f"{module}.weight_packed" not in tensors
         else:
             assert f"{module}.weight_packed" in tensors and f"{module}.weight" not in tensors

@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from quantize.common.errors import UserError
-from quantize.common.recipe_edit import WeightScheme, weight_scheme, with_kept_dense
+from quantize.common.recipe_edit import WeightScheme, fused_siblings, weight_scheme, with_kept_dense
 from tests.conftest import RECIPES_DIR
 
 KEPT = ["model.layers.1.mlp.down_proj", "model.layers.0.self_attn.q_proj"]
@@ -84,3 +84,10 @@ def test_bytes_per_matrix_counts_values_scales_and_zero_points():
     assert w4.bytes_per_matrix(256, 128, scale_bytes=2) == 16384 + 512 * 2.5
     channel = WeightScheme(num_bits=8, strategy="channel", symmetric=True)
     assert channel.bytes_per_matrix(256, 128, scale_bytes=2) == 256 * 128 + 256 * 2
+
+
+def test_fused_siblings_are_the_other_shards_of_vllms_fused_matrices():
+    assert fused_siblings("model.layers.3.self_attn.v_proj") == ["model.layers.3.self_attn.q_proj",
+                                                                 "model.layers.3.self_attn.k_proj"]
+    assert fused_siblings("mlp.up_proj") == ["mlp.gate_proj"]
+    assert fused_siblings("model.layers.3.mlp.down_proj") == fused_siblings("self_attn.o_proj") == []
