@@ -50,7 +50,8 @@ def run(config: SearchConfig, number: int) -> list[float]:
         info.update(error=one_line(e), wall_s=round(time.monotonic() - start, 1))
         study_file.write_trial_info(config.results_dir, config.study, number, info)
         raise
-    info["wall_s"] = round(time.monotonic() - start, 1)
+    # the values too: a sweeper killed before it told the study takes them from here on resume
+    info.update(values=values, wall_s=round(time.monotonic() - start, 1))
     study_file.write_trial_info(config.results_dir, config.study, number, info)
     log.info("trial %d: %s (%s)", number, dict(zip([o.name for o in config.objectives], values)), info["speed"])
     return values

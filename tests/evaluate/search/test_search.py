@@ -80,6 +80,7 @@ def test_the_values_are_those_of_the_rows_and_manifests(study):
     for trial in record.trials:
         info = infos[trial.number]
         recovery, throughput, size = trial.values
+        assert info["values"] == trial.values   # the job's record, which a resumed sweeper reads
         accuracy = [r for r in rows if r.kind == "accuracy" and r.ok and r.artifact_id == info["artifact_id"]]
         assert recovery == pytest.approx(accuracy[-1].metrics["recovery_pct"])
         manifest = json.loads((Path(info["artifact_dir"]) / "manifest.json").read_text())
