@@ -16,6 +16,8 @@ ENTRY_FUNCTIONS = {
     ("quantize/cli.py", "_hydra_main"), ("quantize/cli.py", "_quantize"),
     ("quantize/sensitivity/__main__.py", "_hydra_main"), ("quantize/sensitivity/__main__.py", "_sensitivity"),
     ("quantize/propose/cli.py", "_hydra_main"), ("quantize/propose/cli.py", "_propose"),
+    ("evaluate/search/__main__.py", "_hydra_main"), ("evaluate/search/__main__.py", "_trial"),
+    ("evaluate/search/sweeper.py", "from_cfg"), ("evaluate/search/sweeper.py", "setup"),
     ("quantize/common/jobs.py", "run_job"),
 }
 
