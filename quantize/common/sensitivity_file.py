@@ -60,6 +60,20 @@ class Sensitivity:
                             f"choose 0..{len(self.cells)}")
         return [m for cell in self.ranked()[:k] for m in cell.modules]
 
+    def kept_dense(self, k: int) -> list[Cell]:
+        """The cells to keep dense for k: the k most sensitive, each with the
+        other shards of its fused matrix (q/k/v, gate/up), which vLLM loads
+        with a single scheme, so a recipe that keeps only one of them dense
+        does not serve. Most sensitive first, each cell once."""
+        from quantize.common.recipe_edit import fused_siblings
+        by_name = {(c.layer, c.group): c for c in self.cells}
+        kept: dict[tuple[int, str], Cell] = {}
+        for cell in self.ranked()[:k]:
+            for group in [cell.group, *fused_siblings(cell.group)]:
+                if (cell.layer, group) in by_name:
+                    kept.setdefault((cell.layer, group), by_name[(cell.layer, group)])
+        return list(kept.values())
+
     def layers(self) -> list[int]:
         return sorted({c.layer for c in self.cells})
 

@@ -13,7 +13,6 @@ sensitivity order and the recipe keeps those and their fused siblings."""
 from dataclasses import dataclass
 
 from quantize.common.errors import UserError
-from quantize.common.recipe_edit import fused_siblings
 from quantize.common.sensitivity_file import Cell, Sensitivity
 
 MB = 1e6
@@ -41,16 +40,8 @@ def estimates(sensitivity: Sensitivity, uniform_bytes: float, dense_cost: dict[t
 
 
 def kept_sets(sensitivity: Sensitivity) -> list[list[Cell]]:
-    """For each k, the cells kept dense: the k most sensitive and their fused siblings, in that order."""
-    by_name = {(c.layer, c.group): c for c in sensitivity.cells}
-    kept: dict[tuple[int, str], Cell] = {}
-    out = [[]]
-    for cell in sensitivity.ranked():
-        for group in [cell.group, *fused_siblings(cell.group)]:
-            if (cell.layer, group) in by_name:
-                kept.setdefault((cell.layer, group), by_name[(cell.layer, group)])
-        out.append(list(kept.values()))
-    return out
+    """For each k, the cells kept dense (Sensitivity.kept_dense: with their fused siblings)."""
+    return [sensitivity.kept_dense(k) for k in range(len(sensitivity.cells) + 1)]
 
 
 def base_kl(sensitivity: Sensitivity) -> float:

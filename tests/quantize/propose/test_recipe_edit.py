@@ -91,3 +91,18 @@ def test_fused_siblings_are_the_other_shards_of_vllms_fused_matrices():
                                                                  "model.layers.3.self_attn.k_proj"]
     assert fused_siblings("mlp.up_proj") == ["mlp.gate_proj"]
     assert fused_siblings("model.layers.3.mlp.down_proj") == fused_siblings("self_attn.o_proj") == []
+
+
+def test_kept_dense_cells_take_their_fused_siblings_along():
+    from quantize.common.sensitivity_file import Cell, Sensitivity
+    kl = {"self_attn.v_proj": 0.5, "mlp.down_proj": 0.3, "self_attn.q_proj": 0.1, "self_attn.k_proj": 0.05,
+          "self_attn.o_proj": 0.02, "mlp.up_proj": 0.01, "mlp.gate_proj": 0.2}
+    cells = [Cell(layer=0, group=g, modules=[f"model.layers.0.{g}"], kl=v, params=1) for g, v in kl.items()]
+    sens = Sensitivity(model_name="m", model_path="", weights_hash="0" * 64, recipe="r", scheme_key="s", scheme={},
+                       text={}, cells=cells)
+    names = [[c.group for c in sens.kept_dense(k)] for k in range(4)]
+    assert names == [[], ["self_attn.v_proj", "self_attn.q_proj", "self_attn.k_proj"],
+                     ["self_attn.v_proj", "self_attn.q_proj", "self_attn.k_proj", "mlp.down_proj"],
+                     ["self_attn.v_proj", "self_attn.q_proj", "self_attn.k_proj", "mlp.down_proj",
+                      "mlp.gate_proj", "mlp.up_proj"]]
+    assert sens.most_sensitive_modules(1) == ["model.layers.0.self_attn.v_proj"]   # unchanged: the ranking alone
