@@ -67,7 +67,7 @@ def for_max_size(options: list[Estimate], max_size_mb: float) -> Estimate:
     fit = [e for e in options if e.size_bytes <= max_size_mb * MB * (1 + ROUNDING)]
     if not fit:
         smallest = min(options, key=lambda e: e.size_bytes)
-        raise UserError(f"max_size_mb={max_size_mb:g} MB is out of reach: the base recipe alone is an estimated "
+        raise UserError(f"max_size_mb={max_size_mb:g} MB is out of reach: the base recipe alone takes "
                         f"{smallest.size_bytes / MB:.2f} MB (k=0); use max_size_mb={_up(smallest.size_bytes / MB)} or more")
     return max(fit, key=lambda e: e.k)
 
