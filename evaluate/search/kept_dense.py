@@ -58,7 +58,8 @@ def kept(results_dir: Path, model_name: str, model_path: str, scheme: str, k: in
     if k == 0:
         return KeptDense([], "")
     sensitivity, source = find(results_dir, model_name, model_path, scheme, choice)
-    return KeptDense(sensitivity.most_sensitive_modules(k), source)
+    # kept_dense: with the fused siblings (q/k/v, gate/up) vLLM loads with one scheme
+    return KeptDense([m for cell in sensitivity.kept_dense(k) for m in cell.modules], source)
 
 
 def _weights_hashes(model_path: str):

@@ -17,13 +17,13 @@ artifact (NORMALISATION below); the recipe's name is the hash of its text.
 """
 import dataclasses
 import hashlib
-import re
 from dataclasses import dataclass, field
 
 import yaml
 
 from quantize.common.errors import UserError
 from quantize.common.extensions import Configurable
+from quantize.common.recipe_edit import dense_ignore
 
 NAME_PREFIX = "search-"
 GROUP_SIZES = (128, 64, 32)   # a group size that does not divide the model falls to the next that does
@@ -162,14 +162,14 @@ def _quant_modifiers(values: TrialValues, kept: list[str]) -> dict:
     modifiers = {}
     if values.smoothquant:
         modifiers["SmoothQuantModifier"] = {"smoothing_strength": values.smoothquant}
-    modifiers["GPTQModifier"] = {"ignore": ["lm_head", *kept], "dampening_frac": values.dampening,
+    modifiers["GPTQModifier"] = {"ignore": ["lm_head", *dense_ignore(kept, prunes=False)],
+                                 "dampening_frac": values.dampening,
                                  "config_groups": {"group_0": group}}
     return modifiers
 
 
 def _pruning(modifier: str, kept: list[str]) -> dict:
-    # pruning names a module with a trailing dot ("lm_head."), so its ignore takes patterns
-    ignore = ["re:.*lm_head"] + [f"re:{re.escape(name)}\\.?$" for name in kept]
+    ignore = ["re:.*lm_head"] + dense_ignore(kept, prunes=True)
     return {modifier: {"sparsity": 0.5, "mask_structure": "2:4", "targets": ["Linear"], "ignore": ignore}}
 
 

@@ -4,8 +4,9 @@ weight scheme a recipe quantizes with.
 
 llm-compressor (compressed-tensors' `match_name`) takes an `ignore` entry as an
 exact module name or a `re:` pattern; a decoder layer's module is matched by its
-full name, e.g. `model.layers.3.mlp.down_proj`, by quantization modifiers and by
-the pruning modifiers (which join the layer's name and the module's own)."""
+full name, e.g. `model.layers.3.mlp.down_proj`, by quantization modifiers; the
+pruning modifiers name it with a trailing dot, so they get a pattern (dense_ignore)."""
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,8 +38,18 @@ def with_kept_dense(recipe_text: str, modules: list[str]) -> str:
     for args in edited.values():
         ignore = args.get("ignore") or []
         ignore = [ignore] if isinstance(ignore, str) else list(ignore)
-        args["ignore"] = ignore + [m for m in dict.fromkeys(modules) if m not in ignore]
+        entries = dense_ignore(modules, prunes=not any(k in args for k in QUANTIZING_ARGS))
+        args["ignore"] = ignore + [m for m in entries if m not in ignore]
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+
+
+def dense_ignore(modules: list[str], prunes: bool) -> list[str]:
+    """The `ignore` entries that keep `modules` out of one modifier: their
+    names for a quantization modifier; for a pruning modifier, patterns, since
+    pruning names a module with a trailing dot (`model.layers.3.mlp.down_proj.`)
+    and a plain name would leave it pruned."""
+    modules = list(dict.fromkeys(modules))
+    return [f"re:{re.escape(m)}\\.?$" for m in modules] if prunes else modules
 
 
 def fused_siblings(name: str) -> list[str]:

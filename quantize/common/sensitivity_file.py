@@ -66,6 +66,7 @@ class Sensitivity:
         with a single scheme, so a recipe that keeps only one of them dense
         does not serve. Most sensitive first, each cell once."""
         from quantize.common.recipe_edit import fused_siblings
+        self.most_sensitive_modules(k)   # k in range, or one line saying which k are
         by_name = {(c.layer, c.group): c for c in self.cells}
         kept: dict[tuple[int, str], Cell] = {}
         for cell in self.ranked()[:k]:

@@ -124,18 +124,21 @@ def write_sensitivity(results_dir: Path, model: Path, kls: dict[tuple[int, str],
 
 
 def test_kept_dense_takes_the_most_sensitive_groups_of_the_models_file(tiny_model, tmp_path, space):
-    kls = {(0, "self_attn.q_proj"): 0.01, (1, "mlp.down_proj"): 0.9, (0, "mlp.up_proj"): 0.3, (1, "self_attn.o_proj"): 0.02}
+    kls = {(0, "self_attn.q_proj"): 0.01, (1, "mlp.down_proj"): 0.9, (0, "mlp.up_proj"): 0.3, (1, "self_attn.o_proj"): 0.02,
+           (0, "mlp.gate_proj"): 0.001}
     path = write_sensitivity(tmp_path, tiny_model, kls)
     kept = kept_dense.kept(tmp_path, tiny_model.name, str(tiny_model), "w4a16", 2, "auto")
-    assert kept.modules == ["model.layers.1.mlp.down_proj", "model.layers.0.mlp.up_proj"]
+    # up_proj takes its fused sibling gate_proj along: vLLM loads the pair with one scheme
+    assert kept.modules == ["model.layers.1.mlp.down_proj", "model.layers.0.mlp.up_proj",
+                            "model.layers.0.mlp.gate_proj"]
     assert kept.source == str(path.relative_to(tmp_path))
     _, text = space.recipe(TrialValues(keep_dense=2), kept)
     assert quant_modifiers(text)["GPTQModifier"]["ignore"] == ["lm_head", *kept.modules]
     # a path names the file itself; k beyond its groups is one line
     assert kept_dense.kept(tmp_path, "other-name", str(tiny_model), "w4a16", 1, str(path)).modules == \
         ["model.layers.1.mlp.down_proj"]
-    with pytest.raises(UserError, match="cannot keep 5 groups dense"):
-        kept_dense.kept(tmp_path, tiny_model.name, str(tiny_model), "w4a16", 5, "auto")
+    with pytest.raises(UserError, match="cannot keep 6 groups dense"):
+        kept_dense.kept(tmp_path, tiny_model.name, str(tiny_model), "w4a16", 6, "auto")
 
 
 def test_a_file_of_other_weights_or_none_at_all_names_the_sensitivity_command(tiny_model, tmp_path):

@@ -1,6 +1,8 @@
 """recipe_edit: kept-dense modules join the ignore list of every quantization
 and pruning modifier, as llm-compressor matches them; the weight scheme and
 its bytes per matrix."""
+import re
+
 import pytest
 import yaml
 
@@ -27,7 +29,12 @@ def modifier_args(text: str) -> dict:
 
 def test_kept_modules_join_every_quantization_and_pruning_modifier():
     edited = modifier_args(with_kept_dense((RECIPES_DIR / "w8a16_sparse_awq.yaml").read_text(), KEPT))
-    assert edited["SparseGPTModifier"]["ignore"] == ["re:.*lm_head", *KEPT]
+    # pruning names a module "model.layers.1.mlp.down_proj.": a pattern that takes the dot
+    pruning = edited["SparseGPTModifier"]["ignore"]
+    assert pruning[0] == "re:.*lm_head" and len(pruning) == 1 + len(KEPT)
+    for pattern, name in zip(pruning[1:], KEPT):
+        assert re.match(pattern.removeprefix("re:"), name + ".")
+    assert not re.match(pruning[1].removeprefix("re:"), "model.layers.11.mlp.down_proj.")   # layer 1 only
     assert edited["QuantizationModifier"]["ignore"] == ["lm_head", *KEPT]
     # AWQ here only rescales (no scheme of its own): its mappings stay whole
     assert "ignore" not in edited["AWQModifier"]
