@@ -129,7 +129,7 @@ def servable_recipes(recipes: list[str], overrides: list[str]) -> tuple[list[str
     servable, refused = [], {}
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         for name in recipes:
-            cfg = compose("evaluate", overrides + [f"recipe={name}"])
+            cfg = compose("evaluate", overrides + config.expand_path_shorthands([f"recipe={name}"]))  # a name or a file
             # converted at once: what the recipe would give, and the engine that would serve it
             planned, engine = target.planned(target_config(cfg), target.NotBuilt(name)), engines.build(cfg.engine)
             verdict, _ = decide(engine.name, planned.format, engine.engine.machine(),

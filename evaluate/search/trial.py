@@ -102,12 +102,27 @@ def build(config: SearchConfig, number: int, info: dict) -> Built:
     command = quantize_command(config, recipe_path)
     built = manifest.read(artifact_dir)
     if built is None or not ran_before(built.command, "quantize", command):
+        check_servable(config, recipe_path)
         _run_stage("quantize", command, config, number)
         built = manifest.read(artifact_dir)
     if built is None:
         raise UserError(f"quantize finished without a manifest in {artifact_dir}; rerun the search")
     info.update(artifact_id=built.artifact_id, artifact_dir=str(artifact_dir))
     return Built(name, recipe_path, artifact_dir, built)
+
+
+def check_servable(config: SearchConfig, recipe_path: Path) -> None:
+    """Before minutes of quantizing: a recipe whose format the engine cannot
+    serve on this host (the capability table's answer, e.g. W8A16 on vLLM-CPU)
+    fails its trial with the table's one line."""
+    command = [sys.executable, "-m", "evaluate.capabilities", f"servable={recipe_path}", f"engine={config.engine}",
+               "model=local", f"model.path={config.model_path}", f"model.name={config.model_name}",
+               *config.evaluate_overrides]
+    proc = subprocess.run(command, capture_output=True, env=_stage_env(), text=True)
+    if proc.returncode == 0 and str(recipe_path) in proc.stdout.strip().split(","):
+        return
+    why = [line for line in proc.stderr.splitlines() if line.startswith((f"{recipe_path}:", "error:"))]
+    raise UserError(f"not quantized: {(why or ['the capability check failed'])[-1].removeprefix(f'{recipe_path}: ')}")
 
 
 def quantize_command(config: SearchConfig, recipe_path: Path) -> list[str]:

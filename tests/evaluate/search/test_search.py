@@ -202,3 +202,17 @@ def test_a_search_that_cannot_run_stops_before_its_first_trial(tiny_model, tmp_p
     proc = run_cli("evaluate.search", "search=tiny", f"model={tiny_model}", "engine=hf", f"results_dir={tmp_path}",
                    *args, cwd=tmp_path)
     assert says in one_error_line(proc)
+
+
+def test_a_format_the_engine_cannot_serve_here_fails_its_trial_before_quantizing(tiny_model, scenario_file, tmp_path):
+    from quantize.common import machine
+    if machine.detect().cuda:
+        pytest.skip("vLLM on CUDA serves W8A16 (Marlin): the refusal is vLLM-CPU's")
+    res = tmp_path / "results"
+    proc = run_cli("evaluate.search", "search=tiny", f"model={tiny_model}", "engine=vllm", f"scenario={scenario_file}",
+                   "trial.scheme=w8a16", "n_trials=1", f"results_dir={res}", f"artifacts_dir={tmp_path / 'artifacts'}",
+                   cwd=tmp_path)
+    assert proc.returncode == 1, tail(proc)
+    info = study_file.read_trial_info(res, "tiny-tiny-llama-vllm", 0)
+    assert info["error"].startswith("not quantized: vllm cannot serve W8A16 here"), info
+    assert not (tmp_path / "artifacts").exists()   # no minutes spent on an artifact that cannot be measured
