@@ -79,7 +79,7 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
     fi
     check_target_torch "$VENV/bin/python" "$target"
     "$VENV/bin/pip" install --quiet --no-deps --no-build-isolation -e .
-    "$VENV/bin/python" -c "import llmcompressor, vllm, hydra, compressed_tensors, ray, hydra_plugins.hydra_ray_launcher, torch; print('setup: imports ok, torch', torch.__version__, 'compressed-tensors', compressed_tensors.__version__)"
+    "$VENV/bin/python" -c "import llmcompressor, vllm, hydra, compressed_tensors, ray, hydra_plugins.hydra_ray_launcher, optuna, pymysql, hydra_plugins.hydra_optuna_sweeper, torch; print('setup: imports ok, torch', torch.__version__, 'compressed-tensors', compressed_tensors.__version__)"
     echo "$want" > "$STAMP"
 fi
 
