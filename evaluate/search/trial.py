@@ -9,6 +9,8 @@ otherwise evaluate runs with scenario=none and the trial reuses the earlier
 artifact's runs. The trial's record (study_file.write_trial_info) says which.
 A stage whose very command already ran for this point (an earlier trial that
 drew the same recipe) is not started again: its outputs are complete."""
+import hashlib
+import json
 import logging
 import os
 import shlex
@@ -62,7 +64,7 @@ def _measure(config: SearchConfig, number: int, info: dict) -> list[float]:
     scenario = speed_scenario(config)
     host = speed.Host.here()
     info["repro"] = " && ".join(
-        shlex.join(["python", *c[1:]]) for c in (quantize_command(config, built.recipe_path),
+        shlex.join(["python", *c[1:]]) for c in (quantize_command(config, built.recipe_path, built.artifact_dir),
                                                 evaluate_command(config, built.artifact_dir, True)))
     reused = _measure_speed(config, number, built, scenario, host) if scenario else None
     accuracy_only = evaluate_command(config, built.artifact_dir, measure_speed=False)
@@ -98,8 +100,8 @@ def build(config: SearchConfig, number: int, info: dict) -> Built:
     info.update(recipe=name, recipe_path=str(recipe_path))
     if not recipe_path.is_file() or recipe_path.read_text() != text:
         atomic.write_text(recipe_path, text)
-    artifact_dir = (config.artifacts_dir / config.model_name / name).resolve()
-    command = quantize_command(config, recipe_path)
+    artifact_dir = (config.artifacts_dir / config.model_name / artifact_name(config, name)).resolve()
+    command = quantize_command(config, recipe_path, artifact_dir)
     built = manifest.read(artifact_dir)
     if built is None or not ran_before(built.command, "quantize", command):
         check_servable(config, recipe_path)
@@ -125,10 +127,21 @@ def check_servable(config: SearchConfig, recipe_path: Path) -> None:
     raise UserError(f"not quantized: {(why or ['the capability check failed'])[-1].removeprefix(f'{recipe_path}: ')}")
 
 
-def quantize_command(config: SearchConfig, recipe_path: Path) -> list[str]:
+def artifact_name(config: SearchConfig, recipe: str) -> str:
+    """The recipe's name, plus a digest of the quantize settings when they are
+    not the defaults: two studies that calibrate differently (another seed,
+    quantize_overrides) build the same recipe into two artifacts, not one
+    folder that refuses the second."""
+    if config.seed == 0 and not config.quantize_overrides:
+        return recipe
+    settings = json.dumps([config.seed, list(config.quantize_overrides)])
+    return f"{recipe}-q{hashlib.sha256(settings.encode()).hexdigest()[:8]}"
+
+
+def quantize_command(config: SearchConfig, recipe_path: Path, artifact_dir: Path) -> list[str]:
     return [sys.executable, "-m", "quantize", "recipe=file", f"recipe.path={recipe_path}", "model=local",
             f"model.path={config.model_path}", f"model.name={config.model_name}",
-            f"artifacts_dir={config.artifacts_dir.resolve()}", f"seed={config.seed}", *config.quantize_overrides]
+            f"artifact_dir={artifact_dir}", f"seed={config.seed}", *config.quantize_overrides]
 
 
 def evaluate_command(config: SearchConfig, artifact_dir: Path, measure_speed: bool) -> list[str]:

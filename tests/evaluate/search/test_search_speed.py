@@ -65,3 +65,19 @@ def test_a_stage_ran_before_only_with_the_same_arguments_as_its_entry_rewrites_t
     assert ran_before(recorded, "evaluate", command, ignore=("scenario", "scenario.path"))
     assert not ran_before(recorded, "evaluate", command[:-1] + ["runs=2"], ignore=("scenario", "scenario.path"))
     assert not ran_before(None, "evaluate", command) and not ran_before("python -m quantize a=b", "evaluate", command)
+
+
+def test_studies_that_calibrate_differently_build_a_recipe_into_two_artifacts():
+    """The recipe name is the hash of its text; the artifact folder also says
+    how it was calibrated, or a second study (another seed, other
+    quantize_overrides) would find the first's artifact and be refused."""
+    from types import SimpleNamespace
+    from evaluate.search.trial import artifact_name
+    default = SimpleNamespace(seed=0, quantize_overrides=[])
+    fewer = SimpleNamespace(seed=0, quantize_overrides=["calibration.num_samples=16"])
+    reseeded = SimpleNamespace(seed=1, quantize_overrides=[])
+    assert artifact_name(default, "search-3454374c") == "search-3454374c"
+    names = {artifact_name(c, "search-3454374c") for c in (default, fewer, reseeded)}
+    assert len(names) == 3 and all(n.startswith("search-3454374c") for n in names)
+    assert artifact_name(fewer, "search-3454374c") == artifact_name(
+        SimpleNamespace(seed=0, quantize_overrides=["calibration.num_samples=16"]), "search-3454374c")
