@@ -25,17 +25,22 @@ def objective_header(o: Objective) -> str:
 
 # --- Recipe search ---------------------------------------------------------------------------------------
 
-def render_search(studies: list[StudyEntry]) -> str:
-    if not studies:
+def _section(title: str, intro: str, entries: list, lines) -> str:
+    """A section: its title and intro, then each entry's lines; nothing without entries."""
+    if not entries:
         return ""
-    out = [SEARCH_TITLE, "",
+    out = [title, "", intro]
+    for entry in entries:
+        out += ["", *lines(entry)]
+    return "\n".join(out)
+
+
+def render_search(studies: list[StudyEntry]) -> str:
+    return _section(SEARCH_TITLE,
            "Each study of `python -m evaluate.search`: its trials are quantize → evaluate jobs. The Pareto front "
            "holds the complete trials no other complete trial matches or beats in every objective while beating "
            "it in one; best first by the objectives in order. Speed is measured once per format and kernel path "
-           "on this host and engine, and reused (named) by trials that share it."]
-    for entry in studies:
-        out += ["", *study_lines(entry)]
-    return "\n".join(out)
+           "on this host and engine, and reused (named) by trials that share it.", studies, study_lines)
 
 
 def study_lines(entry: StudyEntry) -> list[str]:
@@ -158,16 +163,11 @@ def most_accurate_text(search: SearchFront) -> str:
 # --- Layer sensitivity -----------------------------------------------------------------------------------
 
 def render_sensitivity(entries: list[SensitivityEntry]) -> str:
-    if not entries:
-        return ""
-    out = [SENSITIVITY_TITLE, "",
+    return _section(SENSITIVITY_TITLE,
            "Per sensitivity file (`python -m quantize.sensitivity`): each decoder layer's Linear modules "
            "quantized alone with the recipe's scheme, and the KL divergence of the model's next-token "
            "distribution from the original's on held-out text. The higher, the more that module is worth "
-           "keeping dense (`python -m quantize.propose`)."]
-    for entry in entries:
-        out += ["", *sensitivity_lines(entry)]
-    return "\n".join(out)
+           "keeping dense (`python -m quantize.propose`).", entries, sensitivity_lines)
 
 
 def sensitivity_lines(entry: SensitivityEntry) -> list[str]:

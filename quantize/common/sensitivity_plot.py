@@ -2,10 +2,9 @@
 colour of a cell its KL (nats per scored token) on a log scale. Drawn by
 `python -m quantize.sensitivity` beside its file, and by the report."""
 import io
-import os
-import tempfile
 from pathlib import Path
 
+from quantize.common import atomic
 from quantize.common.errors import UserError
 from quantize.common.sensitivity_file import Sensitivity
 
@@ -23,7 +22,7 @@ def draw_heatmap(sensitivity: Sensitivity, path: Path) -> None:
     buffer = io.BytesIO()
     with matplotlib.rc_context({"svg.fonttype": "none"}):  # SVG text stays text: searchable, smaller
         figure.savefig(buffer, format=path.suffix[1:], bbox_inches="tight", dpi=120)
-    _write_bytes(path, buffer.getvalue())
+    atomic.write_bytes(path, buffer.getvalue())
 
 
 def _figure(sensitivity: Sensitivity):
@@ -52,18 +51,3 @@ def _figure(sensitivity: Sensitivity):
                    f"KL of each module quantized alone", fontsize=9)
     figure.colorbar(image, ax=axes, label=UNITS)
     return figure
-
-
-def _write_bytes(path: Path, data: bytes) -> None:
-    """temp file + fsync + rename in the same folder: a reader sees the old file or the whole new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
