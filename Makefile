@@ -10,6 +10,8 @@ PY := .venv/bin/python
 # commands"). Each worker may hold a vLLM engine (1-4 GB).
 TEST_WORKERS ?= 3
 PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+# Each tier leaves pytest's JUnit XML here for scripts/suite_budget.py (check, record).
+SUITE_XML := logs/suite
 
 .PHONY: setup setup-lmeval setup-slurm setup-browser run test test-fast
 setup:
@@ -33,7 +35,7 @@ run: setup
 	bash scripts/run_matrix.sh
 
 test: setup setup-lmeval setup-slurm setup-browser
-	$(PYTEST) tests
+	$(PYTEST) --junitxml=$(SUITE_XML)-all.xml tests
 
 test-fast: setup
-	$(PYTEST) -m "not slow" tests
+	$(PYTEST) --junitxml=$(SUITE_XML)-fast.xml -m "not slow" tests
