@@ -87,12 +87,12 @@ HOSTS = Path(__file__).resolve().parent / "hosts"
 
 
 def run_cli(module: str, *args: str, cwd: Path, timeout: float = 900, avx2_host: bool = False,
-            host: str | None = None) -> subprocess.CompletedProcess:
+            host: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     """`python -m <module> args` (quantize or evaluate) with a small vLLM KV
     cache, optionally as on another kind of host (`host`: a folder of
-    tests/hosts/; `avx2_host=True` is host="avx2_host"); returns the
+    tests/hosts/; `avx2_host=True` is host="avx2_host") and extra `env`; returns the
     finished process (never raises on failure)."""
-    env = quantize_env({"VLLM_CPU_KVCACHE_SPACE": "1"})
+    env = quantize_env({"VLLM_CPU_KVCACHE_SPACE": "1", **(env or {})})
     host = "avx2_host" if avx2_host else host
     if host:
         env["PYTHONPATH"] = os.pathsep.join((str(HOSTS / host), env["PYTHONPATH"]))
@@ -278,9 +278,19 @@ def pytest_configure(config):
                                        "is not installed")
 
 
+def file_seconds() -> dict[str, float]:
+    """Each test file's time in the last recorded full run (scripts/suite_budget.py record)."""
+    try:
+        return json.loads((ROOT / "tests" / "suite_timings.json").read_text())["files"]
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked needs_vllm skip, saying why, where vLLM is not installed.
-    Files with slow tests first, each file's tests in their own order.
+    Files start longest first, by their time in the last recorded run; a
+    file not recorded yet starts before them if it has slow tests, after
+    them if not. Each file's tests keep their own order.
     Under xdist (`--dist loadfile --no-loadscope-reorder`, see the Makefile) a
     worker takes a whole file at a time in this order, so the minutes-long
     files start early and the many short ones fill the end, instead of one
@@ -291,4 +301,11 @@ def pytest_collection_modifyitems(config, items):
             if item.get_closest_marker("needs_vllm"):
                 item.add_marker(pytest.mark.skip(reason=reason))
     has_slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in has_slow)  # stable: files and tests keep their order
+    seconds = file_seconds()
+
+    def start_order(item) -> tuple:
+        recorded = seconds.get(Path(os.path.relpath(item.path, ROOT)).as_posix())
+        if recorded is None:
+            return (0 if item.path in has_slow else 2, 0.0)
+        return (1, -recorded)
+    items.sort(key=start_order)  # stable: a file's tests keep their order

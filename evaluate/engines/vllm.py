@@ -236,33 +236,45 @@ AOT_CACHE_BROKEN = {"0.32.0"}
 # The longest a start may take: a cold compile on 2 busy cores took 1-3 min;
 # vLLM-CPU's FP8 fallback once compiled for 18 min without finishing.
 STARTUP_TIMEOUT_S = 1800.0
+CHILD_WATCH_S = 0.5  # how often a start past its timeout looks for processes to stop
 
 
 @contextmanager
 def _stop_children_after(timeout_s: float, fired: threading.Event) -> Iterator[None]:
     """After `timeout_s`, kill the processes started since entering (vLLM's
-    engine core): AsyncLLM's start-up watches them and fails at once, so a
-    start that hangs or crawls fails its job instead of blocking a sweep.
-    (vLLM waits for its engine core's initialisation without a limit.)"""
+    engine core), and any started later until the block ends: AsyncLLM's
+    start-up watches them and fails at once, so a start that hangs or crawls
+    fails its job instead of blocking a sweep. (vLLM waits for its engine
+    core's initialisation without a limit.) Watching past the deadline
+    matters on a slow or loaded host, where the deadline can pass before
+    the engine core exists."""
     import psutil
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
+    done = threading.Event()
 
-    def stop():
-        fired.set()
-        log.error("vLLM is not ready after %g s: stopping its processes", timeout_s)
+    def kill_new_children():
         for child in me.children(recursive=True):
             if child.pid not in before:
                 with suppress(psutil.Error):
                     child.kill()
 
-    timer = threading.Timer(timeout_s, stop)
-    timer.daemon = True
-    timer.start()
+    def watch():
+        if done.wait(timeout_s):
+            return
+        fired.set()
+        log.error("vLLM is not ready after %g s: stopping its processes", timeout_s)
+        while not done.is_set():
+            kill_new_children()
+            done.wait(CHILD_WATCH_S)
+
+    watcher = threading.Thread(target=watch, name="vllm-startup-timeout", daemon=True)
+    watcher.start()
     try:
         yield
     finally:
-        timer.cancel()
+        done.set()
+        watcher.join()
 
 
 def _aot_cache_broken() -> bool:
@@ -497,15 +509,19 @@ class VllmEngine(Engine):
             return AsyncLLM.from_engine_args(engine_args)
         timeout_s = float(self.settings.get("startup_timeout_s") or STARTUP_TIMEOUT_S)
         timed_out = threading.Event()
+        too_late = EngineStartError(f"vLLM was not ready after {timeout_s:g} s; raise engine.startup_timeout_s, "
+                                    "or see the log above for the phase it was in")
         try:
             with vllm_startup.capture() as cap, _stop_children_after(timeout_s, timed_out):
                 self.engine = self.loop.run_until_complete(start())
         except BaseException as e:
             self.loop.close()
             if timed_out.is_set():
-                raise EngineStartError(f"vLLM was not ready after {timeout_s:g} s; raise engine.startup_timeout_s, "
-                                       "or see the log above for the phase it was in") from e
+                raise too_late from e
             raise
+        if timed_out.is_set():  # ready, but only after its processes were being stopped
+            self.stop()
+            raise too_late
         self.startup_s = time.perf_counter() - t0
         self._startup_log = cap.log
         self.startup = cap.log.breakdown(self.startup_s) if cap.log else {}

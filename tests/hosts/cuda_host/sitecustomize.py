@@ -7,12 +7,13 @@ reference asked for on cuda is computed on the CPU. Used by the tests that
 check the CUDA entry point on any host (tests/evaluate/test_hardware_cuda_host.py). A
 sitecustomize further down sys.path (e.g. tests/hosts/no_vllm_host) still runs."""
 import os
-import sys
-from importlib.abc import MetaPathFinder
-from importlib.machinery import PathFinder
-from importlib.util import module_from_spec
+from importlib.util import module_from_spec, spec_from_file_location
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+_spec = spec_from_file_location("_host_after_import", os.path.join(_HERE, os.pardir, "after_import.py"))
+after_import = module_from_spec(_spec)
+_spec.loader.exec_module(after_import)
+
 GPUS = {"cuda": ((9, 0),), "gpu_names": ("NVIDIA H200",)}
 
 
@@ -31,31 +32,5 @@ def _accuracy(module):
 
 _PATCHES = {"quantize.common.machine": _machine, "evaluate.accuracy": _accuracy}
 
-
-class _PatchAfterImport(MetaPathFinder):
-    """Finds the modules above as usual and patches each once it has run."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name not in _PATCHES:
-            return None
-        spec = PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return spec
-        run = spec.loader.exec_module
-
-        def exec_module(module):
-            run(module)
-            _PATCHES[name](module)
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
-sys.meta_path.insert(0, _PatchAfterImport())
-
-# The next sitecustomize: the first one in the sys.path entries after this folder.
-_after = [os.path.abspath(p or ".") for p in sys.path]
-_after = sys.path[_after.index(_HERE) + 1:] if _HERE in _after else []
-_spec = PathFinder.find_spec("sitecustomize", _after)
-if _spec is not None and _spec.loader is not None:
-    _spec.loader.exec_module(module_from_spec(_spec))
+after_import.patch_after_import(_PATCHES)
+after_import.run_next_sitecustomize(_HERE)

