@@ -135,10 +135,19 @@ def answer(search: SearchFront, floor_pct: float) -> SearchAnswer:
     return SearchAnswer(most_accurate(search), floor_pct, False)
 
 
+SHOWN_DIGITS = 4  # significant digits the report shows speed and size with
+
+
 def best(search: SearchFront, trials: list[Trial]) -> Trial:
-    """Fastest, then smallest, then most accurate, then the lowest trial number."""
+    """Fastest, then smallest, then most accurate, then the lowest trial
+    number. Speed and size compare as the report shows them: trials that
+    reuse one speed measurement and differ in size by a few bytes tie, and
+    accuracy decides."""
+    def shown(role: str, value: float) -> float:
+        return value if role == "accuracy" else float(f"{value:.{SHOWN_DIGITS}g}")
     order = [(role, objective_sign(search, role)) for role in ("speed", "size", "accuracy")]
-    return min(trials, key=lambda t: ([-sign * search.value(t, role) for role, sign in order if sign], t.number))
+    return min(trials, key=lambda t: ([-sign * shown(role, search.value(t, role)) for role, sign in order if sign],
+                                      t.number))
 
 
 def most_accurate(search: SearchFront) -> Trial:

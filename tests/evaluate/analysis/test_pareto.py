@@ -81,6 +81,15 @@ def test_the_answer_is_the_fastest_front_point_keeping_the_floor_ties_smaller():
     assert answer(search, 50.0).pick.number == 3
 
 
+def test_sizes_a_few_bytes_apart_tie_and_the_more_accurate_is_picked():
+    """Two trials reuse one speed measurement; their sizes differ by 57 bytes
+    (171.16761 and 171.167667 MB, as in a measured study): accuracy decides."""
+    search = search_front(study([(97.97, 42.177, 171.16761), (99.47, 42.177, 171.167667)]))
+    assert answer(search, 95.0).pick.number == 1
+    apart = search_front(study([(97.97, 42.177, 171.1), (99.47, 42.177, 171.2)]))  # 0.1 MB is a real difference
+    assert answer(apart, 95.0).pick.number == 0
+
+
 def test_no_point_keeps_the_floor_names_the_most_accurate():
     result = answer(search_front(study([(90.0, 40.0, 270.0), (85.0, 60.0, 170.0)])), 95.0)
     assert result.pick.number == 0 and not result.meets_floor
