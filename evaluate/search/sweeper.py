@@ -141,6 +141,8 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
                 self.sampler.reseed_rng()  # a seeded sampler would repeat the first run's points
             _log_start(study, self.url, self.target, done, settled, self.n_trials)
             self.progress = _Progress(self.target, done)
+            # the plugin saves its summary there, and a finished study launches no job that would make it
+            Path(self.config.hydra.sweep.dir).mkdir(parents=True, exist_ok=True)
             try:
                 super().sweep(arguments)
             except ValueError:
@@ -262,10 +264,22 @@ def _job_record(results_dir: Path, study: str, trial: FrozenTrial) -> dict:
 
 
 def _study_wall_s(trials: list[FrozenTrial]) -> float | None:
-    """From the first trial's start to the last one's end (seconds)."""
-    starts = [t.datetime_start for t in trials if t.datetime_start]
-    ends = [t.datetime_complete for t in trials if t.datetime_complete]
-    return round((max(ends) - min(starts)).total_seconds(), 1) if starts and ends else None
+    """Seconds during which at least one trial ran: the union of the trials'
+    start-to-end intervals (parallel trials count once; the time between two
+    runs of a resumed study does not count). A trial a stopped sweeper
+    interrupted is left out: its end is when the rerun settled it."""
+    spans = sorted((t.datetime_start, t.datetime_complete) for t in trials
+                   if t.datetime_start and t.datetime_complete and not t.user_attrs.get(INTERRUPTED_ATTR))
+    if not spans:
+        return None
+    total, (start, end) = 0.0, spans[0]
+    for next_start, next_end in spans[1:]:
+        if next_start > end:
+            total += (end - start).total_seconds()
+            start, end = next_start, next_end
+        else:
+            end = max(end, next_end)
+    return round(total + (end - start).total_seconds(), 1)
 
 
 def _versions() -> dict:
