@@ -17,39 +17,61 @@ import pytest
 from tests.conftest import ROOT, last_line, quantize_env, run_cli
 from evaluate import results, store_lock
 
-# Holds the lock of key argv[3:] in store argv[1] for argv[2] seconds; says "held" once it does.
+# Holds the lock of key argv[2:] in store argv[1] until its stdin closes; says "held" once it does.
 HOLDER = """
-import sys, time
+import sys
 from pathlib import Path
 from evaluate import store_lock
-with store_lock.measurement(Path(sys.argv[1]), tuple(sys.argv[3:]), "test"):
+with store_lock.measurement(Path(sys.argv[1]), tuple(sys.argv[2:]), "test"):
     print("held", flush=True)
-    time.sleep(float(sys.argv[2]))
+    sys.stdin.read()
 """
 KEY = ("speed", "artifact-1", "setup-1", "scenario-a")
 
 
-def hold_in_child(store: Path, seconds: float, key: tuple = KEY) -> subprocess.Popen:
-    child = subprocess.Popen([sys.executable, "-c", HOLDER, str(store), str(seconds), *key], cwd=ROOT,
-                             env=quantize_env(), stdout=subprocess.PIPE, text=True)
+def hold_in_child(store: Path, key: tuple = KEY) -> subprocess.Popen:
+    """A process that holds `key`'s lock until its stdin is closed (or it is killed)."""
+    child = subprocess.Popen([sys.executable, "-c", HOLDER, str(store), *key], cwd=ROOT, env=quantize_env(),
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "held"
     return child
 
 
+class ReleaseOnWaiting(logging.Handler):
+    """Lets the child go once this process logs that it waits for it: the
+    release can only come after the wait has begun, however slow the host."""
+
+    def __init__(self, child: subprocess.Popen):
+        super().__init__()
+        self.child, self.released_after_waiting = child, False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "waiting for" in record.getMessage() and not self.released_after_waiting:
+            self.released_after_waiting = True
+            self.child.stdin.close()
+
+
 def test_a_second_process_waits_for_the_holder_and_learns_who_it_was(tmp_path, caplog):
-    child = hold_in_child(tmp_path, seconds=1.5)
-    with caplog.at_level(logging.INFO, logger="quantbench.evaluate"):
-        with store_lock.measurement(tmp_path, KEY, "scenario a") as hold:
-            pass
-    child.wait(timeout=30)
-    assert hold.waited and hold.waited_s >= 0.5  # the child held it ~1.5 s after saying so
+    child = hold_in_child(tmp_path)
+    release = ReleaseOnWaiting(child)
+    logger = logging.getLogger("quantbench.evaluate")
+    logger.addHandler(release)
+    try:
+        with caplog.at_level(logging.INFO, logger="quantbench.evaluate"):
+            with store_lock.measurement(tmp_path, KEY, "scenario a") as hold:
+                pass
+    finally:
+        logger.removeHandler(release)
+        child.kill()
+    child.wait(timeout=120)
+    assert release.released_after_waiting and hold.waited and hold.waited_s > 0
     assert hold.holder == f"{socket.gethostname()} pid {child.pid}"
     (line,) = [r.getMessage() for r in caplog.records if "waiting for" in r.getMessage()]
     assert line.startswith(f"scenario a: waiting for {hold.holder}") and str(tmp_path / "locks") in line
 
 
 def test_other_measurements_and_other_stores_do_not_wait(tmp_path):
-    child = hold_in_child(tmp_path / "store", seconds=30)
+    child = hold_in_child(tmp_path / "store")
     try:
         with store_lock.measurement(tmp_path / "store", (*KEY[:-1], "scenario-b"), "scenario b") as other_key:
             pass
@@ -62,13 +84,17 @@ def test_other_measurements_and_other_stores_do_not_wait(tmp_path):
 
 
 def test_a_killed_holder_leaves_no_lock_behind(tmp_path):
-    child = hold_in_child(tmp_path, seconds=600)
+    child = hold_in_child(tmp_path)
     child.kill()  # SIGKILL: no cleanup runs; the kernel drops the lock
     child.wait()
-    start = time.monotonic()
+    probe = os.open(store_lock.lock_path(tmp_path, KEY), os.O_RDWR)
+    try:  # free now, or this raises instead of the measurement below waiting for ever
+        fcntl.lockf(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(probe)
     with store_lock.measurement(tmp_path, KEY, "scenario a") as hold:
         pass
-    assert not hold.waited and time.monotonic() - start < 5
+    assert not hold.waited and hold.locked
 
 
 def test_the_lock_file_is_named_by_the_key_not_the_path_the_store_is_mounted_at(tmp_path):

@@ -7,7 +7,6 @@ opened stops the search with one line before any trial."""
 import os
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
@@ -48,18 +47,9 @@ def db_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'res' / 'search' / 'toy' / 'study.db'}"
 
 
-def trial_states(db: Path) -> Counter:
-    """Trial states straight from the SQLite file, as another process sees them mid-search."""
-    try:
-        with sqlite3.connect(db, timeout=5) as con:
-            return Counter(dict(con.execute("SELECT state, COUNT(*) FROM trials GROUP BY state").fetchall()))
-    except sqlite3.OperationalError:  # not created yet
-        return Counter()
-
-
 def wait_for(condition, proc: subprocess.Popen, what: str) -> None:
-    deadline = time.time() + HANG_GUARD_S
-    while time.time() < deadline and proc.poll() is None:
+    deadline = time.monotonic() + HANG_GUARD_S
+    while time.monotonic() < deadline and proc.poll() is None:
         if condition():
             return
         time.sleep(0.1)
@@ -80,27 +70,29 @@ def ledger(tmp_path: Path) -> Counter:
 
 
 def test_a_study_killed_with_kill_9_resumes_with_no_trial_lost_or_run_twice(tmp_path):
-    cmd = toy(tmp_path, "sleep_s=1.5")  # 6 trials, 2 a batch, one job after the other
-    db = tmp_path / "res" / "search" / "toy" / "study.db"
+    """6 trials, 2 a batch, one job after the other; trial 3's job holds until
+    released. Killed there, the search has told the study trials 0 and 1, trial
+    2's job has finished but the study has not been told its values (its batch
+    is not over), and trial 3 is cut short: the same state on any host."""
+    hold = tmp_path / "hold"
+    cmd = toy(tmp_path, "sleep_s=0", "+hold_trial=3", f"+hold_dir={hold}")
     first = subprocess.Popen(cmd, cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        wait_for(lambda: trial_states(db)["RUNNING"] >= 1, first, "trial running")
+        wait_for(lambda: (hold / "waiting").exists(), first, "trial 3 held")
         refused = one_error_line(run(cmd, tmp_path))  # one sweeper per study
         assert f"is being run by pid {first.pid} on {socket.gethostname()}" in refused and "toy" in refused
-        # Kill when a batch's first job has finished and its second runs: the study
-        # has not been told the first one's values yet.
-        wait_for(lambda: sum(ledger(tmp_path).values()) > trial_states(db)["COMPLETE"] >= 2, first,
-                 "a finished job not yet told, after two complete trials")
         os.kill(first.pid, signal.SIGKILL)
-        first.wait(timeout=30)
+        first.wait(timeout=HANG_GUARD_S)
     finally:
         if first.poll() is None:
             first.kill()
+    (hold / "go").write_text("")  # nothing held from here on
     killed = optuna.load_study(study_name="toy", storage=db_url(tmp_path)).trials
+    assert Counter(t.state.name for t in killed) == Counter({"COMPLETE": 2, "RUNNING": 2})
     left_running = {t.number: t.params for t in killed if t.state == optuna.trial.TrialState.RUNNING}
     finished_untold = sorted(set(left_running) & set(ledger(tmp_path)))
     cut_short = sorted(set(left_running) - set(finished_untold))
-    assert finished_untold and cut_short
+    assert (finished_untold, cut_short) == ([2], [3])
     # study.json was rewritten when each batch started: it shows the study as the kill left it.
     snapshot = study_file.read(study_file.path_for(tmp_path / "res", "toy"))
     assert {t.number: t.state for t in snapshot.trials} == {t.number: t.state.name for t in killed}

@@ -5,8 +5,14 @@ real trial job does, and appends its trial number to a ledger when it is
 done, so a test can see which trials ran to the end and how often.
 
     python -m tests.evaluate.search.toy_app hydra.searchpath=[file://<repo>/conf] results_dir=... ledger=...
+        [+hold_trial=N +hold_dir=<folder>]
+
+With hold_trial, trial N's job writes <hold_dir>/waiting and runs on only
+once <hold_dir>/go exists: a test that kills the search meanwhile knows which
+trial it cut short, whatever the host's speed.
 """
 import time
+from pathlib import Path
 
 import hydra
 
@@ -18,6 +24,8 @@ from quantize.common.resolvers import register_resolvers
 
 register_resolvers()  # the launcher presets use ${qb_root:}
 
+HOLD_GUARD_S = 600  # a held trial never released: its test has died
+
 
 @hydra.main(config_path="conf", config_name="toy", version_base="1.3")
 def main(cfg):
@@ -27,6 +35,8 @@ def main(cfg):
 def _trial(cfg) -> list[float]:
     started = time.monotonic()
     number = int(cfg.trial_number)
+    if cfg.get("hold_trial") is not None and number == int(cfg.hold_trial):
+        _hold(Path(cfg.hold_dir))
     time.sleep(float(cfg.sleep_s))
     if number in list(cfg.fail_trials):
         raise UserError(f"toy trial {number} fails on purpose; drop it from fail_trials")
@@ -36,6 +46,16 @@ def _trial(cfg) -> list[float]:
         "recipe": f"toy-k{k}", "wall_s": round(time.monotonic() - started, 2), "values": values})
     atomic.append_line(cfg.ledger, str(number))
     return values
+
+
+def _hold(folder: Path) -> None:
+    """Say this job is running (folder/waiting) and wait for folder/go."""
+    atomic.write_text(folder / "waiting", "")
+    deadline = time.monotonic() + HOLD_GUARD_S
+    while not (folder / "go").exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"held trial not released within {HOLD_GUARD_S} s: no {folder / 'go'}")
+        time.sleep(0.05)
 
 
 if __name__ == "__main__":

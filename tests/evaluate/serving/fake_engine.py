@@ -23,7 +23,7 @@ ENGINE_YAML = """\
 name: fake_server
 _target_: fake_engine.FakeServerEngine
 host: 127.0.0.1
-startup_timeout_s: 60
+startup_timeout_s: 300   # a hang guard: the fake answers /health within a second or two
 fake_flags: {flags}
 args:
   dtype: auto
