@@ -49,8 +49,8 @@ def test_metric_names(key, name):
     (["lm_eval=hub", "lm_eval.tasks=[]"], "lm_eval.tasks is empty"),
     (["lm_eval=hub", "lm_eval.include_path=[/nonexistent/tasks]"], "is not a folder"),
 ])
-def test_bad_lm_eval_config_fails_before_anything_runs(build_artifact, tmp_path, args, expect):
-    out = run_evaluate(f"model={build_artifact('original').dir}", "scenario=none", "accuracy=none",
+def test_bad_lm_eval_config_fails_before_anything_runs(tiny_model, tmp_path, args, expect):
+    out = run_evaluate(f"model={tiny_model}", "scenario=none", "accuracy=none",
                        f"results_dir={tmp_path}", *args, cwd=tmp_path)
     assert out.returncode == 2
     assert expect in out.stderr.strip().splitlines()[-1]
