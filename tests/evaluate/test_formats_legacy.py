@@ -11,6 +11,11 @@ from evaluate import results
 from tests.evaluate.legacy_formats import write_legacy
 from quantize.common.tiny_model import build_tiny_llama
 
+# The speed row only has to exist and be whole: a short prompt and answer.
+OUTPUT_LEN = 16
+TINY_SCENARIO = ("scenario=interactive", "scenario.name=legacy_tiny", "scenario.input_len=32",
+                 f"scenario.output_len={OUTPUT_LEN}")
+
 
 def top1_agreement(model_a, model_b, ids) -> float:
     """Share of positions of `ids` where both models predict the same next
@@ -44,7 +49,7 @@ def test_legacy_checkpoint_is_served_and_decoded_correctly(fmt, tmp_path, tokeni
         assert out.returncode == 2 and verdict.reason in out.stderr.strip().splitlines()[-1], out.stderr[-2000:]
         assert not results.read(res)
         pytest.skip(f"capability layer: {verdict.reason}")
-    out = run_cli("evaluate", f"model={legacy}", "scenario=interactive", "runs=1", "accuracy.num_windows=2",
+    out = run_cli("evaluate", f"model={legacy}", *TINY_SCENARIO, "runs=1", "accuracy.num_windows=2",
                   f"accuracy.reference={decoded}", "engine.args.enforce_eager=true", f"results_dir={res}",
                   cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -54,7 +59,7 @@ def test_legacy_checkpoint_is_served_and_decoded_correctly(fmt, tmp_path, tokeni
         assert r.status == "ok" and r.engine == "vllm" and r.manifest is None
         assert r.quant_format == fmt and r.recipe == "external"
         assert r.artifact_id == sha256_files(weight_files(legacy))[:16]
-    assert speed.metrics["output_tokens"] == 64
+    assert speed.metrics["output_tokens"] == OUTPUT_LEN
     assert json.loads((legacy / "config.json").read_text())["quantization_config"]["quant_method"] == fmt
     # The engine's predictions are those of the decoded weights (fp16 kernels
     # on both sides; ties in near-uniform logits can still flip a few).
