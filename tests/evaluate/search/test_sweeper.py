@@ -5,6 +5,7 @@ twice, a second sweeper on a live study refuses, a failing trial leaves the
 search going with its error in study.json, and a storage that cannot be
 opened stops the search with one line before any trial."""
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -130,7 +131,7 @@ def test_a_study_killed_with_kill_9_resumes_with_no_trial_lost_or_run_twice(tmp_
     assert (record.engine, record.model, record.space) == ("toy-engine", "toy-model", "toy")
 
 
-def test_a_failing_trial_is_recorded_and_the_search_goes_on(tmp_path):
+def test_a_failing_trial_is_recorded_the_search_goes_on_and_a_rerun_of_the_finished_study_runs_nothing(tmp_path):
     out = run(toy(tmp_path, "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=1", "fail_trials=[1]"), tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     record = study_file.read(study_file.path_for(tmp_path / "res", "toy"))
@@ -141,6 +142,12 @@ def test_a_failing_trial_is_recorded_and_the_search_goes_on(tmp_path):
     logs = out.stdout + out.stderr
     assert "trial 2/3 done (#1 FAIL)" in logs and "trial 3/3 done (#2 COMPLETE)" in logs
     assert Counter((tmp_path / "ledger.txt").read_text().split()) == Counter(["0", "2"])
+
+    shutil.rmtree(tmp_path / "sweep")  # a later rerun has a new sweep folder, which no job creates
+    again = run(toy(tmp_path, "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=1", "fail_trials=[1]"), tmp_path)
+    assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr[-3000:]
+    assert "3 of 3 trial(s) finished, 0 to run" in again.stdout + again.stderr
+    assert Counter((tmp_path / "ledger.txt").read_text().split()) == Counter(["0", "2"])  # nothing ran again
 
 
 def free_port() -> int:
