@@ -175,7 +175,7 @@ def test_run_matrix_picks_the_gpu_preset_on_a_cuda_machine(tmp_path, machine, pr
     env = {"PATH": "/usr/bin:/bin", "PY": str(stub), "FAKE_HARDWARE": machine, "CALLS": str(calls),
            "RESULTS": str(tmp_path / "results"), "REPORT": str(tmp_path / "reports")}
     out = subprocess.run(["bash", str(ROOT / "scripts" / "run_matrix.sh"), *preset], env=env, cwd=tmp_path,
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     preset_file = (CONF_DIR / "matrix" / f"{expect}.env").read_text()
     recipes = next(line.split("=", 1)[1] for line in preset_file.splitlines() if line.startswith("RECIPES="))

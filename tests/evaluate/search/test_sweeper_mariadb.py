@@ -28,7 +28,7 @@ def mariadb_url(cluster):  # noqa: F811
            f"GRANT ALL ON {DATABASE}.* TO '{USER}'@'127.0.0.1';")
     socket = Path(cluster.env["QB_SLURM_DIR"]) / "run" / "mysqld.sock"
     out = subprocess.run(["mariadb", "--no-defaults", f"--socket={socket}", "-uroot", "-e", sql],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     return f"mysql+pymysql://{USER}:{password}@127.0.0.1:{cluster.env['QB_SLURM_DB_PORT']}/{DATABASE}", password
 

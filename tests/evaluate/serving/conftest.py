@@ -21,12 +21,12 @@ class FakeServer:
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
 
     def stats(self) -> dict:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats", timeout=5) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats", timeout=60) as r:
             return json.loads(r.read())
 
     def reset(self) -> None:
         urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{self.port}/reset", method="POST"),
-                               timeout=5).close()
+                               timeout=60).close()
 
     def alive(self) -> str | None:
         code = self.proc.poll()
