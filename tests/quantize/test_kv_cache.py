@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.conftest import SMALL_CALIB, TINY_NAME, check_ok, run_cli, run_quantize, serve_verdict
+from tests.conftest import run_cli, serve_verdict
 from evaluate import results
 
 pytestmark = pytest.mark.slow
@@ -16,11 +16,9 @@ KV_SPACE_GIB = 1  # small enough that free memory never caps it
 
 
 @pytest.fixture(scope="module")
-def kv_artifact(tiny_model, tmp_path_factory):
-    root = tmp_path_factory.mktemp("kv")
-    check_ok(run_quantize(f"recipe={RECIPE}", f"model={tiny_model}", *SMALL_CALIB,
-                          f"artifacts_dir={root / 'artifacts'}", cwd=root))
-    return root / "artifacts" / TINY_NAME / RECIPE
+def kv_artifact(build_artifact):
+    """The session's build of the shipped recipe (tests/conftest.py: small Austen calibration)."""
+    return build_artifact(RECIPE).dir
 
 
 @pytest.fixture(scope="module")
