@@ -11,6 +11,9 @@ from tests.conftest import check_ok, quantize_env, run_quantize, sha256_files_by
 
 RECIPE = "w8a8_smooth_ptq"
 MODEL_NAME = "smollm2-135m-instruct"  # conf/model/smollm2_135m.yaml
+# The tiny-model tests' calibration size: after it the W8A8 model still
+# continues greedily with " Paris." (as after 16 x 256 tokens).
+NUM_SAMPLES, MAX_SEQ_LEN = 8, 64
 
 GENERATE = """\
 import json, sys
@@ -28,13 +31,14 @@ if __name__ == "__main__":
 def test_default_model_w8a8_serves_in_vllm(tmp_path, tokenizer_dir):
     cwd, arts = tmp_path / "cwd", tmp_path / "artifacts"
     cwd.mkdir()
-    check_ok(run_quantize(f"recipe={RECIPE}", "calibration.num_samples=16", "calibration.max_seq_len=256",
+    check_ok(run_quantize(f"recipe={RECIPE}", f"calibration.num_samples={NUM_SAMPLES}",
+                          f"calibration.max_seq_len={MAX_SEQ_LEN}",
                           "verify=reload", f"artifacts_dir={arts}", cwd=cwd, timeout=1800))
     art = arts / MODEL_NAME / RECIPE
     manifest = json.loads((art / "manifest.json").read_text())
     assert manifest["model"]["weights_sha256"] == sha256_files_by_hand(tokenizer_dir.glob("*.safetensors"))
     assert manifest["quantization"]["format"] == "int-quantized"
-    assert manifest["calibration"]["num_tokens"] == 16 * 256
+    assert manifest["calibration"]["num_tokens"] == NUM_SAMPLES * MAX_SEQ_LEN  # Austen text, packed full
     # verify=reload: the whole checkpoint loaded in transformers and run.
     assert manifest["checks"]["verified_by"] == "reload" and manifest["checks"]["logits_finite"] is True
 
