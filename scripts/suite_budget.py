@@ -10,10 +10,12 @@ run leaves pytest's JUnit XML at logs/suite-<tier>.xml. `check` exits 1 when
 the run took more than twice its tier's budget, listing the slowest tests:
 a suite that slow risks CI's limit on a slower kind of host. `record` keeps
 the run's wall time for this host's kind and, for `all`, the time of each
-test file, which tests/conftest.py uses to start the longest files first.
+test file, which tests/conftest.py uses to start the longest files first,
+and the tests that took SLOW_FROM_S or more, which it marks slow.
 Standard library only: `plan` runs before setup has built the venv."""
 import argparse
 import json
+import os
 import platform
 import sys
 import xml.etree.ElementTree as ET
@@ -27,17 +29,25 @@ sys.path.insert(0, str(ROOT))
 from quantize.common import atomic  # noqa: E402  (standard library only)
 from quantize.common.machine import ISA_FLAGS, Machine, cpu_flags  # noqa: E402
 
-TIMINGS = ROOT / "tests" / "suite_timings.json"
+# The recorded runs; QUANTBENCH_SUITE_TIMINGS names another file (tests/conftest.py reads the same).
+TIMINGS = Path(os.environ.get("QUANTBENCH_SUITE_TIMINGS") or ROOT / "tests" / "suite_timings.json")
 BUDGET_S = {"fast": 5 * 60, "all": 30 * 60}
 FAIL_FACTOR = 2  # check fails past this multiple of the budget
 SLOWEST = 15
+# A test that took this long in the recorded full run counts as slow (tests/conftest.py marks it), so
+# `make test-fast` leaves it out: the fast tier is what runs in seconds, whatever its markers say.
+SLOW_FROM_S = 8.0
 
 
 @dataclass(frozen=True)
 class TestTime:
     file: str       # tests/…/test_x.py
-    name: str       # test_y[param]
+    name: str       # test_y[param], after any class: TestZ::test_y
     seconds: float  # setup + call + teardown
+
+    @property
+    def nodeid(self) -> str:
+        return f"{self.file}::{self.name}"
 
 
 @dataclass(frozen=True)
@@ -76,20 +86,21 @@ def this_host() -> Machine:
     return Machine(arch=platform.machine(), isa=frozenset(cpu_flags() & set(ISA_FLAGS)))
 
 
-def test_file(classname: str) -> str:
-    """JUnit's dotted classname (module, then any class) as the test file's path."""
+def test_id(classname: str, name: str) -> tuple[str, str]:
+    """JUnit's dotted classname (module, then any class) and name as pytest's
+    (file path, rest of the node id)."""
     parts = classname.split(".")
     for end in range(len(parts), 0, -1):
         path = Path(*parts[:end]).with_suffix(".py")
         if (ROOT / path).is_file():
-            return path.as_posix()
-    return classname
+            return path.as_posix(), "::".join([*parts[end:], name])
+    return classname, name
 
 
 def read_run(xml_path: Path) -> SuiteRun:
     root = ET.parse(xml_path).getroot()
     suite = root if root.tag == "testsuite" else root.find("testsuite")
-    times = [TestTime(test_file(case.get("classname", "")), case.get("name", ""), float(case.get("time") or 0))
+    times = [TestTime(*test_id(case.get("classname", ""), case.get("name", "")), float(case.get("time") or 0))
              for case in suite.iter("testcase")]
     failed = int(suite.get("failures", 0)) + int(suite.get("errors", 0))
     return SuiteRun(float(suite.get("time", 0)), int(suite.get("tests", len(times))), failed, times)
@@ -155,6 +166,8 @@ def record(tier: str, xml_path: Path) -> int:
                                                    "date": date.today().isoformat()}
     if tier == "all":
         timings["files"] = run.seconds_per_file()
+        timings["slow_from_s"] = SLOW_FROM_S
+        timings["slow_tests"] = sorted(t.nodeid for t in run.times if t.seconds >= SLOW_FROM_S)
     atomic.write_text(TIMINGS, json.dumps(timings, indent=1) + "\n")
     print(f"suite {tier}: recorded {minutes(run.wall_s)} for {kind} in {TIMINGS}")
     return 0

@@ -278,19 +278,22 @@ def pytest_configure(config):
                                        "is not installed")
 
 
-def file_seconds() -> dict[str, float]:
-    """Each test file's time in the last recorded full run (scripts/suite_budget.py record)."""
+def recorded_run() -> dict:
+    """The last recorded full run (scripts/suite_budget.py record): each
+    test file's time, and the tests that took long enough to count as slow."""
     try:
-        return json.loads((ROOT / "tests" / "suite_timings.json").read_text())["files"]
-    except (OSError, ValueError, KeyError):
+        return json.loads(Path(os.environ.get("QUANTBENCH_SUITE_TIMINGS") or ROOT / "tests" / "suite_timings.json")
+                          .read_text())
+    except (OSError, ValueError):
         return {}
 
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked needs_vllm skip, saying why, where vLLM is not installed.
-    Files start longest first, by their time in the last recorded run; a
-    file not recorded yet starts before them if it has slow tests, after
-    them if not. Each file's tests keep their own order.
+    A test that took long in the last recorded run is marked slow, so
+    `make test-fast` stays fast. Files start longest first, by their time in
+    the last recorded run; a file not recorded yet starts before them if it
+    has slow tests, after them if not. Each file's tests keep their order.
     Under xdist (`--dist loadfile --no-loadscope-reorder`, see the Makefile) a
     worker takes a whole file at a time in this order, so the minutes-long
     files start early and the many short ones fill the end, instead of one
@@ -300,12 +303,17 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if item.get_closest_marker("needs_vllm"):
                 item.add_marker(pytest.mark.skip(reason=reason))
+    recorded = recorded_run()
+    took_long = set(recorded.get("slow_tests", ()))
+    for item in items:
+        if item.nodeid in took_long and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
     has_slow = {item.path for item in items if item.get_closest_marker("slow")}
-    seconds = file_seconds()
+    seconds = recorded.get("files", {})
 
     def start_order(item) -> tuple:
-        recorded = seconds.get(Path(os.path.relpath(item.path, ROOT)).as_posix())
-        if recorded is None:
+        took = seconds.get(Path(os.path.relpath(item.path, ROOT)).as_posix())
+        if took is None:
             return (0 if item.path in has_slow else 2, 0.0)
-        return (1, -recorded)
+        return (1, -took)
     items.sort(key=start_order)  # stable: a file's tests keep their order

@@ -4,6 +4,7 @@ pytest JUnit report read back per test and per file, the budget verdict
 keeping a run's times for the next run's file order."""
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -93,3 +94,41 @@ def test_record_keeps_the_run_for_this_kind_and_the_files_longest_first(tmp_path
     assert list(saved["files"]) == ["tests/evaluate/test_pipeline.py", "tests/evaluate/test_sweeps.py",
                                     "tests/scripts/test_suite_budget.py"]
     assert saved["files"]["tests/evaluate/test_pipeline.py"] == 350.0
+    assert saved["slow_tests"] == ["tests/evaluate/test_pipeline.py::test_a", "tests/evaluate/test_pipeline.py::test_b",
+                                   "tests/evaluate/test_sweeps.py::test_d[ray_local]",
+                                   "tests/scripts/test_suite_budget.py::test_c"]
+
+
+def collect(timings: dict, tmp_path: Path, *args: str) -> list[str]:
+    """The node ids pytest collects, in run order, with `timings` as the recorded run."""
+    path = tmp_path / "timings.json"
+    path.write_text(json.dumps(timings))
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "QUANTBENCH_SUITE_TIMINGS": str(path)})
+    assert out.returncode in (0, 5), out.stdout[-2000:]  # 5: every test deselected
+    return [line for line in out.stdout.splitlines() if "::" in line]
+
+
+def test_the_suite_starts_recorded_files_longest_first_then_new_slow_ones_first(tmp_path):
+    """tests/conftest.py orders files as the xdist workers will take them:
+    a file not recorded yet that has slow tests first (it may be long), then
+    recorded files longest first, then new files without slow tests."""
+    new_slow, new_fast = "tests/evaluate/test_store_lock.py", "tests/test_robustness_table.py"
+    recorded = {"tests/evaluate/test_results.py": 5.0, "tests/scripts/test_suite_budget.py": 30.0,
+                "tests/evaluate/test_scenarios.py": 12.0}
+    nodes = collect({"files": recorded}, tmp_path, new_fast, *recorded, new_slow)
+    order = list(dict.fromkeys(node.split("::")[0] for node in nodes))
+    assert order == [new_slow, "tests/scripts/test_suite_budget.py", "tests/evaluate/test_scenarios.py",
+                     "tests/evaluate/test_results.py", new_fast]
+
+
+def test_a_test_recorded_as_long_is_left_out_of_the_fast_tier(tmp_path):
+    """A test the recorded run saw take SLOW_FROM_S or more is marked slow,
+    so `-m "not slow"` deselects it; its neighbours stay."""
+    file = "tests/scripts/test_suite_budget.py"
+    long_one = f"{file}::test_a_missing_report_is_one_line_naming_the_fix"
+    everything = collect({}, tmp_path, file)
+    fast = collect({"slow_tests": [long_one]}, tmp_path, "-m", "not slow", file)
+    assert long_one in everything and long_one not in fast
+    assert set(everything) - set(fast) == {long_one}
