@@ -14,15 +14,17 @@ from evaluate import results
 @pytest.mark.slow
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="an x86 host is emulated")
 def test_the_cpu_matrix_on_an_avx2_host_quantizes_only_what_it_can_serve(tmp_path):
-    """As an AVX2-only host: W4A16 is not quantized (vLLM's _C_AVX2 has no
-    int4 kernel) but still recorded as unsupported with the reason; the
-    baseline is quantized, measured and reported, and the matrix exits 0."""
+    """The sweep `make run` does, as an AVX2-only host sees it: vLLM loads its
+    real _C_AVX2 library (no int4 kernel), so W4A16 is not quantized but still
+    recorded as unsupported with the reason and the way out; W8A8 is
+    quantized, measured in float32 and reported, and the matrix exits 0.
+    The one real vLLM start on an AVX2 host in the suite."""
     from quantize.common.assets import ensure_default_model
     from quantize.common.tiny_model import build_tiny_llama
     model = build_tiny_llama(tmp_path / "tiny-llama", ensure_default_model())
     scenario = tmp_path / "tiny.yaml"
     scenario.write_text("name: tiny\nbatch_size: 1\ninput_len: 32\noutput_len: 8\n")
-    env = quantize_env({"VLLM_CPU_KVCACHE_SPACE": "1", "PY": sys.executable, "RECIPES": "original,w4a16_rtn",
+    env = quantize_env({"VLLM_CPU_KVCACHE_SPACE": "1", "PY": sys.executable, "RECIPES": "w8a8_smooth_ptq,w4a16_rtn",
                         "SCENARIO": str(scenario), "RUNS": "1", "RESULTS": str(tmp_path / "results"),
                         "REPORT": str(tmp_path / "reports")})
 
@@ -35,17 +37,21 @@ def test_the_cpu_matrix_on_an_avx2_host_quantizes_only_what_it_can_serve(tmp_pat
         return out
 
     out = run_matrix()
-    assert "quantizing only what can be served here: original (SERVABLE_ONLY=0 quantizes all)" in out.stdout
+    assert "quantizing only what can be served here: w8a8_smooth_ptq (SERVABLE_ONLY=0 quantizes all)" in out.stdout
     assert "plan: 3 jobs (1 quantize, 2 evaluate)" in out.stdout and "progress: 3/3 done" in out.stdout
     assert "matrix cpu wall time: quantize" in out.stdout
     artifacts = tmp_path / "artifacts" / "tiny-llama"
-    assert (artifacts / "original" / "manifest.json").is_file() and not (artifacts / "w4a16_rtn").exists()
+    assert (artifacts / "w8a8_smooth_ptq" / "manifest.json").is_file() and not (artifacts / "w4a16_rtn").exists()
     rows = results.read(tmp_path / "results")
-    by_recipe = {recipe: {r.status for r in rows if r.recipe == recipe} for recipe in ("original", "w4a16_rtn")}
-    assert by_recipe == {"original": {"ok"}, "w4a16_rtn": {"unsupported"}}
-    assert all("_C_AVX2" in r.reason for r in rows if r.recipe == "w4a16_rtn")
-    problems = (tmp_path / "reports" / "report.md").read_text().split("## Skipped, unsupported and failed\n", 1)[1]
+    by_recipe = {recipe: {r.status for r in rows if r.recipe == recipe} for recipe in ("w8a8_smooth_ptq", "w4a16_rtn")}
+    assert by_recipe == {"w8a8_smooth_ptq": {"ok"}, "w4a16_rtn": {"unsupported"}}
+    assert all("_C_AVX2" in r.reason and "engine=hf" in r.reason for r in rows if r.recipe == "w4a16_rtn")
+    assert {r.engine_args["dtype"] for r in rows if r.recipe == "w8a8_smooth_ptq"} == {"float32"}
+    assert all(r.machine["vllm_library"] == "_C_AVX2" and r.machine["cpu_native_half"] is False for r in rows)
+    md = (tmp_path / "reports" / "report.md").read_text()
+    problems = md.split("## Skipped, unsupported and failed\n", 1)[1]
     assert "| unsupported |" in problems and "w4a16_rtn" in problems
+    assert "vLLM kernel library _C_AVX2 with onednn_scaled_mm" in md
     # SERVABLE_ONLY=0 builds it anyway (e.g. for another machine); it is still unsupported here
     again = run_matrix(SERVABLE_ONLY="0", RECIPES="w4a16_rtn")
     assert "quantizing only" not in again.stdout and (artifacts / "w4a16_rtn" / "manifest.json").is_file()

@@ -1,0 +1,119 @@
+"""What the evaluate stage records, or says, when a job cannot measure: a
+format the engine cannot serve here, a recipe not quantized, an engine that
+fails or does not finish its start."""
+import pytest
+
+from tests.conftest import run_cli, serve_verdict
+from tests.evaluate.pipeline_fixtures import eval_artifacts, scen  # noqa: F401  (fixtures)
+from evaluate import results
+
+
+@pytest.fixture(scope="module")
+def w8a16_unsupported(eval_artifacts):
+    """W8A16 on vLLM: refused on every CPU (served by Marlin on CUDA)."""
+    verdict, _ = serve_verdict(eval_artifacts["w8a16_awq"])
+    if verdict:
+        pytest.skip("this host's vLLM serves W8A16")
+    return verdict
+
+
+@pytest.mark.needs_vllm
+def test_unsupported_alone_is_one_line_naming_the_way_out(eval_artifacts, w8a16_unsupported, tmp_path, scen):
+    out = run_cli("evaluate", f"model={eval_artifacts['w8a16_awq']}", scen["test_tiny_a"],
+                  f"results_dir={tmp_path}", cwd=tmp_path)
+    assert out.returncode == 2
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: vllm cannot serve W8A16") and "engine=hf" in last
+    assert "Traceback" not in out.stderr and "starting vLLM" not in out.stdout + out.stderr
+    assert not results.read(tmp_path)
+
+
+@pytest.mark.needs_vllm
+def test_unsupported_in_a_set_records_rows_and_goes_on(eval_artifacts, w8a16_unsupported, tmp_path, scen):
+    args = ("evaluate", f"model={eval_artifacts['w8a16_awq']}", scen["test_pair"], f"results_dir={tmp_path}")
+    out = run_cli(*args, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "starting vLLM" not in out.stdout + out.stderr  # decided before any engine starts
+    rows = results.read(tmp_path)
+    assert {(r.kind, r.scenario) for r in rows} == {
+        ("speed", "test_tiny_a"), ("speed", "test_tiny_b"), ("accuracy", "austen")}
+    assert all(r.status == "unsupported" and r.reason == w8a16_unsupported.reason for r in rows)
+    assert all(r.recipe == "w8a16_awq" and r.machine["vllm_ops"] is not None for r in rows)
+    assert run_cli(*args, cwd=tmp_path).returncode == 0
+    assert len(results.read(tmp_path)) == len(rows)  # the same verdict is not recorded twice
+
+
+@pytest.mark.needs_vllm
+def test_a_recipe_not_quantized_gets_the_engines_answer_before_quantize_first(eval_artifacts, w8a16_unsupported,
+                                                                               tmp_path, scen):
+    """Unservable here: the same one line (alone) or unsupported rows (in a
+    set) as a built artifact gets; servable: "quantize it first"."""
+    common = (f"model={eval_artifacts['model']}", f"artifacts_dir={tmp_path / 'none'}", f"results_dir={tmp_path}")
+    alone = run_cli("evaluate", "recipe=w8a16_awq", scen["test_tiny_a"], *common, cwd=tmp_path)
+    assert alone.returncode == 2
+    assert alone.stderr.strip().splitlines()[-1] == (
+        f"error: vllm cannot serve W8A16 (w8a16_awq, not quantized) here: {w8a16_unsupported.reason}")
+    assert not results.read(tmp_path)
+    in_set = ("evaluate", "recipe=w8a16_awq", scen["test_pair"], *common)
+    assert run_cli(*in_set, cwd=tmp_path).returncode == 0
+    assert run_cli(*in_set, cwd=tmp_path).returncode == 0  # recorded once
+    rows = results.read(tmp_path)
+    assert sorted(r.scenario for r in rows) == ["austen", "test_tiny_a", "test_tiny_b"]
+    assert all(r.status == "unsupported" and r.recipe == "w8a16_awq" and r.artifact_id is None for r in rows)
+    servable = run_cli("evaluate", "recipe=w8a8_smooth_ptq", scen["test_tiny_a"], *common, cwd=tmp_path)
+    assert servable.returncode == 2
+    assert "run `python -m quantize recipe=w8a8_smooth_ptq` first" in servable.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.needs_vllm
+def test_missing_artifact_for_recipe_names_quantize(tmp_path):
+    out = run_cli("evaluate", "recipe=w4a16_gptq", f"artifacts_dir={tmp_path}", cwd=tmp_path)
+    assert out.returncode == 2
+    assert "python -m quantize recipe=w4a16_gptq" in out.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.needs_vllm
+def test_a_start_past_its_timeout_fails_its_job_and_the_sweep_goes_on(eval_artifacts, tmp_path, scen):
+    """The first job's vLLM engine core never becomes ready (it hangs, as
+    tests/hosts/stalled_engine_core makes it, whatever the machine's speed or
+    load): at the 5 s timeout its processes are stopped and its row is
+    recorded failed; the next job (transformers: no second vLLM start)
+    measures."""
+    out = run_cli("evaluate", "-m", f"model={eval_artifacts['original']}", scen["test_tiny_a"], "runs=1",
+                  "accuracy=none", "engine=vllm,hf", "++engine.startup_timeout_s=5",
+                  f"results_dir={tmp_path}", cwd=tmp_path, host="stalled_engine_core",
+                  env={"QUANTBENCH_TEST_STALL_MARKER": str(tmp_path / "stalled")})
+    assert out.returncode == 1, out.stderr[-3000:]  # the sweep says a job failed
+    assert (tmp_path / "stalled").is_file()  # vLLM's start was the one that hung
+    rows = results.read(tmp_path)
+    assert [(r.engine, r.status) for r in rows] == [("vllm", "failed"), ("hf", "ok")]
+    assert rows[0].reason == ("engine start-up failed: vLLM was not ready after 5 s; raise "
+                              "engine.startup_timeout_s, or see the log above for the phase it was in")
+
+
+def test_engine_start_failure_records_a_failed_row_per_measurement(eval_artifacts, tmp_path, scen):
+    """A checkpoint that the engine cannot load (a tensor of the wrong shape)
+    fails at engine start-up; every measurement the job owed, the accuracy
+    pass included, is a failed row whose reason is one line. The pipeline
+    does this alike for every engine: transformers fails the start here
+    (no vLLM start); vLLM's own failing start is the timeout test above."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+    broken = tmp_path / "broken"
+    shutil.copytree(eval_artifacts["original"], broken)
+    weights = load_file(broken / "model.safetensors")
+    weights["model.layers.1.mlp.down_proj.weight"] = torch.zeros(3, 3, dtype=torch.bfloat16)
+    save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
+    res = tmp_path / "results"
+    # verify=false: the fingerprint check would refuse the changed weights before the engine starts
+    out = run_cli("evaluate", f"model={broken}", "engine=hf", scen["test_pair"], "verify=false",
+                  f"results_dir={res}", cwd=tmp_path)
+    assert out.returncode != 0
+    rows = results.read(res)
+    assert {(r.kind, r.scenario) for r in rows} == {
+        ("speed", "test_tiny_a"), ("speed", "test_tiny_b"), ("accuracy", "austen")}
+    assert all(r.engine == "hf" and r.status == "failed" for r in rows)
+    assert all(r.reason.startswith("engine start-up failed: ") for r in rows)
+    assert all("\n" not in r.reason for r in rows)
