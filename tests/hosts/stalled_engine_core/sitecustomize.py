@@ -5,7 +5,7 @@ vLLM's front end waits for it, so that start is never ready however fast or
 loaded the machine is, and later starts run normally. The front end picks
 the start (AsyncLLM.from_engine_args) and tells its engine core through the
 environment the core inherits. Used by the start-up timeout test
-(tests/evaluate/test_pipeline.py). A sitecustomize further down sys.path
+(tests/evaluate/test_pipeline_failures.py). A sitecustomize further down sys.path
 still runs."""
 import functools
 import os
