@@ -48,12 +48,25 @@ def expand_path_shorthands(argv: list[str]) -> list[str]:
     for arg in argv:
         key, sep, value = arg.partition("=")
         if sep and key in PATH_GROUPS and _looks_like_path(value):
-            # a hub id (owner/name, no such local path) stays as written: quantize downloads it
-            path = value if key == "model" and is_repo_id(value) else Path(os.path.expanduser(value)).resolve()
-            out += [f"{key}={PATH_GROUPS[key]}", f"{key}.path={path}"]
+            out += [f"{key}={PATH_GROUPS[key]}", f"{key}.path={_full_path(key, value)}"]
+        elif sep and key in PATH_GROUPS and _is_path_sweep(value):
+            # `model=a/,b/`: a sweep over paths, as Hydra sweeps `model.path=a/,b/`
+            paths = ",".join(str(_full_path(key, v)) for v in value.split(","))
+            out += [f"{key}={PATH_GROUPS[key]}", f"{key}.path={paths}"]
         else:
             out.append(arg)
     return out
+
+
+def _full_path(key: str, value: str):
+    # a hub id (owner/name, no such local path) stays as written: quantize downloads it
+    return value if key == "model" and is_repo_id(value) else Path(os.path.expanduser(value)).resolve()
+
+
+def _is_path_sweep(value: str) -> bool:
+    """Comma-separated, and every item a path (a sweep of option names, or of options and paths, stays Hydra's)."""
+    items = value.split(",")
+    return len(items) > 1 and all(item and _looks_like_path(item) for item in items)
 
 
 def _looks_like_path(value: str) -> bool:

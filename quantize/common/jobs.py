@@ -46,7 +46,7 @@ def run_job(fn, cfg, needs_hub: bool = False):
                 raise SystemExit(e.exit_code)
             raise
         log.error("job failed: %s", one_line)
-        _record_failure(one_line, traceback.format_exc())
+        _record_failure(one_line, traceback.format_exc(), e.exit_code if isinstance(e, UserError) else 1)
         return None
 
 
@@ -99,16 +99,18 @@ def one_line(e: BaseException, limit: int = 400) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def _record_failure(message: str, trace: str) -> None:
+def _record_failure(message: str, trace: str, exit_code: int) -> None:
     from hydra.core.hydra_config import HydraConfig
-    write_failure(HydraConfig.get().runtime.output_dir, message, trace, HydraConfig.get().overrides.task)
+    write_failure(HydraConfig.get().runtime.output_dir, message, trace, HydraConfig.get().overrides.task, exit_code)
 
 
-def write_failure(job_dir, message: str, trace: str, overrides) -> None:
+def write_failure(job_dir, message: str, trace: str, overrides, exit_code: int = 1) -> None:
     """The FAILED.json that `FailureSummary` lists; also written by the Slurm
-    launcher for a job that Slurm ended (time limit, scancel, node failure)."""
+    launcher for a job that Slurm ended (time limit, scancel, node failure).
+    `exit_code`: the job's exit on its own (2: bad input, answered in one line; 1: a failure)."""
     with open(os.path.join(job_dir, FAILURE_FILE), "w") as f:
-        json.dump({"error": message, "traceback": trace, "overrides": list(overrides)}, f, indent=2)
+        json.dump({"error": message, "traceback": trace, "overrides": list(overrides), "exit_code": exit_code},
+                  f, indent=2)
 
 
 class FailureSummary(Callback):

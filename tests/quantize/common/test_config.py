@@ -1,7 +1,9 @@
 """Command-line rewriting shared by both stages (quantize/common/config.py)."""
+import os
+
 import pytest
 
-from quantize.common.config import open_pass_through_keys
+from quantize.common.config import expand_path_shorthands, open_pass_through_keys
 
 
 @pytest.mark.parametrize("arg, expected", [
@@ -67,3 +69,16 @@ def test_the_cli_lists_the_same_recipe_choices(recipe_dirs, capsys):
         check_group_options(["recipe=nope"])
     assert e.value.code == 2
     assert "my_own_scheme" in capsys.readouterr().err
+
+
+def test_a_sweep_of_paths_sweeps_the_path_option(tmp_path, monkeypatch):
+    """`model=a/,b/` sweeps model.path as Hydra would `model=local model.path=a/,b/`."""
+    monkeypatch.chdir(tmp_path)
+    assert expand_path_shorthands(["model=./a,./b", "recipe=x.yaml,~/y.yaml"]) == [
+        "model=local", f"model.path={tmp_path / 'a'},{tmp_path / 'b'}",
+        "recipe=file", f"recipe.path={tmp_path / 'x.yaml'},{os.path.expanduser('~/y.yaml')}"]
+
+
+@pytest.mark.parametrize("arg", ["recipe=original,w4a16_gptq", "model=smollm2_135m,./a", "model=./a,"])
+def test_a_sweep_that_is_not_all_paths_stays_hydras(arg):
+    assert expand_path_shorthands([arg]) == [arg]
