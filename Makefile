@@ -13,7 +13,7 @@ PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reor
 # Each tier leaves pytest's JUnit XML here for scripts/suite_budget.py (check, record).
 SUITE_XML := logs/suite
 
-.PHONY: setup setup-lmeval setup-slurm setup-browser run test test-fast
+.PHONY: setup setup-lmeval setup-slurm setup-browser run test test-fast family-matrix
 setup:
 	bash scripts/setup.sh
 
@@ -39,3 +39,9 @@ test: setup setup-lmeval setup-slurm setup-browser
 
 test-fast: setup
 	$(PYTEST) --junitxml=$(SUITE_XML)-fast.xml -m "not slow" tests
+
+# The family matrix (tests/test_family_matrix.py) with vLLM started on every
+# cell the capability layer lets it serve, not only `make test`'s sample; -s
+# prints the observed matrix and the wall time of each sweep.
+family-matrix: setup
+	QUANTBENCH_FAMILY_MATRIX=full $(PY) -m pytest -s -q tests/test_family_matrix.py
