@@ -3,7 +3,7 @@ formats (what an engine must know about a checkpoint to decide whether it can
 serve it), how a config.json is classified into one, and the Verdict an
 engine answers with. No engine, no table: engines import this, and the
 capability table (evaluate.capabilities) imports the engines."""
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from quantize.common.moe import is_moe
 
@@ -38,6 +38,10 @@ class CheckpointFormat:
     moe: bool = False              # mixture-of-experts: quantized experts need fused-MoE kernels
     kv_cache: str | None = None    # the checkpoint's KV-cache scheme (kv_cache_scheme): "fp8", "fp8 per-head", ...
     zero_point: bool = False       # asymmetric integer weights (a zero point per group or channel)
+    # The checkpoint's compressed-tensors quantization_config as saved, for the
+    # engine that matches each config group to a kernel scheme of its own
+    # (evaluate/engines/vllm_schemes.py); None for a format judged alone (the table's).
+    quantization_config: dict | None = field(default=None, compare=False, repr=False)
 
     @property
     def label(self) -> str:
@@ -73,7 +77,8 @@ def classify(config: dict, sparse_24: bool = False) -> CheckpointFormat:
         zero_point = q.get("sym") is False if method == "gptq" else q.get("zero_point", True) is not False
     else:
         scheme = DENSE  # e.g. a sparsity-only compressed-tensors config
-    return CheckpointFormat(scheme=scheme, method=method, zero_point=zero_point, **common)
+    saved = q if method == "compressed-tensors" else None
+    return CheckpointFormat(scheme=scheme, method=method, zero_point=zero_point, quantization_config=saved, **common)
 
 
 def kv_cache_scheme(kv: dict | None) -> str | None:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import math
 import os
+import re
 import tempfile
 import threading
 import time
@@ -15,7 +16,7 @@ from importlib import metadata
 from typing import Iterator
 
 from evaluate.formats import DENSE, FP8, W4A16, W8A8_INT8, W8A16, YES, Verdict
-from evaluate.engines import parallel, vllm_kernels, vllm_startup
+from evaluate.engines import parallel, vllm_kernels, vllm_schemes, vllm_startup
 from evaluate.engines.vllm_cuda_rules import BF16, cuda_kv_rule, cuda_rule
 from evaluate.engines.base import Engine, EngineStartError, LmEvalModel, user_set
 from evaluate.metrics import RequestTiming
@@ -210,6 +211,16 @@ def _fp8_rule(machine) -> Verdict:
     return Verdict(True, "no AMX-FP8: torch fallback, slower than bf16")
 
 
+def _scheme_rule(fmt, verdict: Verdict) -> Verdict:
+    """A checkpoint's own compressed-tensors groups, each put through vLLM's
+    scheme matching (evaluate/engines/vllm_schemes.py): the first group vLLM
+    would reject at start-up is the answer; `verdict` where none is."""
+    if fmt.method != "compressed-tensors" or not fmt.quantization_config:
+        return verdict
+    unserved = vllm_schemes.unserved_groups(fmt.quantization_config)
+    return Verdict(False, unserved[0].describe()) if unserved else verdict
+
+
 def _cuda_rule(fmt, machine, args) -> Verdict:
     """The GPU with the lowest compute capability decides (evaluate/engines/vllm_cuda_rules.py)."""
     return cuda_rule(fmt, machine.min_cuda_capability, args)
@@ -275,6 +286,33 @@ def _stop_children_after(timeout_s: float, fired: threading.Event) -> Iterator[N
     finally:
         done.set()
         watcher.join()
+
+
+# A traceback's last line: the exception's class (dotted or not) and its message.
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt): \S")
+# What vLLM's processes raise because another one failed: never the root cause.
+_CONSEQUENCES = ("WorkerProc initialization failed", "Engine core initialization failed",
+                 "EngineCore failed to start")
+
+
+def failure_cause(log_text: str) -> str | None:
+    """The root cause of a failed start in vLLM's own log (its processes'
+    records, tracebacks included: evaluate/engines/vllm_startup.py): the first
+    exception a traceback ends with that is not one process reporting another's
+    failure. The worker that failed logs first, then the engine core and the
+    front end say "see root cause above"; that is the line a result row needs."""
+    for line in log_text.splitlines():
+        if _EXCEPTION_LINE.match(line) and not any(c in line for c in _CONSEQUENCES):
+            return line.strip()
+    return None
+
+
+def _read(path: str | None) -> str:
+    if not path:
+        return ""
+    with suppress(OSError), open(path, errors="replace") as f:
+        return f.read()
+    return ""
 
 
 def _aot_cache_broken() -> bool:
@@ -380,6 +418,8 @@ class VllmEngine(Engine):
         if not kv:
             return kv
         verdict = _cuda_rule(fmt, machine, args) if machine.cuda else _cpu_rule(fmt, machine, args)
+        if verdict:
+            verdict = _scheme_rule(fmt, verdict)
         if verdict and kv.reason:
             return verdict.with_note(kv.reason)
         return verdict
@@ -513,7 +553,13 @@ class VllmEngine(Engine):
                                     "or see the log above for the phase it was in")
         try:
             with vllm_startup.capture() as cap, _stop_children_after(timeout_s, timed_out):
-                self.engine = self.loop.run_until_complete(start())
+                try:
+                    self.engine = self.loop.run_until_complete(start())
+                except Exception as e:  # the log file is read before capture() removes it
+                    cause = None if timed_out.is_set() else failure_cause(_read(cap.log_file))
+                    if cause:
+                        raise EngineStartError(f"vLLM failed to start: {cause}") from e
+                    raise
         except BaseException as e:
             self.loop.close()
             if timed_out.is_set():
