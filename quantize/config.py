@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from quantize.calibration import CalibrationConfig
 from quantize.common.paths import check_output_dir
 from quantize.common.recipe_choices import RecipeChoice
+from quantize.sanity import SanityConfig
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class QuantizeConfig:
     calibration_dtype: str | None = "auto"
     verify: str | bool | None = "tensors"
     memory_check: bool = True
+    # The accuracy sanity gates (conf/sanity/default.yaml); None: no check.
+    sanity: SanityConfig | None = None
     # The whole composed config as plain values: the manifest records it.
     composed: dict = field(default_factory=dict, compare=False)
 
@@ -49,4 +52,11 @@ class QuantizeConfig:
             force=bool(values.get("force", False)), trust_remote_code=bool(values.get("trust_remote_code", False)),
             calibration_dtype=values.get("calibration_dtype", "auto"),
             verify=values.get("verify", "tensors"), memory_check=bool(values.get("memory_check", True)),
+            sanity=_sanity(values.get("sanity")),
             composed=values)
+
+
+def _sanity(values: dict | None) -> SanityConfig | None:
+    """The sanity group; None when it is switched off (sanity.enabled=false)."""
+    config = SanityConfig.from_config(values)
+    return config if config.enabled else None

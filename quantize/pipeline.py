@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from quantize import calibration, recipe as recipes, smoothquant_check, verify
+from quantize import calibration, recipe as recipes, sanity, smoothquant_check, verify
 from quantize.common import fingerprint, manifest, moe
 from quantize.common.atomic import staging_dir
 from quantize.common.checkpoint import check_complete, check_weight_files, quantization_summary, weight_files
@@ -85,23 +85,43 @@ def run(config: QuantizeConfig) -> Path:
     recipes.check_group_sizes(recipe, model)
 
     with staging_dir(out) as tmp:
-        changed = _quantize_and_save(model, tokenizer, inputs, tmp, timer)
+        changed, measured = _quantize_and_save(model, tokenizer, inputs, tmp, timer)
         del model
         checks = {}
         if check:
             with timer.phase(f"verify ({check}: the saved checkpoint)"):
                 checks = verify.check(tmp, check, recipe.prunes)
         described = dataclasses.replace(_manifest(inputs, tmp, timer, checks), modules_changed=changed)
+        if measured is not None:
+            described = _judged(described, measured, config.sanity, recipe.prunes)
         manifest.write(tmp, described)  # last: its presence means "complete"
     log.info("artifact %s written to %s (%.1f MB)", artifact_id, out, described.bytes_on_disk["total"] / 1e6)
+    if "suspect" in described.extra:
+        log.warning("artifact %s at %s is SUSPECT: %s (kept for inspection; the report will not rank it)",
+                    artifact_id, out, described.extra["suspect"]["reason"])
     return out
 
 
-def _quantize_and_save(model, tokenizer, inputs: Inputs, tmp: Path, timer: Timer) -> dict | None:
+def _judged(described: Manifest, measured: dict, config: sanity.SanityConfig, prunes: bool) -> Manifest:
+    """The manifest with checks.sanity and, below the format's floor, `suspect`;
+    sanity.strict=true fails the job instead (nothing is written)."""
+    suspect = sanity.judge(measured, described.quantization.to_dict(), prunes, config)
+    checks = {**described.checks, "sanity": measured}
+    if suspect and config.strict:
+        raise UserError(f"the quantized model fails the sanity check: {suspect['reason']} (measured on "
+                        f"{measured['scored_tokens']} held-out tokens); check the recipe, or pass "
+                        "sanity.strict=false to keep the artifact for inspection")
+    extra = {**described.extra, "suspect": suspect} if suspect else described.extra
+    return dataclasses.replace(described, checks=checks, extra=extra)
+
+
+def _quantize_and_save(model, tokenizer, inputs: Inputs, tmp: Path,
+                       timer: Timer) -> tuple[dict | None, dict | None]:
     """The checkpoint, its recipe.yaml and tokenizer into `tmp`: the baseline
     as loaded, else after oneshot in the calibration dtype. Returns how many
-    modules oneshot changed (count_changed_modules; None for the baseline)."""
-    recipe, changed = inputs.recipe, None
+    modules oneshot changed (count_changed_modules; None for the baseline)
+    and the sanity check's numbers (None for the baseline or sanity.enabled=false)."""
+    recipe, changed, measured = inputs.recipe, None, None
     if recipe.is_baseline:
         with timer.phase("save"):
             model.save_pretrained(tmp, safe_serialization=True)
@@ -112,9 +132,15 @@ def _quantize_and_save(model, tokenizer, inputs: Inputs, tmp: Path, timer: Timer
         with timer.phase(f"oneshot (calibrate + quantize in {calib_dtype})"):
             model.to(getattr(torch, calib_dtype))
             zeros_before = _linear_zeros(model) if recipe.prunes else None
+            base = _sanity_before(model, tokenizer, inputs.config.sanity)
             _oneshot(model, tokenizer, recipe, inputs.calib, inputs.config.seed)
             changed = count_changed_modules(model, zeros_before)
             _check_changed(changed, model, recipe, inputs.config.model.name)
+            if base:  # before saving: save_pretrained compresses the modules in place
+                measured = base.compare(model)
+                log.info("sanity: top-1 agreement %.3f, KL %.4f nats/token vs the base on %d held-out tokens "
+                         "(%.1f s)", measured["top1_agreement"], measured["kl_divergence"],
+                         measured["scored_tokens"], measured["wall_s"])
             model.to(saved_dtype)  # the artifact keeps the checkpoint's dtype
         with timer.phase("save"):
             model.save_pretrained(tmp, save_compressed=True)
@@ -122,7 +148,12 @@ def _quantize_and_save(model, tokenizer, inputs: Inputs, tmp: Path, timer: Timer
             # YAML loaders reject: keep the exact source recipe instead.
             (tmp / "recipe.yaml").write_text(recipe.text)
     tokenizer.save_pretrained(tmp)
-    return changed
+    return changed, measured
+
+
+def _sanity_before(model, tokenizer, config: sanity.SanityConfig | None) -> sanity.Measure | None:
+    """The base model's logits on the sanity windows, before oneshot changes it."""
+    return None if config is None else sanity.Measure.before(model, tokenizer, config)
 
 
 def _model_dir(path) -> Path:
