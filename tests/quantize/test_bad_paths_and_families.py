@@ -129,8 +129,10 @@ def test_the_tensor_check_still_finds_a_missing_neox_output_layer(neox_artifacts
 
 
 @pytest.mark.parametrize("recipe,phrases", [
-    ("w8a8_smooth_gptq", ("llm-compressor has none for GPTNeoXForCausalLM", "re:.*q_proj",
-                          "explicit `mappings:`", "attention.query_key_value")),
+    ("w8a8_smooth_gptq", ("llm-compressor has no SmoothQuant mappings for GPTNeoXForCausalLM",
+                          "would fall back to its Llama-style defaults",
+                          "`mappings: [[<balance Linear layers>], <smooth norm layer>]` under its SmoothQuantModifier",
+                          "attention.query_key_value")),
     pytest.param("typo", ("mappings in the recipe name layers GPTNeoXForCausalLM lacks", "re:.*query_key_valu$"),
                  marks=pytest.mark.slow),  # a second llm-compressor start-up (~25 s on 2 shared cores)
 ])
