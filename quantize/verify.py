@@ -253,7 +253,23 @@ def reload_dense(artifact_dir: Path):
     if quantization_summary(artifact_dir).method == "compressed-tensors":
         from transformers import CompressedTensorsConfig
         kwargs["quantization_config"] = CompressedTensorsConfig(dequantize=True)
-    return AutoModelForCausalLM.from_pretrained(artifact_dir, dtype="auto", **kwargs)
+    model, report = AutoModelForCausalLM.from_pretrained(artifact_dir, dtype="auto", output_loading_info=True,
+                                                         **kwargs)
+    _raise_on_loading_problems(artifact_dir, report)
+    return model
+
+
+def _raise_on_loading_problems(artifact_dir: Path, report: dict) -> None:
+    """transformers' loading report (its renamings and converters applied,
+    tied parameters not counted as missing) as a RuntimeError naming what
+    does not fit: a tensor left out would be initialised at random."""
+    problems = [f"missing tensor {n}" for n in sorted(report.get("missing_keys") or ())]
+    problems += [f"unexpected tensor {n}" for n in sorted(report.get("unexpected_keys") or ())]
+    problems += [f"{m[0]} is {tuple(m[1])}, the model needs {tuple(m[2])}" if len(m) == 3 else f"mismatched {m}"
+                 for m in sorted(report.get("mismatched_keys") or (), key=str)]
+    if problems:
+        more = f" (+{len(problems) - 5} more)" if len(problems) > 5 else ""
+        raise RuntimeError(f"checkpoint in {artifact_dir} does not match its model: " + "; ".join(problems[:5]) + more)
 
 
 def linear_weights(model):

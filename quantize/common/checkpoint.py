@@ -150,3 +150,30 @@ def check_complete(model_dir: Path, missing: list[str], config: dict) -> None:
     raise UserError(f"model {model_dir} lacks {len(missing)} parameter tensor(s) of the {architecture} "
                     f"architecture, which loading would initialise at random: {shown}{hint}; "
                     "re-copy or re-download the checkpoint")
+
+
+def ignore_unquantized(artifact_dir: Path, model) -> list[str]:
+    """Add to the saved compressed-tensors `quantization_config.ignore` every
+    module its config groups target that the calibrated `model` left
+    unquantized; returns those added. compressed-tensors lists a skipped
+    module only where its exact class was quantized elsewhere, so Falcon's
+    `lm_head` (a Linear beside FalconLinear layers) was left off: a loader
+    then quantizes it and finds no scales (a tied head initialised at random)."""
+    from compressed_tensors.quantization.quant_config import _map_to_checkpoint_names
+    from compressed_tensors.utils import match_named_modules
+
+    from quantize.common.atomic import write_text
+    path = Path(artifact_dir) / "config.json"
+    config = json.loads(path.read_text())
+    q = config.get("quantization_config") or {}
+    if q.get("quant_method") != "compressed-tensors":
+        return []
+    targets = {t for group in (q.get("config_groups") or {}).values() for t in group.get("targets") or ()}
+    ignore = list(q.get("ignore") or [])
+    skipped = [name for name, module in match_named_modules(model, targets, ignore)
+               if getattr(module, "quantization_scheme", None) is None]
+    added = [n for n in _map_to_checkpoint_names(model, skipped) if n not in ignore]
+    if added:
+        q["ignore"] = ignore + added
+        write_text(path, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return added

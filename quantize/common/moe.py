@@ -7,7 +7,19 @@ vLLM work on one 2D Linear per expert and projection
 fused experts into such Linears; quantbench applies it right after loading,
 so that the dtype oneshot computes in reaches the experts too (linearizing
 later, inside oneshot, leaves them in the checkpoint's dtype), and again when
-the saved checkpoint is reloaded for the checks."""
+the saved checkpoint is reloaded for the checks.
+
+Names: transformers' checkpoint conversion mapping (per model type) turns the
+stored names into the model's on load and back on save, and merges stored
+per-expert tensors into the fused ones with WeightConverters. A linearized
+model has no fused experts, so its save and its reload use that mapping less
+the transforms that build fused experts, plus a renaming per expert where the
+stored projection names differ from the Linears' (Mixtral's w1/w3/w2): the
+checkpoint carries per-expert tensors under the names the original class's
+converters and vLLM read (`block_sparse_moe.experts.0.w1.*`), and the model's
+own parameter names elsewhere (GraniteMoE's `router.weight`, not its legacy
+`router.layer.weight`)."""
+import re
 from pathlib import Path
 
 # config.json keys that hold the number of routed experts, across families.
@@ -31,10 +43,76 @@ def describe(config: dict, ignored: list[str]) -> dict | None:
             "dense_routers": [name for name in ignored if name.rsplit(".", 1)[-1] in ("gate", "router")]}
 
 
+# Parameters of a fused experts module (transformers' `use_experts_implementation` layout).
+FUSED_EXPERT_PARAMS = ("gate_up_proj", "up_proj", "down_proj")
+# A fused parameter -> the Linears of a linearized expert it holds, in the order stored.
+LINEARS_OF = {"gate_up_proj": ("gate_proj", "up_proj"), "up_proj": ("up_proj",), "down_proj": ("down_proj",)}
+
+
 def linearize(model) -> None:
-    """Fused experts -> one Linear per expert and projection (in place)."""
+    """Fused experts -> one Linear per expert and projection (in place); the
+    model then saves its experts one tensor set per expert (see the module doc)."""
     from llmcompressor.modeling.moe.linearize import linearize_moe
     linearize_moe(model)
+    model._weight_conversions = save_conversions(model)  # what save_pretrained reverts
+
+
+def _fused_target(transform) -> str | None:
+    """The fused experts parameter a transform builds, or None."""
+    for target in transform.target_patterns:
+        *_, parent, param = target.split(".")
+        if parent == "experts" and param in FUSED_EXPERT_PARAMS:
+            return param
+    return None
+
+
+def _per_expert_renamings(converter, fused: str) -> list:
+    """WeightRenamings stored per-expert name -> linearized Linear, for a
+    converter that merges per-expert tensors (`.experts.*.w1.weight`) into
+    `fused`; none where the stored names are the Linears' own."""
+    from transformers.core_model_loading import WeightConverter, WeightRenaming
+    if not isinstance(converter, WeightConverter):
+        return []
+    renamings = []
+    for source, linear in zip(converter.source_patterns, LINEARS_OF[fused]):
+        match = re.search(r"experts\.\*\.(\w+)\.weight$", source)
+        if match and match.group(1) != linear:
+            renamings.append(WeightRenaming(rf"\.experts\.(\d+)\.{match.group(1)}\.", rf".experts.\1.{linear}."))
+    return renamings
+
+
+def linearized_conversions(transforms: list) -> list:
+    """transformers' conversion mapping of a model as it applies once its
+    experts are linearized: the transforms that build fused experts become
+    per-expert renamings (or nothing), the others stay."""
+    out = []
+    for transform in transforms:
+        fused = _fused_target(transform)
+        out += [transform] if fused is None else _per_expert_renamings(transform, fused)
+    return out
+
+
+def save_conversions(model) -> list:
+    """The mapping a linearized model saves with: its linearized conversions
+    less the renamings of single parameters (legacy names such as GraniteMoE's
+    `router.layer.weight`, which transformers and vLLM both read under the
+    model's own name); module renamings (Mixtral's `block_sparse_moe`, which
+    vLLM's Mixtral reads) and per-expert ones stay."""
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    transforms = getattr(model, "_weight_conversions", None) or get_model_conversion_mapping(model, add_legacy=False)
+    return [t for t in linearized_conversions(transforms)
+            if not any(re.search(r"\.(weight|bias)\$?$", target) for target in t.target_patterns)]
+
+
+def load_conversions(model) -> tuple[list, list]:
+    """(renamings, converters) a loader applies to the stored names of a
+    linearized model's checkpoint: transformers' mapping, legacy names
+    included, as `linearized_conversions` leaves it."""
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import WeightRenaming
+    transforms = linearized_conversions(get_model_conversion_mapping(model))
+    return ([t for t in transforms if isinstance(t, WeightRenaming)],
+            [t for t in transforms if not isinstance(t, WeightRenaming)])
 
 
 def reload_dense(artifact_dir: Path):
@@ -42,13 +120,13 @@ def reload_dense(artifact_dir: Path):
 
     transformers' own loader cannot map per-expert quantized tensors onto fused
     experts, so: build the model from its config, linearize it, attach the
-    quantization scheme, load every tensor of the checkpoint (each must find
-    its parameter, and each parameter its tensor, tied ones aside), then
-    decompress."""
+    quantization scheme, rename the stored tensors as transformers' loader
+    would for a linearized model (`load_conversions`), load them (each must
+    find its parameter at its shape, and each parameter its tensor, tied ones
+    aside), then decompress. A mismatch raises RuntimeError naming it."""
     import torch
     from compressed_tensors.compressors import ModelCompressor
     from compressed_tensors.quantization import QuantizationConfig, apply_quantization_config
-    from safetensors.torch import load_file
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(artifact_dir)
@@ -62,16 +140,38 @@ def reload_dense(artifact_dir: Path):
     if scheme:  # as transformers' loader does: the compressed layout (packed int4 ...) receives the tensors
         apply_quantization_config(model, scheme, run_compressed=False)
         compressor.compress_model(model)
-    state = {}
-    for path in sorted(Path(artifact_dir).glob("*.safetensors")):
-        state.update(load_file(path))
-    loaded = model.load_state_dict(state, strict=False)
-    tied = {k for k in loaded.missing_keys if k.endswith("lm_head.weight") and config.tie_word_embeddings}
-    missing = sorted(set(loaded.missing_keys) - tied)
-    if missing or loaded.unexpected_keys:
-        raise RuntimeError(f"checkpoint in {artifact_dir} does not match its model: missing {missing[:5]}, "
-                           f"unexpected {loaded.unexpected_keys[:5]}")
+    state = stored_as_loaded(artifact_dir, *load_conversions(model))
+    _check_matches(artifact_dir, model, state)
+    model.load_state_dict(state, strict=False)
     if compressor:
         compressor.decompress_model(model)
     model.tie_weights()
     return model.eval()
+
+
+def stored_as_loaded(artifact_dir: Path, renamings: list, converters: list) -> dict:
+    """Every stored tensor, keyed by the name transformers' loader gives it;
+    one a converter would merge into a fused parameter keeps its stored name
+    (a linearized model has no such parameter: it shows as unexpected)."""
+    from safetensors.torch import load_file
+    from transformers.core_model_loading import rename_source_key
+    state = {}
+    for path in sorted(Path(artifact_dir).glob("*.safetensors")):
+        for stored, tensor in load_file(path).items():
+            name, merged_by = rename_source_key(stored, renamings, converters)
+            state[stored if merged_by else name] = tensor
+    return state
+
+
+def _check_matches(artifact_dir: Path, model, state: dict) -> None:
+    """The loading report transformers would give: missing (tied parameters
+    aside, as the config ties them), unexpected and mismatched tensors."""
+    expected = model.state_dict()
+    tied = set(getattr(model, "all_tied_weights_keys", None) or {})
+    problems = [f"missing tensor {n}" for n in sorted(set(expected) - set(state) - tied)]
+    problems += [f"unexpected tensor {n}" for n in sorted(set(state) - set(expected))]
+    problems += [f"{n} is {tuple(state[n].shape)}, the model needs {tuple(expected[n].shape)}"
+                 for n in sorted(set(state) & set(expected)) if state[n].shape != expected[n].shape]
+    if problems:
+        more = f" (+{len(problems) - 5} more)" if len(problems) > 5 else ""
+        raise RuntimeError(f"checkpoint in {artifact_dir} does not match its model: " + "; ".join(problems[:5]) + more)
