@@ -1,13 +1,16 @@
 """What the report shows, computed: result rows -> groups with stats and
 speed-ups (`groups`), the serving analysis of load levels (`load_levels`)
 and the recommendation (`recommendation`). Modules here only compute and
-return typed objects; evaluate.report only formats them."""
-from dataclasses import dataclass
+return typed objects; evaluate.report only formats them. Suspect artifacts
+(`suspect`) are found first and their rows enter none of them."""
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from evaluate.analysis.groups import Group, add_speedups, aggregate
 from evaluate.analysis.load_levels import ServingAnalysis, analyse as analyse_serving
+from evaluate.analysis.suspect import Suspect, find as find_suspects
 from evaluate.results import Row
+from quantize.sanity import SanityConfig
 
 
 @dataclass
@@ -15,11 +18,16 @@ class Analysis:
     """The results store (or several side by side), analysed once for every
     layout and output format."""
     results_dirs: list[Path]
-    rows: list[Row]
+    rows: list[Row]             # those of the artifacts that are not suspect
     speed: list[Group]          # with speed-ups vs the original
     accuracy: list[Group]
     lm_eval: list[Group]
     serving: ServingAnalysis | None  # None without ok serving rows
+    suspects: list[Suspect] = field(default_factory=list)  # left out of everything above
+
+    @property
+    def suspect_ids(self) -> frozenset[str]:
+        return frozenset(s.artifact_id for s in self.suspects)
 
     @property
     def results_dir(self) -> Path:
@@ -27,8 +35,12 @@ class Analysis:
         return self.results_dirs[0]
 
 
-def analyse(results_dirs: list[Path], rows: list[Row]) -> Analysis:
+def analyse(results_dirs: list[Path], rows: list[Row], sanity: SanityConfig | None = None) -> Analysis:
+    """`sanity`: the suspect rules' thresholds (None: conf/sanity/default.yaml)."""
+    suspects = find_suspects(rows, sanity or SanityConfig.from_config(None))
+    left_out = {s.artifact_id for s in suspects}
+    rows = [r for r in rows if r.artifact_id not in left_out]
     speed = aggregate(rows, "speed")
     add_speedups(speed)
     return Analysis(list(results_dirs), rows, speed, aggregate(rows, "accuracy"), aggregate(rows, "lm_eval"),
-                    analyse_serving(rows))
+                    analyse_serving(rows), suspects)

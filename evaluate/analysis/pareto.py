@@ -97,12 +97,14 @@ class SearchFront:
         return None if index is None else trial.values[index]
 
 
-def search_front(record: SearchRecord) -> SearchFront:
+def search_front(record: SearchRecord, suspects: frozenset[str] = frozenset()) -> SearchFront:
     """The front of a study's complete trials. A trial whose values do not
-    match the objectives (a study whose objectives changed) is left out."""
+    match the objectives (a study whose objectives changed) is left out, and
+    so is one whose artifact is suspect (evaluate.analysis.suspect)."""
     n = len(record.objectives)
     complete = [t for t in record.complete()
-                if len(t.values) == n and all(isinstance(v, (int, float)) and math.isfinite(v) for v in t.values)]
+                if len(t.values) == n and all(isinstance(v, (int, float)) and math.isfinite(v) for v in t.values)
+                and t.artifact_id not in suspects]
     directions = [o.direction for o in record.objectives]
     front = [complete[i] for i in pareto_front([tuple(t.values) for t in complete], directions)]
     signs = orientation(directions)

@@ -36,7 +36,7 @@ def render_answer(analysis: Analysis, floor_pct: float = ACCURACY_FLOOR_PCT,
         serving_names = labels(analysis.serving.groups)
         out += ["", UNDER_LOAD, "", "From the serving rows (see *Serving under load* for every level):"]
         out += recommendation_lines(recommend(analysis.serving, analysis.accuracy), serving_names)
-    from_search = search_answer(studies(analysis.results_dirs) if searches is None else searches, floor_pct)
+    from_search = search_answer(studies(analysis.results_dirs, analysis.suspect_ids) if searches is None else searches, floor_pct)
     return "\n".join(out + ([""] + from_search if from_search else []))
 
 

@@ -17,6 +17,7 @@ from evaluate.analysis.choice import ACCURACY_FLOOR_PCT
 from quantize.common import extensions
 from quantize.common.errors import UserError
 from quantize.common.paths import CONF_DIR, resolve
+from quantize.sanity import SanityConfig
 
 GROUPS_DIR = "report"   # conf/report/<group>/<name>.yaml
 T = TypeVar("T")
@@ -60,6 +61,8 @@ class ReportConfig:
     outputs: list[OutputFormat]
     # the accuracy recovery (%) an artifact needs to be the answer ("What to use on this machine")
     accuracy_floor_pct: float = ACCURACY_FLOOR_PCT
+    # the suspect rules' thresholds (conf/sanity/default.yaml, shared with quantize); None: that file's
+    sanity: SanityConfig | None = None
 
 
 def options(group: str, search_dirs: list[Path] = ()) -> dict[str, Path]:
@@ -105,7 +108,8 @@ def report_config(values: dict, searched: list[Path] = ()) -> ReportConfig:
         pareto_scenario=None if values.get("pareto_scenario") is None else str(values["pareto_scenario"]),
         layouts=build_choices("layout", Layout, as_list(values.get("layout")), searched),
         outputs=build_choices("output", OutputFormat, as_list(values.get("output")), searched),
-        accuracy_floor_pct=floor_pct(values.get("accuracy_floor_pct", ACCURACY_FLOOR_PCT)))
+        accuracy_floor_pct=floor_pct(values.get("accuracy_floor_pct", ACCURACY_FLOOR_PCT)),
+        sanity=SanityConfig.from_config(values.get("sanity")))
 
 
 def floor_pct(value) -> float:

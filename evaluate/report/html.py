@@ -41,7 +41,7 @@ class Section:
 def render_html(analysis: Analysis, report: ReportConfig) -> str:
     """The whole page: report.md's sections, then the plots (none without matplotlib)."""
     text = render_markdown(analysis, report.title, report.accuracy_floor_pct)
-    inline = svg_texts(studies(analysis.results_dirs), sensitivities(analysis.results_dirs),
+    inline = svg_texts(studies(analysis.results_dirs, analysis.suspect_ids), sensitivities(analysis.results_dirs),
                        report.accuracy_floor_pct)
     body, sections = markdown_body(text, taken={PLOTS_ID}, figures=inline)
     svgs = plot_svgs(analysis, report.pareto_scenario)

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from evaluate.analysis import Analysis
+from evaluate.analysis.suspect import Suspect
 from evaluate.analysis.choice import ACCURACY_FLOOR_PCT
 from evaluate.analysis.groups import (
     BASELINE, CV_MAX, Group, accuracy_keys, accuracy_of, by_model, by_throughput, headline_accuracy_keys,
@@ -25,6 +26,7 @@ from evaluate.report.config import OutputFormat, ReportConfig
 from evaluate.results import Row
 
 SPEED = "output_throughput"
+SUSPECT_TITLE = "Suspect artifacts (not ranked)"
 # The summary: at most 10 columns (with a Model column where there are several
 # models); every other metric is in "Speed in detail", the runs and the CSVs.
 SUMMARY_LATENCY = ("ttft_ms_p50", "tpot_ms_p50")
@@ -45,16 +47,16 @@ class Markdown(OutputFormat):
 
     def draw(self, analysis: Analysis, report: ReportConfig) -> list[Path]:
         """The figures report.md shows beside it: each study's front, each sensitivity heat map."""
-        return png_files(studies(analysis.results_dirs), sensitivities(analysis.results_dirs),
+        return png_files(studies(analysis.results_dirs, analysis.suspect_ids), sensitivities(analysis.results_dirs),
                          report.accuracy_floor_pct, report.out_dir)
 
 
 def render_markdown(analysis: Analysis, title: str, floor_pct: float = ACCURACY_FLOOR_PCT) -> str:
     """report.md: the answer first, then the tables, then how they were measured."""
     speed, accuracy = analysis.speed, analysis.accuracy
-    searches = studies(analysis.results_dirs)
+    searches = studies(analysis.results_dirs, analysis.suspect_ids)
     parts = [render_title(analysis.rows, title, analysis.results_dir), render_answer(analysis, floor_pct, searches),
-             render_summary(speed, accuracy), render_ranking(speed), render_speed_detail(speed), render_details(speed),
+             render_suspects(analysis.suspects), render_summary(speed, accuracy), render_ranking(speed), render_speed_detail(speed), render_details(speed),
              render_problems(analysis.rows)]
     if accuracy:
         parts.append(render_accuracy(accuracy))
@@ -63,6 +65,22 @@ def render_markdown(analysis: Analysis, title: str, floor_pct: float = ACCURACY_
     parts += [render_serving(analysis.serving, speed, accuracy), render_search(searches),
               render_sensitivity(sensitivities(analysis.results_dirs)), render_method(analysis.rows)]
     return "\n\n".join(p for p in parts if p) + "\n"
+
+
+def render_suspects(suspects: list[Suspect]) -> str:
+    """Artifacts whose accuracy says they are broken: named with why, ranked nowhere."""
+    if not suspects:
+        return ""
+    out = [f"## {SUSPECT_TITLE}", "", "Their accuracy says they are no longer their base model (rules and "
+           "thresholds: conf/sanity/default.yaml): kept out of every table, ranking, Pareto front and "
+           "recommendation below. Inspect the artifact and its recipe.", ""]
+    for s in suspects:
+        measured = ", ".join(f"{label} {fmt}" for label, fmt in (
+            ("top-1 agreement", None if s.top1_agreement is None else f"{s.top1_agreement:.3f}"),
+            ("recovery", None if s.recovery_pct is None else f"{s.recovery_pct:.1f} %")) if fmt)
+        out.append(f"- **{s.recipe}** ({s.model_name}, artifact `{s.artifact_id}`, {s.family}"
+                   f"{'; ' + measured if measured else ''}): {'; '.join(s.reasons)}")
+    return "\n".join(out)
 
 
 def mean_pm_std(g: Group, metric: str, digits: int | None = None) -> str:

@@ -30,12 +30,13 @@ class SensitivityEntry:
     figure: str             # the stem of its heat map in out_dir (sensitivity-<model>-<scheme>.png)
 
 
-def studies(results_dirs: list[Path]) -> list[StudyEntry]:
-    """Every study.json of the stores, in store order then by name."""
+def studies(results_dirs: list[Path], suspects: frozenset[str] = frozenset()) -> list[StudyEntry]:
+    """Every study.json of the stores, in store order then by name; trials of
+    `suspects` (artifact ids) are on no front."""
     paths = [p for d in results_dirs for p in study_file.find(d)]
     records = [study_file.read(p) for p in paths]
     names = unique_names([f"search-{slug(r.study)}" for r in records])
-    return [StudyEntry(p, search_front(r), n) for p, r, n in zip(paths, records, names)]
+    return [StudyEntry(p, search_front(r, suspects), n) for p, r, n in zip(paths, records, names)]
 
 
 def sensitivities(results_dirs: list[Path]) -> list[SensitivityEntry]:

@@ -39,7 +39,7 @@ class Csv(OutputFormat):
                  "runs.csv": to_csv(run_records(analysis.rows), RUN_FIELDS)}
         if any(r.kind == "serving" for r in analysis.rows):
             files["serving.csv"] = to_csv(serving_records(analysis.rows), SERVING_FIELDS)
-        searches = studies(analysis.results_dirs)
+        searches = studies(analysis.results_dirs, analysis.suspect_ids)
         if searches:
             files["search_front.csv"] = to_csv(search_records(searches), SEARCH_FIELDS)
         return files

@@ -1,0 +1,91 @@
+"""Suspect artifacts: those whose accuracy says they are no longer their base
+model. An artifact is suspect when its manifest says so (quantize's sanity
+check), when its measured top-1 agreement (the accuracy rows) is below its
+format family's floor, or when its accuracy recovery exceeds 100 % by more
+than the measurement's interval. The rules and thresholds are
+quantize.sanity's (conf/sanity/default.yaml), shared with quantize. Suspect
+artifacts' rows enter no group (`analysis.analyse` leaves them out), so they
+are never ranked, on a Pareto front or recommended; the report names them
+in a section of their own."""
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evaluate.analysis.groups import BASELINE, Group, aggregate
+from evaluate.results import Row
+from quantize import sanity
+from quantize.common.manifest import FILE as MANIFEST_FILE
+
+
+@dataclass
+class Suspect:
+    """One artifact kept out of every ranking, and why."""
+    artifact_id: str
+    model_name: str
+    recipe: str
+    family: str
+    reasons: list[str] = field(default_factory=list)
+    top1_agreement: float | None = None   # measured by evaluate (mean of its runs), if any
+    recovery_pct: float | None = None
+
+
+def find(rows: list[Row], config: sanity.SanityConfig) -> list[Suspect]:
+    """The suspect artifacts among the rows, in order of first appearance; the
+    original (the reference everything is measured against) never is."""
+    accuracy = aggregate(rows, "accuracy")
+    out = []
+    for artifact_id, first in first_rows(rows).items():
+        suspect = judge(first, [r for r in rows if r.artifact_id == artifact_id],
+                        [a for a in accuracy if a.artifact_id == artifact_id], config)
+        if suspect.reasons:
+            out.append(suspect)
+    return out
+
+
+def first_rows(rows: list[Row]) -> dict[str, Row]:
+    """Each quantized artifact's first row (the original and id-less rows left out)."""
+    firsts: dict[str, Row] = {}
+    for row in rows:
+        if row.artifact_id and row.recipe != BASELINE:
+            firsts.setdefault(row.artifact_id, row)
+    return firsts
+
+
+def judge(first: Row, rows: list[Row], accuracy: list[Group], config: sanity.SanityConfig) -> Suspect:
+    """The artifact's reasons to be suspect (none: it is not)."""
+    recorded = next((r.manifest for r in rows if r.manifest), None) or {}
+    name = sanity.family(recorded.get("quantization"), bool((recorded.get("sparsity") or {}).get(
+        "all_layers_hold_pattern")))
+    suspect = Suspect(first.artifact_id, first.model_name or "?", first.recipe or "?", name)
+    marked = manifest_mark(rows)
+    if marked:
+        suspect.reasons.append(f"quantize's sanity check: {marked}")
+    for group in accuracy:
+        suspect.top1_agreement = group.mean("top1_agreement")
+        suspect.recovery_pct = group.mean("recovery_pct")
+        interval = group.interval("recovery_pct")
+        half = None if interval is None else (interval[1] - interval[0]) / 2
+        for reason in (sanity.top1_reason(suspect.top1_agreement, name, config),
+                       sanity.recovery_reason(suspect.recovery_pct, half, config)):
+            if reason and reason not in suspect.reasons:
+                suspect.reasons.append(f"{reason} ({group.engine}, {group.scenario.name})")
+    return suspect
+
+
+def manifest_mark(rows: list[Row]) -> str | None:
+    """The `suspect` reason the artifact's manifest records: as the rows repeat
+    it, else as the artifact folder's manifest.json holds it (rows repeat only
+    some manifest fields)."""
+    for row in rows:
+        mark = (row.manifest or {}).get("suspect")
+        if mark:
+            return str(mark.get("reason") if isinstance(mark, dict) else mark)
+    paths = dict.fromkeys(Path(r.artifact_path) / MANIFEST_FILE for r in rows if r.artifact_path)
+    for path in paths:
+        try:
+            mark = json.loads(path.read_text()).get("suspect")
+        except (OSError, ValueError, AttributeError):
+            continue  # a store read on another machine: the artifact is not here
+        if mark:
+            return str(mark.get("reason") if isinstance(mark, dict) else mark)
+    return None
