@@ -42,8 +42,8 @@ def check(recipe: RecipeFile, model_dir: Path, trust_remote_code: bool) -> None:
         return
     from llmcompressor.recipe import Recipe
     modifiers = [m for m in Recipe.create_instance(str(recipe.path)).modifiers if type(m).__name__ == SMOOTHQUANT]
-    architecture = _architecture(model_dir)
     model = _meta_model(model_dir, trust_remote_code)
+    architecture = _architecture(model_dir) or type(model).__name__
     if any(m.mappings is None for m in modifiers) and not is_registered(architecture):
         raise UserError(
             f"recipe {recipe.path.name}: llm-compressor has no SmoothQuant mappings for {architecture} and would "
@@ -62,10 +62,10 @@ def is_registered(architecture: str) -> bool:
     return architecture in MAPPINGS_REGISTRY or architecture in SMOOTHQUANT_DYNAMIC_MAPPING_REGISTRY
 
 
-def _architecture(model_dir: Path) -> str:
+def _architecture(model_dir: Path) -> str | None:
     """config.json's `architectures[0]`, the name llm-compressor's registries are keyed by."""
     config = json.loads((Path(model_dir) / "config.json").read_text())
-    return (config.get("architectures") or ["<no architectures in config.json>"])[0]
+    return (config.get("architectures") or [None])[0]
 
 
 def _meta_model(model_dir: Path, trust_remote_code: bool):
