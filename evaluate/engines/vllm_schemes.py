@@ -69,7 +69,11 @@ def unserved_groups(quantization_config: dict) -> list[UnservedGroup] | None:
             continue
         parts = schemes[asked[0]]
         storage = parts.get("format") or config.quant_format
-        reason = _rejection(pick, floor, parts, storage, layer_name=asked[0])
+        try:
+            reason = _rejection(pick, floor, parts, storage, layer_name=asked[0])
+        except TypeError as e:  # a vLLM whose _get_scheme_from_parts takes other arguments
+            log.debug("vLLM's compressed-tensors scheme matching not asked: %s", e)
+            return None
         if reason:
             unserved.append(UnservedGroup(group, targets, str(storage), reason))
     return unserved

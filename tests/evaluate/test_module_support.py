@@ -64,6 +64,16 @@ def test_a_per_group_format_overrides_the_global_one():
     assert unserved_groups(config) == []
 
 
+def test_a_vllm_whose_scheme_matching_has_another_shape_is_not_asked(monkeypatch):
+    """e.g. an older vLLM's _get_scheme_from_parts(weight_quant, input_quant): no answer, never a traceback."""
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (
+        CompressedTensorsConfig)
+    monkeypatch.setattr(CompressedTensorsConfig, "_get_scheme_from_parts", lambda self, weight_quant, input_quant: 0)
+    assert unserved_groups(ct_config("dense", INT4_GROUP)) is None
+    fmt = classify(model_config(ct_config("dense", INT4_GROUP)))
+    assert VllmEngine.supports(fmt, KNOWN_MACHINES["avx512_bf16"], {"dtype": "bfloat16"})
+
+
 def test_a_recipes_plan_is_not_judged_before_it_is_saved():
     """llm-compressor decides the storage format when it saves (until then: "fakequant")."""
     planned = ct_config("fakequant", INT8_CHANNEL, INT8_TOKEN) | {"quantization_status": "initialized"}
@@ -140,11 +150,12 @@ def evaluate_cmd(model: Path, results_dir: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def falcon_w4a16(tmp_path_factory, tokenizer_dir) -> Path:
-    """A tiny random Falcon quantized with the shipped w4a16_gptq recipe."""
+    """A tiny random Falcon quantized with the shipped w4a16_gptq recipe
+    (verify=false: what is asked here is vLLM's answer, not quantize's check of its tied head)."""
     from quantize.common.tiny_model import build_tiny
     root = tmp_path_factory.mktemp("falcon")
     model = build_tiny("falcon", root / "falcon", tokenizer_dir)
-    proc = run_quantize(f"model={model}", "recipe=w4a16_gptq", *SMALL_CALIB, "verify=reload",
+    proc = run_quantize(f"model={model}", "recipe=w4a16_gptq", *SMALL_CALIB, "verify=false",
                         f"artifacts_dir={root / 'artifacts'}", cwd=root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return root / "artifacts" / "falcon" / "w4a16_gptq"
