@@ -11,7 +11,7 @@ from .rows import PLOTS, main_rows, store
 
 ROOT = Path(__file__).resolve().parents[3]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-ACCEPTED = ("python -m evaluate.report takes results_dir= out_dir= title= pareto_scenario= accuracy_floor_pct= layout= output= "
+ACCEPTED = ("python -m evaluate.report takes results_dir= out_dir= title= pareto_scenario= accuracy_floor_pct= layout= output= sanity= "
             "(Hydra overrides; --help lists them)")
 
 

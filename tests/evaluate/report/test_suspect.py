@@ -1,7 +1,7 @@
 """Suspect artifacts (evaluate/analysis/suspect.py, rules in quantize/sanity.py):
 named in their own section with the reason, and never ranked, summarised,
 on a front or recommended. On rows as evaluate writes them, and end to end:
-a tiny model quantized for real, a copy of its W4A16 artifact with one
+a tiny model quantized for real, a copy of its W8A8 artifact with one
 layer's weights shuffled, each measured by engine=hf with accuracy, then
 `python -m evaluate.report`."""
 import dataclasses
@@ -105,24 +105,24 @@ def shuffled_copy(src, dst, tensor: str, recipe: str):
 
 def test_a_planted_corrupt_artifact_is_suspect_and_unranked_in_the_report(tmp_path, tokenizer_dir):
     model = build_tiny_llama(tmp_path / "peaked", tokenizer_dir, initializer_range=0.1)  # peaked: top-1 means something
-    proc = run_quantize("-m", f"model={model}", "recipe=original,w4a16_rtn", *SMALL_CALIB,
+    proc = run_quantize("-m", f"model={model}", "recipe=original,w8a8_smooth_ptq", *SMALL_CALIB,
                         f"artifacts_dir={tmp_path / 'art'}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     arts = tmp_path / "art" / "peaked"
-    corrupt = shuffled_copy(arts / "w4a16_rtn", arts / "w4a16_rtn_shuffled",
-                            "model.layers.0.mlp.down_proj.weight_packed", "w4a16_rtn_shuffled")
+    corrupt = shuffled_copy(arts / "w8a8_smooth_ptq", arts / "w8a8_shuffled",
+                            "model.layers.0.mlp.down_proj.weight", "w8a8_shuffled")
     (tmp_path / "tiny.yaml").write_text("name: tiny\nbatch_size: 1\ninput_len: 32\noutput_len: 8\n")
-    out = run_cli("evaluate", "-m", f"model={arts / 'original'},{arts / 'w4a16_rtn'},{corrupt}", "engine=hf",
+    out = run_cli("evaluate", "-m", f"model={arts / 'original'},{arts / 'w8a8_smooth_ptq'},{corrupt}", "engine=hf",
                   f"scenario={tmp_path / 'tiny.yaml'}", "runs=2", "accuracy.num_windows=2",
                   "accuracy.window_len=128", "accuracy.lastword.num_items=8", f"results_dir={tmp_path / 'res'}",
                   cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     top1 = {r.recipe: r.metrics["top1_agreement"] for r in results.read(tmp_path / "res") if r.kind == "accuracy"}
-    assert top1["w4a16_rtn_shuffled"] < 0.55 <= top1["w4a16_rtn"], top1
+    assert top1["w8a8_shuffled"] < 0.80 <= top1["w8a8_smooth_ptq"], top1
     done = run_cli("evaluate.report", f"results_dir={tmp_path / 'res'}", f"out_dir={tmp_path / 'rep'}",
                    "output=[markdown]", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     md = (tmp_path / "rep" / "report.md").read_text()
-    section = assert_only_in_suspects(md, "w4a16_rtn_shuffled")
-    assert f"top-1 agreement with the base {top1['w4a16_rtn_shuffled']:.3f} < 0.55, the floor of w4" in section
-    assert "w4a16_rtn" in sections(md)["Ranking"]
+    section = assert_only_in_suspects(md, "w8a8_shuffled")
+    assert f"top-1 agreement with the base {top1['w8a8_shuffled']:.3f} < 0.80, the floor of w8a8" in section
+    assert "w8a8_smooth_ptq" in sections(md)["Ranking"]
