@@ -123,6 +123,12 @@ class Measure:
     windows: list[list[int]]
     reference: list = field(default_factory=list)  # per window: [window_len - 1, vocab] logits
     seconds: float = 0.0
+    error: str | None = None  # the forward pass failed: the check is skipped
+
+    @classmethod
+    def failed(cls, error: Exception) -> "Measure":
+        what = " ".join(f"{type(error).__name__}: {error}".split())[:300]
+        return cls([], error=f"the model's forward pass failed ({what})")
 
     @classmethod
     def before(cls, model, tokenizer, config: SanityConfig) -> "Measure":
@@ -136,6 +142,8 @@ class Measure:
     def compare(self, model) -> dict:
         """checks.sanity: top-1 agreement and KL (nats/token) of the model now against the base."""
         from quantize.sensitivity.measure import KL
+        if self.error:
+            return {"skipped": self.error}
         logits = self._timed(model)
         agree = sum(int((r.argmax(-1) == q.argmax(-1)).sum()) for r, q in zip(self.reference, logits))
         tokens = sum(r.shape[0] for r in self.reference)
@@ -150,6 +158,7 @@ class Measure:
         import torch
         start = time.perf_counter()
         device = next(model.parameters()).device
+        device = "cpu" if device.type == "meta" else device  # offloaded: its hooks move the inputs
         with torch.inference_mode():  # one batch: the windows are all window_len long
             logits = model(torch.tensor(self.windows, device=device), use_cache=False).logits[:, :-1]
         self.seconds += time.perf_counter() - start

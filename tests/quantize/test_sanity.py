@@ -107,3 +107,10 @@ def test_smoothquant_mappings_wrong_for_phi_make_a_suspect_artifact(tmp_path, to
     assert wrong["checks"]["sanity"]["scored_tokens"] == CONFIG.num_windows * (CONFIG.window_len - 1)
     warnings = [line for line in (proc.stdout + proc.stderr).splitlines() if "SUSPECT" in line]
     assert len(warnings) == 1 and "wrong_for_phi" in warnings[0], warnings
+
+
+def test_a_forward_pass_the_check_cannot_make_skips_it_with_the_reason():
+    skipped = pipeline._sanity_after(sanity.Measure.failed(RuntimeError("no\nforward")), model=None)
+    assert skipped == {"skipped": "the model's forward pass failed (RuntimeError: no forward)"}
+    judged = pipeline._judged(_manifest(W8A8), skipped, CONFIG, prunes=False)
+    assert judged.checks["sanity"] == skipped and "suspect" not in judged.to_dict()
