@@ -17,6 +17,11 @@ Two ways, chosen by `verify` in conf/quantize.yaml:
   the checkpoint is reloaded instead.
 - `reload`: load the whole checkpoint in transformers, decompressed, and run
   a forward pass (slower, more memory; always used for a quantized MoE).
+  transformers' loading report decides: a missing, unexpected or
+  mismatched tensor is a RuntimeError (tied parameters, as the config ties
+  them, and the names its conversion mapping renames are not). A quantized
+  MoE is reloaded linearized, its names mapped the same way
+  (quantize.common.moe.reload_dense).
 Weight-file format checks: quantize.common.checkpoint."""
 import copy
 import json
