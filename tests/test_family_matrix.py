@@ -7,8 +7,8 @@ Each stage is one real sweep, not a run per cell: one `python -m quantize -m`
 over all families x recipes (verify=reload: every artifact reloads in
 transformers with finite logits), one `python -m evaluate -m engine=hf` over
 every artifact built, one `engine=vllm` sweep over the artifacts the
-capability layer refuses (one-line answers, no engine starts), and one over
-those it can serve: in `make test` a fixed sample of cells that cover distinct
+capability layer refuses (`unsupported` rows, no engine starts; one of them
+alone: a one-line answer, exit 2), and one over those it can serve: in `make test` a fixed sample of cells that cover distinct
 code, all of them with QUANTBENCH_FAMILY_MATRIX=full (`make family-matrix`).
 Every failure message ends in the whole observed matrix."""
 import importlib.util
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from quantize.common.tiny_model import FAMILIES
-from tests.conftest import ROOT, SMALL_CALIB, quantize_env, serve_verdict, shipped_recipes
+from tests.conftest import ROOT, SMALL_CALIB, quantize_env, run_cli, serve_verdict, shipped_recipes, tail
 
 
 def _family_table():
@@ -102,13 +102,13 @@ def _sweep(module: str, args: list[str], cwd: Path, name: str) -> subprocess.Com
     return proc
 
 
-def _failures(sweep_dir: Path) -> dict[str, dict]:
-    """{the job's model.path: its FAILED.json} of a sweep's jobs that failed."""
+def _failures(sweep_dir: Path) -> dict[tuple[Path, str | None], dict]:
+    """{(the job's model.path, its recipe or None): its FAILED.json} of a sweep's jobs that failed."""
     found = {}
     for path in sweep_dir.glob("*/FAILED.json"):
         failure = json.loads(path.read_text())
-        model = next(o.partition("=")[2] for o in failure["overrides"] if o.startswith("model.path="))
-        found[Path(model).resolve()] = failure
+        overrides = dict(o.partition("=")[::2] for o in failure["overrides"])
+        found[Path(overrides["model.path"]).resolve(), overrides.get("recipe")] = failure
     return found
 
 
@@ -120,7 +120,9 @@ def quantized(tmp_path_factory) -> dict[tuple[str, str], Cell]:
     root = tmp_path_factory.mktemp("family_matrix")
     tokenizer = ensure_default_model()
     start = time.monotonic()
-    models = [build_tiny(family, root / "models" / family, tokenizer) for family in MATRIX.families]
+    # a seed per family: identical weights would give two families one artifact id
+    models = [build_tiny(family, root / "models" / family, tokenizer, seed=seed)
+              for seed, family in enumerate(MATRIX.families)]
     WALL_S["build 16 models"] = time.monotonic() - start
     artifacts, sweep = root / "artifacts", root / "quantize-sweep"
     _sweep("quantize", [f"model={','.join(map(str, models))}", f"recipe={','.join(MATRIX.recipes)}", *SMALL_CALIB,
@@ -131,8 +133,7 @@ def quantized(tmp_path_factory) -> dict[tuple[str, str], Cell]:
     for family, model in zip(MATRIX.families, models):
         for recipe in MATRIX.recipes:
             cell = OBSERVED[family, recipe] = Cell(family, recipe)
-            failure = next((f for path, f in failed.items() if path == model.resolve() and
-                            f"recipe={recipe}" in f["overrides"]), None)
+            failure = failed.get((model.resolve(), recipe))
             if failure:
                 cell.quantize = REFUSED if failure["exit_code"] == 2 else "failed"
                 cell.exit_code, cell.error = failure["exit_code"], failure["error"]
@@ -166,7 +167,7 @@ def _evaluate_sweep(quantized, cells: list[Cell], engine: str, name: str, *extra
     rows = results.read(out) if out.exists() else []
     failed = _failures(sweep) if sweep.exists() else {}
     return {c.artifact: ([r for r in rows if Path(r.artifact_path).resolve() == c.artifact.resolve()],
-                         failed.get(c.artifact.resolve())) for c in cells}
+                         failed.get((c.artifact.resolve(), None))) for c in cells}
 
 
 def _engine_text(rows, failure) -> str:
@@ -175,6 +176,8 @@ def _engine_text(rows, failure) -> str:
     bad = [r for r in rows if r.status != "ok"]
     if not rows:
         return "no rows"
+    if all(r.status == "unsupported" for r in rows):
+        return f"unsupported: {_short(rows[0].reason or '')}"
     return f"{len(bad)}/{len(rows)} rows {bad[0].status}: {_short(bad[0].reason or '')}" if bad else WORKS
 
 
@@ -195,7 +198,7 @@ def vllm_verdicts(quantized) -> dict:
 
 @pytest.fixture(scope="module")
 def vllm_refused(quantized, vllm_verdicts) -> dict:
-    """The artifacts the capability layer refuses, through evaluate engine=vllm in one sweep (no engine starts)."""
+    """The artifacts the capability layer refuses, through evaluate engine=vllm in one sweep: `unsupported` rows."""
     cells = [c for c in built(quantized) if not vllm_verdicts[c.artifact]]
     answered = _evaluate_sweep(quantized, cells, "vllm", "vllm-refused")
     for cell in cells:
@@ -321,7 +324,8 @@ def _works_problems(cell: Cell, architecture: str) -> list[str]:
     manifest = json.loads((cell.artifact / "manifest.json").read_text())
     checks = manifest.get("checks") or {}
     wanted = {"verified_by": "reload", "reloads_in_transformers": True, "logits_finite": True}
-    problems = [f"{where}: manifest checks {checks} lack {wanted}"] if wanted.items() - checks.items() else []
+    problems = [f"{where}: manifest checks {checks} lack {wanted}"] \
+        if any(checks.get(key) != value for key, value in wanted.items()) else []
     if manifest["model"]["architecture"] != architecture:
         problems.append(f"{where}: architecture {manifest['model']['architecture']}, the matrix says {architecture}")
     return problems
@@ -337,10 +341,10 @@ def test_transformers_serves_every_artifact(quantized, hf_served, family):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILY_NAMES)
-def test_vllm_is_refused_in_one_line_where_the_capability_layer_says_so(quantized, vllm_verdicts, vllm_refused,
-                                                                        family):
-    """The capability layer's verdict agrees with the matrix; where it refuses,
-    `python -m evaluate engine=vllm` answers with its reason in one line, exit 2."""
+def test_vllm_is_refused_where_the_capability_layer_says_so(quantized, vllm_verdicts, vllm_refused, family):
+    """The capability layer's verdict agrees with the matrix; where it
+    refuses, an evaluate sweep records `unsupported` rows with its reason and
+    starts no engine (alone, the same answer is one line: the test below)."""
     expected, problems = MATRIX.families[family], []
     for cell in (c for c in built(quantized) if c.family == family):
         verdict, expect = vllm_verdicts[cell.artifact], expected.expect(cell.recipe, "vllm")
@@ -354,10 +358,27 @@ def test_vllm_is_refused_in_one_line_where_the_capability_layer_says_so(quantize
             problems.append(f"{where}: refused ({verdict.reason}) without {expect.phrase(expected.architecture)!r}")
         if not verdict:
             rows, failure = vllm_refused[cell.artifact]
-            if not failure or failure["exit_code"] != 2 or verdict.reason not in failure["error"] or rows:
-                problems.append(f"{where}: expected evaluate's one line (exit 2) {verdict.reason!r}; "
+            if failure or not rows or any(r.status != "unsupported" or r.reason != verdict.reason for r in rows) \
+                    or any(r.engine_startup_s for r in rows):
+                problems.append(f"{where}: expected `unsupported` rows saying {verdict.reason!r}; "
                                 f"got {cell.engines['vllm']}")
     _fail_with_matrix(problems)
+
+
+@pytest.mark.slow
+def test_vllm_refusal_alone_is_one_line(quantized, vllm_verdicts, vllm_refused):
+    """`python -m evaluate engine=vllm` on one artifact the capability layer
+    refuses: one line with its reason, exit 2, no engine started."""
+    refused = [c for c in built(quantized) if not vllm_verdicts[c.artifact]]
+    if not refused:
+        pytest.skip("the capability layer refuses no artifact of the matrix on this machine")
+    cell = refused[0]
+    root = quantized["root"]
+    proc = run_cli("evaluate", f"model={cell.artifact}", "engine=vllm", f"scenario={_scenario(root)}", *EVALUATE,
+                   f"results_dir={root / 'results-vllm-alone'}", cwd=root)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and lines and lines[-1].startswith("error: "), tail(proc)
+    assert vllm_verdicts[cell.artifact].reason in lines[-1] and "Traceback" not in proc.stderr, tail(proc)
 
 
 @pytest.mark.slow
