@@ -122,7 +122,8 @@ class Measure:
     then compared with the quantized model's (`compare`)."""
     windows: list[list[int]]
     reference: list = field(default_factory=list)  # per window: [window_len - 1, vocab] logits
-    seconds: float = 0.0
+    # wall time (s) of the "base" and "quantized" passes; "total" with the text, windows and scores
+    seconds: dict = field(default_factory=dict)
     error: str | None = None  # the forward pass failed: the check is skipped
 
     @classmethod
@@ -132,27 +133,36 @@ class Measure:
 
     @classmethod
     def before(cls, model, tokenizer, config: SanityConfig) -> "Measure":
+        import time
+
         from quantize.common.heldout import held_out_text, windows
+        start = time.perf_counter()
         text = held_out_text(config.text, list(config.books), key="sanity.text")
         wins = windows(tokenizer, text, config.num_windows, config.window_len, group="sanity")
         measure = cls(wins)
-        measure.reference = measure._timed(model)
+        measure.reference = measure._timed(model, "base")
+        measure.seconds["total"] = time.perf_counter() - start
         return measure
 
     def compare(self, model) -> dict:
         """checks.sanity: top-1 agreement and KL (nats/token) of the model now against the base."""
+        import time
+
         from quantize.sensitivity.measure import KL
         if self.error:
             return {"skipped": self.error}
-        logits = self._timed(model)
+        start = time.perf_counter()
+        logits = self._timed(model, "quantized")
         agree = sum(int((r.argmax(-1) == q.argmax(-1)).sum()) for r, q in zip(self.reference, logits))
         tokens = sum(r.shape[0] for r in self.reference)
         kl = max(KL(self.reference)(logits), 0.0)  # float rounding can take an exact 0 below it
+        self.seconds["total"] = self.seconds.get("total", 0.0) + time.perf_counter() - start
         return {"top1_agreement": round(agree / tokens, 4), "kl_divergence": round(kl, 5),
                 "windows": len(self.windows), "window_len": len(self.windows[0]), "scored_tokens": tokens,
-                "wall_s": round(self.seconds, 2)}
+                "wall_s": round(self.seconds["total"], 2),
+                "pass_s": {k: round(v, 2) for k, v in self.seconds.items() if k != "total"}}
 
-    def _timed(self, model) -> list:
+    def _timed(self, model, name: str) -> list:
         import time
 
         import torch
@@ -161,8 +171,9 @@ class Measure:
         device = "cpu" if device.type == "meta" else device  # offloaded: its hooks move the inputs
         with torch.inference_mode():  # one batch: the windows are all window_len long
             logits = model(torch.tensor(self.windows, device=device), use_cache=False).logits[:, :-1]
-        self.seconds += time.perf_counter() - start
-        return list(logits.float().cpu())
+        out = list(logits.float().cpu())
+        self.seconds[name] = time.perf_counter() - start
+        return out
 
 
 def judge(numbers: dict, quantization: dict | None, sparse: bool, config: SanityConfig) -> dict | None:
