@@ -125,3 +125,22 @@ def test_tied_falcon_head_left_unquantized_is_listed_as_ignored(tiny_dir, tmp_pa
     assert ignore_unquantized(tmp_path, model) == ["lm_head"]
     assert json.loads((tmp_path / "config.json").read_text())["quantization_config"]["ignore"] == ["lm_head"]
     assert ignore_unquantized(tmp_path, model) == []  # idempotent
+
+
+@pytest.mark.slow
+def test_quantize_builds_and_verifies_granitemoe_and_mixtral(tiny_dir, tmp_path):
+    """The cells the reload check used to reject: `python -m quantize` builds
+    W4A16 of both, verified by reloading, under the names vLLM and the model
+    class read (GraniteMoE's router.weight; Mixtral's block_sparse_moe w1/w2/w3)."""
+    from tests.conftest import run_cli
+    models = ",".join(str(tiny_dir(f)) for f in ("granitemoe", "mixtral"))
+    arts = tmp_path / "artifacts"
+    proc = run_cli("quantize", "-m", "model=local", f"model.path={models}", "recipe=w4a16_gptq",
+                   "calibration.num_samples=8", "calibration.max_seq_len=64", f"artifacts_dir={arts}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for family, name in (("granitemoe", "model.layers.0.block_sparse_moe.router.weight"),
+                         ("mixtral", "model.layers.0.block_sparse_moe.experts.3.w2.weight_packed")):
+        art = arts / family / "w4a16_gptq"
+        assert json.loads((art / "manifest.json").read_text())["checks"]["verified_by"] == "reload"
+        with safe_open(art / "model.safetensors", "pt") as f:
+            assert name in set(f.keys())
