@@ -12,7 +12,8 @@ from pathlib import Path
 from quantize import calibration, recipe as recipes, sanity, smoothquant_check, verify
 from quantize.common import fingerprint, manifest, moe
 from quantize.common.atomic import staging_dir
-from quantize.common.checkpoint import check_complete, check_weight_files, quantization_summary, weight_files
+from quantize.common.checkpoint import (check_complete, check_weight_files, ignore_unquantized,
+                                        linear_subclasses_as_linear, quantization_summary, weight_files)
 from quantize.common.dtypes import checkpoint_dtype, compute_dtype
 from quantize.common.errors import UserError
 from quantize.common.jobs import job_command
@@ -141,7 +142,9 @@ def _quantize_and_save(model, tokenizer, inputs: Inputs, tmp: Path,
                 measured = _sanity_after(base, model)
             model.to(saved_dtype)  # the artifact keeps the checkpoint's dtype
         with timer.phase("save"):
-            model.save_pretrained(tmp, save_compressed=True)
+            with linear_subclasses_as_linear(model):
+                model.save_pretrained(tmp, save_compressed=True)
+            ignore_unquantized(tmp, model)  # a module left unquantized beside another class (Falcon's lm_head)
             # llm-compressor's own dump holds !!python/tuple tags that safe
             # YAML loaders reject: keep the exact source recipe instead.
             (tmp / "recipe.yaml").write_text(recipe.text)

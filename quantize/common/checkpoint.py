@@ -4,6 +4,7 @@ its config.json says about quantization, and what a recipe will make it say."""
 import json
 import math
 import struct
+from contextlib import contextmanager
 from pathlib import Path
 
 from quantize.common.errors import UserError
@@ -177,3 +178,23 @@ def ignore_unquantized(artifact_dir: Path, model) -> list[str]:
         q["ignore"] = ignore + added
         write_text(path, json.dumps(config, indent=2, sort_keys=True) + "\n")
     return added
+
+
+@contextmanager
+def linear_subclasses_as_linear(model):
+    """While saving: every quantized module of a strict nn.Linear subclass
+    (Falcon's FalconLinear: x @ W.T + b) counts as nn.Linear. compressed-tensors
+    compresses only the exact classes it knows, so such layers were saved in
+    `dense` format (fake-quantized bf16 weights, full size) that vLLM has no
+    scheme for. Their tensors are a Linear's; the class is restored after."""
+    import torch
+    swapped = [(m, type(m)) for m in model.modules()
+               if isinstance(m, torch.nn.Linear) and type(m) is not torch.nn.Linear
+               and getattr(m, "quantization_scheme", None) is not None]
+    for module, _ in swapped:
+        module.__class__ = torch.nn.Linear
+    try:
+        yield len(swapped)
+    finally:
+        for module, cls in swapped:
+            module.__class__ = cls
