@@ -144,6 +144,8 @@ class Manifest:
         out = {k: full.get(k) for k in keep}
         if self.sparsity:
             out["sparsity"] = {k: self.sparsity[k] for k in ("measured_sparsity", "all_layers_hold_pattern")}
+        if full.get("suspect"):  # quantize's sanity check: the report reads it from the rows anywhere
+            out["suspect"] = full["suspect"]
         return out
 
 

@@ -159,7 +159,9 @@ def test_typed_views():
     assert sparse.row_fields()["sparsity"] == {"measured_sparsity": 0.5, "all_layers_hold_pattern": True}
     fields = m.row_fields()
     assert fields["artifact_id"] == m.artifact_id and fields["model"] == OLD_QUANTIZED["model"]
-    assert "config" not in fields and "sparsity" not in fields
+    assert "config" not in fields and "sparsity" not in fields and "suspect" not in fields
+    mark = {"reason": "top-1 agreement 0.02 < 0.80", "family": "w8a8", "floor": 0.8}
+    assert Manifest.from_dict(OLD_QUANTIZED | {"suspect": mark}).row_fields()["suspect"] == mark  # rows carry it
 
 
 def test_read_missing_and_broken(tmp_path):
