@@ -113,8 +113,9 @@ def _failures(sweep_dir: Path) -> dict[tuple[Path, str | None], dict]:
 
 
 @pytest.fixture(scope="module")
-def quantized(tmp_path_factory) -> dict[tuple[str, str], Cell]:
-    """The 16 tiny models, and one quantize sweep over every family x recipe."""
+def quantized(tmp_path_factory) -> dict:
+    """The 16 tiny models, and one quantize sweep over every family x recipe:
+    {"root": the module's folder, "cells": {(family, recipe): Cell}}."""
     from quantize.common.assets import ensure_default_model
     from quantize.common.tiny_model import build_tiny
     root = tmp_path_factory.mktemp("family_matrix")
