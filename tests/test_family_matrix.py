@@ -63,8 +63,11 @@ class Cell:
     engines: dict = field(default_factory=dict)  # engine -> observed text
 
     def text(self, stage: str) -> str:
+        if stage == QUANTIZE and self.artifact:  # shown, not judged here: quantize's sanity gate marks it
+            suspect = json.loads((self.artifact / "manifest.json").read_text()).get("suspect")
+            return f"{WORKS} (suspect: {_short(suspect['reason'], 60)})" if suspect else WORKS
         if stage == QUANTIZE:
-            return self.quantize if self.quantize in (WORKS, "missing") else \
+            return self.quantize if self.quantize == "missing" else \
                 f"{self.quantize} (exit {self.exit_code}): {_short(self.error)}"
         return self.engines.get(stage, "·" if self.artifact else "—")
 
