@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from quantize.calibration import CalibrationConfig
 from quantize.common.paths import check_output_dir
 from quantize.common.recipe_choices import RecipeChoice
-from quantize.sanity import SanityConfig
+from quantize.common.sanity_rules import SanityConfig
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from quantize import calibration, recipe as recipes, sanity, smoothquant_check, verify
-from quantize.common import fingerprint, manifest, moe
+from quantize.common import fingerprint, manifest, moe, sanity_rules
 from quantize.common.atomic import staging_dir
 from quantize.common.checkpoint import (check_complete, check_weight_files, ignore_unquantized,
                                         linear_subclasses_as_linear, quantization_summary, weight_files)
@@ -103,10 +103,10 @@ def run(config: QuantizeConfig) -> Path:
     return out
 
 
-def _judged(described: Manifest, measured: dict, config: sanity.SanityConfig, prunes: bool) -> Manifest:
+def _judged(described: Manifest, measured: dict, config: sanity_rules.SanityConfig, prunes: bool) -> Manifest:
     """The manifest with checks.sanity and, below the format's floor, `suspect`;
     sanity.strict=true fails the job instead (nothing is written)."""
-    suspect = None if "skipped" in measured else sanity.judge(measured, described.quantization.to_dict(), prunes,
+    suspect = None if "skipped" in measured else sanity_rules.judge(measured, described.quantization.to_dict(), prunes,
                                                               config)
     checks = {**described.checks, "sanity": measured}
     if suspect and config.strict:
@@ -152,7 +152,7 @@ def _quantize_and_save(model, tokenizer, inputs: Inputs, tmp: Path,
     return changed, measured
 
 
-def _sanity_before(model, tokenizer, config: sanity.SanityConfig | None) -> sanity.Measure | None:
+def _sanity_before(model, tokenizer, config: sanity_rules.SanityConfig | None) -> sanity.Measure | None:
     """The base model's logits on the sanity windows, before oneshot changes it."""
     if config is None:
         return None

@@ -10,7 +10,7 @@ from evaluate.analysis.groups import Group, add_speedups, aggregate
 from evaluate.analysis.load_levels import ServingAnalysis, analyse as analyse_serving
 from evaluate.analysis.suspect import Suspect, find as find_suspects
 from evaluate.results import Row
-from quantize.sanity import SanityConfig
+from quantize.common.sanity_rules import SanityConfig
 
 
 @dataclass

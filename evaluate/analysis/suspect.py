@@ -3,7 +3,7 @@ model. An artifact is suspect when its manifest says so (quantize's sanity
 check), when its measured top-1 agreement (the accuracy rows) is below its
 format family's floor, or when its accuracy recovery exceeds 100 % by more
 than the measurement's interval. The rules and thresholds are
-quantize.sanity's (conf/sanity/default.yaml), shared with quantize. Suspect
+quantize.common.sanity_rules' (conf/sanity/default.yaml), shared with quantize. Suspect
 artifacts' rows enter no group (`analysis.analyse` leaves them out), so they
 are never ranked, on a Pareto front or recommended; the report names them
 in a section of their own."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from evaluate.analysis.groups import BASELINE, Group, aggregate
 from evaluate.results import Row
-from quantize import sanity
+from quantize.common import sanity_rules
 from quantize.common.manifest import FILE as MANIFEST_FILE
 
 
@@ -29,7 +29,7 @@ class Suspect:
     recovery_pct: float | None = None
 
 
-def find(rows: list[Row], config: sanity.SanityConfig) -> list[Suspect]:
+def find(rows: list[Row], config: sanity_rules.SanityConfig) -> list[Suspect]:
     """The suspect artifacts among the rows, in order of first appearance; the
     original (the reference everything is measured against) never is."""
     accuracy = aggregate(rows, "accuracy")
@@ -51,10 +51,10 @@ def first_rows(rows: list[Row]) -> dict[str, Row]:
     return firsts
 
 
-def judge(first: Row, rows: list[Row], accuracy: list[Group], config: sanity.SanityConfig) -> Suspect:
+def judge(first: Row, rows: list[Row], accuracy: list[Group], config: sanity_rules.SanityConfig) -> Suspect:
     """The artifact's reasons to be suspect (none: it is not)."""
     recorded = next((r.manifest for r in rows if r.manifest), None) or {}
-    name = sanity.family(recorded.get("quantization"), bool((recorded.get("sparsity") or {}).get(
+    name = sanity_rules.family(recorded.get("quantization"), bool((recorded.get("sparsity") or {}).get(
         "all_layers_hold_pattern")))
     suspect = Suspect(first.artifact_id, first.model_name or "?", first.recipe or "?", name)
     marked = manifest_mark(rows)
@@ -65,8 +65,8 @@ def judge(first: Row, rows: list[Row], accuracy: list[Group], config: sanity.San
         suspect.recovery_pct = group.mean("recovery_pct")
         interval = group.interval("recovery_pct")
         half = None if interval is None else (interval[1] - interval[0]) / 2
-        for reason in (sanity.top1_reason(suspect.top1_agreement, name, config),
-                       sanity.recovery_reason(suspect.recovery_pct, half, config)):
+        for reason in (sanity_rules.top1_reason(suspect.top1_agreement, name, config),
+                       sanity_rules.recovery_reason(suspect.recovery_pct, half, config)):
             if reason and reason not in suspect.reasons:
                 suspect.reasons.append(f"{reason} ({group.engine}, {group.scenario.name})")
     return suspect

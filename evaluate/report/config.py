@@ -17,7 +17,7 @@ from evaluate.analysis.choice import ACCURACY_FLOOR_PCT
 from quantize.common import extensions
 from quantize.common.errors import UserError
 from quantize.common.paths import CONF_DIR, resolve
-from quantize.sanity import SanityConfig
+from quantize.common.sanity_rules import SanityConfig
 
 GROUPS_DIR = "report"   # conf/report/<group>/<name>.yaml
 T = TypeVar("T")

@@ -1,4 +1,4 @@
-"""Quantize's accuracy sanity gate (quantize/sanity.py): the rules, and the
+"""Quantize's accuracy sanity gate (quantize/sanity.py, rules in quantize/common/sanity_rules.py): the rules, and the
 Phi case end to end: SmoothQuant mappings that exist in Phi but do not fit
 its parallel block (input_layernorm also feeds mlp.fc1, which is not
 compensated for the smoothing) give a model far from its base, which the
@@ -9,12 +9,13 @@ import json
 import pytest
 
 from quantize import pipeline, sanity
+from quantize.common import sanity_rules
 from quantize.common.errors import UserError
 from quantize.common.manifest import Manifest, ModelInfo, Quantization, RecipeInfo
 from quantize.common.tiny_model import build_tiny
 from tests.conftest import SMALL_CALIB, run_quantize
 
-CONFIG = sanity.SanityConfig.from_config(None)
+CONFIG = sanity_rules.SanityConfig.from_config(None)
 W8A8 = {"schemes": [{"weights": {"num_bits": 8, "type": "int"}, "activations": {"num_bits": 8, "type": "int"}}]}
 FP8 = {"schemes": [{"weights": {"num_bits": 8, "type": "float"}, "activations": {"num_bits": 8, "type": "float"}}]}
 W8A16 = {"schemes": [{"weights": {"num_bits": 8, "type": "int"}, "activations": None}]}
@@ -38,7 +39,7 @@ WRONG_FOR_PHI = """quant_stage:
     (W8A8, False, "w8a8"), (FP8, False, "w8a8"), (W8A16, False, "w8a16"), (W4A16, False, "w4"),
     (W8A8, True, "sparse_2of4"), ({"schemes": []}, False, "other"), (None, False, "other")])
 def test_the_format_family_comes_from_the_narrowest_weight_scheme_and_2of4(quantization, sparse, family):
-    assert sanity.family(quantization, sparse) == family
+    assert sanity_rules.family(quantization, sparse) == family
 
 
 def test_the_shipped_floors_order_the_families_by_what_they_keep():
@@ -51,7 +52,7 @@ def test_the_shipped_floors_order_the_families_by_what_they_keep():
     (0.79, "w8a8", True), (0.80, "w8a8", False), (0.017, "w8a8", True), (0.65, "w4", False),
     (0.50, "w4", True), (0.50, "sparse_2of4", False), (None, "w8a8", False)])
 def test_top1_below_the_family_floor_is_suspect(top1, family, suspect):
-    reason = sanity.top1_reason(top1, family, CONFIG)
+    reason = sanity_rules.top1_reason(top1, family, CONFIG)
     assert bool(reason) == suspect
     if suspect:
         assert f"{top1:.3f}" in reason and family in reason
@@ -64,7 +65,7 @@ def test_top1_below_the_family_floor_is_suspect(top1, family, suspect):
     (103.0, 1.0, True),     # above 100 % by more than its interval
     (99.0, 0.5, False), (None, None, False)])
 def test_recovery_above_100_beyond_its_interval_is_suspect(recovery, half, suspect):
-    assert bool(sanity.recovery_reason(recovery, half, CONFIG)) == suspect
+    assert bool(sanity_rules.recovery_reason(recovery, half, CONFIG)) == suspect
 
 
 @pytest.mark.parametrize("values, fix", [
@@ -74,7 +75,7 @@ def test_recovery_above_100_beyond_its_interval_is_suspect(recovery, half, suspe
     ({"floors": {}, "num_windows": 0}, "at least 1 window")])
 def test_bad_sanity_settings_are_one_line(values, fix):
     with pytest.raises(UserError, match=fix):
-        sanity.SanityConfig.from_config(values)
+        sanity_rules.SanityConfig.from_config(values)
 
 
 def _manifest(quantization: dict) -> Manifest:

@@ -1,4 +1,4 @@
-"""Suspect artifacts (evaluate/analysis/suspect.py, rules in quantize/sanity.py):
+"""Suspect artifacts (evaluate/analysis/suspect.py, rules in quantize/common/sanity_rules.py):
 named in their own section with the reason, and never ranked, summarised,
 on a front or recommended. On rows as evaluate writes them, and end to end:
 a tiny model quantized for real, a copy of its W8A8 artifact with one
