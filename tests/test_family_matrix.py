@@ -344,6 +344,7 @@ def test_transformers_serves_every_artifact(quantized, hf_served, family):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_vllm
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_vllm_is_refused_where_the_capability_layer_says_so(quantized, vllm_verdicts, vllm_refused, family):
     """The capability layer's verdict agrees with the matrix; where it
@@ -370,6 +371,7 @@ def test_vllm_is_refused_where_the_capability_layer_says_so(quantized, vllm_verd
 
 
 @pytest.mark.slow
+@pytest.mark.needs_vllm
 def test_vllm_refusal_alone_is_one_line(quantized, vllm_verdicts, vllm_refused):
     """`python -m evaluate engine=vllm` on one artifact the capability layer
     refuses: one line with its reason, exit 2, no engine started."""
@@ -386,6 +388,7 @@ def test_vllm_refusal_alone_is_one_line(quantized, vllm_verdicts, vllm_refused):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_vllm
 @pytest.mark.parametrize("family, recipe", vllm_cells(), ids=[f"{f}-{r}" for f, r in vllm_cells()])
 def test_vllm_serves_where_the_capability_layer_allows(quantized, vllm_verdicts, vllm_served, family, recipe):
     cell = quantized["cells"][family, recipe]
