@@ -15,7 +15,8 @@
 # facts and the capability table, builds a 1B-shaped and an 8B-shaped random
 # Llama on the GPU, quantizes them there (1B: W4A16 GPTQ and W8A8 SmoothQuant +
 # GPTQ; 8B: W4A16 GPTQ), measures the 1B original and W4A16 with engine=hf
-# (speed + accuracy), runs the fast test suite alongside, and writes a summary.
+# (speed + accuracy), runs the model-family matrix (tests/test_family_matrix.py) on
+# the GPU, runs the fast test suite alongside, and writes a summary.
 # Every step runs under `timeout`, within a total budget; a failing step does
 # not stop the next. Results: $OUT/summary.md (the step table: rc, wall s, peak
 # GPU MiB), $OUT/check.log (the console), $OUT/logs.tar.gz (every step's log,
@@ -256,6 +257,11 @@ check() {
     step "evaluate_${shape_small}_original" 120 20 "$PY" -m evaluate model="$small" "${evals[@]}"
     step "evaluate_${shape_small}_w4a16_gptq" 120 20 "$PY" -m evaluate \
         model="$W/artifacts/llama-$shape_small-random/w4a16_gptq" "${evals[@]}"
+    # The family matrix (tests/test_family_matrix.py: 16 tiny families x 3 recipes, quantized and served
+    # with engine=hf) on the GPU; in a dry run it is the suite's own test, so it is not repeated there.
+    ((dry)) || GPU_HOOK=0 TAIL=40 step families 300 60 bash -c "cd '$ROOT' && OMP_NUM_THREADS=4 \
+        PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 '$PY' -m pytest -v -p no:cacheprovider --basetemp '$W/pytest-families' \
+        -o addopts='-ra --durations=5' --junitxml '$W/steps/families.xml' tests/test_family_matrix.py"
 
     if [ -n "$tests_pid" ]; then
         echo; echo "== waiting for the tests   [$(($(date +%s) - T0)) s into the check]"
