@@ -62,7 +62,8 @@ FAMILIES: dict[str, tuple[str, dict]] = {
     "gemma2": ("Gemma2Config", dict(head_dim=32, sliding_window=64, query_pre_attn_scalar=32)),
     "gemma3_text": ("Gemma3TextConfig", dict(head_dim=32, sliding_window=64, query_pre_attn_scalar=32)),
     "gpt_neox": ("GPTNeoXConfig", dict(num_key_value_heads=None, tie_word_embeddings=False)),
-    "falcon": ("FalconConfig", dict(intermediate_size=None, num_key_value_heads=None, ffn_hidden_size=256)),
+    # vLLM's Falcon takes the MLP as 4 x hidden, whatever ffn_hidden_size says
+    "falcon": ("FalconConfig", dict(intermediate_size=None, num_key_value_heads=None)),
     "olmo2": ("Olmo2Config", dict()),
     "olmoe": ("OlmoeConfig", dict(EXPERTS, intermediate_size=128, num_experts=4)),
     "granitemoe": ("GraniteMoeConfig", dict(EXPERTS, intermediate_size=128, num_local_experts=4)),
@@ -70,11 +71,12 @@ FAMILIES: dict[str, tuple[str, dict]] = {
     "qwen3_moe": ("Qwen3MoeConfig", dict(EXPERTS, head_dim=32, moe_intermediate_size=128, num_experts=4,
                                          decoder_sparse_step=1, mlp_only_layers=[])),
     # multi-head latent attention: as many key/value heads as query heads
+    # (and as vLLM's MLA takes them: kv_lora_rank + qk_rope_head_dim = 320, routing with a score bias)
     "deepseek_v3": ("DeepseekV3Config", dict(EXPERTS, num_key_value_heads=4, moe_intermediate_size=128,
-                                             n_routed_experts=4,
+                                             n_routed_experts=4, topk_method="noaux_tc",
                                              n_shared_experts=1, first_k_dense_replace=1, n_group=1,
-                                             topk_group=1, kv_lora_rank=64, q_lora_rank=64,
-                                             qk_rope_head_dim=32, qk_nope_head_dim=32, v_head_dim=32)),
+                                             topk_group=1, kv_lora_rank=256, q_lora_rank=64,
+                                             qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32)),
 }
 
 
