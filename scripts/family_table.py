@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MATRIX_FILE = ROOT / "tests" / "family_matrix.yaml"
 README = ROOT / "README.md"
 BEGIN, END = "<!-- family-matrix:begin -->", "<!-- family-matrix:end -->"
-WORKS, REFUSED, CAPABILITY = "works", "refused", "capability"
+WORKS, REFUSED, CAPABILITY, SUSPECT = "works", "refused", "capability", "suspect"
 QUANTIZE = "quantize"
 
 
@@ -36,7 +36,8 @@ class Reason:
 
 @dataclass(frozen=True)
 class Expect:
-    """One cell: works, refused (always, in one line) or capability (the capability layer decides)."""
+    """One cell: works, refused (always, in one line), capability (the capability layer decides) or,
+    for quantize, suspect (built and kept, but marked by quantize's sanity gate)."""
     kind: str
     reason: Reason | None = None
 
@@ -80,7 +81,10 @@ def _cell(where: str, raw, engines: tuple[str, ...], reasons: dict) -> dict:
     cell = {stage: _expect(f"{where}/{stage}", value, reasons) for stage, value in raw.items()}
     if cell[QUANTIZE].kind == CAPABILITY:
         raise MatrixError(f"{MATRIX_FILE.name}: {where}: `capability` is for engines, not quantize")
-    asked = set(engines) if cell[QUANTIZE].kind == WORKS else set()
+    suspect_engines = sorted(stage for stage, e in cell.items() if stage != QUANTIZE and e.kind == SUSPECT)
+    if suspect_engines:
+        raise MatrixError(f"{MATRIX_FILE.name}: {where}: `suspect` is for quantize, not {suspect_engines}")
+    asked = set(engines) if cell[QUANTIZE].kind in (WORKS, SUSPECT) else set()
     if set(cell) - {QUANTIZE} != asked:
         raise MatrixError(f"{MATRIX_FILE.name}: {where} gives engines {sorted(set(cell) - {QUANTIZE})}; "
                           f"it needs {sorted(asked)} (every engine where quantize works, none where it refuses)")
@@ -92,10 +96,10 @@ def _expect(where: str, value, reasons: dict) -> Expect:
         return Expect(WORKS)
     if isinstance(value, dict) and len(value) == 1:
         (kind, key), = value.items()
-        if kind in (REFUSED, CAPABILITY) and key in reasons:
+        if kind in (REFUSED, CAPABILITY, SUSPECT) and key in reasons:
             return Expect(kind, reasons[key])
-    raise MatrixError(f"{MATRIX_FILE.name}: {where}: {value!r} is not `works`, `refused: <reason>` or "
-                      f"`capability: <reason>` with a reason of {sorted(reasons)}")
+    raise MatrixError(f"{MATRIX_FILE.name}: {where}: {value!r} is not `works`, `refused: <reason>`, "
+                      f"`capability: <reason>` or `suspect: <reason>` with a reason of {sorted(reasons)}")
 
 
 def render(matrix: Matrix) -> str:
@@ -110,11 +114,18 @@ def render(matrix: Matrix) -> str:
 
 
 def _cell_text(family: Family, recipe: str, engine: str, first: bool) -> str:
-    """`first`: the recipe's first engine column, which says why quantize refused (the others: —)."""
+    """`first`: the recipe's first engine column, which says why quantize refused (the others: —)
+    or why it marked the artifact suspect (the others: ⚠ before what the engine does)."""
     quantize = family.expect(recipe, QUANTIZE)
     if quantize.kind == REFUSED:
         return f"one line: {quantize.reason.short}" if first else "—"
-    expect = family.expect(recipe, engine)
+    if quantize.kind == SUSPECT and first:
+        return f"⚠ suspect: {quantize.reason.short}"
+    served = _engine_text(family.expect(recipe, engine))
+    return f"⚠ {served}" if quantize.kind == SUSPECT else served
+
+
+def _engine_text(expect: Expect) -> str:
     if expect.kind == WORKS:
         return "✅"
     if expect.kind == CAPABILITY:

@@ -37,8 +37,8 @@ def _family_table():
 
 family_table = _family_table()
 MATRIX = family_table.load()
-WORKS, REFUSED, CAPABILITY, QUANTIZE = (family_table.WORKS, family_table.REFUSED, family_table.CAPABILITY,
-                                        family_table.QUANTIZE)
+WORKS, REFUSED, CAPABILITY, SUSPECT, QUANTIZE = (family_table.WORKS, family_table.REFUSED, family_table.CAPABILITY,
+                                                 family_table.SUSPECT, family_table.QUANTIZE)
 FULL = os.environ.get("QUANTBENCH_FAMILY_MATRIX") == "full"
 # vLLM starts in `make test` (20-80 s each on a CPU): cells whose serving code
 # differs - a sliding-window family quantized to W4A16, a fused-qkv family to
@@ -46,6 +46,12 @@ FULL = os.environ.get("QUANTBENCH_FAMILY_MATRIX") == "full"
 SAMPLE = (("mistral", "w4a16_gptq"), ("phi3", "w8a8_smooth_gptq"), ("mixtral", "original"))
 SCENARIO = "name: test_family\nbatch_size: 1\ninput_len: 16\noutput_len: 4\n"
 EVALUATE = ("runs=1", "warmup_runs=1", "accuracy=none")
+# Quantize's sanity gate, W4 floor lowered from 0.55: a tiny random model's
+# next-token distributions are near flat (KL to its W4A16 copy 0.001-0.002
+# nats), so top-1 agreement there is a coin toss between near-equal tokens
+# (0.48-0.51 measured for gemma2, gemma3_text, olmo2), not a defect. A broken
+# artifact still falls far below (Gemma's SmoothQuant: 0.000-0.004).
+SANITY = ("sanity.floors.w4=0.3",)
 SWEEP_TIMEOUT_S = 3600  # a hang guard for a whole sweep on 2 shared cores, not a speed check
 # Wall time of each sweep, printed with the matrix (seconds).
 WALL_S: dict[str, float] = {}
@@ -130,7 +136,7 @@ def quantized(tmp_path_factory) -> dict:
     WALL_S["build 16 models"] = time.monotonic() - start
     artifacts, sweep = root / "artifacts", root / "quantize-sweep"
     _sweep("quantize", [f"model={','.join(map(str, models))}", f"recipe={','.join(MATRIX.recipes)}", *SMALL_CALIB,
-                        "verify=reload", f"artifacts_dir={artifacts}", f"hydra.sweep.dir={sweep}"],
+                        *SANITY, "verify=reload", f"artifacts_dir={artifacts}", f"hydra.sweep.dir={sweep}"],
            root, "quantize sweep")
     failed = _failures(sweep)
     jobs = {p.name.partition("_")[2] for p in sweep.iterdir() if p.is_dir()}  # <num>_<family>_<recipe>
@@ -211,11 +217,12 @@ def vllm_refused(quantized, vllm_verdicts) -> dict:
 
 
 def vllm_cells() -> list[tuple[str, str]]:
-    """The cells vLLM starts on: all it is expected to serve somewhere (full), or SAMPLE."""
+    """The cells vLLM starts on: every one with an artifact (full; the capability
+    layer then leaves out what it refuses), or SAMPLE."""
     if not FULL:
         return list(SAMPLE)
     return [(name, recipe) for name, family in MATRIX.families.items() for recipe in MATRIX.recipes
-            if (family.expect(recipe, "vllm") or family_table.Expect(REFUSED)).kind in (WORKS, CAPABILITY)]
+            if family.expect(recipe, "vllm") is not None]
 
 
 @pytest.fixture(scope="module")
@@ -284,6 +291,9 @@ def test_the_table_script_without_markers_is_one_line_and_writes_nothing(tmp_pat
     ({"quantize": "works", "hf": "works"}, "it needs ['hf', 'vllm']"),
     ({"quantize": {"refused": "no_smoothquant_mappings"}, "hf": "works"}, "it needs []"),
     ({"quantize": {"capability": "moe_kernels_need_amx"}}, "for engines, not quantize"),
+    ({"quantize": {"suspect": "gemma_smoothquant_mappings"}}, "it needs ['hf', 'vllm']"),
+    ({"quantize": "works", "hf": {"suspect": "gemma_smoothquant_mappings"}, "vllm": "works"},
+     "is for quantize, not ['hf']"),
     ({"quantize": {"refused": "no_such_reason"}}, "is not `works`"),
     ({"quantize": "fine"}, "is not `works`"),
 ])
@@ -306,19 +316,33 @@ FAMILY_NAMES = list(MATRIX.families)
 @pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_quantize_outcome_is_the_expected_one(quantized, family):
-    """Works (reloaded in transformers, finite logits) or a one-line answer with
-    exit 2 containing the expected phrase; never a failure (exit 1)."""
+    """Works (reloaded in transformers, finite logits; suspect only where the
+    matrix says so, for its reason) or a one-line answer with exit 2
+    containing the expected phrase; never a failure (exit 1)."""
     expected = MATRIX.families[family]
     problems = []
     for recipe in MATRIX.recipes:
         cell, expect = quantized["cells"][family, recipe], expected.expect(recipe, QUANTIZE)
-        if expect.kind == WORKS:
-            problems += _works_problems(cell, expected.architecture)
+        if expect.kind in (WORKS, SUSPECT):
+            problems += _works_problems(cell, expected.architecture) or _suspect_problems(cell, expect)
         elif cell.quantize != REFUSED or expect.phrase(expected.architecture) not in cell.error \
                 or "\n" in cell.error.strip():
             problems.append(f"{family}/{recipe}: expected a one-line answer (exit 2) containing "
                             f"{expect.phrase(expected.architecture)!r}; got {cell.text(QUANTIZE)}")
     _fail_with_matrix(problems)
+
+
+def _suspect_problems(cell: Cell, expect) -> list[str]:
+    """A `works` artifact is not marked suspect; a `suspect` one is, for the expected reason."""
+    where = f"{cell.family}/{cell.recipe}"
+    suspect = json.loads((cell.artifact / "manifest.json").read_text()).get("suspect")
+    if expect.kind == WORKS:
+        return [f"{where}: expected to work; quantize's sanity gate marked it suspect: {suspect['reason']}"] \
+            if suspect else []
+    phrase = expect.phrase("")
+    if not suspect or phrase not in suspect["reason"]:
+        return [f"{where}: expected manifest.json's `suspect` saying {phrase!r}; got {suspect}"]
+    return []
 
 
 def _works_problems(cell: Cell, architecture: str) -> list[str]:
@@ -357,8 +381,6 @@ def test_vllm_is_refused_where_the_capability_layer_says_so(quantized, vllm_verd
         if expect is None or (expect.kind == WORKS and not verdict):
             problems.append(f"{where}: the capability layer refuses ({verdict.reason}); the matrix expects "
                             f"{expect.kind if expect else 'no artifact'}")
-        elif expect.kind == REFUSED and verdict:
-            problems.append(f"{where}: the capability layer would serve it; the matrix expects a refusal")
         elif not verdict and expect.kind != WORKS and expect.phrase(expected.architecture) not in verdict.reason:
             problems.append(f"{where}: refused ({verdict.reason}) without {expect.phrase(expected.architecture)!r}")
         if not verdict:
@@ -396,5 +418,20 @@ def test_vllm_serves_where_the_capability_layer_allows(quantized, vllm_verdicts,
         _fail_with_matrix([f"{family}/{recipe}: quantize built no artifact to serve ({cell.text(QUANTIZE)})"])
     if not vllm_verdicts[cell.artifact]:
         pytest.skip(f"the capability layer refuses vLLM here: {vllm_verdicts[cell.artifact].reason}")
-    if cell.engines["vllm"] != WORKS:
+    expect = MATRIX.families[family].expect(recipe, "vllm")
+    if expect.kind == REFUSED:  # the capability layer lets it start; vLLM itself cannot
+        _fail_with_matrix(_failed_start_problems(cell, expect.phrase(MATRIX.families[family].architecture),
+                                                 *vllm_served[cell.artifact]))
+    elif cell.engines["vllm"] != WORKS:
         _fail_with_matrix([f"{family}/{recipe} on vllm: {cell.engines['vllm']}"])
+
+
+def _failed_start_problems(cell: Cell, phrase: str, rows, failure) -> list[str]:
+    """A refusal by a failed start: the job's one-line answer (exit 2) and every
+    row `failed`, both containing the phrase."""
+    answer = (failure or {}).get("error", "")
+    if failure and failure["exit_code"] == 2 and phrase in answer and "\n" not in answer.strip() and rows \
+            and all(r.status == "failed" and phrase in (r.reason or "") for r in rows):
+        return []
+    return [f"{cell.family}/{cell.recipe} on vllm: expected a failed start in one line (exit 2) and `failed` "
+            f"rows containing {phrase!r}; got {cell.engines['vllm']}"]
