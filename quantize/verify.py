@@ -251,9 +251,8 @@ def reload_dense(artifact_dir: Path):
     from transformers import AutoModelForCausalLM
 
     from quantize.common import moe
-    config = json.loads((Path(artifact_dir) / "config.json").read_text())
-    if moe.is_moe(config) and config.get("quantization_config"):
-        return moe.reload_dense(artifact_dir)  # per-expert quantized tensors: see quantize/common/moe.py
+    if moe.needs_own_loader(artifact_dir):  # per-expert tensors, nn.Linear subclasses: see quantize/common/moe.py
+        return moe.reload_dense(artifact_dir)
     kwargs = {}
     if quantization_summary(artifact_dir).method == "compressed-tensors":
         from transformers import CompressedTensorsConfig

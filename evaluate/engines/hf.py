@@ -93,9 +93,9 @@ class HfEngine(Engine):
         self.args = {"dtype": str(dtype).removeprefix("torch."), "device": self.device,
                      "max_model_len": max_model_len}
         t0 = time.perf_counter()
-        if target.format.moe and target.format.method == "compressed-tensors":
-            from quantize.common.moe import reload_dense  # per-expert quantized tensors: see quantize/common/moe.py
-            self.model = reload_dense(target.path).to(dtype).to(self.device).eval()
+        from quantize.common import moe
+        if moe.needs_own_loader(target.path):  # per-expert tensors, nn.Linear subclasses: see quantize/common/moe.py
+            self.model = moe.reload_dense(target.path).to(dtype).to(self.device).eval()
         else:
             self.model = AutoModelForCausalLM.from_pretrained(
                 target.path, dtype=dtype, trust_remote_code=trust_remote_code,

@@ -116,7 +116,8 @@ def load_conversions(model) -> tuple[list, list]:
 
 
 def reload_dense(artifact_dir: Path):
-    """The compressed checkpoint of an MoE model as a dense, linearized model.
+    """A compressed checkpoint transformers' own loader cannot take
+    (`needs_own_loader`) as a dense model, linearized if it is an MoE.
 
     transformers' own loader cannot map per-expert quantized tensors onto fused
     experts, so: build the model from its config, linearize it, attach the
@@ -129,6 +130,7 @@ def reload_dense(artifact_dir: Path):
     from compressed_tensors.quantization import QuantizationConfig, apply_quantization_config
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from quantize.common.checkpoint import linear_subclasses_as_linear
     config = AutoConfig.from_pretrained(artifact_dir)
     q = getattr(config, "quantization_config", None)
     if q:
@@ -139,14 +141,35 @@ def reload_dense(artifact_dir: Path):
     compressor = ModelCompressor(quantization_config=scheme) if scheme else None
     if scheme:  # as transformers' loader does: the compressed layout (packed int4 ...) receives the tensors
         apply_quantization_config(model, scheme, run_compressed=False)
-        compressor.compress_model(model)
+        with linear_subclasses_as_linear(model):  # compressed as saved (quantize/pipeline.py)
+            compressor.compress_model(model)
     state = stored_as_loaded(artifact_dir, *load_conversions(model))
     _check_matches(artifact_dir, model, state)
     model.load_state_dict(state, strict=False)
     if compressor:
-        compressor.decompress_model(model)
+        with linear_subclasses_as_linear(model):
+            compressor.decompress_model(model)
     model.tie_weights()
     return model.eval()
+
+
+def needs_own_loader(artifact_dir: Path) -> bool:
+    """Whether transformers' from_pretrained cannot load this checkpoint and
+    reload_dense must: a quantized MoE (per-expert tensors), or a compressed
+    checkpoint of a model with nn.Linear subclasses (Falcon's FalconLinear:
+    its _init_weights reaches for the `weight` the compressed layout replaced)."""
+    import json
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    config = json.loads((Path(artifact_dir) / "config.json").read_text())
+    if (config.get("quantization_config") or {}).get("quant_method") != "compressed-tensors":
+        return False
+    if is_moe(config):
+        return True
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(artifact_dir))
+    return any(isinstance(m, torch.nn.Linear) and type(m) is not torch.nn.Linear for m in model.modules())
 
 
 def stored_as_loaded(artifact_dir: Path, renamings: list, converters: list) -> dict:

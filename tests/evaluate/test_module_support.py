@@ -169,6 +169,13 @@ def test_falcon_w4a16_is_saved_packed_with_its_head_left_out(falcon_w4a16):
     stored = json.loads((falcon_w4a16 / "config.json").read_text())["quantization_config"]
     assert stored["format"] == "pack-quantized" and stored["ignore"] == ["lm_head"]
     assert unserved_groups(stored) == []  # vLLM's scheme matching has a scheme for every group
+    # transformers' from_pretrained cannot take it (Falcon's _init_weights reaches for the packed-away
+    # weight): the checkpoint is reloaded by quantize's own loader, as the hf engine does
+    from quantize import verify
+    from quantize.common import moe
+    assert moe.needs_own_loader(falcon_w4a16)
+    checks = verify.check(falcon_w4a16, "reload", prunes=False)
+    assert checks["reloads_in_transformers"] and checks["logits_finite"]
 
 
 @pytest.mark.slow
