@@ -324,7 +324,8 @@ def test_quantize_outcome_is_the_expected_one(quantized, family):
     for recipe in MATRIX.recipes:
         cell, expect = quantized["cells"][family, recipe], expected.expect(recipe, QUANTIZE)
         if expect.kind in (WORKS, SUSPECT):
-            problems += _works_problems(cell, expected.architecture) or _suspect_problems(cell, expect)
+            problems += _works_problems(cell, expected.architecture) \
+                or _suspect_problems(cell, expect, expected.architecture)
         elif cell.quantize != REFUSED or expect.phrase(expected.architecture) not in cell.error \
                 or "\n" in cell.error.strip():
             problems.append(f"{family}/{recipe}: expected a one-line answer (exit 2) containing "
@@ -332,14 +333,14 @@ def test_quantize_outcome_is_the_expected_one(quantized, family):
     _fail_with_matrix(problems)
 
 
-def _suspect_problems(cell: Cell, expect) -> list[str]:
+def _suspect_problems(cell: Cell, expect: family_table.Expect, architecture: str) -> list[str]:
     """A `works` artifact is not marked suspect; a `suspect` one is, for the expected reason."""
     where = f"{cell.family}/{cell.recipe}"
     suspect = json.loads((cell.artifact / "manifest.json").read_text()).get("suspect")
     if expect.kind == WORKS:
         return [f"{where}: expected to work; quantize's sanity gate marked it suspect: {suspect['reason']}"] \
             if suspect else []
-    phrase = expect.phrase("")
+    phrase = expect.phrase(architecture)
     if not suspect or phrase not in suspect["reason"]:
         return [f"{where}: expected manifest.json's `suspect` saying {phrase!r}; got {suspect}"]
     return []
