@@ -149,8 +149,23 @@ def reload_dense(artifact_dir: Path):
     if compressor:
         with linear_subclasses_as_linear(model):
             compressor.decompress_model(model)
+        _drop_quantization(model)
     model.tie_weights()
     return model.eval()
+
+
+def _drop_quantization(model) -> None:
+    """After decompression: plain dense modules, as transformers' dequantizing
+    loader leaves them. The schemes' wrapped forwards and leftover scales would
+    fake-quantize the dense weights again on every call, and create tensors
+    on the CPU beside a model moved to the GPU."""
+    from compressed_tensors.quantization.quant_metadata import QuantizationMetadata
+    for module in model.modules():
+        if getattr(module, "quantization_scheme", None) is not None:
+            QuantizationMetadata.clear_quantization(module)
+            for leftover in ("weight_shape",):  # serialized, so not among the qparams cleared
+                if hasattr(module, leftover):
+                    delattr(module, leftover)
 
 
 def needs_own_loader(artifact_dir: Path) -> bool:

@@ -12,6 +12,13 @@ from quantize.common.progress import RunFile
 MODEL = "smollm2-135m-instruct"  # conf/model/smollm2_135m.yaml
 
 
+@pytest.fixture(autouse=True)
+def cpu_profile(monkeypatch):
+    """The counts below are the CPU profile's (one accuracy pass); a CUDA host's adds the lm-eval task."""
+    from evaluate import hardware
+    monkeypatch.setattr(hardware, "detected", lambda machine=None: hardware.DEFAULT)
+
+
 @pytest.fixture
 def setup(tmp_path):
     """Two-scenario set x 2 runs; `original` built, half measured;
