@@ -71,11 +71,12 @@ FAMILIES: dict[str, tuple[str, dict]] = {
     "qwen3_moe": ("Qwen3MoeConfig", dict(EXPERTS, head_dim=32, moe_intermediate_size=128, num_experts=4,
                                          decoder_sparse_step=1, mlp_only_layers=[])),
     # multi-head latent attention: as many key/value heads as query heads
-    # (and as vLLM's MLA takes them: kv_lora_rank + qk_rope_head_dim = 320, routing with a score bias)
+    # (as vLLM takes them: kv_lora_rank + qk_rope_head_dim = 576, the one latent width
+    # vLLM-CPU's MLA kernel serves; routing with a score bias)
     "deepseek_v3": ("DeepseekV3Config", dict(EXPERTS, num_key_value_heads=4, moe_intermediate_size=128,
                                              n_routed_experts=4, topk_method="noaux_tc",
                                              n_shared_experts=1, first_k_dense_replace=1, n_group=1,
-                                             topk_group=1, kv_lora_rank=256, q_lora_rank=64,
+                                             topk_group=1, kv_lora_rank=512, q_lora_rank=64,
                                              qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32)),
 }
 
