@@ -75,8 +75,23 @@ def preflight(argv: list[str]) -> None:
         raise SystemExit(e.exit_code)
 
 
+def check_sweeper_installed() -> None:
+    """The search runs on hydra-optuna-sweeper; without it Hydra's own error
+    names a missing `hydra/sweeper/sampler` config, not the package."""
+    from importlib.util import find_spec
+    missing = [name for name in ("optuna", "hydra_plugins.hydra_optuna_sweeper") if find_spec(name) is None]
+    if missing:
+        raise UserError(f"the recipe search needs Optuna and hydra-optuna-sweeper, which this Python lacks "
+                        f"({', '.join(missing)}); run bash scripts/setup.sh (or pip install hydra-optuna-sweeper)")
+
+
 def main() -> None:
     prepare_argv()
+    try:
+        check_sweeper_installed()
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(e.exit_code)
     preflight(sys.argv[1:])
     _hydra_main()
 
