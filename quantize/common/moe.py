@@ -150,8 +150,17 @@ def reload_dense(artifact_dir: Path):
         with linear_subclasses_as_linear(model):
             compressor.decompress_model(model)
         _drop_quantization(model)
+    _drop_offload(model)
     model.tie_weights()
     return model.eval()
+
+
+def _drop_offload(model) -> None:
+    """llm-compressor's linearized experts come offloaded (compressed-tensors'
+    OffloadCache, onloaded to the CPU on each call): a model moved to the GPU
+    would then compute its experts with CPU tensors. Plain modules instead."""
+    from compressed_tensors.offload import remove_dispatch
+    remove_dispatch(model, onload_tensors=True)
 
 
 def _drop_quantization(model) -> None:

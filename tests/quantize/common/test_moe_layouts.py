@@ -69,7 +69,10 @@ def test_linearize_keeps_logits_and_round_trips(family, tiny_dir, tmp_path):
     assert not any(".router.layer." in n or n.endswith(moe.FUSED_EXPERT_PARAMS) for n in stored)
 
     # quantbench's reload check: every stored tensor finds its parameter and back
-    assert torch.allclose(_logits(moe.reload_dense(out)), fused_logits, atol=1e-5)
+    reloaded = moe.reload_dense(out)
+    assert torch.allclose(_logits(reloaded), fused_logits, atol=1e-5)
+    # plain modules: an offloaded expert (onloaded to the CPU per call) breaks the model moved to a GPU
+    assert not [n for n, m in reloaded.named_modules() if hasattr(m, "_original_forward_func")]
     if family in READS_PER_EXPERT:  # the original class, through transformers' own loading report
         original, report = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, output_loading_info=True)
         assert not (report["missing_keys"] or report["unexpected_keys"] or report["mismatched_keys"]), report
