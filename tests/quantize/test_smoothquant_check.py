@@ -110,20 +110,19 @@ def test_explicit_mappings_reach_the_linearized_experts(families, tmp_path):
     smoothquant_check.check(recipe, families("olmoe"), trust_remote_code=False)
 
 
-def test_a_width_mismatch_is_refused(families, tmp_path):
+@pytest.mark.parametrize("family, mapping, message", [
     # down_proj takes the MLP's intermediate width (256), the norm puts out the hidden width (128)
-    recipe = explicit(tmp_path, '[["re:.*down_proj"], "re:.*post_attention_layernorm"]')
-    with pytest.raises(UserError, match=r"balance layer model\.layers\.0\.mlp\.down_proj takes 256 input features "
-                                        r"but its smooth layer model\.layers\.0\.post_attention_layernorm puts out 128"):
-        smoothquant_check.check(recipe, families("llama"), trust_remote_code=False)
-
-
-def test_a_width_mismatch_in_the_experts_is_refused(families, tmp_path):
+    ("llama", '[["re:.*down_proj"], "re:.*post_attention_layernorm"]',
+     r"balance layer model\.layers\.0\.mlp\.down_proj takes 256 input features "
+     r"but its smooth layer model\.layers\.0\.post_attention_layernorm puts out 128"),
     # Qwen3-MoE's q_norm is per attention head (32 wide); the experts take the hidden width (128)
-    recipe = explicit(tmp_path, '[["re:.*experts.*up_proj"], "re:.*self_attn.q_norm"]')
-    with pytest.raises(UserError, match=r"experts\.\d+\.up_proj takes 128 input features "
-                                        r"but its smooth layer model\.layers\.\d+\.self_attn\.q_norm puts out 32"):
-        smoothquant_check.check(recipe, families("qwen3_moe"), trust_remote_code=False)
+    ("qwen3_moe", '[["re:.*experts.*up_proj"], "re:.*self_attn.q_norm"]',
+     r"experts\.\d+\.up_proj takes 128 input features "
+     r"but its smooth layer model\.layers\.\d+\.self_attn\.q_norm puts out 32"),
+])
+def test_a_width_mismatch_is_refused(families, tmp_path, family, mapping, message):
+    with pytest.raises(UserError, match=message):
+        smoothquant_check.check(explicit(tmp_path, mapping), families(family), trust_remote_code=False)
 
 
 def test_a_missing_layer_is_refused(families, tmp_path):
