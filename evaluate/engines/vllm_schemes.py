@@ -71,7 +71,8 @@ def unserved_groups(quantization_config: dict) -> list[UnservedGroup] | None:
         storage = parts.get("format") or config.quant_format
         try:
             reason = _rejection(pick, floor, parts, storage, layer_name=asked[0])
-        except TypeError as e:  # a vLLM whose _get_scheme_from_parts takes other arguments
+        except Exception as e:  # noqa: BLE001 (a vLLM whose _get_scheme_from_parts takes other arguments,
+            # or a scheme that reads the engine's config as it is built, FP8's: known only inside a start)
             log.debug("vLLM's compressed-tensors scheme matching not asked: %s", e)
             return None
         if reason:

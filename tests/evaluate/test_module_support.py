@@ -38,6 +38,15 @@ def model_config(quantization_config: dict) -> dict:
 
 # ---- the answer before the start ------------------------------------------------
 
+FP8_CHANNEL = {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "channel", "dynamic": False}
+FP8_TOKEN = {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "token", "dynamic": True}
+
+
+def test_a_scheme_that_reads_the_engines_config_is_not_asked():
+    """vLLM's FP8 scheme reads the running engine's config as it is built: known only inside a start,
+    so no answer up front (the capability layer's FP8 rules and the start decide), never an error."""
+    assert unserved_groups(ct_config("float-quantized", FP8_CHANNEL, FP8_TOKEN)) is None
+
 def test_int4_weights_stored_dense_have_no_vllm_scheme():
     """Falcon's W4A16 as llm-compressor saved it: fake-quantized, format dense."""
     (unserved,) = unserved_groups(ct_config("dense", INT4_GROUP))
