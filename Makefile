@@ -43,5 +43,7 @@ test-fast: setup
 # The family matrix (tests/test_family_matrix.py) with vLLM started on every
 # cell the capability layer lets it serve, not only `make test`'s sample; -s
 # prints the observed matrix and the wall time of each sweep.
+# The model-family matrix (README, "Model families"): FAMILY_MATRIX=sample starts vLLM on 3 cells only.
+FAMILY_MATRIX ?= full
 family-matrix: setup
-	QUANTBENCH_FAMILY_MATRIX=full $(PY) -m pytest -s -q tests/test_family_matrix.py
+	QUANTBENCH_FAMILY_MATRIX=$(FAMILY_MATRIX) $(PY) -m pytest -s -q tests/test_family_matrix.py

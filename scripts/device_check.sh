@@ -258,8 +258,8 @@ check() {
     step "evaluate_${shape_small}_w4a16_gptq" 120 20 "$PY" -m evaluate \
         model="$W/artifacts/llama-$shape_small-random/w4a16_gptq" "${evals[@]}"
     # The family matrix (tests/test_family_matrix.py: 16 tiny families x 3 recipes, quantized and served
-    # with engine=hf) on the GPU; in a dry run it is the suite's own test, so it is not repeated there.
-    ((dry)) || GPU_HOOK=0 TAIL=40 step families 300 60 bash -c "cd '$ROOT' && OMP_NUM_THREADS=4 \
+    # with engine=hf) on the GPU; not in a dry run (on a CPU: make family-matrix).
+    ((dry)) || GPU_HOOK=0 TAIL=40 step families 300 60 bash -c "cd '$ROOT' && OMP_NUM_THREADS=4 QUANTBENCH_FAMILY_MATRIX=sample \
         PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 '$PY' -m pytest -v -p no:cacheprovider --basetemp '$W/pytest-families' \
         -o addopts='-ra --durations=5' --junitxml '$W/steps/families.xml' tests/test_family_matrix.py"
 

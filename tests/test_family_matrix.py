@@ -8,8 +8,13 @@ over all families x recipes (verify=reload: every artifact reloads in
 transformers with finite logits), one `python -m evaluate -m engine=hf` over
 every artifact built, one `engine=vllm` sweep over the artifacts the
 capability layer refuses (`unsupported` rows, no engine starts; one of them
-alone: a one-line answer, exit 2), and one over those it can serve: in `make test` a fixed sample of cells that cover distinct
-code, all of them with QUANTBENCH_FAMILY_MATRIX=full (`make family-matrix`).
+alone: a one-line answer, exit 2), and one over those it can serve.
+The sweeps run with QUANTBENCH_FAMILY_MATRIX set: `sample` starts vLLM on a
+fixed sample of cells that cover distinct code (about 8 min on 2 cores),
+`full` (`make family-matrix`) on every cell it may serve (about 26 min).
+`make test` runs the fast checks of the matrix file and README's table only:
+the sweeps would take a quarter of the suite's 30-min budget, and each
+feature they cross has its own end-to-end test in the suite.
 Every failure message ends in the whole observed matrix."""
 import importlib.util
 import json
@@ -39,7 +44,10 @@ family_table = _family_table()
 MATRIX = family_table.load()
 WORKS, REFUSED, CAPABILITY, SUSPECT, QUANTIZE = (family_table.WORKS, family_table.REFUSED, family_table.CAPABILITY,
                                                  family_table.SUSPECT, family_table.QUANTIZE)
-FULL = os.environ.get("QUANTBENCH_FAMILY_MATRIX") == "full"
+MODE = os.environ.get("QUANTBENCH_FAMILY_MATRIX", "")  # "", "sample" or "full"
+FULL = MODE == "full"
+sweeps = pytest.mark.skipif(MODE not in ("sample", "full"), reason="the family matrix's sweeps run with "
+                            "QUANTBENCH_FAMILY_MATRIX=sample|full (make family-matrix)")
 # vLLM starts in `make test` (20-80 s each on a CPU): cells whose serving code
 # differs - a sliding-window family quantized to W4A16, a fused-qkv family to
 # W8A8, a mixture of experts unquantized (vLLM's fused-MoE path).
@@ -314,6 +322,7 @@ FAMILY_NAMES = list(MATRIX.families)
 
 
 @pytest.mark.slow
+@sweeps
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_quantize_outcome_is_the_expected_one(quantized, family):
     """Works (reloaded in transformers, finite logits; suspect only where the
@@ -361,6 +370,7 @@ def _works_problems(cell: Cell, architecture: str) -> list[str]:
 
 
 @pytest.mark.slow
+@sweeps
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_transformers_serves_every_artifact(quantized, hf_served, family):
     problems = [f"{family}/{cell.recipe} on hf: {cell.engines['hf']}" for cell in built(quantized)
@@ -369,6 +379,7 @@ def test_transformers_serves_every_artifact(quantized, hf_served, family):
 
 
 @pytest.mark.slow
+@sweeps
 @pytest.mark.needs_vllm
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_vllm_is_refused_where_the_capability_layer_says_so(quantized, vllm_verdicts, vllm_refused, family):
@@ -394,6 +405,7 @@ def test_vllm_is_refused_where_the_capability_layer_says_so(quantized, vllm_verd
 
 
 @pytest.mark.slow
+@sweeps
 @pytest.mark.needs_vllm
 def test_vllm_refusal_alone_is_one_line(quantized, vllm_verdicts, vllm_refused):
     """`python -m evaluate engine=vllm` on one artifact the capability layer
@@ -411,6 +423,7 @@ def test_vllm_refusal_alone_is_one_line(quantized, vllm_verdicts, vllm_refused):
 
 
 @pytest.mark.slow
+@sweeps
 @pytest.mark.needs_vllm
 @pytest.mark.parametrize("family, recipe", vllm_cells(), ids=[f"{f}-{r}" for f, r in vllm_cells()])
 def test_vllm_serves_where_the_capability_layer_allows(quantized, vllm_verdicts, vllm_served, family, recipe):
