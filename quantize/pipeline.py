@@ -106,8 +106,8 @@ def run(config: QuantizeConfig) -> Path:
 def _judged(described: Manifest, measured: dict, config: sanity_rules.SanityConfig, prunes: bool) -> Manifest:
     """The manifest with checks.sanity and, below the format's floor, `suspect`;
     sanity.strict=true fails the job instead (nothing is written)."""
-    suspect = None if "skipped" in measured else sanity_rules.judge(measured, described.quantization.to_dict(), prunes,
-                                                              config)
+    suspect = (None if "skipped" in measured
+               else sanity_rules.judge(measured, described.quantization.to_dict(), prunes, config))
     checks = {**described.checks, "sanity": measured}
     if suspect and config.strict:
         raise UserError(f"the quantized model fails the sanity check: {suspect['reason']} (measured on "

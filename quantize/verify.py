@@ -29,7 +29,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantize.common.checkpoint import load_renames, quantization_summary
+from quantize.common.checkpoint import load_renames, quantization_summary, raise_if_mismatched
 
 MODES = ("tensors", "reload")
 # safetensors header dtype -> torch dtype name
@@ -88,10 +88,7 @@ def _check_layout_and_values(artifact_dir: Path, headers: dict, layout: Layout, 
     problems = _layout_problems(headers, layout)
     floats = [n for n in headers if headers[n][1] in FLOATS]
     problems += _value_problems(headers, floats)
-    if problems:
-        more = f" (+{len(problems) - 5} more)" if len(problems) > 5 else ""
-        raise RuntimeError(f"saved checkpoint in {artifact_dir} does not match its model: "
-                           + "; ".join(problems[:5]) + more)
+    raise_if_mismatched(artifact_dir, problems, what="saved checkpoint")
     checks = {"verified_by": "tensors", "layout_matches_model": True, "values_finite": True,
               "tensors_checked": len(headers), "tensors_read": len(floats)}
     if prunes:
@@ -271,9 +268,7 @@ def _raise_on_loading_problems(artifact_dir: Path, report: dict) -> None:
     problems += [f"unexpected tensor {n}" for n in sorted(report.get("unexpected_keys") or ())]
     problems += [f"{m[0]} is {tuple(m[1])}, the model needs {tuple(m[2])}" if len(m) == 3 else f"mismatched {m}"
                  for m in sorted(report.get("mismatched_keys") or (), key=str)]
-    if problems:
-        more = f" (+{len(problems) - 5} more)" if len(problems) > 5 else ""
-        raise RuntimeError(f"checkpoint in {artifact_dir} does not match its model: " + "; ".join(problems[:5]) + more)
+    raise_if_mismatched(artifact_dir, problems)
 
 
 def linear_weights(model):

@@ -56,8 +56,8 @@ def render_markdown(analysis: Analysis, title: str, floor_pct: float = ACCURACY_
     speed, accuracy = analysis.speed, analysis.accuracy
     searches = studies(analysis.results_dirs, analysis.suspect_ids)
     parts = [render_title(analysis.rows, title, analysis.results_dir), render_answer(analysis, floor_pct, searches),
-             render_suspects(analysis.suspects), render_summary(speed, accuracy), render_ranking(speed), render_speed_detail(speed), render_details(speed),
-             render_problems(analysis.rows)]
+             render_suspects(analysis.suspects), render_summary(speed, accuracy), render_ranking(speed),
+             render_speed_detail(speed), render_details(speed), render_problems(analysis.rows)]
     if accuracy:
         parts.append(render_accuracy(accuracy))
     if analysis.lm_eval:

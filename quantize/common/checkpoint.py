@@ -153,6 +153,14 @@ def check_complete(model_dir: Path, missing: list[str], config: dict) -> None:
                     "re-copy or re-download the checkpoint")
 
 
+def raise_if_mismatched(artifact_dir: Path, problems: list[str], what: str = "checkpoint") -> None:
+    """The checks' one failure message: the first five problems of a checkpoint
+    that does not match its model, and how many more."""
+    if problems:
+        more = f" (+{len(problems) - 5} more)" if len(problems) > 5 else ""
+        raise RuntimeError(f"{what} in {artifact_dir} does not match its model: " + "; ".join(problems[:5]) + more)
+
+
 def ignore_unquantized(artifact_dir: Path, model) -> list[str]:
     """Add to the saved compressed-tensors `quantization_config.ignore` every
     module its config groups target that the calibrated `model` left

@@ -219,6 +219,5 @@ def _check_matches(artifact_dir: Path, model, state: dict) -> None:
     problems += [f"unexpected tensor {n}" for n in sorted(set(state) - set(expected))]
     problems += [f"{n} is {tuple(state[n].shape)}, the model needs {tuple(expected[n].shape)}"
                  for n in sorted(set(state) & set(expected)) if state[n].shape != expected[n].shape]
-    if problems:
-        more = f" (+{len(problems) - 5} more)" if len(problems) > 5 else ""
-        raise RuntimeError(f"checkpoint in {artifact_dir} does not match its model: " + "; ".join(problems[:5]) + more)
+    from quantize.common.checkpoint import raise_if_mismatched
+    raise_if_mismatched(artifact_dir, problems)
