@@ -14,6 +14,8 @@
 #   bash scripts/setup.sh              install (the target this machine picks)
 #   bash scripts/setup.sh --plan       print what each target would install; installs nothing
 #   bash scripts/setup.sh --no-assets  the venv only, without the model and corpus
+#   QUANTBENCH_VLLM=0.26.0 bash scripts/setup.sh   on a GPU image with torch 2.11: keep that torch
+#                                     and install the vLLM release that pins it (--plan names it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/target.sh
@@ -38,11 +40,16 @@ print_plan() {
     echo "this machine: $machine_target: $machine_why"
     echo "chosen: $target: $target_why"
     echo "venv: $VENV (VENV=... overrides), stamp $STAMP"
+    print_machine_torch
     for t in $TARGETS; do
         echo
         if [ "$t" = "$target" ]; then echo "target $t  <- chosen"; else echo "target $t"; fi
-        echo "  1. pip install -r requirements/common.txt -r requirements/$t.txt"
-        echo "       $t: $(requirement_lines requirements/$t.txt | paste -sd ' ' -)"
+        if [ "$t" = cuda ] && [ -n "$KEEP_TORCH_VLLM" ]; then
+            echo "  1. pip install -r requirements/common.txt vllm==$KEEP_TORCH_VLLM, in a venv that sees the machine's torch (QUANTBENCH_VLLM)"
+        else
+            echo "  1. pip install -r requirements/common.txt -r requirements/$t.txt"
+            echo "       $t: $(requirement_lines requirements/$t.txt | paste -sd ' ' -)"
+        fi
         echo "       common: $(requirement_lines requirements/common.txt | paste -sd ' ' -)"
         echo "  2. pip install --no-deps -r requirements/no-deps.txt"
         echo "       $(requirement_lines requirements/no-deps.txt | paste -sd ' ' -)"
@@ -58,20 +65,40 @@ print_plan() {
     echo "lm-eval env (.venv-lmeval, scripts/setup_lmeval.sh, same target): requirements/lmeval.txt" \
          "($(requirement_lines requirements/lmeval.txt | paste -sd ' ' -)) + requirements/$target.txt, then compressed-tensors==0.19.0 --no-deps"
 }
+# On a CUDA machine whose Python has a CUDA torch other than requirements/cuda.txt's:
+# the vLLM release that pins that torch, so the image's torch can stay.
+print_machine_torch() {
+    local torch cuda pinned offer
+    [ "$target" = cuda ] || return 0
+    read -r torch cuda <<<"$(machine_torch)"
+    [ -n "$torch" ] || { echo "this machine's ${PYTHON:-python3}: no torch"; return 0; }
+    echo "this machine's ${PYTHON:-python3}: torch $torch (CUDA $cuda)"
+    pinned=$(requirement_lines requirements/cuda.txt | sed -n 's/^torch==\([^,]*\).*/\1/p')
+    [ "$cuda" != None ] && [ "${torch%%+*}" != "$pinned" ] || return 0
+    offer=$(vllm_for_torch "$torch")
+    if [ -n "$offer" ]; then
+        echo "  to keep it instead of installing torch $pinned: QUANTBENCH_VLLM=$offer bash scripts/setup.sh" \
+             "(vLLM $offer pins torch==${torch%%+*}, requirements/vllm-torch-pins.tsv)"
+    else
+        echo "  no vLLM release pins torch ${torch%%+*} (requirements/vllm-torch-pins.tsv): the cuda target installs torch $pinned"
+    fi
+}
 if [ "$plan" = 1 ]; then
     print_plan
     exit 0
 fi
 
-want="$target $( (cat requirements/common.txt "requirements/$target.txt" requirements/no-deps.txt scripts/setup.sh scripts/target.sh) | sha256sum | cut -c1-16)"
+check_keep_torch "$target"
+want="$(venv_kind "$target") $KEEP_TORCH_VLLM $( (cat requirements/common.txt "requirements/$target.txt" requirements/no-deps.txt scripts/setup.sh scripts/target.sh) | sha256sum | cut -c1-16)"
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
     echo "setup: target $target: $target_why"
     bash scripts/check_disk.sh "$(target_need_gib "$target")" \
         "installing $VENV ($target target, $(target_venv_gib "$target") GiB) and the model" "$(dirname "$VENV")"
-    make_venv "$VENV" "$target"
+    make_venv "$VENV" "$(venv_kind "$target")"
     rm -f "$STAMP"
     echo "setup: installing the $target target's pinned packages into $VENV (several minutes the first time)"
-    "$VENV/bin/pip" install --quiet -r requirements/common.txt -r "requirements/$target.txt"
+    # shellcheck disable=SC2046
+    "$VENV/bin/pip" install --quiet -r requirements/common.txt $(engine_requirements "$target")
     "$VENV/bin/pip" install --quiet --no-deps -r requirements/no-deps.txt
     removes=$(target_removes "$target")
     if [ -n "$removes" ]; then

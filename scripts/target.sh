@@ -10,6 +10,57 @@ TARGETS="cpu cuda"
 NVIDIA_VERSION_FILE=${QUANTBENCH_NVIDIA_VERSION_FILE:-/proc/driver/nvidia/version}
 NVIDIA_SMI=${QUANTBENCH_NVIDIA_SMI:-nvidia-smi}
 
+# A CUDA machine whose Python already has a CUDA torch (the usual GPU image)
+# can keep that torch: QUANTBENCH_VLLM=<release> installs that vLLM release
+# alone as the engine, into a venv that sees the system's packages, instead of
+# requirements/cuda.txt's torch + vLLM. `scripts/setup.sh --plan` names the
+# release that pins the machine's torch (requirements/vllm-torch-pins.tsv).
+KEEP_TORCH_VLLM=${QUANTBENCH_VLLM:-}
+
+# "VERSION CUDA" of the torch in ${PYTHON:-python3} (CUDA "None" for a CPU
+# build); empty where that Python has no torch.
+machine_torch() {
+    (cd / && timeout 120 "${PYTHON:-python3}" -c 'import torch; print(torch.__version__, torch.version.cuda)' \
+        2>/dev/null) || true
+}
+
+# The vLLM release that pins exactly this torch version; empty where none does.
+vllm_for_torch() { python3 scripts/device/bundle.py vllm-for-torch "$1" 2>/dev/null || true; }
+
+# The pip arguments of a target's engine stack: its requirements file, or with
+# QUANTBENCH_VLLM on cuda that vLLM alone (its torch pin met by the system's torch).
+engine_requirements() {
+    if [ "$1" = cuda ] && [ -n "$KEEP_TORCH_VLLM" ]; then echo "vllm==$KEEP_TORCH_VLLM"
+    else echo "-r requirements/$1.txt"; fi
+}
+
+# The venv kind make_venv records: the target, +system-torch where it keeps the machine's torch.
+venv_kind() { if [ "$1" = cuda ] && [ -n "$KEEP_TORCH_VLLM" ]; then echo cuda+system-torch; else echo "$1"; fi; }
+
+# QUANTBENCH_VLLM must name the release that pins the machine's CUDA torch:
+# one line and exit 2 otherwise.
+check_keep_torch() {
+    [ -n "$KEEP_TORCH_VLLM" ] || return 0
+    local torch cuda want pins
+    if [ "$1" != cuda ]; then
+        echo "setup: QUANTBENCH_VLLM keeps a CUDA torch and applies to the cuda target only; unset it for $1" >&2
+        exit 2
+    fi
+    read -r torch cuda <<<"$(machine_torch)"
+    if [ -z "$torch" ] || [ "$cuda" = None ]; then
+        echo "setup: QUANTBENCH_VLLM=$KEEP_TORCH_VLLM keeps the machine's CUDA torch, but ${PYTHON:-python3} has" \
+             "${torch:+a CPU torch $torch}${torch:-no torch}; unset QUANTBENCH_VLLM to install requirements/cuda.txt's torch" >&2
+        exit 2
+    fi
+    pins=$(awk -F'\t' -v v="$KEEP_TORCH_VLLM" '$1 == v { print $2 }' requirements/vllm-torch-pins.tsv)
+    if [ "$pins" != "${torch%%+*}" ]; then
+        want=$(vllm_for_torch "$torch")
+        echo "setup: vLLM $KEEP_TORCH_VLLM pins torch ${pins:-(a release not in requirements/vllm-torch-pins.tsv)}," \
+             "not this machine's ${torch%%+*}${want:+: use QUANTBENCH_VLLM=$want}" >&2
+        exit 2
+    fi
+}
+
 # Sets machine_target and machine_why from the machine alone.
 detect_machine_target() {
     local gpus=0
@@ -81,7 +132,8 @@ make_venv() {
     fi
     if [ ! -x "$venv/bin/python" ]; then
         echo "setup: creating $venv ($want target)"
-        "${PYTHON:-python3}" -m venv "$venv"
+        # +system-torch: the venv sees the machine's packages, its CUDA torch among them
+        "${PYTHON:-python3}" -m venv $([ "${want#*+}" = system-torch ] && echo --system-site-packages) "$venv"
         echo "$want" > "$venv/.quantbench-target"
     fi
 }

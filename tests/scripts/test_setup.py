@@ -156,3 +156,59 @@ def test_a_cpu_torch_in_the_cuda_target_is_one_line(tmp_path):
     assert helper(tmp_path, f"check_target_torch {py} cpu").returncode == 0
     cuda_py = executable(tmp_path / "cuda-python", "#!/bin/sh\necho '2.13.0 13.0'\n")
     assert helper(tmp_path, f"check_target_torch {cuda_py} cuda").returncode == 0
+
+
+# ---- a GPU image that already has a CUDA torch: keep it (QUANTBENCH_VLLM)
+
+@pytest.fixture
+def gpu_image(machine, tmp_path):
+    """A CUDA machine whose python3 has the GPU image's torch 2.11.0+cu130 (a fake python answering the query)."""
+    (tmp_path / "driver").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module 580.159.04\n")
+    py = executable(tmp_path / "image-python", "#!/bin/sh\necho '2.11.0+cu130 13.0'\n")
+    return {**machine, "QUANTBENCH_NVIDIA_VERSION_FILE": str(tmp_path / "driver"), "PYTHON": str(py)}
+
+
+def test_plan_offers_the_vllm_release_that_pins_the_machines_cuda_torch(gpu_image, tmp_path):
+    out = plan(gpu_image)
+    assert out.returncode == 0, out.stderr
+    assert "this machine's" in out.stdout and "torch 2.11.0+cu130 (CUDA 13.0)" in out.stdout
+    assert ("to keep it instead of installing torch 2.13.0: QUANTBENCH_VLLM=0.26.0 bash scripts/setup.sh "
+            "(vLLM 0.26.0 pins torch==2.11.0, requirements/vllm-torch-pins.tsv)") in out.stdout
+    # the default stays requirements/cuda.txt's pins
+    assert "torch==2.13.0,!=2.13.0+cpu" in target_block(out.stdout, "cuda")
+    kept = plan({**gpu_image, "QUANTBENCH_VLLM": "0.26.0"})
+    assert kept.returncode == 0, kept.stderr
+    assert ("1. pip install -r requirements/common.txt vllm==0.26.0, in a venv that sees the machine's torch"
+            in target_block(kept.stdout, "cuda"))
+    assert not (tmp_path / "venv").exists()
+
+
+def test_a_machine_torch_that_cuda_txt_pins_or_a_cpu_torch_gets_no_offer(gpu_image, tmp_path):
+    for answer in ("2.13.0+cu130 13.0", "2.11.0+cpu None"):
+        py = executable(tmp_path / "python-x", f"#!/bin/sh\necho '{answer}'\n")
+        out = plan({**gpu_image, "PYTHON": str(py)})
+        assert out.returncode == 0 and "QUANTBENCH_VLLM" not in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"QUANTBENCH_VLLM": "0.27.0"}, "setup: vLLM 0.27.0 pins torch 2.13.0, not this machine's 2.11.0: use QUANTBENCH_VLLM=0.26.0"),
+    ({"QUANTBENCH_VLLM": "0.26.0", "QUANTBENCH_TARGET": "cpu"},
+     "setup: QUANTBENCH_VLLM keeps a CUDA torch and applies to the cuda target only; unset it for cpu"),
+])
+def test_keeping_torch_with_a_release_that_does_not_pin_it_is_one_line(gpu_image, tmp_path, env, message):
+    out = subprocess.run(["bash", str(SETUP)], env={**gpu_image, **env}, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [message]
+    assert not (tmp_path / "venv").exists()
+
+
+def test_a_venv_that_keeps_the_machines_torch_sees_the_system_packages(tmp_path):
+    args = tmp_path / "venv-args"
+    py = executable(tmp_path / "python3", f'#!/bin/sh\necho "$@" > {args}\nd=$(eval echo \\${{$#}})\n'
+                    'mkdir -p "$d/bin" && : > "$d/pyvenv.cfg" && printf "#!/bin/sh\\n" > "$d/bin/python" && chmod +x "$d/bin/python"\n')
+    out = helper(tmp_path, "make_venv v cuda+system-torch; venv_target v", PYTHON=str(py))
+    assert out.returncode == 0, out.stderr
+    assert args.read_text().split() == ["-m", "venv", "--system-site-packages", "v"]
+    assert out.stdout.splitlines()[-1] == "cuda+system-torch"
+    out = helper(tmp_path, "make_venv v cuda", PYTHON=str(py))   # the default cuda venv is another kind: recreated
+    assert "holds the cuda+system-torch target; recreating it for cuda" in out.stdout
+    assert args.read_text().split() == ["-m", "venv", "v"]
