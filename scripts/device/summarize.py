@@ -1,5 +1,8 @@
 """The device check's summary, as Markdown: the step table (step, exit code,
-wall seconds, peak GPU memory), the tests that failed, then what the steps
+wall seconds, peak GPU memory), the tests that failed, vLLM's numbers (from the
+report's summary.csv: output tok/s and speed-ups with 95 % intervals per
+scenario, the batch-1 decode's share of the GPU's memory bandwidth, the seed
+report's speed-ups beside them) and rule vs observed, then what the steps
 produced: each model built, each artifact's timings and size, each result
 row's speed or accuracy.
 
@@ -8,12 +11,22 @@ row's speed or accuracy.
 
 WORK_DIR is scripts/device_check.sh's work folder: steps.tsv (one row per
 step: name, rc, wall_s, peak_torch_mib, peak_gpu_mib, note), steps/tests.log,
-models/, artifacts/, results/. Only the standard library: it must run whatever failed.
+models/, artifacts/, results/, reports/summary.csv, rules.md. Only the
+standard library: it must run whatever failed.
 """
+import csv
 import json
 import re
 import sys
 from pathlib import Path
+
+# Peak memory bandwidth by GPU name (NVIDIA's datasheets), the roofline of a
+# batch-1 decode that reads every weight once per token. A datasheet figure,
+# not a measurement; a GPU not listed gets no fraction.
+HBM_PEAK_GB_S = {"H200": 4800, "H100 NVL": 3900, "H100 80GB HBM3": 3350, "H100 SXM": 3350, "H100 PCIe": 2000,
+                 "A100-SXM4-80GB": 2039, "A100-SXM4-40GB": 1555, "L40S": 864}
+# The seed report's speed-ups (vLLM on NVIDIA GPUs), as the GPU issue quotes them.
+SEED = {("w8a8_smooth_gptq", 1): 1.45, ("w8a8_smooth_gptq", 64): 1.20}
 
 
 def cell(value) -> str:
@@ -59,16 +72,21 @@ def artifacts(work: Path) -> list[str]:
 
 
 def results(work: Path) -> list[str]:
+    """A line per row; vLLM's ok speed rows only where the vLLM tables above do not hold them."""
     out = []
+    tabled = bool(speed_groups(work))
     for store in sorted((work / "results").glob("*.jsonl")):
         for line in store.read_text().splitlines():
             try:
                 r = json.loads(line)
             except ValueError:
                 continue
+            if tabled and r.get("engine") == "vllm" and r.get("status") == "ok" and r.get("kind") == "speed":
+                continue
             met = r.get("metrics") or {}
             args = r.get("engine_args") or {}
-            where = f"{r.get('engine')} on {args.get('device', '?')} in {args.get('dtype', '?')}"
+            device = args.get("device") or ((r.get("hardware") or {}).get("accelerators") or ["CPU"])[0]
+            where = f"{r.get('engine')} on {device} in {args.get('dtype', '?')}"
             if r.get("status") != "ok":
                 what = f"{r.get('status')}: {r.get('reason')}"
             elif r.get("kind") == "accuracy":
@@ -124,10 +142,105 @@ def failed_tests(work: Path) -> list[str]:
     return [f"- {line[:300]}" for line in test_failures(text).values()][:60]
 
 
+def speed_groups(work: Path) -> list[dict]:
+    """The report's summary.csv rows served by vLLM (one per artifact x scenario)."""
+    path = work / "reports" / "summary.csv"
+    if not path.is_file():
+        return []
+    with path.open(newline="") as f:
+        return [r for r in csv.DictReader(f) if r.get("engine") == "vllm"]
+
+
+def gpu_name(work: Path) -> str | None:
+    for store in sorted((work / "results").glob("*.jsonl")):
+        for line in store.read_text().splitlines():
+            try:
+                names = (json.loads(line).get("hardware") or {}).get("accelerators") or []
+            except ValueError:
+                continue
+            if names:
+                return names[0]
+    return None
+
+
+def hbm_peak(name: str | None) -> float | None:
+    return next((v for k, v in HBM_PEAK_GB_S.items() if name and k in name), None)
+
+
+def num(value, fmt=".1f") -> str:
+    try:
+        return format(float(value), fmt)
+    except (TypeError, ValueError):
+        return "-"
+
+
+def interval(r: dict, key: str, fmt: str = ".1f") -> str:
+    low, high = r.get(f"{key}_ci95_low"), r.get(f"{key}_ci95_high")
+    return f" [{num(low, fmt)}, {num(high, fmt)}]" if low not in (None, "") else ""
+
+
+def speedup(r: dict) -> str:
+    if r.get("recipe") == "original":
+        return "baseline"
+    if not r.get("speedup_vs_original"):
+        return "-"
+    return f"{num(r['speedup_vs_original'], '.2f')}x" + interval(r, "speedup", ".2f")
+
+
+def vllm_tables(work: Path) -> list[str]:
+    """Output tok/s and speed-ups per scenario x recipe, the roofline share of
+    each batch-1 scenario, and the seed report's speed-ups beside this run's."""
+    groups = speed_groups(work)
+    if not groups:
+        return []
+    recipes = list(dict.fromkeys(r["recipe"] for r in groups))
+    scenarios = list(dict.fromkeys(r["scenario"] for r in groups))
+    cell = {(r["scenario"], r["recipe"]): r for r in groups}
+    shape = {r["scenario"]: f"{r['batch_size']} x {r['input_len']} -> {r['output_len']}" for r in groups}
+    gpu = gpu_name(work)
+    peak = hbm_peak(gpu)
+    out = [f"On {gpu or 'this machine'}; mean of the timed runs, 95 % interval of the mean in brackets "
+           "(the report's summary.csv).", "",
+           "Output throughput (tok/s):", "",
+           "| scenario (batch x in -> out) | " + " | ".join(recipes) + " |", "|---|" + "---|" * len(recipes)]
+    for sc in scenarios:
+        vals = [cell.get((sc, rc)) for rc in recipes]
+        out.append(f"| {sc} ({shape[sc]}) | " + " | ".join(
+            num(v["output_throughput_mean"]) + interval(v, "output_throughput") if v else "-" for v in vals) + " |")
+    out += ["", "Speed-up of output throughput vs the original:", "",
+            "| scenario | " + " | ".join(recipes) + " |", "|---|" + "---|" * len(recipes)]
+    for sc in scenarios:
+        out.append(f"| {sc} | " + " | ".join(speedup(cell[(sc, rc)]) if (sc, rc) in cell else "-"
+                                             for rc in recipes) + " |")
+    over = (f"the datasheet peak of {peak} GB/s" if peak else
+            f"no datasheet peak known for {gpu}" if gpu else "no GPU here, so no peak")
+    out += ["", f"Batch-1 decode against the memory-bandwidth roofline (weight bytes / mean time per output "
+            f"token, over {over}):",
+            "", "| scenario | recipe | weights (MB) | weight bandwidth (GB/s) | share of peak |", "|---|---|---|---|---|"]
+    for r in groups:
+        if r["batch_size"] == "1" and r.get("weight_bandwidth_gb_s_mean"):
+            share = f"{100 * float(r['weight_bandwidth_gb_s_mean']) / peak:.0f} %" if peak else "-"
+            out.append(f"| {r['scenario']} | {r['recipe']} | {num(r.get('model_size_mb'))} | "
+                       f"{num(r['weight_bandwidth_gb_s_mean'])} | {share} |")
+    out += ["", "Beside the seed report (vLLM on NVIDIA GPUs):", "",
+            "| recipe | batch | seed report | this run (scenario: speed-up) |", "|---|---|---|---|"]
+    for (recipe, batch), seed in SEED.items():
+        here = "; ".join(f"{r['scenario']}: {speedup(r)}" for r in groups
+                         if r["recipe"] == recipe and r["batch_size"] == str(batch)) or "not measured"
+        out.append(f"| {recipe} | {batch} | {seed:.2f}x | {here} |")
+    return out
+
+
+def rules(work: Path) -> list[str]:
+    path = work / "rules.md"
+    return path.read_text().splitlines() if path.is_file() else []
+
+
 def main(work: Path) -> None:
     print("## Steps\n")
     print("\n".join(steps_table(work)))
-    for title, lines in (("Failed tests", failed_tests(work)), ("Models", models(work)),
+    for title, lines in (("Failed tests", failed_tests(work)), ("vLLM", vllm_tables(work)),
+                         ("Rule vs observed", rules(work)), ("Models", models(work)),
                          ("Artifacts", artifacts(work)), ("Result rows", results(work))):
         if lines:
             print(f"\n## {title}\n")
