@@ -122,13 +122,14 @@ def test_every_stage_refuses_a_folder_that_names_code(tmp_path, workdir, tiny_mo
 
 
 @pytest.mark.slow  # tests/quantize/common/test_hf_load.py checks each kind in-process, in the fast tier
-@pytest.mark.parametrize("stage,variant", [
-    ("evaluate_hf", "auto_map_on_an_unknown_model_type"),  # where transformers asked "[y/N]" on stdin
-    ("evaluate_hf", "unknown_model_type"),
-    ("quantize", "auto_map_in_tokenizer_config"),
-    ("quantize", "unknown_model_type"),
+@pytest.mark.parametrize("case", [
+    "evaluate_hf-auto_map_on_an_unknown_model_type",  # where transformers asked "[y/N]" on stdin
+    "evaluate_hf-unknown_model_type",
+    "quantize-auto_map_in_tokenizer_config",
+    "quantize-unknown_model_type",
 ])
-def test_each_kind_of_code_folder_is_refused(tmp_path, workdir, tiny_model, planted, stage, variant):
+def test_each_kind_of_code_folder_is_refused(tmp_path, workdir, tiny_model, planted, case):
+    stage, variant = case.split("-")
     folder, marker = planted(variant)
     proc = run_stage(stage, folder, tiny_model, tmp_path / "out", workdir)
     assert_refused(proc, folder, marker, VARIANTS[variant][2])
