@@ -223,3 +223,10 @@ def test_each_stage_refuses_trust_remote_code_true_when_it_converts_its_config(e
         cfg = compose(entry, overrides=[*overrides, "trust_remote_code=true"])
     with pytest.raises(UserError, match="trust_remote_code=True: quantbench never runs code"):
         convert(cfg)
+
+
+def test_lm_eval_model_args_cannot_turn_it_on():
+    from evaluate.lmeval import LmEvalConfig, validate
+    config = LmEvalConfig(name="austen_lastword", tasks=["austen_lastword"], model_args={"trust_remote_code": True})
+    with pytest.raises(UserError, match="lm_eval.model_args.trust_remote_code=True: quantbench never runs code"):
+        validate(config, "vllm")  # before the lm-eval environment is looked at
