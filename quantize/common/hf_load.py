@@ -32,7 +32,7 @@ def refuse_model_code(model_dir: Path) -> None:
         if auto_map:
             raise UserError(_auto_map_message(model_dir, name, auto_map))
     model_type = _read_json(model_dir / "config.json").get("model_type")
-    if model_type is not None and model_type not in known_model_types():
+    if model_type is not None and not is_known_model_type(model_type):
         raise UserError(f"{model_dir}: config.json's model_type {model_type!r} is not one transformers "
                         f"{_transformers_version()} knows, and {NEVER_RUNS_CODE}; use a checkpoint of an "
                         "architecture transformers ships, or a transformers release that has it")
@@ -45,9 +45,10 @@ def check_setting(value, key: str = "trust_remote_code") -> None:
                         "architecture transformers ships")
 
 
-def known_model_types() -> set[str]:
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-    return set(CONFIG_MAPPING_NAMES)
+def is_known_model_type(model_type) -> bool:
+    """transformers ships it, or a library registered it (AutoConfig.register)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    return isinstance(model_type, str) and model_type in CONFIG_MAPPING
 
 
 def detach_stdin() -> None:
@@ -87,7 +88,7 @@ def causal_lm_from_config(model_config, **kwargs):
 def _auto_map_message(model_dir: Path, name: str, auto_map) -> str:
     classes = ", ".join(f"{k} -> {v}" for k, v in auto_map.items()) if isinstance(auto_map, dict) else auto_map
     model_type = _read_json(model_dir / "config.json").get("model_type")
-    stock = model_type is not None and model_type in known_model_types()
+    stock = model_type is not None and is_known_model_type(model_type)
     fix = (f"model_type {model_type!r} is a stock transformers architecture: if this checkpoint is one, delete "
            f"\"auto_map\" from {name}" if stock else
            "use a checkpoint of an architecture transformers ships")
