@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from quantize.common import atomic
+from quantize.common import atomic, hf_load
 from quantize.common.checkpoint import weight_files
 from quantize.common.errors import UserError
 from quantize.common.extensions import Configurable
@@ -126,8 +126,7 @@ class Reference:
 
     @functools.cached_property
     def model(self):
-        from transformers import AutoModelForCausalLM
-        model = AutoModelForCausalLM.from_pretrained(self.path, dtype=self.dtype, use_safetensors=True)
+        model = hf_load.causal_lm(self.path, dtype=self.dtype, use_safetensors=True)
         return model.to(self.device).eval()
 
     def log_probs(self, ids: list[int]):
@@ -232,6 +231,7 @@ def reference_path(target, config: AccuracyConfig) -> Path:
         path = target.path  # a plain checkpoint is its own reference
     if not (path / "config.json").is_file():
         raise UserError(f"reference model {path} not found; set accuracy.reference=<unquantized checkpoint dir>")
+    hf_load.refuse_model_code(path)
     return path
 
 

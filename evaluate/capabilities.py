@@ -20,6 +20,7 @@ import hydra
 from evaluate.formats import DENSE, FP8, W4A16, W8A8_INT8, W8A16, YES, CheckpointFormat, Verdict
 from evaluate.engines.vllm_kernels import KERNELS_BY_CPU_KIND
 from quantize.common.errors import UserError
+from quantize.common.hf_load import detach_stdin
 from quantize.common.machine import Machine
 from quantize.common.paths import CONF_DIR
 
@@ -337,4 +338,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    detach_stdin()  # nothing may prompt (quantize.common.hf_load)
     raise SystemExit(main())

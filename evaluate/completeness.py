@@ -17,6 +17,7 @@ import logging
 import re
 from pathlib import Path
 
+from quantize.common import hf_load
 from quantize.common.checkpoint import load_renames, read_header, weight_files
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ def _meta_model(checkpoint: Path):
     try:
         import torch
         import transformers
-        config = transformers.AutoConfig.from_pretrained(checkpoint)  # trust_remote_code stays off
+        config = hf_load.config(checkpoint)
         arch = (getattr(config, "architectures", None) or [None])[0]
         cls = getattr(transformers, arch, None) if arch else None
         if cls is None:

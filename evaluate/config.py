@@ -15,6 +15,7 @@ from evaluate.serving import profiles
 from evaluate.serving.profiles import LoadProfile
 from evaluate.serving.slo import SLO
 from evaluate.target import TargetConfig, verify_mode
+from quantize.common import hf_load
 from quantize.common.extensions import plain
 
 # The top-level keys that decide how many warm-up and timed runs a scenario gets.
@@ -37,12 +38,12 @@ class EvaluateConfig:
     results_dir: str
     results_per_process: bool
     skip_completed: bool
-    trust_remote_code: bool
     hardware: str | None                  # the conf/hardware/ profile the defaults came from
 
     @classmethod
     def from_cfg(cls, cfg) -> "EvaluateConfig":
         """The composed `evaluate` config -> the typed one (the entry point's one conversion)."""
+        hf_load.check_setting(cfg.get("trust_remote_code"))
         return cls(
             target=target_config(cfg), engine=engines.build(cfg.engine), scenario=scenario_choice(cfg.scenario),
             plan=precision.plan({key: cfg.get(key) for key in RUN_KEYS}),
@@ -51,7 +52,7 @@ class EvaluateConfig:
             load=profiles.from_group(_group(cfg, "load")), slo=SLO.from_dict(_group(cfg, "slo")),
             seed=int(cfg.seed),
             results_dir=str(cfg.results_dir), results_per_process=bool(cfg.results_per_process),
-            skip_completed=bool(cfg.skip_completed), trust_remote_code=bool(cfg.trust_remote_code),
+            skip_completed=bool(cfg.skip_completed),
             hardware=cfg.hardware.name if cfg.get("hardware") else None)
 
 

@@ -12,6 +12,7 @@ and the report header names it.
 import sys
 
 import quantize.common.machine
+from quantize.common.hf_load import detach_stdin
 
 GROUP = "hardware"
 PROFILES = ("cpu", "cuda")
@@ -65,5 +66,6 @@ def mismatch(profile: str, machine) -> str | None:
 
 
 if __name__ == "__main__":
+    detach_stdin()  # nothing may prompt (quantize.common.hf_load)
     print(detected())
     sys.exit(0)

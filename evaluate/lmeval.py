@@ -28,6 +28,7 @@ from pathlib import Path
 import yaml
 
 from evaluate import accuracy
+from quantize.common import hf_load
 from quantize.common.errors import UserError
 from quantize.common.extensions import Configurable
 from quantize.common.heldout import held_out_text
@@ -98,6 +99,7 @@ def validate(config: LmEvalConfig, model: str) -> dict:
     versions. `model`: lm-eval's model name, also the package it needs."""
     if not list(config.tasks or []):
         raise UserError("lm_eval.tasks is empty; name lm-eval tasks, e.g. lm_eval.tasks=[gsm8k]")
+    hf_load.check_setting((config.model_args or {}).get("trust_remote_code"), "lm_eval.model_args.trust_remote_code")
     for path in config.include_path or []:
         if not resolve(path).is_dir():
             raise UserError(f"lm_eval.include_path {resolve(path)} is not a folder; "

@@ -23,6 +23,7 @@ from evaluate.config import EvaluateConfig
 from evaluate.results import Row
 from quantize.common import manifest
 from quantize.common.errors import UserError
+from quantize.common.hf_load import detach_stdin
 from quantize.common.paths import resolve
 from quantize.common.progress import TIMES_FILE, JobTime, PlannedJob, RunFile, eta, host_kind, read_times
 
@@ -176,4 +177,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    detach_stdin()  # nothing may prompt (quantize.common.hf_load)
     raise SystemExit(main())

@@ -24,7 +24,7 @@ from evaluate.serving.load import ServerDied
 from evaluate.serving.profiles import LoadProfile
 from evaluate.serving.slo import SLO
 from evaluate.target import Target
-from quantize.common import provenance
+from quantize.common import hf_load, provenance
 from quantize.common.errors import UserError
 from quantize.common.jobs import in_multirun, job_command, one_line
 from quantize.common.paths import resolve
@@ -172,6 +172,7 @@ def _plan(config: EvaluateConfig) -> tuple[Job, list[Scenario], Verdict]:
     the job, the scenarios too long for the context, and whether the engine
     can serve the target here."""
     store = results.shard_path(resolve(config.results_dir), shard=config.results_per_process)
+    _refuse_model_code(config, store)
     results.check_writable(store)  # before any measurement that could not be stored
     opened = _load_target(config, store)
     engine_cfg = replace(config.engine, args=dict(config.engine.args))  # its args get resolved below
@@ -216,7 +217,7 @@ def _plan_lm_eval(config: EvaluateConfig, engine: type[Engine], args: dict):
     None for lm_eval=none."""
     if not config.lm_eval:
         return None, None
-    model = engine.lm_eval_model(args, config.trust_remote_code)
+    model = engine.lm_eval_model(args)
     if model is None:
         raise UserError(f"lm-eval cannot run engine={config.engine.name}; pass lm_eval=none, or an engine "
                         "lm-eval can run (engine=vllm)")
@@ -243,6 +244,16 @@ def _load_target(config: EvaluateConfig, store: Path) -> Target:
             return planned
         _record_unloadable(config, store, e)
         raise
+    except UserError as e:
+        _record_unloadable(config, store, e)
+        raise
+
+
+def _refuse_model_code(config: EvaluateConfig, store: Path) -> None:
+    """A folder that names code to run, before the store is made: a refusal
+    writes nothing (in a sweep, only its failed row)."""
+    try:
+        target.refuse_model_code(config.target)
     except UserError as e:
         _record_unloadable(config, store, e)
         raise
@@ -367,8 +378,7 @@ def _start_engine(job: Job, with_accuracy: bool) -> Engine:
     # a batch scenario holds batch_size sequences at once; a load profile's concurrency is open-ended
     tokens = None if job.load else max([max_len] + [s.kv_tokens for s in job.fit])
     env = job.engine.sized_env(job.engine_cfg.env, job.target, args, tokens)
-    return job.engine(job.target, args, env, max_model_len=max_len,
-                      trust_remote_code=job.config.trust_remote_code, settings=job.engine_cfg.settings)
+    return job.engine(job.target, args, env, max_model_len=max_len, settings=job.engine_cfg.settings)
 
 
 def _score_accuracy(job: Job, logprob_pass: dict) -> None:
@@ -381,8 +391,7 @@ def _score_accuracy(job: Job, logprob_pass: dict) -> None:
 
 
 def _tokenizer(job: Job):
-    from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(job.target.path, trust_remote_code=job.config.trust_remote_code)
+    return hf_load.tokenizer(job.target.path)
 
 
 def _record(store, row: Row, status: str, **fields) -> None:

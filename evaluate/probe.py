@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 
 from evaluate import engines
 from evaluate.formats import DENSE, FP8, W4A16, W8A8_INT8, W8A16, CheckpointFormat, Verdict
+from quantize.common import hf_load
 
 # (engine, format) -> (verdict, dtype): the rules to check, given by the
 # capability table (evaluate.capabilities.decide on the probed machine), so
@@ -76,8 +77,7 @@ def checkpoint(fmt: CheckpointFormat, root: Path, tokenizer_dir: Path) -> Path:
     import torch
     from llmcompressor import oneshot
     from llmcompressor.modifiers.quantization import QuantizationModifier
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    model = AutoModelForCausalLM.from_pretrained(dense, dtype=getattr(torch, fmt.dtype))
+    model = hf_load.causal_lm(dense, dtype=getattr(torch, fmt.dtype))
     if fmt.moe:
         moe.linearize(model)  # one Linear per expert, as quantize does
     if fmt.sparse_24:
@@ -86,7 +86,7 @@ def checkpoint(fmt: CheckpointFormat, root: Path, tokenizer_dir: Path) -> Path:
                                   kv_cache_scheme=KV_SCHEME[fmt.kv_cache] if fmt.kv_cache else None)
     oneshot(model=model, recipe=recipe, **(_random_calibration(model) if fmt.kv_cache else {}))
     model.save_pretrained(out, save_compressed=True)
-    AutoTokenizer.from_pretrained(dense).save_pretrained(out)
+    hf_load.tokenizer(dense).save_pretrained(out)
     return out
 
 
@@ -141,4 +141,5 @@ def _cell_main(engine: str, model: str, dtype: str) -> None:
 
 
 if __name__ == "__main__":
+    hf_load.detach_stdin()  # nothing may prompt (quantize.common.hf_load)
     _cell_main(*sys.argv[1:4])

@@ -11,7 +11,7 @@ from evaluate import completeness
 from evaluate.formats import classify
 from quantize.common.errors import UserError
 from quantize.common.paths import resolve
-from quantize.common import fingerprint, manifest
+from quantize.common import fingerprint, hf_load, manifest
 from quantize.common.fingerprint import WeightsFingerprint
 from quantize.common.manifest import Manifest
 from quantize.common.checkpoint import check_weight_files, planned_quantization_config, weight_files
@@ -185,6 +185,7 @@ def from_path(path: Path) -> Target:
     if not config_file.is_file():
         raise UserError(f"{path} is not a model checkpoint (no config.json); pass model=<artifact dir> "
                         "from `python -m quantize`, a model preset, or recipe=<name>")
+    hf_load.refuse_model_code(path)
     weights = weight_files(path)
     if not weights:
         raise UserError(f"{path} has no *.safetensors weights; only safetensors checkpoints are served")
@@ -206,6 +207,15 @@ def from_path(path: Path) -> Target:
     return Target(artifact_id=sha256_files(weights)[:16], model_name=path.name,
                   recipe="original" if not q else "external",
                   quant_format=q.get("format") or q.get("quant_method") or "dense", **common)
+
+
+def refuse_model_code(config: TargetConfig) -> None:
+    """The folder to evaluate, when it is there, names no code to run: checked
+    before the results store is touched, so a refusal leaves nothing behind
+    (from_path checks again, for every other caller)."""
+    path = _artifact_dir(config) if config.recipe_name is not None else resolve(config.model_path)
+    if (path / "config.json").is_file():
+        hf_load.refuse_model_code(path)
 
 
 def _target_dir(config: TargetConfig) -> Path:

@@ -4,6 +4,7 @@ it (pipeline, calibration, recipe) takes these instead of a DictConfig."""
 from dataclasses import dataclass, field
 
 from quantize.calibration import CalibrationConfig
+from quantize.common import hf_load
 from quantize.common.paths import check_output_dir
 from quantize.common.recipe_choices import RecipeChoice
 from quantize.common.sanity_rules import SanityConfig
@@ -31,7 +32,6 @@ class QuantizeConfig:
     artifact_dir: str
     seed: int = 0
     force: bool = False
-    trust_remote_code: bool = False
     calibration_dtype: str | None = "auto"
     verify: str | bool | None = "tensors"
     memory_check: bool = True
@@ -44,12 +44,13 @@ class QuantizeConfig:
     def from_config(cls, values: dict) -> "QuantizeConfig":
         """From the composed config as plain, resolved values (extensions.plain)."""
         check_output_dir(values["artifact_dir"], "artifacts_dir=<a directory> (or artifact_dir=<a directory>)")
+        hf_load.check_setting(values.get("trust_remote_code"))
         return cls(
             model=ModelChoice.from_config(values["model"]),
             recipe=RecipeChoice.from_config(values["recipe"]),
             calibration=CalibrationConfig.from_config(values["calibration"]),
             artifact_dir=str(values["artifact_dir"]), seed=int(values.get("seed", 0)),
-            force=bool(values.get("force", False)), trust_remote_code=bool(values.get("trust_remote_code", False)),
+            force=bool(values.get("force", False)),
             calibration_dtype=values.get("calibration_dtype", "auto"),
             verify=values.get("verify", "tensors"), memory_check=bool(values.get("memory_check", True)),
             sanity=_sanity(values.get("sanity")),

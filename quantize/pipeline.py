@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from quantize import calibration, recipe as recipes, sanity, smoothquant_check, verify
-from quantize.common import fingerprint, manifest, moe, sanity_rules
+from quantize.common import fingerprint, hf_load, manifest, moe, sanity_rules
 from quantize.common.atomic import staging_dir
 from quantize.common.checkpoint import (check_complete, check_weight_files, ignore_unquantized,
                                         linear_subclasses_as_linear, quantization_summary, weight_files)
@@ -58,7 +58,7 @@ def run(config: QuantizeConfig) -> Path:
     if not recipe.is_baseline:  # the calibration's quick checks first: llm-compressor imports for ~5 s
         calibration.check(config.calibration)
         recipes.check_with_llmcompressor(recipe)
-        smoothquant_check.check(recipe, model_dir, config.trust_remote_code)
+        smoothquant_check.check(recipe, model_dir)
     out = resolve(config.artifact_dir)
     # Before minutes of calibration: an output dir with a corrupt manifest is
     # only replaced when asked to.
@@ -67,7 +67,7 @@ def run(config: QuantizeConfig) -> Path:
         _check_memory(config, model_dir, recipe)
 
     with timer.phase("load tokenizer and calibration"):
-        tokenizer = _load_tokenizer(model_dir, config.trust_remote_code)
+        tokenizer = _load_tokenizer(model_dir)
         calib = None if recipe.is_baseline else calibration.build(config.calibration, tokenizer, config.seed)
     identity = _identity(config, model_dir, recipe, calib, _calibration_dtype(config, model_dir, recipe))
     artifact_id = manifest.artifact_id(**identity)
@@ -80,7 +80,7 @@ def run(config: QuantizeConfig) -> Path:
                         "pass force=true to replace it, or artifact_dir=<new dir> to keep both")
 
     with timer.phase("load model"):
-        model = _load_model(model_dir, config.trust_remote_code)
+        model = _load_model(model_dir)
         if not recipe.is_baseline and moe.is_moe(model.config.to_dict()):
             moe.linearize(model)  # before the dtype cast below, so the experts get it too
     recipes.check_group_sizes(recipe, model)
@@ -149,6 +149,7 @@ def _quantize_and_save(model, tokenizer, inputs: Inputs, tmp: Path,
             # YAML loaders reject: keep the exact source recipe instead.
             (tmp / "recipe.yaml").write_text(recipe.text)
     tokenizer.save_pretrained(tmp)
+    hf_load.refuse_model_code(tmp)  # as refused in the input: no artifact names code (auto_map) to run
     return changed, measured
 
 
@@ -192,6 +193,7 @@ def _model_dir(path) -> Path:
     if not (model_dir / "config.json").is_file():
         raise UserError(f"model {model_dir} is not a Hugging Face checkpoint (no config.json); "
                         "pass model=<preset> (see conf/model/), model=<local checkpoint dir> or model=<hub owner/name>")
+    hf_load.refuse_model_code(model_dir)
     if not weight_files(model_dir):
         raise UserError(f"model {model_dir} has no *.safetensors weights; only safetensors "
                         "checkpoints are loaded (convert .bin weights first)")
@@ -199,19 +201,15 @@ def _model_dir(path) -> Path:
     return model_dir
 
 
-def _load_tokenizer(model_dir: Path, trust_remote_code: bool):
-    from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
+def _load_tokenizer(model_dir: Path):
+    return hf_load.tokenizer(model_dir)
 
 
-def _load_model(model_dir: Path, trust_remote_code: bool):
+def _load_model(model_dir: Path):
     """The model as transformers loads it; a checkpoint lacking any of the
     architecture's parameters (transformers would initialise them at random)
     is refused before calibration."""
-    from transformers import AutoModelForCausalLM
-    model, info = AutoModelForCausalLM.from_pretrained(
-        model_dir, dtype="auto", trust_remote_code=trust_remote_code, use_safetensors=True,
-        output_loading_info=True)
+    model, info = hf_load.causal_lm(model_dir, dtype="auto", use_safetensors=True, output_loading_info=True)
     # Parameters only: a missing buffer (e.g. rotary frequencies) is computed at init, not random.
     parameters = {name for name, _ in model.named_parameters(remove_duplicate=False)}
     check_complete(model_dir, [k for k in info["missing_keys"] if k in parameters], model.config.to_dict())

@@ -34,7 +34,7 @@ MAX_LAYER_CONTENTS = 16  # modules of a decoder layer a message lists
 MAPPINGS_KEY = "`mappings: [[<balance Linear layers>], <smooth norm layer>]`"
 
 
-def check(recipe: RecipeFile, model_dir: Path, trust_remote_code: bool) -> None:
+def check(recipe: RecipeFile, model_dir: Path) -> None:
     """UserError if a SmoothQuantModifier of `recipe` would run on mappings
     llm-compressor does not have for this architecture, or on mappings that
     do not fit the model at `model_dir`."""
@@ -42,7 +42,7 @@ def check(recipe: RecipeFile, model_dir: Path, trust_remote_code: bool) -> None:
         return
     from llmcompressor.recipe import Recipe
     modifiers = [m for m in Recipe.create_instance(str(recipe.path)).modifiers if type(m).__name__ == SMOOTHQUANT]
-    model = _meta_model(model_dir, trust_remote_code)
+    model = _meta_model(model_dir)
     architecture = _architecture(model_dir) or type(model).__name__
     if any(m.mappings is None for m in modifiers) and not is_registered(architecture):
         raise UserError(
@@ -68,15 +68,14 @@ def _architecture(model_dir: Path) -> str | None:
     return (config.get("architectures") or [None])[0]
 
 
-def _meta_model(model_dir: Path, trust_remote_code: bool):
+def _meta_model(model_dir: Path):
     """The model's module tree as oneshot sees it, without its weights."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
 
-    from quantize.common import moe
-    config = AutoConfig.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
+    from quantize.common import hf_load, moe
+    config = hf_load.config(model_dir)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+        model = hf_load.causal_lm_from_config(config)
         if moe.is_moe(config.to_dict()):
             linearize_on_meta(model)
     return model

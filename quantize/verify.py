@@ -29,6 +29,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from quantize.common import hf_load
 from quantize.common.checkpoint import load_renames, quantization_summary, raise_if_mismatched
 
 MODES = ("tensors", "reload")
@@ -125,13 +126,12 @@ def as_loaded(headers: dict[str, tuple], renamings: list, converters: list) -> d
 
 def expected_layout(artifact_dir: Path) -> Layout:
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-    config = AutoConfig.from_pretrained(artifact_dir)  # trust_remote_code stays off
+    config = hf_load.config(artifact_dir)
     q = getattr(config, "quantization_config", None)
     if q is not None:
         del config.quantization_config
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=getattr(config, "dtype", None))
+        model = hf_load.causal_lm_from_config(config, dtype=getattr(config, "dtype", None))
     schemes = _apply_quantization(model, q) if q and q.get("quant_method") == "compressed-tensors" else {}
     persistent = set(model.state_dict())
     tensors, compressed = {}, {}
@@ -245,8 +245,6 @@ def check_reload(artifact_dir: Path, prunes: bool) -> dict:
 
 def reload_dense(artifact_dir: Path):
     """Load the checkpoint with transformers, decompressed to dense weights."""
-    from transformers import AutoModelForCausalLM
-
     from quantize.common import moe
     if moe.needs_own_loader(artifact_dir):  # per-expert tensors, nn.Linear subclasses: see quantize/common/moe.py
         return moe.reload_dense(artifact_dir)
@@ -254,8 +252,7 @@ def reload_dense(artifact_dir: Path):
     if quantization_summary(artifact_dir).method == "compressed-tensors":
         from transformers import CompressedTensorsConfig
         kwargs["quantization_config"] = CompressedTensorsConfig(dequantize=True)
-    model, report = AutoModelForCausalLM.from_pretrained(artifact_dir, dtype="auto", output_loading_info=True,
-                                                         **kwargs)
+    model, report = hf_load.causal_lm(artifact_dir, dtype="auto", output_loading_info=True, **kwargs)
     _raise_on_loading_problems(artifact_dir, report)
     return model
 

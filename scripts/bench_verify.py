@@ -68,7 +68,7 @@ def build_llama(billions: float, out_root: Path) -> Path:
 
     from quantize.common.assets import SMOLLM2_DIR, ensure_default_model
     ensure_default_model()
-    tokenizer = AutoTokenizer.from_pretrained(SMOLLM2_DIR)
+    tokenizer = AutoTokenizer.from_pretrained(SMOLLM2_DIR, trust_remote_code=False)
     layers = max(1, round(22 * billions / 1.1))
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=2048, intermediate_size=5632,
                          num_hidden_layers=layers, num_attention_heads=32, num_key_value_heads=4,

@@ -166,7 +166,7 @@ class Engine:
         return {}
 
     @classmethod
-    def lm_eval_model(cls, args: dict, trust_remote_code: bool) -> LmEvalModel | None:
+    def lm_eval_model(cls, args: dict) -> LmEvalModel | None:
         """lm-eval's model for this engine with `args` (before lm_eval.model_args
         go over them); None when lm-eval cannot run it."""
         return None
@@ -212,8 +212,7 @@ class Engine:
 
     startup_s: float | None = None
 
-    def __init__(self, target, args: dict, env: dict, max_model_len: int, trust_remote_code: bool = False,
-                 settings: dict | None = None):
+    def __init__(self, target, args: dict, env: dict, max_model_len: int, settings: dict | None = None):
         """`settings`: the engine config's own keys besides name/_target_/args/env
         (e.g. a server's host and start-up timeout)."""
         self.settings = dict(settings or {})
@@ -222,7 +221,7 @@ class Engine:
         self.args = dict(args)
         t0 = time.perf_counter()
         try:
-            self.start(target, dict(args), max_model_len, trust_remote_code)
+            self.start(target, dict(args), max_model_len)
         except BaseException:
             self._scope.close()
             raise
@@ -233,9 +232,10 @@ class Engine:
         self.env = self.recorded_env(env)
         self._closed = False
 
-    def start(self, target, args: dict, max_model_len: int, trust_remote_code: bool) -> None:
-        """Load `target`; set self.args to the effective args (and
-        self.startup_s to the seconds until ready, if not the whole call)."""
+    def start(self, target, args: dict, max_model_len: int) -> None:
+        """Load `target`, never with code from its folder (quantize.common.hf_load);
+        set self.args to the effective args (and self.startup_s to the seconds
+        until ready, if not the whole call)."""
         raise NotImplementedError
 
     def run(self, prompts: list[list[int]], output_len: int, stream: bool = True

@@ -82,10 +82,10 @@ class HfEngine(Engine):
         # compressed-tensors: transformers decompresses the weights on load.
         return Verdict(True, "weights decompressed to dense: measures accuracy, not the format's kernels")
 
-    def start(self, target, args: dict, max_model_len: int, trust_remote_code: bool) -> None:
+    def start(self, target, args: dict, max_model_len: int) -> None:
         import torch
-        from transformers import AutoModelForCausalLM
 
+        from quantize.common import hf_load
         from quantize.common.dtypes import checkpoint_dtype, compute_dtype
         device = args.get("device") or "auto"
         self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
@@ -97,9 +97,7 @@ class HfEngine(Engine):
         if moe.needs_own_loader(target.path):  # per-expert tensors, nn.Linear subclasses: see quantize/common/moe.py
             self.model = moe.reload_dense(target.path).to(dtype).to(self.device).eval()
         else:
-            self.model = AutoModelForCausalLM.from_pretrained(
-                target.path, dtype=dtype, trust_remote_code=trust_remote_code,
-                use_safetensors=True).to(self.device).eval()
+            self.model = hf_load.causal_lm(target.path, dtype=dtype, use_safetensors=True).to(self.device).eval()
         self.startup_s = time.perf_counter() - t0
         self.pad_id = self.model.config.pad_token_id or 0
 

@@ -71,7 +71,7 @@ class OpenAIEngine(HttpEngine, Engine):
     def kv_quant(cls, fmt, args: dict) -> str | None:
         return None  # unknown: the server's own settings
 
-    def start(self, target, args: dict, max_model_len: int, trust_remote_code: bool) -> None:
+    def start(self, target, args: dict, max_model_len: int) -> None:
         self.base_url = check_base_url(self.settings.get("base_url"), bool(self.settings.get("allow_remote")))
         self.args = {k: v for k, v in args.items() if v is not None}
         status, body = http_get(self.base_url + "/models", timeout=10)

@@ -512,12 +512,12 @@ class VllmEngine(Engine):
         return {"max_logprobs": top_k} if top_k > 20 else {}  # vLLM returns at most 20 by default
 
     @classmethod
-    def lm_eval_model(cls, args: dict, trust_remote_code: bool) -> LmEvalModel:
+    def lm_eval_model(cls, args: dict) -> LmEvalModel:
         """lm-eval's own vLLM backend with the evaluate engine's args."""
         model_args = {k: v for k, v in args.items() if v is not None}
         if on_cpu():
             model_args.pop("gpu_memory_utilization", None)
-        model_args["trust_remote_code"] = trust_remote_code
+        model_args["trust_remote_code"] = False  # never code from the model folder (quantize.common.hf_load)
         return LmEvalModel("vllm", model_args)
 
     @classmethod
@@ -534,13 +534,12 @@ class VllmEngine(Engine):
             out.pop("gpu_memory_utilization", None)
         return out
 
-    def start(self, target, args: dict, max_model_len: int, trust_remote_code: bool) -> None:
+    def start(self, target, args: dict, max_model_len: int) -> None:
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
         self.args = self.run_args(args, max_model_len)
-        engine_args = AsyncEngineArgs(model=str(target.path), trust_remote_code=trust_remote_code,
-                                      **self.args)
+        engine_args = AsyncEngineArgs(model=str(target.path), trust_remote_code=False, **self.args)
         self.loop = asyncio.new_event_loop()
         log.info("starting vLLM for %s (args %s, env %s)", target.path, self.args, self.env)
         t0 = time.perf_counter()

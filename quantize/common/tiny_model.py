@@ -4,15 +4,17 @@ the capability probe: a Llama and a Qwen3 mixture-of-experts. Their widths are
 multiples of 128, so every shipped scheme's group size divides them."""
 from pathlib import Path
 
+from quantize.common import hf_load
+
 
 def build_tiny_llama(out: Path, tokenizer_dir: Path, seed: int = 0, initializer_range: float = 0.02,
                      dtype: str = "bfloat16") -> Path:
     """A larger `initializer_range` gives peaked next-token distributions, so
     that weight changes show in KL and top-1 agreement."""
     import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tokenizer = hf_load.tokenizer(tokenizer_dir)
     config = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256,
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
@@ -30,9 +32,9 @@ def build_tiny_llama(out: Path, tokenizer_dir: Path, seed: int = 0, initializer_
 def build_tiny_qwen3_moe(out: Path, tokenizer_dir: Path, layers: int = 2, dtype: str = "bfloat16") -> Path:
     """4 experts (2 per token), hidden 128."""
     import torch
-    from transformers import AutoTokenizer, Qwen3MoeConfig, Qwen3MoeForCausalLM
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tokenizer = hf_load.tokenizer(tokenizer_dir)
     config = Qwen3MoeConfig(
         vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, moe_intermediate_size=128,
         num_experts=4, num_experts_per_tok=2, num_hidden_layers=layers, num_attention_heads=4,
@@ -85,15 +87,14 @@ def build_tiny(family: str, out: Path, tokenizer_dir: Path, seed: int = 0, dtype
     """A tiny random model of `family` (a FAMILIES key) with the tokenizer at `tokenizer_dir`."""
     import torch
     import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     config_class, traits = FAMILIES[family]
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tokenizer = hf_load.tokenizer(tokenizer_dir)
     settings = {k: v for k, v in (COMMON | traits).items() if v is not None}
     config = getattr(transformers, config_class)(
         vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, dtype=dtype, **({"tie_word_embeddings": True} | settings))
     torch.manual_seed(seed)
-    AutoModelForCausalLM.from_config(config).to(getattr(torch, dtype)).save_pretrained(out)
+    hf_load.causal_lm_from_config(config).to(getattr(torch, dtype)).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out

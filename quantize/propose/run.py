@@ -7,7 +7,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantize.common import atomic, fingerprint, hub, recipe_edit
+from quantize.common import atomic, fingerprint, hf_load, hub, recipe_edit
 from quantize.common.checkpoint import check_weight_files, weight_files
 from quantize.common.errors import UserError
 from quantize.common.paths import RECIPES_DIR, resolve
@@ -86,6 +86,7 @@ def _model_dir(path: str) -> Path:
     model_dir = hub.download(path) if hub.is_repo_id(path) else resolve(path)
     if model_dir == SMOLLM2_DIR and not model_dir.exists():
         ensure_default_model()
+    hf_load.refuse_model_code(model_dir)  # propose loads no model, but takes no such folder either
     if not weight_files(model_dir):
         raise UserError(f"model {model_dir} has no *.safetensors weights; pass model=<preset|checkpoint dir>")
     check_weight_files(weight_files(model_dir))

@@ -2,6 +2,7 @@
 import hydra
 
 from quantize.common.config import prepare_argv
+from quantize.common.hf_load import detach_stdin
 from quantize.common.jobs import run_job
 from quantize.common.paths import CONF_DIR
 
@@ -29,4 +30,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    detach_stdin()  # nothing may prompt (quantize.common.hf_load)
     main()

@@ -2,6 +2,7 @@
 converts the composed Hydra config once into a SensitivityConfig."""
 from dataclasses import dataclass
 
+from quantize.common import hf_load
 from quantize.common.errors import UserError
 from quantize.common.paths import check_output_dir
 from quantize.common.recipe_choices import RecipeChoice
@@ -34,14 +35,13 @@ class SensitivityConfig:
     text: TextConfig
     results_dir: str
     force: bool = False
-    trust_remote_code: bool = False
 
     @classmethod
     def from_config(cls, values: dict) -> "SensitivityConfig":
         """From the composed config as plain, resolved values (extensions.plain)."""
         check_output_dir(values["results_dir"], "results_dir=<a directory>")
+        hf_load.check_setting(values.get("trust_remote_code"))
         return cls(model=ModelChoice.from_config(values["model"]),
                    recipe=RecipeChoice.from_config(values["recipe"]),
                    text=TextConfig.from_config(values["text"]), results_dir=str(values["results_dir"]),
-                   force=bool(values.get("force", False)),
-                   trust_remote_code=bool(values.get("trust_remote_code", False)))
+                   force=bool(values.get("force", False)))

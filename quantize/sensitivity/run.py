@@ -40,9 +40,9 @@ def run(config: SensitivityConfig) -> Path:
         print(f"sensitivity of {config.model.name} under {scheme.key} on this text is already measured: "
               f"{existing} (force=true remeasures)")
         return existing
-    tokenizer = pipeline._load_tokenizer(model_dir, config.trust_remote_code)
+    tokenizer = pipeline._load_tokenizer(model_dir)
     wins = windows(tokenizer, text, config.text.num_windows, config.text.window_len, group="text")
-    cells, baseline = _measure(model_dir, config.trust_remote_code, scheme, wins)
+    cells, baseline = _measure(model_dir, scheme, wins)
     result = sensitivity_file.Sensitivity(
         model_name=config.model.name, model_path=str(model_dir), weights_hash=weights_hash, recipe=recipe.name,
         scheme_key=scheme.key, scheme=scheme.as_dict(), text=text_record, cells=cells, baseline_kl=baseline,
@@ -79,12 +79,12 @@ def _existing(folder: Path, text_record: dict, scheme_record: dict) -> Path | No
     return path
 
 
-def _measure(model_dir: Path, trust_remote_code: bool, scheme: schemes.WeightScheme,
+def _measure(model_dir: Path, scheme: schemes.WeightScheme,
              wins: list[list[int]]) -> tuple[list[sensitivity_file.Cell], float]:
     import torch
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = compute_dtype(checkpoint_dtype(model_dir), "auto", device)
-    model = pipeline._load_model(model_dir, trust_remote_code).to(device=device, dtype=dtype).eval()
+    model = pipeline._load_model(model_dir).to(device=device, dtype=dtype).eval()
     log.info("computing in %s on %s: %d windows x %d tokens", dtype, device, len(wins), len(wins[0]))
     groups = measure.groups(model, scheme)
     return measure.measure(measure.LayerwiseModel(model, wins), groups, scheme.weights)

@@ -32,10 +32,10 @@ def build(out: Path, base: Path, shape: str, seed: int = 0) -> dict:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    config = AutoConfig.from_pretrained(base)
+    config = AutoConfig.from_pretrained(base, trust_remote_code=False)  # never code from a model folder
     if config.model_type != "llama":
         raise SystemExit(f"build_model: {base} is a {config.model_type} model, not a Llama")
-    tokenizer = AutoTokenizer.from_pretrained(base)
+    tokenizer = AutoTokenizer.from_pretrained(base, trust_remote_code=False)
     for key, value in SHAPES[shape].items():
         setattr(config, key, value)
     config.vocab_size = len(tokenizer)
@@ -50,7 +50,7 @@ def build(out: Path, base: Path, shape: str, seed: int = 0) -> dict:
     t0 = time.perf_counter()
     torch.manual_seed(seed)
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, trust_remote_code=False)
     if device == "cuda":
         torch.cuda.synchronize()
     init_s = time.perf_counter() - t0

@@ -113,7 +113,7 @@ def test_complete_checkpoints_load_tied_without_lm_head_and_untied_with_it(tiny_
         "tie_word_embeddings"]
     untied = checkpoint_variant(tiny_model, tmp_path / "untied", config={"tie_word_embeddings": False}, lm_head=True)
     for model_dir in (tiny_model, untied):
-        model = _load_model(model_dir, trust_remote_code=False)
+        model = _load_model(model_dir)
         assert model.lm_head.weight.shape == model.model.embed_tokens.weight.shape
 
 

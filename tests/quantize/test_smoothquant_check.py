@@ -76,14 +76,14 @@ quant_stage:
 
 @pytest.mark.parametrize("family", ["llama", "qwen3", "mixtral", "qwen3_moe", "deepseek_v3"])
 def test_a_registered_family_passes_with_llm_compressors_mappings(families, tmp_path, family):
-    smoothquant_check.check(recipe_file(tmp_path, DEFAULT_RECIPE), families(family), trust_remote_code=False)
+    smoothquant_check.check(recipe_file(tmp_path, DEFAULT_RECIPE), families(family))
 
 
 @pytest.mark.parametrize("family,architecture", [("phi", "PhiForCausalLM"), ("olmoe", "OlmoeForCausalLM"),
                                                  ("granitemoe", "GraniteMoeForCausalLM")])
 def test_a_family_without_registered_mappings_is_refused(families, tmp_path, family, architecture):
     with pytest.raises(UserError) as e:
-        smoothquant_check.check(recipe_file(tmp_path, DEFAULT_RECIPE), families(family), trust_remote_code=False)
+        smoothquant_check.check(recipe_file(tmp_path, DEFAULT_RECIPE), families(family))
     message = str(e.value)
     assert f"{REFUSED} {architecture}" in message and "Llama-style defaults" in message
     assert "`mappings: [[<balance Linear layers>], <smooth norm layer>]`" in message
@@ -92,13 +92,13 @@ def test_a_family_without_registered_mappings_is_refused(families, tmp_path, fam
 
 def test_olmoe_is_listed_in_its_linearized_layout(families, tmp_path):
     with pytest.raises(UserError) as e:
-        smoothquant_check.check(recipe_file(tmp_path, DEFAULT_RECIPE), families("olmoe"), trust_remote_code=False)
+        smoothquant_check.check(recipe_file(tmp_path, DEFAULT_RECIPE), families("olmoe"))
     assert "mlp.gate, mlp.experts.*.up_proj, mlp.experts.*.gate_proj, mlp.experts.*.down_proj" in str(e.value)
 
 
 def test_explicit_mappings_that_fit_pass_for_an_unregistered_family(families, tmp_path):
     phi = recipe_file(tmp_path, PHI_SMOOTH_RECIPE)
-    smoothquant_check.check(phi, families("phi"), trust_remote_code=False)
+    smoothquant_check.check(phi, families("phi"))
 
 
 def test_explicit_mappings_reach_the_linearized_experts(families, tmp_path):
@@ -107,7 +107,7 @@ def test_explicit_mappings_reach_the_linearized_experts(families, tmp_path):
     recipe = explicit(tmp_path, '[["re:.*q_proj", "re:.*k_proj", "re:.*v_proj"], "re:.*input_layernorm"]',
                       '[["re:.*mlp.gate$", "re:.*experts.*gate_proj", "re:.*experts.*up_proj"], '
                       '"re:.*post_attention_layernorm"]')
-    smoothquant_check.check(recipe, families("olmoe"), trust_remote_code=False)
+    smoothquant_check.check(recipe, families("olmoe"))
 
 
 @pytest.mark.parametrize("family, mapping, message", [
@@ -122,26 +122,26 @@ def test_explicit_mappings_reach_the_linearized_experts(families, tmp_path):
 ])
 def test_a_width_mismatch_is_refused(families, tmp_path, family, mapping, message):
     with pytest.raises(UserError, match=message):
-        smoothquant_check.check(explicit(tmp_path, mapping), families(family), trust_remote_code=False)
+        smoothquant_check.check(explicit(tmp_path, mapping), families(family))
 
 
 def test_a_missing_layer_is_refused(families, tmp_path):
     recipe = explicit(tmp_path, '[["re:.*query_key_value"], "re:.*input_layernorm"]')
     with pytest.raises(UserError, match=r"mappings in the recipe name layers LlamaForCausalLM lacks "
                                         r"\(re:\.\*query_key_value\)"):
-        smoothquant_check.check(recipe, families("llama"), trust_remote_code=False)
+        smoothquant_check.check(recipe, families("llama"))
 
 
 def test_a_smooth_layer_without_a_weight_is_refused(families, tmp_path):
     # the decoder layer itself matches as the "smooth layer": a module with no weight to divide
     recipe = explicit(tmp_path, '[["re:.*q_proj"], "re:.*layers\\\\.\\\\d+$"]')
     with pytest.raises(UserError, match="has no weight to scale"):
-        smoothquant_check.check(recipe, families("llama"), trust_remote_code=False)
+        smoothquant_check.check(recipe, families("llama"))
 
 
 def test_widths_are_checked_on_a_meta_model_without_reading_weights(families):
     import torch
-    model = smoothquant_check._meta_model(families("olmoe"), trust_remote_code=False)
+    model = smoothquant_check._meta_model(families("olmoe"))
     weights = [p for p in model.parameters()]
     assert weights and all(p.device == torch.device("meta") for p in weights)
     assert model.get_submodule("model.layers.0.mlp.experts.3.down_proj").in_features == 128

@@ -18,8 +18,8 @@ class GatedEngine(DummyEngine):
     def accepted_args() -> set[str]:
         return DummyEngine.accepted_args() | {"gate", "free_runs"}
 
-    def start(self, target, args: dict, max_model_len: int, trust_remote_code: bool) -> None:
-        super().start(target, args, max_model_len, trust_remote_code)
+    def start(self, target, args: dict, max_model_len: int) -> None:
+        super().start(target, args, max_model_len)
         self.gate = Path(args["gate"])
         self.free_runs = int(args.get("free_runs") or 0)
         self.calls = 0

@@ -52,7 +52,7 @@ class DummyEngine(Engine):
     def supports(fmt, machine, args: dict) -> Verdict:
         return YES
 
-    def start(self, target, args: dict, max_model_len: int, trust_remote_code: bool) -> None:
+    def start(self, target, args: dict, max_model_len: int) -> None:
         self.args = {**args, "max_model_len": max_model_len}
         self.token_s = float(args.get("token_latency_ms") or 10) / 1e3
         self.prefill_s = float(args.get("prefill_ms") or 0) / 1e3

@@ -271,8 +271,8 @@ def test_engine_specific_settings_come_from_the_engine():
     from evaluate.engines.hf import HfEngine
     from evaluate.engines.vllm import VllmEngine
     assert VllmEngine.logprob_args(50) == {"max_logprobs": 50} and VllmEngine.logprob_args(20) == {}
-    assert HfEngine.logprob_args(50) == {} and HfEngine.lm_eval_model({}, False) is None
-    model = VllmEngine.lm_eval_model({"dtype": "bfloat16", "max_model_len": None, "seed": 0}, False)
+    assert HfEngine.logprob_args(50) == {} and HfEngine.lm_eval_model({}) is None
+    model = VllmEngine.lm_eval_model({"dtype": "bfloat16", "max_model_len": None, "seed": 0})
     assert model.name == "vllm"
     assert model.args == {"dtype": "bfloat16", "seed": 0, "trust_remote_code": False}
     assert VllmEngine.has_prompt_logprobs and HfEngine.has_prompt_logprobs

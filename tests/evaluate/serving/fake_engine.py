@@ -14,7 +14,7 @@ FAKE = Path(__file__).resolve().parent / "fake_server.py"
 class FakeServerEngine(VllmServerEngine):
     name = "fake_server"
 
-    def command(self, target, host, port, trust_remote_code):
+    def command(self, target, host, port):
         flags = [str(f) for f in self.settings.get("fake_flags") or []]
         return [sys.executable, str(FAKE), "--host", host, "--port", str(port), "--spawn-child", *flags]
 
