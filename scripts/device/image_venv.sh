@@ -23,11 +23,21 @@ if [ "${1:-}" = --path ]; then
 fi
 [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ] && { echo "image_venv: $VENV is up to date"; exit 0; }
 
-python312=${PYTHON312:-$(command -v python3.12 || true)}
-if [ -z "$python312" ] || ! "$python312" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then
+# A Python 3.12 that runs: PYTHON312, python3.12 on PATH (a pyenv shim may
+# not), pyenv's own builds, the system's.
+python312=""
+for candidate in ${PYTHON312:-} python3.12 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12 \
+                 /usr/bin/python3.12 /usr/local/bin/python3.12; do
+    if "$candidate" -c 'import sys, venv; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1; then
+        python312=$candidate
+        break
+    fi
+done
+if [ -z "$python312" ]; then
     echo "image_venv: no Python 3.12 here (the GPU image's); set PYTHON312=/path/to/python3.12" >&2
     exit 2
 fi
+echo "image_venv: $python312 ($("$python312" -V 2>&1))"
 bash scripts/check_disk.sh 10 "installing $VENV (the GPU image's stand-in, about 6 GiB)" .
 rm -rf "$VENV"
 "$python312" -m venv "$VENV"
