@@ -6,8 +6,8 @@ PY := .venv/bin/python
 # time (files share module fixtures), files with slow tests first
 # (tests/conftest.py orders them; --no-loadscope-reorder keeps that order).
 # A test spends much of its time waiting (engine shutdowns, Slurm, servers), so
-# on 2 cores a third worker fills the gaps (timings: README, "The two
-# commands"). Each worker may hold a vLLM engine (1-4 GB).
+# on 2 cores a third worker fills the gaps (timings: docs/development.md,
+# "Tests"). Each worker may hold a vLLM engine (1-4 GB).
 TEST_WORKERS ?= 3
 PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 # Each tier leaves pytest's JUnit XML here for scripts/suite_budget.py (check, record).

@@ -291,7 +291,7 @@ _asked_through_hydra: list[Request] = []   # what _hydra_main's jobs asked, answ
 
 @hydra.main(config_path=str(CONF_DIR), config_name=CONFIG_NAME, version_base="1.3")
 def _hydra_main(cfg) -> None:
-    """Hydra's own flags (--help, --cfg job, --config-dir ...) go through its main."""
+    """Hydra's own flags (--cfg job, --config-dir ...) go through its main; --help is answered before."""
     from hydra.core.hydra_config import HydraConfig
     try:
         _asked_through_hydra.append(Request.from_cfg(cfg, list(HydraConfig.get().overrides.task)))
@@ -322,9 +322,12 @@ def run_hydra_main(overrides: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m evaluate.capabilities [key=value ...]`; the exit status (2: bad input)."""
+    from quantize.common.cli_help import print_help_if_asked
     from quantize.common.config import check_group_options
     from quantize.common.jobs import one_line
     overrides = as_lists(modern_overrides(list(sys.argv[1:] if argv is None else argv)))
+    if print_help_if_asked(CONFIG_NAME, overrides):
+        return 0
     recipes = [o.partition("=")[2].strip("[]") for o in overrides if _key(o) == "servable"]
     check_group_options([f"recipe={names}" for names in recipes if names] + overrides)  # unknown names: exit 2
     if any(arg.startswith("-") for arg in overrides):

@@ -4,6 +4,7 @@ import sys
 import hydra
 
 from evaluate import hardware
+from quantize.common.cli_help import print_help_if_asked
 from quantize.common.config import prepare_argv
 from quantize.common.extensions import plain
 from quantize.common.jobs import run_job
@@ -26,6 +27,8 @@ def _evaluate(cfg) -> None:
 
 
 def main() -> None:
+    if print_help_if_asked("evaluate", sys.argv[1:]):
+        return
     prepare_argv()
     # once, before Hydra composes: the machine's defaults (conf/hardware/), under the command line's
     sys.argv[1:] = hardware.with_default(sys.argv[1:])

@@ -1,6 +1,9 @@
 """`python -m quantize recipe=<name> [model=…] [calibration=…] [key=value …]`"""
+import sys
+
 import hydra
 
+from quantize.common.cli_help import print_help_if_asked
 from quantize.common.config import prepare_argv
 from quantize.common.jobs import run_job
 from quantize.common.paths import CONF_DIR
@@ -26,5 +29,7 @@ def _quantize(cfg):
 
 
 def main() -> None:
+    if print_help_if_asked("quantize", sys.argv[1:]):
+        return
     prepare_argv()
     _hydra_main()

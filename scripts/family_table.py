@@ -102,35 +102,47 @@ def _expect(where: str, value, reasons: dict) -> Expect:
                       f"`capability: <reason>` or `suspect: <reason>` with a reason of {sorted(reasons)}")
 
 
+# Each reason is a numbered note under the table, so that cells stay short.
+NOTE_CELLS = {REFUSED: "one line", SUSPECT: "⚠ suspect", CAPABILITY: "✅"}
+NOTE_TEXTS = {REFUSED: "a one-line answer (exit 2), never a traceback: {short}",
+              SUSPECT: "built, but quantize's sanity check marks it suspect: {short}; ⚠ ✅: served all the same",
+              CAPABILITY: "served where the capability layer allows ({short}), else its one-line answer"}
+LEGEND = "✅ works; — not asked (quantize answered in one line)"
+
+
 def render(matrix: Matrix) -> str:
-    """The markdown table: a row per family, a column per recipe x engine."""
+    """The markdown table, a row per family and a column per recipe x engine,
+    then the legend: what the marks mean, and each numbered reason."""
     columns = [(recipe, engine) for recipe in matrix.recipes for engine in matrix.engines]
     lines = ["| family | trait | " + " | ".join(f"`{r}` {e}" for r, e in columns) + " |",
              "|---|---|" + "---|" * len(columns)]
+    notes: dict[tuple[str, Reason], int] = {}   # (kind, reason) -> its number, in order of first use
     for family in matrix.families.values():
-        cells = [_cell_text(family, recipe, engine, first=engine == matrix.engines[0]) for recipe, engine in columns]
+        cells = [_cell_text(family, recipe, engine, engine == matrix.engines[0], notes) for recipe, engine in columns]
         lines.append(f"| {family.name} (`{family.architecture}`) | {family.trait} | " + " | ".join(cells) + " |")
+    lines += ["", f"- {LEGEND}"]
+    lines += [f"- [{n}] {NOTE_TEXTS[kind].format(short=reason.short)}" for (kind, reason), n in notes.items()]
     return "\n".join(lines) + "\n"
 
 
-def _cell_text(family: Family, recipe: str, engine: str, first: bool) -> str:
+def _cell_text(family: Family, recipe: str, engine: str, first: bool, notes: dict) -> str:
     """`first`: the recipe's first engine column, which says why quantize refused (the others: —)
     or why it marked the artifact suspect (the others: ⚠ before what the engine does)."""
     quantize = family.expect(recipe, QUANTIZE)
     if quantize.kind == REFUSED:
-        return f"one line: {quantize.reason.short}" if first else "—"
+        return _noted(quantize, notes) if first else "—"
     if quantize.kind == SUSPECT and first:
-        return f"⚠ suspect: {quantize.reason.short}"
-    served = _engine_text(family.expect(recipe, engine))
+        return _noted(quantize, notes)
+    served = _noted(family.expect(recipe, engine), notes)
     return f"⚠ {served}" if quantize.kind == SUSPECT else served
 
 
-def _engine_text(expect: Expect) -> str:
+def _noted(expect: Expect, notes: dict) -> str:
+    """The cell's mark, and the number of the note giving its reason."""
     if expect.kind == WORKS:
         return "✅"
-    if expect.kind == CAPABILITY:
-        return f"✅ where the capability layer allows ({expect.reason.short})"
-    return f"one line: {expect.reason.short}"
+    number = notes.setdefault((expect.kind, expect.reason), len(notes) + 1)
+    return f"{NOTE_CELLS[expect.kind]} [{number}]"
 
 
 def readme_block(text: str) -> tuple[int, int]:
@@ -168,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--readme", type=Path, default=README, help="the file with the markers (default: %(default)s)")
     args = parser.parse_args(argv)
     try:
-        table = render(load())
+        matrix = load()
+        table = render(matrix)
         if not (args.write or args.check):
             print(table, end="")
             return 0
@@ -188,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if updated != text:
         write_atomically(args.readme, updated)
-    print(f"{args.readme}: family table written ({len(table.splitlines()) - 2} families)")
+    print(f"{args.readme}: family table written ({len(matrix.families)} families)")
     return 0
 
 

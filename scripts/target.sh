@@ -99,7 +99,7 @@ target_removes() {
     case "$1" in cpu) echo "torchvision torchaudio torchcodec" ;; *) echo "" ;; esac
 }
 
-# GiB a venv of the target takes (measured: README, "The two commands"; on
+# GiB a venv of the target takes (measured: docs/development.md, "Setup"; on
 # cuda 3 GiB of it are NVIDIA's libraries, 1.1 torch, 0.8 vllm), and the GiB
 # free that setup asks for before installing one (headroom for pip's cache
 # and unpacking, and the model for .venv).

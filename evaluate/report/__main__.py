@@ -25,6 +25,7 @@ from hydra.errors import HydraException
 
 from evaluate.report import write_report
 from evaluate.report.config import report_config, search_dirs
+from quantize.common.cli_help import print_help_if_asked
 from quantize.common.config import warn_old_spelling
 from quantize.common.errors import UserError
 from quantize.common.extensions import plain
@@ -125,6 +126,8 @@ def _hydra_main(cfg) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if print_help_if_asked("report", argv):
+        return 0
     try:
         check(argv)
         overrides = modernise(argv)
@@ -136,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     _exit_code[0] = 0
     try:
         _hydra_main()
-    except SystemExit as e:  # Hydra's --help and its own errors
+    except SystemExit as e:  # Hydra's own flags (--cfg, --hydra-help) and errors
         return e.code if isinstance(e.code, int) else 1
     finally:
         sys.argv = program

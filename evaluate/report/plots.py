@@ -5,7 +5,6 @@ report.html (`output=html`). matplotlib is imported only when plotting."""
 import importlib.util
 import io
 import logging
-import os
 import re
 import tempfile
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from evaluate.report.config import OutputFormat, ReportConfig
 from evaluate.report.formatting import header, mb, speedup_text
 from evaluate.report.labels import labels
 from evaluate.scenarios import Scenario
+from quantize.common import atomic
 
 LABEL_FONT = 8  # points
 THROUGHPUT_AXIS = "Output throughput (tok/s), mean"
@@ -50,13 +50,8 @@ class PngFiles(Figures):
 
     def save_drawn(self, draw: Callable[[Path], None], name: str) -> None:
         path = self.out_dir / f"{name}.png"
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-        os.close(fd)
-        try:  # drawn beside the PNG under a temp name, then renamed: readers never see half of it
-            draw(Path(tmp))
-            os.replace(tmp, path)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        with atomic.replacing(path, suffix=".png") as tmp:  # `draw` takes the format from the suffix
+            draw(tmp)
         self.paths.append(path)
 
 
@@ -150,17 +145,11 @@ def pyplot():
 
 def save_png(fig, path: Path) -> None:
     """Save beside `path` under a temp name, then rename: readers never see half a PNG."""
-    plt = pyplot()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
     try:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        with atomic.replacing(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
     finally:
-        plt.close(fig)
+        pyplot().close(fig)
 
 
 def svg_text(fig, name: str) -> str:

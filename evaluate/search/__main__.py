@@ -9,6 +9,7 @@ import sys
 import hydra
 from omegaconf import OmegaConf
 
+from quantize.common.cli_help import print_help_if_asked
 from quantize.common.config import prepare_argv
 from quantize.common.errors import UserError
 from quantize.common.extensions import plain
@@ -87,6 +88,8 @@ def check_sweeper_installed() -> None:
 
 
 def main() -> None:
+    if print_help_if_asked("search", sys.argv[1:]):
+        return
     prepare_argv()
     try:
         check_sweeper_installed()

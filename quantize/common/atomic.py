@@ -1,4 +1,9 @@
-"""Atomic writes: a reader sees either nothing or the complete thing."""
+"""Atomic writes: a reader sees either nothing or the complete thing.
+
+Everything written here gets the mode a plain open() or mkdir() would give
+it under the process's umask (0644 and 0755 under umask 022): the temp files
+and folders it starts from (mkstemp's 0600, mkdtemp's 0700) would keep a
+shared results folder, artifact store or web server from reading them."""
 import fcntl
 import hashlib
 import json
@@ -11,6 +16,49 @@ from pathlib import Path
 from quantize.common.paths import CACHE_DIR
 
 
+def umask() -> int:
+    """The process's umask, read without changing it where Linux shows it;
+    elsewhere set and put back at once."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        status = ""
+    for line in status.splitlines():
+        if line.startswith("Umask:"):
+            return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """The mode open() gives a new file now."""
+    return 0o666 & ~umask()
+
+
+def dir_mode() -> int:
+    """The mode mkdir() gives a new folder now."""
+    return 0o777 & ~umask()
+
+
+@contextmanager
+def replacing(path: Path, suffix: str = ".tmp"):
+    """Yield a new empty file beside `path` (mode as open() would make it) for
+    the block to write; it becomes `path` in one rename when the block
+    succeeds, and is removed when it fails."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    try:
+        os.fchmod(fd, file_mode())
+        os.close(fd)
+        yield Path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def write_text(path: Path, text: str) -> None:
     """Write a file via temp + fsync + rename in the same directory."""
     write_bytes(path, text.encode())
@@ -18,18 +66,10 @@ def write_text(path: Path, text: str) -> None:
 
 def write_bytes(path: Path, data: bytes) -> None:
     """temp file + fsync + rename in the same folder: a reader sees the old file or the whole new one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with replacing(path) as tmp, open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def write_json(path: Path, obj) -> None:
@@ -57,11 +97,12 @@ def staging_dir(final: Path):
 
 def _build_and_swap(final: Path):
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
-    tmp.chmod(0o755)  # mkdtemp makes 0700; artifacts are meant to be shared
     try:
+        tmp.chmod(dir_mode())
         yield tmp
-        for p in tmp.rglob("*"):  # mkstemp (manifest) and safetensors write 0600 files
-            p.chmod(0o755 if p.is_dir() else 0o644)
+        modes = {True: dir_mode(), False: file_mode()}
+        for p in tmp.rglob("*"):  # libraries that save through their own temp files leave 0600 ones
+            p.chmod(modes[p.is_dir()])
         if final.exists():
             old = final.with_name(f".{final.name}.old-{os.getpid()}")
             os.replace(final, old)
@@ -81,7 +122,7 @@ def append_line(path: Path, line: str) -> None:
     data = (line.rstrip("\n") + "\n").encode()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)  # as open(): the umask decides
     try:
         os.write(fd, data)
         os.fsync(fd)

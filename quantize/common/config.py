@@ -76,27 +76,39 @@ def _looks_like_path(value: str) -> bool:
         ".yaml", ".yml", ".json", ".jsonl", ".txt")
 
 
+def group_options(group: str, roots: list[Path]) -> set[str]:
+    """Every `group=<name>` option: the YAML files of <root>/<group>/ for each
+    config root (conf/ and the search path's), and for recipe every recipe file."""
+    names = {p.stem for root in roots for p in (root / group).glob("*.yaml")}
+    if group == "recipe":
+        names |= {choice.name for choice in available()}
+    return names
+
+
+def shown_options(group: str, roots: list[Path]) -> str:
+    """The options as the user types them, for help and errors: the path
+    shorthand's own option (`file`, `local`) is reached by giving a path."""
+    shown = ", ".join(sorted(group_options(group, roots) - {PATH_GROUPS.get(group)}))
+    return shown + (" (or a path)" if group in PATH_GROUPS else "")
+
+
 def check_group_options(argv: list[str]) -> None:
     """An unknown `group=<name>` becomes one line naming the choices (Hydra's
     own error is a screenful); sweeps (`a,b`) are checked name by name."""
-    roots = [CONF_DIR] + _search_path_dirs(argv)
+    roots = [CONF_DIR] + search_path_dirs(argv)
     for arg in argv:
         key, sep, value = arg.partition("=")
-        folders = [root / key for root in roots if (root / key).is_dir()]
-        if not sep or key.startswith("hydra") or not folders or _looks_like_path(value.split(",")[0]):
+        is_group = any((root / key).is_dir() for root in roots)
+        if not sep or key.startswith("hydra") or not is_group or _looks_like_path(value.split(",")[0]):
             continue
-        known = {p.stem for folder in folders for p in folder.glob("*.yaml")}
-        if key == "recipe":
-            known |= {choice.name for choice in available()}
+        known = group_options(key, roots)
         unknown = [name for name in value.split(",") if name not in known and name != "null"]
         if unknown:
-            hint = " (or a path to a file)" if key in PATH_GROUPS else ""
-            print(f"error: unknown {key} {unknown[0]!r}; choose from {', '.join(sorted(known - {PATH_GROUPS.get(key)}))}{hint}",
-                  file=sys.stderr)
+            print(f"error: unknown {key} {unknown[0]!r}; choose from {shown_options(key, roots)}", file=sys.stderr)
             raise SystemExit(2)
 
 
-def _search_path_dirs(argv: list[str]) -> list[Path]:
+def search_path_dirs(argv: list[str]) -> list[Path]:
     """Folders added with `hydra.searchpath=[file://...]`: their groups count too."""
     dirs = []
     for arg in argv:

@@ -1,7 +1,10 @@
 """`python -m quantize.propose recipe=<base> (max_size_mb=<MB> | max_kl=<nats> | kept_dense=<k>)
 [model=...] [sensitivity=<path|auto>] [name=<new recipe>] [force=true]`"""
+import sys
+
 import hydra
 
+from quantize.common.cli_help import print_help_if_asked
 from quantize.common.config import prepare_argv
 from quantize.common.jobs import run_job
 from quantize.common.paths import CONF_DIR
@@ -21,5 +24,7 @@ def _propose(cfg):
 
 
 def main() -> None:
+    if print_help_if_asked("propose", sys.argv[1:]):
+        return
     prepare_argv()
     _hydra_main()

@@ -1,6 +1,9 @@
 """`python -m quantize.sensitivity recipe=<name> [model=…] [results_dir=…] [text.num_windows=…] [force=true]`"""
+import sys
+
 import hydra
 
+from quantize.common.cli_help import print_help_if_asked
 from quantize.common.config import prepare_argv
 from quantize.common.hf_load import detach_stdin
 from quantize.common.jobs import run_job
@@ -25,6 +28,8 @@ def _sensitivity(cfg):
 
 
 def main() -> None:
+    if print_help_if_asked("sensitivity", sys.argv[1:]):
+        return
     prepare_argv()
     _hydra_main()
 

@@ -1,13 +1,18 @@
 """A quantize run killed mid-way leaves nothing that looks like an artifact, and
-the next run completes and cleans up after it."""
+the next run completes and cleans up after it. What the atomic writers write
+has the modes a plain open() and mkdir() give under the umask, through the
+real stages too."""
 import os
 import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
+from quantize.common import atomic
 from tests.conftest import (SMALL_CALIB, TINY_NAME, QUANTIZE_TIMEOUT_S, check_ok, file_sha256,
                       quantize_cmd, quantize_env, run_quantize, tail)
 
@@ -109,3 +114,83 @@ def test_concurrent_builds_of_one_artifact_take_turns(tmp_path):
     assert second.wait(timeout=120) == 0, second.stderr.read()
     assert (final / "done").read_text() == "second" == (final / "who").read_text()
     assert [p.name for p in final.parent.iterdir()] == ["art"]
+
+
+# ---------------------------------------------------------------- modes
+
+@contextmanager
+def umask(mask: int):
+    old = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def modes(folder: Path) -> dict[str, int]:
+    """Each path under `folder` (itself included) -> its permission bits."""
+    return {str(p.relative_to(folder.parent)): p.stat().st_mode & 0o777 for p in [folder, *folder.rglob("*")]}
+
+
+def wrong_modes(folder: Path, file_mode: int, dir_mode: int) -> dict[str, str]:
+    return {name: oct(mode) for name, mode in modes(folder).items()
+            if mode != (dir_mode if (folder.parent / name).is_dir() else file_mode)}
+
+
+def test_the_umask_is_read_without_changing_it():
+    with umask(0o027):
+        assert atomic.umask() == 0o027 and atomic.file_mode() == 0o640 and atomic.dir_mode() == 0o750
+        assert os.umask(0o027) == 0o027
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o002, 0o077], ids=lambda m: f"umask{m:03o}")
+def test_every_writer_gives_the_modes_open_and_mkdir_give(mask, tmp_path, monkeypatch):
+    monkeypatch.setattr(atomic, "CACHE_DIR", tmp_path / "cache")   # the staging lock's folder
+    out = tmp_path / "out"
+    with umask(mask):
+        (tmp_path / "plain_dir").mkdir()
+        (tmp_path / "plain_file").write_text("")
+        atomic.write_text(out / "report.md", "# report\n")
+        atomic.write_json(out / "deeper" / "manifest.json", {})
+        atomic.append_line(out / "results.jsonl", "{}")
+        with atomic.replacing(out / "plot.png") as tmp:
+            tmp.write_bytes(b"png")
+        with atomic.staging_dir(out / "artifact") as staging:
+            (staging / "model.safetensors").write_bytes(b"")
+            os.chmod(staging / "model.safetensors", 0o600)   # as a library saving through its own temp file
+    file_mode, dir_mode = [(tmp_path / name).stat().st_mode & 0o777 for name in ("plain_file", "plain_dir")]
+    assert (file_mode, dir_mode) == (0o666 & ~mask, 0o777 & ~mask)   # what open() and mkdir() gave
+    assert not wrong_modes(out, file_mode, dir_mode)
+    assert not wrong_modes(tmp_path / "cache", file_mode, dir_mode)
+    assert sorted(p.name for p in out.iterdir()) == ["artifact", "deeper", "plot.png", "report.md", "results.jsonl"]
+
+
+def test_a_failed_write_leaves_nothing(tmp_path):
+    with pytest.raises(RuntimeError), atomic.replacing(tmp_path / "report.md") as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("killed")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow  # a quantize, an evaluate and a report, twice: about a minute on 2 cores
+@pytest.mark.parametrize("mask", [0o022, 0o077], ids=lambda m: f"umask{m:03o}")
+def test_what_the_stages_write_has_the_modes_the_umask_gives(mask, tiny_model, tmp_path):
+    """An artifact, a results store and a report: under umask 022 anyone may
+    read them (0644, 0755), under 077 their owner alone (0600, 0700)."""
+    arts, res, reports = tmp_path / "artifacts", tmp_path / "results", tmp_path / "reports"
+    scenario = ("scenario=interactive", "scenario.input_len=16", "scenario.output_len=4")
+    commands = [
+        ("quantize", "recipe=original", f"model={tiny_model}", f"artifacts_dir={arts}"),
+        ("evaluate", "recipe=original", f"model={tiny_model}", f"artifacts_dir={arts}", "engine=hf", *scenario,
+         "runs=1", "accuracy=none", f"results_dir={res}"),
+        ("evaluate.report", f"results_dir={res}", f"out_dir={reports}"),
+    ]
+    env = quantize_env({"PYTHONDONTWRITEBYTECODE": "1"})   # no byte code of the checkout under this umask
+    for module, *args in commands:
+        proc = subprocess.run([sys.executable, "-m", module, *args], cwd=tmp_path, env=env, umask=mask,
+                              capture_output=True, text=True, timeout=QUANTIZE_TIMEOUT_S)
+        assert proc.returncode == 0, f"{module}: {tail(proc)}"
+    assert {p.name for p in reports.iterdir()} >= {"report.md", "report.html", "summary.csv", "throughput.png"}
+    assert (res / "results.jsonl").is_file() and (arts / TINY_NAME / "original" / "manifest.json").is_file()
+    for folder in (arts, res, reports):
+        assert not wrong_modes(folder, 0o666 & ~mask, 0o777 & ~mask), folder
