@@ -16,7 +16,8 @@ STAMP=$VENV/.image-installed
 # (KINDS.md): removed, so the dry run misses what the GPU machine misses.
 NOT_IN_IMAGE="pydantic pydantic-core annotated-types typing-inspection"
 
-want=$(sha256sum scripts/device/image.txt "$0" | sha256sum | cut -c1-16)
+# The stamp: what is installed (the list and what is removed), not how this script reads.
+want=$( (cat scripts/device/image.txt; echo "$NOT_IN_IMAGE") | sha256sum | cut -c1-16)
 if [ "${1:-}" = --path ]; then
     [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ] && echo "$PWD/$VENV/bin/python" && exit 0
     exit 1

@@ -47,8 +47,9 @@ def python_with(path: Path, code: str) -> subprocess.CompletedProcess:
 
 def step_rows(summary: str) -> dict[str, list[str]]:
     """{step: [rc, wall s, peak torch MiB, peak GPU MiB, note]} from summary.md's step table."""
+    table = summary.split("## Steps", 1)[-1].split("\n## ", 1)[0]
     rows = [[c.strip() for c in line.strip().strip("|").split("|")]
-            for line in summary.splitlines() if line.startswith("| ")]
+            for line in table.splitlines() if line.startswith("| ")]
     return {row[0]: row[1:] for row in rows[1:]}
 
 
