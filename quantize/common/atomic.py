@@ -1,14 +1,19 @@
 """Atomic writes: a reader sees either nothing or the complete thing."""
+import errno
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 
 from quantize.common.paths import CACHE_DIR
+
+log = logging.getLogger("quantbench")
 
 
 def write_text(path: Path, text: str) -> None:
@@ -75,15 +80,76 @@ def _build_and_swap(final: Path):
 
 
 def append_line(path: Path, line: str) -> None:
-    """Append one line with a single O_APPEND write, so concurrent writers on a
-    local filesystem never interleave and a crash never leaves half a line
-    followed by another record."""
+    """Append one line to a JSON Lines file with a single O_APPEND write, so
+    concurrent writers on a local filesystem never interleave. The file's
+    writers take turns (an exclusive flock of the file itself, held for
+    milliseconds) so that the tail can be mended first: a last line without
+    its newline (a writer killed mid-write, a hand edit) would glue this line
+    onto it, and both would be lost (see `mend_tail`)."""
     data = (line.rstrip("\n") + "\n").encode()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, data)
+        _take_turn(fd)
+        os.write(fd, mend_tail(fd, path) + data)
         os.fsync(fd)
     finally:
-        os.close(fd)
+        os.close(fd)  # releases the flock
+
+
+def _take_turn(fd: int) -> None:
+    """Wait for the file's other writers. A file system without locks (NFS
+    without lockd) appends unguarded, as O_APPEND alone does: jobs on other
+    hosts write shards of their own there (evaluate.results.shard_path)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError as e:
+        if e.errno not in NO_LOCKS:
+            raise
+
+
+TORN_MARK = ".torn-"  # <file>.torn-<UTC time>: a torn tail moved aside
+NO_LOCKS = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL}  # "no locks here", not "held"
+TAIL_CHUNK = 1 << 16
+
+
+def mend_tail(fd: int, path: Path) -> bytes:
+    """What to write before the next line so that it starts a line of its
+    own: nothing when the file is empty or ends in a newline; a newline after
+    a last line that is whole JSON; after a torn last line (not JSON), nothing,
+    once that line is moved to `<name>.torn-<UTC time>` beside the file and cut
+    off, with one WARNING naming both files and its line number."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return b""
+    start = _last_line_start(fd, size)
+    tail = os.pread(fd, size - start, start)
+    try:
+        json.loads(tail)
+        return b"\n"
+    except ValueError:  # also a UnicodeDecodeError
+        pass
+    aside = path.with_name(f"{path.name}{TORN_MARK}{datetime.now(timezone.utc):%Y%m%dT%H%M%S.%fZ}")
+    write_bytes(aside, tail)
+    os.ftruncate(fd, start)
+    log.warning("%s: line %d was torn (%d bytes that are not JSON, no newline): moved to %s before appending",
+                path, _count_lines(fd, start) + 1, len(tail), aside)
+    return b""
+
+
+def _last_line_start(fd: int, size: int) -> int:
+    """Offset of the first byte after the last newline (0: the file is one line)."""
+    end = size
+    while end > 0:
+        start = max(0, end - TAIL_CHUNK)
+        newline = os.pread(fd, end - start, start).rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        end = start
+    return 0
+
+
+def _count_lines(fd: int, end: int) -> int:
+    """Newlines in the first `end` bytes."""
+    return sum(os.pread(fd, min(TAIL_CHUNK, end - at), at).count(b"\n") for at in range(0, end, TAIL_CHUNK))
