@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from evaluate import store_lock
+from evaluate.row_validity import why_rejected
 from quantize.common.atomic import TORN_MARK, append_line
 from quantize.common.errors import UserError
 from quantize.common.provenance import setup_versions, sha256_json
@@ -211,8 +212,9 @@ def is_row(obj) -> bool:
 
 @dataclass(frozen=True)
 class Refused:
-    """A line of a store that every reader leaves out, and why: one that is
-    not a result row (`row` None: torn, not JSON, other JSON)."""
+    """A line of a store that every reader leaves out, and why: a row that
+    cannot be true (row_validity), or one that is not a row (`row` None:
+    torn, not JSON, other JSON)."""
     path: Path
     line: int                # 1-based
     why: str
@@ -240,15 +242,16 @@ def read(results_dir: Path) -> list[Row]:
 def read_store(results_dir: Path) -> StoreRead:
     """Every results*.jsonl in the directory, file by file, line by line. A
     torn line (writer killed mid-write) is left out, never half-parsed, as is
-    any line that is not a result row: one warning per file counts them and
-    names their line numbers."""
+    any line that is not a result row and any row that cannot be true
+    (row_validity): one warning per file counts them and names their line
+    numbers."""
     store = StoreRead(set_aside=sorted(Path(results_dir).glob(f"results*.jsonl{TORN_MARK}*")))
     for path in sorted(Path(results_dir).glob("results*.jsonl")):
         refused = _read_file(path, store.rows)
         store.refused += refused
         if refused:
-            log.warning("%s: skipped %d line(s) that are not result rows (line %s)", path, len(refused),
-                        ", ".join(str(r.line) for r in refused))
+            log.warning("%s: left out %d line(s) that are not result rows or cannot be true (line %s; the "
+                        "report's Rejected rows says why)", path, len(refused), ", ".join(str(r.line) for r in refused))
     return store
 
 
@@ -263,10 +266,12 @@ def _read_file(path: Path, rows: list[Row]) -> list[Refused]:
         except json.JSONDecodeError:
             refused.append(Refused(path, number, "not JSON (a torn or hand-edited line)"))
             continue
-        if is_row(obj):
-            rows.append(Row.from_dict(obj))
-        else:
+        if not is_row(obj):
             refused.append(Refused(path, number, "JSON, but not a result row (no kind and status)"))
+        elif why := why_rejected(obj):
+            refused.append(Refused(path, number, why, Row.from_dict(obj)))
+        else:
+            rows.append(Row.from_dict(obj))
     return refused
 
 
