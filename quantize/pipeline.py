@@ -10,8 +10,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from quantize import calibration, recipe as recipes, sanity, smoothquant_check, verify
-from quantize.common import fingerprint, manifest, moe, sanity_rules
-from quantize.common.atomic import staging_dir
+from quantize.common import file_lock, fingerprint, manifest, moe, sanity_rules
+from quantize.common.atomic import build_turn, staging_dir
 from quantize.common.checkpoint import (check_complete, check_weight_files, ignore_unquantized,
                                         linear_subclasses_as_linear, quantization_summary, weight_files)
 from quantize.common.dtypes import checkpoint_dtype, compute_dtype
@@ -62,7 +62,7 @@ def run(config: QuantizeConfig) -> Path:
     out = resolve(config.artifact_dir)
     # Before minutes of calibration: an output dir with a corrupt manifest is
     # only replaced when asked to.
-    existing = None if config.force else manifest.read(out, fix=f"pass force=true to rebuild {out}")
+    existing = _complete_manifest(config, out)
     if existing is None and config.memory_check:  # a build follows: will the model fit?
         _check_memory(config, model_dir, recipe)
 
@@ -70,17 +70,44 @@ def run(config: QuantizeConfig) -> Path:
         tokenizer = _load_tokenizer(model_dir, config.trust_remote_code)
         calib = None if recipe.is_baseline else calibration.build(config.calibration, tokenizer, config.seed)
     identity = _identity(config, model_dir, recipe, calib, _calibration_dtype(config, model_dir, recipe))
-    artifact_id = manifest.artifact_id(**identity)
-    inputs = Inputs(config, model_dir, recipe, calib, identity, artifact_id)
+    inputs = Inputs(config, model_dir, recipe, calib, identity, manifest.artifact_id(**identity))
     if existing:
-        if existing.artifact_id == artifact_id:
-            log.info("artifact %s is complete at %s: skipping (force=true rebuilds)", artifact_id, out)
-            return out
+        return _skipped(existing, inputs, out)
+    # One build of an artifact at a time: a second quantize of it waits here,
+    # then finds it complete and skips it.
+    with build_turn(out, f"artifact {inputs.artifact_id}") as hold:
+        existing = _complete_manifest(config, out)
+        if existing:
+            return _skipped(existing, inputs, out, hold)
+        if hold.waited:
+            log.info("artifact %s: waited %.1f s for %s, which left it unbuilt: building it", inputs.artifact_id,
+                     hold.waited_s, hold.holder)
+        _build(inputs, tokenizer, out, timer, check)
+    return out
+
+
+def _complete_manifest(config: QuantizeConfig, out: Path) -> Manifest | None:
+    """The manifest of the artifact at `out`, None when there is none or force=true rebuilds it."""
+    return None if config.force else manifest.read(out, fix=f"pass force=true to rebuild {out}")
+
+
+def _skipped(existing: Manifest, inputs: Inputs, out: Path, hold: file_lock.Hold | None = None) -> Path:
+    """A complete artifact of these inputs is skipped; one of other inputs is
+    one line: it is never replaced unasked."""
+    if existing.artifact_id != inputs.artifact_id:
         raise UserError(f"{out} holds artifact {existing.artifact_id} built from other inputs; "
                         "pass force=true to replace it, or artifact_dir=<new dir> to keep both")
+    by = f", built by {hold.holder} while this process waited {hold.waited_s:.1f} s" if hold and hold.waited else ""
+    log.info("artifact %s is complete at %s%s: skipping (force=true rebuilds)", existing.artifact_id, out, by)
+    return out
 
+
+def _build(inputs: Inputs, tokenizer, out: Path, timer: Timer, check: str | None) -> None:
+    """Load the model, quantize it into a staging dir, verify and describe
+    it; the manifest last, then the dir takes `out`'s name."""
+    recipe, config = inputs.recipe, inputs.config
     with timer.phase("load model"):
-        model = _load_model(model_dir, config.trust_remote_code)
+        model = _load_model(inputs.model_dir, config.trust_remote_code)
         if not recipe.is_baseline and moe.is_moe(model.config.to_dict()):
             moe.linearize(model)  # before the dtype cast below, so the experts get it too
     recipes.check_group_sizes(recipe, model)
@@ -96,11 +123,10 @@ def run(config: QuantizeConfig) -> Path:
         if measured is not None:
             described = _judged(described, measured, config.sanity, recipe.prunes)
         manifest.write(tmp, described)  # last: its presence means "complete"
-    log.info("artifact %s written to %s (%.1f MB)", artifact_id, out, described.bytes_on_disk["total"] / 1e6)
+    log.info("artifact %s written to %s (%.1f MB)", inputs.artifact_id, out, described.bytes_on_disk["total"] / 1e6)
     if "suspect" in described.extra:
         log.warning("artifact %s at %s is SUSPECT: %s (kept for inspection; the report will not rank it)",
-                    artifact_id, out, described.extra["suspect"]["reason"])
-    return out
+                    inputs.artifact_id, out, described.extra["suspect"]["reason"])
 
 
 def _judged(described: Manifest, measured: dict, config: sanity_rules.SanityConfig, prunes: bool) -> Manifest:

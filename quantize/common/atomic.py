@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
+from quantize.common import file_lock
 from quantize.common.paths import CACHE_DIR
 
 log = logging.getLogger("quantbench")
@@ -46,18 +47,46 @@ def staging_dir(final: Path):
     """Yield a temp dir beside `final`; on success it replaces `final` in one
     rename, on any error (or kill) it never takes `final`'s name.
 
-    Builds of the same `final` take turns (a lock file under .cache/locks/),
-    so the leftover `.<name>.tmp-*` dirs of killed runs can be removed on the
-    next attempt without touching a build in progress."""
+    Builds of the same `final` take turns (build_turn), so the leftover
+    `.<name>.tmp-*` dirs of killed runs can be removed on the next attempt
+    without touching a build in progress."""
     final = Path(final).absolute()
     final.parent.mkdir(parents=True, exist_ok=True)
-    locks = CACHE_DIR / "locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    with open(locks / f"{hashlib.sha256(str(final).encode()).hexdigest()[:16]}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also on kill
+    with build_turn(final, str(final)):
         for stale in final.parent.glob(f".{final.name}.tmp-*"):
             shutil.rmtree(stale, ignore_errors=True)
         yield from _build_and_swap(final)
+
+
+def build_lock_path(final: Path) -> Path:
+    """The lock file of builds of `final`, one per absolute path."""
+    return CACHE_DIR / "locks" / f"{hashlib.sha256(str(Path(final).absolute()).encode()).hexdigest()[:16]}.lock"
+
+
+_building: set[Path] = set()  # the build locks this process holds (a POSIX lock taken twice would be lost)
+
+
+@contextmanager
+def build_turn(final: Path, what: str):
+    """Hold the build lock of `final` for the `with` block, waiting for
+    another process that builds it; yields a file_lock.Hold. The lock file is
+    under .cache/locks/, keyed by `final`'s absolute path, not beside it: a
+    run refused before it builds leaves nothing where artifacts go. Held
+    already by this process (quantize holds it around staging_dir): held on."""
+    final = Path(final).absolute()
+    if final in _building:
+        yield file_lock.Hold(waited_s=0.0, holder=None)
+        return
+    lock = build_lock_path(final)
+    with file_lock.held(lock, what, "building it", fix="set QUANTBENCH_CACHE=<a folder of your own>") as hold:
+        if not hold.locked:
+            log.warning("%s: cannot lock %s (%s), so another process may build it at the same time; put "
+                        "QUANTBENCH_CACHE on a file system with locks", what, lock, hold.unlocked)
+        _building.add(final)
+        try:
+            yield hold
+        finally:
+            _building.discard(final)
 
 
 def _build_and_swap(final: Path):
