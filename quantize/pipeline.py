@@ -92,14 +92,41 @@ def _complete_manifest(config: QuantizeConfig, out: Path) -> Manifest | None:
 
 
 def _skipped(existing: Manifest, inputs: Inputs, out: Path, hold: file_lock.Hold | None = None) -> Path:
-    """A complete artifact of these inputs is skipped; one of other inputs is
-    one line: it is never replaced unasked."""
-    if existing.artifact_id != inputs.artifact_id:
-        raise UserError(f"{out} holds artifact {existing.artifact_id} built from other inputs; "
+    """A complete artifact of these inputs is skipped, under the id its
+    manifest records; one of other inputs is one line: it is never replaced
+    unasked."""
+    other = _other_inputs(existing, inputs, out)
+    if other:
+        raise UserError(f"{out} holds artifact {existing.artifact_id} built from {other}; "
                         "pass force=true to replace it, or artifact_dir=<new dir> to keep both")
     by = f", built by {hold.holder} while this process waited {hold.waited_s:.1f} s" if hold and hold.waited else ""
     log.info("artifact %s is complete at %s%s: skipping (force=true rebuilds)", existing.artifact_id, out, by)
     return out
+
+
+def _other_inputs(existing: Manifest, inputs: Inputs, out: Path) -> str | None:
+    """What differs between the inputs `existing` was built from and these;
+    None: nothing. A manifest of id scheme 1 hashed no config.json: the
+    artifact's own config.json is compared with the model's instead."""
+    if manifest.id_as_recorded(existing, inputs.identity) != existing.artifact_id:
+        return "other inputs"
+    if existing.id_scheme is None:
+        differing = manifest.config_differences(_saved_config(out), _read_config(inputs.model_dir))
+        if differing:
+            return f"a config.json with other {', '.join(differing[:5])}"
+    return None
+
+
+def _read_config(checkpoint: Path) -> dict:
+    return json.loads((checkpoint / "config.json").read_text())
+
+
+def _saved_config(artifact_dir: Path) -> dict:
+    """The artifact's config.json; {} when unreadable (evaluate names that in one line)."""
+    try:
+        return _read_config(artifact_dir)
+    except (OSError, ValueError):
+        return {}
 
 
 def _build(inputs: Inputs, tokenizer, out: Path, timer: Timer, check: str | None) -> None:
@@ -271,6 +298,7 @@ def _identity(config: QuantizeConfig, model_dir: Path, recipe: recipes.RecipeFil
     """Everything that determines an artifact's bytes (manifest.artifact_id hashes it)."""
     return {
         "model_weights_sha256": sha256_files(weight_files(model_dir)),
+        "model_config_sha256": manifest.config_sha256(_read_config(model_dir)),
         "recipe_sha256": recipe.sha256,
         "calibration_sha256": calib.sha256 if calib else None,
         "calibration_dtype": calibration_dtype,
@@ -343,7 +371,7 @@ def _manifest(inputs: Inputs, tmp: Path, timer: Timer, checks: dict) -> Manifest
     config, model_dir, recipe, calib, identity = (inputs.config, inputs.model_dir, inputs.recipe, inputs.calib,
                                                   inputs.identity)
     weights = weight_files(tmp)
-    model_config = json.loads((model_dir / "config.json").read_text())
+    model_config = _read_config(model_dir)
     quantization = quantization_summary(tmp)
     return Manifest(
         artifact_id=inputs.artifact_id,
@@ -351,7 +379,8 @@ def _manifest(inputs: Inputs, tmp: Path, timer: Timer, checks: dict) -> Manifest
         model=ModelInfo(
             name=config.model.name, path=str(model_dir), weights_sha256=identity["model_weights_sha256"],
             architecture=(model_config.get("architectures") or [None])[0],
-            max_position_embeddings=model_config.get("max_position_embeddings")),
+            max_position_embeddings=model_config.get("max_position_embeddings"),
+            config_sha256=identity["model_config_sha256"]),
         recipe=RecipeInfo(name=recipe.name, source=str(recipe.path), sha256=recipe.sha256,
                           modifiers=recipe.modifiers, description=config.recipe.description),
         calibration=calib.describe() if calib else None,
@@ -367,4 +396,5 @@ def _manifest(inputs: Inputs, tmp: Path, timer: Timer, checks: dict) -> Manifest
         config=config.composed,
         command=job_command("quantize", drop=("force",)),  # rerun: skipped while complete
         weights_fingerprint=fingerprint.compute(weights, full=True),  # evaluate checks the files against it
+        id_scheme=manifest.ID_SCHEME,
     )
