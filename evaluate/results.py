@@ -53,7 +53,7 @@ class Row:
     timestamp: str | None = None       # ISO 8601, UTC
     schema: int = SCHEMA
     # the artifact (evaluate.target.Target.as_row)
-    artifact_id: str | None = None     # manifest artifact id, or a hash of the weights of a plain checkpoint
+    artifact_id: str | None = None     # manifest artifact id, or a plain checkpoint's (weights and config.json)
     artifact_path: str | None = None
     model_name: str | None = None
     recipe: str | None = None          # "original" for the baseline, "external" for a foreign checkpoint
@@ -251,7 +251,8 @@ def read_store(results_dir: Path) -> StoreRead:
         store.refused += refused
         if refused:
             log.warning("%s: left out %d line(s) that are not result rows or cannot be true (line %s; the "
-                        "report's Rejected rows says why)", path, len(refused), ", ".join(str(r.line) for r in refused))
+                        "report's Rejected rows says why)", path, len(refused),
+                        ", ".join(str(r.line) for r in refused))
     return store
 
 
