@@ -174,7 +174,7 @@ def _plan(config: EvaluateConfig) -> tuple[Job, list[Scenario], Verdict]:
     store = results.shard_path(resolve(config.results_dir), shard=config.results_per_process)
     _refuse_model_code(config, store)
     results.check_writable(store)  # before any measurement that could not be stored
-    opened = _load_target(config, store)
+    opened = target.as_recorded(_load_target(config, store), results.read(store.parent))
     engine_cfg = replace(config.engine, args=dict(config.engine.args))  # its args get resolved below
     engine, name, args = engine_cfg.engine, engine_cfg.name, engine_cfg.args
     # the scenarios and accuracy settings first: the engine's checks may import it (vLLM: ~6 s)

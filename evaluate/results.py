@@ -3,10 +3,12 @@
 Every row is a `Row`: which artifact (id + manifest fields), engine and its
 arguments, scenario, run index, metrics with units in their names, versions,
 hardware and time. Rows are appended with a single O_APPEND write, so several
-processes on one machine can share a file; jobs on other nodes write
+processes on one machine can share a file (a last line without its newline is
+mended first: quantize.common.atomic.append_line); jobs on other nodes write
 `results-<host>-<pid>.jsonl` beside it (see `shard_path`) and readers merge
 every `results*.jsonl` in the directory. `Row.from_dict` reads every row ever
-written (keys it does not know are kept in `extra` and written back).
+written (keys it does not know are kept in `extra` and written back); lines
+that are not rows are left out, by file and line number (`read_store`).
 `read_stores` reads several stores side by side (the report's `results_dir=a,b`).
 """
 import dataclasses
@@ -20,7 +22,8 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from evaluate import store_lock
-from quantize.common.atomic import append_line
+from evaluate.row_validity import why_rejected
+from quantize.common.atomic import TORN_MARK, append_line
 from quantize.common.errors import UserError
 from quantize.common.provenance import setup_versions, sha256_json
 
@@ -50,7 +53,7 @@ class Row:
     timestamp: str | None = None       # ISO 8601, UTC
     schema: int = SCHEMA
     # the artifact (evaluate.target.Target.as_row)
-    artifact_id: str | None = None     # manifest artifact id, or a hash of the weights of a plain checkpoint
+    artifact_id: str | None = None     # manifest artifact id, or a plain checkpoint's (weights and config.json)
     artifact_path: str | None = None
     model_name: str | None = None
     recipe: str | None = None          # "original" for the baseline, "external" for a foreign checkpoint
@@ -207,46 +210,93 @@ def is_row(obj) -> bool:
     return isinstance(obj, dict) and isinstance(obj.get("kind"), str) and isinstance(obj.get("status"), str)
 
 
+@dataclass(frozen=True)
+class Refused:
+    """A line of a store that every reader leaves out, and why: a row that
+    cannot be true (row_validity), or one that is not a row (`row` None:
+    torn, not JSON, other JSON)."""
+    path: Path
+    line: int                # 1-based
+    why: str
+    row: Row | None = None
+
+
+@dataclass
+class StoreRead:
+    """What a store holds: the rows, the lines left out, and the torn tails
+    that appends moved aside (quantize.common.atomic.mend_tail)."""
+    rows: list[Row] = field(default_factory=list)
+    refused: list[Refused] = field(default_factory=list)
+    set_aside: list[Path] = field(default_factory=list)
+
+    @property
+    def unreadable(self) -> list[Refused]:
+        return [r for r in self.refused if r.row is None]
+
+
 def read(results_dir: Path) -> list[Row]:
-    """All rows from every results*.jsonl in the directory. A torn last line
-    (writer killed mid-write) is skipped, never half-parsed; lines that are
-    not result rows are skipped with one warning per file that counts them."""
-    rows = []
+    """All rows from every results*.jsonl in the directory (see read_store)."""
+    return read_store(results_dir).rows
+
+
+def read_store(results_dir: Path) -> StoreRead:
+    """Every results*.jsonl in the directory, file by file, line by line. A
+    torn line (writer killed mid-write) is left out, never half-parsed, as is
+    any line that is not a result row and any row that cannot be true
+    (row_validity): one warning per file counts them and names their line
+    numbers."""
+    store = StoreRead(set_aside=sorted(Path(results_dir).glob(f"results*.jsonl{TORN_MARK}*")))
     for path in sorted(Path(results_dir).glob("results*.jsonl")):
-        skipped = 0
-        for line in path.read_text(errors="replace").splitlines():
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                obj = None
-            if is_row(obj):
-                rows.append(Row.from_dict(obj))
-            else:
-                skipped += 1
-        if skipped:
-            log.warning("%s: skipped %d line(s) that are not result rows", path, skipped)
-    return rows
+        refused = _read_file(path, store.rows)
+        store.refused += refused
+        if refused:
+            log.warning("%s: left out %d line(s) that are not result rows or cannot be true (line %s; the "
+                        "report's Rejected rows says why)", path, len(refused),
+                        ", ".join(str(r.line) for r in refused))
+    return store
 
 
-def read_stores(results_dirs: list[Path]) -> list[Row]:
+def _read_file(path: Path, rows: list[Row]) -> list[Refused]:
+    """Append the rows of one file to `rows`; return the lines left out."""
+    refused = []
+    for number, line in enumerate(path.read_text(errors="replace").split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            refused.append(Refused(path, number, "not JSON (a torn or hand-edited line)"))
+            continue
+        if not is_row(obj):
+            refused.append(Refused(path, number, "JSON, but not a result row (no kind and status)"))
+        elif why := why_rejected(obj):
+            refused.append(Refused(path, number, why, Row.from_dict(obj)))
+        else:
+            rows.append(Row.from_dict(obj))
+    return refused
+
+
+def read_stores(results_dirs: list[Path]) -> StoreRead:
     """The rows of every store, store after store. Each must hold rows: one
     that does not is one line naming it. With several, each row carries its
     Store, and its setup ids end in `@<store name>`: the hostname is not part
     of a setup id, so twin machines' rows would otherwise be averaged
     together, and a speed-up could divide one store's rows by the other's."""
-    found = {d: read(d) if d.is_dir() else [] for d in dict.fromkeys(Path(d) for d in results_dirs)}
+    found = {d: read_store(d) if d.is_dir() else StoreRead() for d in dict.fromkeys(Path(d) for d in results_dirs)}
     if not found:
         raise UserError("results_dir= names no folder; pass results_dir=<folder>, or results_dir=a,b for several")
     several = len(found) > 1
-    for d, rows in found.items():
-        if not rows:
+    for d, read in found.items():
+        if not read.rows and not read.refused:
             raise UserError(f"no results in {d}; run python -m evaluate first" + (
                 f", or leave it out of results_dir= (one of its {len(found)} folders)" if several else ""))
+    merged = StoreRead(refused=[r for read in found.values() for r in read.refused],
+                       set_aside=[p for read in found.values() for p in read.set_aside])
     if not several:
-        return next(iter(found.values()))
-    return [in_store(row, store) for store in stores(list(found)) for row in found[store.path]]
+        merged.rows = next(iter(found.values())).rows
+    else:
+        merged.rows = [in_store(row, store) for store in stores(list(found)) for row in found[store.path].rows]
+    return merged
 
 
 def stores(dirs: list[Path]) -> list[Store]:

@@ -4,11 +4,13 @@ that every result row carries."""
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 from evaluate import completeness
 from evaluate.formats import classify
+from evaluate.results import Row
 from quantize.common.errors import UserError
 from quantize.common.paths import resolve
 from quantize.common import fingerprint, hf_load, manifest
@@ -37,6 +39,8 @@ class Target:
     # engine could serve it; None for a checkpoint on disk.
     not_built: UserError | None = field(default=None, repr=False)
     base_model: Path | None = field(default=None, repr=False)  # what it would be quantized from
+    # A plain checkpoint: the id rows recorded for it before ids covered config.json (see as_recorded)
+    id_before_config: str | None = field(default=None, repr=False)
 
     @property
     def built(self) -> bool:
@@ -203,10 +207,38 @@ def from_path(path: Path) -> Target:
     if recorded:
         return Target(artifact_id=recorded.artifact_id, model_name=recorded.model.name,
                       recipe=recorded.recipe.name, quant_format=recorded.quant_format, **common)
-    # A plain checkpoint: its identity is the hash of its weights.
-    return Target(artifact_id=sha256_files(weights)[:16], model_name=path.name,
+    # A plain checkpoint: its identity is the hash of its weights and config.json.
+    weights_sha256 = sha256_files(weights)
+    return Target(artifact_id=manifest.checkpoint_id(weights_sha256, config), model_name=path.name,
                   recipe="original" if not q else "external",
-                  quant_format=q.get("format") or q.get("quant_method") or "dense", **common)
+                  quant_format=q.get("format") or q.get("quant_method") or "dense",
+                  id_before_config=manifest.checkpoint_id_before_config(weights_sha256), **common)
+
+
+def as_recorded(opened: Target, rows: list[Row]) -> Target:
+    """A plain checkpoint measured before its id covered config.json keeps
+    the id the store's rows record for it (its weights' hash), so an old
+    store's runs still count: rows of this very folder under that id,
+    measured after its config.json last changed (an edit since is a new model)."""
+    if opened.id_before_config is None:
+        return opened
+    measured = [_when(r.timestamp) for r in rows
+                if r.artifact_id == opened.id_before_config and r.artifact_path == str(opened.path)]
+    measured = [t for t in measured if t is not None]
+    edited = datetime.fromtimestamp((opened.path / "config.json").stat().st_mtime, timezone.utc)
+    if not measured or edited > min(measured):
+        return opened
+    log.info("%s keeps the id %s its rows in this store record (measured before ids covered config.json)",
+             opened.path, opened.id_before_config)
+    return replace(opened, artifact_id=opened.id_before_config)
+
+
+def _when(timestamp: str | None) -> datetime | None:
+    try:
+        when = datetime.fromisoformat(timestamp or "")
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)  # rows write UTC
 
 
 def refuse_model_code(config: TargetConfig) -> None:

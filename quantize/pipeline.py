@@ -10,8 +10,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from quantize import calibration, recipe as recipes, sanity, smoothquant_check, verify
-from quantize.common import fingerprint, hf_load, manifest, moe, sanity_rules
-from quantize.common.atomic import staging_dir
+from quantize.common import file_lock, fingerprint, hf_load, manifest, moe, sanity_rules
+from quantize.common.atomic import build_turn, staging_dir
 from quantize.common.checkpoint import (check_complete, check_weight_files, ignore_unquantized,
                                         linear_subclasses_as_linear, quantization_summary, weight_files)
 from quantize.common.dtypes import checkpoint_dtype, compute_dtype
@@ -62,7 +62,7 @@ def run(config: QuantizeConfig) -> Path:
     out = resolve(config.artifact_dir)
     # Before minutes of calibration: an output dir with a corrupt manifest is
     # only replaced when asked to.
-    existing = None if config.force else manifest.read(out, fix=f"pass force=true to rebuild {out}")
+    existing = _complete_manifest(config, out)
     if existing is None and config.memory_check:  # a build follows: will the model fit?
         _check_memory(config, model_dir, recipe)
 
@@ -70,17 +70,71 @@ def run(config: QuantizeConfig) -> Path:
         tokenizer = _load_tokenizer(model_dir)
         calib = None if recipe.is_baseline else calibration.build(config.calibration, tokenizer, config.seed)
     identity = _identity(config, model_dir, recipe, calib, _calibration_dtype(config, model_dir, recipe))
-    artifact_id = manifest.artifact_id(**identity)
-    inputs = Inputs(config, model_dir, recipe, calib, identity, artifact_id)
+    inputs = Inputs(config, model_dir, recipe, calib, identity, manifest.artifact_id(**identity))
     if existing:
-        if existing.artifact_id == artifact_id:
-            log.info("artifact %s is complete at %s: skipping (force=true rebuilds)", artifact_id, out)
-            return out
-        raise UserError(f"{out} holds artifact {existing.artifact_id} built from other inputs; "
-                        "pass force=true to replace it, or artifact_dir=<new dir> to keep both")
+        return _skipped(existing, inputs, out)
+    # One build of an artifact at a time: a second quantize of it waits here,
+    # then finds it complete and skips it.
+    with build_turn(out, f"artifact {inputs.artifact_id}") as hold:
+        existing = _complete_manifest(config, out)
+        if existing:
+            return _skipped(existing, inputs, out, hold)
+        if hold.waited:
+            log.info("artifact %s: waited %.1f s for %s, which left it unbuilt: building it", inputs.artifact_id,
+                     hold.waited_s, hold.holder)
+        _build(inputs, tokenizer, out, timer, check)
+    return out
 
+
+def _complete_manifest(config: QuantizeConfig, out: Path) -> Manifest | None:
+    """The manifest of the artifact at `out`, None when there is none or force=true rebuilds it."""
+    return None if config.force else manifest.read(out, fix=f"pass force=true to rebuild {out}")
+
+
+def _skipped(existing: Manifest, inputs: Inputs, out: Path, hold: file_lock.Hold | None = None) -> Path:
+    """A complete artifact of these inputs is skipped, under the id its
+    manifest records; one of other inputs is one line: it is never replaced
+    unasked."""
+    other = _other_inputs(existing, inputs, out)
+    if other:
+        raise UserError(f"{out} holds artifact {existing.artifact_id} built from {other}; "
+                        "pass force=true to replace it, or artifact_dir=<new dir> to keep both")
+    by = f", built by {hold.holder} while this process waited {hold.waited_s:.1f} s" if hold and hold.waited else ""
+    log.info("artifact %s is complete at %s%s: skipping (force=true rebuilds)", existing.artifact_id, out, by)
+    return out
+
+
+def _other_inputs(existing: Manifest, inputs: Inputs, out: Path) -> str | None:
+    """What differs between the inputs `existing` was built from and these;
+    None: nothing. A manifest of id scheme 1 hashed no config.json: the
+    artifact's own config.json is compared with the model's instead."""
+    if manifest.id_as_recorded(existing, inputs.identity) != existing.artifact_id:
+        return "other inputs"
+    if existing.id_scheme is None:
+        differing = manifest.config_differences(_saved_config(out), _read_config(inputs.model_dir))
+        if differing:
+            return f"a config.json with other {', '.join(differing[:5])}"
+    return None
+
+
+def _read_config(checkpoint: Path) -> dict:
+    return json.loads((checkpoint / "config.json").read_text())
+
+
+def _saved_config(artifact_dir: Path) -> dict:
+    """The artifact's config.json; {} when unreadable (evaluate names that in one line)."""
+    try:
+        return _read_config(artifact_dir)
+    except (OSError, ValueError):
+        return {}
+
+
+def _build(inputs: Inputs, tokenizer, out: Path, timer: Timer, check: str | None) -> None:
+    """Load the model, quantize it into a staging dir, verify and describe
+    it; the manifest last, then the dir takes `out`'s name."""
+    recipe, config = inputs.recipe, inputs.config
     with timer.phase("load model"):
-        model = _load_model(model_dir)
+        model = _load_model(inputs.model_dir)
         if not recipe.is_baseline and moe.is_moe(model.config.to_dict()):
             moe.linearize(model)  # before the dtype cast below, so the experts get it too
     recipes.check_group_sizes(recipe, model)
@@ -96,11 +150,10 @@ def run(config: QuantizeConfig) -> Path:
         if measured is not None:
             described = _judged(described, measured, config.sanity, recipe.prunes)
         manifest.write(tmp, described)  # last: its presence means "complete"
-    log.info("artifact %s written to %s (%.1f MB)", artifact_id, out, described.bytes_on_disk["total"] / 1e6)
+    log.info("artifact %s written to %s (%.1f MB)", inputs.artifact_id, out, described.bytes_on_disk["total"] / 1e6)
     if "suspect" in described.extra:
         log.warning("artifact %s at %s is SUSPECT: %s (kept for inspection; the report will not rank it)",
-                    artifact_id, out, described.extra["suspect"]["reason"])
-    return out
+                    inputs.artifact_id, out, described.extra["suspect"]["reason"])
 
 
 def _judged(described: Manifest, measured: dict, config: sanity_rules.SanityConfig, prunes: bool) -> Manifest:
@@ -243,6 +296,7 @@ def _identity(config: QuantizeConfig, model_dir: Path, recipe: recipes.RecipeFil
     """Everything that determines an artifact's bytes (manifest.artifact_id hashes it)."""
     return {
         "model_weights_sha256": sha256_files(weight_files(model_dir)),
+        "model_config_sha256": manifest.config_sha256(_read_config(model_dir)),
         "recipe_sha256": recipe.sha256,
         "calibration_sha256": calib.sha256 if calib else None,
         "calibration_dtype": calibration_dtype,
@@ -315,7 +369,7 @@ def _manifest(inputs: Inputs, tmp: Path, timer: Timer, checks: dict) -> Manifest
     config, model_dir, recipe, calib, identity = (inputs.config, inputs.model_dir, inputs.recipe, inputs.calib,
                                                   inputs.identity)
     weights = weight_files(tmp)
-    model_config = json.loads((model_dir / "config.json").read_text())
+    model_config = _read_config(model_dir)
     quantization = quantization_summary(tmp)
     return Manifest(
         artifact_id=inputs.artifact_id,
@@ -323,7 +377,8 @@ def _manifest(inputs: Inputs, tmp: Path, timer: Timer, checks: dict) -> Manifest
         model=ModelInfo(
             name=config.model.name, path=str(model_dir), weights_sha256=identity["model_weights_sha256"],
             architecture=(model_config.get("architectures") or [None])[0],
-            max_position_embeddings=model_config.get("max_position_embeddings")),
+            max_position_embeddings=model_config.get("max_position_embeddings"),
+            config_sha256=identity["model_config_sha256"]),
         recipe=RecipeInfo(name=recipe.name, source=str(recipe.path), sha256=recipe.sha256,
                           modifiers=recipe.modifiers, description=config.recipe.description),
         calibration=calib.describe() if calib else None,
@@ -339,4 +394,5 @@ def _manifest(inputs: Inputs, tmp: Path, timer: Timer, checks: dict) -> Manifest
         config=config.composed,
         command=job_command("quantize", drop=("force",)),  # rerun: skipped while complete
         weights_fingerprint=fingerprint.compute(weights, full=True),  # evaluate checks the files against it
+        id_scheme=manifest.ID_SCHEME,
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 from evaluate.analysis.groups import Group, add_speedups, aggregate
 from evaluate.analysis.load_levels import ServingAnalysis, analyse as analyse_serving
 from evaluate.analysis.suspect import Suspect, find as find_suspects
-from evaluate.results import Row
+from evaluate.results import Refused, Row, StoreRead
 from quantize.common.sanity_rules import SanityConfig
 
 
@@ -24,6 +24,9 @@ class Analysis:
     lm_eval: list[Group]
     serving: ServingAnalysis | None  # None without ok serving rows
     suspects: list[Suspect] = field(default_factory=list)  # left out of everything above
+    # lines of the store(s) no reader takes (results.read_store): not rows, or rows that cannot be true
+    refused: list[Refused] = field(default_factory=list)
+    set_aside: list[Path] = field(default_factory=list)    # torn tails appends moved aside
 
     @property
     def suspect_ids(self) -> frozenset[str]:
@@ -35,12 +38,16 @@ class Analysis:
         return self.results_dirs[0]
 
 
-def analyse(results_dirs: list[Path], rows: list[Row], sanity: SanityConfig | None = None) -> Analysis:
-    """`sanity`: the suspect rules' thresholds (None: conf/sanity/default.yaml)."""
+def analyse(results_dirs: list[Path], rows: list[Row], sanity: SanityConfig | None = None,
+            store: StoreRead | None = None) -> Analysis:
+    """`sanity`: the suspect rules' thresholds (None: conf/sanity/default.yaml);
+    `store`: what the rows were read from, for the lines it left out."""
+    store = store or StoreRead()
     suspects = find_suspects(rows, sanity or SanityConfig.from_config(None))
     left_out = {s.artifact_id for s in suspects}
     rows = [r for r in rows if r.artifact_id not in left_out]
     speed = aggregate(rows, "speed")
     add_speedups(speed)
     return Analysis(list(results_dirs), rows, speed, aggregate(rows, "accuracy"), aggregate(rows, "lm_eval"),
-                    analyse_serving(rows), suspects)
+                    analyse_serving(rows), suspects,
+                    store.refused, store.set_aside)

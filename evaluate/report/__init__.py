@@ -39,8 +39,8 @@ def build_report(results_dir: Path | list[Path], out_dir: Path, title: str, pare
 def write_report(report: ReportConfig) -> list[Path]:
     """Write the files of every layout into report.out_dir; return their paths,
     the text files first (all rendered before any is written), then the plots."""
-    rows = results.read_stores(report.results_dirs)
-    analysis = analyse(report.results_dirs, rows, report.sanity)
+    store = results.read_stores(report.results_dirs)
+    analysis = analyse(report.results_dirs, store.rows, report.sanity, store)
     files: dict[str, str] = {}
     for layout in report.layouts:
         files |= layout.render(analysis, report)

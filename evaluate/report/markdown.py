@@ -23,10 +23,11 @@ from evaluate.report.search_markdown import render_search, render_sensitivity
 from evaluate.report.search_plots import png_files
 from evaluate.report.serving_markdown import render_serving
 from evaluate.report.config import OutputFormat, ReportConfig
-from evaluate.results import Row
+from evaluate.results import Refused, Row
 
 SPEED = "output_throughput"
 SUSPECT_TITLE = "Suspect artifacts (not ranked)"
+REFUSED_TITLE = "Rejected rows"
 # The summary: at most 10 columns (with a Model column where there are several
 # models); every other metric is in "Speed in detail", the runs and the CSVs.
 SUMMARY_LATENCY = ("ttft_ms_p50", "tpot_ms_p50")
@@ -56,7 +57,8 @@ def render_markdown(analysis: Analysis, title: str, floor_pct: float = ACCURACY_
     speed, accuracy = analysis.speed, analysis.accuracy
     searches = studies(analysis.results_dirs, analysis.suspect_ids)
     parts = [render_title(analysis.rows, title, analysis.results_dir), render_answer(analysis, floor_pct, searches),
-             render_suspects(analysis.suspects), render_summary(speed, accuracy), render_ranking(speed),
+             render_suspects(analysis.suspects), render_refused(analysis.refused, analysis.set_aside),
+             render_summary(speed, accuracy), render_ranking(speed),
              render_speed_detail(speed), render_details(speed), render_problems(analysis.rows)]
     if accuracy:
         parts.append(render_accuracy(accuracy))
@@ -81,6 +83,29 @@ def render_suspects(suspects: list[Suspect]) -> str:
         out.append(f"- **{s.recipe}** ({s.model_name}, artifact `{s.artifact_id}`, {s.family}"
                    f"{'; ' + measured if measured else ''}): {'; '.join(s.reasons)}")
     return "\n".join(out)
+
+
+def render_refused(refused: list[Refused], set_aside: list[Path]) -> str:
+    """The store's lines that no table counts (results.read_store), each by
+    file and line number with why, and the torn tails appends moved aside."""
+    if not refused and not set_aside:
+        return ""
+    rows = sum(r.row is not None for r in refused)
+    out = [f"## {REFUSED_TITLE}", "", f"{rows} row(s) whose values cannot be true and {len(refused) - rows} "
+           "line(s) that are not rows: left out of every table, ranking and answer below (and owed again: "
+           "`python -m evaluate` measures their runs anew). Fix or delete the lines."]
+    if refused:
+        table = [[f"`{r.path}`", str(r.line), refused_what(r.row), r.why] for r in refused]
+        out += ["", md_table(["File", "Line", "Row", "Why left out"], table)]
+    out += ["", *(f"- A torn last line, moved aside before an append: `{p}`" for p in set_aside)] if set_aside else []
+    return "\n".join(out)
+
+
+def refused_what(row: Row | None) -> str:
+    if row is None:
+        return MISSING
+    scenario = scenario_of(row).heading() if row.scenario else MISSING
+    return f"{row.status} {row.kind}, {row.recipe or '?'} `{short(row.artifact_id)}`, {scenario}"
 
 
 def mean_pm_std(g: Group, metric: str, digits: int | None = None) -> str:

@@ -4,16 +4,22 @@ Everything written here gets the mode a plain open() or mkdir() would give
 it under the process's umask (0644 and 0755 under umask 022): the temp files
 and folders it starts from (mkstemp's 0600, mkdtemp's 0700) would keep a
 shared results folder, artifact store or web server from reading them."""
+import errno
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 
+from quantize.common import file_lock
 from quantize.common.paths import CACHE_DIR
+
+log = logging.getLogger("quantbench")
 
 
 def umask() -> int:
@@ -81,18 +87,46 @@ def staging_dir(final: Path):
     """Yield a temp dir beside `final`; on success it replaces `final` in one
     rename, on any error (or kill) it never takes `final`'s name.
 
-    Builds of the same `final` take turns (a lock file under .cache/locks/),
-    so the leftover `.<name>.tmp-*` dirs of killed runs can be removed on the
-    next attempt without touching a build in progress."""
+    Builds of the same `final` take turns (build_turn), so the leftover
+    `.<name>.tmp-*` dirs of killed runs can be removed on the next attempt
+    without touching a build in progress."""
     final = Path(final).absolute()
     final.parent.mkdir(parents=True, exist_ok=True)
-    locks = CACHE_DIR / "locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    with open(locks / f"{hashlib.sha256(str(final).encode()).hexdigest()[:16]}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also on kill
+    with build_turn(final, str(final)):
         for stale in final.parent.glob(f".{final.name}.tmp-*"):
             shutil.rmtree(stale, ignore_errors=True)
         yield from _build_and_swap(final)
+
+
+def build_lock_path(final: Path) -> Path:
+    """The lock file of builds of `final`, one per absolute path."""
+    return CACHE_DIR / "locks" / f"{hashlib.sha256(str(Path(final).absolute()).encode()).hexdigest()[:16]}.lock"
+
+
+_building: set[Path] = set()  # the build locks this process holds (a POSIX lock taken twice would be lost)
+
+
+@contextmanager
+def build_turn(final: Path, what: str):
+    """Hold the build lock of `final` for the `with` block, waiting for
+    another process that builds it; yields a file_lock.Hold. The lock file is
+    under .cache/locks/, keyed by `final`'s absolute path, not beside it: a
+    run refused before it builds leaves nothing where artifacts go. Held
+    already by this process (quantize holds it around staging_dir): held on."""
+    final = Path(final).absolute()
+    if final in _building:
+        yield file_lock.Hold(waited_s=0.0, holder=None)
+        return
+    lock = build_lock_path(final)
+    with file_lock.held(lock, what, "building it", fix="set QUANTBENCH_CACHE=<a folder of your own>") as hold:
+        if not hold.locked:
+            log.warning("%s: cannot lock %s (%s), so another process may build it at the same time; put "
+                        "QUANTBENCH_CACHE on a file system with locks", what, lock, hold.unlocked)
+        _building.add(final)
+        try:
+            yield hold
+        finally:
+            _building.discard(final)
 
 
 def _build_and_swap(final: Path):
@@ -116,15 +150,76 @@ def _build_and_swap(final: Path):
 
 
 def append_line(path: Path, line: str) -> None:
-    """Append one line with a single O_APPEND write, so concurrent writers on a
-    local filesystem never interleave and a crash never leaves half a line
-    followed by another record."""
+    """Append one line to a JSON Lines file with a single O_APPEND write, so
+    concurrent writers on a local filesystem never interleave. The file's
+    writers take turns (an exclusive flock of the file itself, held for
+    milliseconds) so that the tail can be mended first: a last line without
+    its newline (a writer killed mid-write, a hand edit) would glue this line
+    onto it, and both would be lost (see `mend_tail`)."""
     data = (line.rstrip("\n") + "\n").encode()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)  # as open(): the umask decides
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)  # as open(): the umask decides
     try:
-        os.write(fd, data)
+        _take_turn(fd)
+        os.write(fd, mend_tail(fd, path) + data)
         os.fsync(fd)
     finally:
-        os.close(fd)
+        os.close(fd)  # releases the flock
+
+
+def _take_turn(fd: int) -> None:
+    """Wait for the file's other writers. A file system without locks (NFS
+    without lockd) appends unguarded, as O_APPEND alone does: jobs on other
+    hosts write shards of their own there (evaluate.results.shard_path)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError as e:
+        if e.errno not in NO_LOCKS:
+            raise
+
+
+TORN_MARK = ".torn-"  # <file>.torn-<UTC time>: a torn tail moved aside
+NO_LOCKS = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL}  # "no locks here", not "held"
+TAIL_CHUNK = 1 << 16
+
+
+def mend_tail(fd: int, path: Path) -> bytes:
+    """What to write before the next line so that it starts a line of its
+    own: nothing when the file is empty or ends in a newline; a newline after
+    a last line that is whole JSON; after a torn last line (not JSON), nothing,
+    once that line is moved to `<name>.torn-<UTC time>` beside the file and cut
+    off, with one WARNING naming both files and its line number."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return b""
+    start = _last_line_start(fd, size)
+    tail = os.pread(fd, size - start, start)
+    try:
+        json.loads(tail)
+        return b"\n"
+    except ValueError:  # also a UnicodeDecodeError
+        pass
+    aside = path.with_name(f"{path.name}{TORN_MARK}{datetime.now(timezone.utc):%Y%m%dT%H%M%S.%fZ}")
+    write_bytes(aside, tail)
+    os.ftruncate(fd, start)
+    log.warning("%s: line %d was torn (%d bytes that are not JSON, no newline): moved to %s before appending",
+                path, _count_lines(fd, start) + 1, len(tail), aside)
+    return b""
+
+
+def _last_line_start(fd: int, size: int) -> int:
+    """Offset of the first byte after the last newline (0: the file is one line)."""
+    end = size
+    while end > 0:
+        start = max(0, end - TAIL_CHUNK)
+        newline = os.pread(fd, end - start, start).rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        end = start
+    return 0
+
+
+def _count_lines(fd: int, end: int) -> int:
+    """Newlines in the first `end` bytes."""
+    return sum(os.pread(fd, min(TAIL_CHUNK, end - at), at).count(b"\n") for at in range(0, end, TAIL_CHUNK))

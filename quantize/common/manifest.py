@@ -23,6 +23,7 @@ class ModelInfo:
     weights_sha256: str | None = None
     architecture: str | None = None
     max_position_embeddings: int | None = None
+    config_sha256: str | None = None   # config_sha256 of its config.json; None in manifests of id scheme 1
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,8 @@ class Manifest:
     # How many modules oneshot changed: {"total", "quantized"[, "pruned"]}
     # (pipeline.count_changed_modules); None for the baseline and older manifests.
     modules_changed: dict | None = None
+    # How artifact_id was computed (ID_SCHEMES); None: 1, in manifests written before scheme 2.
+    id_scheme: int | None = None
     extra: dict = field(default_factory=dict)         # keys of newer writers, kept as they are
 
     @property
@@ -118,9 +121,11 @@ class Manifest:
         out["model"], out["recipe"] = dataclasses.asdict(self.model), dataclasses.asdict(self.recipe)
         out["quantization"] = self.quantization.to_dict()
         # Newer than schema 1: older manifests read and write back unchanged.
-        for newer in ("command", "weights_fingerprint", "modules_changed"):
+        for newer in ("command", "weights_fingerprint", "modules_changed", "id_scheme"):
             if out[newer] is None:
                 del out[newer]
+        if out["model"]["config_sha256"] is None:
+            del out["model"]["config_sha256"]
         if self.weights_fingerprint is not None:
             out["weights_fingerprint"] = self.weights_fingerprint.to_dict()
         return out | self.extra
@@ -158,19 +163,71 @@ def _typed(cls, data: dict):
 REQUIRED = ("artifact_id", "model", "recipe", "quantization")
 
 
+# How an artifact id is computed. 1: the hash of the base weights, recipe,
+# calibration tokens, calibration dtype, seed and the libraries that write the
+# bytes. 2: and of the base config.json's fields (config_sha256): two
+# checkpoints with one set of weights and another rope_theta are two models.
+# A manifest keeps the id it records: its scheme says how to compute it again.
+ID_SCHEME = 2
+
+# config.json fields that change no output, so no identity: where the file was
+# loaded from and the library version that wrote it (the libraries that change
+# an artifact's bytes count in its id through `versions`). Every other field,
+# `architectures` too (it picks the head), counts: a field unknown here may
+# change the computation, and a new id costs a rebuild, a wrong one wrong numbers.
+CONFIG_OUTSIDE_IDENTITY = ("_name_or_path", "name_or_path", "transformers_version", "_commit_hash")
+
+
+def config_sha256(config: dict) -> str:
+    """Hash of a config.json's fields that can change what the model computes."""
+    return sha256_json({k: v for k, v in config.items() if k not in CONFIG_OUTSIDE_IDENTITY})
+
+
 def artifact_id(*, model_weights_sha256: str, recipe_sha256: str, calibration_sha256: str | None,
-                calibration_dtype: str | None, seed: int | None, versions: dict | None) -> str:
+                calibration_dtype: str | None, seed: int | None, versions: dict | None,
+                model_config_sha256: str | None = None) -> str:
     """Hash of everything that determines an artifact's bytes: same inputs,
     same id, so a rerun is skipped. `versions` None for the baseline (saved,
-    not computed); else only the libraries that change the bytes count."""
-    return sha256_json({
+    not computed); else only the libraries that change the bytes count.
+    `model_config_sha256` None: the id of scheme 1 (ID_SCHEME)."""
+    inputs = {
         "model_weights_sha256": model_weights_sha256,
         "recipe_sha256": recipe_sha256,
         "calibration_sha256": calibration_sha256,
         "calibration_dtype": calibration_dtype,
         "seed": seed,
         "versions": artifact_versions(versions) if versions is not None else None,
-    })[:16]
+    }
+    if model_config_sha256 is not None:
+        inputs["model_config_sha256"] = model_config_sha256
+    return sha256_json(inputs)[:16]
+
+
+def id_as_recorded(recorded: Manifest, identity: dict) -> str:
+    """The id `identity` (artifact_id's arguments) gets under the scheme the
+    `recorded` manifest was written with, to compare with the id it records."""
+    if (recorded.id_scheme or 1) < 2:
+        identity = {k: v for k, v in identity.items() if k != "model_config_sha256"}
+    return artifact_id(**identity)
+
+
+def config_differences(saved: dict, base: dict) -> list[str]:
+    """The identity fields (CONFIG_OUTSIDE_IDENTITY aside) that the config.json
+    saved with an artifact and its base model's both hold, with other values;
+    the quantization_config quantize adds aside. What a manifest of scheme 1
+    can still tell about the config it was built from."""
+    skip = set(CONFIG_OUTSIDE_IDENTITY) | {"quantization_config"}
+    return sorted(k for k in saved.keys() & base.keys() if k not in skip and saved[k] != base[k])
+
+
+def checkpoint_id(weights_sha256: str, config: dict) -> str:
+    """The id of a plain checkpoint (no manifest): its weights and config.json."""
+    return sha256_json({"weights_sha256": weights_sha256, "config_sha256": config_sha256(config)})[:16]
+
+
+def checkpoint_id_before_config(weights_sha256: str) -> str:
+    """A plain checkpoint's id as rows recorded it before ids covered config.json: its weights alone."""
+    return weights_sha256[:16]
 
 
 def write(artifact_dir: Path, manifest: Manifest) -> None:

@@ -34,6 +34,7 @@ def top1_agreement(model_a, model_b, ids) -> float:
 @pytest.mark.parametrize("fmt", ["gptq", "awq"])
 def test_legacy_checkpoint_is_served_and_decoded_correctly(fmt, tmp_path, tokenizer_dir):
     from quantize.common.checkpoint import weight_files
+    from quantize.common.manifest import checkpoint_id
     from quantize.common.provenance import sha256_files
     dense = build_tiny_llama(tmp_path / "tiny", tokenizer_dir, initializer_range=0.1)
     legacy, decoded = tmp_path / f"tiny-{fmt}", tmp_path / f"tiny-{fmt}-decoded"
@@ -58,7 +59,8 @@ def test_legacy_checkpoint_is_served_and_decoded_correctly(fmt, tmp_path, tokeni
     for r in (speed, acc):
         assert r.status == "ok" and r.engine == "vllm" and r.manifest is None
         assert r.quant_format == fmt and r.recipe == "external"
-        assert r.artifact_id == sha256_files(weight_files(legacy))[:16]
+        assert r.artifact_id == checkpoint_id(sha256_files(weight_files(legacy)),
+                                              json.loads((legacy / "config.json").read_text()))
     assert speed.metrics["output_tokens"] == OUTPUT_LEN
     assert json.loads((legacy / "config.json").read_text())["quantization_config"]["quant_method"] == fmt
     # The engine's predictions are those of the decoded weights (fp16 kernels

@@ -16,6 +16,7 @@ from quantize.common.paths import CONF_DIR
 def test_hf_engine_and_plain_checkpoint(eval_artifacts, tmp_path, scen):
     """engine=hf measures a plain HF checkpoint (no manifest): identity from its files."""
     from quantize.common.checkpoint import weight_files
+    from quantize.common.manifest import checkpoint_id
     from quantize.common.provenance import sha256_files
     model = eval_artifacts["model"]
     out = run_cli("evaluate", f"model={model}", "engine=hf", scen["test_tiny_a"], "runs=2",
@@ -25,7 +26,7 @@ def test_hf_engine_and_plain_checkpoint(eval_artifacts, tmp_path, scen):
     assert [r.run_index for r in rows] == [0, 1]
     # what its config set, and the threads torch ran with
     assert all(r.engine_env["QB_TEST_SETTING"] == "on" and r.engine_env["torch_num_threads"] >= 1 for r in rows)
-    expected_id = sha256_files(weight_files(model))[:16]
+    expected_id = checkpoint_id(sha256_files(weight_files(model)), json.loads((model / "config.json").read_text()))
     for r in rows:
         assert r.engine == "hf" and r.status == "ok" and r.artifact_id == expected_id
         assert r.manifest is None and r.recipe == "original"

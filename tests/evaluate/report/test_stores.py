@@ -123,7 +123,7 @@ def test_stores_are_named_by_the_path_parts_that_tell_them_apart(tmp_path):
     assert [s.name for s in results.stores(dirs)] == ["run1/results", "run2/results", "other"]
     for d in dirs:
         store(d, main_rows()[:2])
-    rows = results.read_stores([dirs[0], dirs[1], dirs[0]])   # a folder named twice is read once
+    rows = results.read_stores([dirs[0], dirs[1], dirs[0]]).rows   # a folder named twice is read once
     assert [r.store.name for r in rows] == ["run1/results"] * 2 + ["run2/results"] * 2
     assert rows[0].setup_id == "?@run1/results"
 
@@ -131,7 +131,7 @@ def test_stores_are_named_by_the_path_parts_that_tell_them_apart(tmp_path):
 def test_the_store_is_never_written_with_a_row(tmp_path):
     store(tmp_path / "a", main_rows()[:1])
     store(tmp_path / "b", main_rows()[:1])
-    row = results.read_stores([tmp_path / "a", tmp_path / "b"])[1]
+    row = results.read_stores([tmp_path / "a", tmp_path / "b"]).rows[1]
     assert row.store == results.Store(tmp_path / "b", "b")
     assert "store" not in row.to_dict()
     assert Row.from_dict(row.to_dict()).store is None

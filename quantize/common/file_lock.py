@@ -1,0 +1,101 @@
+"""A lock file held by one process at a time while it does work another
+process may want to do too: evaluate's measurement locks
+(evaluate.store_lock) and quantize's build lock (atomic.build_turn). The
+second process waits, logging who it waits for, and once it holds the lock
+looks again at what is left to do.
+
+The lock is a POSIX record lock (`fcntl.lockf`): NFS forwards these to the
+server (NFSv4 natively, NFSv3 through lockd), where `flock` may be local to
+one client. The kernel drops it when the holder exits, also on a kill, so a
+dead job does not block the next (on NFS, the locks of a node that died go
+when the server's lease on them expires). Two caveats of POSIX locks shape
+the code: they exclude other processes only (never the holder's own), and
+closing any descriptor of the file releases them, so the file is opened once
+per hold and read only through that descriptor. The file holds the holder's
+"<host> pid <n>", for the line a waiting process logs."""
+import errno
+import fcntl
+import logging
+import os
+import socket
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from quantize.common.errors import UserError
+
+log = logging.getLogger("quantbench")
+
+# errnos that say the file system offers no locks at all (as opposed to "held by another")
+UNSUPPORTED = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL}
+
+
+@dataclass(frozen=True)
+class Hold:
+    """How this process came to hold a lock."""
+    waited_s: float        # seconds spent waiting for another process (0: it was free)
+    holder: str | None     # after a wait, the process that held it last ("<host> pid <n>"); None: no wait
+    # None: held; else why the file system refused to lock (held by no one, the work goes on unguarded)
+    unlocked: str | None = None
+
+    @property
+    def waited(self) -> bool:
+        return self.holder is not None
+
+    @property
+    def locked(self) -> bool:
+        return self.unlocked is None
+
+
+@contextmanager
+def held(path: Path, what: str, doing: str, fix: str, logger: logging.Logger = log):
+    """Hold the lock file at `path` for the `with` block, waiting for another
+    process that holds it; yields a Hold. While waiting, one line on the
+    stage's `logger`: "<what>: waiting for <holder>, which is <doing> (lock
+    <path>)". A lock file that cannot be made is one line naming `fix`."""
+    path = Path(path)
+    fd = _open(path, fix)
+    try:
+        hold = _acquire(fd, path, what, doing, logger)
+        if hold.locked:
+            _write_holder(fd)
+        yield hold
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _open(path: Path, fix: str) -> int:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # an exclusive lock needs a writable descriptor
+    except OSError as e:
+        raise UserError(f"cannot open the lock file {path} ({e.strerror or e}); make {path.parent} writable "
+                        f"for this user, or {fix}") from None
+
+
+def _acquire(fd: int, path: Path, what: str, doing: str, logger: logging.Logger) -> Hold:
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return Hold(waited_s=0.0, holder=None)
+    except OSError as e:
+        if e.errno in UNSUPPORTED:
+            return Hold(waited_s=0.0, holder=None, unlocked=e.strerror or str(e))
+        if e.errno not in (errno.EACCES, errno.EAGAIN):
+            raise
+    holder = _read_holder(fd) or "another process"
+    logger.info("%s: waiting for %s, which is %s (lock %s)", what, holder, doing, path)
+    start = time.monotonic()
+    fcntl.lockf(fd, fcntl.LOCK_EX)
+    # the file still names the last holder (this process writes itself in next): the one whose work it finds
+    return Hold(waited_s=time.monotonic() - start, holder=_read_holder(fd) or holder)
+
+
+def _write_holder(fd: int) -> None:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{socket.gethostname()} pid {os.getpid()}".encode(), 0)
+
+
+def _read_holder(fd: int) -> str | None:
+    text = os.pread(fd, 256, 0).decode(errors="replace").strip()
+    return text or None
