@@ -82,6 +82,9 @@ class Engine:
     # True: it serves over OpenAI-compatible HTTP once started (attributes
     # base_url, model, server_pid, alive()), so load profiles (conf/load/) can drive it.
     serves_http: bool = False
+    # True: it serves from a machine quantbench cannot see (a running server's),
+    # so this machine's memory bounds none of its batches (evaluate.limits).
+    remote: bool = False
 
     @classmethod
     def from_config(cls, values: dict, where: str) -> "EngineConfig":
