@@ -44,6 +44,12 @@ class EngineStartError(UserError):
     records_failure = True
 
 
+class RunFailed(RuntimeError):
+    """One run failed and the engine can still serve the next (a stalled
+    stream): that run's row is recorded as failed, with this one-line
+    message as its reason, and the scenario goes on."""
+
+
 class LmEvalModel(NamedTuple):
     """How lm-eval runs what an engine serves: `lm_eval --model <name>
     --model_args <args>`. `name` is also the package whose version in the
