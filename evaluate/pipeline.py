@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from evaluate import accuracy, batch, engines, hardware, lmeval, results, scenarios, store_lock, target
+from evaluate import accuracy, batch, engines, hardware, lifeline, lmeval, results, scenarios, store_lock, target
 from evaluate.accuracy import AccuracyConfig
 from evaluate.config import EvaluateConfig
 from evaluate.engines import Engine, EngineConfig, LmEvalModel
@@ -331,7 +331,7 @@ def _run_lm_eval(job: Job, tasks: list[str]) -> None:
     """lm-eval's own engine (lm_eval_model), in the engine's environment; one row per task."""
     lm_eval_cfg, model = job.lm_eval_cfg, job.lm_eval_model
     args = lmeval.model_args(model.args, lm_eval_cfg)
-    with job.engine.environment(job.engine_cfg.env, model.args) as env:
+    with job.engine.environment(job.engine_cfg.env, model.args) as env, lifeline.hold():  # its vLLM dies with us
         job = replace(job, base=job.base.but(engine_args=args, engine_env=env,
                                              engine_version=job.lm_eval_versions.get(model.name),
                                              lm_eval_versions=job.lm_eval_versions))

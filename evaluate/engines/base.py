@@ -22,6 +22,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple
 
+from evaluate import lifeline
 from evaluate.formats import Verdict
 from evaluate.metrics import RequestTiming
 from quantize.common.errors import UserError
@@ -91,6 +92,9 @@ class Engine:
     # True: it serves from a machine quantbench cannot see (a running server's),
     # so this machine's memory bounds none of its batches (evaluate.limits).
     remote: bool = False
+    # True: it starts processes, which hold a lifeline (evaluate.lifeline)
+    # so that they die with evaluate, however it dies.
+    starts_processes: bool = False
 
     @classmethod
     def from_config(cls, values: dict, where: str) -> "EngineConfig":
@@ -228,6 +232,7 @@ class Engine:
         self.settings = dict(settings or {})
         self._scope = ExitStack()
         self.env = self._scope.enter_context(self.environment(env, args))
+        self.lifeline = self._scope.enter_context(lifeline.hold()) if self.starts_processes else None
         self.args = dict(args)
         t0 = time.perf_counter()
         try:

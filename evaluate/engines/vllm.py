@@ -350,6 +350,7 @@ CPU_OP_FOR = {W8A8_INT8: ("onednn_scaled_mm", "int8 W8A8"), W4A16: ("cpu_gemm_wn
 class VllmEngine(Engine):
     name = "vllm"
     speed_env = SPEED_ENV
+    starts_processes = True  # its engine core and workers (a server: the server's tree)
     # set by start(): seconds per start-up phase and bytes reserved, where vLLM says
     startup: dict | None = None
     compile_lookups: dict | None = None  # torch's compile-cache hits and misses while it started
