@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from evaluate import precision
 from evaluate.engines import Engine
+from evaluate.engines.base import RunFailed
 from evaluate.memory import PeakMemory
 from evaluate.metrics import summarize
 from evaluate.precision import HEADLINE
@@ -64,10 +65,17 @@ def _run_scenario(job, engine: Engine, s: Scenario, pending: Pending) -> None:
     vocab = int(job.target.config.get("vocab_size") or 10000)
 
     def measure_all():
-        warmups = _warm_up(job, engine, s, vocab)
+        warmups = _warm_up_or_fail(job, engine, s, vocab, pending.indices)
+        if warmups is None:
+            return
         values = list(pending.prior)
         for i in pending.indices:
-            metrics = _timed_run(job, engine, s, i, vocab)
+            try:
+                metrics = _timed_run(job, engine, s, i, vocab)
+            except RunFailed as e:
+                job.record(job.speed_row(s, i), "failed", reason=str(e))
+                log.error("  run %d failed: %s; going on", i + 1, e)
+                continue
             values.append(metrics[HEADLINE])
             record = plan.record(values, warmups)
             job.record(job.speed_row(s, i), "ok", metrics=metrics, precision=record)
@@ -80,6 +88,18 @@ def _run_scenario(job, engine: Engine, s: Scenario, pending: Pending) -> None:
                 break
 
     job.guarded(job.speed_row(s, None), measure_all)
+
+
+def _warm_up_or_fail(job, engine: Engine, s: Scenario, vocab: int, owed: list[int]) -> int | None:
+    """_warm_up; where a warm-up run fails (RunFailed), every owed timed run
+    is recorded as failed instead, and None says the scenario goes unmeasured."""
+    try:
+        return _warm_up(job, engine, s, vocab)
+    except RunFailed as e:
+        for i in owed:
+            job.record(job.speed_row(s, i), "failed", reason=f"warm-up failed: {e}")
+        log.error("  warm-up failed: %s; scenario %s goes unmeasured", e, s.name)
+        return None
 
 
 def _warm_up(job, engine: Engine, s: Scenario, vocab: int) -> int:

@@ -8,6 +8,7 @@ from omegaconf import OmegaConf
 from evaluate import engines, precision, scenarios
 from evaluate.accuracy import AccuracyConfig
 from evaluate.engines import EngineConfig
+from evaluate.limits import Limits
 from evaluate.lmeval import LmEvalConfig
 from evaluate.precision import RunPlan
 from evaluate.scenarios import ScenarioChoice
@@ -30,6 +31,7 @@ class EvaluateConfig:
     engine: EngineConfig
     scenario: ScenarioChoice
     plan: RunPlan                         # warm-up and timed runs (fixed or auto)
+    limits: Limits                        # the most work a scenario may ask for (conf/evaluate.yaml limits:)
     accuracy: AccuracyConfig | None       # None: accuracy=none
     lm_eval: LmEvalConfig | None          # None: lm_eval=none
     load: LoadProfile | None              # conf/load/; None: load=none, batch timed runs
@@ -44,9 +46,11 @@ class EvaluateConfig:
     def from_cfg(cls, cfg) -> "EvaluateConfig":
         """The composed `evaluate` config -> the typed one (the entry point's one conversion)."""
         hf_load.check_setting(cfg.get("trust_remote_code"))
+        plan, limits = precision.plan({key: cfg.get(key) for key in RUN_KEYS}), Limits.from_group(_group(cfg, "limits"))
+        limits.check_plan(plan)
         return cls(
             target=target_config(cfg), engine=engines.build(cfg.engine), scenario=scenario_choice(cfg.scenario),
-            plan=precision.plan({key: cfg.get(key) for key in RUN_KEYS}),
+            plan=plan, limits=limits,
             accuracy=AccuracyConfig.from_group(plain(cfg.accuracy)),
             lm_eval=LmEvalConfig.from_group(plain(cfg.lm_eval)),
             load=profiles.from_group(_group(cfg, "load")), slo=SLO.from_dict(_group(cfg, "slo")),

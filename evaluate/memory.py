@@ -6,6 +6,7 @@ in use when CUDA is present. Sampled in a background thread.
 The process tree is listed once per run (the engine's processes live as long
 as the engine): listing walks all of /proc (~2 ms), reading a known process's
 RSS costs ~15 us, and the sampler shares the cores with the engine it measures."""
+import math
 import threading
 
 import psutil
@@ -74,4 +75,34 @@ def _gpu_used_bytes() -> int | None:
         return sum(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).used
                    for i in range(count))
     except Exception:  # no NVIDIA driver: CPU-only measurement
+        return None
+
+
+def kv_bytes_per_token(config: dict, itemsize: int, args: dict) -> int | None:
+    """Bytes of KV cache one token takes on one rank (keys and values of every
+    layer, heads split over tensor-parallel ranks, layers over pipeline
+    stages); None for a config without plain attention sizes."""
+    text = config.get("text_config") or config
+    layers, heads = text.get("num_hidden_layers"), text.get("num_attention_heads")
+    if not (isinstance(layers, int) and isinstance(heads, int) and heads):
+        return None
+    kv_heads = text.get("num_key_value_heads") or heads
+    head_dim = text.get("head_dim") or (text.get("hidden_size") or 0) // heads
+    if not head_dim:
+        return None
+    tp, pp = int(args.get("tensor_parallel_size") or 1), int(args.get("pipeline_parallel_size") or 1)
+    return 2 * math.ceil(layers / pp) * max(1, kv_heads // tp) * head_dim * itemsize
+
+
+def rank_memory_bytes(cuda: bool) -> int | None:
+    """The memory one rank of an engine computes in: the smallest GPU's (via
+    NVML) on a CUDA machine, else this machine's RAM; None where NVML cannot say."""
+    if not cuda:
+        return psutil.virtual_memory().total
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        return min(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).total
+                   for i in range(pynvml.nvmlDeviceGetCount()))
+    except Exception:  # no NVIDIA driver (a simulated CUDA host): no bound from memory
         return None

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from evaluate import accuracy, batch, engines, hardware, lmeval, results, scenarios, store_lock, target
+from evaluate import accuracy, batch, engines, hardware, lifeline, lmeval, results, scenarios, store_lock, target
 from evaluate.accuracy import AccuracyConfig
 from evaluate.config import EvaluateConfig
 from evaluate.engines import Engine, EngineConfig, LmEvalModel
@@ -178,8 +178,11 @@ def _plan(config: EvaluateConfig) -> tuple[Job, list[Scenario], Verdict]:
     engine_cfg = replace(config.engine, args=dict(config.engine.args))  # its args get resolved below
     engine, name, args = engine_cfg.engine, engine_cfg.name, engine_cfg.args
     # the scenarios and accuracy settings first: the engine's checks may import it (vLLM: ~6 s)
-    limit = args.get("max_model_len") or opened.max_context
-    fit, unfit = _split_by_context(scenarios.resolve(config.scenario), limit)
+    limit = _context_limit(opened, args.get("max_model_len"))
+    fit, unfit = _split_by_context(scenarios.resolve(config.scenario), limit, opened.max_context)
+    load, slo = serving.configure(config.load, config.slo, engine, name), config.slo
+    if not load:  # a load profile's requests are not one batch
+        config.limits.check_batch_sizes(fit)
     if config.accuracy:
         if not engine.has_prompt_logprobs:
             raise UserError(f"engine={name} gives no prompt logprobs, so it cannot measure accuracy; "
@@ -195,7 +198,8 @@ def _plan(config: EvaluateConfig) -> tuple[Job, list[Scenario], Verdict]:
     if mismatch:
         log.warning("%s", mismatch)
     args["dtype"] = engine.choose_dtype(opened.format, machine, args.get("dtype") or "auto")
-    load, slo = serving.configure(config.load, config.slo, engine, name), config.slo
+    if not load:
+        config.limits.check_batch_tokens(fit, opened, args, machine, remote=engine.remote)
     lm_eval_model, lm_eval_versions = _plan_lm_eval(config, engine, args)
     where = {"versions": provenance.versions(), "hardware": provenance.hardware()}
     # engine_args/env as configured; a started engine replaces them with what it used.
@@ -338,7 +342,7 @@ def _run_lm_eval(job: Job, tasks: list[str]) -> None:
     """lm-eval's own engine (lm_eval_model), in the engine's environment; one row per task."""
     lm_eval_cfg, model = job.lm_eval_cfg, job.lm_eval_model
     args = lmeval.model_args(model.args, lm_eval_cfg)
-    with job.engine.environment(job.engine_cfg.env, model.args) as env:
+    with job.engine.environment(job.engine_cfg.env, model.args) as env, lifeline.hold():  # its vLLM dies with us
         job = replace(job, base=job.base.but(engine_args=args, engine_env=env,
                                              engine_version=job.lm_eval_versions.get(model.name),
                                              lm_eval_versions=job.lm_eval_versions))
@@ -357,14 +361,39 @@ def _run_lm_eval(job: Job, tasks: list[str]) -> None:
                  ", ".join(f"{k} {v:.4g}" for k, v in score["metrics"].items() if "stderr" not in k))
 
 
-def _split_by_context(scenarios, limit):
+def _context_limit(target: Target, max_model_len) -> int | None:
+    """The context every scenario must fit in: engine.args.max_model_len, else
+    the model's. A max_model_len past the positions the model covers is
+    refused: tokens there sit on positions it never learned, and an engine
+    that does not check (hf) would record their speed as ok."""
+    positions = target.max_context
+    if max_model_len and positions and int(max_model_len) > positions:
+        raise UserError(f"engine.args.max_model_len={max_model_len} is past the {positions} positions of "
+                        f"{target.path.name} (max_position_embeddings, no rope_scaling beyond it in its "
+                        f"config.json); pass at most engine.args.max_model_len={positions}, or a checkpoint "
+                        "whose config.json declares rope_scaling for the longer context")
+    return int(max_model_len) if max_model_len else positions
+
+
+def _split_by_context(scenarios, limit, positions):
+    """(the scenarios that fit in `limit` tokens, those that do not); none
+    fitting is one line naming the fix, which never points past the model's
+    `positions`."""
     fit = [s for s in scenarios if not limit or s.max_len <= limit]
     unfit = [s for s in scenarios if s not in fit]
     if unfit and not fit:
         s = unfit[0]
         raise UserError(f"scenario {s.name} needs input_len + output_len = {s.max_len} tokens but "
-                        f"max_model_len is {limit}; choose a shorter scenario or raise engine.args.max_model_len")
+                        f"max_model_len is {limit}; {_longer_context_fix(s.max_len, positions)}")
     return fit, unfit
+
+
+def _longer_context_fix(needed: int, positions: int | None) -> str:
+    if positions is None:  # config.json does not say: the engine will
+        return "choose a shorter scenario or raise engine.args.max_model_len"
+    if needed > positions:
+        return f"choose a shorter scenario: the model has {positions} positions"
+    return f"choose a shorter scenario, or raise engine.args.max_model_len to {needed} (at most {positions})"
 
 
 def _start_engine(job: Job, with_accuracy: bool) -> Engine:

@@ -178,7 +178,7 @@ def planned(config: TargetConfig, not_built: NotBuilt) -> Target | None:
         model_config["quantization_config"] = q
     return Target(path=_artifact_dir(config), artifact_id=None, model_name=str(config.model_name),
                   recipe=str(config.recipe_name), quant_format="not built", model_bytes=0,
-                  max_context=model_config.get("max_position_embeddings"), config=model_config,
+                  max_context=context_length(model_config), config=model_config,
                   not_built=not_built, base_model=model_dir)
 
 
@@ -203,7 +203,7 @@ def from_path(path: Path) -> Target:
     q = config.get("quantization_config") or {}
     common = dict(path=path, config=config, manifest=recorded,
                   model_bytes=sum(p.stat().st_size for p in weights),
-                  max_context=config.get("max_position_embeddings"))
+                  max_context=context_length(config))
     if recorded:
         return Target(artifact_id=recorded.artifact_id, model_name=recorded.model.name,
                       recipe=recorded.recipe.name, quant_format=recorded.quant_format, **common)
@@ -248,6 +248,24 @@ def refuse_model_code(config: TargetConfig) -> None:
     path = _artifact_dir(config) if config.recipe_name is not None else resolve(config.model_path)
     if (path / "config.json").is_file():
         hf_load.refuse_model_code(path)
+
+
+def context_length(config: dict) -> int | None:
+    """The longest sequence the model's positions cover: max_position_embeddings,
+    or what a rope scaling declared in config.json stretches them to (its
+    factor times original_max_position_embeddings, else times
+    max_position_embeddings). None where config.json does not say."""
+    text = config if "max_position_embeddings" in config else config.get("text_config") or {}
+    positions = text.get("max_position_embeddings")
+    if not isinstance(positions, int):
+        return None
+    scaling = text.get("rope_scaling") or text.get("rope_parameters")
+    if not isinstance(scaling, dict) or (scaling.get("rope_type") or scaling.get("type")) in (None, "default"):
+        return positions
+    factor, original = scaling.get("factor"), scaling.get("original_max_position_embeddings")
+    if not isinstance(factor, (int, float)) or factor <= 1:
+        return positions
+    return max(positions, int((original if isinstance(original, int) else positions) * factor))
 
 
 def _target_dir(config: TargetConfig) -> Path:

@@ -89,19 +89,22 @@ def _with_target(values: dict) -> dict:
 # Set per job by a scheduler without changing the setup: a resumed job may be
 # given other GPUs of the same kind.
 _PER_JOB_ENV = frozenset({"CUDA_VISIBLE_DEVICES"})
+# Engine settings that bound how long a failure takes to show and change no
+# measurement: not in the setup id, so stores measured before they existed keep theirs.
+_BOUNDS = frozenset({"stall_timeout_s"})
 
 
 def identity(engine_cfg: "dict | EngineConfig", cls: type[Engine] | None = None) -> dict:
     """The engine config as it enters the setup id: everything but `_target_`
-    (which code serves a name is not a setting; ids stay what they were), and
-    as `shell_env` the engine's speed variables exported before quantbench
-    started (e.g. OMP_NUM_THREADS, or the ISA caps of scripts/as_avx2_host.sh):
+    (which code serves a name is not a setting; ids stay what they were) and
+    _BOUNDS, and as `shell_env` the engine's speed variables exported before
+    quantbench started (e.g. OMP_NUM_THREADS, or the ISA caps of scripts/as_avx2_host.sh):
     they change speed as `engine.env` does. Absent when there are none, so
     the ids of setups without them stay what they were."""
     cls = cls or get(engine_cfg)
     if isinstance(engine_cfg, EngineConfig):
         engine_cfg = engine_cfg.as_dict()
-    out = {k: v for k, v in engine_cfg.items() if k not in (extensions.TARGET, LEGACY_TARGET)}
+    out = {k: v for k, v in engine_cfg.items() if k not in (extensions.TARGET, LEGACY_TARGET, *_BOUNDS)}
     configured = engine_cfg.get("env") or {}
     shell = {k: os.environ[k] for k in cls.speed_env or ()
              if user_set(k) and k in os.environ and k not in configured and k not in _PER_JOB_ENV}

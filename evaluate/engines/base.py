@@ -22,6 +22,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator, NamedTuple
 
+from evaluate import lifeline
 from evaluate.formats import Verdict
 from evaluate.metrics import RequestTiming
 from quantize.common.errors import UserError
@@ -42,6 +43,12 @@ class EngineStartError(UserError):
     The measurements it owed are recorded as failed (unlike bad input, which
     writes nothing), so a sweep shows the job and goes on."""
     records_failure = True
+
+
+class RunFailed(RuntimeError):
+    """One run failed and the engine can still serve the next (a stalled
+    stream): that run's row is recorded as failed, with this one-line
+    message as its reason, and the scenario goes on."""
 
 
 class LmEvalModel(NamedTuple):
@@ -82,6 +89,12 @@ class Engine:
     # True: it serves over OpenAI-compatible HTTP once started (attributes
     # base_url, model, server_pid, alive()), so load profiles (conf/load/) can drive it.
     serves_http: bool = False
+    # True: it serves from a machine quantbench cannot see (a running server's),
+    # so this machine's memory bounds none of its batches (evaluate.limits).
+    remote: bool = False
+    # True: it starts processes, which hold a lifeline (evaluate.lifeline)
+    # so that they die with evaluate, however it dies.
+    starts_processes: bool = False
 
     @classmethod
     def from_config(cls, values: dict, where: str) -> "EngineConfig":
@@ -218,6 +231,7 @@ class Engine:
         self.settings = dict(settings or {})
         self._scope = ExitStack()
         self.env = self._scope.enter_context(self.environment(env, args))
+        self.lifeline = self._scope.enter_context(lifeline.hold()) if self.starts_processes else None
         self.args = dict(args)
         t0 = time.perf_counter()
         try:

@@ -10,8 +10,14 @@ import time
 import urllib.error
 import urllib.request
 
+from evaluate.engines.base import RunFailed
 from evaluate.metrics import RequestTiming
 from evaluate.serving import client
+
+# Seconds a streamed request may go without a token (engine.stall_timeout_s in
+# conf/engine/openai.yaml and vllm_server.yaml; this one where a config lacks it).
+# A decode step, or a prefill chunk, takes seconds here even on 2 CPU cores.
+STALL_TIMEOUT_S = 30.0
 
 
 def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
@@ -38,13 +44,21 @@ class HttpEngine:
         """None while the server can serve, else why not (one line)."""
         return None
 
+    @property
+    def stall_timeout_s(self) -> float:
+        """Seconds without a streamed token before a request fails as stalled."""
+        return float(self.settings.get("stall_timeout_s") or STALL_TIMEOUT_S)
+
     def run(self, prompts: list[list[int]], output_len: int, stream: bool = True):
-        """All prompts at once, streamed (the batch scenarios)."""
+        """All prompts at once, streamed (the batch scenarios). A stalled
+        stream fails this run only (RunFailed): the next may be served."""
         start = time.perf_counter()
-        results = asyncio.run(client.complete_all(self.base_url, self.model, prompts, output_len))
+        results = asyncio.run(client.complete_all(self.base_url, self.model, prompts, output_len,
+                                                  self.stall_timeout_s))
         failed = next((r for r in results if not r.success), None)
         if failed is not None:
-            raise RuntimeError(f"request to {self.base_url} failed: {failed.error or 'no tokens'}")
+            error = RunFailed if failed.stalled else RuntimeError
+            raise error(f"request to {self.base_url} failed: {failed.error or 'no tokens'}")
         return start, [as_timing(r) for r in results]
 
     def prompt_logprobs(self, prompts: list[list[int]], k: int):

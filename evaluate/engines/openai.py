@@ -49,6 +49,7 @@ def check_base_url(base_url, allow_remote: bool) -> str:
 
 class OpenAIEngine(HttpEngine, Engine):
     name = "openai"
+    remote = True
 
     @staticmethod
     def machine():

@@ -19,6 +19,7 @@ from evaluate.formats import DENSE, FP8, W4A16, W8A8_INT8, W8A16, YES, Verdict
 from evaluate.engines import parallel, vllm_kernels, vllm_schemes, vllm_startup
 from evaluate.engines.vllm_cuda_rules import BF16, cuda_kv_rule, cuda_rule
 from evaluate.engines.base import Engine, EngineStartError, LmEvalModel, user_set
+from evaluate.memory import kv_bytes_per_token
 from evaluate.metrics import RequestTiming
 import quantize.common.machine
 from quantize.common.dtypes import HALF, fast_faithful_dtype
@@ -69,22 +70,6 @@ def sizes_cpu_kv_cache() -> bool:
     the variable is left unset there (and rows do not record a size that
     never applied)."""
     return not quantize.common.machine.detect().cuda
-
-
-def kv_bytes_per_token(config: dict, itemsize: int, args: dict) -> int | None:
-    """Bytes of KV cache one token takes on one rank (keys and values of every
-    layer, heads split over tensor-parallel ranks, layers over pipeline
-    stages); None for a config without plain attention sizes."""
-    text = config.get("text_config") or config
-    layers, heads = text.get("num_hidden_layers"), text.get("num_attention_heads")
-    if not (isinstance(layers, int) and isinstance(heads, int) and heads):
-        return None
-    kv_heads = text.get("num_key_value_heads") or heads
-    head_dim = text.get("head_dim") or (text.get("hidden_size") or 0) // heads
-    if not head_dim:
-        return None
-    tp, pp = int(args.get("tensor_parallel_size") or 1), int(args.get("pipeline_parallel_size") or 1)
-    return 2 * math.ceil(layers / pp) * max(1, kv_heads // tp) * head_dim * itemsize
 
 
 def kv_itemsize(fmt, args: dict) -> int:
@@ -365,6 +350,7 @@ CPU_OP_FOR = {W8A8_INT8: ("onednn_scaled_mm", "int8 W8A8"), W4A16: ("cpu_gemm_wn
 class VllmEngine(Engine):
     name = "vllm"
     speed_env = SPEED_ENV
+    starts_processes = True  # its engine core and workers (a server: the server's tree)
     # set by start(): seconds per start-up phase and bytes reserved, where vLLM says
     startup: dict | None = None
     compile_lookups: dict | None = None  # torch's compile-cache hits and misses while it started

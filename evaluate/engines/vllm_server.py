@@ -10,9 +10,8 @@ environment, same kernels); only how the engine runs differs:
   the process for a crash meanwhile; then one warm-up request;
 - stop() ends the whole group: SIGTERM, then SIGKILL after a grace period.
   If evaluate itself dies without stopping it (kill -9), the server gets
-  SIGKILL from the kernel (PR_SET_PDEATHSIG) and a small watchdog process
-  kills the rest of its group (vLLM's engine core and workers)."""
-import ctypes
+  SIGKILL from the kernel (PR_SET_PDEATHSIG), and the engine's lifeline
+  (evaluate.lifeline) ends the rest of its tree (vLLM's engine core and workers)."""
 import json
 import logging
 import os
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import psutil
 
+from evaluate import lifeline
 from evaluate.engines.base import EngineStartError
 from evaluate.engines.http import HttpEngine, http_get
 from evaluate.engines.vllm import VllmEngine
@@ -36,47 +36,11 @@ STARTUP_TIMEOUT_S = 900      # CPU start-up with graph compilation took 1-3 min 
 STOP_GRACE_S = 10            # SIGTERM -> SIGKILL
 HEALTH_POLL_S = 0.5
 LOG_NAME = "vllm_server.log"
-PR_SET_PDEATHSIG = 1
-
-# Runs beside the server, in its own session: when evaluate (its parent) is
-# gone, it ends the server's process group; when the group is gone, it exits.
-WATCHDOG = """
-import os, signal, sys, time
-parent, group = int(sys.argv[1]), int(sys.argv[2])
-def group_alive():
-    try:
-        os.killpg(group, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-while group_alive():
-    if os.getppid() != parent:
-        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 0)):
-            try:
-                os.killpg(group, sig)
-            except ProcessLookupError:
-                sys.exit(0)
-            end = time.time() + wait
-            while time.time() < end and group_alive():
-                time.sleep(0.1)
-        sys.exit(0)
-    time.sleep(0.5)
-"""
 
 
 class ServerStartError(EngineStartError):
     """The server crashed or never became healthy: one line with the reason
     from its log and the log's path."""
-
-
-def die_with_parent() -> None:
-    """preexec_fn: the kernel sends SIGKILL to the server when the process
-    that started it dies, however it died. (Linux ties this to the thread that
-    started it: evaluate starts engines from its main thread.)"""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def free_port(host: str) -> int:
@@ -163,10 +127,8 @@ class VllmServerEngine(HttpEngine, VllmEngine):
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True, preexec_fn=die_with_parent)
+                                         start_new_session=True, preexec_fn=lifeline.die_with_parent)
         self.server_pid = self.proc.pid
-        self.watchdog = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), str(self.proc.pid)],
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
 
     def _wait_healthy(self, timeout_s: float) -> None:
         deadline = time.perf_counter() + timeout_s
@@ -212,12 +174,11 @@ class VllmServerEngine(HttpEngine, VllmEngine):
             while time.monotonic() < end and group_members(proc.pid):
                 proc.poll()  # reap the leader, or it stays a zombie member
                 time.sleep(0.1)
-        for child in (proc, self.watchdog):  # the watchdog exits once the group is gone
-            try:
-                child.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
         left = group_members(proc.pid)
         if left:
             log.warning("the vLLM server's processes %s outlived SIGKILL (uninterruptible?)", left)

@@ -13,7 +13,8 @@ import aiohttp
 from evaluate.serving.requests import RequestResult
 
 # Generous per-request cap: a request queued behind a saturated CPU server can
-# take minutes; the load level's own max_seconds bounds the whole level.
+# take minutes; the load level's own max_seconds bounds the whole level, and a
+# stream that stops sending fails after the engine's stall_timeout_s.
 REQUEST_TIMEOUT_S = 3600
 
 
@@ -27,14 +28,24 @@ def payload(model: str, prompt: list[int], output_len: int, stream: bool = True)
     return body
 
 
+def stalled(stall_timeout_s: float) -> str:
+    """A stalled stream's failure, naming the setting that bounds it."""
+    return (f"stalled: no token for {stall_timeout_s:g} s; raise engine.stall_timeout_s if the server is only "
+            "slow (a long prefill on a CPU)")
+
+
 class Client:
     """An aiohttp session against one OpenAI-compatible server. Use as
-    `async with Client(base_url, model) as c: await c.complete(...)`."""
+    `async with Client(base_url, model) as c: await c.complete(...)`.
+    `stall_timeout_s`: a streamed completion that sends nothing for that long
+    (before its first token too) fails as stalled; None: no bound but the total."""
 
-    def __init__(self, base_url: str, model: str, timeout_s: float = REQUEST_TIMEOUT_S):
+    def __init__(self, base_url: str, model: str, timeout_s: float = REQUEST_TIMEOUT_S,
+                 stall_timeout_s: float | None = None):
         self.url = base_url.rstrip("/") + "/completions"
         self.model = model
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.stall_timeout_s = stall_timeout_s
         self.session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> "Client":
@@ -49,8 +60,11 @@ class Client:
 
     async def complete(self, prompt: list[int], output_len: int, scheduled: float | None = None) -> RequestResult:
         result = RequestResult(sent=time.perf_counter(), scheduled=scheduled, prompt_tokens=len(prompt))
+        # aiohttp's sock_read: the longest wait for the next bytes, the first ones included
+        timeout = aiohttp.ClientTimeout(total=self.timeout.total, sock_read=self.stall_timeout_s)
         try:
-            async with self.session.post(self.url, json=payload(self.model, prompt, output_len)) as resp:
+            async with self.session.post(self.url, json=payload(self.model, prompt, output_len),
+                                         timeout=timeout) as resp:
                 if resp.status != 200:
                     text = (await resp.text())[:300].replace("\n", " ")
                     result.error = f"HTTP {resp.status}: {text}"
@@ -58,6 +72,8 @@ class Client:
                 await self._read_stream(resp, result)
         except asyncio.CancelledError:  # the level's drain time ran out: the result still counts, as failed
             result.error = "cancelled: still running when the level's time was up"
+        except aiohttp.ServerTimeoutError:  # sock_read ran out: the server holds the stream open, silent
+            result.error, result.stalled = stalled(self.stall_timeout_s), True
         except Exception as e:  # connection refused or reset, timeout, bad JSON: a failed request
             result.error = f"{type(e).__name__}: {e}"[:300] or type(e).__name__
             result.connection_lost = isinstance(e, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError))
@@ -91,9 +107,10 @@ class Client:
                 result.output_tokens = usage.get("completion_tokens", result.output_tokens)
 
 
-async def complete_all(base_url: str, model: str, prompts: list[list[int]], output_len: int) -> list[RequestResult]:
+async def complete_all(base_url: str, model: str, prompts: list[list[int]], output_len: int,
+                       stall_timeout_s: float | None = None) -> list[RequestResult]:
     """Every prompt at once (a batch scenario over HTTP)."""
-    async with Client(base_url, model) as client:
+    async with Client(base_url, model, stall_timeout_s=stall_timeout_s) as client:
         return list(await asyncio.gather(*(client.complete(p, output_len) for p in prompts)))
 
 

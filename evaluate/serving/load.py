@@ -55,15 +55,16 @@ class ServerDied(UserError):
 
 def run_level(base_url: str, model: str, level: Level, prompts: list[list[int]], output_len: int,
               max_seconds: float, drain_seconds: float, alive: Callable[[], str | None],
-              server_pid: int | None, seed: int = 0) -> LevelRun:
+              server_pid: int | None, seed: int = 0, stall_timeout_s: float | None = None) -> LevelRun:
     """Run one level (at most len(prompts) requests and max_seconds of
-    sending) and return what the client saw. Raises ServerDied when
-    `alive()` says the server stopped during it."""
+    sending) and return what the client saw; a request whose stream sends
+    nothing for `stall_timeout_s` fails. Raises ServerDied when `alive()`
+    says the server stopped during it."""
     watch = PeakMemory(interval_s=0.1, pid=server_pid, gpu=False) if server_pid else nullcontext()
     with watch as memory:
         cpu0 = time.process_time()
-        run = asyncio.run(_level(base_url, model, level, prompts, output_len, max_seconds, drain_seconds,
-                                 alive, seed))
+        run = asyncio.run(_level(Client(base_url, model, stall_timeout_s=stall_timeout_s), level, prompts,
+                                 output_len, max_seconds, drain_seconds, alive, seed))
         run.client_cpu_s = time.process_time() - cpu0
     run.server_peak_memory_bytes = memory.peak_rss_bytes if memory else None
     if run.stopped_by and run.stopped_by.startswith("server died"):
@@ -71,12 +72,12 @@ def run_level(base_url: str, model: str, level: Level, prompts: list[list[int]],
     return run
 
 
-async def _level(base_url, model, level: Level, prompts, output_len, max_seconds, drain_seconds, alive, seed):
+async def _level(client: Client, level: Level, prompts, output_len, max_seconds, drain_seconds, alive, seed):
     results: list[RequestResult] = []
     run = LevelRun(mode=level.mode, level=level.level, start=0.0, end=0.0, results=results,
                    burstiness=level.burstiness)
     stop = asyncio.Event()  # set when the level ends early: nothing more is sent
-    async with Client(base_url, model) as client:
+    async with client:
         run.start = time.perf_counter()
         send_until = run.start + max_seconds
         if level.mode == "rate":

@@ -16,6 +16,7 @@ class RequestResult:
     end: float | None = None            # when the response completed
     error: str | None = None            # None: success
     connection_lost: bool = False       # refused, reset or cut off: the server may have died
+    stalled: bool = False               # no bytes for the engine's stall_timeout_s: the server hangs
 
     @property
     def success(self) -> bool:

@@ -127,7 +127,7 @@ def _run_level(job, engine, s, row: Row) -> dict | None:
     prompts = level_prompts(int(job.seed), key, level_requests(p.max_requests), s.input_len, vocab)
     try:
         run = run_level(engine.base_url, engine.model, level, prompts, s.output_len, float(p.max_seconds),
-                        p.drain(), engine.alive, engine.server_pid, seed=key)
+                        p.drain(), engine.alive, engine.server_pid, seed=key, stall_timeout_s=engine.stall_timeout_s)
         metrics = level_metrics(run, job.slo)
         if not metrics["completed"]:  # nothing to measure: say why instead of a row of zeros
             first = next((r.error for r in run.results if r.error), "no request was sent")

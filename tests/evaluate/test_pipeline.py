@@ -183,6 +183,7 @@ def test_the_entry_converts_the_config_once_into_typed_objects():
     assert isinstance(config.engine, EngineConfig) and config.engine.settings["allow_remote"] is False
     assert config.target.recipe_name == "w4a16_gptq" and config.target.model_name == cfg.model.name
     assert config.plan.auto and config.seed == 0 and config.hardware == "cpu"
+    assert (config.limits.runs, config.limits.batch_size, config.limits.batch_tokens) == (100, 1024, "auto")
     assert isinstance(config.scenario, ScenarioSet) and config.scenario.name == "cpu"
     assert config.accuracy.as_dict() == OmegaConf.to_container(cfg.accuracy, resolve=True)
     assert config.lm_eval.as_dict() == OmegaConf.to_container(cfg.lm_eval, resolve=True)

@@ -202,7 +202,7 @@ def test_engine_is_found_from_a_config_outside_conf(dummy):
 def test_engine_config_is_typed_with_the_engines_own_keys_as_settings():
     typed = engines.build(engines.config("openai"))
     assert typed.name == "openai" and typed.engine is engines.get("openai")
-    assert typed.settings == {"base_url": None, "model": None, "allow_remote": False}
+    assert typed.settings == {"base_url": None, "model": None, "allow_remote": False, "stall_timeout_s": 30}
     assert engines.build(engines.config("vllm_server")).settings["host"] == "127.0.0.1"
 
 

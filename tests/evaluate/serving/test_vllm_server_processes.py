@@ -70,7 +70,7 @@ def test_stop_ends_the_whole_process_group(tmp_path):
     engine = start_engine(tmp_path)
     port = int(engine.root_url.rsplit(":", 1)[1])
     s = stats(port)
-    pids = [s["pid"], s["child_pid"], engine.watchdog.pid]
+    pids = [s["pid"], s["child_pid"], engine.lifeline.watchdog_pid]
     assert engine.versions() == {"vllm": "fake-1"} and engine.alive() is None
     assert engine.describe()["engine_startup"]["server_ready_s"] >= 0
     engine.close()
@@ -93,7 +93,7 @@ from types import SimpleNamespace
 from fake_engine import FakeServerEngine
 engine = FakeServerEngine(SimpleNamespace(path={tmp!r}), {{}}, {{}}, max_model_len=256,
                           settings={{"log_dir": {tmp!r}}})
-print(json.dumps({{"port": engine.root_url.rsplit(":", 1)[1], "watchdog": engine.watchdog.pid}}), flush=True)
+print(json.dumps({{"port": engine.root_url.rsplit(":", 1)[1], "watchdog": engine.lifeline.watchdog_pid}}), flush=True)
 sys.stdin.read()  # holds the server until killed
 """
 

@@ -76,7 +76,7 @@ engine = VllmServerEngine(SimpleNamespace(path={model!r}), {{"dtype": "bfloat16"
                           max_model_len=256, settings={{"log_dir": {tmp!r}}})
 import psutil
 tree = [engine.server_pid] + [p.pid for p in psutil.Process(engine.server_pid).children(recursive=True)]
-print(json.dumps({{"tree": tree, "watchdog": engine.watchdog.pid}}), flush=True)
+print(json.dumps({{"tree": tree, "watchdog": engine.lifeline.watchdog_pid}}), flush=True)
 sys.stdin.read()
 """
 

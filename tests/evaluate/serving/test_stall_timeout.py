@@ -1,0 +1,56 @@
+"""A stream that stalls (the server holds it open and sends nothing) fails
+after the engine's `stall_timeout_s`, with a one-line reason naming that
+setting, instead of waiting up to an hour: a batch scenario's run fails and
+the next one runs; a load level's request fails and the level goes on."""
+import asyncio
+
+import pytest
+
+from evaluate import engines
+from evaluate.serving import load
+from evaluate.serving.client import complete_all
+from evaluate.serving.load import Level
+from tests.conftest import tail
+from tests.evaluate.serving.test_run import evaluate, rows
+
+STALLED = "stalled: no token for 2 s; raise engine.stall_timeout_s if the server is only slow (a long prefill on a CPU)"
+
+
+def test_a_stalled_request_fails_after_the_stall_timeout(fake_server):
+    server = fake_server("--fixed-ms", "2", "--stall-from", "0", "--stall-to", "0")
+    (r,) = asyncio.run(complete_all(server.base_url, "fake-model", [[1] * 8], 4, stall_timeout_s=2))
+    assert r.stalled and r.error.startswith(STALLED) and len(r.chunk_times) == 1
+
+
+def test_a_stalled_request_of_a_load_level_fails_and_the_level_goes_on(fake_server):
+    server = fake_server("--fixed-ms", "2", "--stall-from", "1", "--stall-to", "1")
+    prompts = load.level_prompts(0, 1, 4, 8, 49152)
+    run = load.run_level(server.base_url, "fake-model", Level("concurrency", 2), prompts, 4, 30.0, 10.0,
+                         server.alive, server.proc.pid, stall_timeout_s=2)
+    assert [r.stalled for r in run.results].count(True) == 1 and sum(r.success for r in run.results) == 3
+    assert run.stopped_by == "max_requests"
+
+
+@pytest.mark.parametrize("stalled, statuses, reason", [
+    ("1", ["failed", "ok", "ok"], f"request to {{url}} failed: {STALLED}"),
+    ("0", ["failed", "failed", "failed"], f"warm-up failed: request to {{url}} failed: {STALLED}"),
+], ids=["timed_run", "warm_up"])
+def test_a_stalled_stream_fails_its_run_and_evaluate_goes_on(tmp_path, tiny_model, fake_server, stalled, statuses,
+                                                             reason):
+    """Request 0 is the warm-up, 1-3 the timed runs (batch size 1)."""
+    server = fake_server("--fixed-ms", "2", "--stall-from", stalled, "--stall-to", stalled)
+    proc = evaluate(tmp_path, tiny_model, "engine=openai", f"engine.base_url={server.base_url}",
+                    "engine.stall_timeout_s=2", "scenario.input_len=16", "scenario.output_len=4", "runs=3",
+                    "warmup_runs=1")
+    assert proc.returncode == 0, tail(proc)
+    got = sorted(rows(tmp_path), key=lambda r: r["run_index"])
+    assert [(r["run_index"], r["status"]) for r in got] == list(enumerate(statuses))
+    assert got[0]["reason"] == reason.format(url=server.base_url)
+    assert "Traceback" not in proc.stderr
+
+
+def test_the_stall_timeout_changes_no_setup():
+    """A bound on waiting measures nothing differently: stores keep their ids."""
+    config = engines.config("vllm_server")
+    assert config["stall_timeout_s"] == 30
+    assert engines.identity(config) == engines.identity({k: v for k, v in config.items() if k != "stall_timeout_s"})
