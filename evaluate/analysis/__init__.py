@@ -1,6 +1,7 @@
 """What the report shows, computed: result rows -> groups with stats and
-speed-ups (`groups`), the serving analysis of load levels (`load_levels`)
-and the recommendation (`recommendation`). Modules here only compute and
+speed-ups (`groups`), decided by one significance rule (`significance`),
+the rankings (`ranking`), the serving analysis of load levels
+(`load_levels`) and the recommendation (`recommendation`). Modules here only compute and
 return typed objects; evaluate.report only formats them. Suspect artifacts
 (`suspect`) are found first and their rows enter none of them."""
 from dataclasses import dataclass, field
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from evaluate.analysis.groups import Group, add_speedups, aggregate
 from evaluate.analysis.load_levels import ServingAnalysis, analyse as analyse_serving
+from evaluate.analysis.ranking import OverallRanking, ScenarioRanking, rank_overall, rank_scenarios
 from evaluate.analysis.suspect import Suspect, find as find_suspects
 from evaluate.results import Row
 from quantize.common.sanity_rules import SanityConfig
@@ -24,6 +26,8 @@ class Analysis:
     lm_eval: list[Group]
     serving: ServingAnalysis | None  # None without ok serving rows
     suspects: list[Suspect] = field(default_factory=list)  # left out of everything above
+    rankings: list[ScenarioRanking] = field(default_factory=list)  # per scenario, model and store
+    overall: list[OverallRanking] = field(default_factory=list)    # per model and store
 
     @property
     def suspect_ids(self) -> frozenset[str]:
@@ -43,4 +47,4 @@ def analyse(results_dirs: list[Path], rows: list[Row], sanity: SanityConfig | No
     speed = aggregate(rows, "speed")
     add_speedups(speed)
     return Analysis(list(results_dirs), rows, speed, aggregate(rows, "accuracy"), aggregate(rows, "lm_eval"),
-                    analyse_serving(rows), suspects)
+                    analyse_serving(rows), suspects, rank_scenarios(speed), rank_overall(speed))

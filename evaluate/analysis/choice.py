@@ -5,7 +5,8 @@ artifact without an accuracy row cannot be said to meet it, so it is named
 apart when it is faster than the pick rather than recommended."""
 from dataclasses import dataclass, field
 
-from evaluate.analysis.groups import BASELINE, Group, accuracy_of, by_throughput, overlap, scenarios
+from evaluate.analysis.groups import BASELINE, Group, accuracy_of, by_throughput, compare_groups, scenarios
+from evaluate.analysis.significance import Comparison, Verdict
 from evaluate.scenarios import Scenario
 
 ACCURACY_FLOOR_PCT = 95.0
@@ -27,9 +28,14 @@ class Choice:
     floor_pct: float
     pick: Passed | None                      # None: nothing measured meets the floor
     runner_up: Passed | None = None
-    tied: bool = False                       # the runner-up's 95% interval overlaps the pick's
+    vs_runner_up: Comparison | None = None   # the pick's mean / the runner-up's (significance.compare)
     below_floor: list[Passed] = field(default_factory=list)   # faster than the pick, less accurate
     unmeasured: list[Group] = field(default_factory=list)     # faster than the pick, accuracy not measured
+
+    @property
+    def tied(self) -> bool:
+        """Whether the rule finds no difference between the pick and the runner-up."""
+        return bool(self.vs_runner_up) and self.vs_runner_up.verdict is Verdict.SAME
 
 
 def choose(speed: list[Group], accuracy: list[Group], floor_pct: float = ACCURACY_FLOOR_PCT) -> list[Choice]:
@@ -66,6 +72,6 @@ def choose_one(sc: Scenario, model: str, groups: list[Group], accuracy: list[Gro
     if passed:
         choice.pick = passed[0]
         choice.runner_up = passed[1] if len(passed) > 1 else None
-        choice.tied = bool(choice.runner_up) and overlap(
-            passed[0].group.interval(SPEED), choice.runner_up.group.interval(SPEED))
+        if choice.runner_up:
+            choice.vs_runner_up = compare_groups(choice.pick.group, choice.runner_up.group)
     return choice

@@ -5,6 +5,7 @@ stores hold recipe searches the point each one recommends."""
 from evaluate.analysis import Analysis
 from evaluate.analysis.choice import ACCURACY_FLOOR_PCT, Choice, SPEED, choose
 from evaluate.analysis.groups import Group
+from evaluate.analysis.significance import Verdict
 from evaluate.analysis.recommendation import recommend
 from evaluate.report.formatting import MISSING, fmt_fixed, header, interval_text, mb, md_table, speedup_text
 from evaluate.report.labels import labels
@@ -64,6 +65,8 @@ def speedup_cell(g: Group) -> str:
     text = speedup_text(g.speedup) + (f" ({interval_text(g.speedup_ci)})" if g.speedup_ci else "")
     if g.dtype_differs:
         text += f", {g.baseline.dtype} → {g.dtype}"
+    if g.speedup_verdict is Verdict.SAME and g.baseline is not g:
+        text += f", {Verdict.SAME.value}"
     return text + (f" ⚠ {g.flag}" if g.flag else "")
 
 
@@ -72,7 +75,8 @@ def runner_up_text(c: Choice, names: dict) -> str:
         return MISSING
     g = c.runner_up.group
     text = f"{names[g.identity]}: {fmt_fixed(g.mean(SPEED))} tok/s, {fmt_fixed(mb(g.model_bytes), 1)} MB"
-    return text + (" (95% intervals overlap: no significant difference)" if c.tied else "")
+    return text + {Verdict.SAME: f" ({Verdict.SAME.value})", Verdict.UNTESTED: " (not tested: a single run)"}.get(
+        c.vs_runner_up.verdict, "")
 
 
 def left_out_lines(c: Choice, names: dict) -> list[str]:
