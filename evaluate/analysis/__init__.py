@@ -1,12 +1,14 @@
 """What the report shows, computed: result rows -> groups with stats and
 speed-ups (`groups`), decided by one significance rule (`significance`),
-the rankings (`ranking`), the serving analysis of load levels
-(`load_levels`) and the recommendation (`recommendation`). Modules here only compute and
+the rankings (`ranking`), the accuracy figures' intervals
+(`accuracy_bounds`), the serving analysis of load levels (`load_levels`)
+and the recommendation (`recommendation`). Modules here only compute and
 return typed objects; evaluate.report only formats them. Suspect artifacts
 (`suspect`) are found first and their rows enter none of them."""
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evaluate.analysis.accuracy_bounds import add_bounds
 from evaluate.analysis.groups import Group, add_speedups, aggregate
 from evaluate.analysis.load_levels import ServingAnalysis, analyse as analyse_serving
 from evaluate.analysis.ranking import OverallRanking, ScenarioRanking, rank_overall, rank_scenarios
@@ -46,5 +48,7 @@ def analyse(results_dirs: list[Path], rows: list[Row], sanity: SanityConfig | No
     rows = [r for r in rows if r.artifact_id not in left_out]
     speed = aggregate(rows, "speed")
     add_speedups(speed)
-    return Analysis(list(results_dirs), rows, speed, aggregate(rows, "accuracy"), aggregate(rows, "lm_eval"),
+    accuracy = aggregate(rows, "accuracy")
+    add_bounds(accuracy)
+    return Analysis(list(results_dirs), rows, speed, accuracy, aggregate(rows, "lm_eval"),
                     analyse_serving(rows), suspects, rank_scenarios(speed), rank_overall(speed))

@@ -39,6 +39,8 @@ class Group:
     stats: dict[str, tuple[float, float | None, int]] = field(default_factory=dict)  # mean, std, n
     vs_original: Comparison | None = None  # mean output throughput / the baseline's (significance.compare)
     flag: str | None = None  # why its speed is to be read with care (⚠): a single run, or noisy runs
+    # accuracy groups: metric -> 95% interval over the rows' windows or items (accuracy_bounds)
+    sample_intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
     # the `original` group the speed-up is against (itself for the original)
     baseline: "Group | None" = field(default=None, repr=False, compare=False)
 

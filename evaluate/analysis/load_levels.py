@@ -19,7 +19,8 @@ over `Row`s and the analysis' `Group`s.
 import math
 from dataclasses import dataclass, field
 
-from evaluate.analysis.groups import BASELINE, Group, aggregate, scenario_of, scenarios
+from evaluate.analysis.accuracy_bounds import recovery
+from evaluate.analysis.groups import Group, aggregate, scenario_of, scenarios
 from evaluate.analysis.significance import Estimate
 from evaluate.metrics import t95
 from evaluate.results import Row
@@ -129,10 +130,9 @@ def accuracy_for(accuracy: list[Group], g: Group) -> Group | None:
 
 
 def recovery_of(accuracy: list[Group], g: Group) -> float | None:
-    a = accuracy_for(accuracy, g)
-    if a and a.mean("recovery_pct") is not None:
-        return a.mean("recovery_pct")
-    return 100.0 if g.recipe == BASELINE else None
+    """g's accuracy recovery (%), from its accuracy group (accuracy_for)."""
+    found = recovery(accuracy_for(accuracy, g), g)
+    return found.pct if found else None
 
 
 def floor_miss(accuracy: list[Group], g: Group, slo: SLO | None) -> str | None:

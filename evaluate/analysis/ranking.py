@@ -5,7 +5,7 @@ entries that share a letter do not differ, entries with none in common do.
 No tiers of neighbours, so nothing chains."""
 from dataclasses import dataclass, field
 
-from evaluate.analysis.groups import SPEED, Group, by_throughput, compare_groups, testable
+from evaluate.analysis.groups import SPEED, Group, by_throughput, compare_groups, scenarios, testable
 from evaluate.analysis.significance import Comparison, Contrast, letters
 from evaluate.results import Store
 from evaluate.scenarios import Scenario
@@ -29,12 +29,13 @@ class ScenarioRanking:
 
 
 def rank_scenarios(speed: list[Group]) -> list[ScenarioRanking]:
-    """Per scenario, model and store (in order of appearance), the groups with
-    a mean output throughput: those the rule can test, lettered."""
+    """Per scenario, then model and store (in order of appearance), the groups
+    with a mean output throughput: those the rule can test, lettered."""
     blocks: dict[tuple, list[Group]] = {}
-    for g in speed:
-        if g.mean(SPEED):
-            blocks.setdefault((g.scenario, g.model_name, g.store), []).append(g)
+    for sc in scenarios(speed):
+        for g in speed:
+            if g.scenario == sc and g.mean(SPEED):
+                blocks.setdefault((sc, g.model_name, g.store), []).append(g)
     out = []
     for (scenario, model, store), gs in blocks.items():
         ordered = by_throughput(gs)

@@ -132,7 +132,7 @@ def letters(items: Sequence[T], differ: Callable[[T, T], bool]) -> list[str]:
     and c apart when they differ (a: "a", b: "ab", c: "b"). Insert-and-absorb
     (Piepho 2004): start from one set of all; split every set that holds a
     pair that differs; drop sets inside others."""
-    sets: list[set[int]] = [set(range(len(items)))]
+    sets: list[set[int]] = [set(range(len(items)))] if items else []
     for i in range(len(items)):
         for j in range(i + 1, len(items)):
             if differ(items[i], items[j]):

@@ -11,19 +11,22 @@ from evaluate.analysis import Analysis
 from evaluate.analysis.suspect import Suspect
 from evaluate.analysis.choice import ACCURACY_FLOOR_PCT
 from evaluate.analysis.groups import (
-    BASELINE, CV_MAX, Group, accuracy_keys, accuracy_of, by_model, headline_accuracy_keys, kv_cache_bytes,
+    BASELINE, CV_MAX, Group, accuracy_of, by_model, headline_accuracy_keys, kv_cache_bytes,
     lm_baseline, lm_recovery, numeric_metrics, scenario_of, scenarios, stderr_key)
+from evaluate.analysis.accuracy_bounds import recovery
 from evaluate.analysis.ranking import Overall, OverallRanking, ScenarioRanking
 from evaluate.analysis.significance import RULE
 from evaluate.report.formatting import (
     MISSING, fmt_fixed, fmt_number, header, inline_json, interval_text, label, mb, md_table, ordered_metrics, short,
     speedup_text)
+from evaluate.report.accuracy_markdown import RECOVERY_HEADER, by_recipe, recovery_cell, render_accuracy
 from evaluate.report.answer_markdown import SPEEDUP_HEADER, render_answer, speedup_cell
 from evaluate.report.labels import dtype_note, dtypes_text, in_table, labels, run_labels
 from evaluate.report.search_files import sensitivities, studies
 from evaluate.report.search_markdown import render_search, render_sensitivity
 from evaluate.report.search_plots import png_files
 from evaluate.report.serving_markdown import render_serving
+from evaluate.report.stores_markdown import hardware_lines, render_across_stores, shared_rows_lines
 from evaluate.report.config import OutputFormat, ReportConfig
 from evaluate.results import Row
 
@@ -58,8 +61,8 @@ def render_markdown(analysis: Analysis, title: str, floor_pct: float = ACCURACY_
     speed, accuracy = analysis.speed, analysis.accuracy
     searches = studies(analysis.results_dirs, analysis.suspect_ids)
     parts = [render_title(analysis.rows, title, analysis.results_dir), render_answer(analysis, floor_pct, searches),
-             render_suspects(analysis.suspects), render_summary(speed, accuracy), render_ranking(analysis),
-             render_speed_detail(speed), render_details(speed), render_problems(analysis.rows)]
+             render_across_stores(speed), render_suspects(analysis.suspects), render_summary(speed, accuracy),
+             render_ranking(analysis), render_speed_detail(speed), render_details(speed), render_problems(analysis.rows)]
     if accuracy:
         parts.append(render_accuracy(accuracy))
     if analysis.lm_eval:
@@ -168,8 +171,7 @@ def render_title(rows: list[Row], title: str, results_dir: Path) -> str:
                                        for s in dict.fromkeys(r.store for r in rows))
              + (f", measured {stamps[0]} … {stamps[-1]}" if stamps else ""),
              f"- Models: {', '.join(sorted({r.model_name or '?' for r in rows}))}"]
-    lines += [f"- Hardware: {hardware_text(hw)}" for hw in distinct(rows, "hardware")]
-    return "\n".join(lines)
+    return "\n".join(lines + hardware_lines(rows) + shared_rows_lines(rows))
 
 
 def render_method(rows: list[Row]) -> str:
@@ -211,19 +213,6 @@ def setup_lines(rows: list[Row]) -> list[str]:
             for (setup, engine, args, env), recipes in sorted(combos.items())]
 
 
-def hardware_text(hw: dict) -> str:
-    parts = [str(hw.get("cpu") or "unknown CPU")]
-    if hw.get("cpu_count"):
-        parts.append(f"{hw['cpu_count']} CPUs" + (f" ({hw['cpu_affinity']} usable)" if hw.get("cpu_affinity") else ""))
-    if hw.get("memory_gib"):
-        parts.append(f"{hw['memory_gib']} GiB RAM")
-    if hw.get("cpu_isa"):
-        parts.append("ISA " + " ".join(hw["cpu_isa"]))
-    parts.append("accelerators: " + (", ".join(hw.get("accelerators") or []) or "none"))
-    host = f"`{hw['hostname']}` " if hw.get("hostname") else ""
-    return host + "; ".join(parts)
-
-
 def capability_text(facts: dict) -> str:
     """The facts the engine decided from (see `python -m evaluate.capabilities`)."""
     parts = [f"bf16/fp16 {'native' if facts.get('cpu_native_half') else 'emulated on this CPU'}"]
@@ -247,30 +236,30 @@ def render_summary(speed: list[Group], accuracy: list[Group]) -> str:
     """Per scenario, the headline of each artifact in at most 10 columns."""
     names = labels(speed)
     several = len({g.model_name for g in speed}) > 1
-    recovery = "recovery_pct" in headline_accuracy_keys(accuracy)
+    with_recovery = "recovery_pct" in headline_accuracy_keys(accuracy)
     heads = (["Model"] * several + ["Recipe", "Artifact", "Model size (MB)", header(SPEED), SPEEDUP_HEADER]
-             + [header(k) for k in SUMMARY_LATENCY] + [memory_header()] + [header("recovery_pct")] * recovery)
+             + [header(k) for k in SUMMARY_LATENCY] + [memory_header()] + [RECOVERY_HEADER] * with_recovery)
     out = ["## Summary"]
     for sc in scenarios(speed):
-        rows = [[g.model_name] * several + summary_row(g, names, accuracy_of(accuracy, g), recovery)
+        rows = [[g.model_name] * several + summary_row(g, names, accuracy_of(accuracy, g), with_recovery)
                 for g in by_model([g for g in speed if g.scenario == sc])]
         out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
     if not speed:
         out += ["", "No successful speed runs."]
-    elif recovery:
-        out += ["", "Accuracy recovery comes from the artifact's accuracy run in the same setup; — means no such "
-                "run (a run of another setup is never borrowed). The other accuracy metrics are under *Accuracy*, "
-                "every speed metric under *Speed in detail* and in summary.csv."]
+    elif with_recovery:
+        out += ["", "Accuracy recovery comes from the artifact's accuracy run in the same setup, with its 95% interval "
+                "over the windows (what it is: *Accuracy*); — means no such run (a run of another setup is never "
+                "borrowed). The other accuracy metrics are under *Accuracy*, every speed metric under *Speed in "
+                "detail* and in summary.csv."]
     return "\n".join(out)
 
 
-def summary_row(g: Group, names: dict, accuracy: Group | None, recovery: bool) -> list[str]:
+def summary_row(g: Group, names: dict, accuracy: Group | None, with_recovery: bool) -> list[str]:
     cells = ([in_table(names, g), f"`{short(g.artifact_id)}`", fmt_fixed(mb(g.model_bytes), 1),
               mean_pm_std(g, SPEED, 2), speedup_cell(g)]
              + [fmt_fixed(g.mean(k), 2) for k in SUMMARY_LATENCY] + [fmt_fixed(mb(g.mean("peak_memory_bytes")), 1)])
-    if recovery:
-        cells.append(mean_pm_std(accuracy, "recovery_pct") if accuracy and "recovery_pct" in accuracy.stats
-                     else MISSING)
+    if with_recovery:
+        cells.append(recovery_cell(recovery(accuracy, g)) if accuracy else MISSING)
     return cells
 
 
@@ -395,25 +384,6 @@ def render_problems(rows: list[Row]) -> str:
     return ("## Skipped, unsupported and failed\n\nExcluded from every aggregate above. `unsupported`: the "
             "engine has no kernel for this format on this machine (`python -m evaluate.capabilities`).\n\n"
             + md_table(heads, table))
-
-
-def by_recipe(groups: list[Group]) -> list[Group]:
-    """Per model, the baseline first, then recipes by name."""
-    return sorted(groups, key=lambda g: (g.model_name, g.recipe != BASELINE, g.recipe))
-
-
-def render_accuracy(accuracy: list[Group]) -> str:
-    out = ["## Accuracy"]
-    keys = accuracy_keys(accuracy)
-    names = labels(accuracy)
-    heads = ["Model", "Recipe", "Artifact", "Engine", "Model size (MB)", "Rows (n)"] + [header(k) for k in keys]
-    for sc in scenarios(accuracy):
-        rows = [[g.model_name, in_table(names, g), f"`{short(g.artifact_id)}`", g.engine,
-                 fmt_fixed(mb(g.model_bytes), 1), str(len(g.runs))]
-                + [mean_pm_std(g, k) if k in g.stats else MISSING for k in keys]
-                for g in by_recipe([g for g in accuracy if g.scenario == sc])]
-        out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
-    return "\n".join(out)
 
 
 def render_lm_eval(lm: list[Group]) -> str:

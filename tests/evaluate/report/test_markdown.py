@@ -6,6 +6,7 @@ from evaluate.report import build_report
 from evaluate.analysis.groups import aggregate
 from evaluate.report.markdown import mean_pm_std
 
+from evaluate.report.accuracy_markdown import RECOVERY_HEADER as RECOVERY
 from evaluate.report.answer_markdown import SPEEDUP_HEADER as SPEEDUP
 
 from .rows import ARTIFACTS, MODELS, SCENARIOS, heading, lm_eval_row, md_tables, mean_pm_std_of, ok_speed, store
@@ -41,8 +42,8 @@ def test_summary_tables_match_the_rows(report_dir):
         outs = [float(r["Output throughput (tok/s)"].split(" ± ")[0]) for r in summary[heading(scenario)]]
         assert outs == sorted(outs, reverse=True)
         # accuracy side by side with speed where it exists
-        assert table["w8a8_smooth_ptq"]["Accuracy recovery (%)"] == "97"
-        assert table["w4a16_gptq"]["Accuracy recovery (%)"] == "—"
+        assert table["w8a8_smooth_ptq"][RECOVERY] == "97.0"
+        assert table["w4a16_gptq"][RECOVERY] == "—"
     assert "_" not in "".join(summary[heading("interactive")][0])  # headers in words: raw keys only in the CSVs
 
 
@@ -61,8 +62,8 @@ def test_header_ranking_and_accuracy(report_dir):
     assert overall[1] == "2. [b] original — 1.00x (95% interval 1.00–1.00)"
     accuracy = md_tables(md, "Accuracy")["pride_and_prejudice"]
     assert {r["Recipe"] for r in accuracy} == {"original", "w8a8_smooth_ptq"}
-    assert {"Perplexity (ppl)", "KL divergence (nats)", "Top-1 agreement (fraction)",
-            "Accuracy recovery (%)", "Windows (count)"} <= set(accuracy[0])
+    assert {"Perplexity (ppl, 95% CI)", "KL divergence (nats, 95% CI)", "Top-1 agreement (fraction, 95% CI)",
+            RECOVERY, "Windows (count)"} <= set(accuracy[0])
     assert not [h for h in accuracy[0] if "_" in h]
 
 
@@ -150,8 +151,8 @@ def test_speedups_the_rule_cannot_tell_from_one_say_so_and_noisy_ones_are_flagge
 def test_accuracy_is_joined_only_within_its_own_setup(many_models):
     md, _ = many_models
     table = {f'{r["Model"]}/{r["Recipe"]}': r for r in md_tables(md, "Summary")[heading("interactive")]}
-    assert table["SmolLM2-135M-Instruct/w8a8_smooth_gptq"]["Accuracy recovery (%)"] == "98.5"
-    assert table["Qwen2-0.5B/w8a8_smooth_gptq"]["Accuracy recovery (%)"] == "—"  # measured in setup-b only
+    assert table["SmolLM2-135M-Instruct/w8a8_smooth_gptq"][RECOVERY] == "98.5"
+    assert table["Qwen2-0.5B/w8a8_smooth_gptq"][RECOVERY] == "—"  # measured in setup-b only
     assert "a run of another setup is never borrowed" in md
 
 

@@ -103,6 +103,7 @@ def test_letters_split_only_what_differs():
             assert bool(set(marks[a]) & set(marks[b])) != ((a, b) in differ), marks
     assert letters(range(3), lambda a, b: True) == ["a", "b", "c"]
     assert letters(range(3), lambda a, b: False) == ["a", "a", "a"]
+    assert letters([], lambda a, b: True) == []
 
 
 def test_a_mean_on_both_sides_cancels_and_a_single_run_is_not_tested():
