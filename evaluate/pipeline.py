@@ -412,8 +412,10 @@ def _start_engine(job: Job, with_accuracy: bool) -> Engine:
 
 def _score_accuracy(job: Job, logprob_pass: dict) -> None:
     row = job.accuracy_row()
-    metrics = job.guarded(row, lambda: accuracy.score(logprob_pass, job.target, job.accuracy_cfg))
-    job.record(row, "ok", metrics=metrics, accuracy_config=job.accuracy_cfg.as_dict())
+    scores = job.guarded(row, lambda: accuracy.score(logprob_pass, job.target, job.accuracy_cfg))
+    job.record(row, "ok", metrics=scores.metrics, accuracy_samples=scores.samples,
+               accuracy_config=job.accuracy_cfg.as_dict())
+    metrics = scores.metrics
     log.info("accuracy: perplexity %.2f (reference %.2f), KL %.4f nats, top-1 agreement %.3f, "
              "last-word %.3f", metrics["perplexity"], metrics["reference_perplexity"],
              metrics["kl_divergence"], metrics["top1_agreement"], metrics["lastword_accuracy"])

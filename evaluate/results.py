@@ -111,6 +111,9 @@ class Row:
     # command from its manifest (skipped while complete), then this evaluate job.
     repro: str | None = None
     accuracy_config: dict | None = None
+    # accuracy rows: the per-window and per-item values the metrics sum
+    # (evaluate.accuracy.Scores); the report's intervals resample them
+    accuracy_samples: dict | None = None
     lm_eval: dict | None = None        # lm-eval's own result for the task (higher_is_better, n-samples ...)
     lm_eval_config: dict | None = None
     lm_eval_versions: dict | None = None
