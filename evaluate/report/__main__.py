@@ -24,13 +24,15 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
 from evaluate.report import write_report
+from evaluate.tracking import report_record
 from evaluate.report.config import report_config, search_dirs
 from quantize.common.config import warn_old_spelling
 from quantize.common.errors import UserError
 from quantize.common.extensions import plain
 from quantize.common.paths import CONF_DIR
 
-KEYS = ("results_dir", "out_dir", "title", "pareto_scenario", "accuracy_floor_pct", "layout", "output", "sanity")
+KEYS = ("results_dir", "out_dir", "title", "pareto_scenario", "accuracy_floor_pct", "layout", "output", "sanity",
+        "tracking")
 LIST_KEYS = ("layout", "output")
 STORES_KEY = "results_dir"   # one folder, or several: results_dir=a,b is a list, not a Hydra sweep
 # Hydra's own flags; those in FLAGS_WITH_VALUE take the next argument too.
@@ -113,6 +115,8 @@ def _hydra_main(cfg) -> None:
     try:  # the one conversion: from here down the report sees a ReportConfig
         report = report_config(plain(cfg), search_dirs(HydraConfig.get().searchpath))
         paths = write_report(report)
+        if report.tracker:  # a copy: the files in out_dir are the report
+            report.tracker.log(report_record(report.results_dirs, paths))
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         _exit_code[0] = e.exit_code
