@@ -39,7 +39,7 @@ def measurement_record(row: Row) -> RunRecord:
     level = f" {load.get('mode')}={load.get('level')}" if load else ""
     return RunRecord(
         key=run_key("measurement", *row.measurement_key()),
-        name=f"{row.scenario} · {row.engine}{level}",
+        name=f"{row.recipe} · {row.scenario} · {row.engine}{level}",
         params=clean_params(_params(row)),
         tags=clean_tags({"artifact_id": row.artifact_id, "setup_id": row.setup_id,
                          "comparison_id": row.comparison_id, "model": row.model_name, "recipe": row.recipe,
