@@ -61,3 +61,20 @@ def _stop(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+MLFLOW_SERVER = Path(__file__).resolve().parents[1] / ".venv-mlflow" / "bin" / "mlflow"   # make setup-mlflow
+
+
+@contextmanager
+def mlflow_server(folder: Path):
+    """`mlflow server` (.venv-mlflow) with a SQLite backend and a local
+    artifact root in `folder`; yields its URI."""
+    port = free_port()
+    command = [str(MLFLOW_SERVER), "server", "--host", HOST, "--port", str(port), "--workers", "1",
+               "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}",
+               "--artifacts-destination", str(folder / "artifacts")]
+    # no GenAI job runner: nothing here uses it, and its scheduler slows the start
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    with serving(command, f"http://{HOST}:{port}/health", folder / "server.log", env=env):
+        yield f"http://{HOST}:{port}"

@@ -20,10 +20,9 @@ from pathlib import Path
 import pytest
 
 from evaluate import results
-from tests.conftest import ROOT, SMALL_CALIB, TINY_NAME, run_cli, tail
-from tests.servers import HOST, free_port, serving
+from tests.conftest import SMALL_CALIB, TINY_NAME, run_cli, tail
+from tests.servers import HOST, MLFLOW_SERVER, free_port, mlflow_server
 
-MLFLOW_SERVER = ROOT / ".venv-mlflow" / "bin" / "mlflow"
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not MLFLOW_SERVER.exists(), reason="no MLflow server: make setup-mlflow installs it"),
@@ -38,15 +37,8 @@ REQUEUED = "tracking_requeued"     # the scenario of the evaluate whose first at
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("mlflow-server")
-    port = free_port()
-    command = [str(MLFLOW_SERVER), "server", "--host", HOST, "--port", str(port), "--workers", "1",
-               "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}",
-               "--artifacts-destination", str(folder / "artifacts")]
-    # no GenAI job runner: nothing here uses it, and its scheduler slows the start
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    with serving(command, f"http://{HOST}:{port}/health", folder / "server.log", env=env):
-        yield f"http://{HOST}:{port}"
+    with mlflow_server(tmp_path_factory.mktemp("mlflow-server")) as uri:
+        yield uri
 
 
 @dataclass
@@ -56,6 +48,7 @@ class Sweep:
     results: Path
     reports: Path
     down: object          # the evaluate whose tracker was down
+    report: object        # the report's process
 
 
 def check(proc):
@@ -79,8 +72,9 @@ def sweep(server, tiny_model, tmp_path_factory) -> Sweep:
     down = check(run_cli("evaluate", *requeued, "tracking=mlflow", f"tracking.uri=http://{HOST}:{free_port()}",
                          env={"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}, cwd=work))
     check(run_cli("evaluate", *requeued, *tracked, cwd=work))
-    check(run_cli("evaluate.report", f"results_dir={res}", f"out_dir={work / 'reports'}", *tracked, cwd=work))
-    return Sweep(server, artifacts, res, work / "reports", down)
+    report = check(run_cli("evaluate.report", f"results_dir={res}", f"out_dir={work / 'reports'}", *tracked,
+                           cwd=work))
+    return Sweep(server, artifacts, res, work / "reports", down, report)
 
 
 def client(uri: str):
@@ -171,6 +165,8 @@ def test_the_report_logs_its_files_to_the_sweeps_run(sweep):
     (report,) = [r for name, r in runs.items() if name.startswith("report")]
     files = {a.path for a in c.list_artifacts(report.info.run_id)}
     assert {"report.md", "report.html", "summary.csv"} <= files
+    printed = sweep.report.stdout.splitlines()   # the files written, one per line, as without tracking
+    assert {Path(p).name for p in printed} == files and all(Path(p).is_file() for p in printed), printed
     assert report.data.tags["results_dir"] == str(sweep.results.resolve())
 
 
@@ -201,12 +197,22 @@ def test_a_measurement_in_the_mlflow_ui(sweep, tmp_path):
     from tests.evaluate.report.test_html import headless_chromium
     runs = runs_of(sweep.uri)
     run = _child(runs, runs[f"{TINY_NAME}/w4a16_rtn"], "tracking_tiny")
+    page = f"{sweep.uri}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
+    shown = ("output_throughput", "engine_args", "artifact_id", "tiny-llama/w4a16_rtn", run.info.run_name)
     shot = tmp_path / "run.png"
     with headless_chromium() as browser:
-        browser.get(f"{sweep.uri}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}")
-        shown = ("output_throughput", "engine_args", "artifact_id", run.info.run_name)
-        WebDriverWait(browser, 180).until(
-            lambda b: all(text in b.find_element(By.TAG_NAME, "body").text for text in shown))
+        browser.set_window_size(1280, 1300)
+
+        def open_run():
+            browser.get(page)
+            WebDriverWait(browser, 180).until(
+                lambda b: all(text in b.find_element(By.TAG_NAME, "body").text for text in shown))
+        open_run()
+        for view in browser.find_elements(By.XPATH, "//*[normalize-space(text())='Model training']")[:1]:
+            view.click()  # the UI's view for training runs rather than GenAI's; it keeps it
+            open_run()
+        for close in browser.find_elements(By.CSS_SELECTOR, "button[aria-label='Close']"):
+            close.click()  # the assistant's side panel
         assert browser.save_screenshot(str(shot))
     keep = os.environ.get("QUANTBENCH_SCREENSHOT")
     if keep:

@@ -7,6 +7,7 @@ an `http://` server (several jobs at once: use one), `sqlite:///<file>` or a
 folder. mlflow-skinny (requirements/common.txt) is enough for the client;
 the server is the full package (scripts/setup_mlflow.sh)."""
 import importlib.util
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -14,14 +15,18 @@ from dataclasses import dataclass, field
 from quantize.common.errors import UserError
 from quantize.common.tracking import KEY_TAG, Metric, RunRecord, Tracker
 
+log = logging.getLogger("quantbench.tracking")
 MISSING = ("tracking=mlflow needs the mlflow-skinny package; install it with bash scripts/setup.sh "
            "(requirements/common.txt), or pass tracking=none")
 PARENT_TAG = "mlflow.parentRunId"   # how MLflow nests a run under another
 # MLflow's batch limits (mlflow.utils.validation)
 PARAMS_PER_BATCH, METRICS_PER_BATCH = 100, 1000
-# A server that is down: the client's default retries back off for minutes per
-# call; these give up in seconds, so a job only loses its tracking, not its time.
-HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+# The client's defaults a job changes (a user's own setting wins): a server that
+# is down is given up in seconds, not after minutes of retries per call, so a
+# job only loses its tracking; and no "View run" lines on stdout after each
+# write (the report's stdout is the files it wrote; one log line says where runs go).
+CLIENT_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+                   "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
 
 
 @dataclass
@@ -69,7 +74,7 @@ class MlflowTracker(Tracker):
 
     def client(self):
         if self._client is None:
-            for name, value in HTTP_DEFAULTS.items():
+            for name, value in CLIENT_DEFAULTS.items():
                 os.environ.setdefault(name, value)
             from mlflow import MlflowClient
             self._client = MlflowClient(tracking_uri=self.uri)
@@ -106,6 +111,7 @@ class MlflowTracker(Tracker):
         tags = {KEY_TAG: record.key, **record.tags, **({PARENT_TAG: parent} if parent else {})}
         run_id = self.client().create_run(self.experiment_id(), tags=tags, run_name=record.name).info.run_id
         self._runs[record.key] = run_id
+        log.info("tracking: run %s (%s) in %s", record.name, run_id, self.describe())
         self._batch(run_id, params=record.params)
         self._files(run_id, record)
         return run_id, True

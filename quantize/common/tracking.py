@@ -70,8 +70,9 @@ class Tracker(extensions.Configurable):
                                                                   compare=False)
     _quiet: bool = field(default=False, init=False, repr=False, compare=False)
 
-    def write(self, record: RunRecord) -> None:
-        """Create the record's run (and its parent's) unless its key exists; log what it lacks."""
+    def write(self, record: RunRecord) -> str:
+        """Create the record's run (and its parent's) unless its key exists;
+        log what it lacks; return the run's id. Errors propagate (see `log`)."""
         raise NotImplementedError
 
     def describe(self) -> str:
@@ -87,7 +88,7 @@ class Tracker(extensions.Configurable):
         return self.safely(lambda: [self.write(r) for r in records if r is not None])
 
     def log_artifact(self, artifact_dir: Path) -> bool:
-        """The artifact's run (quantize, and evaluate for an artifact quantized untracked)."""
+        """The run of the artifact in `artifact_dir` (quantize's: built, or found complete)."""
         return self.safely(lambda: self.log(artifact_record(artifact_dir)))
 
     def safely(self, fn) -> bool:
@@ -100,8 +101,8 @@ class Tracker(extensions.Configurable):
             return not self._quiet
         except Exception as e:  # a tracker fails in many ways; none may fail a measurement
             self._quiet = True
-            log.warning("tracking: %s logging failed, off for the rest of this job (%s); the results store "
-                        "keeps every row, and %s back-fills them", self.describe(), one_line(e, limit=300), BACKFILL)
+            log.warning("tracking: logging to %s failed (%s); no more tracking in this job, the results store "
+                        "keeps every row and %s back-fills them", self.describe(), one_line(e, limit=200), BACKFILL)
             return False
 
 
