@@ -1,6 +1,7 @@
 """`python -m evaluate.report [results_dir=results|a,b] [out_dir=reports] [title=...] [pareto_scenario=<name>]
 [accuracy_floor_pct=95]
-[layout=[summary,batch_table,context_table,oneline,length_grid]] [output=[markdown,csv,png,html]]`
+[layout=[summary,batch_table,context_table,oneline,length_grid]] [output=[markdown,csv,png,html]]
+[tracking=mlflow tracking.uri=<uri>]`
 
 Hydra overrides like the two stages, over conf/report.yaml (`--help` lists
 them and the groups): results_dir holds results*.jsonl, or names several
@@ -12,7 +13,8 @@ the files of its output formats (conf/report/output/: report.md, summary.csv,
 runs.csv, serving.csv, the PNGs), every other layout `<layout>.md`;
 pareto_scenario is the scenario whose throughput the speed-vs-size and
 speed-vs-accuracy plots use (default: the first). Prints the files written,
-one per line. Writes nothing else: no .hydra/, no log.
+one per line. Writes nothing else: no .hydra/, no log. With tracking=mlflow
+the files written are also logged to the stores' run in MLflow (docs/tracking.md).
 
 The spelling before Hydra, `layout=a,b` and `key=` (empty: the default),
 works for one release with a deprecation line on stderr."""
