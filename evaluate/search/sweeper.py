@@ -41,6 +41,7 @@ import socket
 import sys
 import threading
 import time
+import warnings
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from importlib import metadata
@@ -137,8 +138,8 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
         directions = self._get_directions()
         self.objectives = _objectives(self.settings.objectives, directions)
         study = _load_study(self.study_name, self.storage, directions, self.url)
-        study.set_metric_names([o.name for o in self.objectives])  # optuna-dashboard's objective names
         with _Ownership(study, self.url):
+            _name_values(study, self.objectives)
             settled = _settle_interrupted(study, self.settings.results_dir, len(directions))
             done = len(_finished(study))
             self.n_trials = max(0, self.target - done)
@@ -325,6 +326,13 @@ def _load_study(name: str, storage, directions: list[str], url: str) -> optuna.S
         raise UserError(f"study {name} in {storages.redact(url)} optimizes {stored}, this search {directions}; "
                         "use another hydra.sweeper.study_name for the new objectives, or the old ones to resume it")
     return study
+
+
+def _name_values(study: optuna.Study, objectives: list[study_file.Objective]) -> None:
+    """The study's metric names: the objectives', as optuna-dashboard labels the values."""
+    with warnings.catch_warnings():  # experimental since Optuna 3.2, still in 5.0
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names([o.name for o in objectives])
 
 
 def _finished(study: optuna.Study) -> list[FrozenTrial]:
