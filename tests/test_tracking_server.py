@@ -8,7 +8,8 @@ joblib multirun (each measurement its own run, nested under its artifact's,
 the timed runs as steps, accuracy beside them); an evaluate whose server is
 down (one warning, the rows still stored) rerun with the server up, as a
 requeued job is (the rows the first attempt stored are logged, nothing is
-measured again); the report (its files in the sweep's run). Then
+measured again); the report (its files in the sweep's run); quantize on
+the Ray launcher (each job its artifact's run). Then
 `python -m evaluate.track` back-fills the store: into the same experiment it
 adds nothing, twice; into a new one it gives the same runs and steps."""
 import importlib.util
@@ -180,6 +181,22 @@ def test_a_backfill_adds_nothing_to_a_tracked_store_and_rebuilds_it_elsewhere(sw
     check(run_cli("evaluate.track", f"results_dir={sweep.results}", f"tracking.uri={sweep.uri}",
                   "tracking.experiment=backfill", cwd=tmp_path))
     assert shape(sweep.uri, "backfill") == before
+
+
+@pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("ray", "hydra_plugins.hydra_ray_launcher")),
+                    reason="Ray or Hydra's Ray launcher is not installed here (bash scripts/setup.sh installs them)")
+def test_a_ray_sweep_logs_each_job_to_the_one_server(sweep, tiny_model, tmp_path):
+    """quantize's two jobs on the Ray launcher (the artifacts found complete)
+    each log their artifact's run, into another experiment of the same server."""
+    import json
+    artifacts_dir = next(iter(sweep.artifacts.values())).parent.parent
+    check(run_cli("quantize", "-m", f"recipe={','.join(RECIPES)}", f"model={tiny_model}", *SMALL_CALIB,
+                  f"artifacts_dir={artifacts_dir}", "hydra/launcher=ray_local", "tracking=mlflow",
+                  f"tracking.uri={sweep.uri}", "tracking.experiment=ray", cwd=tmp_path))
+    runs = runs_of(sweep.uri, "ray")
+    assert {name: run.data.tags["artifact_id"] for name, run in runs.items()} == {
+        f"{TINY_NAME}/{recipe}": json.loads((folder / "manifest.json").read_text())["artifact_id"]
+        for recipe, folder in sweep.artifacts.items()}
 
 
 BROWSER_MISSING = [b for b in ("chromium", "chromedriver") if shutil.which(b) is None]
