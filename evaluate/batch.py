@@ -10,7 +10,6 @@ from typing import NamedTuple
 
 from evaluate import precision
 from evaluate.engines import Engine
-from evaluate.memory import PeakMemory
 from evaluate.metrics import summarize
 from evaluate.precision import HEADLINE
 from evaluate.results import Row
@@ -100,7 +99,7 @@ def _warm_up(job, engine: Engine, s: Scenario, vocab: int) -> int:
 
 def _timed_run(job, engine: Engine, s: Scenario, i: int, vocab: int) -> dict:
     target = job.target
-    with PeakMemory() as mem:
+    with engine.peak_memory() as mem:
         start, timings = engine.run(prompts(s, job.seed, i, vocab), s.output_len)
     short = [t.output_tokens for t in timings if t.output_tokens != s.output_len]
     if short:

@@ -3,7 +3,7 @@ import sys
 
 import hydra
 
-from evaluate import hardware
+from evaluate import hardware, memory
 from quantize.common.config import prepare_argv
 from quantize.common.extensions import plain
 from quantize.common.jobs import run_job
@@ -26,6 +26,7 @@ def _evaluate(cfg) -> None:
 
 
 def main() -> None:
+    memory.one_malloc_arena()  # before any thread allocates: engines' peak memory (evaluate.memory)
     prepare_argv()
     # once, before Hydra composes: the machine's defaults (conf/hardware/), under the command line's
     sys.argv[1:] = hardware.with_default(sys.argv[1:])

@@ -10,6 +10,7 @@ import time
 import urllib.error
 import urllib.request
 
+from evaluate.memory import PeakMemory
 from evaluate.metrics import RequestTiming
 from evaluate.serving import client
 
@@ -37,6 +38,14 @@ class HttpEngine:
     def alive(self) -> str | None:
         """None while the server can serve, else why not (one line)."""
         return None
+
+    @classmethod
+    def import_libraries(cls, target) -> None:
+        """Nothing: the server is a process of its own."""
+
+    def peak_memory(self) -> PeakMemory:
+        """The server's process tree, whole; nothing for a remote server."""
+        return PeakMemory(pid=self.server_pid, remote=self.server_pid is None)
 
     def run(self, prompts: list[list[int]], output_len: int, stream: bool = True):
         """All prompts at once, streamed (the batch scenarios)."""

@@ -149,10 +149,13 @@ NOTES = (
     "significant difference\" (a stricter test than the speed-up's interval, which can exclude 1.0 while "
     "the two means' intervals still overlap). Intervals of a mean are Student-t, from two runs up; `Runs (n)` says how "
     "`runs=auto` ended (target met, or cap reached at max_runs).\n\n"
-    "Peak memory is the resident memory of the engine's process tree at its peak: the weights, the "
-    "KV cache and the runtime (Python, torch, compiled graphs). vLLM-CPU allocates its whole KV cache "
-    "up front (`VLLM_CPU_KVCACHE_SPACE` GiB, shown per row as *KV cache*), so peak memory barely "
-    "changes with batch size; model size is the weights alone.")
+    "Peak memory is the engine's, not the harness's (the highest sample, every 50 ms, of a timed run): for an "
+    "engine in the evaluate process (transformers), what that process grew by since just before the engine "
+    "started, its libraries' code left out (the weights, the KV cache and activations); for an engine in "
+    "processes of its own (vLLM's engine core and workers, a server), their whole resident memory, runtime "
+    "included. So an artifact's figure does not depend on what the process measured before it. vLLM-CPU "
+    "allocates its whole KV cache up front (`VLLM_CPU_KVCACHE_SPACE` GiB, shown per row as *KV cache*), so "
+    "peak memory barely changes with batch size; model size is the weights alone.")
 
 
 def render_title(rows: list[Row], title: str, results_dir: Path) -> str:
