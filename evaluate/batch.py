@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from evaluate import precision
 from evaluate.engines import Engine
+from evaluate.host_load import HostLoad, HostLoadMeter
 from evaluate.metrics import summarize
 from evaluate.precision import HEADLINE
 from evaluate.results import Row
@@ -66,10 +67,10 @@ def _run_scenario(job, engine: Engine, s: Scenario, pending: Pending) -> None:
         warmups = _warm_up(job, engine, s, vocab)
         values = list(pending.prior)
         for i in pending.indices:
-            metrics = _timed_run(job, engine, s, i, vocab)
+            metrics, host = _timed_run(job, engine, s, i, vocab)
             values.append(metrics[HEADLINE])
             record = plan.record(values, warmups)
-            job.record(job.speed_row(s, i), "ok", metrics=metrics, precision=record)
+            job.record(job.speed_row(s, i), "ok", metrics=metrics, precision=record, host_load=host.as_dict())
             log.info("  run %d%s: %.1f tok/s out, latency %.2f s, TTFT %.0f ms%s", i + 1,
                      f" (auto, at most {plan.max_runs})" if plan.auto else f"/{plan.runs}", metrics[HEADLINE],
                      metrics["latency_s"], metrics["ttft_ms_mean"],
@@ -97,16 +98,17 @@ def _warm_up(job, engine: Engine, s: Scenario, vocab: int) -> int:
     return len(speeds)
 
 
-def _timed_run(job, engine: Engine, s: Scenario, i: int, vocab: int) -> dict:
+def _timed_run(job, engine: Engine, s: Scenario, i: int, vocab: int) -> tuple[dict, HostLoad]:
+    """One timed run: its metrics, and how busy the host was meanwhile."""
     target = job.target
-    with engine.peak_memory() as mem:
+    with engine.peak_memory() as mem, HostLoadMeter() as host:
         start, timings = engine.run(prompts(s, job.seed, i, vocab), s.output_len)
     short = [t.output_tokens for t in timings if t.output_tokens != s.output_len]
     if short:
         raise RuntimeError(f"engine generated {short[0]} tokens instead of {s.output_len}")
     metrics = summarize(timings, start, target.model_bytes) | mem.as_metrics()
     metrics["model_bytes"] = target.model_bytes
-    return metrics
+    return metrics, host.result
 
 
 def prompts(s, seed: int, run_index: int, vocab: int) -> list[list[int]]:
