@@ -6,6 +6,7 @@ return typed objects; evaluate.report only formats them. Suspect artifacts
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evaluate.analysis.busy_host import BusyHost
 from evaluate.analysis.groups import Group, add_speedups, aggregate
 from evaluate.analysis.load_levels import ServingAnalysis, analyse as analyse_serving
 from evaluate.analysis.suspect import Suspect, find as find_suspects
@@ -24,6 +25,7 @@ class Analysis:
     lm_eval: list[Group]
     serving: ServingAnalysis | None  # None without ok serving rows
     suspects: list[Suspect] = field(default_factory=list)  # left out of everything above
+    busy_host: BusyHost = field(default_factory=BusyHost.from_config)  # which runs shared a busy host
 
     @property
     def suspect_ids(self) -> frozenset[str]:
@@ -35,12 +37,14 @@ class Analysis:
         return self.results_dirs[0]
 
 
-def analyse(results_dirs: list[Path], rows: list[Row], sanity: SanityConfig | None = None) -> Analysis:
-    """`sanity`: the suspect rules' thresholds (None: conf/sanity/default.yaml)."""
+def analyse(results_dirs: list[Path], rows: list[Row], sanity: SanityConfig | None = None,
+            busy_host: BusyHost | None = None) -> Analysis:
+    """`sanity`: the suspect rules' thresholds (None: conf/sanity/default.yaml);
+    `busy_host`: the busy-host rule (None: conf/report.yaml's threshold)."""
     suspects = find_suspects(rows, sanity or SanityConfig.from_config(None))
     left_out = {s.artifact_id for s in suspects}
     rows = [r for r in rows if r.artifact_id not in left_out]
     speed = aggregate(rows, "speed")
     add_speedups(speed)
     return Analysis(list(results_dirs), rows, speed, aggregate(rows, "accuracy"), aggregate(rows, "lm_eval"),
-                    analyse_serving(rows), suspects)
+                    analyse_serving(rows), suspects, busy_host or BusyHost.from_config())

@@ -6,6 +6,7 @@ from evaluate.analysis import Analysis
 from evaluate.analysis.choice import ACCURACY_FLOOR_PCT, Choice, SPEED, choose
 from evaluate.analysis.groups import Group
 from evaluate.analysis.recommendation import recommend
+from evaluate.report.conditions_markdown import condition_lines
 from evaluate.report.formatting import MISSING, fmt_fixed, header, interval_text, mb, md_table, speedup_text
 from evaluate.report.labels import labels
 from evaluate.report.search_files import StudyEntry, studies
@@ -30,6 +31,8 @@ def render_answer(analysis: Analysis, floor_pct: float = ACCURACY_FLOOR_PCT,
                 answer_table(choices, names)]
         left_out = [line for c in choices for line in left_out_lines(c, names)]
         out += [""] + left_out if left_out else []
+        conditions = condition_lines(choices, names, analysis.busy_host)
+        out += ["", "What these speeds rest on:", ""] + conditions if conditions else []
     else:
         out.append("No successful speed runs to choose from.")
     if analysis.serving:
