@@ -123,9 +123,9 @@ class PeakMemory:
             below = root.children(recursive=True)
         except psutil.Error:
             return self
-        self.peak_rss_bytes = 0
-        started = self.baseline.children if self.baseline else frozenset()
-        self._procs = [root, *(p for p in below if p.pid not in started)]
+        self.peak_rss_bytes = self._root_at_peak = 0
+        before = self.baseline.children if self.baseline else frozenset()
+        self._procs = [root, *(p for p in below if p.pid not in before)]
         self._sample()
         self._thread.start()
         return self
@@ -136,9 +136,9 @@ class PeakMemory:
         self._stop.set()
         self._thread.join()
         self._sample()
-        if self.baseline:
+        if self.baseline:  # library code paged in since is this process's, not the engine's
             code = max(0, library_rss_bytes() - self.baseline.library_bytes)
-            self.peak_rss_bytes = max(0, self.peak_rss_bytes - code)
+            self.peak_rss_bytes -= min(code, self._root_at_peak)
 
     def as_metrics(self) -> dict:
         out = {"peak_memory_bytes": self.peak_rss_bytes}
@@ -151,16 +151,21 @@ class PeakMemory:
             self._sample()
 
     def _sample(self):
-        rss = -self.baseline.rss_bytes if self.baseline else 0
-        for p in self._procs:
-            try:
-                rss += p.memory_info().rss
-            except psutil.Error:  # a child exiting between listing and reading
-                pass
-        self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
+        root, *below = self._procs
+        own = max(0, _rss(root) - self.baseline.rss_bytes) if self.baseline else _rss(root)
+        total = own + sum(_rss(p) for p in below)
+        if total > self.peak_rss_bytes:
+            self.peak_rss_bytes, self._root_at_peak = total, own
         gpu = _gpu_used_bytes() if self._gpu else None
         if gpu is not None:
             self.peak_gpu_bytes = max(self.peak_gpu_bytes or 0, gpu)
+
+
+def _rss(p: psutil.Process) -> int:
+    try:
+        return p.memory_info().rss
+    except psutil.Error:  # a child exiting between listing and reading
+        return 0
 
 
 def _gpu_used_bytes() -> int | None:
