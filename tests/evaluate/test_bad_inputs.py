@@ -166,13 +166,14 @@ def write_store(path, good_rows):
 
 
 def test_reader_skips_lines_that_are_not_rows_with_a_counted_warning(tmp_path, caplog):
-    good = {"kind": "speed", "status": "ok", "n": 1}
+    good = {"kind": "speed", "status": "ok", "artifact_id": "a", "metrics": {"latency_s": 1.0}, "n": 1}
     write_store(tmp_path / "results.jsonl", [good])
     with caplog.at_level(logging.WARNING, logger="quantbench.results"):
         rows = results.read(tmp_path)
-    assert rows == [results.Row(kind="speed", status="ok", extra={"n": 1})]
+    assert rows == [results.Row(kind="speed", status="ok", artifact_id="a", metrics={"latency_s": 1.0},
+                                extra={"n": 1})]
     (warning,) = [r for r in caplog.records if "not result rows" in r.getMessage()]
-    assert f"skipped {len(FOREIGN)} line(s)" in warning.getMessage()
+    assert f"left out {len(FOREIGN)} line(s)" in warning.getMessage()
     assert results.completed_keys(tmp_path) == {rows[0].run_key()}
 
 
@@ -186,7 +187,7 @@ def test_report_and_rerun_skip_logic_work_on_a_store_with_foreign_lines(tiny_mod
     args = ("engine=hf", "runs=1", "accuracy=none")
     first = evaluate(tiny_model, res, *args, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-2000:]
-    assert "skipped 6 line(s) that are not result rows" in first.stdout + first.stderr
+    assert "left out 6 line(s) that are not result rows" in first.stdout + first.stderr
     (row,) = results.read(res)
     assert row.status == "ok"
     again = evaluate(tiny_model, res, *args, cwd=tmp_path)

@@ -143,7 +143,8 @@ def test_the_report_header_names_the_profiles_of_its_rows(tmp_path):
 
 def test_the_profile_round_trips_through_the_store(tmp_path):
     from evaluate import results
-    results.append(tmp_path / "results.jsonl", Row(kind="speed", status="ok", hardware_defaults="cuda"))
+    results.append(tmp_path / "results.jsonl", Row(kind="speed", status="ok", artifact_id="a", metrics={"latency_s": 1.0},
+                                                     hardware_defaults="cuda"))
     (row,) = results.read(tmp_path)
     assert row.hardware_defaults == "cuda" and not row.extra
 

@@ -30,7 +30,8 @@ def setup(tmp_path):
         (tmp_path / "artifacts" / MODEL / recipe).mkdir(parents=True)
         (tmp_path / "artifacts" / MODEL / recipe / "manifest.json").write_text("{}")
     store = tmp_path / "results" / results.RESULTS_FILE
-    base = Row(kind="speed", model_name=MODEL, batch_size=1, output_len=4, metrics={"output_throughput": 9.0})
+    base = Row(kind="speed", model_name=MODEL, artifact_id="a", batch_size=1, output_len=4,
+               metrics={"output_throughput": 9.0})
     results.append(store, base.but(status="ok", recipe="original", scenario="short", input_len=16, run_index=0))
     results.append(store, base.but(status="ok", recipe="original", scenario="short", input_len=16, run_index=1))
     results.append(store, base.but(status="failed", recipe="original", scenario="longer", input_len=32,

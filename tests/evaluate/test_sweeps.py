@@ -56,9 +56,9 @@ def plugin_missing(*modules: str) -> bool:
     pytest.param("local_parallel", marks=pytest.mark.skipif(
         plugin_missing("joblib", "hydra_plugins.hydra_joblib_launcher"),
         reason="Hydra's joblib launcher is not installed here (bash scripts/setup.sh installs it)")),
-    pytest.param("ray_local", marks=pytest.mark.skipif(
+    pytest.param("ray_local", marks=[pytest.mark.extended, pytest.mark.skipif(
         plugin_missing("ray", "hydra_plugins.hydra_ray_launcher"),
-        reason="Ray or Hydra's Ray launcher is not installed here (bash scripts/setup.sh installs them)")),
+        reason="Ray or Hydra's Ray launcher is not installed here (bash scripts/setup.sh installs them)")]),
 ])
 def test_plugin_launchers_run_the_sweep(tiny, tmp_path, launcher):
     art, sweep = tmp_path / "art", tmp_path / "sweep"
@@ -118,9 +118,11 @@ def test_concurrent_writers_never_lose_or_tear_lines(tmp_path):
 
 
 def test_reader_merges_shards_and_skips_a_torn_line(tmp_path):
-    results.append(tmp_path / "results.jsonl", results.Row(kind="speed", status="ok", extra={"n": 1}))
+    def row(n):
+        return results.Row(kind="speed", status="ok", artifact_id="a", metrics={"latency_s": 1.0}, extra={"n": n})
+    results.append(tmp_path / "results.jsonl", row(1))
     other = results.shard_path(tmp_path, shard=True)
-    results.append(other, results.Row(kind="speed", status="ok", extra={"n": 2}))
+    results.append(other, row(2))
     with open(other, "a") as f:
         f.write('{"kind": "speed", "status": "ok", "n": ')  # a writer killed mid-line
     assert sorted(r.extra["n"] for r in results.read(tmp_path)) == [1, 2]
