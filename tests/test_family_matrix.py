@@ -321,6 +321,7 @@ def test_a_malformed_cell_is_named(tmp_path, cell, why):
 FAMILY_NAMES = list(MATRIX.families)
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 @sweeps
 @pytest.mark.parametrize("family", FAMILY_NAMES)
@@ -369,6 +370,7 @@ def _works_problems(cell: Cell, architecture: str) -> list[str]:
     return problems
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 @sweeps
 @pytest.mark.parametrize("family", FAMILY_NAMES)
@@ -404,6 +406,7 @@ def test_vllm_is_refused_where_the_capability_layer_says_so(quantized, vllm_verd
     _fail_with_matrix(problems)
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 @sweeps
 @pytest.mark.needs_vllm

@@ -185,6 +185,7 @@ def test_a_backfill_adds_nothing_to_a_tracked_store_and_rebuilds_it_elsewhere(sw
 
 @pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("ray", "hydra_plugins.hydra_ray_launcher")),
                     reason="Ray or Hydra's Ray launcher is not installed here (bash scripts/setup.sh installs them)")
+@pytest.mark.extended
 def test_a_ray_sweep_logs_each_job_to_the_one_server(sweep, tiny_model, tmp_path):
     """quantize's two jobs on the Ray launcher (the artifacts found complete)
     each log their artifact's run, into another experiment of the same server."""

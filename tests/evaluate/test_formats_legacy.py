@@ -30,6 +30,7 @@ def top1_agreement(model_a, model_b, ids) -> float:
     return float((top[0] == top[1]).double().mean())
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["gptq", "awq"])
 def test_legacy_checkpoint_is_served_and_decoded_correctly(fmt, tmp_path, tokenizer_dir):

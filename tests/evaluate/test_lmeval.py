@@ -57,6 +57,7 @@ def test_bad_lm_eval_config_fails_before_anything_runs(tiny_model, tmp_path, arg
     assert not (tmp_path / "results.jsonl").exists()
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 @needs_lmeval_venv
 def test_bundled_task_on_vllm_matches_transformers(build_artifact, tmp_path):

@@ -44,6 +44,7 @@ def sweep(root, model, order: tuple[str, ...]) -> dict[str, list]:
     return {recipe: [r for r in rows if r.recipe == recipe] for recipe in order}
 
 
+@pytest.mark.extended
 @pytest.mark.slow  # a 161M-parameter model quantized, then two evaluate sweeps with accuracy on engine=hf
 def test_an_artifact_has_the_same_peak_first_last_or_alone(artifacts):
     root, model = artifacts

@@ -169,6 +169,7 @@ def falcon_w4a16(tmp_path_factory, tokenizer_dir) -> Path:
     return root / "artifacts" / "falcon" / "w4a16_gptq"
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_falcon_w4a16_is_saved_packed_with_its_head_left_out(falcon_w4a16):
     """Falcon's layers are FalconLinear, a subclass compressed-tensors' compressors do not

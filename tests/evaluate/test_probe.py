@@ -26,6 +26,7 @@ def cell_ids(*labels: str) -> str:
     return f"cells=[{','.join('vllm:' + label.replace(' ', '_') for label in labels)}]"
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_the_probe_runs_the_moe_cells_and_they_do_what_the_rules_say(tmp_path):
     kernels = engines.get("vllm").machine().engine("vllm")

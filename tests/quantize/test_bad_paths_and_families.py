@@ -105,6 +105,7 @@ def neox_artifacts(neox, tmp_path_factory):
     return {name: arts / NEOX / name for name in ("original", "w4a16_gptq", smooth.stem)}
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["original", "w4a16_gptq", "w8a8_smooth_gptq_neox"])
 def test_neox_is_built_and_its_tensors_verified(neox_artifacts, recipe):
@@ -115,6 +116,7 @@ def test_neox_is_built_and_its_tensors_verified(neox_artifacts, recipe):
     assert verify.read_headers(neox_artifacts[recipe]).keys() >= {"embed_out.weight"}  # stored as transformers saves it
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_the_tensor_check_still_finds_a_missing_neox_output_layer(neox_artifacts, tmp_path):
     """embed_out is compared as the lm_head it loads as, not skipped."""

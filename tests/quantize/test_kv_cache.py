@@ -66,6 +66,7 @@ def kv_cache_tokens(out) -> int:
     return tokens
 
 
+@pytest.mark.extended
 def test_vllm_serves_it_with_an_fp8_kv_cache(kv_artifact, scenario, tmp_path):
     """kv_cache_dtype=auto follows the checkpoint's scheme to an fp8 cache
     (vLLM logs nothing about it): the same KV space holds twice the tokens of
@@ -111,6 +112,7 @@ def test_fp8_kv_on_an_avx2_host_is_one_line_and_writes_nothing(kv_artifact, scen
         assert not results.read(res)
 
 
+@pytest.mark.extended
 def test_hf_serves_it_simulating_the_fp8_kv_cache(kv_artifact, scenario, tmp_path):
     res = tmp_path / "results"
     out = run_cli("evaluate", f"model={kv_artifact}", scenario, "engine=hf", "runs=1", "accuracy=none",

@@ -163,6 +163,7 @@ def test_the_cli_refuses_an_unregistered_family_in_one_line_before_calibration(f
     assert not arts.exists()
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_phi_with_explicit_mappings_is_checked_and_quantized(families, tmp_path):
     import json

@@ -338,6 +338,7 @@ def test_prepare_bundles_vllm_and_the_stages_wheels_in_chunks_of_at_most_60_mib(
     assert "call 3: carry [.device-bundle/chunks/chunk-3]  command: bash scripts/device_check.sh\n" in proc.stdout
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_the_dry_run_runs_every_step_and_summarizes_them(dry_run, image_python):
     work, out, proc = dry_run
@@ -361,6 +362,7 @@ def test_the_dry_run_runs_every_step_and_summarizes_them(dry_run, image_python):
     assert (out / "report.md").is_file()
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_the_dry_run_joins_installs_and_imports_the_carried_vllm(dry_run, image_python):
     """The chunks were joined and checked, the wheels installed for CPython
@@ -379,6 +381,7 @@ def test_the_dry_run_joins_installs_and_imports_the_carried_vllm(dry_run, image_
     assert "FAIL" not in imports
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_the_dry_run_serves_each_format_with_vllm_and_compares_the_rule_with_the_start(dry_run):
     work, out, proc = dry_run

@@ -11,6 +11,7 @@ from tests.conftest import ROOT, quantize_env
 from evaluate import results
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="an x86 host is emulated")
 def test_the_cpu_matrix_on_an_avx2_host_quantizes_only_what_it_can_serve(tmp_path):

@@ -318,6 +318,7 @@ def test_quantize_then_evaluate_on_slurm_with_merged_shards(cluster, quantized, 
     assert "w4a16_rtn" in text and "dummy" in text and "hf" in text
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_scancel_time_limit_and_requeue_lose_nothing(cluster, quantized, tiny_model, workdir, extra_engines,
                                                       tracker):

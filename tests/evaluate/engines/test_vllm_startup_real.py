@@ -49,6 +49,7 @@ def two_starts(tmp_path_factory):
     return out
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_rows_carry_the_startup_breakdown(two_starts):
     for start in two_starts:
@@ -69,6 +70,7 @@ def test_rows_carry_the_startup_breakdown(two_starts):
             assert 0.5 * asked < r.engine_memory["kv_cache_bytes"] <= asked
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_an_engine_leaves_no_socket_files_behind(two_starts):
     """vLLM binds its zmq sockets as files in the temp dir and leaves some at
@@ -76,6 +78,7 @@ def test_an_engine_leaves_no_socket_files_behind(two_starts):
     assert [start["sockets_left"] for start in two_starts] == [[], []]
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_a_second_start_is_served_from_the_compile_cache(two_starts):
     first, second = two_starts

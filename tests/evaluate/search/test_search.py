@@ -55,6 +55,7 @@ def study(tiny_model, scenario_file, search_root):
     return record, infos, results.read(res)
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_six_trials_finish_each_with_an_artifact_and_rows(study):
     record, infos, rows = study
@@ -74,6 +75,7 @@ def test_six_trials_finish_each_with_an_artifact_and_rows(study):
         assert f"{SCENARIO}.yaml" in info["repro"]   # the repro line measures the speed, even where it was reused
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_the_values_are_those_of_the_rows_and_manifests(study):
     record, infos, rows = study
@@ -91,6 +93,7 @@ def test_the_values_are_those_of_the_rows_and_manifests(study):
         assert runs and throughput == pytest.approx(mean_std(runs)[0])
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_speed_is_measured_once_per_kernel_path_and_reused_after(study):
     record, infos, rows = study
@@ -112,6 +115,7 @@ def test_speed_is_measured_once_per_kernel_path_and_reused_after(study):
     assert all(len(ids) == 1 for ids in by_recipe.values())
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_trials_side_by_side_measure_one_kernel_path_once(search_root, tiny_model, scenario_file, tmp_path):
     """Two trials at once on the joblib launcher, both W8A8 (a value on the
@@ -129,6 +133,7 @@ def test_trials_side_by_side_measure_one_kernel_path_once(search_root, tiny_mode
     assert len(speed_rows) == 1
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_kept_dense_groups_stay_unquantized_and_unpruned(tiny_model, scenario_file, tmp_path):
     """One trial with k=2 from a sensitivity file and 2:4 on: the two most

@@ -81,6 +81,7 @@ sys.stdin.read()
 """
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_kill_9_of_the_client_takes_vllms_engine_core_with_it(tmp_path, tiny_model):
     sockets = tempfile.mkdtemp(prefix="qb-k9-")  # short: tmp_path is too long for a socket's path

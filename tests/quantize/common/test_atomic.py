@@ -172,6 +172,7 @@ def test_a_failed_write_leaves_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.extended
 @pytest.mark.slow  # a quantize, an evaluate and a report, twice: about a minute on 2 cores
 @pytest.mark.parametrize("mask", [0o022, 0o077], ids=lambda m: f"umask{m:03o}")
 def test_what_the_stages_write_has_the_modes_the_umask_gives(mask, tiny_model, tmp_path):

@@ -47,6 +47,7 @@ def moe_artifacts(tmp_path_factory, tokenizer_dir):
     return {"root": root, "model": model, **out}
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe, dtype", [(r, "float32") for r in RECIPES] + [("w4a16_gptq", "bfloat16")])
 def test_quantized_moe_reloads_and_names_its_dense_layers(moe_artifacts, recipe, dtype):
@@ -70,6 +71,7 @@ def test_quantized_moe_reloads_and_names_its_dense_layers(moe_artifacts, recipe,
         assert f"model.layers.{layer}.mlp.gate.weight" in keys  # the router, dense
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["w8a8_smooth_gptq", "w4a16_gptq", "w4a16_gptq_sym"])
 def test_vllm_serves_quantized_moe_or_says_why_not(moe_artifacts, tmp_path, recipe):
@@ -92,6 +94,7 @@ def test_vllm_serves_quantized_moe_or_says_why_not(moe_artifacts, tmp_path, reci
         assert not (res / "results.jsonl").exists()
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_hf_engine_serves_quantized_moe_with_accuracy(moe_artifacts, tmp_path):
     art = moe_artifacts["w4a16_gptq", "float32"]

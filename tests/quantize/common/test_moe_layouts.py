@@ -130,6 +130,7 @@ def test_tied_falcon_head_left_unquantized_is_listed_as_ignored(tiny_dir, tmp_pa
     assert ignore_unquantized(tmp_path, model) == []  # idempotent
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_quantize_builds_and_verifies_granitemoe_and_mixtral(tiny_dir, tmp_path):
     """The cells the reload check used to reject: `python -m quantize` builds

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from quantize.common.checkpoint import read_header, weight_files
-from tests.conftest import (RECIPES_DIR, SMALL_CALIB, TINY_NAME, quantize_env, run_cli, run_quantize, shared_lock,
-                            tail)
+from tests.conftest import (RECIPES_DIR, SMALL_CALIB, TINY_NAME, quantize_env, run_cli, run_quantize, serve_verdict,
+                            shared_lock, tail)
 from tests.quantize.propose.synthetic import cells_with_kl, linear_weights, write_sensitivity
 from tests.quantize.propose.test_propose import SECOND, SIBLINGS, TOP, planted_kl
 
@@ -141,11 +141,14 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 @pytest.mark.needs_vllm
 def test_proposed_artifact_serves_in_vllm(built, tmp_path):
     """vLLM loads q/k/v (and gate/up) as one fused matrix with one scheme: a
     kept q_proj with its siblings quantized would not load."""
+    if not serve_verdict(built.mixed)[0]:
+        pytest.skip("vLLM here has no kernel for the proposal's W4A16 layers (the capability layer says why)")
     script = tmp_path / "serve.py"
     script.write_text(SERVE)
     with tempfile.TemporaryDirectory(prefix="qb-prop-") as sockets:   # socket paths must stay short
