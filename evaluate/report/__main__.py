@@ -11,8 +11,8 @@ on two machines or in two stores is averaged); out_dir gets the
 files of every layout (conf/report/layout/): `summary`, the default, writes
 the files of its output formats (conf/report/output/: report.md, summary.csv,
 runs.csv, serving.csv, the PNGs), every other layout `<layout>.md`;
-pareto_scenario is the scenario whose throughput the speed-vs-size and
-speed-vs-accuracy plots use (default: the first). Prints the files written,
+pareto_scenario names the one scenario to draw a speed-vs-accuracy Pareto
+plot of (default: one per scenario). Prints the files written,
 one per line. Writes nothing else: no .hydra/, no log. With tracking=mlflow
 the files written are also logged to the stores' run in MLflow (docs/tracking.md).
 

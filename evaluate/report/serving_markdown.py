@@ -8,6 +8,7 @@ from evaluate.analysis.load_levels import (
 from evaluate.analysis.recommendation import CapacityPick, Recommendation, TpotPick
 from evaluate.report.formatting import MISSING, fmt_fixed, fmt_number, mb, md_table, short
 from evaluate.report.labels import labels
+from evaluate.report.plots import SERVING, Plot, figure_markdown
 from evaluate.scenarios import Scenario
 from evaluate.serving.slo import SLO, SloCheck
 
@@ -80,8 +81,9 @@ def capacity_text(c: Curve | None) -> str:
     return f"{best.level:g}" + (f" (< {above.level:g})" if above else " (highest measured)")
 
 
-def render_serving(analysis: ServingAnalysis | None, speed: list[Group], accuracy: list[Group]) -> str:
-    """The "Serving under load" section; "" without serving rows."""
+def render_serving(analysis: ServingAnalysis | None, speed: list[Group], accuracy: list[Group],
+                   plots: list[Plot] = ()) -> str:
+    """The "Serving under load" section, each scenario's plots below its tables; "" without serving rows."""
     if analysis is None:
         return ""
     cs, scs = analysis.curves, analysis.scenarios
@@ -95,6 +97,7 @@ def render_serving(analysis: ServingAnalysis | None, speed: list[Group], accurac
         for c in [c for c in cs if c.scenario == sc]:
             mode = "" if c.mode == "concurrency" else " · rate"
             out += ["", f"### {sc.heading()} · {names[c.group.identity]}{mode}", "", level_table(c, slo)]
+        out += figure_markdown(plots, (SERVING, sc))
     out += ["", join_table(analysis.groups, cs, speed, accuracy, names, scs)]
     return "\n".join(out)
 
