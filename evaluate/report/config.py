@@ -6,7 +6,7 @@ below it sees a DictConfig. `layout=[...]` and `output=[...]` name
 or the same path under a `hydra.searchpath` folder, whose `_target_` names
 the class (quantize.common.extensions). Adding one is one module and one
 YAML; nothing here lists them."""
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -14,6 +14,7 @@ import yaml
 
 from evaluate.analysis import Analysis
 from evaluate.analysis.choice import ACCURACY_FLOOR_PCT
+from evaluate.analysis.cost import Prices
 from quantize.common import extensions, tracking
 from quantize.common.errors import UserError
 from quantize.common.paths import CONF_DIR, resolve
@@ -65,6 +66,8 @@ class ReportConfig:
     sanity: SanityConfig | None = None
     # where the files written are also logged (conf/tracking/); None: tracking=none
     tracker: tracking.Tracker | None = None
+    # USD per hour of the machines, for the cost per 1M output tokens (conf/report.yaml `cost:`); none: no cost
+    cost: Prices = field(default_factory=Prices)
 
 
 def options(group: str, search_dirs: list[Path] = ()) -> dict[str, Path]:
@@ -111,7 +114,8 @@ def report_config(values: dict, searched: list[Path] = ()) -> ReportConfig:
         layouts=build_choices("layout", Layout, as_list(values.get("layout")), searched),
         outputs=build_choices("output", OutputFormat, as_list(values.get("output")), searched),
         accuracy_floor_pct=floor_pct(values.get("accuracy_floor_pct", ACCURACY_FLOOR_PCT)),
-        sanity=SanityConfig.from_config(values.get("sanity")), tracker=tracking.from_group(values.get("tracking")))
+        sanity=SanityConfig.from_config(values.get("sanity")), tracker=tracking.from_group(values.get("tracking")),
+        cost=Prices.from_config(values.get("cost")))
 
 
 def floor_pct(value) -> float:

@@ -8,7 +8,7 @@ import html
 from dataclasses import dataclass
 
 from evaluate.analysis import Analysis
-from evaluate.report.answer_markdown import TITLE as ANSWER_TITLE
+from evaluate.report.answer_markdown import SECONDARY_COLUMNS, TITLE as ANSWER_TITLE
 from evaluate.report.config import OutputFormat, ReportConfig
 from evaluate.report.figures import SvgTexts, have_matplotlib
 from evaluate.report.html_body import ANSWER_CLASS, Section, markdown_body, unique_slug
@@ -37,7 +37,8 @@ def render_html(analysis: Analysis, report: ReportConfig) -> str:
     inline = svg_texts(studies(analysis.results_dirs, analysis.suspect_ids), sensitivities(analysis.results_dirs),
                        report.accuracy_floor_pct)
     text = render_markdown(analysis, report, plots)
-    body, sections = markdown_body(text, taken=set(), figures=inline | svgs.svgs, answer_id=ANSWER_ID)
+    body, sections = markdown_body(text, taken=set(), figures=inline | svgs.svgs, answer_id=ANSWER_ID,
+                                   secondary=SECONDARY_COLUMNS)
     body = body.replace("</h1>\n", "</h1>\n" + contents(sections), 1)
     return PAGE.format(title=html.escape(report.title), style=STYLE.replace("ANSWER_CLASS", ANSWER_CLASS),
                        script=SORT_SCRIPT, body=body)
@@ -70,8 +71,9 @@ PAGE = """<!DOCTYPE html>
 
 # System fonts only: nothing is fetched. A table scrolls in its own box, no
 # taller than the window, so its sticky header stays in view (an overflow box
-# is what sticky sticks to). The answer's cells wrap, so its key columns fit
-# a laptop's 800 px.
+# is what sticky sticks to). The answer's cells wrap, and under 1000 px its
+# secondary columns go and the scenario and runner-up break anywhere, so its key
+# columns fit a laptop's 800 px.
 STYLE = """body { margin: 0; font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif;
        color: #1f2328; background: #fff; }
 main { max-width: 1400px; margin: 0 auto; padding: 1.5rem; }
@@ -99,6 +101,10 @@ thead th[aria-sort="ascending"]::after { content: " \\25B2"; }
 thead th[aria-sort="descending"]::after { content: " \\25BC"; }
 tbody tr:nth-child(even) { background: #f9fafb; }
 table.ANSWER_CLASS td { white-space: normal; min-width: 5em; }
+@media (max-width: 1000px) {
+  table.ANSWER_CLASS .secondary { display: none; }
+  table.ANSWER_CLASS td:first-child, table.ANSWER_CLASS td:last-child { overflow-wrap: anywhere; min-width: 0; }
+}
 .beside { display: flex; flex-wrap: wrap; align-items: flex-start; gap: 0 2rem; }
 .beside > .scroll, .beside > ol, .beside > ul { flex: 0 1 auto; min-width: 0; max-width: 100%; }
 .beside > figure { flex: 1 1 420px; max-width: 720px; }

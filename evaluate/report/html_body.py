@@ -3,7 +3,8 @@
 #what-to-use-on-this-machine), each `###` heading has one too. Every table
 sorts by a clicked header and scrolls in its own box (so its header can
 stick), and the columns whose value is the same on every row move into its
-caption (not in the answer, whose columns are the answer). An ordered
+caption (not in the answer, whose columns are the answer; its `secondary`
+ones a narrow screen may hide). An ordered
 list keeps report.md's numbers. An image alone in its paragraph whose
 `<name>.png` is a figure given becomes that inline figure, an italic
 paragraph right under it its caption; figures sit beside the table or list
@@ -51,10 +52,10 @@ class Body:
         self.beside_open, self.block_start = False, None
 
 
-def markdown_body(text: str, taken: set[str], figures: dict[str, str] | None = None,
-                  answer_id: str | None = None) -> tuple[str, list[Section]]:
+def markdown_body(text: str, taken: set[str], figures: dict[str, str] | None = None, answer_id: str | None = None,
+                  secondary: tuple[str, ...] = ()) -> tuple[str, list[Section]]:
     """The Markdown as HTML and its `##` sections; `figures`: name -> inline SVG;
-    `answer_id`: the section whose tables keep every column."""
+    `answer_id`: the section whose tables keep every column, those headed `secondary` marked so."""
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
     tokens = md.parse(text)
     body = Body()
@@ -72,7 +73,7 @@ def markdown_body(text: str, taken: set[str], figures: dict[str, str] | None = N
             end = next(k for k in range(i, len(tokens)) if tokens[k].type == "table_close")
             in_answer = bool(body.sections) and body.sections[-1].id == answer_id
             body.block_start = len(body.out)
-            body.out += table_block(tokens[i:end + 1], md, in_answer)
+            body.out += table_block(tokens[i:end + 1], md, in_answer, secondary if in_answer else ())
             i = end + 1
             continue
         add_token(body, tokens, i, taken)
@@ -105,11 +106,14 @@ def add_token(body: Body, tokens: list[Token], i: int, taken: set[str]) -> None:
     body.out.append(token)
 
 
-def table_block(tokens: list[Token], md: MarkdownIt, keep_columns: bool) -> list[Token]:
+def table_block(tokens: list[Token], md: MarkdownIt, keep_columns: bool,
+                secondary: tuple[str, ...] = ()) -> list[Token]:
     """A table's tokens, sortable in its scrolling box; the columns the same on
-    every row left out and named in its caption (unless `keep_columns`)."""
+    every row left out and named in its caption (unless `keep_columns`); the
+    cells of the columns headed `secondary` of class "secondary"."""
     heads, rows = table_cells(tokens)
     same = [] if keep_columns else constant_columns(heads, rows)
+    minor = {c for c, head in enumerate(heads) if head.content in secondary}
     out = [raw('<div class="scroll">\n')]
     column, skip = 0, 0
     for k, token in enumerate(tokens):
@@ -124,13 +128,19 @@ def table_block(tokens: list[Token], md: MarkdownIt, keep_columns: bool) -> list
                 skip = 2    # the cell's text and its close
                 continue
             if token.type == "td_open" and len(tokens[k + 1].content) > LONG_CELL:
-                token.attrSet("class", "wrap")  # prose (a failure's reason) wraps; numbers and names stay on one line
+                add_class(token, "wrap")  # prose (a failure's reason) wraps; numbers and names stay on one line
+            if column - 1 in minor:
+                add_class(token, "secondary")
         out.append(token)
         if token.type == "table_open":
             token.attrSet("class", "sortable" + (f" {ANSWER_CLASS}" if keep_columns else ""))
             if same:
                 out.append(raw(caption(heads, rows[0], same, md)))
     return out + [raw("</div>\n")]
+
+
+def add_class(token: Token, name: str) -> None:
+    token.attrSet("class", " ".join(filter(None, [str(token.attrGet("class") or ""), name])))
 
 
 def table_cells(tokens: list[Token]) -> tuple[list[Token], list[list[Token]]]:

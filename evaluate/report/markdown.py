@@ -13,6 +13,7 @@ from evaluate.analysis.groups import (
     BASELINE, CV_MAX, Group, accuracy_of, by_model, headline_accuracy_keys, kv_cache_bytes,
     lm_baseline, lm_recovery, numeric_metrics, scenario_of, scenarios, stderr_key)
 from evaluate.analysis.accuracy_bounds import recovery
+from evaluate.analysis.cost import Prices
 from evaluate.analysis.ranking import Overall, OverallRanking, ScenarioRanking
 from evaluate.analysis.significance import RULE
 from evaluate.report.formatting import (
@@ -20,6 +21,7 @@ from evaluate.report.formatting import (
     speedup_text)
 from evaluate.report.accuracy_markdown import RECOVERY_HEADER, by_recipe, recovery_cell, render_accuracy
 from evaluate.report.answer_markdown import SPEEDUP_HEADER, render_answer, speedup_cell
+from evaluate.report.cost_markdown import COST_HEADER, cost_cell
 from evaluate.report.labels import dtype_note, dtypes_text, in_table, labels, run_labels
 from evaluate.report.plots import RANKING, SUMMARY, Plot, figure_markdown, png_plots
 from evaluate.report.search_files import sensitivities, studies
@@ -63,9 +65,9 @@ def render_markdown(analysis: Analysis, report: ReportConfig, plots: list[Plot] 
     speed, accuracy = analysis.speed, analysis.accuracy
     searches = studies(analysis.results_dirs, analysis.suspect_ids)
     parts = [render_title(analysis.rows, report.title, analysis.results_dir),
-             render_answer(analysis, report.accuracy_floor_pct, searches),
+             render_answer(analysis, report.accuracy_floor_pct, searches, report.cost),
              render_across_stores(speed), render_suspects(analysis.suspects),
-             render_refused(analysis.refused, analysis.set_aside), render_summary(speed, accuracy, plots),
+             render_refused(analysis.refused, analysis.set_aside), render_summary(speed, accuracy, plots, report.cost),
              render_ranking(analysis, plots), render_speed_detail(speed), render_details(speed),
              render_problems(analysis.rows)]
     if accuracy:
@@ -260,17 +262,19 @@ def versions_text(rows: list[Row]) -> str:
     return ", ".join(f"{pkg} {' / '.join(sorted(vs))}" for pkg, vs in sorted(seen.items())) or MISSING
 
 
-def render_summary(speed: list[Group], accuracy: list[Group], plots: list[Plot] = ()) -> str:
-    """Per scenario, the headline of each artifact in at most 10 columns, its plots below."""
+def render_summary(speed: list[Group], accuracy: list[Group], plots: list[Plot] = (), prices: Prices = Prices()) -> str:
+    """Per scenario, the headline of each artifact in at most 10 columns (11 with a price: the
+    cost per 1M output tokens), its plots below."""
     names = labels(speed)
     several = len({g.model_name for g in speed}) > 1
     with_recovery = "recovery_pct" in headline_accuracy_keys(accuracy)
     heads = (["Model"] * several + ["Recipe", "Artifact", "Model size (MB)", header(SPEED), SPEEDUP_HEADER]
-             + [header(k) for k in SUMMARY_LATENCY] + [memory_header()] + [RECOVERY_HEADER] * with_recovery)
+             + [header(k) for k in SUMMARY_LATENCY] + [memory_header()] + [RECOVERY_HEADER] * with_recovery
+             + [COST_HEADER] * prices.any)
     out = ["## Summary"]
     for sc in scenarios(speed):
         rows = [[g.model_name] * several + summary_row(g, names, accuracy_of(accuracy, g), with_recovery)
-                for g in by_model([g for g in speed if g.scenario == sc])]
+                + [cost_cell(prices, g)] * prices.any for g in by_model([g for g in speed if g.scenario == sc])]
         out += ["", f"### {sc.heading()}", "", md_table(heads, rows)] + figure_markdown(plots, (SUMMARY, sc))
     if not speed:
         out += ["", "No successful speed runs."]

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 import pytest
 
 from evaluate.report import build_report
+from evaluate.report.__main__ import main
 from evaluate.report.html import unique_slug
 
 from .rows import ARTIFACTS, PLOTS, SCENARIOS, base_row, main_rows, speed_metrics, store
@@ -113,7 +114,7 @@ def test_columns_the_same_on_every_row_move_into_the_caption(html_report):
     assert "<th>Peak memory (MB)</th>" not in summary and "<th>Recipe</th>" in summary
     answer = page.split(f'<section id="{ANSWER_SECTION}">', 1)[1].split("</table>", 1)[0]
     assert '<table class="sortable answer">' in answer and "<caption>" not in answer
-    assert "<th>Model size (MB)</th>" in answer      # 172.4 in both rows, and still the answer's column
+    assert '<th class="secondary">Model size (MB)</th>' in answer   # constant, still the answer's: hideable
 
 
 def test_ordered_lists_keep_the_numbers_of_report_md(html_report):
@@ -216,7 +217,8 @@ def long_rows() -> list:
     return main_rows() + extra
 
 
-ANSWER_KEYS = ("Scenario", "Use", "Speed-up vs original (x, 95% CI)", "Accuracy recovery (%, 95% CI)")
+ANSWER_KEYS = ("Scenario", "Use", "Speed-up vs original (x, 95% CI)", "Accuracy recovery (%, 95% CI)",
+               "Cost (USD per 1M output tokens)")
 GEOMETRY = """
 const box = (e) => { const r = e.getBoundingClientRect(); return {top: r.top, bottom: r.bottom, left: r.left,
                                                                   right: r.right}; };
@@ -234,12 +236,13 @@ return Array.from(document.querySelectorAll('figure')).map(f => {
 def test_on_a_laptop_in_headless_chromium(tmp_path):
     """At 1400 px: a long table's header stays in view while it scrolls, and every plot
     has its caption and sits beside or right below the table or list it illustrates. At
-    800 px: the answer's key columns are in view without horizontal scrolling. Both widths
-    are screenshot into the test's folder."""
+    800 px: the answer's key columns (and its cost) are in view without horizontal
+    scrolling. Both widths are screenshot into the test's folder."""
     from selenium.webdriver.common.by import By
     store(tmp_path / "results", long_rows())
     out = tmp_path / "reports"
-    build_report(tmp_path / "results", out, "Test report", outputs=("markdown", "html", "png"))
+    assert main([f"results_dir={tmp_path / 'results'}", f"out_dir={out}", "title=Test report",
+                 "output=[markdown,html,png]", "cost.usd_per_hour=2.5"]) == 0   # the cost: one more column
     with headless_chromium() as browser:
         browser.set_window_size(1400, 900)
         browser.get((out / "report.html").as_uri())
