@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evaluate.analysis.accuracy_bounds import add_bounds
+from evaluate.analysis.busy_host import BusyHost
 from evaluate.analysis.groups import Group, add_speedups, aggregate
 from evaluate.analysis.load_levels import ServingAnalysis, analyse as analyse_serving
 from evaluate.analysis.ranking import OverallRanking, ScenarioRanking, rank_overall, rank_scenarios
@@ -33,6 +34,7 @@ class Analysis:
     set_aside: list[Path] = field(default_factory=list)    # torn tails appends moved aside
     rankings: list[ScenarioRanking] = field(default_factory=list)  # per scenario, model and store
     overall: list[OverallRanking] = field(default_factory=list)    # per model and store
+    busy_host: BusyHost = field(default_factory=BusyHost.from_config)  # which runs shared a busy host
 
     @property
     def suspect_ids(self) -> frozenset[str]:
@@ -45,9 +47,10 @@ class Analysis:
 
 
 def analyse(results_dirs: list[Path], rows: list[Row], sanity: SanityConfig | None = None,
-            store: StoreRead | None = None) -> Analysis:
+            store: StoreRead | None = None, busy_host: BusyHost | None = None) -> Analysis:
     """`sanity`: the suspect rules' thresholds (None: conf/sanity/default.yaml);
-    `store`: what the rows were read from, for the lines it left out."""
+    `store`: what the rows were read from, for the lines it left out;
+    `busy_host`: the busy-host rule (None: conf/report.yaml's threshold)."""
     store = store or StoreRead()
     suspects = find_suspects(rows, sanity or SanityConfig.from_config(None))
     left_out = {s.artifact_id for s in suspects}
@@ -58,4 +61,4 @@ def analyse(results_dirs: list[Path], rows: list[Row], sanity: SanityConfig | No
     add_bounds(accuracy)
     return Analysis(list(results_dirs), rows, speed, accuracy, aggregate(rows, "lm_eval"),
                     analyse_serving(rows), suspects, store.refused, store.set_aside,
-                    rank_scenarios(speed), rank_overall(speed))
+                    rank_scenarios(speed), rank_overall(speed), busy_host or BusyHost.from_config())

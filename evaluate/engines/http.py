@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 
 from evaluate.engines.base import RunFailed
+from evaluate.memory import PeakMemory
 from evaluate.metrics import RequestTiming
 from evaluate.serving import client
 
@@ -48,6 +49,14 @@ class HttpEngine:
     def stall_timeout_s(self) -> float:
         """Seconds without a streamed token before a request fails as stalled."""
         return float(self.settings.get("stall_timeout_s") or STALL_TIMEOUT_S)
+
+    @classmethod
+    def import_libraries(cls, target) -> None:
+        """Nothing: the server is a process of its own."""
+
+    def peak_memory(self) -> PeakMemory:
+        """The server's process tree, whole; nothing for a remote server."""
+        return PeakMemory(pid=self.server_pid, remote=self.server_pid is None)
 
     def run(self, prompts: list[list[int]], output_len: int, stream: bool = True):
         """All prompts at once, streamed (the batch scenarios). A stalled

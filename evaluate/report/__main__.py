@@ -37,8 +37,8 @@ from quantize.common.extensions import plain
 from quantize.common.hf_load import detach_stdin
 from quantize.common.paths import CONF_DIR
 
-KEYS = ("results_dir", "out_dir", "title", "pareto_scenario", "accuracy_floor_pct", "layout", "output", "sanity",
-        "tracking", "cost")
+KEYS = ("results_dir", "out_dir", "title", "pareto_scenario", "accuracy_floor_pct", "busy_host_pct", "layout", "output",
+        "sanity", "tracking", "cost")
 LIST_KEYS = ("layout", "output")
 STORES_KEY = "results_dir"   # one folder, or several: results_dir=a,b is a list, not a Hydra sweep
 # Hydra's own flags; those in FLAGS_WITH_VALUE take the next argument too.

@@ -10,6 +10,7 @@ from evaluate.analysis.groups import Group
 from evaluate.analysis.significance import Verdict
 from evaluate.analysis.recommendation import recommend
 from evaluate.report.accuracy_markdown import RECOVERY_HEADER, recovery_cell
+from evaluate.report.conditions_markdown import condition_lines
 from evaluate.report.cost_markdown import COST_HEADER, cost_cell, cost_sentence
 from evaluate.report.formatting import MISSING, fmt_fixed, header, interval_text, mb, md_table, speedup_text
 from evaluate.report.labels import labels
@@ -41,6 +42,8 @@ def render_answer(analysis: Analysis, floor_pct: float = ACCURACY_FLOOR_PCT,
                 "", answer_table(mine, names, prices)]
             left_out = [line for c in mine for line in left_out_lines(c, names)]
             out += [""] + left_out if left_out else []
+        conditions = condition_lines(choices, names, analysis.busy_host)
+        out += ["", "What these speeds rest on:", ""] + conditions if conditions else []
     else:
         out.append("No successful speed runs to choose from.")
     if choices or analysis.serving:

