@@ -18,6 +18,10 @@ THROUGHPUT_AXIS = "Output throughput (tok/s)"
 MARKER_AREA = (40, 600)   # points^2: a model of size 0, and what the largest model adds
 PANEL_COLUMNS = 3         # the overview's panels per row
 BAR_ROOM = 1.5            # x axis up to this x the longest whisker: room for the text beside the bars
+# A Pareto panel, in inches: its axes at least this tall, the room above them
+# for the title, the gap below them for the tick labels and the axis label, and
+# the room below that for the legend (three rows, the largest size marker).
+PARETO_AXES_IN, PARETO_TITLE_IN, PARETO_XLABEL_IN, PARETO_LEGEND_IN = 3.6, 0.5, 0.55, 1.15
 
 
 def ranked_entries(rankings: list[ScenarioRanking]) -> list[tuple[Group, str | None]]:
@@ -98,20 +102,27 @@ def pareto_figure(choices: list[Choice], names: dict, colours: dict[str, str], s
     plt = pyplot()
     biggest = max((mb(p.group.model_bytes) or 0 for c in choices for p in c.measured), default=0) or 1.0
     tallest = max(len(c.measured) for c in choices)
-    fig, axes = plt.subplots(len(choices), 1, squeeze=False,
-                             figsize=(7.5, max(4.8, 1.8 + tallest * LABEL_FONT * 1.6 / 72) * len(choices)))
+    axes_in = max(PARETO_AXES_IN, tallest * LABEL_FONT * 1.6 / 72 + 0.6)   # room for every point's label
+    around_in = PARETO_TITLE_IN + PARETO_XLABEL_IN + PARETO_LEGEND_IN
+    height = len(choices) * (axes_in + around_in)
+    fig, axes = plt.subplots(len(choices), 1, squeeze=False, figsize=(7.5, height))
+    # in inches, not fractions of the figure: the legend below a panel clears its axis label and the next
+    # panel's title however many panels there are (and before label_points reads the axes' size)
+    fig.subplots_adjust(top=1 - PARETO_TITLE_IN / height, bottom=(around_in - PARETO_TITLE_IN) / height,
+                        hspace=around_in / axes_in)
+    several = len(choices) > 1
     for ax, c in zip(axes[:, 0], choices):
-        pareto_panel(ax, c, names, colours, biggest)
-        several = len(choices) > 1
+        pareto_panel(ax, c, names, colours, biggest, legend_at=-PARETO_XLABEL_IN / axes_in)
         ax.set_title(sc.heading() + (f"\n{c.model_name}" + (f", store {c.store.name}" if c.store else "")
                                      if several else ""), fontsize=10)
-    fig.subplots_adjust(hspace=0.8)    # room for each panel's legend below it
     return fig
 
 
-def pareto_panel(ax, c: Choice, names: dict, colours: dict[str, str], biggest_mb: float) -> None:
+def pareto_panel(ax, c: Choice, names: dict, colours: dict[str, str], biggest_mb: float,
+                 legend_at: float = -0.14) -> None:
     """The measured artifacts as points (area: model size; whiskers: 95 % intervals), the
-    front as a staircase, the floor as a dashed line, the pick ringed, each point labelled."""
+    front as a staircase, the floor as a dashed line, the pick ringed, each point labelled;
+    the legend's top `legend_at` (axes fraction) below the axes."""
     for p in c.measured:
         g = p.group
         x, y = p.recovery_pct, g.mean(SPEED)
@@ -135,7 +146,7 @@ def pareto_panel(ax, c: Choice, names: dict, colours: dict[str, str], biggest_mb
     ax.set_ylabel(f"{THROUGHPUT_AXIS}, 95 % interval")
     ax.grid(alpha=0.3)
     ax.legend(handles=pareto_legend(c, names, biggest_mb), fontsize=7, loc="upper center",
-              bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False, labelspacing=1.6, columnspacing=2.5)
+              bbox_to_anchor=(0.5, legend_at), ncol=2, frameon=False, labelspacing=1.6, columnspacing=2.5)
     label_points(ax, [(names[p.group.identity], p.recovery_pct, p.group.mean(SPEED)) for p in c.measured])
 
 

@@ -17,7 +17,7 @@ from evaluate.report.figures import PngFiles, SvgTexts, label_points, pyplot, sp
 from evaluate.report.palette import BASELINE_COLOUR, recipe_colours
 from evaluate.report.plots import RANKING, SUMMARY, draw_all, report_plots
 
-from .rows import ARTIFACTS, SCENARIOS, main_rows, store
+from .rows import ARTIFACTS, SCENARIOS, main_rows, many_model_rows, store
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -125,6 +125,24 @@ def test_a_pareto_plot_per_scenario_with_its_front_floor_and_pick(tmp_path):
         assert "model size 172.4 MB" in legend and "model size 269.1 MB" in legend
         assert "not drawn, no accuracy run: w4a16_gptq" in legend
         pyplot().close(fig)
+
+
+def test_a_pareto_panels_legend_clears_its_axis_label_and_the_next_panel(tmp_path):
+    """A panel per model: each legend lies below its panel's axis label and above the
+    next panel's title, however many panels the figure has."""
+    _, plots = plan(tmp_path, rows=many_model_rows())
+    fig = next(p for p in plots if p.name == "pareto_interactive").draw()
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    axes = [ax for ax in fig.axes if ax.get_legend()]
+    assert len(axes) == 3
+    for ax, below in zip(axes, axes[1:] + [None]):
+        legend = ax.get_legend().get_window_extent(renderer)
+        assert legend.y1 < ax.xaxis.label.get_window_extent(renderer).y0
+        assert legend.y1 < min(t.get_window_extent(renderer).y0 for t in ax.get_xticklabels() if t.get_text())
+        if below is not None:
+            assert legend.y0 > below.title.get_window_extent(renderer).y1
+    pyplot().close(fig)
 
 
 def test_pareto_scenario_keeps_one_pareto_plot(tmp_path):
