@@ -5,11 +5,14 @@ recovery's point estimate (accuracy_bounds.Recovery: the pick says where its
 interval reaches below the floor). The original counts as its own accuracy
 row says, or 100 % without one; an artifact without an accuracy row cannot
 be said to meet the floor, so it is named apart when it is faster than the
-pick rather than recommended."""
+pick rather than recommended. `front` is the speed/accuracy trade-off the
+Pareto plots draw: the candidates no other is both faster and more accurate
+than (point estimates, evaluate.analysis.pareto)."""
 from dataclasses import dataclass, field
 
 from evaluate.analysis.accuracy_bounds import Recovery, recovery
 from evaluate.analysis.groups import Group, accuracy_of, by_throughput, compare_groups, scenarios
+from evaluate.analysis.pareto import MAXIMIZE, pareto_front
 from evaluate.analysis.significance import Comparison, Verdict
 from evaluate.results import Store
 from evaluate.scenarios import Scenario
@@ -41,6 +44,15 @@ class Choice:
     below_floor: list[Passed] = field(default_factory=list)   # faster than the pick, less accurate
     unmeasured: list[Group] = field(default_factory=list)     # faster than the pick, accuracy not measured
     store: Store | None = None               # where the report reads several
+    measured: list[Passed] = field(default_factory=list)      # every artifact with a recovery, fastest first
+    no_accuracy: list[Group] = field(default_factory=list)    # every artifact without one
+
+    @property
+    def front(self) -> list[Passed]:
+        """The measured artifacts on the speed/accuracy Pareto front, most accurate first."""
+        points = [(p.recovery_pct, p.group.mean(SPEED)) for p in self.measured]
+        on_front = [self.measured[i] for i in pareto_front(points, [MAXIMIZE, MAXIMIZE])]
+        return sorted(on_front, key=lambda p: (-p.recovery_pct, -p.group.mean(SPEED)))
 
     @property
     def tied(self) -> bool:
@@ -77,6 +89,10 @@ def choose_one(sc: Scenario, model: str, groups: list[Group], accuracy: list[Gro
     passed = []
     for g in by_throughput(groups):
         found = recovery_of(accuracy, g)
+        if found is None:
+            choice.no_accuracy.append(g)
+        else:
+            choice.measured.append(Passed(g, found))
         if found is not None and found.pct >= floor_pct:
             passed.append(Passed(g, found))
         elif not passed:  # faster than any pick: say why it is not the answer

@@ -222,7 +222,7 @@ def scenarios(groups: list[Group]) -> list[Scenario]:
 
 
 def pareto_scenario(speed: list[Group], wanted: str | None) -> Scenario:
-    """The scenario the speed-vs-size and speed-vs-accuracy plots use: `wanted`, else the first."""
+    """The scenario named `wanted` (pareto_scenario=: its Pareto plot alone); the first where None."""
     scs = scenarios(speed)
     if wanted is None:
         return scs[0]

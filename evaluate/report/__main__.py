@@ -1,5 +1,5 @@
 """`python -m evaluate.report [results_dir=results|a,b] [out_dir=reports] [title=...] [pareto_scenario=<name>]
-[accuracy_floor_pct=95]
+[accuracy_floor_pct=95] [cost.usd_per_hour=<USD>]
 [layout=[summary,batch_table,context_table,oneline,length_grid]] [output=[markdown,csv,png,html]]
 [tracking=mlflow tracking.uri=<uri>]`
 
@@ -11,8 +11,10 @@ on two machines or in two stores is averaged); out_dir gets the
 files of every layout (conf/report/layout/): `summary`, the default, writes
 the files of its output formats (conf/report/output/: report.md, summary.csv,
 runs.csv, serving.csv, the PNGs), every other layout `<layout>.md`;
-pareto_scenario is the scenario whose throughput the speed-vs-size and
-speed-vs-accuracy plots use (default: the first). Prints the files written,
+pareto_scenario names the one scenario to draw a speed-vs-accuracy Pareto
+plot of (default: one per scenario); cost.usd_per_hour (or
+cost.per_profile.<hardware profile>) prices the machine, for the cost per 1M
+output tokens (none without a price). Prints the files written,
 one per line. Writes nothing else: no .hydra/, no log. With tracking=mlflow
 the files written are also logged to the stores' run in MLflow (docs/tracking.md).
 
@@ -36,7 +38,7 @@ from quantize.common.hf_load import detach_stdin
 from quantize.common.paths import CONF_DIR
 
 KEYS = ("results_dir", "out_dir", "title", "pareto_scenario", "accuracy_floor_pct", "busy_host_pct", "layout", "output",
-        "sanity", "tracking")
+        "sanity", "tracking", "cost")
 LIST_KEYS = ("layout", "output")
 STORES_KEY = "results_dir"   # one folder, or several: results_dir=a,b is a list, not a Hydra sweep
 # Hydra's own flags; those in FLAGS_WITH_VALUE take the next argument too.

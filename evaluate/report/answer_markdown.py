@@ -5,11 +5,13 @@ where serving rows exist the serving recommendation, and where the stores
 hold recipe searches the point each one recommends."""
 from evaluate.analysis import Analysis
 from evaluate.analysis.choice import ACCURACY_FLOOR_PCT, Choice, SPEED, choose
+from evaluate.analysis.cost import Prices
 from evaluate.analysis.groups import Group
 from evaluate.analysis.significance import Verdict
 from evaluate.analysis.recommendation import recommend
 from evaluate.report.accuracy_markdown import RECOVERY_HEADER, recovery_cell
 from evaluate.report.conditions_markdown import condition_lines
+from evaluate.report.cost_markdown import COST_HEADER, cost_cell, cost_sentence
 from evaluate.report.formatting import MISSING, fmt_fixed, header, interval_text, mb, md_table, speedup_text
 from evaluate.report.labels import labels
 from evaluate.report.search_files import StudyEntry, studies
@@ -18,13 +20,16 @@ from evaluate.report.serving_markdown import recommendation_lines
 from evaluate.report.stores_markdown import store_heading
 
 TITLE = "## What to use on this machine"
+# The answer's columns a narrow screen may leave out (report.html, under 1000 px): the Summary has them.
+SECONDARY_COLUMNS = (header(SPEED), "Model size (MB)")
 SPEEDUP_HEADER = "Speed-up vs original (x, 95% CI)"
 UNDER_LOAD = "### Under load"
 
 
 def render_answer(analysis: Analysis, floor_pct: float = ACCURACY_FLOOR_PCT,
-                  searches: list[StudyEntry] | None = None) -> str:
-    """The section; `searches`, the stores' recipe searches, are read from them where not given."""
+                  searches: list[StudyEntry] | None = None, prices: Prices = Prices()) -> str:
+    """The section; `searches`, the stores' recipe searches, are read from them where not given;
+    `prices`, the machines' (a cost column and the serving pick's cost; a sentence where none is set)."""
     choices = choose(analysis.speed, analysis.accuracy, floor_pct)
     out = [TITLE, ""]
     if choices:
@@ -33,17 +38,20 @@ def render_answer(analysis: Analysis, floor_pct: float = ACCURACY_FLOOR_PCT,
         out.append(intro(floor_pct, several=len(stores) > 1))
         for store in stores:
             mine = [c for c in choices if c.store == store]
-            out += ["", store_heading(store, analysis.rows)] * (len(stores) > 1) + ["", answer_table(mine, names)]
+            out += ["", store_heading(store, analysis.rows)] * (len(stores) > 1) + [
+                "", answer_table(mine, names, prices)]
             left_out = [line for c in mine for line in left_out_lines(c, names)]
             out += [""] + left_out if left_out else []
         conditions = condition_lines(choices, names, analysis.busy_host)
         out += ["", "What these speeds rest on:", ""] + conditions if conditions else []
     else:
         out.append("No successful speed runs to choose from.")
+    if choices or analysis.serving:
+        out += ["", cost_sentence(prices)]
     if analysis.serving:
         serving_names = labels(analysis.serving.groups)
         out += ["", UNDER_LOAD, "", "From the serving rows (see *Serving under load* for every level):"]
-        out += recommendation_lines(recommend(analysis.serving, analysis.accuracy), serving_names)
+        out += recommendation_lines(recommend(analysis.serving, analysis.accuracy), serving_names, prices)
     from_search = search_answer(studies(analysis.results_dirs, analysis.suspect_ids) if searches is None else searches, floor_pct)
     return "\n".join(out + ([""] + from_search if from_search else []))
 
@@ -58,11 +66,15 @@ def intro(floor_pct: float, several: bool) -> str:
             "definition where it has none. Speed-ups are against the original in the same setup as configured.")
 
 
-def answer_table(choices: list[Choice], names: dict) -> str:
+def answer_table(choices: list[Choice], names: dict, prices: Prices = Prices()) -> str:
     several = len({c.model_name for c in choices}) > 1
     heads = ["Scenario"] + ["Model"] * several + [
         "Use", header(SPEED), SPEEDUP_HEADER, "Model size (MB)", RECOVERY_HEADER, "Runner-up"]
     rows = [[c.scenario.heading()] + [c.model_name] * several + pick_cells(c, names) for c in choices]
+    if prices.any:  # the cost before the runner-up, the last column
+        heads.insert(-1, COST_HEADER)
+        for c, row in zip(choices, rows):
+            row.insert(-1, cost_cell(prices, c.pick.group) if c.pick else MISSING)
     return md_table(heads, rows)
 
 

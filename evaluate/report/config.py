@@ -6,7 +6,7 @@ below it sees a DictConfig. `layout=[...]` and `output=[...]` name
 or the same path under a `hydra.searchpath` folder, whose `_target_` names
 the class (quantize.common.extensions). Adding one is one module and one
 YAML; nothing here lists them."""
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -15,6 +15,7 @@ import yaml
 from evaluate.analysis import Analysis
 from evaluate.analysis.busy_host import KEY as BUSY_HOST_KEY, BusyHost
 from evaluate.analysis.choice import ACCURACY_FLOOR_PCT
+from evaluate.analysis.cost import Prices
 from quantize.common import extensions, tracking
 from quantize.common.errors import UserError
 from quantize.common.paths import CONF_DIR, resolve
@@ -68,6 +69,8 @@ class ReportConfig:
     tracker: tracking.Tracker | None = None
     # the busy-host rule (conf/report.yaml's busy_host_pct); None: that file's
     busy_host: BusyHost | None = None
+    # USD per hour of the machines, for the cost per 1M output tokens (conf/report.yaml `cost:`); none: no cost
+    cost: Prices = field(default_factory=Prices)
 
 
 def options(group: str, search_dirs: list[Path] = ()) -> dict[str, Path]:
@@ -115,7 +118,7 @@ def report_config(values: dict, searched: list[Path] = ()) -> ReportConfig:
         outputs=build_choices("output", OutputFormat, as_list(values.get("output")), searched),
         accuracy_floor_pct=floor_pct(values.get("accuracy_floor_pct", ACCURACY_FLOOR_PCT)),
         sanity=SanityConfig.from_config(values.get("sanity")), tracker=tracking.from_group(values.get("tracking")),
-        busy_host=BusyHost.from_config(values.get(BUSY_HOST_KEY)))
+        busy_host=BusyHost.from_config(values.get(BUSY_HOST_KEY)), cost=Prices.from_config(values.get("cost")))
 
 
 def floor_pct(value) -> float:

@@ -1,26 +1,24 @@
-"""report.html: report.md's text as one self-contained page. Each `##`
-section is a <section> with an id from its heading ("What to use on this
-machine" -> #what-to-use-on-this-machine), each `###` heading has one too, the
-tables sort by a clicked header, and the plots of `output=png` follow inline
-as SVG under "Plots"; the recipe search's and layer sensitivity's figures are
-inline SVG in their own sections. Styles and the sort script are inline: the page loads
-nothing, so it opens offline and can be mailed as one file."""
+"""report.html: report.md's text as one self-contained page (html_body
+turns the Markdown into sections, sortable tables and figures): each plot
+inline as SVG below or beside the table it illustrates, with its caption; the
+recipe search's and layer sensitivity's figures inline in their own
+sections. Styles and the sort script are inline: the page loads nothing, so
+it opens offline and can be mailed as one file."""
 import html
-import re
 from dataclasses import dataclass
 
-from markdown_it import MarkdownIt
-from markdown_it.token import Token
-
 from evaluate.analysis import Analysis
+from evaluate.report.answer_markdown import SECONDARY_COLUMNS, TITLE as ANSWER_TITLE
 from evaluate.report.config import OutputFormat, ReportConfig
+from evaluate.report.figures import SvgTexts, have_matplotlib
+from evaluate.report.html_body import ANSWER_CLASS, Section, markdown_body, unique_slug
 from evaluate.report.markdown import render_markdown
-from evaluate.report.plots import SvgTexts, draw_all, have_matplotlib
+from evaluate.report.plots import draw_all, report_plots
 from evaluate.report.search_files import sensitivities, studies
 from evaluate.report.search_plots import svg_texts
 
-PLOTS_ID = "plots"
-LONG_CELL = 40  # characters of Markdown: a longer table cell wraps
+ANSWER_ID = unique_slug(ANSWER_TITLE.removeprefix("## "), set())
+__all__ = ["Html", "render_html", "unique_slug"]
 
 
 @dataclass
@@ -31,120 +29,19 @@ class Html(OutputFormat):
         return {"report.html": render_html(analysis, report)}
 
 
-@dataclass
-class Section:
-    """One `##` section: the id its <section> carries, and its heading."""
-    id: str
-    title: str
-
-
 def render_html(analysis: Analysis, report: ReportConfig) -> str:
-    """The whole page: report.md's sections, then the plots (none without matplotlib)."""
-    text = render_markdown(analysis, report.title, report.accuracy_floor_pct)
+    """The whole page: report.md's sections with every plot inline (none without matplotlib)."""
+    plots = report_plots(analysis, report) if have_matplotlib("report.html") else []
+    svgs = SvgTexts()
+    draw_all(plots, svgs)
     inline = svg_texts(studies(analysis.results_dirs, analysis.suspect_ids), sensitivities(analysis.results_dirs),
                        report.accuracy_floor_pct)
-    body, sections = markdown_body(text, taken={PLOTS_ID}, figures=inline)
-    svgs = plot_svgs(analysis, report.pareto_scenario)
-    if svgs:
-        body += plots_section(svgs)
-        sections.append(Section(PLOTS_ID, "Plots"))
+    text = render_markdown(analysis, report, plots)
+    body, sections = markdown_body(text, taken=set(), figures=inline | svgs.svgs, answer_id=ANSWER_ID,
+                                   secondary=SECONDARY_COLUMNS)
     body = body.replace("</h1>\n", "</h1>\n" + contents(sections), 1)
-    return PAGE.format(title=html.escape(report.title), style=STYLE, script=SORT_SCRIPT, body=body)
-
-
-def markdown_body(text: str, taken: set[str], figures: dict[str, str] | None = None) -> tuple[str, list[Section]]:
-    """The Markdown as HTML, with ids on the `##` sections (each wrapped in a
-    <section>) and `###` headings, every table sortable and scrolling on its own.
-    An image alone in its paragraph whose `<name>.png` is in `figures` (name ->
-    inline SVG) becomes that figure; any other image its alt text, so the page
-    loads no file. Raw HTML in the text is escaped: names from the results
-    store are shown, never run."""
-    md = MarkdownIt("commonmark", {"html": False}).enable("table")
-    tokens = md.parse(text)
-    out: list[Token] = []
-    sections: list[Section] = []
-    skip = 0
-    for i, token in enumerate(tokens):
-        if skip:
-            skip -= 1
-            continue
-        figure = inline_figure(tokens, i, figures or {})
-        if figure:
-            out.append(raw(figure))
-            skip = 2    # the paragraph's inline text and its close
-            continue
-        if token.type == "inline":
-            token.children = [Token("text", "", 0, content=c.content) if c.type == "image" else c
-                              for c in token.children or ()]
-        if token.type == "heading_open" and token.tag in ("h2", "h3"):
-            title = inline_text(tokens[i + 1])
-            ident = unique_slug(title, taken)
-            if token.tag == "h3":
-                token.attrSet("id", ident)
-            else:
-                out.append(raw(("</section>\n" if sections else "") + f'<section id="{ident}">\n'))
-                sections.append(Section(ident, title))
-        elif token.type == "table_open":
-            out.append(raw('<div class="scroll">\n'))
-            token.attrSet("class", "sortable")
-        elif token.type == "td_open" and len(tokens[i + 1].content) > LONG_CELL:
-            token.attrSet("class", "wrap")  # prose (a failure's reason) wraps; numbers and names stay on one line
-        out.append(token)
-        if token.type == "table_close":
-            out.append(raw("</div>\n"))
-    if sections:
-        out.append(raw("</section>\n"))
-    return md.renderer.render(out, md.options, {}), sections
-
-
-def inline_figure(tokens: list[Token], i: int, figures: dict[str, str]) -> str:
-    """The <figure> for a paragraph that is one image of `figures`; "" for anything else."""
-    if tokens[i].type != "paragraph_open" or i + 2 >= len(tokens):
-        return ""
-    children = tokens[i + 1].children or []
-    if len(children) != 1 or children[0].type != "image":
-        return ""
-    name = str(children[0].attrGet("src") or "").removesuffix(".png")
-    if name not in figures:
-        return ""
-    return (f'<figure id="plot-{html.escape(name)}">\n{figures[name]}\n'
-            f"<figcaption>{html.escape(children[0].content)} ({html.escape(name)}.png)</figcaption>\n</figure>\n")
-
-
-def raw(markup: str) -> Token:
-    return Token("html_block", "", 0, content=markup)
-
-
-def inline_text(inline: Token) -> str:
-    """A heading's text as shown (code spans without their backticks)."""
-    return "".join(child.content for child in inline.children or () if child.type in ("text", "code_inline"))
-
-
-def unique_slug(text: str, taken: set[str]) -> str:
-    """Lower-case words joined by hyphens; `-2`, `-3`, ... where the page already has it.
-    Records the slug in `taken`."""
-    base = re.sub(r"[\W_]+", "-", text.lower()).strip("-") or "section"
-    slug, n = base, 1
-    while slug in taken:
-        n += 1
-        slug = f"{base}-{n}"
-    taken.add(slug)
-    return slug
-
-
-def plot_svgs(analysis: Analysis, pareto: str | None) -> dict[str, str]:
-    if not have_matplotlib("report.html"):
-        return {}
-    figures = SvgTexts()
-    draw_all(analysis, pareto, figures)
-    return figures.svgs
-
-
-def plots_section(svgs: dict[str, str]) -> str:
-    """The figures of `output=png`, each captioned with the PNG's name."""
-    figures = "".join(f'<figure id="plot-{name}">\n{svg}\n<figcaption>{name}.png</figcaption>\n</figure>\n'
-                      for name, svg in svgs.items())
-    return f'<section id="{PLOTS_ID}">\n<h2>Plots</h2>\n{figures}</section>\n'
+    return PAGE.format(title=html.escape(report.title), style=STYLE.replace("ANSWER_CLASS", ANSWER_CLASS),
+                       script=SORT_SCRIPT, body=body)
 
 
 def contents(sections: list[Section]) -> str:
@@ -172,7 +69,11 @@ PAGE = """<!DOCTYPE html>
 </html>
 """
 
-# System fonts only: nothing is fetched.
+# System fonts only: nothing is fetched. A table scrolls in its own box, no
+# taller than the window, so its sticky header stays in view (an overflow box
+# is what sticky sticks to). The answer's cells wrap, and under 1000 px its
+# secondary columns go and the scenario and runner-up break anywhere, so its key
+# columns fit a laptop's 800 px.
 STYLE = """body { margin: 0; font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif;
        color: #1f2328; background: #fff; }
 main { max-width: 1400px; margin: 0 auto; padding: 1.5rem; }
@@ -184,20 +85,32 @@ code { font: .9em ui-monospace, "DejaVu Sans Mono", monospace; background: #f3f4
        border-radius: 4px; }
 nav ul { columns: 2; list-style: none; padding: 0; }
 a { color: #0969da; }
-.scroll { overflow-x: auto; margin: .8rem 0; }
-table { border-collapse: collapse; font-size: 13px; font-variant-numeric: tabular-nums; }
-th, td { border: 1px solid #d0d7de; padding: .25rem .5rem; text-align: left; vertical-align: top; }
+.scroll { overflow: auto; max-height: 80vh; margin: .8rem 0; }
+table { border-collapse: separate; border-spacing: 0; font-size: 13px; font-variant-numeric: tabular-nums; }
+caption { caption-side: top; text-align: left; color: #57606a; padding: 0 0 .3rem; }
+th, td { border: solid #d0d7de; border-width: 0 1px 1px 0; padding: .25rem .5rem; text-align: left;
+         vertical-align: top; }
+tr > :first-child { border-left-width: 1px; }
+thead th { border-top-width: 1px; }
 td { white-space: nowrap; }
 td.wrap { white-space: normal; min-width: 16em; }
 th { min-width: 4em; }
-thead th { background: #f6f8fa; position: sticky; top: 0; cursor: pointer; user-select: none; }
+thead th { background: #f6f8fa; position: sticky; top: 0; z-index: 1; cursor: pointer; user-select: none; }
 thead th:hover, thead th:focus { background: #eaeef2; }
 thead th[aria-sort="ascending"]::after { content: " \\25B2"; }
 thead th[aria-sort="descending"]::after { content: " \\25BC"; }
 tbody tr:nth-child(even) { background: #f9fafb; }
-figure { margin: 1.5rem 0; }
+table.ANSWER_CLASS td { white-space: normal; min-width: 5em; }
+@media (max-width: 1000px) {
+  table.ANSWER_CLASS .secondary { display: none; }
+  table.ANSWER_CLASS td:first-child, table.ANSWER_CLASS td:last-child { overflow-wrap: anywhere; min-width: 0; }
+}
+.beside { display: flex; flex-wrap: wrap; align-items: flex-start; gap: 0 2rem; }
+.beside > .scroll, .beside > ol, .beside > ul { flex: 0 1 auto; min-width: 0; max-width: 100%; }
+.beside > figure { flex: 1 1 420px; max-width: 720px; }
+figure { margin: .8rem 0 1.5rem; }
 figure svg { max-width: 100%; height: auto; }
-figcaption { color: #57606a; font-size: 13px; }
+figcaption { color: #57606a; font-size: 13px; max-width: 720px; }
 """
 
 # Sorts a table by the clicked header (again: the other way). A cell sorts by

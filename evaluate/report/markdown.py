@@ -10,11 +10,11 @@ from pathlib import Path
 from evaluate.analysis import Analysis
 from evaluate.analysis.busy_host import BusyHost
 from evaluate.analysis.suspect import Suspect
-from evaluate.analysis.choice import ACCURACY_FLOOR_PCT
 from evaluate.analysis.groups import (
     BASELINE, CV_MAX, Group, accuracy_of, by_model, headline_accuracy_keys, kv_cache_bytes,
     lm_baseline, lm_recovery, numeric_metrics, scenario_of, scenarios, stderr_key)
 from evaluate.analysis.accuracy_bounds import recovery
+from evaluate.analysis.cost import Prices
 from evaluate.analysis.ranking import Overall, OverallRanking, ScenarioRanking
 from evaluate.analysis.significance import RULE
 from evaluate.report.formatting import (
@@ -23,7 +23,9 @@ from evaluate.report.formatting import (
 from evaluate.report.accuracy_markdown import RECOVERY_HEADER, by_recipe, recovery_cell, render_accuracy
 from evaluate.report.answer_markdown import SPEEDUP_HEADER, render_answer, speedup_cell
 from evaluate.report.conditions_markdown import busy_cell
+from evaluate.report.cost_markdown import COST_HEADER, cost_cell
 from evaluate.report.labels import dtype_note, dtypes_text, in_table, labels, run_labels
+from evaluate.report.plots import RANKING, SUMMARY, Plot, figure_markdown, png_plots
 from evaluate.report.search_files import sensitivities, studies
 from evaluate.report.search_markdown import render_search, render_sensitivity
 from evaluate.report.search_plots import png_files
@@ -52,7 +54,7 @@ class Markdown(OutputFormat):
     """report.md."""
 
     def render(self, analysis: Analysis, report: ReportConfig) -> dict[str, str]:
-        return {"report.md": render_markdown(analysis, report.title, report.accuracy_floor_pct)}
+        return {"report.md": render_markdown(analysis, report, png_plots(analysis, report))}
 
     def draw(self, analysis: Analysis, report: ReportConfig) -> list[Path]:
         """The figures report.md shows beside it: each study's front, each sensitivity heat map."""
@@ -60,20 +62,22 @@ class Markdown(OutputFormat):
                          report.accuracy_floor_pct, report.out_dir)
 
 
-def render_markdown(analysis: Analysis, title: str, floor_pct: float = ACCURACY_FLOOR_PCT) -> str:
-    """report.md: the answer first, then the tables, then how they were measured."""
+def render_markdown(analysis: Analysis, report: ReportConfig, plots: list[Plot] = ()) -> str:
+    """report.md: the answer first, then the tables, then how they were measured;
+    each of `plots` (plots.Plot) below the table it illustrates."""
     speed, accuracy = analysis.speed, analysis.accuracy
     searches = studies(analysis.results_dirs, analysis.suspect_ids)
-    parts = [render_title(analysis.rows, title, analysis.results_dir), render_answer(analysis, floor_pct, searches),
+    parts = [render_title(analysis.rows, report.title, analysis.results_dir),
+             render_answer(analysis, report.accuracy_floor_pct, searches, report.cost),
              render_across_stores(speed), render_suspects(analysis.suspects),
-             render_refused(analysis.refused, analysis.set_aside), render_summary(speed, accuracy),
-             render_ranking(analysis), render_speed_detail(speed), render_details(speed, analysis.busy_host),
+             render_refused(analysis.refused, analysis.set_aside), render_summary(speed, accuracy, plots, report.cost),
+             render_ranking(analysis, plots), render_speed_detail(speed), render_details(speed, analysis.busy_host),
              render_problems(analysis.rows)]
     if accuracy:
         parts.append(render_accuracy(accuracy))
     if analysis.lm_eval:
         parts.append(render_lm_eval(analysis.lm_eval))
-    parts += [render_serving(analysis.serving, speed, accuracy), render_search(searches),
+    parts += [render_serving(analysis.serving, speed, accuracy, plots), render_search(searches),
               render_sensitivity(sensitivities(analysis.results_dirs)),
               render_method(analysis.rows, analysis.busy_host)]
     return "\n\n".join(p for p in parts if p) + "\n"
@@ -276,18 +280,20 @@ def versions_text(rows: list[Row]) -> str:
     return ", ".join(f"{pkg} {' / '.join(sorted(vs))}" for pkg, vs in sorted(seen.items())) or MISSING
 
 
-def render_summary(speed: list[Group], accuracy: list[Group]) -> str:
-    """Per scenario, the headline of each artifact in at most 10 columns."""
+def render_summary(speed: list[Group], accuracy: list[Group], plots: list[Plot] = (), prices: Prices = Prices()) -> str:
+    """Per scenario, the headline of each artifact in at most 10 columns (11 with a price: the
+    cost per 1M output tokens), its plots below."""
     names = labels(speed)
     several = len({g.model_name for g in speed}) > 1
     with_recovery = "recovery_pct" in headline_accuracy_keys(accuracy)
     heads = (["Model"] * several + ["Recipe", "Artifact", "Model size (MB)", header(SPEED), SPEEDUP_HEADER]
-             + [header(k) for k in SUMMARY_LATENCY] + [memory_header()] + [RECOVERY_HEADER] * with_recovery)
+             + [header(k) for k in SUMMARY_LATENCY] + [memory_header()] + [RECOVERY_HEADER] * with_recovery
+             + [COST_HEADER] * prices.any)
     out = ["## Summary"]
     for sc in scenarios(speed):
         rows = [[g.model_name] * several + summary_row(g, names, accuracy_of(accuracy, g), with_recovery)
-                for g in by_model([g for g in speed if g.scenario == sc])]
-        out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
+                + [cost_cell(prices, g)] * prices.any for g in by_model([g for g in speed if g.scenario == sc])]
+        out += ["", f"### {sc.heading()}", "", md_table(heads, rows)] + figure_markdown(plots, (SUMMARY, sc))
     if not speed:
         out += ["", "No successful speed runs."]
     elif with_recovery:
@@ -295,7 +301,7 @@ def render_summary(speed: list[Group], accuracy: list[Group]) -> str:
                 "over the windows (what it is: *Accuracy*); — means no such run (a run of another setup is never "
                 "borrowed). The other accuracy metrics are under *Accuracy*, every speed metric under *Speed in "
                 "detail* and in summary.csv."]
-    return "\n".join(out)
+    return "\n".join(out + figure_markdown(plots, (SUMMARY, None)))
 
 
 def summary_row(g: Group, names: dict, accuracy: Group | None, with_recovery: bool) -> list[str]:
@@ -328,8 +334,9 @@ def render_speed_detail(speed: list[Group]) -> str:
     return "\n".join(out) if speed else ""
 
 
-def render_ranking(analysis: Analysis) -> str:
-    """Per scenario, then overall: each entry's letters of the significance rule."""
+def render_ranking(analysis: Analysis, plots: list[Plot] = ()) -> str:
+    """Per scenario, then overall: each entry's letters of the significance rule; below a
+    scenario's last block, its plots."""
     speed = analysis.speed
     out = ["## Ranking", "", "Per scenario by mean output throughput (tok/s), overall by the geometric mean of the "
            "speed-ups; per model and store. Entries that share a letter do not differ by the rule in *Method and "
@@ -337,9 +344,12 @@ def render_ranking(analysis: Analysis) -> str:
            "one with a single run cannot be tested and is listed apart."]
     names = labels(speed)
     several = block_names(speed)
-    for ranking in analysis.rankings:
+    for k, ranking in enumerate(analysis.rankings):
         out += ["", f"**{ranking.scenario.heading()}**{several(ranking.model_name, ranking.store)}", ""]
         out += ranking_lines(ranking, names)
+        following = analysis.rankings[k + 1:k + 2]
+        if not following or following[0].scenario != ranking.scenario:
+            out += figure_markdown(plots, (RANKING, ranking.scenario))
     for overall in analysis.overall:
         out += ["", f"**Overall**{several(overall.model_name, overall.store)}: geometric mean of the speed-ups vs "
                 f"original over {', '.join(s.name for s in overall.scenarios)} (every scenario with a speed-up "

@@ -6,7 +6,8 @@ PNGs beside it; report.html inlines them as SVG in their sections."""
 from pathlib import Path
 
 from evaluate.analysis.pareto import SearchFront, answer
-from evaluate.report.plots import Figures, PngFiles, SvgTexts, label_points, pyplot
+from evaluate.report.figures import Figures, PngFiles, SvgTexts, label_points, pyplot
+from evaluate.report.palette import FLOOR_COLOUR, PICK_COLOUR
 from evaluate.report.search_files import SensitivityEntry, StudyEntry, can_draw, heatmap_drawer
 from evaluate.report.search_markdown import objective_header
 
@@ -72,10 +73,11 @@ def plot_study(search: SearchFront, floor_pct: float, figures: Figures, name: st
                color="tab:blue", alpha=0.8, edgecolors="black", linewidths=0.6, label="Pareto front")
     pick = answer(search, floor_pct)
     if pick.pick is not None:
-        ax.scatter(*xy(pick.pick), s=area(pick.pick) * 2.2, facecolors="none", edgecolors="tab:red", linewidths=1.5,
+        ax.scatter(*xy(pick.pick), s=area(pick.pick) * 2.2, facecolors="none", edgecolors=PICK_COLOUR,
+                   linewidths=1.5,
                    label="the answer" if pick.meets_floor else "most accurate (none keeps the floor)")
     if pick.floor_pct is not None and x == search.roles.accuracy:
-        ax.axvline(pick.floor_pct, color="tab:red", linestyle="--", linewidth=1,
+        ax.axvline(pick.floor_pct, color=FLOOR_COLOUR, linestyle="--", linewidth=1,
                    label=f"accuracy floor {pick.floor_pct:g} %")
     ax.margins(0.2)
     ax.set_xlabel("Trial" if x is None else objective_header(objectives[x]))

@@ -2,12 +2,15 @@
 evaluate.analysis.load_levels) and the lines of the serving recommendation
 (evaluate.analysis.recommendation), which open the report in "What to use
 on this machine" (answer_markdown), as Markdown."""
+from evaluate.analysis.cost import Prices
 from evaluate.analysis.groups import Group, scenarios
 from evaluate.analysis.load_levels import (
     MODES, Curve, LevelResult, ServingAnalysis, accuracy_for, level_text, offline_speed, recovery_of)
 from evaluate.analysis.recommendation import CapacityPick, Recommendation, TpotPick
+from evaluate.report.cost_markdown import level_cost_text
 from evaluate.report.formatting import MISSING, fmt_fixed, fmt_number, mb, md_table, short
 from evaluate.report.labels import labels
+from evaluate.report.plots import SERVING, Plot, figure_markdown
 from evaluate.scenarios import Scenario
 from evaluate.serving.slo import SLO, SloCheck
 
@@ -80,8 +83,9 @@ def capacity_text(c: Curve | None) -> str:
     return f"{best.level:g}" + (f" (< {above.level:g})" if above else " (highest measured)")
 
 
-def render_serving(analysis: ServingAnalysis | None, speed: list[Group], accuracy: list[Group]) -> str:
-    """The "Serving under load" section; "" without serving rows."""
+def render_serving(analysis: ServingAnalysis | None, speed: list[Group], accuracy: list[Group],
+                   plots: list[Plot] = ()) -> str:
+    """The "Serving under load" section, each scenario's plots below its tables; "" without serving rows."""
     if analysis is None:
         return ""
     cs, scs = analysis.curves, analysis.scenarios
@@ -95,6 +99,7 @@ def render_serving(analysis: ServingAnalysis | None, speed: list[Group], accurac
         for c in [c for c in cs if c.scenario == sc]:
             mode = "" if c.mode == "concurrency" else " · rate"
             out += ["", f"### {sc.heading()} · {names[c.group.identity]}{mode}", "", level_table(c, slo)]
+        out += figure_markdown(plots, (SERVING, sc))
     out += ["", join_table(analysis.groups, cs, speed, accuracy, names, scs)]
     return "\n".join(out)
 
@@ -131,7 +136,7 @@ def join_table(serving: list[Group], cs: list[Curve], speed: list[Group], accura
             "level measured, which did not.\n\n" + md_table(heads, table))
 
 
-def recommendation_lines(recommendations: list[Recommendation], names: dict) -> list[str]:
+def recommendation_lines(recommendations: list[Recommendation], names: dict, prices: Prices = Prices()) -> list[str]:
     """The serving recommendation, per scenario (report.md opens with it, in "What to use on this machine")."""
     out = []
     for r in recommendations:
@@ -142,7 +147,7 @@ def recommendation_lines(recommendations: list[Recommendation], names: dict) -> 
         else:
             out += [f"For the SLO {r.slo.describe()}:", ""]
             for pick in r.capacity:
-                out += capacity_lines(pick, names)
+                out += capacity_lines(pick, names, prices)
         out += tpot_lines(r.tpot, names)
     return out
 
@@ -151,7 +156,8 @@ def size_text(g: Group) -> str:
     return f"{fmt_fixed(mb(g.model_bytes), 1)} MB" if g.model_bytes else "size unknown"
 
 
-def capacity_lines(pick: CapacityPick, names: dict) -> list[str]:
+def capacity_lines(pick: CapacityPick, names: dict, prices: Prices = Prices()) -> list[str]:
+    """The pick, the level it sustains and what a million output tokens cost there; ties; who is not eligible."""
     title = CAPACITY_TITLES[pick.mode]
     why = [f"{names[i.group.identity]}: {i.why}" for i in pick.ineligible]
     if pick.chosen is None:
@@ -162,6 +168,7 @@ def capacity_lines(pick: CapacityPick, names: dict) -> list[str]:
     lines = [f"- **{title}**: **{names[chosen.identity]}** ({size_text(chosen)}): "
              f"{level_text(c.mode, best.level)}"
              + (f", {fmt_fixed(rate)} req/s achieved" if rate is not None else "")
+             + level_cost_text(prices, best.row, best.get("output_throughput"))
              + (f"; {level_text(c.mode, above.level)} did not pass" if above else "; the highest level measured")]
     if pick.tied:
         lines.append("  - within the measurement's interval (the levels measured cannot tell them apart): "

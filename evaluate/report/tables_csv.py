@@ -1,5 +1,6 @@
 """summary.csv (one record per speed group: every metric's mean, std and 95%
-interval of the mean, the speed-up, its interval and verdict, the dtypes it compares),
+interval of the mean, the speed-up, its interval and verdict, the dtypes it compares,
+the price per hour and cost per 1M output tokens where a price is set),
 runs.csv (one per ok row), serving.csv (one per ok serving row: a load
 level) and search_front.csv (one per complete trial of each recipe search,
 with `on_front`). Columns are the rows' raw keys, metrics in formatting.LABELS' order;
@@ -11,6 +12,7 @@ import json
 from dataclasses import dataclass
 
 from evaluate.analysis import Analysis
+from evaluate.analysis.cost import Prices, group_cost
 from evaluate.analysis.groups import Group, numeric_metrics
 from evaluate.report.formatting import mb, ordered_metrics, speed_verdict
 from evaluate.report.config import OutputFormat, ReportConfig
@@ -20,7 +22,7 @@ from evaluate.results import Row
 SUMMARY_FIELDS = ("scenario", "batch_size", "input_len", "output_len", "model_name", "recipe", "artifact_id",
                   "engine", "quant_format", "modules_changed", "model_bytes", "model_size_mb", "runs",
                   "speedup_vs_original", "speedup_ci95_low", "speedup_ci95_high", "speedup_verdict", "dtype",
-                  "baseline_dtype", "setup_id", "store")
+                  "baseline_dtype", "setup_id", "store", "usd_per_hour", "usd_per_1m_output_tokens")
 SERVING_FIELDS = ("timestamp", "scenario", "input_len", "output_len", "model_name", "recipe", "artifact_id", "engine",
                   "setup_id", "model_bytes", "profile", "mode", "level", "burstiness", "max_requests", "max_seconds",
                   "slo")
@@ -35,7 +37,7 @@ class Csv(OutputFormat):
     """summary.csv and runs.csv; serving.csv where the store has serving rows."""
 
     def render(self, analysis: Analysis, report: ReportConfig) -> dict[str, str]:
-        files = {"summary.csv": to_csv(summary_records(analysis.speed), SUMMARY_FIELDS),
+        files = {"summary.csv": to_csv(summary_records(analysis.speed, report.cost), SUMMARY_FIELDS),
                  "runs.csv": to_csv(run_records(analysis.rows), RUN_FIELDS)}
         if any(r.kind == "serving" for r in analysis.rows):
             files["serving.csv"] = to_csv(serving_records(analysis.rows), SERVING_FIELDS)
@@ -45,7 +47,8 @@ class Csv(OutputFormat):
         return files
 
 
-def summary_records(speed: list[Group]) -> list[dict]:
+def summary_records(speed: list[Group], prices: Prices = Prices()) -> list[dict]:
+    """One record per speed group; the cost columns empty where no price is set for its machine."""
     metrics = ordered_metrics({k for g in speed for k in g.stats})
     out = []
     for g in speed:
@@ -55,7 +58,7 @@ def summary_records(speed: list[Group]) -> list[dict]:
             mb(g.model_bytes), len(g.runs),
             g.speedup, *(g.speedup_ci or (None, None)), verdict_text(g), g.dtype,
             g.baseline.dtype if g.baseline else None,
-            g.setup_id, store_name(g.runs[0]))))
+            g.setup_id, store_name(g.runs[0]), prices.of(g.runs[0]), group_cost(prices, g))))
         for k in metrics:
             rec[f"{k}_mean"], rec[f"{k}_std"] = g.mean(k), g.std(k)
             rec[f"{k}_ci95_low"], rec[f"{k}_ci95_high"] = g.interval(k) or (None, None)

@@ -177,3 +177,17 @@ def test_rows_configured_differently_are_still_never_compared():
     groups = aggregate(old)
     add_speedups(groups)
     assert next(g for g in groups if g.recipe == "w4a16_gptq").speedup is None
+
+
+def test_the_answers_front_keeps_what_no_other_artifact_beats_in_speed_and_accuracy():
+    """w4a16 is slower and less accurate than w8a8: off the front; the original (most
+    accurate) and w8a8 (fastest) are on it, and the answer's pick is one of them."""
+    from evaluate.analysis.choice import choose
+    rows = main_rows() + [base_row("w4a16_gptq", kind="accuracy", scenario="pride_and_prejudice",
+                                   metrics={"recovery_pct": 96.0})]
+    speed = aggregate(rows)
+    add_speedups(speed)
+    for choice in choose(speed, aggregate(rows, "accuracy"), 95.0):
+        assert [p.group.recipe for p in choice.measured] == ["w8a8_smooth_ptq", "original", "w4a16_gptq"]
+        assert [p.group.recipe for p in choice.front] == ["original", "w8a8_smooth_ptq"]
+        assert choice.pick.group.recipe == "w8a8_smooth_ptq" and not choice.no_accuracy

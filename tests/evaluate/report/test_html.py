@@ -1,5 +1,6 @@
 """evaluate/report/html.py: report.html, checked as text and in Debian's
 headless chromium (scripts/setup_browser.sh installs it and its chromedriver)."""
+import html
 import importlib.util
 import logging
 import os
@@ -11,9 +12,10 @@ from contextlib import contextmanager
 import pytest
 
 from evaluate.report import build_report
+from evaluate.report.__main__ import main
 from evaluate.report.html import unique_slug
 
-from .rows import PLOTS, main_rows, store
+from .rows import ARTIFACTS, PLOTS, SCENARIOS, base_row, main_rows, speed_metrics, store
 
 # The section a reader opens the report for (report.md's first); the browser test screenshots it.
 ANSWER_SECTION = "what-to-use-on-this-machine"
@@ -35,7 +37,7 @@ def test_every_table_and_heading_of_report_md(html_report):
     out, page = html_report
     markdown = (out / "report.md").read_text()
     tables = len(re.findall(r"^\|(?:---\|)+$", markdown, re.M))
-    assert tables and page.count('<table class="sortable">') == tables
+    assert tables and page.count('<table class="sortable') == tables
     h2 = re.findall(r"^## (.+)$", markdown, re.M)
     sections = re.findall(r'<section id="([^"]+)">', page)
     assert sections[:len(h2)] == [re.sub(r"[\W_]+", "-", h.lower()).strip("-") for h in h2]
@@ -49,10 +51,11 @@ def test_every_table_and_heading_of_report_md(html_report):
 
 
 def test_slugs_are_unique_per_page():
-    taken = {"plots"}
+    taken = {"summary"}
     assert [unique_slug(t, taken) for t in ("What to use on this machine", "interactive (batch_size=1)",
-                                             "interactive (batch_size=1)", "Plots", "`—`")] == [
-        "what-to-use-on-this-machine", "interactive-batch-size-1", "interactive-batch-size-1-2", "plots-2", "section"]
+                                             "interactive (batch_size=1)", "Summary", "`—`")] == [
+        "what-to-use-on-this-machine", "interactive-batch-size-1", "interactive-batch-size-1-2", "summary-2",
+        "section"]
 
 
 def test_self_contained(html_report):
@@ -65,15 +68,20 @@ def test_self_contained(html_report):
 
 
 @pytest.mark.skipif(not PLOTS, reason="matplotlib is not installed here: report.html has no plots")
-def test_plots_inline_as_svg(tmp_path):
-    """The figures of output=png, by the same names, inline in the Plots section."""
+def test_plots_inline_as_svg_where_report_md_shows_them(tmp_path):
+    """The figures of output=png, by the same names, inline as SVG where report.md
+    shows each image, with the caption report.md puts under it as the figcaption."""
     store(tmp_path / "results", main_rows())
-    written = build_report(tmp_path / "results", tmp_path / "out", "Test report", outputs=("html", "png"))
+    written = build_report(tmp_path / "results", tmp_path / "out", "Test report",
+                           outputs=("markdown", "html", "png"))
     page = (tmp_path / "out" / "report.html").read_text()
-    pngs = [p.name for p in written if p.suffix == ".png"]
-    assert pngs and re.findall(r"<figcaption>([^<]+)</figcaption>", page) == pngs
-    plots = page[page.index('<section id="plots">'):]
-    assert plots.count("<svg") == len(pngs) and "<?xml" not in page
+    md = (tmp_path / "out" / "report.md").read_text()
+    pngs = [p.stem for p in written if p.suffix == ".png"]
+    shown = re.findall(r"^!\[[^\]]*\]\(([^)]+)\.png\)\n\n\*([^\n]+)\*$", md, re.M)
+    assert sorted(pngs) == sorted(name for name, _ in shown)
+    figures = re.findall(r'<figure id="plot-([^"]+)">\n<svg.*?<figcaption>([^<]+)</figcaption>', page, re.S)
+    assert figures == [(name, html.escape(caption, quote=False)) for name, caption in shown]
+    assert page.count("<svg") == len(pngs) and "<?xml" not in page and 'id="plots"' not in page
 
 
 def test_without_matplotlib_one_warning_and_no_plots(monkeypatch, caplog, tmp_path):
@@ -95,6 +103,26 @@ def test_names_from_the_store_are_shown_not_run(tmp_path):
     page = (tmp_path / "out" / "report.html").read_text()
     assert "<img" not in page
     assert "<title>Q &lt;img src=x onerror=alert(1)&gt;</title>" in page and "<h1>Q &lt;img" in page
+
+
+def test_columns_the_same_on_every_row_move_into_the_caption(html_report):
+    """Peak memory is 2100.0 MB on every row of a Summary table: named once in its
+    caption, not as a column; the answer keeps every column."""
+    _, page = html_report
+    summary = page.split(f'<h3 id="{MEDIUM_BATCH}">', 1)[1].split("</table>", 1)[0]
+    assert "<caption>Same on every row: Peak memory (MB): 2100.0</caption>" in summary
+    assert "<th>Peak memory (MB)</th>" not in summary and "<th>Recipe</th>" in summary
+    answer = page.split(f'<section id="{ANSWER_SECTION}">', 1)[1].split("</table>", 1)[0]
+    assert '<table class="sortable answer">' in answer and "<caption>" not in answer
+    assert '<th class="secondary">Model size (MB)</th>' in answer   # constant, still the answer's: hideable
+
+
+def test_ordered_lists_keep_the_numbers_of_report_md(html_report):
+    out, page = html_report
+    md = (out / "report.md").read_text().split("## Ranking\n", 1)[1].split("\n## ", 1)[0]
+    ranking = page.split('<section id="ranking">', 1)[1].split("</section>", 1)[0]
+    places = re.findall(r"^(\d+)\. ", md, re.M)
+    assert places and re.findall(r'<li value="(\d+)">', ranking) == places
 
 
 # --- in the browser -----------------------------------------------------------------------------------
@@ -180,3 +208,81 @@ def test_in_headless_chromium(html_report, tmp_path):
         browser.execute_script("console.error('report.html test: console errors are seen')")
         assert any("console errors are seen" in e["message"] for e in browser.get_log("browser")
                    if e["level"] == "SEVERE")  # the check above could have failed
+
+
+def long_rows() -> list:
+    """The main store with 12 runs per artifact and scenario: Detailed runs is taller than a window."""
+    extra = [base_row(recipe, scenario, run_index=i, metrics=speed_metrics(recipe, scenario, i % 3))
+             for recipe in ARTIFACTS for scenario in SCENARIOS for i in range(3, 12)]
+    return main_rows() + extra
+
+
+ANSWER_KEYS = ("Scenario", "Use", "Speed-up vs original (x, 95% CI)", "Accuracy recovery (%, 95% CI)",
+               "Cost (USD per 1M output tokens)")
+GEOMETRY = """
+const box = (e) => { const r = e.getBoundingClientRect(); return {top: r.top, bottom: r.bottom, left: r.left,
+                                                                  right: r.right}; };
+return Array.from(document.querySelectorAll('figure')).map(f => {
+  const group = f.closest('.beside');
+  const block = group ? group.firstElementChild : null;
+  return {id: f.id, caption: (f.querySelector('figcaption') || {}).textContent || '', figure: box(f),
+          block: block ? box(block) : null, holds: block ? block.querySelectorAll('table, li').length : 0,
+          section: f.closest('section').id};
+});"""
+
+
+@pytest.mark.skipif(bool(BROWSER_MISSING) or not PLOTS, reason="needs Debian's chromium and chromedriver (make "
+                    "setup-browser, as root) and matplotlib")
+def test_on_a_laptop_in_headless_chromium(tmp_path):
+    """At 1400 px: a long table's header stays in view while it scrolls, and every plot
+    has its caption and sits beside or right below the table or list it illustrates. At
+    800 px: the answer's key columns (and its cost) are in view without horizontal
+    scrolling. Both widths are screenshot into the test's folder."""
+    from selenium.webdriver.common.by import By
+    store(tmp_path / "results", long_rows())
+    out = tmp_path / "reports"
+    assert main([f"results_dir={tmp_path / 'results'}", f"out_dir={out}", "title=Test report",
+                 "output=[markdown,html,png]", "cost.usd_per_hour=2.5"]) == 0   # the cost: one more column
+    with headless_chromium() as browser:
+        browser.set_window_size(1400, 900)
+        browser.get((out / "report.html").as_uri())
+        assert browser.execute_script("return window.innerWidth") == 1400
+        browser.save_screenshot(str(tmp_path / "report-1400px.png"))
+
+        runs = browser.find_element(By.CSS_SELECTOR, "#detailed-runs .scroll")
+        browser.execute_script("arguments[0].scrollIntoView(); arguments[0].scrollTop = 400;", runs)
+        box, header, first = browser.execute_script(
+            "const b = arguments[0], r = (e) => e.getBoundingClientRect().toJSON();"
+            "return [r(b), r(b.querySelector('thead th')), r(b.querySelector('tbody tr'))];", runs)
+        assert box["height"] <= browser.execute_script("return window.innerHeight")  # the box fits the window
+        assert runs.get_property("scrollHeight") > runs.get_property("clientHeight")   # and scrolls
+        assert abs(header["top"] - box["top"]) <= 1, (header, box)                     # the header stuck
+        assert first["top"] < header["top"] - 300                                      # the rows went under it
+
+        figures = browser.execute_script(GEOMETRY)
+        assert {f["id"] for f in figures} == {f"plot-{p.stem}" for p in out.glob("*.png")}
+        for f in figures:
+            assert f["caption"].endswith(".") and len(f["caption"]) > 60, f
+            if f["id"] == "plot-throughput":    # every scenario's bars: at the end of the Summary
+                assert f["section"] == "summary" and f["block"] is None
+                continue
+            assert f["holds"], f                # grouped with a table or list ...
+            beside = f["figure"]["left"] >= f["block"]["right"] - 1 and f["figure"]["top"] < f["block"]["bottom"]
+            below = 0 <= f["figure"]["top"] - f["block"]["bottom"] < 60
+            assert beside or below, f           # ... next to it, or right under it
+
+        browser.set_window_size(800, 900)
+        assert browser.execute_script("return window.innerWidth") == 800
+        answer = browser.find_element(By.ID, ANSWER_SECTION)
+        browser.execute_script("arguments[0].scrollIntoView()", answer)
+        browser.save_screenshot(str(tmp_path / "report-800px.png"))
+        table = answer.find_element(By.CSS_SELECTOR, "table.answer")
+        scroller = table.find_element(By.XPATH, "..")
+        assert scroller.get_property("scrollWidth") <= scroller.get_property("clientWidth")  # no sideways scroll
+        assert browser.execute_script("return document.documentElement.scrollWidth") <= 800
+        heads = {th.text.replace("\n", " "): th for th in table.find_elements(By.CSS_SELECTOR, "thead th")}
+        for key in ANSWER_KEYS:
+            right = browser.execute_script("return arguments[0].getBoundingClientRect().right", heads[key])
+            assert right <= 800, (key, right)
+    for width in (1400, 800):
+        assert png_size((tmp_path / f"report-{width}px.png").read_bytes())[0] == width

@@ -12,7 +12,7 @@ from .rows import PLOTS, main_rows, store
 ROOT = Path(__file__).resolve().parents[3]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 ACCEPTED = ("python -m evaluate.report takes results_dir= out_dir= title= pareto_scenario= accuracy_floor_pct= "
-            "busy_host_pct= layout= output= sanity= tracking= (Hydra overrides; --help lists them)")
+            "busy_host_pct= layout= output= sanity= tracking= cost= (Hydra overrides; --help lists them)")
 
 
 def test_cli_subprocess_takes_key_value_arguments(tmp_path):
@@ -24,7 +24,8 @@ def test_cli_subprocess_takes_key_value_arguments(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (out / "report.md").read_text().startswith("# My title\n")
     if PLOTS:
-        assert (out / "pareto.png").read_bytes()[:8] == PNG_SIGNATURE
+        assert (out / "pareto_medium_batch.png").read_bytes()[:8] == PNG_SIGNATURE
+        assert not (out / "pareto_interactive.png").exists()    # pareto_scenario keeps that one
     else:  # the tables without plots, and one line saying why
         assert not list(out.glob("*.png")) and "matplotlib is not installed" in proc.stderr
     assert str(out / "report.md") in proc.stdout.splitlines()

@@ -1,4 +1,8 @@
-"""evaluate/report/plots.py: the PNGs, the same figures as inline SVG, and labels that never overlap."""
+"""evaluate/report/plots.py and the figures it plans: the PNGs, the same
+figures as inline SVG, throughput on a linear axis with the tables' 95 %
+intervals, a Pareto plot per scenario with its front, floor and pick, one
+colour per recipe everywhere, a caption under every image, and labels that
+never overlap."""
 import re
 
 import pytest
@@ -7,30 +11,59 @@ pytest.importorskip("matplotlib", reason="matplotlib is not installed here (a ba
 from matplotlib.text import Text  # noqa: E402
 
 from evaluate.analysis import analyse
-from evaluate.report.plots import PngFiles, SvgTexts, draw_all, label_points, pyplot, spread
+from evaluate.analysis.choice import choose
+from evaluate.report.config import ReportConfig
+from evaluate.report.figures import PngFiles, SvgTexts, label_points, pyplot, spread
+from evaluate.report.palette import BASELINE_COLOUR, recipe_colours
+from evaluate.report.plots import RANKING, SUMMARY, draw_all, report_plots
 
-from .rows import SCENARIOS, main_rows, store
+from .rows import ARTIFACTS, SCENARIOS, main_rows, many_model_rows, store
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
+def plan(tmp_path, rows=None, floor=95.0, pareto=None):
+    store(tmp_path / "results", rows or main_rows())
+    analysis = analyse([tmp_path / "results"], rows or main_rows())
+    report = ReportConfig([tmp_path / "results"], tmp_path / "out", "t", pareto, [], [], accuracy_floor_pct=floor)
+    return analysis, report_plots(analysis, report)
+
+
 def test_pngs_written(report_dir):
     out, _ = report_dir
-    names = ["throughput.png", "speed_vs_size.png", "pareto.png"] + [f"throughput_{s}.png" for s in SCENARIOS]
+    names = ["throughput.png"] + [f"{kind}_{s}.png" for s in SCENARIOS for kind in ("throughput", "pareto")]
     for name in names:
         assert (out / name).read_bytes()[:8] == PNG_SIGNATURE, name
     assert not list(out.glob(".*.tmp"))
 
 
+def test_each_image_in_report_md_has_its_caption_under_it(report_dir):
+    out, _ = report_dir
+    md = (out / "report.md").read_text()
+    images = re.findall(r"^!\[[^\]]+\]\(([^)]+\.png)\)\n\n\*([^*\n]+)\*$", md, re.M)
+    assert sorted(name for name, _ in images) == sorted(p.name for p in out.glob("*.png"))
+    for name, caption in images:
+        assert caption.endswith(".") and caption.count(". ") == 0, (name, caption)   # one sentence
+        assert "(tok/s)" in caption or "(ms)" in caption or "per second" in caption, caption  # units
+
+
+def test_plots_sit_below_the_table_they_illustrate(tmp_path):
+    _, plots = plan(tmp_path)
+    places = {p.name: p.place for p in plots}
+    for sc in SCENARIOS:
+        assert places[f"throughput_{sc}"][0] == RANKING and places[f"throughput_{sc}"][1].name == sc
+        assert places[f"pareto_{sc}"][0] == SUMMARY and places[f"pareto_{sc}"][1].name == sc
+    assert places["throughput"] == (SUMMARY, None)
+
+
 def test_svg_figures_match_the_pngs(tmp_path):
     """SvgTexts gets the figures PngFiles writes, by the same names, each one
     inline-ready <svg> element whose ids no other figure repeats."""
-    rows = store(tmp_path / "results", main_rows())
-    analysis = analyse([tmp_path / "results"], rows)
+    _, plots = plan(tmp_path)
     pngs, svgs = PngFiles(tmp_path), SvgTexts()
-    draw_all(analysis, None, pngs)
-    draw_all(analysis, None, svgs)
-    assert list(svgs.svgs) == [p.stem for p in pngs.paths]
+    draw_all(plots, pngs)
+    draw_all(plots, svgs)
+    assert list(svgs.svgs) == [p.stem for p in pngs.paths] == [p.name for p in plots]
     ids = []
     for name, svg in svgs.svgs.items():
         assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>"), name
@@ -41,6 +74,80 @@ def test_svg_figures_match_the_pngs(tmp_path):
         assert set(re.findall(r'href="#([^"]+)"', svg)) <= set(mine), name  # every reference resolves in its figure
         ids += mine
     assert len(ids) == len(set(ids))
+
+
+def test_one_colour_per_recipe_in_every_plot_png_and_svg(tmp_path):
+    colours = recipe_colours(ARTIFACTS)
+    assert colours["original"] == BASELINE_COLOUR and len(set(colours.values())) == len(ARTIFACTS)
+    _, plots = plan(tmp_path)
+    svgs = SvgTexts()
+    draw_all(plots, svgs)
+    measured = {"original", "w8a8_smooth_ptq"}   # w4a16_gptq has no accuracy run: no point in a Pareto plot
+    for name, svg in svgs.svgs.items():
+        drawn = {c.lower() for c in re.findall(r"#[0-9a-fA-F]{6}", svg)}
+        shown = measured if name.startswith("pareto") else set(colours)
+        assert {colours[r].lower() for r in shown} <= drawn, name
+    pngs = PngFiles(tmp_path)
+    draw_all([p for p in plots if p.name == "throughput_interactive"], pngs)
+    pixels = (pyplot().imread(pngs.paths[0])[..., :3] * 255).round()
+    for colour in colours.values():
+        rgb = [int(colour[k:k + 2], 16) for k in (1, 3, 5)]
+        assert ((abs(pixels - rgb) <= 1).all(axis=-1)).any(), colour
+
+
+def test_throughput_bars_are_linear_from_zero_with_the_tables_intervals(tmp_path):
+    analysis, plots = plan(tmp_path)
+    fig = next(p for p in plots if p.name == "throughput_medium_batch").draw()
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "linear" and ax.get_xlim()[0] == 0
+    whiskers, bars = ax.containers[0].lines[2][0].get_segments(), ax.containers[1]
+    names = [t.get_text() for t in ax.get_yticklabels()]
+    for name, bar, segment in zip(names, bars.patches, whiskers):
+        g = next(g for g in analysis.speed if g.recipe == name and g.scenario.name == "medium_batch")
+        assert bar.get_width() == pytest.approx(g.mean("output_throughput"))
+        assert (segment[0][0], segment[1][0]) == pytest.approx(g.interval("output_throughput"))  # not ± std
+    pyplot().close(fig)
+
+
+def test_a_pareto_plot_per_scenario_with_its_front_floor_and_pick(tmp_path):
+    analysis, plots = plan(tmp_path, floor=96.0)
+    for sc in SCENARIOS:
+        choice = next(c for c in choose(analysis.speed, analysis.accuracy, 96.0) if c.scenario.name == sc)
+        assert choice.pick.group.recipe == "w8a8_smooth_ptq"
+        assert [p.group.recipe for p in choice.front] == ["original", "w8a8_smooth_ptq"]  # each better in one
+        fig = next(p for p in plots if p.name == f"pareto_{sc}").draw()
+        ax = fig.axes[0]
+        lines = {tuple(line.get_xdata()): line for line in ax.get_lines()}
+        assert (96.0, 96.0) in lines                                          # the floor
+        assert (97.0, 100.0) in lines                                         # the front's staircase
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert "the answer: w8a8_smooth_ptq" in legend and "accuracy floor 96 %" in legend
+        assert "model size 172.4 MB" in legend and "model size 269.1 MB" in legend
+        assert "not drawn, no accuracy run: w4a16_gptq" in legend
+        pyplot().close(fig)
+
+
+def test_a_pareto_panels_legend_clears_its_axis_label_and_the_next_panel(tmp_path):
+    """A panel per model: each legend lies below its panel's axis label and above the
+    next panel's title, however many panels the figure has."""
+    _, plots = plan(tmp_path, rows=many_model_rows())
+    fig = next(p for p in plots if p.name == "pareto_interactive").draw()
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    axes = [ax for ax in fig.axes if ax.get_legend()]
+    assert len(axes) == 3
+    for ax, below in zip(axes, axes[1:] + [None]):
+        legend = ax.get_legend().get_window_extent(renderer)
+        assert legend.y1 < ax.xaxis.label.get_window_extent(renderer).y0
+        assert legend.y1 < min(t.get_window_extent(renderer).y0 for t in ax.get_xticklabels() if t.get_text())
+        if below is not None:
+            assert legend.y0 > below.title.get_window_extent(renderer).y1
+    pyplot().close(fig)
+
+
+def test_pareto_scenario_keeps_one_pareto_plot(tmp_path):
+    _, plots = plan(tmp_path, pareto="medium_batch")
+    assert [p.name for p in plots if p.name.startswith("pareto")] == ["pareto_medium_batch"]
 
 
 def test_plot_labels_never_overlap():
