@@ -1,5 +1,5 @@
 """`python -m evaluate.report [results_dir=results|a,b] [out_dir=reports] [title=...] [pareto_scenario=<name>]
-[accuracy_floor_pct=95] [cost.usd_per_hour=<USD>]
+[accuracy_floor_pct=95] [busy_host_pct=10] [cost.usd_per_hour=<USD>]
 [layout=[summary,batch_table,context_table,oneline,length_grid]] [output=[markdown,csv,png,html]]
 [tracking=mlflow tracking.uri=<uri>]`
 
