@@ -72,3 +72,9 @@ def is_no_room(e: BaseException) -> bool:
             return True
         e = e.__cause__ or e.__context__
     return False
+
+
+def first_line(e: BaseException, limit: int = 300) -> str:
+    """The first non-empty line of what `e` says (libraries raise screenfuls)."""
+    text = next((line.strip() for line in str(e).splitlines() if line.strip()), "") or type(e).__name__
+    return text if len(text) <= limit else text[:limit - 1] + "…"

@@ -15,7 +15,7 @@ from typing import Callable, NoReturn
 
 from hydra.experimental.callback import Callback
 
-from quantize.common.errors import DiskFull, Interrupted, OneLineError, is_no_room
+from quantize.common.errors import DiskFull, Interrupted, OneLineError, first_line, is_no_room
 
 log = logging.getLogger("quantbench")
 
@@ -95,11 +95,6 @@ def keep_trace(e: BaseException) -> None:
 def log_file() -> str | None:
     """The job's log file (Hydra's job logging writes one), if any."""
     return next((h.baseFilename for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)), None)
-
-
-def first_line(e: BaseException, limit: int = 300) -> str:
-    text = next((line.strip() for line in str(e).splitlines() if line.strip()), "") or type(e).__name__
-    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 _sigint = threading.Event()
