@@ -89,6 +89,8 @@ def config_keys(config_name: str, overrides: list[str], bad_key: str) -> list[st
 
 def dotted(values: dict, prefix: str = ""):
     for key, value in values.items():
+        if key.startswith("_"):
+            continue  # _target_ and the like: set by the config files, never on the command line
         yield f"{prefix}{key}"
         if isinstance(value, dict):
             yield from dotted(value, f"{prefix}{key}.")
