@@ -12,10 +12,13 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
+import aiohttp
+
 from evaluate.engines.base import RunFailed
 from evaluate.metrics import RequestTiming
 from evaluate.serving import client
 from evaluate.serving.load import DEATH_GRACE_S, ServerDied
+from quantize.common.errors import RunsFailed, first_line
 
 log = logging.getLogger("quantbench.evaluate")
 
@@ -77,7 +80,7 @@ class HttpEngine:
 
     @property
     def retry(self) -> "Retry":
-        return Retry(int(self.settings.get("retries", RETRIES)),
+        return Retry(max(0, int(self.settings.get("retries", RETRIES))),
                      float(self.settings.get("retry_backoff_s", RETRY_BACKOFF_S)))
 
     def run(self, prompts: list[list[int]], output_len: int, stream: bool = True):
@@ -94,7 +97,7 @@ class HttpEngine:
             failed = next((r for r in results if not r.success), None)
             if failed is None:
                 return start, [as_timing(r) for r in results]
-            self._raise_if_dead(failed)
+            self._raise_if_dead(failed.connection_lost)
             if not failed.retryable or attempt == self.retry.retries:
                 raise RunFailed(f"request to {self.base_url} failed: {failed.error or 'no tokens'}"
                                 f"{self.retry.after(attempt) if failed.retryable else ''}")
@@ -102,18 +105,25 @@ class HttpEngine:
                         self.base_url, failed.error, self.retry.pause_s(attempt), self.retry.retries)
             time.sleep(self.retry.pause_s(attempt))
 
-    def _raise_if_dead(self, failed) -> None:
+    def _raise_if_dead(self, connection_lost: bool) -> None:
         """ServerDied when the server is gone (a dying server closes its
         sockets a moment before its exit shows)."""
-        until = time.monotonic() + (DEATH_GRACE_S if failed.connection_lost else 0.0)
+        until = time.monotonic() + (DEATH_GRACE_S if connection_lost else 0.0)
         while (died := self.alive()) is None and time.monotonic() < until:
             time.sleep(0.2)
         if died:
             raise ServerDied(died)
 
     def prompt_logprobs(self, prompts: list[list[int]], k: int):
-        """/v1/completions with vLLM's `prompt_logprobs` extra parameter."""
-        return asyncio.run(client.prompt_logprobs_all(self.base_url, self.model, prompts, k))
+        """/v1/completions with vLLM's `prompt_logprobs` extra parameter. A
+        server that fails it ends the job in one line (the accuracy pass is
+        one measurement: its row is recorded failed)."""
+        try:
+            return asyncio.run(client.prompt_logprobs_all(self.base_url, self.model, prompts, k))
+        except (RuntimeError, aiohttp.ClientError, asyncio.TimeoutError) as e:
+            self._raise_if_dead(isinstance(e, aiohttp.ClientConnectionError))
+            raise RunsFailed(f"the server at {self.base_url} failed the accuracy pass ({first_line(e)}); its log "
+                             "says why, and once it serves the same command measures the pass") from e
 
     def server_versions(self) -> dict[str, str]:
         """The server's own version, where it says (vLLM's /version)."""

@@ -27,7 +27,7 @@ from evaluate.memory import PeakMemory
 from evaluate.scenarios import random_prompts
 from evaluate.serving.client import Client
 from evaluate.serving.requests import LevelRun, RequestResult
-from quantize.common.errors import EngineDied, UserError
+from quantize.common.errors import EngineDied
 
 ALIVE_POLL_S = 1.0
 DEATH_GRACE_S = 2.0  # a dying server closes its sockets a moment before its exit can be seen
