@@ -1,6 +1,7 @@
 # Two commands users need: `make run` (the main job) and `make test`.
 # Both set up .venv/ first (idempotent: a stamp skips work already done); the
-# tests also set up .venv-lmeval/, the optional lm-eval environment.
+# tests also set up .venv-lmeval/, the optional lm-eval environment, and
+# .venv-mlflow/, the MLflow server the tracking tests start.
 PY := .venv/bin/python
 # The suite runs in this many pytest-xdist workers, a test file per worker at a
 # time (files share module fixtures), files with slow tests first
@@ -13,12 +14,17 @@ PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reor
 # Each tier leaves pytest's JUnit XML here for scripts/suite_budget.py (check, record).
 SUITE_XML := logs/suite
 
-.PHONY: setup setup-lmeval setup-slurm setup-browser setup-device-image run test test-fast family-matrix device-dry-run
+.PHONY: setup setup-lmeval setup-mlflow setup-slurm setup-browser setup-device-image run test test-fast family-matrix device-dry-run
 setup:
 	bash scripts/setup.sh
 
 setup-lmeval:
 	bash scripts/setup_lmeval.sh
+
+# The MLflow server in its own venv, .venv-mlflow/ (the full package pins pyarrow
+# below vLLM's): the tracking tests start it (docs/tracking.md).
+setup-mlflow:
+	bash scripts/setup_mlflow.sh
 
 # Debian's slurm-wlm, slurmdbd and mariadb-server for tests/scripts/test_slurm_local.py (root
 # installs them when missing; otherwise those tests are skipped, saying why).
@@ -45,7 +51,7 @@ device-dry-run: setup setup-device-image
 	bash scripts/device_check.sh --prepare
 	bash scripts/device_check.sh --dry-run
 
-test: setup setup-lmeval setup-slurm setup-browser setup-device-image
+test: setup setup-lmeval setup-mlflow setup-slurm setup-browser setup-device-image
 	$(PYTEST) --junitxml=$(SUITE_XML)-all.xml tests
 
 test-fast: setup

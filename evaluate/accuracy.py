@@ -189,27 +189,29 @@ def engine_pass(engine, config: AccuracyConfig, tokenizer, seed: int) -> dict:
             "item_logprobs": engine.prompt_logprobs([p for p, _ in items], 1)}
 
 
-def score(passed: dict, target, config: AccuracyConfig) -> dict:
+@dataclass
+class Scores:
+    """What an accuracy row records: the metrics (this module's docstring),
+    and the per-window and per-item values they are sums of (`samples`), so
+    the report can bound them by resampling windows or items."""
+    metrics: dict
+    samples: dict
+
+
+def score(passed: dict, target, config: AccuracyConfig) -> Scores:
     """Compare the engine's logprobs with the reference model's distributions."""
     wins, items = passed["windows"], passed["items"]
     ref_path = reference_path(target, config)
     ref = Reference(ref_path, config.reference_device)
-    nll, ref_nll, kl, agree, scored = 0.0, 0.0, 0.0, 0, 0
-    for ids, positions, ref_lp in zip(wins, passed["window_logprobs"], reference_window_log_probs(ref, wins)):
-        for i in range(1, len(ids)):
-            q = positions[i]   # {token id: (logprob, rank)} from the engine
-            p = ref_lp[i - 1]
-            nll -= q[ids[i]][0]
-            ref_nll -= float(p[ids[i]])  # sums in float64, whatever the reference's dtype
-            kl += _partition_kl(p, q)
-            agree += int(_top1(q) == int(p.argmax()))
-            scored += 1
-    art_hits = sum(all(pos[tok][1] == 1 for pos, tok in _targets(p, n, lp))
-                   for (p, n), lp in zip(items, passed["item_logprobs"]))
-    ref_hits = sum(reference_hits(ref, items))
+    per_window = [window_sums(ids, positions, ref_lp) for ids, positions, ref_lp in
+                  zip(wins, passed["window_logprobs"], reference_window_log_probs(ref, wins))]
+    nll, ref_nll, kl, agree, scored = (sum(column) for column in zip(*per_window))
+    art_hits = [all(pos[tok][1] == 1 for pos, tok in _targets(p, n, lp))
+                for (p, n), lp in zip(items, passed["item_logprobs"])]
+    ref_hits = reference_hits(ref, items)
     ppl, ref_ppl = math.exp(nll / scored), math.exp(ref_nll / scored)
-    acc, ref_acc = art_hits / len(items), ref_hits / len(items)
-    return {
+    acc, ref_acc = sum(art_hits) / len(items), sum(ref_hits) / len(items)
+    metrics = {
         "perplexity": ppl, "reference_perplexity": ref_ppl,
         "kl_divergence": kl / scored, "top1_agreement": agree / scored,
         "lastword_accuracy": acc, "reference_lastword_accuracy": ref_acc,
@@ -218,6 +220,28 @@ def score(passed: dict, target, config: AccuracyConfig) -> dict:
         "scored_tokens": scored, "lastword_items": len(items), "top_k": int(config.top_k),
         "reference_dtype": str(ref.dtype).removeprefix("torch."),
     }
+    columns = dict(zip(SAMPLE_COLUMNS, (list(c) for c in zip(*per_window))))
+    return Scores(metrics, columns | {"item_hits": [int(h) for h in art_hits],
+                                      "item_reference_hits": [int(h) for h in ref_hits]})
+
+
+# Row.accuracy_samples' per-window columns, in window order: the window's
+# sums of the artifact's and the reference's NLL (nats), of the KL (nats),
+# its top-1 agreements and its scored tokens. Per item: 1 where right.
+SAMPLE_COLUMNS = ("window_nll", "window_reference_nll", "window_kl", "window_top1", "window_tokens")
+
+
+def window_sums(ids: list[int], positions, ref_lp) -> tuple[float, float, float, int, int]:
+    """(NLL, reference NLL, KL, top-1 agreements, scored tokens) summed over one window."""
+    nll, ref_nll, kl, agree = 0.0, 0.0, 0.0, 0
+    for i in range(1, len(ids)):
+        q = positions[i]   # {token id: (logprob, rank)} from the engine
+        p = ref_lp[i - 1]
+        nll -= q[ids[i]][0]
+        ref_nll -= float(p[ids[i]])  # sums in float64, whatever the reference's dtype
+        kl += _partition_kl(p, q)
+        agree += int(_top1(q) == int(p.argmax()))
+    return nll, ref_nll, kl, agree, len(ids) - 1
 
 
 def reference_path(target, config: AccuracyConfig) -> Path:

@@ -11,7 +11,7 @@ from typing import NamedTuple
 from evaluate import precision
 from evaluate.engines import Engine
 from evaluate.engines.base import RunFailed
-from evaluate.memory import PeakMemory
+from evaluate.host_load import HostLoad, HostLoadMeter
 from evaluate.metrics import summarize
 from evaluate.precision import HEADLINE
 from evaluate.results import Row
@@ -95,7 +95,7 @@ def _measure_runs(job, engine: Engine, s: Scenario, pending: Pending, recorded: 
     values = list(pending.prior)
     for i in pending.indices:
         try:
-            metrics = _timed_run(job, engine, s, i, vocab)
+            metrics, host = _timed_run(job, engine, s, i, vocab)
         except RunFailed as e:
             job.record(job.speed_row(s, i), "failed", reason=str(e))
             recorded.add(i)
@@ -103,7 +103,7 @@ def _measure_runs(job, engine: Engine, s: Scenario, pending: Pending, recorded: 
             continue
         values.append(metrics[HEADLINE])
         record = plan.record(values, warmups)
-        job.record(job.speed_row(s, i), "ok", metrics=metrics, precision=record)
+        job.record(job.speed_row(s, i), "ok", metrics=metrics, precision=record, host_load=host.as_dict())
         recorded.add(i)
         log.info("  run %d%s: %.1f tok/s out, latency %.2f s, TTFT %.0f ms%s", i + 1,
                  f" (auto, at most {plan.max_runs})" if plan.auto else f"/{plan.runs}", metrics[HEADLINE],
@@ -135,16 +135,17 @@ def _warm_up(job, engine: Engine, s: Scenario, vocab: int) -> int:
     return len(speeds)
 
 
-def _timed_run(job, engine: Engine, s: Scenario, i: int, vocab: int) -> dict:
+def _timed_run(job, engine: Engine, s: Scenario, i: int, vocab: int) -> tuple[dict, HostLoad]:
+    """One timed run: its metrics, and how busy the host was meanwhile."""
     target = job.target
-    with PeakMemory() as mem:
+    with engine.peak_memory() as mem, HostLoadMeter() as host:
         start, timings = engine.run(prompts(s, job.seed, i, vocab), s.output_len)
     short = [t.output_tokens for t in timings if t.output_tokens != s.output_len]
     if short:
         raise RuntimeError(f"engine generated {short[0]} tokens instead of {s.output_len}")
     metrics = summarize(timings, start, target.model_bytes) | mem.as_metrics()
     metrics["model_bytes"] = target.model_bytes
-    return metrics
+    return metrics, host.result
 
 
 def prompts(s, seed: int, run_index: int, vocab: int) -> list[list[int]]:

@@ -3,7 +3,7 @@ import sys
 
 import hydra
 
-from evaluate import hardware
+from evaluate import hardware, memory
 from quantize.common.cli_help import print_help_if_asked
 from quantize.common.config import prepare_argv
 from quantize.common.extensions import plain
@@ -29,6 +29,7 @@ def _evaluate(cfg) -> None:
 def main() -> None:
     if print_help_if_asked("evaluate", sys.argv[1:]):
         return
+    memory.one_malloc_arena()  # before any thread allocates: engines' peak memory (evaluate.memory)
     prepare_argv()
     # once, before Hydra composes: the machine's defaults (conf/hardware/), under the command line's
     sys.argv[1:] = hardware.with_default(sys.argv[1:])

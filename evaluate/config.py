@@ -16,8 +16,9 @@ from evaluate.serving import profiles
 from evaluate.serving.profiles import LoadProfile
 from evaluate.serving.slo import SLO
 from evaluate.target import TargetConfig, verify_mode
-from quantize.common import hf_load
+from quantize.common import hf_load, tracking
 from quantize.common.extensions import plain
+from quantize.common.tracking import Tracker
 
 # The top-level keys that decide how many warm-up and timed runs a scenario gets.
 RUN_KEYS = ("runs", "min_runs", "max_runs", "target_ci_pct", "warmup_runs", "warmup_tolerance_pct",
@@ -41,6 +42,7 @@ class EvaluateConfig:
     results_per_process: bool
     skip_completed: bool
     hardware: str | None                  # the conf/hardware/ profile the defaults came from
+    tracker: Tracker | None = None        # conf/tracking/; None: tracking=none
 
     @classmethod
     def from_cfg(cls, cfg) -> "EvaluateConfig":
@@ -57,7 +59,8 @@ class EvaluateConfig:
             seed=int(cfg.seed),
             results_dir=str(cfg.results_dir), results_per_process=bool(cfg.results_per_process),
             skip_completed=bool(cfg.skip_completed),
-            hardware=cfg.hardware.name if cfg.get("hardware") else None)
+            hardware=cfg.hardware.name if cfg.get("hardware") else None,
+            tracker=tracking.from_group(_group(cfg, "tracking")))
 
 
 def target_config(cfg) -> TargetConfig:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from evaluate import accuracy, batch, engines, hardware, lifeline, lmeval, results, scenarios, store_lock, target
+from evaluate import accuracy, batch, engines, hardware, lifeline, lmeval, results, scenarios, store_lock, target, tracking
 from evaluate.accuracy import AccuracyConfig
 from evaluate.config import EvaluateConfig
 from evaluate.engines import Engine, EngineConfig, LmEvalModel
@@ -71,9 +71,10 @@ class Job:
         return list(self.lm_eval_cfg.tasks) if self.lm_eval_cfg else []
 
     def record(self, row: Row, status: str, **fields) -> None:
-        _record(self.store, row, status, **fields)
+        recorded = _record(self.store, row, status, **fields)
         if status == "failed":
             self.failed.append(fields.get("reason") or "no reason given")
+        tracking.log_rows(self.config.tracker, [recorded])  # after the store: it holds the row either way
 
     def guarded(self, row: Row, fn):
         """Run fn; on failure record a failed row (the sweep summary and the
@@ -97,6 +98,7 @@ def run(config: EvaluateConfig) -> None:
     if verdict.reason:  # served, with a caveat the rows' numbers depend on
         log.warning("%s serves %s with a note: %s", job.engine.name, job.target.format.label, verdict.reason)
     store = job.store
+    _track_stored(job)
     stored = [r for r in results.read(store.parent) if r.ok] if config.skip_completed else []
     done = {r.run_key() for r in stored}
     for s in unfit:
@@ -124,6 +126,16 @@ def run(config: EvaluateConfig) -> None:
         raise RunsFailed(f"{len(job.failed)} run(s) failed while the others were measured (the first: "
                          f"{job.failed[0]}); they are recorded failed in {store}: once the cause is fixed, the "
                          "same command measures only them")
+
+
+def _track_stored(job: Job) -> None:
+    """The store's rows of this artifact and setup into the tracker: what an
+    earlier attempt (killed, requeued) stored but had not logged; a row logged
+    before adds nothing. A first run finds no rows and makes no call."""
+    if job.config.tracker:
+        tracking.log_rows(job.config.tracker, [r for r in results.read(job.store.parent)
+                                               if r.artifact_id == job.target.artifact_id
+                                               and r.setup_id == job.base.setup_id])
 
 
 def _pending(job: Job, s: Scenario, stored: list[Row]):
@@ -215,6 +227,7 @@ def _plan(config: EvaluateConfig) -> tuple[Job, list[Scenario], Verdict]:
                setup_id=results.setup_id(engines.identity(engine_cfg, engine), **where),
                comparison_id=results.setup_id(engines.identity(config.engine, engine), **where),
                repro=_repro(opened))
+    tracking.bind(config.tracker, store.parent)
     job = Job(config=config, seed=config.seed, plan=config.plan, target=opened, store=store, engine=engine,
               engine_cfg=engine_cfg, limit=limit, fit=fit, base=base, accuracy_cfg=config.accuracy,
               lm_eval_cfg=config.lm_eval, lm_eval_model=lm_eval_model, lm_eval_versions=lm_eval_versions,
@@ -420,8 +433,10 @@ def _start_engine(job: Job, with_accuracy: bool) -> Engine:
 
 def _score_accuracy(job: Job, logprob_pass: dict) -> None:
     row = job.accuracy_row()
-    metrics = job.guarded(row, lambda: accuracy.score(logprob_pass, job.target, job.accuracy_cfg))
-    job.record(row, "ok", metrics=metrics, accuracy_config=job.accuracy_cfg.as_dict())
+    scores = job.guarded(row, lambda: accuracy.score(logprob_pass, job.target, job.accuracy_cfg))
+    job.record(row, "ok", metrics=scores.metrics, accuracy_samples=scores.samples,
+               accuracy_config=job.accuracy_cfg.as_dict())
+    metrics = scores.metrics
     log.info("accuracy: perplexity %.2f (reference %.2f), KL %.4f nats, top-1 agreement %.3f, "
              "last-word %.3f", metrics["perplexity"], metrics["reference_perplexity"],
              metrics["kl_divergence"], metrics["top1_agreement"], metrics["lastword_accuracy"])
@@ -431,6 +446,8 @@ def _tokenizer(job: Job):
     return hf_load.tokenizer(job.target.path)
 
 
-def _record(store, row: Row, status: str, **fields) -> None:
+def _record(store, row: Row, status: str, **fields) -> Row:
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    results.append(store, row.but(status=status, timestamp=stamp, **fields))
+    recorded = row.but(status=status, timestamp=stamp, **fields)
+    results.append(store, recorded)
+    return recorded

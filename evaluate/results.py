@@ -108,10 +108,16 @@ class Row:
     # "achieved_ci_pct", "stopped": "target met" | "max_runs reached" | None
     # (more runs followed), "warmup_runs"}. The report reads the last run's.
     precision: dict | None = None
+    # How busy the host was during the run (evaluate.host_load.HostLoad):
+    # {"load_avg_1m_start", "load_avg_1m_end", "other_cpu_s", "wall_s", "cores"}
+    host_load: dict | None = None
     # The shell command that measures this row again: the artifact's build
     # command from its manifest (skipped while complete), then this evaluate job.
     repro: str | None = None
     accuracy_config: dict | None = None
+    # accuracy rows: the per-window and per-item values the metrics sum
+    # (evaluate.accuracy.Scores); the report's intervals resample them
+    accuracy_samples: dict | None = None
     lm_eval: dict | None = None        # lm-eval's own result for the task (higher_is_better, n-samples ...)
     lm_eval_config: dict | None = None
     lm_eval_versions: dict | None = None

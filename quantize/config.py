@@ -8,6 +8,7 @@ from quantize.common import hf_load
 from quantize.common.paths import check_output_dir
 from quantize.common.recipe_choices import RecipeChoice
 from quantize.common.sanity_rules import SanityConfig
+from quantize.common.tracking import Tracker, from_group as tracker_from_group
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,8 @@ class QuantizeConfig:
     disk_check: bool = True
     # The accuracy sanity gates (conf/sanity/default.yaml); None: no check.
     sanity: SanityConfig | None = None
+    # Where each artifact is also logged (conf/tracking/); None: tracking=none.
+    tracker: Tracker | None = field(default=None, compare=False)
     # The whole composed config as plain values: the manifest records it.
     composed: dict = field(default_factory=dict, compare=False)
 
@@ -55,6 +58,7 @@ class QuantizeConfig:
             calibration_dtype=values.get("calibration_dtype", "auto"),
             verify=values.get("verify", "tensors"), memory_check=bool(values.get("memory_check", True)),
             disk_check=bool(values.get("disk_check", True)), sanity=_sanity(values.get("sanity")),
+            tracker=tracker_from_group(values.get("tracking")),
             composed=values)
 
 

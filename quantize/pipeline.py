@@ -50,7 +50,16 @@ class Timer:
 
 
 def run(config: QuantizeConfig) -> Path:
-    """Quantize per the stage's typed config; return the artifact directory."""
+    """Quantize per the stage's typed config; return the artifact directory,
+    logged to the tracker (tracking=) when there is one, also when it was complete already."""
+    out = _quantize(config)
+    if config.tracker:
+        config.tracker.log_artifact(out)
+    return out
+
+
+def _quantize(config: QuantizeConfig) -> Path:
+    """The artifact of `config`: skipped when complete, else built under its build lock."""
     timer = Timer()
     check = verify.mode(config.verify)
     model_dir = _model_dir(config.model.path)

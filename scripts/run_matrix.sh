@@ -9,6 +9,8 @@
 #   bash scripts/run_matrix.sh [matrix preset] [extra overrides for both stages]
 #   bash scripts/run_matrix.sh reference hydra/launcher=slurm_gpu
 #   RECIPES=original,w8a8_smooth_ptq SCENARIO=interactive bash scripts/run_matrix.sh cpu
+#   TRACKING=mlflow MLFLOW_TRACKING_URI=http://127.0.0.1:5000 bash scripts/run_matrix.sh
+#     (each stage also logs to that MLflow server: docs/tracking.md)
 # A preset is conf/matrix/<name>.env (RECIPES, SCENARIO, RUNS, SERVABLE_ONLY);
 # variables set in the environment win over the preset. Without one: `gpu` on a
 # CUDA machine, `cpu` elsewhere (`python -m evaluate.hardware`, the machine facts
@@ -35,6 +37,10 @@ SERVABLE_ONLY=${env_servable:-$SERVABLE_ONLY}
 echo "matrix $MATRIX: recipes $RECIPES; scenario $SCENARIO; $RUNS runs"
 RESULTS=${RESULTS:-results}
 REPORT=${REPORT:-reports}
+# TRACKING=<conf/tracking/ choice>: the three stages log to it too (the capability
+# check and the plan take no tracking= override, so it is not among "$@").
+tracking=()
+[ -n "${TRACKING:-}" ] && tracking=("tracking=$TRACKING")
 
 status=0
 # Wall time per stage and in total (bash's SECONDS, reset here), printed at the end.
@@ -62,12 +68,13 @@ case $? in
   *) echo "no plan: the stages run without progress lines" ;;
 esac
 if [ -n "$QUANTIZE" ]; then
-  "$PY" -m quantize -m "recipe=$QUANTIZE" "$@" || { rc=$?; [ $rc = 2 ] && exit 2; status=1; }
+  "$PY" -m quantize -m "recipe=$QUANTIZE" "$@" ${tracking[@]+"${tracking[@]}"} || { rc=$?; [ $rc = 2 ] && exit 2; status=1; }
 fi
 stage_done quantize
-"$PY" -m evaluate -m "recipe=$RECIPES" "scenario=$SCENARIO" "runs=$RUNS" "results_dir=$RESULTS" "$@" || status=1
+"$PY" -m evaluate -m "recipe=$RECIPES" "scenario=$SCENARIO" "runs=$RUNS" "results_dir=$RESULTS" "$@" \
+  ${tracking[@]+"${tracking[@]}"} || status=1
 stage_done evaluate
-"$PY" -m evaluate.report "results_dir=$RESULTS" "out_dir=$REPORT" || status=1
+"$PY" -m evaluate.report "results_dir=$RESULTS" "out_dir=$REPORT" ${tracking[@]+"${tracking[@]}"} || status=1
 stage_done report
 total=$SECONDS
 echo "matrix $MATRIX wall time: ${times}total $total s ($((total / 60)) min $((total % 60)) s)"

@@ -64,6 +64,8 @@ print_plan() {
     echo
     echo "lm-eval env (.venv-lmeval, scripts/setup_lmeval.sh, same target): requirements/lmeval.txt" \
          "($(requirement_lines requirements/lmeval.txt | paste -sd ' ' -)) + requirements/$target.txt, then compressed-tensors==0.19.0 --no-deps"
+    echo "MLflow server env (.venv-mlflow, scripts/setup_mlflow.sh, either target): requirements/mlflow-server.txt" \
+         "($(requirement_lines requirements/mlflow-server.txt | paste -sd ' ' -))"
 }
 # On a CUDA machine whose Python has a CUDA torch other than requirements/cuda.txt's:
 # the vLLM release that pins that torch, so the image's torch can stay.
@@ -106,7 +108,7 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
     fi
     check_target_torch "$VENV/bin/python" "$target"
     "$VENV/bin/pip" install --quiet --no-deps --no-build-isolation -e .
-    "$VENV/bin/python" -c "import llmcompressor, vllm, hydra, compressed_tensors, ray, hydra_plugins.hydra_ray_launcher, optuna, pymysql, hydra_plugins.hydra_optuna_sweeper, torch; print('setup: imports ok, torch', torch.__version__, 'compressed-tensors', compressed_tensors.__version__)"
+    "$VENV/bin/python" -c "import llmcompressor, vllm, hydra, compressed_tensors, ray, hydra_plugins.hydra_ray_launcher, optuna, optuna_dashboard, pymysql, hydra_plugins.hydra_optuna_sweeper, mlflow, torch; print('setup: imports ok, torch', torch.__version__, 'compressed-tensors', compressed_tensors.__version__)"
     echo "$want" > "$STAMP"
 fi
 

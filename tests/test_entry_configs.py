@@ -12,7 +12,7 @@ ENTRY_FUNCTIONS = {
     ("evaluate/cli.py", "_hydra_main"), ("evaluate/cli.py", "_evaluate"),
     ("evaluate/config.py", "from_cfg"), ("evaluate/config.py", "target_config"), ("evaluate/config.py", "_group"),
     ("evaluate/capabilities.py", "_hydra_main"), ("evaluate/capabilities.py", "from_cfg"),
-    ("evaluate/report/__main__.py", "_hydra_main"),
+    ("evaluate/report/__main__.py", "_hydra_main"), ("evaluate/track.py", "_hydra_main"),
     ("quantize/cli.py", "_hydra_main"), ("quantize/cli.py", "_quantize"),
     ("quantize/sensitivity/__main__.py", "_hydra_main"), ("quantize/sensitivity/__main__.py", "_sensitivity"),
     ("quantize/propose/cli.py", "_hydra_main"), ("quantize/propose/cli.py", "_propose"),

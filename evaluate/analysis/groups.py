@@ -6,19 +6,21 @@ import functools
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from evaluate import engines
+from evaluate.analysis.significance import Comparison, Contrast, Estimate, Verdict
 from evaluate.engines import Engine
 from evaluate.metrics import t95
-from evaluate.results import Kind, Row
+from evaluate.results import Kind, Row, Store
 from evaluate.scenarios import Scenario
 from quantize.common.errors import UserError
 
 BASELINE = "original"
 ACCURACY_HEADLINE = ("recovery_pct", "perplexity", "kl_divergence", "top1_agreement")
-# A speed-up is flagged, not ranked, when the runs of either side vary more than
-# this (coefficient of variation of output throughput) or its 95% interval holds 1.0.
+SPEED = "output_throughput"
+# A speed-up is flagged (⚠) when the runs of either side vary more than this
+# (coefficient of variation of output throughput): more than the interval's
+# noise model (independent runs of one steady host) expects.
 CV_MAX = 0.15
 
 
@@ -35,9 +37,10 @@ class Group:
     model_bytes: int | None
     runs: list[Row]
     stats: dict[str, tuple[float, float | None, int]] = field(default_factory=dict)  # mean, std, n
-    speedup: float | None = None
-    speedup_ci: tuple[float, float] | None = None  # 95% interval
-    flag: str | None = None  # why the speed-up is not ranked
+    vs_original: Comparison | None = None  # mean output throughput / the baseline's (significance.compare)
+    flag: str | None = None  # why its speed is to be read with care (⚠): a single run, or noisy runs
+    # accuracy groups: metric -> 95% interval over the rows' windows or items (accuracy_bounds)
+    sample_intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
     # the `original` group the speed-up is against (itself for the original)
     baseline: "Group | None" = field(default=None, repr=False, compare=False)
 
@@ -60,6 +63,32 @@ class Group:
     def dtype_differs(self) -> bool:
         """Whether the speed-up compares two dtypes (each chosen by `dtype: auto`)."""
         return bool(self.baseline and self.dtype and self.baseline.dtype and self.dtype != self.baseline.dtype)
+
+    @property
+    def speedup(self) -> float | None:
+        return self.vs_original.ratio if self.vs_original else None
+
+    @property
+    def speedup_ci(self) -> tuple[float, float] | None:
+        """The speed-up's 95% interval; None where a side has one run, and for the baseline itself."""
+        return self.vs_original.interval if self.vs_original and self.baseline is not self else None
+
+    @property
+    def speedup_verdict(self) -> Verdict | None:
+        """Faster (HIGHER), slower (LOWER), no difference from the original, or not tested."""
+        return self.vs_original.verdict if self.vs_original else None
+
+    @property
+    def store(self) -> Store | None:
+        """The store its rows came from, where the report reads several."""
+        return self.runs[0].store if self.runs else None
+
+    def estimate(self, metric: str = SPEED) -> Estimate | None:
+        """The mean of `metric` as the significance rule takes it; None where never measured."""
+        if metric not in self.stats:
+            return None
+        mean, std, n = self.stats[metric]
+        return Estimate((metric, self.scenario, self.identity), mean, std, n)
 
     def mean(self, metric: str) -> float | None:
         return self.stats[metric][0] if metric in self.stats else None
@@ -139,15 +168,15 @@ def aggregate(rows: list[Row], kind: Kind = "speed") -> list[Group]:
     return list(groups.values())
 
 
-def add_speedups(groups: list[Group], metric: str = "output_throughput") -> None:
+def add_speedups(groups: list[Group], metric: str = SPEED) -> None:
     """Speed-up = mean `metric` / that of the `original` recipe with the same
-    model, engine, configured setup (Group.comparison) and scenario; None
-    when there is no such baseline. Configured, not resolved: under
-    `dtype: auto` each artifact runs in the dtype its kernels do best on this
-    machine, and that is the comparison the user asked for (Group.dtype_differs
-    says where the two dtypes differ). Each group also gets the speed-up's 95%
-    interval and, when the runs cannot tell it apart from 1.0 or are too
-    noisy, a flag saying why."""
+    model, engine, configured setup (Group.comparison) and scenario, with its
+    95% interval and verdict (significance.compare); None when there is no
+    such baseline. Configured, not resolved: under `dtype: auto` each
+    artifact runs in the dtype its kernels do best on this machine, and that
+    is the comparison the user asked for (Group.dtype_differs says where the
+    two dtypes differ). A group whose runs (or its baseline's) are too few or
+    too noisy to trust the interval gets a flag saying why."""
     baselines: dict[tuple, Group] = {}
     for g in sorted(groups, key=lambda g: g.artifact_id):  # deterministic if several originals
         if g.recipe == BASELINE and g.mean(metric):
@@ -155,28 +184,13 @@ def add_speedups(groups: list[Group], metric: str = "output_throughput") -> None
     for g in groups:
         base = baselines.get((g.model_name, g.engine, g.comparison, g.scenario))
         g.baseline = base
-        ours = g.mean(metric)
-        g.speedup = ours / base.mean(metric) if base and ours is not None else None
-        g.speedup_ci = ratio_interval(g, base, metric) if g.speedup and base is not g else None
+        ours = g.estimate(metric)
+        g.vs_original = Contrast.ratio(ours, base.estimate(metric)).compare() if base and ours else None
         g.flag = speedup_flag(g, base, metric) if ours is not None else None
 
 
-def ratio_interval(g: Group, base: Group, metric: str) -> tuple[float, float] | None:
-    """95% interval of mean(g) / mean(base): delta method on the log ratio,
-    Welch-Satterthwaite degrees of freedom. None with fewer than two runs a side."""
-    sides = [(x.std(metric), x.mean(metric), x.stats[metric][2]) for x in (g, base)]
-    if any(std is None or n < 2 for std, _, n in sides):
-        return None
-    var = [(std / mean) ** 2 / n for std, mean, n in sides]
-    if not sum(var):
-        return g.speedup, g.speedup
-    df = sum(var) ** 2 / sum(v ** 2 / (n - 1) for v, (_, _, n) in zip(var, sides))
-    half = t95(df) * math.sqrt(sum(var))
-    return g.speedup * math.exp(-half), g.speedup * math.exp(half)
-
-
 def speedup_flag(g: Group, base: Group | None, metric: str) -> str | None:
-    """Why g's speed (and speed-up) should not be ranked, or None."""
+    """Why g's speed (and speed-up) is to be read with care, or None."""
     for who, x in (("", g), ("baseline ", base if base is not g else None)):
         if x is None:
             continue
@@ -185,23 +199,18 @@ def speedup_flag(g: Group, base: Group | None, metric: str) -> str | None:
             return f"{who}1 run: no spread measured"
         if cv > CV_MAX:
             return f"{who}CV {cv:.0%} > {CV_MAX:.0%}"
-    if g.speedup_ci and g.speedup_ci[0] <= 1.0 <= g.speedup_ci[1]:
-        return f"95% CI {g.speedup_ci[0]:.2f}–{g.speedup_ci[1]:.2f} includes 1.0"
     return None
 
 
-def tiers(groups: list[Group], metric: str = "output_throughput") -> list[list[Group]]:
-    """Groups fastest first, in tiers: a group whose 95% interval of `metric`
-    overlaps that of the one before joins its tier, so a tier's members are
-    not significantly different from their neighbours and are not ordered."""
-    out: list[list[Group]] = []
-    for g in by_throughput(groups):
-        prev = out[-1][-1] if out else None
-        if prev and overlap(prev.interval(metric), g.interval(metric)):
-            out[-1].append(g)
-        else:
-            out.append([g])
-    return out
+def testable(g: Group, metric: str = SPEED) -> bool:
+    """Whether the rule can compare g's mean with another's: two runs or more."""
+    est = g.estimate(metric)
+    return bool(est and est.log_variance is not None)
+
+
+def compare_groups(a: Group, b: Group, metric: str = SPEED) -> Comparison:
+    """The rule (significance.compare) on two groups' means: a / b."""
+    return Contrast.ratio(a.estimate(metric), b.estimate(metric)).compare()
 
 
 def overlap(a: tuple[float, float] | None, b: tuple[float, float] | None) -> bool:
@@ -232,61 +241,6 @@ def by_model(groups: list[Group]) -> list[Group]:
     """Grouped by model (in order of appearance), fastest first within each."""
     order = {m: i for i, m in enumerate(dict.fromkeys(g.model_name for g in groups))}
     return sorted(by_throughput(groups), key=lambda g: order[g.model_name])  # sorted is stable
-
-
-def geomean(values: list[float]) -> float:
-    return math.exp(statistics.mean(math.log(v) for v in values))
-
-
-class Overall(NamedTuple):
-    """One recipe/artifact/engine in the overall ranking."""
-    identity: tuple
-    speedup: float                         # geometric mean over `scenarios`
-    scenarios: list[Scenario]
-    interval: tuple[float, float] | None   # its 95% interval (None where a scenario has none)
-    dtype_pairs: tuple[tuple[str, str], ...] = ()  # (baseline's, its own) where `auto` chose two dtypes
-
-
-def overall_ranking(groups: list[Group]) -> list[Overall]:
-    """Per recipe/artifact/engine, the geometric-mean speed-up over the
-    scenarios where it has an unflagged speed-up, and its 95% interval; best
-    first."""
-    per: dict[tuple, list[Group]] = {}
-    for g in groups:
-        if g.speedup and not g.flag:
-            per.setdefault(g.identity, []).append(g)
-    ranked = [Overall(ident, geomean([g.speedup for g in gs]), [g.scenario for g in gs], geomean_interval(gs),
-                      tuple(dict.fromkeys((g.baseline.dtype, g.dtype) for g in gs if g.dtype_differs)))
-              for ident, gs in per.items()]
-    return sorted(ranked, key=lambda o: -o.speedup)
-
-
-def geomean_interval(groups: list[Group]) -> tuple[float, float] | None:
-    """95% interval of the geometric-mean speed-up: each scenario's interval
-    is symmetric in log space (ratio_interval), the scenarios are independent
-    measurements, so the half-widths add in quadrature and shrink by 1/n.
-    The baseline's own speed-up is exactly 1 (its noise is in the others')."""
-    halves = []
-    for g in groups:
-        if g.speedup_ci is None and g.speedup != 1.0:
-            return None
-        lo, hi = g.speedup_ci or (1.0, 1.0)
-        halves.append((math.log(hi) - math.log(lo)) / 2)
-    center = sum(math.log(g.speedup) for g in groups) / len(groups)
-    half = math.sqrt(sum(h * h for h in halves)) / len(groups)
-    return math.exp(center - half), math.exp(center + half)
-
-
-def overall_tiers(ranked: list[Overall]) -> list[list[Overall]]:
-    """The overall ranking in tiers, as `tiers` does per scenario: an entry
-    whose interval overlaps the one before joins its tier."""
-    out: list[list[Overall]] = []
-    for o in ranked:
-        if out and overlap(out[-1][-1].interval, o.interval):
-            out[-1].append(o)
-        else:
-            out.append([o])
-    return out
 
 
 def same_setup(candidates: list[Group], g: Group) -> Group | None:

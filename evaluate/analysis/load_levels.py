@@ -19,7 +19,9 @@ over `Row`s and the analysis' `Group`s.
 import math
 from dataclasses import dataclass, field
 
-from evaluate.analysis.groups import BASELINE, Group, aggregate, scenario_of, scenarios
+from evaluate.analysis.accuracy_bounds import recovery
+from evaluate.analysis.groups import Group, aggregate, scenario_of, scenarios
+from evaluate.analysis.significance import Estimate
 from evaluate.metrics import t95
 from evaluate.results import Row
 from evaluate.scenarios import Scenario
@@ -128,10 +130,9 @@ def accuracy_for(accuracy: list[Group], g: Group) -> Group | None:
 
 
 def recovery_of(accuracy: list[Group], g: Group) -> float | None:
-    a = accuracy_for(accuracy, g)
-    if a and a.mean("recovery_pct") is not None:
-        return a.mean("recovery_pct")
-    return 100.0 if g.recipe == BASELINE else None
+    """g's accuracy recovery (%), from its accuracy group (accuracy_for)."""
+    found = recovery(accuracy_for(accuracy, g), g)
+    return found.pct if found else None
 
 
 def floor_miss(accuracy: list[Group], g: Group, slo: SLO | None) -> str | None:
@@ -167,6 +168,15 @@ def tpot_interval(lv: LevelResult) -> tuple[float, float, float] | None:
         return mean, mean, mean
     half = t95(n - 1) * std * math.sqrt(n / (n - 1)) / math.sqrt(n)
     return mean, mean - half, mean + half
+
+
+def tpot_estimate(lv: LevelResult, key) -> Estimate | None:
+    """The level's mean TPOT as the significance rule takes it: vllm's
+    population std made the sample one; None without a TPOT."""
+    mean, std, n = lv.get("mean_tpot_ms"), lv.get("std_tpot_ms"), lv.get("completed")
+    if not mean or not n:
+        return None
+    return Estimate(key, mean, None if std is None or n < 2 else std * math.sqrt(n / (n - 1)), int(n))
 
 
 def level_text(mode: str, level: float) -> str:

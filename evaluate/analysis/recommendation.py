@@ -2,15 +2,17 @@
 SLO's accuracy floor (`min_recovery_pct`, against the artifact's accuracy
 row; the original is 100 % by definition): the one with the highest
 capacity per load mode, and the one with the lowest mean TPOT at
-concurrency 1 (95 % Student-t interval over its requests). Where others are
-within the measurement's interval of the best, the smaller model
-(model_bytes) is preferred; the picks say which were tied."""
+concurrency 1 (95 % Student-t interval over its requests). Where others cannot be told
+apart from the best (capacity: the brackets of the levels measured
+overlap; TPOT: the significance rule finds no difference), the smaller
+model (model_bytes) is preferred; the picks say which were tied."""
 import math
 from dataclasses import dataclass, field
 
 from evaluate.analysis.groups import Group, overlap
 from evaluate.analysis.load_levels import (
-    MODES, Curve, ServingAnalysis, floor_miss, level_text, tpot_interval)
+    MODES, Curve, ServingAnalysis, floor_miss, level_text, tpot_estimate, tpot_interval)
+from evaluate.analysis.significance import Verdict, compare
 from evaluate.scenarios import Scenario
 from evaluate.serving.slo import SLO
 
@@ -36,7 +38,7 @@ class TpotPick:
     """The lowest mean TPOT at concurrency 1, with its 95 % interval (mean, low, high)."""
     chosen: Group | None                  # None: no artifact qualifies
     interval: tuple[float, float, float] | None = None
-    tied: list[tuple[Group, tuple[float, float, float]]] = field(default_factory=list)
+    tied: list[tuple[Group, tuple[float, float, float]]] = field(default_factory=list)  # no difference by the rule
     ineligible: list[Ineligible] = field(default_factory=list)
 
 
@@ -125,8 +127,16 @@ def recommend_tpot(cs: list[Curve], accuracy: list[Group], slo: SLO | None) -> T
     if not ok:
         return TpotPick(None, None, [], ineligible)
     lead = min(ok, key=lambda t: t[1][0])
-    tied = [t for t in ok if overlap(t[1][1:], lead[1][1:])]
+    tied = [t for t in ok if t is lead or same_tpot(t[0], lead[0], cs)]
     chosen = smallest([g for g, _ in tied]) if len(tied) > 1 else lead[0]
     interval = next(iv for g, iv in ok if g is chosen)
     others = [(g, iv) for g, iv in tied if g is not chosen] if len(tied) > 1 else []
     return TpotPick(chosen, interval, others, ineligible)
+
+
+def same_tpot(a: Group, b: Group, cs: list[Curve]) -> bool:
+    """Whether the significance rule finds no difference between two groups'
+    mean TPOT at concurrency 1 (a single request leaves it untested: not tied)."""
+    level = {id(c.group): c.at(1.0) for c in cs if c.mode == "concurrency"}
+    ours, theirs = (tpot_estimate(level[id(g)], id(g)) for g in (a, b))
+    return compare(ours, theirs).verdict is Verdict.SAME

@@ -24,6 +24,7 @@ from typing import Iterator, NamedTuple
 
 from evaluate import lifeline
 from evaluate.formats import Verdict
+from evaluate.memory import Baseline, PeakMemory, release_freed_memory
 from evaluate.metrics import RequestTiming
 from quantize.common.errors import UserError
 
@@ -233,6 +234,8 @@ class Engine:
         self.env = self._scope.enter_context(self.environment(env, args))
         self.lifeline = self._scope.enter_context(lifeline.hold()) if self.starts_processes else None
         self.args = dict(args)
+        self.import_libraries(target)
+        self.memory_baseline = Baseline.now()  # the engine's memory is what grows from here
         t0 = time.perf_counter()
         try:
             self.start(target, dict(args), max_model_len)
@@ -241,10 +244,17 @@ class Engine:
             raise
         if self.startup_s is None:
             self.startup_s = time.perf_counter() - t0
+        release_freed_memory()  # what loading freed (decompression, conversion) is not the engine's to keep
         # read again: an engine may set some while starting, for the processes it
         # spawns (vLLM-CPU preloads torch's libgomp through LD_PRELOAD)
         self.env = self.recorded_env(env)
         self._closed = False
+
+    @classmethod
+    def import_libraries(cls, target) -> None:
+        """Import the libraries an engine in this process runs `target` with,
+        before its memory baseline: their code is loaded once per process, so
+        counted it would go to whichever engine of a sweep started first."""
 
     def start(self, target, args: dict, max_model_len: int) -> None:
         """Load `target`, never with code from its folder (quantize.common.hf_load);
@@ -263,6 +273,12 @@ class Engine:
         """Per prompt, per position: {token id: (logprob, rank)} for the top-k
         and the actual token (None at position 0)."""
         raise NotImplementedError(f"engine {self.name} gives no prompt logprobs")
+
+    def peak_memory(self) -> PeakMemory:
+        """A watch of this engine's peak memory over one run (`with
+        engine.peak_memory() as mem:`): what grew since it began starting,
+        in this process and in the processes it started (evaluate.memory)."""
+        return PeakMemory(baseline=self.memory_baseline)
 
     def versions(self) -> dict[str, str]:
         """The versions of the libraries serving, as the engine reports them

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from evaluate.engines.base import RunFailed
+from evaluate.memory import PeakMemory
 from evaluate.metrics import RequestTiming
 from evaluate.serving import client
 from evaluate.serving.load import DEATH_GRACE_S, ServerDied
@@ -82,6 +83,14 @@ class HttpEngine:
     def retry(self) -> "Retry":
         return Retry(max(0, int(self.settings.get("retries", RETRIES))),
                      float(self.settings.get("retry_backoff_s", RETRY_BACKOFF_S)))
+
+    @classmethod
+    def import_libraries(cls, target) -> None:
+        """Nothing: the server is a process of its own."""
+
+    def peak_memory(self) -> PeakMemory:
+        """The server's process tree, whole; nothing for a remote server."""
+        return PeakMemory(pid=self.server_pid, remote=self.server_pid is None)
 
     def run(self, prompts: list[list[int]], output_len: int, stream: bool = True):
         """All prompts at once, streamed (the batch scenarios). A run the

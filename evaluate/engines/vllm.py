@@ -520,6 +520,12 @@ class VllmEngine(Engine):
             out.pop("gpu_memory_utilization", None)
         return out
 
+    @classmethod
+    def import_libraries(cls, target) -> None:
+        """vLLM's front end (its engine core is a process of its own, counted whole)."""
+        from vllm import AsyncEngineArgs  # noqa: F401
+        from vllm.v1.engine.async_llm import AsyncLLM  # noqa: F401
+
     def start(self, target, args: dict, max_model_len: int) -> None:
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM

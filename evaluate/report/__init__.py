@@ -40,7 +40,7 @@ def write_report(report: ReportConfig) -> list[Path]:
     """Write the files of every layout into report.out_dir; return their paths,
     the text files first (all rendered before any is written), then the plots."""
     store = results.read_stores(report.results_dirs)
-    analysis = analyse(report.results_dirs, store.rows, report.sanity, store)
+    analysis = analyse(report.results_dirs, store.rows, report.sanity, store, report.busy_host)
     files: dict[str, str] = {}
     for layout in report.layouts:
         files |= layout.render(analysis, report)

@@ -1,6 +1,7 @@
 """`python -m evaluate.report [results_dir=results|a,b] [out_dir=reports] [title=...] [pareto_scenario=<name>]
 [accuracy_floor_pct=95]
-[layout=[summary,batch_table,context_table,oneline,length_grid]] [output=[markdown,csv,png,html]]`
+[layout=[summary,batch_table,context_table,oneline,length_grid]] [output=[markdown,csv,png,html]]
+[tracking=mlflow tracking.uri=<uri>]`
 
 Hydra overrides like the two stages, over conf/report.yaml (`--help` lists
 them and the groups): results_dir holds results*.jsonl, or names several
@@ -12,7 +13,8 @@ the files of its output formats (conf/report/output/: report.md, summary.csv,
 runs.csv, serving.csv, the PNGs), every other layout `<layout>.md`;
 pareto_scenario is the scenario whose throughput the speed-vs-size and
 speed-vs-accuracy plots use (default: the first). Prints the files written,
-one per line. Writes nothing else: no .hydra/, no log.
+one per line. Writes nothing else: no .hydra/, no log. With tracking=mlflow
+the files written are also logged to the stores' run in MLflow (docs/tracking.md).
 
 The spelling before Hydra, `layout=a,b` and `key=` (empty: the default),
 works for one release with a deprecation line on stderr."""
@@ -24,6 +26,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
 from evaluate.report import write_report
+from evaluate.tracking import report_record
 from evaluate.report.config import report_config, search_dirs
 from quantize.common import hydra_errors
 from quantize.common.cli_help import print_help_if_asked
@@ -34,7 +37,8 @@ from quantize.common.hf_load import detach_stdin
 from quantize.common.jobs import run_command
 from quantize.common.paths import CONF_DIR
 
-KEYS = ("results_dir", "out_dir", "title", "pareto_scenario", "accuracy_floor_pct", "layout", "output", "sanity")
+KEYS = ("results_dir", "out_dir", "title", "pareto_scenario", "accuracy_floor_pct", "busy_host_pct", "layout", "output",
+        "sanity", "tracking")
 LIST_KEYS = ("layout", "output")
 STORES_KEY = "results_dir"   # one folder, or several: results_dir=a,b is a list, not a Hydra sweep
 # Hydra's own flags; those in FLAGS_WITH_VALUE take the next argument too.
@@ -112,6 +116,8 @@ def _hydra_main(cfg) -> None:
     try:  # the one conversion: from here down the report sees a ReportConfig
         report = report_config(plain(cfg), search_dirs(HydraConfig.get().searchpath))
         paths = write_report(report)
+        if report.tracker:  # a copy: the files in out_dir are the report
+            report.tracker.log(report_record(report.results_dirs, paths))
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         _exit_code[0] = e.exit_code

@@ -1,16 +1,21 @@
 """report.md's first section, "What to use on this machine": the choices of
-evaluate.analysis.choice as one table, what was faster but left out and
-why, where serving rows exist the serving recommendation, and where the
-stores hold recipe searches the point each one recommends."""
+evaluate.analysis.choice as a table (one per store where the report reads
+several: each is its own machine), what was faster but left out and why,
+where serving rows exist the serving recommendation, and where the stores
+hold recipe searches the point each one recommends."""
 from evaluate.analysis import Analysis
 from evaluate.analysis.choice import ACCURACY_FLOOR_PCT, Choice, SPEED, choose
 from evaluate.analysis.groups import Group
+from evaluate.analysis.significance import Verdict
 from evaluate.analysis.recommendation import recommend
+from evaluate.report.accuracy_markdown import RECOVERY_HEADER, recovery_cell
+from evaluate.report.conditions_markdown import condition_lines
 from evaluate.report.formatting import MISSING, fmt_fixed, header, interval_text, mb, md_table, speedup_text
 from evaluate.report.labels import labels
 from evaluate.report.search_files import StudyEntry, studies
 from evaluate.report.search_markdown import search_answer
 from evaluate.report.serving_markdown import recommendation_lines
+from evaluate.report.stores_markdown import store_heading
 
 TITLE = "## What to use on this machine"
 SPEEDUP_HEADER = "Speed-up vs original (x, 95% CI)"
@@ -24,12 +29,15 @@ def render_answer(analysis: Analysis, floor_pct: float = ACCURACY_FLOOR_PCT,
     out = [TITLE, ""]
     if choices:
         names = labels(analysis.speed)
-        out += [f"Per scenario, the fastest artifact (mean output throughput) that keeps at least {floor_pct:g} % "
-                f"of the original's accuracy (`accuracy_floor_pct=`; the original is 100 % by definition), and the "
-                "runner-up. Speed-ups are against the original in the same setup as configured.", "",
-                answer_table(choices, names)]
-        left_out = [line for c in choices for line in left_out_lines(c, names)]
-        out += [""] + left_out if left_out else []
+        stores = list(dict.fromkeys(c.store for c in choices))
+        out.append(intro(floor_pct, several=len(stores) > 1))
+        for store in stores:
+            mine = [c for c in choices if c.store == store]
+            out += ["", store_heading(store, analysis.rows)] * (len(stores) > 1) + ["", answer_table(mine, names)]
+            left_out = [line for c in mine for line in left_out_lines(c, names)]
+            out += [""] + left_out if left_out else []
+        conditions = condition_lines(choices, names, analysis.busy_host)
+        out += ["", "What these speeds rest on:", ""] + conditions if conditions else []
     else:
         out.append("No successful speed runs to choose from.")
     if analysis.serving:
@@ -40,10 +48,20 @@ def render_answer(analysis: Analysis, floor_pct: float = ACCURACY_FLOOR_PCT,
     return "\n".join(out + ([""] + from_search if from_search else []))
 
 
+def intro(floor_pct: float, several: bool) -> str:
+    """What the table answers, and how the floor and the original's recovery are taken."""
+    return (f"Per scenario{' and store (each its own machine)' if several else ''}, the fastest artifact (mean "
+            f"output throughput) whose accuracy recovery is at least {floor_pct:g} % (`accuracy_floor_pct=`; "
+            "*Accuracy* says what recovery is), and the runner-up. The floor applies to the recovery's point "
+            "estimate; ⚠ marks a pick whose 95% interval reaches below it. The original counts as its own "
+            "accuracy row measures it (the engine against the reference, its own weights), or 100 % by "
+            "definition where it has none. Speed-ups are against the original in the same setup as configured.")
+
+
 def answer_table(choices: list[Choice], names: dict) -> str:
     several = len({c.model_name for c in choices}) > 1
     heads = ["Scenario"] + ["Model"] * several + [
-        "Use", header(SPEED), SPEEDUP_HEADER, "Model size (MB)", header("recovery_pct"), "Runner-up"]
+        "Use", header(SPEED), SPEEDUP_HEADER, "Model size (MB)", RECOVERY_HEADER, "Runner-up"]
     rows = [[c.scenario.heading()] + [c.model_name] * several + pick_cells(c, names) for c in choices]
     return md_table(heads, rows)
 
@@ -53,7 +71,12 @@ def pick_cells(c: Choice, names: dict) -> list[str]:
         return [f"none meets {c.floor_pct:g} %"] + [MISSING] * 5
     g = c.pick.group
     return [f"**{names[g.identity]}**", fmt_fixed(g.mean(SPEED)), speedup_cell(g),
-            fmt_fixed(mb(g.model_bytes), 1), fmt_fixed(c.pick.recovery_pct, 1), runner_up_text(c, names)]
+            fmt_fixed(mb(g.model_bytes), 1), pick_recovery(c), runner_up_text(c, names)]
+
+
+def pick_recovery(c: Choice) -> str:
+    text = recovery_cell(c.pick.recovery)
+    return text + (f" ⚠ interval below {c.floor_pct:g} %" if c.floor_in_interval else "")
 
 
 def speedup_cell(g: Group) -> str:
@@ -64,6 +87,8 @@ def speedup_cell(g: Group) -> str:
     text = speedup_text(g.speedup) + (f" ({interval_text(g.speedup_ci)})" if g.speedup_ci else "")
     if g.dtype_differs:
         text += f", {g.baseline.dtype} → {g.dtype}"
+    if g.speedup_verdict is Verdict.SAME and g.baseline is not g:
+        text += f", {Verdict.SAME.value}"
     return text + (f" ⚠ {g.flag}" if g.flag else "")
 
 
@@ -72,14 +97,20 @@ def runner_up_text(c: Choice, names: dict) -> str:
         return MISSING
     g = c.runner_up.group
     text = f"{names[g.identity]}: {fmt_fixed(g.mean(SPEED))} tok/s, {fmt_fixed(mb(g.model_bytes), 1)} MB"
-    return text + (" (95% intervals overlap: no significant difference)" if c.tied else "")
+    return text + {Verdict.SAME: f" ({Verdict.SAME.value})", Verdict.UNTESTED: " (not tested: a single run)"}.get(
+        c.vs_runner_up.verdict, "")
+
+
+def interval_note(interval: tuple[float, float] | None) -> str:
+    return f" (95% CI {interval[0]:.1f}–{interval[1]:.1f})" if interval else ""
 
 
 def left_out_lines(c: Choice, names: dict) -> list[str]:
     """The artifacts faster than the pick that are not the answer, and why."""
     where = c.scenario.name + (f", {c.model_name}" if c.model_name else "")
     out = [f"- {where}: {names[p.group.identity]} is faster ({fmt_fixed(p.group.mean(SPEED))} tok/s) but keeps "
-           f"{p.recovery_pct:.1f} % of the accuracy, below the floor" for p in c.below_floor]
+           f"{p.recovery_pct:.1f} % of the accuracy{interval_note(p.recovery.interval)}, below the floor"
+           for p in c.below_floor]
     out += [f"- {where}: {names[g.identity]} is faster ({fmt_fixed(g.mean(SPEED))} tok/s) but its accuracy was "
             "not measured (python -m evaluate accuracy=austen)" for g in c.unmeasured]
     return out

@@ -13,8 +13,9 @@ from typing import TypeVar
 import yaml
 
 from evaluate.analysis import Analysis
+from evaluate.analysis.busy_host import KEY as BUSY_HOST_KEY, BusyHost
 from evaluate.analysis.choice import ACCURACY_FLOOR_PCT
-from quantize.common import extensions
+from quantize.common import extensions, tracking
 from quantize.common.errors import UserError
 from quantize.common.paths import CONF_DIR, resolve
 from quantize.common.sanity_rules import SanityConfig
@@ -63,6 +64,10 @@ class ReportConfig:
     accuracy_floor_pct: float = ACCURACY_FLOOR_PCT
     # the suspect rules' thresholds (conf/sanity/default.yaml, shared with quantize); None: that file's
     sanity: SanityConfig | None = None
+    # where the files written are also logged (conf/tracking/); None: tracking=none
+    tracker: tracking.Tracker | None = None
+    # the busy-host rule (conf/report.yaml's busy_host_pct); None: that file's
+    busy_host: BusyHost | None = None
 
 
 def options(group: str, search_dirs: list[Path] = ()) -> dict[str, Path]:
@@ -109,7 +114,8 @@ def report_config(values: dict, searched: list[Path] = ()) -> ReportConfig:
         layouts=build_choices("layout", Layout, as_list(values.get("layout")), searched),
         outputs=build_choices("output", OutputFormat, as_list(values.get("output")), searched),
         accuracy_floor_pct=floor_pct(values.get("accuracy_floor_pct", ACCURACY_FLOOR_PCT)),
-        sanity=SanityConfig.from_config(values.get("sanity")))
+        sanity=SanityConfig.from_config(values.get("sanity")), tracker=tracking.from_group(values.get("tracking")),
+        busy_host=BusyHost.from_config(values.get(BUSY_HOST_KEY)))
 
 
 def floor_pct(value) -> float:

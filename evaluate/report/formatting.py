@@ -2,6 +2,8 @@
 metric that was not measured prints as MISSING, never as 0."""
 import json
 
+from evaluate.analysis.significance import Verdict
+
 MISSING = "—"
 # Units by metric name, most specific first; a name none of them matches is
 # shown without a unit rather than with a made-up one.
@@ -91,6 +93,11 @@ def speedup_text(x: float | None) -> str:
 
 def interval_text(ci: tuple[float, float] | None) -> str:
     return MISSING if ci is None else f"{ci[0]:.2f}–{ci[1]:.2f}"
+
+
+def speed_verdict(verdict: Verdict) -> str:
+    """The significance rule's verdict on a ratio of speeds, in words."""
+    return {Verdict.HIGHER: "faster", Verdict.LOWER: "slower"}.get(verdict, verdict.value)
 
 
 def inline_json(obj) -> str:

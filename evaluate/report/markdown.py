@@ -8,20 +8,27 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from evaluate.analysis import Analysis
+from evaluate.analysis.busy_host import BusyHost
 from evaluate.analysis.suspect import Suspect
 from evaluate.analysis.choice import ACCURACY_FLOOR_PCT
 from evaluate.analysis.groups import (
-    BASELINE, CV_MAX, Group, accuracy_keys, accuracy_of, by_model, by_throughput, headline_accuracy_keys,
-    Overall, kv_cache_bytes, lm_baseline, lm_recovery, numeric_metrics, overall_ranking,
-    overall_tiers, scenario_of, scenarios, stderr_key, tiers)
+    BASELINE, CV_MAX, Group, accuracy_of, by_model, headline_accuracy_keys, kv_cache_bytes,
+    lm_baseline, lm_recovery, numeric_metrics, scenario_of, scenarios, stderr_key)
+from evaluate.analysis.accuracy_bounds import recovery
+from evaluate.analysis.ranking import Overall, OverallRanking, ScenarioRanking
+from evaluate.analysis.significance import RULE
 from evaluate.report.formatting import (
-    MISSING, fmt_fixed, fmt_number, header, inline_json, label, mb, md_table, ordered_metrics, short, speedup_text)
+    MISSING, fmt_fixed, fmt_number, header, inline_json, interval_text, label, mb, md_table, ordered_metrics, short,
+    speedup_text)
+from evaluate.report.accuracy_markdown import RECOVERY_HEADER, by_recipe, recovery_cell, render_accuracy
 from evaluate.report.answer_markdown import SPEEDUP_HEADER, render_answer, speedup_cell
+from evaluate.report.conditions_markdown import busy_cell
 from evaluate.report.labels import dtype_note, dtypes_text, in_table, labels, run_labels
 from evaluate.report.search_files import sensitivities, studies
 from evaluate.report.search_markdown import render_search, render_sensitivity
 from evaluate.report.search_plots import png_files
 from evaluate.report.serving_markdown import render_serving
+from evaluate.report.stores_markdown import hardware_lines, render_across_stores, shared_rows_lines
 from evaluate.report.config import OutputFormat, ReportConfig
 from evaluate.results import Refused, Row
 
@@ -37,6 +44,7 @@ RUN_METRICS = (  # per run: metric, decimals
     ("latency_s", 3), ("output_throughput", 2), ("total_token_throughput", 2), ("input_throughput", 2),
     ("ttft_ms_p50", 2), ("tpot_ms_p50", 2), ("itl_ms_p50", 2), ("peak_memory_mb", 1), ("weight_bandwidth_gb_s", 2))
 KV_HEADER = "of it KV cache (MB)"
+OTHER_CPU_HEADER = "Other processes' CPU (% of host)"
 
 
 @dataclass
@@ -57,15 +65,17 @@ def render_markdown(analysis: Analysis, title: str, floor_pct: float = ACCURACY_
     speed, accuracy = analysis.speed, analysis.accuracy
     searches = studies(analysis.results_dirs, analysis.suspect_ids)
     parts = [render_title(analysis.rows, title, analysis.results_dir), render_answer(analysis, floor_pct, searches),
-             render_suspects(analysis.suspects), render_refused(analysis.refused, analysis.set_aside),
-             render_summary(speed, accuracy), render_ranking(speed),
-             render_speed_detail(speed), render_details(speed), render_problems(analysis.rows)]
+             render_across_stores(speed), render_suspects(analysis.suspects),
+             render_refused(analysis.refused, analysis.set_aside), render_summary(speed, accuracy),
+             render_ranking(analysis), render_speed_detail(speed), render_details(speed, analysis.busy_host),
+             render_problems(analysis.rows)]
     if accuracy:
         parts.append(render_accuracy(accuracy))
     if analysis.lm_eval:
         parts.append(render_lm_eval(analysis.lm_eval))
     parts += [render_serving(analysis.serving, speed, accuracy), render_search(searches),
-              render_sensitivity(sensitivities(analysis.results_dirs)), render_method(analysis.rows)]
+              render_sensitivity(sensitivities(analysis.results_dirs)),
+              render_method(analysis.rows, analysis.busy_host)]
     return "\n\n".join(p for p in parts if p) + "\n"
 
 
@@ -167,17 +177,33 @@ NOTES = (
     "input (prefill) throughput is the measured `input_throughput`, or batch_size × input_len / "
     "mean TTFT where a row lacks it; \"—\" means not measured (never 0); model size is weight "
     "bytes on disk / 10^6.\n\n"
-    "A speed-up is flagged (⚠) and left out of the rankings when its 95% interval (Welch, on the "
-    "log ratio of mean output throughputs) includes 1.0, when either side's runs vary by more than "
-    f"{CV_MAX:.0%} (coefficient of variation), or when either side has a single run. Within a scenario, "
-    "artifacts whose 95% intervals of mean output throughput overlap share one ranking line, \"no "
-    "significant difference\" (a stricter test than the speed-up's interval, which can exclude 1.0 while "
-    "the two means' intervals still overlap). Intervals of a mean are Student-t, from two runs up; `Runs (n)` says how "
-    "`runs=auto` ended (target met, or cap reached at max_runs).\n\n"
-    "Peak memory is the resident memory of the engine's process tree at its peak: the weights, the "
-    "KV cache and the runtime (Python, torch, compiled graphs). vLLM-CPU allocates its whole KV cache "
-    "up front (`VLLM_CPU_KVCACHE_SPACE` GiB, shown per row as *KV cache*), so peak memory barely "
-    "changes with batch size; model size is the weights alone.")
+    f"One rule decides faster, slower or no significant difference everywhere in this report (the Summary's "
+    f"speed-ups, the Ranking's letters, the plots' letters, the answer's runner-up, *Across stores*): {RULE}. "
+    "A speed-up's interval is that rule's interval against the original; the overall ranking averages the same "
+    "log ratios over its scenarios (the geometric mean) and compares two recipes on the difference of their "
+    "averages, in which a shared original cancels. A speed-up is flagged (⚠) when either side's runs vary by more "
+    f"than {CV_MAX:.0%} (coefficient of variation: more than independent runs of a steady host would) or when "
+    "either side has a single run; flagged values are ranked and averaged all the same, with their wide "
+    "intervals, but a single run cannot be tested and is listed apart. Intervals of a mean are Student-t, from "
+    "two runs up; `Runs (n)` says how `runs=auto` ended (target met, or cap reached at max_runs).\n\n"
+    "Peak memory is the engine's, not the harness's (the highest sample, every 50 ms, of a timed run): for an "
+    "engine in the evaluate process (transformers), what that process grew by since just before the engine "
+    "started, its libraries' code left out (the weights, the KV cache and activations); for an engine in "
+    "processes of its own (vLLM's engine core and workers, a server), their whole resident memory, runtime "
+    "included. So an artifact's figure does not depend on what the process measured before it. vLLM-CPU "
+    "allocates its whole KV cache up front (`VLLM_CPU_KVCACHE_SPACE` GiB, shown per row as *KV cache*), so "
+    "peak memory barely changes with batch size; model size is the weights alone.")
+
+
+def busy_host_note(busy: BusyHost) -> str:
+    """How a run is judged busy, with the threshold this report used."""
+    return ("A run is marked ⚠ busy host where other processes took more than "
+            f"{busy.threshold_pct:g} % of the host's CPU time while it ran (`busy_host_pct=`; the host's busy CPU "
+            "time from /proc/stat, steal included, minus that of the evaluate process and its children, over "
+            "cores × the run's wall time: each row's `host_load`, with the 1-minute load average at its start "
+            "and end). Intervals capture the noise within one sweep only; a busy host shifts every run of it. "
+            "Beside the answer, the runs of its picks, their originals and runners-up that were busy are "
+            "counted, and where `runs=auto` decided the run count, which of them met its target interval.")
 
 
 def render_title(rows: list[Row], title: str, results_dir: Path) -> str:
@@ -189,11 +215,10 @@ def render_title(rows: list[Row], title: str, results_dir: Path) -> str:
                                        for s in dict.fromkeys(r.store for r in rows))
              + (f", measured {stamps[0]} … {stamps[-1]}" if stamps else ""),
              f"- Models: {', '.join(sorted({r.model_name or '?' for r in rows}))}"]
-    lines += [f"- Hardware: {hardware_text(hw)}" for hw in distinct(rows, "hardware")]
-    return "\n".join(lines)
+    return "\n".join(lines + hardware_lines(rows) + shared_rows_lines(rows))
 
 
-def render_method(rows: list[Row]) -> str:
+def render_method(rows: list[Row], busy: BusyHost | None = None) -> str:
     """The last section: what the engines decided from, the versions, the
     setups, and how every number above was computed."""
     lines = ["## Method and setups", ""]
@@ -203,7 +228,7 @@ def render_method(rows: list[Row]) -> str:
     lines.append("- Setups (engine, args and environment as recorded; rows of different setups are never averaged; "
                  "speed-ups are computed where only what `dtype: auto` chose differs):")
     lines += setup_lines(rows)
-    return "\n".join(lines + ["", NOTES])
+    return "\n".join(lines + ["", NOTES, "", busy_host_note(busy or BusyHost.from_config())])
 
 
 def defaults_lines(rows: list[Row]) -> list[str]:
@@ -232,19 +257,6 @@ def setup_lines(rows: list[Row]) -> list[str]:
             for (setup, engine, args, env), recipes in sorted(combos.items())]
 
 
-def hardware_text(hw: dict) -> str:
-    parts = [str(hw.get("cpu") or "unknown CPU")]
-    if hw.get("cpu_count"):
-        parts.append(f"{hw['cpu_count']} CPUs" + (f" ({hw['cpu_affinity']} usable)" if hw.get("cpu_affinity") else ""))
-    if hw.get("memory_gib"):
-        parts.append(f"{hw['memory_gib']} GiB RAM")
-    if hw.get("cpu_isa"):
-        parts.append("ISA " + " ".join(hw["cpu_isa"]))
-    parts.append("accelerators: " + (", ".join(hw.get("accelerators") or []) or "none"))
-    host = f"`{hw['hostname']}` " if hw.get("hostname") else ""
-    return host + "; ".join(parts)
-
-
 def capability_text(facts: dict) -> str:
     """The facts the engine decided from (see `python -m evaluate.capabilities`)."""
     parts = [f"bf16/fp16 {'native' if facts.get('cpu_native_half') else 'emulated on this CPU'}"]
@@ -268,30 +280,30 @@ def render_summary(speed: list[Group], accuracy: list[Group]) -> str:
     """Per scenario, the headline of each artifact in at most 10 columns."""
     names = labels(speed)
     several = len({g.model_name for g in speed}) > 1
-    recovery = "recovery_pct" in headline_accuracy_keys(accuracy)
+    with_recovery = "recovery_pct" in headline_accuracy_keys(accuracy)
     heads = (["Model"] * several + ["Recipe", "Artifact", "Model size (MB)", header(SPEED), SPEEDUP_HEADER]
-             + [header(k) for k in SUMMARY_LATENCY] + [memory_header()] + [header("recovery_pct")] * recovery)
+             + [header(k) for k in SUMMARY_LATENCY] + [memory_header()] + [RECOVERY_HEADER] * with_recovery)
     out = ["## Summary"]
     for sc in scenarios(speed):
-        rows = [[g.model_name] * several + summary_row(g, names, accuracy_of(accuracy, g), recovery)
+        rows = [[g.model_name] * several + summary_row(g, names, accuracy_of(accuracy, g), with_recovery)
                 for g in by_model([g for g in speed if g.scenario == sc])]
         out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
     if not speed:
         out += ["", "No successful speed runs."]
-    elif recovery:
-        out += ["", "Accuracy recovery comes from the artifact's accuracy run in the same setup; — means no such "
-                "run (a run of another setup is never borrowed). The other accuracy metrics are under *Accuracy*, "
-                "every speed metric under *Speed in detail* and in summary.csv."]
+    elif with_recovery:
+        out += ["", "Accuracy recovery comes from the artifact's accuracy run in the same setup, with its 95% interval "
+                "over the windows (what it is: *Accuracy*); — means no such run (a run of another setup is never "
+                "borrowed). The other accuracy metrics are under *Accuracy*, every speed metric under *Speed in "
+                "detail* and in summary.csv."]
     return "\n".join(out)
 
 
-def summary_row(g: Group, names: dict, accuracy: Group | None, recovery: bool) -> list[str]:
+def summary_row(g: Group, names: dict, accuracy: Group | None, with_recovery: bool) -> list[str]:
     cells = ([in_table(names, g), f"`{short(g.artifact_id)}`", fmt_fixed(mb(g.model_bytes), 1),
               mean_pm_std(g, SPEED, 2), speedup_cell(g)]
              + [fmt_fixed(g.mean(k), 2) for k in SUMMARY_LATENCY] + [fmt_fixed(mb(g.mean("peak_memory_bytes")), 1)])
-    if recovery:
-        cells.append(mean_pm_std(accuracy, "recovery_pct") if accuracy and "recovery_pct" in accuracy.stats
-                     else MISSING)
+    if with_recovery:
+        cells.append(recovery_cell(recovery(accuracy, g)) if accuracy else MISSING)
     return cells
 
 
@@ -316,57 +328,65 @@ def render_speed_detail(speed: list[Group]) -> str:
     return "\n".join(out) if speed else ""
 
 
-def render_ranking(speed: list[Group]) -> str:
-    out = ["## Ranking", "", "By mean output throughput (tok/s), per scenario and model; flagged speed-ups "
-           "(⚠, see *Method and setups* at the end) are listed apart, not ranked:"]
+def render_ranking(analysis: Analysis) -> str:
+    """Per scenario, then overall: each entry's letters of the significance rule."""
+    speed = analysis.speed
+    out = ["## Ranking", "", "Per scenario by mean output throughput (tok/s), overall by the geometric mean of the "
+           "speed-ups; per model and store. Entries that share a letter do not differ by the rule in *Method and "
+           "setups*; entries with no letter in common do. ⚠ marks a flagged measurement (ranked all the same); "
+           "one with a single run cannot be tested and is listed apart."]
     names = labels(speed)
-    for sc in scenarios(speed):
-        for model in dict.fromkeys(g.model_name for g in speed if g.scenario == sc):
-            out += ["", f"**{sc.heading()}**" + (f" — {model}" if len({g.model_name for g in speed}) > 1 else ""), ""]
-            out += ranking_lines([g for g in speed if g.scenario == sc and g.model_name == model], names)
-    out += ["", "**Overall** (geometric mean of speed-up vs original over the scenarios each ran, "
-            "unflagged speed-ups only, with its 95% interval):", ""]
-    out += overall_lines(overall_ranking(speed), names) or ["No recipe has an unflagged speed-up vs an "
-                                                            "`original` baseline."]
+    several = block_names(speed)
+    for ranking in analysis.rankings:
+        out += ["", f"**{ranking.scenario.heading()}**{several(ranking.model_name, ranking.store)}", ""]
+        out += ranking_lines(ranking, names)
+    for overall in analysis.overall:
+        out += ["", f"**Overall**{several(overall.model_name, overall.store)}: geometric mean of the speed-ups vs "
+                f"original over {', '.join(s.name for s in overall.scenarios)} (every scenario with a speed-up "
+                "here, flagged ones included), with its 95% interval:", ""]
+        out += overall_lines(overall, names)
+    if not analysis.overall:
+        out += ["", "**Overall**: no recipe has a speed-up vs an `original` baseline."]
     return "\n".join(out)
 
 
-def overall_lines(ranked: list[Overall], names: dict) -> list[str]:
-    """Numbered best first; entries whose intervals overlap share a line."""
-    lines, place = [], 1
-    for tier in overall_tiers(ranked):
-        entries = "; ".join(overall_entry(o, names) for o in tier)
-        lines.append(f"{place}. {entries}" if len(tier) == 1 else
-                     f"{place}. no significant difference (95% intervals of the speed-up overlap): {entries}")
-        place += len(tier)
+def block_names(groups: list[Group]):
+    """What names a ranking's model and store, where there are several of either."""
+    models = len({g.model_name for g in groups}) > 1
+    stores = len({g.store for g in groups}) > 1
+
+    def name(model: str, store) -> str:
+        return (f" — {model}" if models else "") + (f" — store {store.name}" if stores and store else "")
+    return name
+
+
+def ranking_lines(ranking: ScenarioRanking, names: dict) -> list[str]:
+    """Numbered fastest first with their letters, then those that cannot be tested."""
+    lines = [f"{place}. [{r.letters}] {ranking_entry(r.group, names)}" for place, r in enumerate(ranking.ranked, 1)]
+    return lines + [f"- not ranked: {ranking_entry(g, names)}: a single run cannot be tested" for g in ranking.untested]
+
+
+def ranking_entry(g: Group, names: dict) -> str:
+    notes = [n for n in (dtype_note(g, names), g.flag and f"⚠ {g.flag}") if n]
+    return (f"{names[g.identity]} — {fmt_fixed(g.mean(SPEED))} tok/s"
+            f" ({speedup_text(g.speedup)} vs original{''.join('; ' + n for n in notes)})")
+
+
+def overall_lines(overall: OverallRanking, names: dict) -> list[str]:
+    """Numbered best first with their letters; then those without an interval, and those left out."""
+    lines = [f"{place}. [{o.letters}] {overall_entry(o, names)}" for place, o in enumerate(overall.ranked, 1)]
+    lines += [f"- not ranked: {overall_entry(o, names)}: no interval, a scenario has a single run"
+              for o in overall.untested]
+    lines += [f"- not in the overall: {names[i.identity]}, no speed-up in {', '.join(s.name for s in i.lack)}"
+              for i in overall.incomplete]
     return lines
 
 
 def overall_entry(o: Overall, names: dict) -> str:
-    ci = f" (95% interval {o.interval[0]:.2f}–{o.interval[1]:.2f})" if o.interval else ""
+    ci = f" (95% interval {interval_text(o.interval)})" if o.interval else ""
     dtypes = "".join(f"; {dtypes_text('original', base, names[o.identity], ours)}" for base, ours in o.dtype_pairs)
-    return (f"{names[o.identity]} — {o.speedup:.2f}x over {len(o.scenarios)} scenario(s): "
-            f"{', '.join(s.name for s in o.scenarios)}{ci}{dtypes}")
-
-
-def ranking_lines(groups: list[Group], names: dict) -> list[str]:
-    """Unflagged groups numbered fastest first, those that are not
-    significantly different on one line, then the flagged ones with why."""
-    measured = [g for g in by_throughput(groups) if g.mean("output_throughput")]
-    ranked, place = [], 1
-    for tier in tiers([g for g in measured if not g.flag]):
-        entries = "; ".join(ranking_entry(g, names) for g in tier)
-        ranked.append(f"{place}. {entries}" if len(tier) == 1 else
-                      f"{place}. no significant difference (95% intervals of output throughput overlap): {entries}")
-        place += len(tier)
-    return ranked + [f"- not ranked: {names[g.identity]} — {fmt_fixed(g.mean('output_throughput'))} tok/s"
-                     f" ({speedup_text(g.speedup)} vs original; {g.flag})" for g in measured if g.flag]
-
-
-def ranking_entry(g: Group, names: dict) -> str:
-    note = dtype_note(g, names)
-    return (f"{names[g.identity]} — {fmt_fixed(g.mean('output_throughput'))} tok/s"
-            f" ({speedup_text(g.speedup)} vs original{'; ' + note if note else ''})")
+    flagged = f"; ⚠ flagged in {', '.join(g.scenario.name for g in o.flagged)}" if o.flagged else ""
+    return f"{names[o.identity]} — {o.speedup:.2f}x{ci}{dtypes}{flagged}"
 
 
 def run_metrics(row: Row) -> dict[str, float]:
@@ -376,12 +396,14 @@ def run_metrics(row: Row) -> dict[str, float]:
     return m
 
 
-def render_details(speed: list[Group]) -> str:
+def render_details(speed: list[Group], busy: BusyHost) -> str:
     out = ["## Detailed runs"]
     names = labels(speed)
-    decided = any(r.precision for g in speed for r in g.runs)  # a column only where some run recorded it
+    runs = [r for g in speed for r in g.runs]
+    decided = any(r.precision for r in runs)  # a column only where some run recorded it
+    loaded = busy.recorded(runs)
     heads = (["Run", "Model", "Recipe", "Artifact", "Engine"] + [header(k) for k, _ in RUN_METRICS]
-             + ["Run count decision"] * decided + ["Timestamp (UTC)"])
+             + ["Run count decision"] * decided + [OTHER_CPU_HEADER] * loaded + ["Timestamp (UTC)"])
     for sc in scenarios(speed):
         rows = []
         for g in by_model([g for g in speed if g.scenario == sc]):
@@ -389,7 +411,8 @@ def render_details(speed: list[Group]) -> str:
                 m = run_metrics(run)
                 rows.append([run_label, g.model_name, in_table(names, g), f"`{short(g.artifact_id)}`", g.engine]
                             + [fmt_fixed(m.get(k), d) for k, d in RUN_METRICS]
-                            + [decision_text(run.precision)] * decided + [run.timestamp or MISSING])
+                            + [decision_text(run.precision)] * decided + [busy_cell(run, busy)] * loaded
+                            + [run.timestamp or MISSING])
         out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
     if not speed:
         out += ["", "No successful speed runs."]
@@ -408,25 +431,6 @@ def render_problems(rows: list[Row]) -> str:
     return ("## Skipped, unsupported and failed\n\nExcluded from every aggregate above. `unsupported`: the "
             "engine has no kernel for this format on this machine (`python -m evaluate.capabilities`).\n\n"
             + md_table(heads, table))
-
-
-def by_recipe(groups: list[Group]) -> list[Group]:
-    """Per model, the baseline first, then recipes by name."""
-    return sorted(groups, key=lambda g: (g.model_name, g.recipe != BASELINE, g.recipe))
-
-
-def render_accuracy(accuracy: list[Group]) -> str:
-    out = ["## Accuracy"]
-    keys = accuracy_keys(accuracy)
-    names = labels(accuracy)
-    heads = ["Model", "Recipe", "Artifact", "Engine", "Model size (MB)", "Rows (n)"] + [header(k) for k in keys]
-    for sc in scenarios(accuracy):
-        rows = [[g.model_name, in_table(names, g), f"`{short(g.artifact_id)}`", g.engine,
-                 fmt_fixed(mb(g.model_bytes), 1), str(len(g.runs))]
-                + [mean_pm_std(g, k) if k in g.stats else MISSING for k in keys]
-                for g in by_recipe([g for g in accuracy if g.scenario == sc])]
-        out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
-    return "\n".join(out)
 
 
 def render_lm_eval(lm: list[Group]) -> str:

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Callable
 
 from evaluate.analysis import Analysis
-from evaluate.analysis.groups import (
-    Group, accuracy_of, by_throughput, headline_accuracy_keys, pareto_scenario, scenarios)
+from evaluate.analysis.groups import Group, accuracy_of, headline_accuracy_keys, pareto_scenario, scenarios
 from evaluate.analysis.load_levels import ServingAnalysis
+from evaluate.analysis.ranking import ScenarioRanking
 from evaluate.report.config import OutputFormat, ReportConfig
 from evaluate.report.formatting import header, mb, speedup_text
 from evaluate.report.labels import labels
@@ -82,7 +82,7 @@ def have_matplotlib(what: str) -> bool:
 
 def draw_all(analysis: Analysis, wanted: str | None, figures: Figures) -> None:
     """Every plot the analysis allows, into `figures`."""
-    render_plots(analysis.speed, analysis.accuracy, figures, wanted)
+    render_plots(analysis.speed, analysis.accuracy, figures, wanted, analysis.rankings)
     render_serving_plots(analysis.serving, figures)
 
 
@@ -98,15 +98,17 @@ class Png(OutputFormat):
         return files.paths
 
 
-def render_plots(speed: list[Group], accuracy: list[Group], figures: Figures, wanted: str | None) -> None:
-    """Every speed and accuracy plot the groups allow."""
+def render_plots(speed: list[Group], accuracy: list[Group], figures: Figures, wanted: str | None,
+                 rankings: list[ScenarioRanking]) -> None:
+    """Every speed and accuracy plot the groups allow; each scenario's bars
+    in the order, and with the letters, of its Ranking."""
     speed = [g for g in speed if g.mean("output_throughput")]
     if not speed:
         return
     names = labels(speed)
     plot_grouped(speed, names, figures, "throughput")
     for sc in scenarios(speed):
-        plot_scenario([g for g in speed if g.scenario == sc], names, sc, figures,
+        plot_scenario([r for r in rankings if r.scenario == sc], names, sc, figures,
                       f"throughput_{slug(sc, scenarios(speed))}")
     sc = pareto_scenario(speed, wanted)
     chosen = [g for g in speed if g.scenario == sc]
@@ -182,20 +184,24 @@ def slug(sc: Scenario, all_scenarios: list[Scenario]) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
 
 
-def plot_scenario(groups: list[Group], names: dict, sc: Scenario, figures: Figures, name: str) -> None:
+def plot_scenario(rankings: list[ScenarioRanking], names: dict, sc: Scenario, figures: Figures, name: str) -> None:
+    """The scenario's Ranking as bars, top down: each entry with its letters,
+    then (grey) those a single run leaves unranked."""
     plt = pyplot()
-    gs = [g for g in by_throughput(groups) if g.mean("output_throughput")][::-1]
+    marks = {id(r.group): r.letters for ranking in rankings for r in ranking.ranked}
+    gs = [g for ranking in rankings for g in [r.group for r in ranking.ranked] + ranking.untested][::-1]
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.45 * len(gs)))
     means = [g.mean("output_throughput") for g in gs]
     stds = [g.std("output_throughput") or 0 for g in gs]
-    # Flagged speed-ups (see aggregate.add_speedups) in grey, with the reason.
     ax.barh([names[g.identity] for g in gs], means, xerr=stds, capsize=3,
-            color=["0.7" if g.flag else "tab:blue" for g in gs])
+            color=["tab:blue" if id(g) in marks else "0.7" for g in gs])
     for y, (g, v, e) in enumerate(zip(gs, means, stds)):
-        note = f", not ranked: {g.flag}" if g.flag else ""
-        ax.text(v + e, y, f"  {v:.1f} ({speedup_text(g.speedup)}{note})", va="center", fontsize=8)
-    ax.set_xlim(0, max(m + e for m, e in zip(means, stds)) * 1.35)
-    ax.set_xlabel("Output throughput (tok/s), mean ± std")
+        mark = f"  [{marks[id(g)]}]" if id(g) in marks else ", not ranked: a single run"
+        note = f", ⚠ {g.flag}" if g.flag and id(g) in marks else ""
+        ax.text(v + e, y, f"  {v:.1f} ({speedup_text(g.speedup)}){mark}{note}", va="center", fontsize=8)
+    ax.set_xlim(0, max(m + e for m, e in zip(means, stds)) * 1.45)
+    ax.set_xlabel("Output throughput (tok/s), mean ± std\n"
+                  "[letters]: within a model, bars that share a letter do not differ (see the report's Method)")
     ax.set_title(sc.heading())
     figures.save(fig, name)
 

@@ -180,7 +180,7 @@ def tpot_lines(pick: TpotPick, names: dict) -> list[str]:
     lines = [f"- **{title}**: **{names[pick.chosen.identity]}** ({size_text(pick.chosen)}): "
              f"{mean:.1f} ms per output token (95% interval {low:.1f}–{high:.1f})"]
     if pick.tied:
-        lines.append("  - within the measurement's interval (95% intervals of mean TPOT overlap): "
+        lines.append("  - no significant difference in mean TPOT (the rule in *Method and setups*): "
                      + "; ".join(f"{names[g.identity]} {iv[0]:.1f} ms ({iv[1]:.1f}–{iv[2]:.1f}, "
                                  f"{size_text(g)})" for g, iv in pick.tied)
                      + ": the smaller model is preferred")

@@ -1,5 +1,5 @@
 """summary.csv (one record per speed group: every metric's mean, std and 95%
-interval of the mean, the speed-up and its interval, the dtypes it compares),
+interval of the mean, the speed-up, its interval and verdict, the dtypes it compares),
 runs.csv (one per ok row), serving.csv (one per ok serving row: a load
 level) and search_front.csv (one per complete trial of each recipe search,
 with `on_front`). Columns are the rows' raw keys, metrics in formatting.LABELS' order;
@@ -12,15 +12,15 @@ from dataclasses import dataclass
 
 from evaluate.analysis import Analysis
 from evaluate.analysis.groups import Group, numeric_metrics
-from evaluate.report.formatting import mb, ordered_metrics
+from evaluate.report.formatting import mb, ordered_metrics, speed_verdict
 from evaluate.report.config import OutputFormat, ReportConfig
 from evaluate.report.search_files import StudyEntry, studies
 from evaluate.results import Row
 
 SUMMARY_FIELDS = ("scenario", "batch_size", "input_len", "output_len", "model_name", "recipe", "artifact_id",
                   "engine", "quant_format", "modules_changed", "model_bytes", "model_size_mb", "runs",
-                  "speedup_vs_original", "speedup_ci95_low", "speedup_ci95_high", "dtype", "baseline_dtype",
-                  "setup_id", "store")
+                  "speedup_vs_original", "speedup_ci95_low", "speedup_ci95_high", "speedup_verdict", "dtype",
+                  "baseline_dtype", "setup_id", "store")
 SERVING_FIELDS = ("timestamp", "scenario", "input_len", "output_len", "model_name", "recipe", "artifact_id", "engine",
                   "setup_id", "model_bytes", "profile", "mode", "level", "burstiness", "max_requests", "max_seconds",
                   "slo")
@@ -53,13 +53,19 @@ def summary_records(speed: list[Group]) -> list[dict]:
             g.scenario.name, g.scenario.batch_size, g.scenario.input_len, g.scenario.output_len, g.model_name,
             g.recipe, g.artifact_id, g.engine, g.quant_format, modules_changed(g.runs[0]), g.model_bytes,
             mb(g.model_bytes), len(g.runs),
-            g.speedup, *(g.speedup_ci or (None, None)), g.dtype, g.baseline.dtype if g.baseline else None,
+            g.speedup, *(g.speedup_ci or (None, None)), verdict_text(g), g.dtype,
+            g.baseline.dtype if g.baseline else None,
             g.setup_id, store_name(g.runs[0]))))
         for k in metrics:
             rec[f"{k}_mean"], rec[f"{k}_std"] = g.mean(k), g.std(k)
             rec[f"{k}_ci95_low"], rec[f"{k}_ci95_high"] = g.interval(k) or (None, None)
         out.append(rec)
     return out
+
+
+def verdict_text(g: Group) -> str | None:
+    """The rule's verdict on g's speed-up; none for the original itself."""
+    return None if g.speedup_verdict is None or g.baseline is g else speed_verdict(g.speedup_verdict)
 
 
 def run_records(rows: list[Row]) -> list[dict]:

@@ -20,6 +20,10 @@
   the end: every trial's number, state, params and values, joined with its
   job's record, the storage URL without its password.
 - Progress: one line per finished batch, "trial k/N done (state), elapsed, ETA".
+- Trial user attrs: `artifact_id`, `recipe` and `artifact_dir` from the
+  job's record (an MLflow run of the artifact carries the tag artifact_id),
+  `error` for a failed job. The study's metric names are the objectives'
+  (what optuna-dashboard labels the values with).
 - Failures: a failed job fails its trial and the search goes on (the preset's
   max_failure_rate: 1.0); the trial's error line goes into study.json.
 - Storage: by default sqlite:///<results_dir>/search/<study>/study.db; any
@@ -37,6 +41,7 @@ import socket
 import sys
 import threading
 import time
+import warnings
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from importlib import metadata
@@ -64,6 +69,7 @@ INTERRUPTED_ATTR = "interrupted"
 RECOVERED_ATTR = "recovered"
 RETRY_ATTR = "retry_of"
 ERROR_ATTR = "error"
+BUILT_ATTRS = ("artifact_id", "recipe", "artifact_dir")   # trial user attrs from the job's record
 HEARTBEAT_S = 30
 STALE_S = 4 * HEARTBEAT_S      # another host's sweeper counts as gone after this long silent
 RECORD_CLOCK_SLACK_S = 60
@@ -111,7 +117,7 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
 
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
-        self.launcher = _RecordingLauncher(self.launcher, self._record_job_errors)
+        self.launcher = _RecordingLauncher(self.launcher, self._record_job_returns)
         self.target = self.n_trials
         self.batch: list[Trial] = []
         self.progress: _Progress | None = None
@@ -133,6 +139,7 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
         self.objectives = _objectives(self.settings.objectives, directions)
         study = _load_study(self.study_name, self.storage, directions, self.url)
         with _Ownership(study, self.url):
+            _name_values(study, self.objectives)
             settled = _settle_interrupted(study, self.settings.results_dir, len(directions))
             done = len(_finished(study))
             self.n_trials = max(0, self.target - done)
@@ -173,12 +180,18 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
         self.batch = []
         self._snapshot(study)
 
-    def _record_job_errors(self, returns: Sequence[JobReturn]) -> None:
-        """Each failed job's one line, on its trial (before the plugin tells it FAIL)."""
+    def _record_job_returns(self, returns: Sequence[JobReturn]) -> None:
+        """On each trial, before the plugin tells the study: a failed job's one
+        line, and what the job built (artifact id, recipe), by which the trial
+        is found in the results store and in a tracker (tag artifact_id)."""
         for trial, ret in zip(self.batch, returns):
             error = job_error(ret, len(self.objectives))
             if error:
                 trial.set_user_attr(ERROR_ATTR, error)
+            built = study_file.read_trial_info(self.settings.results_dir, self.study_name, trial.number)
+            for key in BUILT_ATTRS:
+                if built.get(key):
+                    trial.set_user_attr(key, built[key])
 
     def _snapshot(self, study: optuna.Study) -> Path:
         record = snapshot(study, self.settings, self.objectives, self.url, self.target)
@@ -313,6 +326,13 @@ def _load_study(name: str, storage, directions: list[str], url: str) -> optuna.S
         raise UserError(f"study {name} in {storages.redact(url)} optimizes {stored}, this search {directions}; "
                         "use another hydra.sweeper.study_name for the new objectives, or the old ones to resume it")
     return study
+
+
+def _name_values(study: optuna.Study, objectives: list[study_file.Objective]) -> None:
+    """The study's metric names: the objectives', as optuna-dashboard labels the values."""
+    with warnings.catch_warnings():  # experimental since Optuna 3.2, still in 5.0
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names([o.name for o in objectives])
 
 
 def _finished(study: optuna.Study) -> list[FrozenTrial]:

@@ -14,6 +14,7 @@ import json
 import logging
 import zlib
 
+from evaluate.host_load import HostLoadMeter
 from evaluate.results import Row
 from evaluate.serving.load import Level, ServerDied, level_prompts, level_requests, run_level
 from evaluate.serving.metrics import level_metrics
@@ -126,8 +127,10 @@ def _run_level(job, engine, s, row: Row) -> dict | None:
     vocab = int(job.target.config.get("vocab_size") or 10000)
     prompts = level_prompts(int(job.seed), key, level_requests(p.max_requests), s.input_len, vocab)
     try:
-        run = run_level(engine.base_url, engine.model, level, prompts, s.output_len, float(p.max_seconds),
-                        p.drain(), engine.alive, engine.server_pid, seed=key, stall_timeout_s=engine.stall_timeout_s)
+        with HostLoadMeter() as host:
+            run = run_level(engine.base_url, engine.model, level, prompts, s.output_len, float(p.max_seconds),
+                            p.drain(), engine.alive, engine.server_pid, seed=key,
+                            stall_timeout_s=engine.stall_timeout_s)
         metrics = level_metrics(run, job.slo)
         if not metrics["completed"]:  # nothing to measure: say why instead of a row of zeros
             first = next((r.error for r in run.results if r.error), "no request was sent")
@@ -139,7 +142,7 @@ def _run_level(job, engine, s, row: Row) -> dict | None:
         job.record(row, "failed", reason=one_line(e))
         log.error("  %s failed: %s", level.describe(), one_line(e))
         return None
-    job.record(row, "ok", metrics=metrics)
+    job.record(row, "ok", metrics=metrics, host_load=host.result.as_dict())
     log.info("  %s: %d ok, %d failed in %.1f s; %.2f req/s, %.1f tok/s out; TTFT p50 %.0f ms, TPOT p50 %.1f ms%s",
              level.describe(), metrics["completed"], metrics["failed"], metrics["duration"],
              metrics["request_throughput"] or 0, metrics["output_throughput"] or 0, metrics["median_ttft_ms"],

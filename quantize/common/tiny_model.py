@@ -8,17 +8,20 @@ from quantize.common import hf_load
 
 
 def build_tiny_llama(out: Path, tokenizer_dir: Path, seed: int = 0, initializer_range: float = 0.02,
-                     dtype: str = "bfloat16") -> Path:
+                     dtype: str = "bfloat16", **sizes) -> Path:
     """A larger `initializer_range` gives peaked next-token distributions, so
-    that weight changes show in KL and top-1 agreement."""
+    that weight changes show in KL and top-1 agreement. `sizes`: LlamaConfig
+    widths over the tiny ones (hidden_size, intermediate_size,
+    num_hidden_layers ...), e.g. for a model whose Linear weights outweigh
+    its embeddings."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tokenizer = hf_load.tokenizer(tokenizer_dir)
+    widths = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=32) | sizes
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-        max_position_embeddings=1024, tie_word_embeddings=True,
+        vocab_size=len(tokenizer), **widths, max_position_embeddings=1024, tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, dtype=dtype, initializer_range=initializer_range,
     )

@@ -178,3 +178,41 @@ def test_a_job_whose_reference_results_are_kept_never_loads_the_reference(kept, 
     assert [lp is kept_lp for lp, kept_lp in zip(kept.reference_window_log_probs(second, WINDOWS), windows)] == [True] * 2
     assert kept.reference_hits(second, ITEMS) == hits
     assert "model" not in second.__dict__
+
+
+# The row keeps the per-window and per-item values its metrics are sums of,
+# so that the report can bound them (evaluate/analysis/accuracy_bounds.py).
+
+def engine_positions(log_probs: np.ndarray, ids: list[int], top_k: int, shift: float) -> list:
+    """What an engine returns for a prompt: per position, the top-k of a
+    distribution a little off the reference's (and the actual token)."""
+    out = [None]
+    for i in range(1, len(ids)):
+        lp = log_probs[i - 1].astype(np.float64) + shift * np.cos(np.arange(log_probs.shape[1]) * (i + 1))
+        lp -= np.logaddexp.reduce(lp)
+        order = np.argsort(-lp)
+        keep = [int(t) for t in order[:top_k]] + [ids[i]]
+        out.append({t: (float(lp[t]), int(np.where(order == t)[0][0]) + 1) for t in keep})
+    return out
+
+
+def test_the_row_keeps_the_values_its_metrics_sum(kept, ref_dir, reference, tmp_path, monkeypatch):
+    from evaluate.accuracy import AccuracyConfig, LastWordConfig, score
+    monkeypatch.setattr(kept, "CACHE_DIR", tmp_path)
+    config = AccuracyConfig("t", "austen", [], len(WINDOWS), len(WINDOWS[0]), 3, LastWordConfig(len(ITEMS), 1, 8),
+                            reference=str(ref_dir))
+    passed = {"windows": WINDOWS, "items": ITEMS,
+              "window_logprobs": [engine_positions(reference.log_probs(w), w, 3, 0.3) for w in WINDOWS],
+              "item_logprobs": [engine_positions(reference.log_probs(p), p, 1, 0.3) for p, _ in ITEMS]}
+    scores = score(passed, None, config)
+    m, s = scores.metrics, scores.samples
+    tokens = sum(s["window_tokens"])
+    assert s["window_tokens"] == [len(w) - 1 for w in WINDOWS] and tokens == m["scored_tokens"]
+    assert math.exp(sum(s["window_nll"]) / tokens) == pytest.approx(m["perplexity"], rel=1e-12)
+    assert 100 * math.exp((sum(s["window_reference_nll"]) - sum(s["window_nll"])) / tokens) == \
+        pytest.approx(m["recovery_pct"], rel=1e-12)
+    assert sum(s["window_kl"]) / tokens == pytest.approx(m["kl_divergence"], rel=1e-12) and m["kl_divergence"] > 0
+    assert sum(s["window_top1"]) / tokens == pytest.approx(m["top1_agreement"])
+    assert len(s["item_hits"]) == len(s["item_reference_hits"]) == m["lastword_items"] == len(ITEMS)
+    assert sum(s["item_hits"]) / len(ITEMS) == pytest.approx(m["lastword_accuracy"])
+    assert sum(s["item_reference_hits"]) / len(ITEMS) == pytest.approx(m["reference_lastword_accuracy"])

@@ -117,6 +117,8 @@ def test_accuracy_of_the_baseline_against_itself(eval_artifacts, tmp_path, scen)
     assert m["recovery_pct"] == pytest.approx(100, abs=1e-3)
     assert m["perplexity"] == pytest.approx(m["reference_perplexity"], rel=1e-5)
     assert m["lastword_accuracy"] == m["reference_lastword_accuracy"]
+    assert acc.accuracy_samples["window_tokens"] == [511, 511]   # what the report's intervals resample
+    assert len(acc.accuracy_samples["item_hits"]) == m["lastword_items"]
 
 
 def test_accuracy_detects_a_different_model(eval_artifacts, tmp_path, scen):

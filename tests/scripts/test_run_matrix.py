@@ -107,3 +107,23 @@ def test_make_run_prints_its_plan_first_then_k_of_n_after_each_job(tmp_path):
     assert lines[1] == "  quantize: build none; complete, skipped: w4a16_rtn"
     assert lines[2].endswith("0 engines to start; nothing to measure: w4a16_rtn (every run stored or unsupported)")
     assert re.fullmatch(r"  ETA \d+ s", lines[3]), lines
+
+
+def test_the_cpu_matrix_runs_until_its_interval_is_narrow(tmp_path):
+    """`make run`'s preset (conf/matrix/cpu.env) asks for runs=auto: each
+    scenario gets timed runs until its 95% interval is narrow enough, at most
+    conf/evaluate.yaml's max_runs, which the plan counts as owed."""
+    import yaml
+    preset = subprocess.run(["bash", "-c", f"source {ROOT / 'conf' / 'matrix' / 'cpu.env'} && echo $RUNS"],
+                            capture_output=True, text=True, check=True)
+    assert preset.stdout.strip() == "auto"
+    cap = yaml.safe_load((ROOT / "conf" / "evaluate.yaml").read_text())["max_runs"]
+    results_dir = tmp_path / "results"
+    out = subprocess.run([sys.executable, "-m", "evaluate.matrix_plan", "--quantize", "original", "--evaluate",
+                          "original", "--scenario", "cpu", "--runs", preset.stdout.strip(), "--results-dir",
+                          str(results_dir), "--run-file", str(results_dir / "run.json")],
+                         cwd=tmp_path, env=quantize_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    scenarios = 3  # conf/scenario/cpu.yaml
+    assert f"({scenarios} scenarios) x auto runs" in out.stdout
+    assert f"measurements left: original {scenarios * cap + 1}" in out.stdout  # + the accuracy pass

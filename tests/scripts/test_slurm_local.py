@@ -7,13 +7,17 @@ GPU preset's request is scheduled on the node's (stand-in) GPU and runs; a
 quantize sweep and evaluate sweeps (transformers and dummy-engine jobs, each
 writing its own shard, merged by the report); `scancel` mid-job, a job over
 its time limit and a requeued job: each sweep ends, the failures are recorded
-and listed, and the rerun completes with no row lost or duplicated.
+and listed, and the rerun completes with no row lost or duplicated. Where the
+MLflow server is installed (make setup-mlflow) the evaluate sweeps also log
+to one (tracking=mlflow): one run per job, and after the cancel, the time
+limit and the requeue each timed run is a step of its run exactly once.
 
 Slurm, not the engine, is under test: the jobs run transformers or the dummy
 engine (the local node binds no CPUs, TaskPlugin=task/none, so a vLLM job
 would meet nothing here that a local run does not), and the jobs that Slurm
 stops wait on a file the test creates (tests/scripts/gated_engine.py), so
 they are mid-scenario when it acts whatever the machine's speed."""
+import importlib.util
 import json
 import os
 import shutil
@@ -30,6 +34,7 @@ import yaml
 
 from tests.conftest import ROOT, SMALL_CALIB, TINY_NAME, last_line, quantize_env, tail
 from tests.evaluate.engines.test_base import DUMMY_YAML
+from tests.servers import MLFLOW_SERVER, mlflow_server
 from evaluate import results
 
 SCRIPT = ROOT / "scripts" / "slurm_local.sh"
@@ -156,6 +161,33 @@ def failures(sweep: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
+def tracker(tmp_path_factory):
+    """The URI of an MLflow server the evaluate sweeps also log to; None where
+    none is installed (the sweeps then run untracked)."""
+    if not MLFLOW_SERVER.exists() or importlib.util.find_spec("mlflow") is None:
+        yield None
+        return
+    with mlflow_server(tmp_path_factory.mktemp("mlflow")) as uri:
+        yield uri
+
+
+def tracking(uri: str | None, experiment: str) -> list[str]:
+    return ["tracking=mlflow", f"tracking.uri={uri}", f"tracking.experiment={experiment}"] if uri else []
+
+
+def measurement_steps(uri: str, experiment: str) -> dict[str, tuple[str, list[int]]]:
+    """Each measurement run's name -> (its parent run's name, the steps of its output_throughput, sorted)."""
+    from mlflow import MlflowClient
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    names = {r.info.run_id: r.info.run_name for r in runs}
+    assert len(set(names.values())) == len(runs), sorted(names.values())   # no run twice
+    return {r.info.run_name: (names.get(r.data.tags.get("mlflow.parentRunId")),
+                              sorted(m.step for m in client.get_metric_history(r.info.run_id, "output_throughput")))
+            for r in runs if r.data.tags.get("kind") == "speed"}
+
+
+@pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     return tmp_path_factory.mktemp("slurm-sweeps")
 
@@ -245,7 +277,8 @@ def test_the_gpu_preset_asks_for_a_gpu_and_the_job_gets_it(cluster, tiny_model, 
 
 
 @pytest.mark.slow
-def test_quantize_then_evaluate_on_slurm_with_merged_shards(cluster, quantized, tiny_model, workdir, extra_engines):
+def test_quantize_then_evaluate_on_slurm_with_merged_shards(cluster, quantized, tiny_model, workdir, extra_engines,
+                                                            tracker):
     out, sweep, art = quantized
     assert out.returncode == 0, tail(out)
     assert "2 job(s) ok" in out.stdout + out.stderr
@@ -257,8 +290,11 @@ def test_quantize_then_evaluate_on_slurm_with_merged_shards(cluster, quantized, 
     res = workdir / "res-merged"
     hf = run(cluster, "evaluate", "-m", "recipe=original,w4a16_rtn", f"model={tiny_model}", "artifacts_dir=art",
              "engine=hf", "accuracy=none", *TINY, "runs=1", f"results_dir={res}", "hydra/launcher=slurm_local",
-             f"hydra.sweep.dir={workdir / 'sweep-eval-hf'}", cwd=workdir)
+             f"hydra.sweep.dir={workdir / 'sweep-eval-hf'}", *tracking(tracker, "slurm"), cwd=workdir)
     assert hf.returncode == 0, tail(hf)
+    if tracker:  # one run per job, each under its artifact's
+        assert measurement_steps(tracker, "slurm") == {
+            f"{recipe} · slurm_tiny · hf": (f"{TINY_NAME}/{recipe}", [0]) for recipe in ("original", "w4a16_rtn")}
     # a second sweep into the same results: its shard joins the first's
     dummy = run(cluster, "evaluate", "-m", "recipe=original", f"model={tiny_model}", "artifacts_dir=art",
                 "engine=dummy", extra_engines[0], "accuracy=none", *TINY, "runs=1", f"results_dir={res}",
@@ -283,7 +319,8 @@ def test_quantize_then_evaluate_on_slurm_with_merged_shards(cluster, quantized, 
 
 
 @pytest.mark.slow
-def test_scancel_time_limit_and_requeue_lose_nothing(cluster, quantized, tiny_model, workdir, extra_engines):
+def test_scancel_time_limit_and_requeue_lose_nothing(cluster, quantized, tiny_model, workdir, extra_engines,
+                                                      tracker):
     """Two sweeps at once, each held after its first row (engine=gated, its
     gate closed): one job is cancelled, the other (1-minute limit) gets
     Slurm's time-limit warning signal, as Slurm sends it `signal_delay_s`
@@ -296,7 +333,7 @@ def test_scancel_time_limit_and_requeue_lose_nothing(cluster, quantized, tiny_mo
     searchpath, gate = extra_engines
     res = workdir / "res-failures"
     base = [f"model={tiny_model}", "artifacts_dir=art", "engine=gated", searchpath, "accuracy=none", *TINY,
-            "runs=8", f"results_dir={res}", "hydra/launcher=slurm_local"]
+            "runs=8", f"results_dir={res}", "hydra/launcher=slurm_local", *tracking(tracker, "slurm-requeue")]
     cancel_cmd, limit_cmd = ["-m", "recipe=original", *base], ["-m", "recipe=w4a16_rtn", *base]
     cancel = start(cluster, "evaluate", *cancel_cmd, f"hydra.sweep.dir={workdir / 'sweep-cancel'}", cwd=workdir)
     limit = start(cluster, "evaluate", *limit_cmd, "hydra.launcher.timeout_min=1",
@@ -352,3 +389,7 @@ def test_scancel_time_limit_and_requeue_lose_nothing(cluster, quantized, tiny_mo
     cluster.states([job])
     log = cluster.slurm("sacct", "-X", "-n", "-P", "-D", "-o", "State", "-j", job).split()
     assert log == ["REQUEUED", "COMPLETED"], log  # it was requeued, then finished
+    if tracker:  # each timed run a step of its measurement's one run, once
+        assert measurement_steps(tracker, "slurm-requeue") == {
+            f"{recipe} · slurm_tiny · gated": (f"{TINY_NAME}/{recipe}", list(range(8)))
+            for recipe in ("original", "w4a16_rtn")}

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from evaluate.analysis import Analysis
 from evaluate.report.config import Layout, ReportConfig
-from evaluate.report.markdown import distinct, hardware_text
+from evaluate.report.stores_markdown import hardware_lines
 
 NO_SPEED = "No speed results in this store: run python -m evaluate first."
 
@@ -26,6 +26,6 @@ class MarkdownLayout(Layout):
 
     def render(self, analysis: Analysis, report: ReportConfig) -> dict[str, str]:
         lines = [f"# {report.title} — {self.subtitle}", ""]
-        lines += [f"- Hardware: {hardware_text(hw)}" for hw in distinct(analysis.rows, "hardware")]
+        lines += hardware_lines(analysis.rows)
         body = self.body(analysis) if analysis.speed or not self.needs_speed else NO_SPEED
         return {f"{self.name}.md": "\n".join(lines + ["", body]) + "\n"}

@@ -11,8 +11,8 @@ from evaluate.results import Row
 
 SUBTITLE = "speed and memory per input length (batch 1)"
 NOTE = ("Each cell: output tokens/s (generated tokens ÷ latency) · peak memory in GB (10^9 bytes; the "
-        "engine's process-tree RSS, plus device memory on CUDA), both the mean over the timed runs; in "
-        "brackets, where the engine reported them, the GB its weights and its KV cache took. "
+        "engine's own, not the harness's: evaluate.memory; plus device memory on CUDA), both the mean over "
+        "the timed runs; in brackets, where the engine reported them, the GB its weights and its KV cache took. "
         "vLLM pre-allocates its KV cache (`VLLM_CPU_KVCACHE_SPACE` on CPU, `gpu_memory_utilization` on "
         "GPUs), so its memory includes that whole cache at every input length{kv}; transformers grows its "
         f"cache with the context. \"{MISSING}\" = not measured.")

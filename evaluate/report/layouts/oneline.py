@@ -11,8 +11,8 @@ from evaluate.results import Row
 
 SUBTITLE = "one line per result"
 NOTE = ("tok/s = output tokens/s; mem/s = weight bytes ÷ mean time per output token (the memory bandwidth "
-        "decode achieved); peak_mem = peak memory of the engine (process-tree RSS, plus device memory on "
-        "CUDA); model_size = weight bytes on disk; all means over the timed runs, in GB = 10^9 bytes. "
+        "decode achieved); peak_mem = peak memory of the engine, not the harness (evaluate.memory: in-process "
+        "growth since it started, or its own processes' RSS; plus device memory on CUDA); model_size = weight bytes on disk; all means over the timed runs, in GB = 10^9 bytes. "
         "kv_quant = the KV-cache dtype (none: the model's dtype); compile = not `enforce_eager` (vLLM). "
         f"\"{MISSING}\" = not measured.")
 # Best instruction set first: the one the kernels most likely used.

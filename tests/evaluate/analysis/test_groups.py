@@ -10,7 +10,8 @@ import pytest
 from evaluate.report import build_report
 from evaluate.report.labels import labels, run_labels
 from evaluate.analysis.groups import (
-    add_speedups, aggregate, lm_recovery, mean_std, numeric_metrics, overall_ranking, ratio_interval, scenario_of)
+    add_speedups, aggregate, compare_groups, lm_recovery, mean_std, numeric_metrics, scenario_of)
+from evaluate.analysis.ranking import rank_overall
 from evaluate.results import Row
 from quantize.common.errors import UserError
 
@@ -46,7 +47,7 @@ def test_speedup_needs_an_original():
     groups = aggregate([speed_run("w8a8_smooth_ptq", "interactive", 0)])
     add_speedups(groups)
     assert groups[0].speedup is None
-    assert overall_ranking(groups) == []
+    assert rank_overall(groups) == []
 
 
 def test_run_labels_stay_unique_when_an_index_repeats():
@@ -103,16 +104,11 @@ def test_ratio_interval_is_wide_for_few_noisy_runs_and_tight_for_steady_ones():
                          metrics={"output_throughput": v}) for i, v in enumerate(outs)]
         return aggregate(rows)[0]
     base, steady = group("original", (10.0, 10.1, 9.9)), group("q", (12.0, 12.1, 11.9))
-    steady.speedup = 1.2
-    lo, hi = ratio_interval(steady, base, "output_throughput")
+    lo, hi = compare_groups(steady, base).interval
     assert lo < 1.2 < hi and hi - lo < 0.1
-    noisy = group("n", (8.0, 16.0, 12.0))
-    noisy.speedup = 1.2
-    lo, hi = ratio_interval(noisy, base, "output_throughput")
+    lo, hi = compare_groups(group("n", (8.0, 16.0, 12.0)), base).interval
     assert lo < 1.0 < hi
-    single = group("s", (12.0,))
-    single.speedup = 1.2
-    assert ratio_interval(single, base, "output_throughput") is None
+    assert compare_groups(group("s", (12.0,)), base).interval is None
 
 
 def test_bad_pareto_scenario_is_a_user_error_before_anything_is_written(tmp_path):
@@ -155,7 +151,8 @@ def test_where_auto_chose_two_dtypes_the_speedup_and_ranking_include_the_other_d
     assert len({g.setup_id for g in groups}) == 2  # never averaged together
     assert w4.speedup == pytest.approx(0.88) and w4.baseline.recipe == "original" and w4.speedup_ci
     assert w4.dtype_differs and (w4.baseline.dtype, w4.dtype) == ("float32", "bfloat16")
-    ranked = overall_ranking(groups)
+    (block,) = rank_overall(groups)
+    ranked = block.ranked
     assert "w4a16_gptq" in {o.identity[1] for o in ranked}
     assert next(o for o in ranked if o.identity[1] == "w4a16_gptq").dtype_pairs == (("float32", "bfloat16"),)
     w8 = next(g for g in groups if g.recipe == "w8a8_smooth_ptq")

@@ -29,7 +29,7 @@ def test_the_report_opens_with_the_answer(tmp_path):
     sections = [line for line in md.splitlines() if line.startswith("## ")]
     assert sections[0] == f"## {ANSWER}" and sections[-1] == "## Method and setups"
     row = answer_table(md)[heading("interactive")]
-    assert row["Use"] == "**w8a8_smooth_ptq**" and row["Accuracy recovery (%)"] == "97.0"
+    assert row["Use"] == "**w8a8_smooth_ptq**" and row["Accuracy recovery (%, 95% CI)"] == "97.0"
     assert row["Speed-up vs original (x, 95% CI)"].startswith("1.27x (") and row["Model size (MB)"] == "172.4"
     assert row["Runner-up"].startswith("original: ")
     # w4a16_gptq is slower here, so it is not named as left out

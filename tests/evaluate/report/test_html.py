@@ -162,9 +162,9 @@ def test_in_headless_chromium(html_report, tmp_path):
         assert throughput.get_attribute("aria-sort") == "descending"
         recovery = table.find_element(By.XPATH, ".//th[contains(., 'recovery')]")  # w4a16_gptq has no accuracy run
         recovery.click()
-        assert column(table, recovery.text) == ["97", "100", "—"]  # not measured: last either way
+        assert column(table, recovery.text) == ["97.0", "100.0", "—"]  # not measured: last either way
         recovery.click()
-        assert column(table, recovery.text) == ["100", "97", "—"]
+        assert column(table, recovery.text) == ["100.0", "97.0", "—"]
         assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
 
         # An element screenshot is cut at the window's edge: make the window as tall as the page.

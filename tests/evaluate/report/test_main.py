@@ -11,8 +11,8 @@ from .rows import PLOTS, main_rows, store
 
 ROOT = Path(__file__).resolve().parents[3]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-ACCEPTED = ("python -m evaluate.report takes results_dir= out_dir= title= pareto_scenario= accuracy_floor_pct= layout= output= sanity= "
-            "(Hydra overrides; --help lists them)")
+ACCEPTED = ("python -m evaluate.report takes results_dir= out_dir= title= pareto_scenario= accuracy_floor_pct= "
+            "busy_host_pct= layout= output= sanity= (Hydra overrides; --help lists them)")
 
 
 def test_cli_subprocess_takes_key_value_arguments(tmp_path):

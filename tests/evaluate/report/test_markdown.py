@@ -6,6 +6,7 @@ from evaluate.report import build_report
 from evaluate.analysis.groups import aggregate
 from evaluate.report.markdown import mean_pm_std
 
+from evaluate.report.accuracy_markdown import RECOVERY_HEADER as RECOVERY
 from evaluate.report.answer_markdown import SPEEDUP_HEADER as SPEEDUP
 
 from .rows import ARTIFACTS, MODELS, SCENARIOS, heading, lm_eval_row, md_tables, mean_pm_std_of, ok_speed, store
@@ -41,8 +42,8 @@ def test_summary_tables_match_the_rows(report_dir):
         outs = [float(r["Output throughput (tok/s)"].split(" ± ")[0]) for r in summary[heading(scenario)]]
         assert outs == sorted(outs, reverse=True)
         # accuracy side by side with speed where it exists
-        assert table["w8a8_smooth_ptq"]["Accuracy recovery (%)"] == "97"
-        assert table["w4a16_gptq"]["Accuracy recovery (%)"] == "—"
+        assert table["w8a8_smooth_ptq"][RECOVERY] == "97.0"
+        assert table["w4a16_gptq"][RECOVERY] == "—"
     assert "_" not in "".join(summary[heading("interactive")][0])  # headers in words: raw keys only in the CSVs
 
 
@@ -53,14 +54,16 @@ def test_header_ranking_and_accuracy(report_dir):
     assert ("- Capabilities: bf16/fp16 emulated on this CPU; vLLM kernel library _C_AVX2 with "
             "onednn_scaled_mm") in md
     ranking = md.split("## Ranking\n", 1)[1].split("\n## ", 1)[0]
-    assert "1. w8a8_smooth_ptq" in ranking and "3. w4a16_gptq" in ranking
+    assert "1. [a] w8a8_smooth_ptq" in ranking and "3. [c] w4a16_gptq" in ranking
     overall = [line for line in ranking.split("**Overall**", 1)[1].splitlines() if line[:1].isdigit()]
-    assert [line.split(" — ")[0] for line in overall] == ["1. w8a8_smooth_ptq", "2. original", "3. w4a16_gptq"]
-    assert overall[1].startswith("2. original — 1.00x over 2 scenario(s)")
+    assert [line.split(" — ")[0] for line in overall] == ["1. [a] w8a8_smooth_ptq", "2. [b] original",
+                                                          "3. [c] w4a16_gptq"]
+    assert "over interactive, medium_batch" in ranking
+    assert overall[1] == "2. [b] original — 1.00x (95% interval 1.00–1.00)"
     accuracy = md_tables(md, "Accuracy")["pride_and_prejudice"]
     assert {r["Recipe"] for r in accuracy} == {"original", "w8a8_smooth_ptq"}
-    assert {"Perplexity (ppl)", "KL divergence (nats)", "Top-1 agreement (fraction)",
-            "Accuracy recovery (%)", "Windows (count)"} <= set(accuracy[0])
+    assert {"Perplexity (ppl, 95% CI)", "KL divergence (nats, 95% CI)", "Top-1 agreement (fraction, 95% CI)",
+            RECOVERY, "Windows (count)"} <= set(accuracy[0])
     assert not [h for h in accuracy[0] if "_" in h]
 
 
@@ -120,33 +123,36 @@ def test_model_is_a_column_and_part_of_every_label(many_models):
     ranking = md.split("## Ranking\n", 1)[1].split("\n## ", 1)[0]
     for model in MODELS:  # outside the tables, the model is part of the label
         assert f"**{heading('interactive')}** — {model}" in ranking
-        assert f"1. {model}/" in ranking
+        assert f"1. [a] {model}/" in ranking
 
 
-def test_speedups_that_include_one_or_are_noisy_are_flagged_not_ranked(many_models):
+def test_speedups_the_rule_cannot_tell_from_one_say_so_and_noisy_ones_are_flagged(many_models):
     md, _ = many_models
     table = {f'{r["Model"]}/{r["Recipe"]}': r for r in md_tables(md, "Summary")[heading("interactive")]}
     noisy = table["Qwen2-0.5B/w4a16_gptq"][SPEEDUP]
-    assert noisy.startswith("1.03x (") and "⚠ CV 70% > 15%" in noisy
+    assert noisy.startswith("1.03x (") and noisy.endswith("⚠ CV 70% > 15%")
     unclear = table["Qwen2-0.5B/w8a8_smooth_gptq"][SPEEDUP]
-    assert "⚠ 95% CI" in unclear and "includes 1.0" in unclear
+    assert unclear.endswith(", no significant difference") and "⚠" not in unclear
     clear = table["SmolLM2-135M-Instruct/w8a8_smooth_gptq"][SPEEDUP]
-    assert clear.startswith("1.27x (") and "⚠" not in clear
+    assert clear.startswith("1.27x (") and "⚠" not in clear and "no significant" not in clear
     lo, hi = map(float, clear.split("(")[1].rstrip(")").split("–"))
     assert 1.0 < lo < 1.27 < hi
     ranking = md.split("## Ranking\n", 1)[1].split("\n## ", 1)[0]
-    numbered = [line for line in ranking.splitlines() if line[:1].isdigit()]
-    assert not any("Qwen2-0.5B/w4a16_gptq" in line or "Qwen2-0.5B/w8a8_smooth_gptq" in line for line in numbered)
-    assert "- not ranked: Qwen2-0.5B/w4a16_gptq" in ranking
-    overall = ranking.split("**Overall**", 1)[1]
-    assert "tiny-moe/w8a8_smooth_gptq — 1.33x" in overall and "Qwen2-0.5B/w8a8" not in overall
+    qwen = ranking.split(f"**{heading('interactive')}** — Qwen2-0.5B", 1)[1].split("\n\n**", 1)[0]
+    letters = {line.split("] ")[1].split(" — ")[0]: line.split("[")[1].split("]")[0]
+               for line in qwen.splitlines() if line[:1].isdigit()}
+    assert set(letters) == {"Qwen2-0.5B/original", "Qwen2-0.5B/w8a8_smooth_gptq", "Qwen2-0.5B/w4a16_gptq"}
+    assert len(set(letters.values())) == 1   # none differs from another: one letter
+    assert "⚠ CV 70% > 15%" in qwen           # flagged, and ranked all the same
+    overall = ranking.split("**Overall** — tiny-moe", 1)[1].split("\n\n**", 1)[0]
+    assert "1. [a] tiny-moe/w8a8_smooth_gptq — 1.33x" in overall
 
 
 def test_accuracy_is_joined_only_within_its_own_setup(many_models):
     md, _ = many_models
     table = {f'{r["Model"]}/{r["Recipe"]}': r for r in md_tables(md, "Summary")[heading("interactive")]}
-    assert table["SmolLM2-135M-Instruct/w8a8_smooth_gptq"]["Accuracy recovery (%)"] == "98.5"
-    assert table["Qwen2-0.5B/w8a8_smooth_gptq"]["Accuracy recovery (%)"] == "—"  # measured in setup-b only
+    assert table["SmolLM2-135M-Instruct/w8a8_smooth_gptq"][RECOVERY] == "98.5"
+    assert table["Qwen2-0.5B/w8a8_smooth_gptq"][RECOVERY] == "—"  # measured in setup-b only
     assert "a run of another setup is never borrowed" in md
 
 

@@ -1,6 +1,7 @@
-"""95% intervals of the means in report.md, "no significant difference" in
-the ranking where two artifacts' intervals of output throughput overlap, and
-how runs=auto decided each run count (Row.precision)."""
+"""95% intervals of the means in report.md, the Ranking's letters of the one
+significance rule (evaluate/analysis/significance.py), the overall geometric
+mean over one scenario set, and how runs=auto decided each run count
+(Row.precision)."""
 import math
 import statistics
 
@@ -8,7 +9,8 @@ import pytest
 
 from evaluate.metrics import mean_interval
 from evaluate.report import build_report
-from evaluate.analysis.groups import add_speedups, aggregate, overall_ranking, tiers
+from evaluate.analysis.groups import add_speedups, aggregate
+from evaluate.analysis.ranking import rank_overall, rank_scenarios
 
 from .rows import SCENARIOS, base_row, heading, main_rows, md_tables, ok_speed, store
 
@@ -50,31 +52,41 @@ def test_a_single_run_has_no_interval(tmp_path):
     assert table["original"][CI] == "—" and table["w8a8_smooth_ptq"][CI] == "34.15–46.85"  # t(1 df) = 12.7
 
 
-def test_overlapping_intervals_share_a_line_saying_no_significant_difference(tmp_path):
+def test_means_the_rule_cannot_tell_apart_share_a_letter(tmp_path):
     rows = (speed("original", [30.0, 30.5, 29.5]) + speed("w8a8_smooth_ptq", [40.0, 40.4, 39.6])
-            + speed("w4a16_gptq", [39.0, 41.5, 40.2]))  # w8a8 ± 1.0, w4a16 ± 3.1: they overlap
-    lines = ranking(report(tmp_path, rows))
-    assert lines[0].startswith("1. no significant difference (95% intervals of output throughput overlap): ")
-    assert "w8a8_smooth_ptq — 40.00 tok/s" in lines[0] and "w4a16_gptq — 40.23 tok/s" in lines[0]
-    assert lines[1] == "3. original — 30.00 tok/s (1.00x vs original)"  # places go on after a tie
-    assert len(lines) == 2
+            + speed("w4a16_gptq", [39.0, 41.5, 40.2]))  # w8a8 ± 1.0, w4a16 ± 3.1: the rule finds no difference
+    assert ranking(report(tmp_path, rows)) == [
+        "1. [a] w4a16_gptq — 40.23 tok/s (1.34x vs original)",
+        "2. [a] w8a8_smooth_ptq — 40.00 tok/s (1.33x vs original)",
+        "3. [b] original — 30.00 tok/s (1.00x vs original)"]
 
 
-def test_separate_intervals_are_ranked_one_per_line(tmp_path):
+def test_means_that_differ_have_no_letter_in_common(tmp_path):
     rows = speed("original", [30.0, 30.5, 29.5]) + speed("w8a8_smooth_ptq", [40.0, 40.4, 39.6])
-    lines = ranking(report(tmp_path, rows))
-    assert lines == ["1. w8a8_smooth_ptq — 40.00 tok/s (1.33x vs original)",
-                     "2. original — 30.00 tok/s (1.00x vs original)"]
-    assert "no significant difference" not in "\n".join(lines)
+    assert ranking(report(tmp_path, rows)) == ["1. [a] w8a8_smooth_ptq — 40.00 tok/s (1.33x vs original)",
+                                               "2. [b] original — 30.00 tok/s (1.00x vs original)"]
 
 
-def test_tiers_chain_neighbours_whose_intervals_overlap():
+def test_letters_never_chain_neighbours():
+    """w8a8 ~ w4a16 and w4a16 ~ original, but w8a8 and original differ:
+    tiers of neighbours would put all three together."""
     rows = (speed("original", [30.0, 30.2, 29.8]) + speed("w8a8_smooth_ptq", [31.0, 31.2, 30.8])
-            + speed("w4a16_gptq", [30.5, 31.5, 29.5]))  # wide: overlaps both
-    groups = aggregate(rows)
-    assert [[g.recipe for g in tier] for tier in tiers(groups)] == [["w8a8_smooth_ptq", "w4a16_gptq", "original"]]
-    lone = aggregate(speed("original", [30.0]) + speed("w4a16_gptq", [30.0]))
-    assert len(tiers(lone)) == 2  # without an interval nothing overlaps (the flag says why)
+            + speed("w4a16_gptq", [30.5, 31.5, 29.5]))  # wide: no difference from either
+    (only,) = rank_scenarios(aggregate(rows))
+    assert [(r.group.recipe, r.letters) for r in only.ranked] == [
+        ("w8a8_smooth_ptq", "a"), ("w4a16_gptq", "ab"), ("original", "b")]
+    (lone,) = rank_scenarios(aggregate(speed("original", [30.0]) + speed("w4a16_gptq", [30.0, 30.1])))
+    assert [r.group.recipe for r in lone.ranked] == ["w4a16_gptq"]
+    assert [g.recipe for g in lone.untested] == ["original"]  # a single run cannot be tested
+
+
+def test_a_single_run_is_listed_apart_in_every_section(tmp_path):
+    md = report(tmp_path, speed("original", [30.0, 30.3, 29.7]) + speed("w8a8_smooth_ptq", [40.0]))
+    assert ranking(md) == ["1. [a] original — 30.00 tok/s (1.00x vs original)",
+                           "- not ranked: w8a8_smooth_ptq — 40.00 tok/s (1.33x vs original; ⚠ 1 run: no spread "
+                           "measured): a single run cannot be tested"]
+    assert overall(md) == ["1. [a] original — 1.00x (95% interval 1.00–1.00)"]
+    assert "- not ranked: w8a8_smooth_ptq — 1.33x; ⚠ flagged in interactive: no interval" in md
 
 
 def overall(md: str) -> list[str]:
@@ -89,32 +101,65 @@ def two_scenarios(w8a8, w4a16) -> list:
     return rows
 
 
-def test_the_overall_speed_up_carries_its_interval_and_ties_share_a_line(tmp_path):
+def test_the_overall_speed_up_carries_its_interval_and_letters(tmp_path):
     close = two_scenarios(w8a8=([39.0, 39.4, 38.6], [78.0, 78.8, 77.2]),     # 1.30x, tight
-                          w4a16=([39.9, 41.9, 37.9], [79.0, 82.0, 76.0]))    # 1.32x, wide: overlaps
+                          w4a16=([39.9, 41.9, 37.9], [79.0, 82.0, 76.0]))    # 1.32x, wide: no difference
     lines = overall(report(tmp_path / "close", close))
-    assert len(lines) == 2 and lines[0].startswith("1. no significant difference (95% intervals of the speed-up "
-                                                   "overlap): ")
-    assert "w8a8_smooth_ptq — 1.30x over 2 scenario(s)" in lines[0] and "w4a16_gptq — 1.32x" in lines[0]
-    assert lines[1].startswith("3. original — 1.00x over 2 scenario(s): interactive, medium_batch "
-                               "(95% interval 1.00–1.00)")
+    assert [line.split(" — ")[0] for line in lines] == ["1. [a] w4a16_gptq", "2. [a] w8a8_smooth_ptq",
+                                                        "3. [b] original"]
+    assert lines[2] == "3. [b] original — 1.00x (95% interval 1.00–1.00)"
     apart = two_scenarios(w8a8=([45.0, 45.3, 44.7], [90.0, 90.6, 89.4]),      # 1.50x
                           w4a16=([39.0, 39.4, 38.6], [78.0, 78.8, 77.2]))     # 1.30x
     assert [line.split(" — ")[0] for line in overall(report(tmp_path / "apart", apart))] == [
-        "1. w8a8_smooth_ptq", "2. w4a16_gptq", "3. original"]
+        "1. [a] w8a8_smooth_ptq", "2. [b] w4a16_gptq", "3. [c] original"]
 
 
-def test_the_overall_interval_combines_the_scenarios_in_log_space():
-    groups = aggregate(two_scenarios(w8a8=([39.0, 39.4, 38.6], [78.0, 78.8, 77.2]),
-                                     w4a16=([45.0, 45.3, 44.7], [90.0, 90.6, 89.4])))
+def welch_log_interval(terms: list[tuple[float, list[float]]]) -> tuple[float, float]:
+    """The 95% interval of exp(sum(w * log mean(runs))), computed here from scratch:
+    delta-method variances, Welch-Satterthwaite degrees of freedom."""
+    from evaluate.metrics import t95
+    center = sum(w * math.log(statistics.mean(v)) for w, v in terms)
+    parts = [(w * w * statistics.variance(v) / statistics.mean(v) ** 2 / len(v), len(v)) for w, v in terms]
+    total = sum(p for p, _ in parts)
+    df = total ** 2 / sum(p * p / (n - 1) for p, n in parts)
+    half = t95(df) * math.sqrt(total)
+    return math.exp(center - half), math.exp(center + half)
+
+
+def test_the_overall_interval_is_welchs_on_the_mean_log_speed_up():
+    orig = ([30.0, 30.3, 29.7], [60.0, 60.6, 59.4])
+    w8a8, w4a16 = ([39.0, 39.4, 38.6], [78.0, 78.8, 77.2]), ([45.0, 45.3, 44.7], [90.0, 90.6, 89.4])
+    groups = aggregate(two_scenarios(w8a8=w8a8, w4a16=w4a16))
     add_speedups(groups)
-    entry = next(o for o in overall_ranking(groups) if o.identity[1] == "w8a8_smooth_ptq")
-    per = [g.speedup_ci for g in groups if g.recipe == "w8a8_smooth_ptq"]
-    halves = [(math.log(hi) - math.log(lo)) / 2 for lo, hi in per]
-    half = math.sqrt(sum(h * h for h in halves)) / 2
+    (block,) = rank_overall(groups)
+    entry = next(o for o in block.ranked if o.identity[1] == "w8a8_smooth_ptq")
+    terms = [(0.5, w8a8[0]), (-0.5, orig[0]), (0.5, w8a8[1]), (-0.5, orig[1])]
     assert entry.speedup == pytest.approx(1.3)
-    assert entry.interval == pytest.approx((1.3 * math.exp(-half), 1.3 * math.exp(half)))
+    assert entry.interval == pytest.approx(welch_log_interval(terms))
+    per = [g.speedup_ci for g in groups if g.recipe == "w8a8_smooth_ptq"]
     assert entry.interval[1] - entry.interval[0] < min(hi - lo for lo, hi in per)  # two scenarios: narrower
+    # two recipes over one original: its noise cancels from their comparison
+    other = next(o for o in block.ranked if o.identity[1] == "w4a16_gptq")
+    between = other.contrast.minus(entry.contrast).compare()
+    assert between.interval == pytest.approx(
+        welch_log_interval([(0.5, w4a16[0]), (-0.5, w8a8[0]), (0.5, w4a16[1]), (-0.5, w8a8[1])]))
+
+
+def test_the_overall_uses_one_scenario_set_with_flagged_speed_ups_included(tmp_path):
+    """The old overall averaged each recipe over its unflagged scenarios only:
+    a noisy recipe was ranked on fewer (and biased away from 1.0). Now every
+    recipe is averaged over the same scenarios, and one that lacks a scenario
+    is named apart."""
+    rows = (two_scenarios(w8a8=([39.0, 39.4, 38.6], [78.0, 78.8, 77.2]),
+                          w4a16=([45.0, 45.3, 44.7], [40.0, 80.0, 60.0]))    # CV 33 % in medium_batch
+            + [r.but(recipe="w4a16_rtn", artifact_id="5e5e0000") for r in speed("w4a16_gptq", [20.0, 20.2, 19.8])])
+    md = report(tmp_path, rows)
+    lines = overall(md)
+    w4 = next(line for line in lines if "w4a16_gptq" in line)
+    assert "1.22x" in w4 and "⚠ flagged in medium_batch" in w4  # sqrt(1.5 x 1.0): both scenarios
+    assert "over interactive, medium_batch (every scenario with a speed-up here" in md
+    assert "- not in the overall: w4a16_rtn, no speed-up in medium_batch" in md
+    assert not any("w4a16_rtn" in line for line in lines)
 
 
 def auto(runs: int, stopped, ci, warmups=None) -> dict:

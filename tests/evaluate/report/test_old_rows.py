@@ -53,7 +53,7 @@ def test_an_old_store_reports_as_the_same_rows_written_today(tmp_path):
     assert "  - `—` vllm: args `{}`, env `{}` (recipes: original, w8a8)\n" in md  # null args print as {}
     assert "(recipes: w4a16)" not in md  # a row that measured nothing does not describe a setup that did
     assert md_tables(md, "Summary")["interactive (batch_size=1, input_len=16, output_len=8)"][0]["Recipe"] == "w8a8"
-    assert md_tables(md, "Accuracy")["accuracy"][0]["Perplexity (ppl)"] == "12.5"  # no scenario, no dataset
+    assert md_tables(md, "Accuracy")["accuracy"][0]["Perplexity (ppl, 95% CI)"] == "12.5"  # no scenario, no dataset
     problems = md.split("## Skipped, unsupported and failed\n", 1)[1]
     assert "| failed | speed | interactive (batch_size=1, input_len=16, output_len=8) | tiny | ? |" in problems
     assert "| unsupported | speed | — | ? | w4a16 |" in problems

@@ -1,7 +1,9 @@
 """`python -m evaluate.report results_dir=a,b`: several stores side by side.
 Rows of two machines, or of twin machines in two stores, are never averaged
 together and no speed-up divides one store's rows by another's; one folder
-reads as before; a folder without results is one line, nothing written."""
+reads as before; a folder without results is one line, nothing written;
+each machine gets its own answer, the same artifact a ratio across them,
+and two stores that hold the same rows a warning."""
 import csv
 import statistics
 from pathlib import Path
@@ -9,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from evaluate import results
+from evaluate.report import build_report
 from evaluate.report.__main__ import modernise
 from evaluate.results import Row
 
@@ -135,3 +138,55 @@ def test_the_store_is_never_written_with_a_row(tmp_path):
     assert row.store == results.Store(tmp_path / "b", "b")
     assert "store" not in row.to_dict()
     assert Row.from_dict(row.to_dict()).store is None
+
+
+# --- one answer per machine -----------------------------------------------------------------------------
+
+def answer_tables(report: str) -> dict[str, dict[str, dict]]:
+    """{### store heading: {scenario: answer row}} in "What to use on this machine"."""
+    body = report.split("## What to use on this machine\n", 1)[1].split("\n## ", 1)[0]
+    out, heading, rows = {}, None, []
+    for line in body.splitlines() + ["### end"]:
+        if line.startswith("### "):
+            if heading:
+                out[heading] = {r[0]: dict(zip(rows[0], r)) for r in rows[1:]}
+            heading, rows = line[4:], []
+        elif line.startswith("|") and not line.startswith("|---"):
+            rows.append([c.strip() for c in line.strip("| ").split(" | ")])
+    return out
+
+
+def test_two_machines_get_one_answer_each_and_a_ratio_per_artifact(tmp_path):
+    two_stores(tmp_path, OTHER_CPU)
+    build_report([tmp_path / "a", tmp_path / "b"], tmp_path / "out", "t", outputs=("markdown",))
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert f"- Hardware (store a): `bench-1` {HARDWARE['cpu']};" in report
+    assert f"- Hardware (store b): `bench-2` {OTHER_CPU['cpu']};" in report
+    answers = answer_tables(report)
+    assert list(answers) == [f"Store a: `bench-1`, {HARDWARE['cpu']}, no accelerator",
+                             f"Store b: `bench-2`, {OTHER_CPU['cpu']}, no accelerator"]
+    for heading, store_name in zip(answers, "ab"):
+        picks = {row["Use"] for row in answers[heading].values()}
+        assert picks == {f"**w8a8_smooth_ptq (store {store_name})**"}   # each machine's own winner
+    across = report.split("## Across stores\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in across.splitlines() if line.startswith("| ") and "store" not in line]
+    assert len(lines) == 6   # 3 artifacts x 2 scenarios
+    assert all(line.split(" | ")[-1].startswith("2.00x (") and line.endswith(", faster |") for line in lines)
+    ranking = report.split("## Ranking\n", 1)[1].split("\n## ", 1)[0]
+    assert "**Overall** — store a:" in ranking and "**Overall** — store b:" in ranking
+
+
+def test_two_stores_that_hold_the_same_rows_are_named(tmp_path):
+    rows = on_machine(HARDWARE)
+    store(tmp_path / "a", rows)
+    store(tmp_path / "copy", rows)
+    store(tmp_path / "half", rows[:10])
+    build_report([tmp_path / "a", tmp_path / "copy", tmp_path / "half"], tmp_path / "out", "t",
+                 outputs=("markdown",))
+    report = (tmp_path / "out" / "report.md").read_text()
+    title = report.split("\n## ", 1)[0]
+    assert f"- ⚠ Stores a and copy hold the same {len(rows)} rows: one measurement read twice" in title
+    assert f"- ⚠ Stores a and half hold 10 rows in common ({len(rows)} rows in a, 10 in half)" in title
+    two_stores(tmp_path / "other", OTHER_CPU)
+    build_report([tmp_path / "other" / "a", tmp_path / "other" / "b"], tmp_path / "out2", "t", outputs=("markdown",))
+    assert "⚠ Stores" not in (tmp_path / "out2" / "report.md").read_text()

@@ -4,5 +4,5 @@ the GPU device check's): they would fail at import. What such a machine gets
 from `python -m evaluate.search` is tested in test_needs_sweeper.py."""
 from importlib.util import find_spec
 
-NEED_OPTUNA = ["test_search.py", "test_study_wall_time.py", "test_sweeper.py", "test_sweeper_mariadb.py"]
+NEED_OPTUNA = ["test_dashboard.py", "test_search.py", "test_study_wall_time.py", "test_sweeper.py", "test_sweeper_mariadb.py"]
 collect_ignore = [] if find_spec("optuna") else NEED_OPTUNA

@@ -43,7 +43,7 @@ def _trial(cfg) -> list[float]:
     x, k = float(cfg.x), int(cfg.k)
     values = [x * x + k, (x - 2) ** 2]
     study_file.write_trial_info(cfg.results_dir, cfg.study, number, {
-        "recipe": f"toy-k{k}", "wall_s": round(time.monotonic() - started, 2), "values": values})
+        "recipe": f"toy-k{k}", "artifact_id": f"toy-{number:04d}", "wall_s": round(time.monotonic() - started, 2), "values": values})
     atomic.append_line(cfg.ledger, str(number))
     return values
 

@@ -11,12 +11,14 @@ from quantize.common.cli_help import group_settings, help_text, key_settings
 from quantize.common.paths import CONF_DIR
 from tests.conftest import quantize_env
 
-EVALUATE_GROUPS = {"model", "scenario", "engine", "accuracy", "lm_eval", "recipe", "load", "slo", "hardware"}
+EVALUATE_GROUPS = {"model", "scenario", "engine", "accuracy", "lm_eval", "recipe", "load", "slo", "hardware",
+                   "tracking"}
 # module -> (its config, its groups, an override it takes)
 ENTRIES = {
-    "quantize": ("quantize", {"model", "recipe", "calibration", "sanity"}, "recipe=w4a16_rtn"),
+    "quantize": ("quantize", {"model", "recipe", "calibration", "sanity", "tracking"}, "recipe=w4a16_rtn"),
     "evaluate": ("evaluate", EVALUATE_GROUPS, "engine=hf"),
-    "evaluate.report": ("report", {"sanity"}, "out_dir=elsewhere"),
+    "evaluate.report": ("report", {"sanity", "tracking"}, "out_dir=elsewhere"),
+    "evaluate.track": ("track", {"tracking"}, "results_dir=elsewhere"),
     "evaluate.capabilities": ("capabilities", EVALUATE_GROUPS, "machine=avx2"),
     "evaluate.search": ("search", {"model", "search", "engine", "scenario", "accuracy"}, "search=tiny"),
     "quantize.sensitivity": ("sensitivity", {"model", "recipe"}, "recipe=w4a16_rtn"),

@@ -1,0 +1,100 @@
+"""What report.md says about the machines: the hardware lines, tied to
+their store's name where the report reads several (`results_dir=a,b`), the
+heading of each store's answer, the warning when two stores hold the same
+rows, and *Across stores*: the same artifact on each machine, as a ratio."""
+import json
+
+from evaluate.analysis.groups import SPEED, Group, scenarios
+from evaluate.analysis.stores import AcrossStores, SharedRows, across_stores, shared_rows
+from evaluate.report.formatting import MISSING, fmt_fixed, header, interval_text, md_table, short, speed_verdict
+from evaluate.results import Row, Store
+
+ACROSS_TITLE = "## Across stores"
+
+
+def hardware_text(hw: dict) -> str:
+    parts = [str(hw.get("cpu") or "unknown CPU")]
+    if hw.get("cpu_count"):
+        parts.append(f"{hw['cpu_count']} CPUs" + (f" ({hw['cpu_affinity']} usable)" if hw.get("cpu_affinity") else ""))
+    if hw.get("memory_gib"):
+        parts.append(f"{hw['memory_gib']} GiB RAM")
+    if hw.get("cpu_isa"):
+        parts.append("ISA " + " ".join(hw["cpu_isa"]))
+    parts.append("accelerators: " + (", ".join(hw.get("accelerators") or []) or "none"))
+    host = f"`{hw['hostname']}` " if hw.get("hostname") else ""
+    return host + "; ".join(parts)
+
+
+def machine_text(hw: dict) -> str:
+    """The machine in a few words: host, CPU, accelerators."""
+    accelerators = ", ".join(hw.get("accelerators") or []) or "no accelerator"
+    host = f"`{hw['hostname']}`, " if hw.get("hostname") else ""
+    return f"{host}{hw.get('cpu') or 'unknown CPU'}, {accelerators}"
+
+
+def hardware_of(rows: list[Row]) -> list[dict]:
+    """The distinct hardware the rows recorded, in order of first appearance."""
+    seen = {json.dumps(r.hardware, sort_keys=True, default=str): r.hardware for r in rows if r.hardware}
+    return list(seen.values())
+
+
+def hardware_lines(rows: list[Row]) -> list[str]:
+    """`- Hardware: …` per machine; with several stores, each tied to its store's name."""
+    stores = list(dict.fromkeys(r.store for r in rows))
+    if len(stores) < 2:
+        return [f"- Hardware: {hardware_text(hw)}" for hw in hardware_of(rows)]
+    return [f"- Hardware (store {store.name}): {hardware_text(hw)}"
+            for store in stores for hw in hardware_of([r for r in rows if r.store == store])]
+
+
+def shared_rows_lines(rows: list[Row]) -> list[str]:
+    """A warning per pair of stores that hold the same rows."""
+    return [shared_text(s) for s in shared_rows(rows)]
+
+
+def shared_text(s: SharedRows) -> str:
+    what = (f"the same {s.shared} rows" if s.identical
+            else f"{s.shared} rows in common ({s.of_first} rows in {s.first.name}, {s.of_second} in {s.second.name})")
+    return (f"- ⚠ Stores {s.first.name} and {s.second.name} hold {what}: one measurement read twice (a copied "
+            "store?), so where they agree they compare a machine with itself; check `results_dir=`.")
+
+
+def store_heading(store: Store | None, rows: list[Row]) -> str:
+    """A store's part of the answer: its name and its machine(s)."""
+    machines = "; ".join(machine_text(hw) for hw in hardware_of([r for r in rows if r.store == store]))
+    return f"### Store {store.name if store else MISSING}" + (f": {machines}" if machines else "")
+
+
+def render_across_stores(speed: list[Group]) -> str:
+    """Per scenario, each artifact measured in several stores: its mean
+    output throughput in each, and each store's ratio to the first's."""
+    compared = across_stores(speed)
+    if not compared:
+        return ""
+    stores = list(dict.fromkeys(s for c in compared for s in c.groups))
+    first, others = stores[0], stores[1:]
+    several = len({c.first.model_name for c in compared}) > 1
+    out = [ACROSS_TITLE, "", f"The same artifact and engine measured in each store, each store its own machine: "
+           f"its mean output throughput, and each store's as a ratio to store {first.name}'s with the 95% interval "
+           "and verdict of the rule in *Method and setups*. Hardware: the report's header."]
+    heads = (["Model"] * several + ["Recipe", "Artifact", "Engine"]
+             + [f"{header(SPEED)}, store {s.name}" for s in stores]
+             + [f"Store {s.name} ÷ store {first.name} (x, 95% CI)" for s in others])
+    for sc in scenarios([c.first for c in compared]):
+        rows = [[c.first.model_name] * several + across_row(c, stores, others) for c in compared if c.scenario == sc]
+        out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
+    return "\n".join(out)
+
+
+def across_row(c: AcrossStores, stores: list[Store], others: list[Store]) -> list[str]:
+    g = c.first
+    cells = [g.recipe, f"`{short(g.artifact_id)}`", g.engine]
+    cells += [fmt_fixed(c.groups[s].mean(SPEED)) if s in c.groups else MISSING for s in stores]
+    return cells + [ratio_cell(c.ratios.get(s)) for s in others]
+
+
+def ratio_cell(ratio) -> str:
+    if ratio is None:
+        return MISSING
+    ci = f" ({interval_text(ratio.interval)})" if ratio.interval else ""
+    return f"{ratio.ratio:.2f}x{ci}, {speed_verdict(ratio.verdict)}"

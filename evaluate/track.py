@@ -1,0 +1,61 @@
+"""`python -m evaluate.track [results_dir=results] [tracking.uri=<uri>] [tracking.experiment=quantbench]`
+
+Back-fills an existing results store into the tracker (conf/track.yaml:
+tracking=mlflow): each artifact's run, from its manifest where the artifact is
+at hand, and each row into its measurement's run. Runs are found by their
+key and steps already logged are skipped, so a second back-fill, or one after
+a sweep that logged live, adds nothing. Unlike a job, whose measurements come
+first, a back-fill that cannot log fails: one line, exit 1."""
+import sys
+from pathlib import Path
+
+import hydra
+
+from evaluate import results, tracking
+from quantize.common.cli_help import print_help_if_asked
+from quantize.common.config import prepare_argv
+from quantize.common.errors import UserError
+from quantize.common.extensions import plain
+from quantize.common.hf_load import detach_stdin
+from quantize.common.jobs import one_line
+from quantize.common.paths import CONF_DIR, resolve
+from quantize.common.tracking import Tracker, from_group
+
+
+def backfill(results_dir: Path, tracker: Tracker) -> str:
+    """Log every row of the store; returns the line saying what was sent."""
+    rows = results.read_stores([results_dir]).rows
+    tracking.bind(tracker, results_dir)
+    for row in rows:
+        tracker.write(tracking.measurement_record(row))
+    artifacts = {r.artifact_id for r in rows if r.artifact_id}
+    measurements = {r.measurement_key() for r in rows}
+    return (f"{len(rows)} rows of {len(artifacts)} artifact(s), {len(measurements)} measurement run(s), "
+            f"from {results_dir} logged to {tracker.describe()}")
+
+
+@hydra.main(config_path=str(CONF_DIR), config_name="track", version_base="1.3")
+def _hydra_main(cfg) -> None:
+    try:
+        tracker = from_group(plain(cfg.tracking))
+        if tracker is None:
+            raise UserError("tracking=none logs nothing; pass tracking=mlflow tracking.uri=<uri>")
+        print(backfill(resolve(cfg.results_dir), tracker))
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(e.exit_code) from None
+    except Exception as e:  # the tracker's own (a server that does not answer, a bad URI)
+        print(f"error: cannot log to the tracker: {one_line(e)}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+def main() -> None:
+    if print_help_if_asked("track", sys.argv[1:]):
+        return
+    prepare_argv()
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    detach_stdin()  # nothing may prompt (quantize.common.hf_load)
+    main()

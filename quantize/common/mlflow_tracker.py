@@ -1,0 +1,145 @@
+"""The MLflow tracker: `tracking=mlflow tracking.uri=<uri>` (conf/tracking/mlflow.yaml).
+
+It logs through MlflowClient, never MLflow's fluent API: no active run or
+global state, so jobs side by side in one process (a joblib or Ray launcher)
+or on many nodes (Slurm) each log their own runs. `uri` is what MLflow takes:
+an `http://` server (several jobs at once: use one), `sqlite:///<file>` or a
+folder. mlflow-skinny (requirements/common.txt) is enough for the client;
+the server is the full package (scripts/setup_mlflow.sh)."""
+import importlib.util
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+
+from quantize.common.errors import UserError
+from quantize.common.tracking import KEY_TAG, Metric, RunRecord, Tracker
+
+log = logging.getLogger("quantbench.tracking")
+MISSING = ("tracking=mlflow needs the mlflow-skinny package; install it with bash scripts/setup.sh "
+           "(requirements/common.txt), or pass tracking=none")
+PARENT_TAG = "mlflow.parentRunId"   # how MLflow nests a run under another
+# MLflow's batch limits (mlflow.utils.validation)
+PARAMS_PER_BATCH, METRICS_PER_BATCH = 100, 1000
+# The client's defaults a job changes (a user's own setting wins): a server that
+# is down is given up in seconds, not after minutes of retries per call, so a
+# job only loses its tracking; and no "View run" lines on stdout after each
+# write (the report's stdout is the files it wrote; one log line says where runs go).
+CLIENT_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+                   "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
+
+
+@dataclass
+class MlflowTracker(Tracker):
+    uri: str = "sqlite:///mlflow.db"
+    experiment: str = "quantbench"
+    # per process: key -> run id (a run, once made, keeps its id)
+    _runs: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _client: object = field(default=None, init=False, repr=False, compare=False)
+    _experiment_id: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    @classmethod
+    def from_config(cls, values: dict, where: str) -> "MlflowTracker":
+        if importlib.util.find_spec("mlflow") is None:
+            raise UserError(MISSING)
+        tracker = super().from_config(values, where)
+        if not str(tracker.uri).strip():
+            raise UserError(f"{where}: uri is empty; pass tracking.uri=http://127.0.0.1:5000, "
+                            "sqlite:///mlflow.db or a folder")
+        return tracker
+
+    def describe(self) -> str:
+        return f"MLflow experiment {self.experiment} at {self.uri}"
+
+    def write(self, record: RunRecord) -> str:
+        with self.holding(record.key):
+            run_id, created = self._ensure(record)
+            if not created:
+                self._batch(run_id, tags=record.tags)
+                if record.refresh_files:
+                    self._files(run_id, record)
+            self._metrics(run_id, record.metrics, created)
+            self.client().set_terminated(run_id, status="FAILED" if record.failed else "FINISHED")
+        return run_id
+
+    def find(self, key: str) -> str | None:
+        """The id of the run with this key (the first created, should two exist), None if none."""
+        if key in self._runs:
+            return self._runs[key]
+        found = self.client().search_runs([self.experiment_id()], filter_string=f"tags.{KEY_TAG} = '{key}'",
+                                          max_results=1, order_by=["attributes.start_time ASC"])
+        if found:
+            self._runs[key] = found[0].info.run_id
+        return self._runs.get(key)
+
+    def client(self):
+        if self._client is None:
+            for name, value in CLIENT_DEFAULTS.items():
+                os.environ.setdefault(name, value)
+            from mlflow import MlflowClient
+            self._client = MlflowClient(tracking_uri=self.uri)
+        return self._client
+
+    def experiment_id(self) -> str:
+        if self._experiment_id is None:
+            self._experiment_id = self._experiment()
+        return self._experiment_id
+
+    def _experiment(self) -> str:
+        """The experiment's id, created if missing (two jobs may race to create it)."""
+        from mlflow.exceptions import MlflowException
+        client = self.client()
+        found = client.get_experiment_by_name(self.experiment)
+        if found is None:
+            try:
+                return client.create_experiment(self.experiment)
+            except MlflowException:
+                found = client.get_experiment_by_name(self.experiment)  # created by another job meanwhile
+                if found is None:
+                    raise
+        if found.lifecycle_stage != "active":
+            raise UserError(f"MLflow experiment {self.experiment!r} is deleted; restore it or pass "
+                            "tracking.experiment=<another name>")
+        return found.experiment_id
+
+    def _ensure(self, record: RunRecord) -> tuple[str, bool]:
+        """The record's run id, and whether this call created it (its parent first)."""
+        run_id = self.find(record.key)
+        if run_id:
+            return run_id, False
+        parent = record.parent and (self.find(record.parent.key) or self.write(record.parent))
+        tags = {KEY_TAG: record.key, **record.tags, **({PARENT_TAG: parent} if parent else {})}
+        run_id = self.client().create_run(self.experiment_id(), tags=tags, run_name=record.name).info.run_id
+        self._runs[record.key] = run_id
+        log.info("tracking: run %s (%s) in %s", record.name, run_id, self.describe())
+        self._batch(run_id, params=record.params)
+        self._files(run_id, record)
+        return run_id, True
+
+    def _batch(self, run_id: str, params: dict | None = None, tags: dict | None = None) -> None:
+        from mlflow.entities import Param, RunTag
+        for kind, values in ((Param, params or {}), (RunTag, tags or {})):
+            items = [kind(k, v) for k, v in values.items()]
+            for i in range(0, len(items), PARAMS_PER_BATCH):
+                chunk = items[i:i + PARAMS_PER_BATCH]
+                self.client().log_batch(run_id, **({"params": chunk} if kind is Param else {"tags": chunk}))
+
+    def _files(self, run_id: str, record: RunRecord) -> None:
+        client = self.client()
+        for path in record.files:
+            client.log_artifact(run_id, str(path))
+        for name, text in record.texts.items():
+            client.log_text(run_id, text, name)
+
+    def _metrics(self, run_id: str, metrics: tuple[Metric, ...], created: bool) -> None:
+        """The metrics of each step the run lacks. A step's metrics go in one
+        batch, so one metric's history says which steps a run holds."""
+        from mlflow.entities import Metric as MlflowMetric
+        now = int(time.time() * 1000)
+        held = set() if created or not metrics else self._steps_logged(run_id, min(m.key for m in metrics))
+        new = [MlflowMetric(m.key, m.value, now, m.step) for m in metrics if m.step not in held]
+        for i in range(0, len(new), METRICS_PER_BATCH):
+            self.client().log_batch(run_id, metrics=new[i:i + METRICS_PER_BATCH])
+
+    def _steps_logged(self, run_id: str, key: str) -> set[int]:
+        return {m.step for m in self.client().get_metric_history(run_id, key)}

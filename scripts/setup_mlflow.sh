@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The MLflow tracking server's environment, .venv-mlflow/ (idempotent, stamped
+# like scripts/setup.sh), for `tracking=mlflow` against a server of your own
+# (docs/tracking.md) and for the tests that start one (tests/test_tracking_server.py).
+# Kept apart from .venv: the full mlflow package pins pyarrow below vLLM's.
+# quantbench's jobs log through mlflow-skinny, which scripts/setup.sh installs.
+#   bash scripts/setup_mlflow.sh    then  .venv-mlflow/bin/mlflow server --host 127.0.0.1 ...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv-mlflow}
+STAMP=$VENV/.quantbench-installed
+want=$( (cat requirements/mlflow-server.txt scripts/setup_mlflow.sh) | sha256sum | cut -c1-16)
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
+    bash scripts/check_disk.sh 2 "installing $VENV (the MLflow server)" "$(dirname "$VENV")"
+    if [ ! -x "$VENV/bin/python" ]; then
+        echo "setup-mlflow: creating $VENV"
+        "${PYTHON:-python3}" -m venv "$VENV"
+    fi
+    rm -f "$STAMP"
+    echo "setup-mlflow: installing the MLflow server into $VENV (a minute the first time)"
+    "$VENV/bin/pip" install --quiet -r requirements/mlflow-server.txt
+    echo "setup-mlflow: $("$VENV/bin/mlflow" --version)"
+    echo "$want" > "$STAMP"
+fi

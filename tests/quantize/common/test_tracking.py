@@ -1,0 +1,137 @@
+"""The tracking sink without a server: its config group, the one-line
+answers (a missing package, a failing tracker), and the MLflow tracker on a
+SQLite file (no server), where a second write of the same runs adds nothing.
+tests/test_tracking_server.py drives the stages against a real MLflow server."""
+import importlib.util
+import json
+import logging
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+from quantize.common import tracking
+from quantize.common.errors import UserError
+from quantize.common.tracking import Metric, RunRecord, Tracker
+from tests.conftest import ROOT, quantize_env
+
+MLFLOW = {"_target_": "quantize.common.mlflow_tracker.MlflowTracker", "name": "mlflow"}
+needs_mlflow = pytest.mark.skipif(importlib.util.find_spec("mlflow") is None,
+                                  reason="mlflow-skinny is not installed (bash scripts/setup.sh installs it)")
+
+
+def test_tracking_none_is_off_and_mlflow_is_built():
+    assert tracking.from_group({"name": "none"}) is None
+    assert tracking.from_group(None) is None
+    if importlib.util.find_spec("mlflow"):
+        built = tracking.from_group({**MLFLOW, "uri": "http://127.0.0.1:5000", "experiment": "e"})
+        assert (built.uri, built.experiment) == ("http://127.0.0.1:5000", "e")
+
+
+def test_an_unknown_setting_is_one_line_naming_the_close_one():
+    if importlib.util.find_spec("mlflow") is None:
+        pytest.skip("mlflow-skinny is not installed")
+    with pytest.raises(UserError, match="'url' is not a setting of MlflowTracker; did you mean uri"):
+        tracking.from_group({**MLFLOW, "url": "http://127.0.0.1:5000"})
+
+
+def test_without_the_package_the_job_says_how_to_install_it_in_one_line(tmp_path):
+    """`tracking=mlflow` where mlflow is not installed: one line naming the
+    install step, exit 2, before anything is measured."""
+    hide = "import sys; sys.modules['mlflow'] = None; from evaluate.cli import main; main()"
+    proc = subprocess.run([sys.executable, "-c", hide, "engine=hf", "tracking=mlflow", f"results_dir={tmp_path}"],
+                          cwd=tmp_path, env=quantize_env(), capture_output=True, text=True, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
+    assert lines[0].startswith("error: tracking=mlflow needs the mlflow-skinny package") and \
+        "bash scripts/setup.sh" in lines[0], lines[0]
+    assert not list(tmp_path.glob("results*.jsonl"))
+
+
+@dataclass
+class Broken(Tracker):
+    writes: int = 0
+
+    def write(self, record):
+        self.writes += 1
+        raise ConnectionError("connection refused\nsecond line")
+
+
+def test_a_failing_tracker_warns_once_and_never_raises(caplog):
+    broken = Broken(name="broken")
+    record = RunRecord(key="k", name="n")
+    with caplog.at_level(logging.WARNING, logger="quantbench.tracking"):
+        assert broken.log(record) is False
+        assert broken.log(record) is False   # quiet now: not tried again
+    assert broken.writes == 1
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "ConnectionError: connection refused" in line and "second line" not in line
+    assert "python -m evaluate.track" in line
+
+
+def test_keys_values_and_metrics_as_a_tracker_takes_them():
+    assert tracking.clean_key("oneshot (calibrate + quantize in float32)") == "oneshot calibrate quantize in float32"
+    assert tracking.flat({"a": {"b": 1, "c": [1, 2]}, "d": {}}, "p") == {"p.a.b": 1, "p.a.c": [1, 2], "p.d": {}}
+    assert tracking.clean_params({"x": [1, 2], "y": None, "z": "t" * 7000}) == {"x": "[1, 2]", "z": "t" * 5999 + "…"}
+    assert tracking.numeric({"a": 1, "b": True, "c": "s", "d": float("nan"), "e": 2.5}, step=3) == (
+        Metric("a", 1.0, 3), Metric("e", 2.5, 3))
+    assert tracking.run_key("a", None) == tracking.run_key("a", None) != tracking.run_key("a", "None")
+
+
+def artifact_dir(tmp_path):
+    """An artifact as quantize leaves it, for its manifest and recipe only."""
+    art = tmp_path / "art"
+    art.mkdir()
+    (art / "recipe.yaml").write_text("quant_stage:\n  quant_modifiers:\n    QuantizationModifier:\n"
+                                     "      scheme: W4A16\n      targets: [Linear]\n")
+    (art / "manifest.json").write_text(json.dumps({
+        "artifact_id": "0123456789abcdef", "model": {"name": "tiny"}, "recipe": {"name": "w4a16_rtn"},
+        "quantization": {"format": "pack-quantized"}, "bytes_on_disk": {"total": 2000, "weights": 1500},
+        "timings_s": {"oneshot (calibrate + quantize in float32)": 3.5, "total": 4.0},
+        "checks": {"sanity": {"top1_agreement": 0.96, "kl_divergence": 0.001}}}))
+    return art
+
+
+def test_an_artifact_as_a_run(tmp_path):
+    record = tracking.artifact_record(artifact_dir(tmp_path))
+    assert record.key == tracking.artifact_key("0123456789abcdef") and record.name == "tiny/w4a16_rtn"
+    assert record.params["recipe.quant_stage.quant_modifiers.QuantizationModifier.scheme"] == "W4A16"
+    assert {m.key: m.value for m in record.metrics} == {
+        "size_bytes": 2000, "weights_bytes": 1500, "time_s.oneshot calibrate quantize in float32": 3.5,
+        "time_s.total": 4.0, "sanity.top1_agreement": 0.96, "sanity.kl_divergence": 0.001}
+    assert [p.name for p in record.files] == ["manifest.json", "recipe.yaml"] and "sanity.json" in record.texts
+    assert tracking.artifact_record(tmp_path) is None   # no manifest: nothing to log
+
+
+@needs_mlflow
+def test_mlflow_on_a_sqlite_file_logs_each_run_and_step_once(tmp_path):
+    from mlflow import MlflowClient
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    parent = tracking.artifact_record(artifact_dir(tmp_path))
+
+    def measurement(step: int) -> RunRecord:
+        return RunRecord(key="m1", name="scenario", params={"engine": "hf"}, tags={"setup_id": "s1"},
+                         metrics=(Metric("tok_s", 10.0 + step, step), Metric("ttft_ms", 5.0, step)), parent=parent)
+
+    for attempt in range(2):  # the second, in a fresh process's tracker, finds everything logged
+        tracker = tracking.from_group({**MLFLOW, "uri": uri, "experiment": "unit"})
+        assert tracker.log(measurement(0), measurement(1), measurement(1))
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("unit").experiment_id])
+    by_name = {r.info.run_name: r for r in runs}
+    assert sorted(by_name) == ["scenario", "tiny/w4a16_rtn"]
+    child, art = by_name["scenario"], by_name["tiny/w4a16_rtn"]
+    assert child.data.tags["mlflow.parentRunId"] == art.info.run_id
+    assert child.data.params == {"engine": "hf"} and child.data.tags["setup_id"] == "s1"
+    assert [(m.step, m.value) for m in client.get_metric_history(child.info.run_id, "tok_s")] == [(0, 10.0), (1, 11.0)]
+    assert art.data.metrics["size_bytes"] == 2000
+    assert len(client.get_metric_history(art.info.run_id, "size_bytes")) == 1
+    assert sorted(a.path for a in client.list_artifacts(art.info.run_id)) == [
+        "manifest.json", "recipe.yaml", "sanity.json"]
+
+
+def test_the_tracking_group_is_in_every_entry_config():
+    for entry in ("quantize", "evaluate", "report", "track"):
+        text = (ROOT / "conf" / f"{entry}.yaml").read_text()
+        assert "- tracking: " in text, entry
