@@ -18,6 +18,7 @@ BAD_KEYS = {
     "evaluate": ("runs=1", "result_dir=x", "results_dir"),
     "evaluate.search": ("n_trials=1", "n_trial=2", "n_trials"),
     "evaluate.capabilities": ("probe=false", "machin=avx2", "machine"),
+    "evaluate.track": ("tracking=none", "results_di=x", "results_dir"),
 }
 
 
