@@ -4,7 +4,7 @@
 per run). The load profiles' counterpart is evaluate.serving.
 
 `job` is the evaluate pipeline's Job (duck-typed, as evaluate.serving reads
-it): plan, target, seed, speed_row, record, guarded."""
+it): plan, target, seed, speed_row, record."""
 import logging
 from typing import NamedTuple
 
@@ -16,6 +16,7 @@ from evaluate.metrics import summarize
 from evaluate.precision import HEADLINE
 from evaluate.results import Row
 from evaluate.scenarios import Scenario, random_prompts
+from quantize.common.jobs import one_line
 
 log = logging.getLogger("quantbench.evaluate")
 
@@ -30,8 +31,16 @@ class Pending(NamedTuple):
     def owed(self) -> bool:
         return bool(self.indices)
 
-    def failed_rows(self, job, s: Scenario) -> list[Row]:
-        return [job.speed_row(s, None)]
+    def owed_indices(self, plan, recorded: set[int] = frozenset()) -> list[int]:
+        """The run indices a failure stands for: those not recorded yet; with
+        runs=auto, those up to min_runs (more are measured only as the spread asks)."""
+        left = [i for i in self.indices if i not in recorded]
+        return left[:max(1, plan.min_runs - len(self.prior) - len(recorded))] if plan.auto else left
+
+    def failed_rows(self, job, s: Scenario, recorded: set[int] = frozenset()) -> list[Row]:
+        """A failed row per owed run, each with the run index it stands for, so
+        that skip_completed measures exactly those again."""
+        return [job.speed_row(s, i) for i in self.owed_indices(job.plan, recorded)]
 
     def measure(self, job, engine: Engine, s: Scenario) -> None:
         _run_scenario(job, engine, s, self)
@@ -57,49 +66,57 @@ def pending_runs(job, s: Scenario, stored: list[Row]) -> Pending:
 
 
 def _run_scenario(job, engine: Engine, s: Scenario, pending: Pending) -> None:
+    """Warm up, then the owed timed runs. A run the server failed (RunFailed)
+    is recorded failed and the next goes on; anything that ends the scenario
+    records a failed row for each run still owed, and goes up."""
     plan = job.plan
     log.info("scenario %s: batch %d, %d in / %d out tokens, %s warm-up + %s timed runs", s.name, s.batch_size,
              s.input_len, s.output_len, plan.warmup_runs if plan.warmup_runs is not None else "auto",
              len(pending.indices) if not plan.auto else
              f"auto ({plan.min_runs}-{plan.max_runs}, target ±{plan.target_ci_pct:g} %)")
-    vocab = int(job.target.config.get("vocab_size") or 10000)
-
-    def measure_all():
-        warmups = _warm_up_or_fail(job, engine, s, vocab, pending.indices)
-        if warmups is None:
-            return
-        values = list(pending.prior)
-        for i in pending.indices:
-            try:
-                metrics, host = _timed_run(job, engine, s, i, vocab)
-            except RunFailed as e:
-                job.record(job.speed_row(s, i), "failed", reason=str(e))
-                log.error("  run %d failed: %s; going on", i + 1, e)
-                continue
-            values.append(metrics[HEADLINE])
-            record = plan.record(values, warmups)
-            job.record(job.speed_row(s, i), "ok", metrics=metrics, precision=record, host_load=host.as_dict())
-            log.info("  run %d%s: %.1f tok/s out, latency %.2f s, TTFT %.0f ms%s", i + 1,
-                     f" (auto, at most {plan.max_runs})" if plan.auto else f"/{plan.runs}", metrics[HEADLINE],
-                     metrics["latency_s"], metrics["ttft_ms_mean"],
-                     f", 95% CI ±{record['achieved_ci_pct']:.1f} %" if plan.auto and len(values) > 1 else "")
-            if plan.stopped(values):
-                log.info("  runs=auto: %s after %d runs", plan.stopped(values), len(values))
-                break
-
-    job.guarded(job.speed_row(s, None), measure_all)
-
-
-def _warm_up_or_fail(job, engine: Engine, s: Scenario, vocab: int, owed: list[int]) -> int | None:
-    """_warm_up; where a warm-up run fails (RunFailed), every owed timed run
-    is recorded as failed instead, and None says the scenario goes unmeasured."""
+    recorded: set[int] = set()
     try:
-        return _warm_up(job, engine, s, vocab)
+        _measure_runs(job, engine, s, pending, recorded)
+    except Exception as e:
+        _record_failed(job, pending.failed_rows(job, s, recorded), one_line(e))
+        raise
+
+
+def _measure_runs(job, engine: Engine, s: Scenario, pending: Pending, recorded: set[int]) -> None:
+    """The warm-up and the timed runs; `recorded` gets each run index as its row is written."""
+    plan = job.plan
+    vocab = int(job.target.config.get("vocab_size") or 10000)
+    try:
+        warmups = _warm_up(job, engine, s, vocab)
     except RunFailed as e:
-        for i in owed:
-            job.record(job.speed_row(s, i), "failed", reason=f"warm-up failed: {e}")
+        _record_failed(job, pending.failed_rows(job, s), f"warm-up failed: {e}")
         log.error("  warm-up failed: %s; scenario %s goes unmeasured", e, s.name)
-        return None
+        return
+    values = list(pending.prior)
+    for i in pending.indices:
+        try:
+            metrics, host = _timed_run(job, engine, s, i, vocab)
+        except RunFailed as e:
+            job.record(job.speed_row(s, i), "failed", reason=str(e))
+            recorded.add(i)
+            log.error("  run %d failed: %s; going on", i + 1, e)
+            continue
+        values.append(metrics[HEADLINE])
+        record = plan.record(values, warmups)
+        job.record(job.speed_row(s, i), "ok", metrics=metrics, precision=record, host_load=host.as_dict())
+        recorded.add(i)
+        log.info("  run %d%s: %.1f tok/s out, latency %.2f s, TTFT %.0f ms%s", i + 1,
+                 f" (auto, at most {plan.max_runs})" if plan.auto else f"/{plan.runs}", metrics[HEADLINE],
+                 metrics["latency_s"], metrics["ttft_ms_mean"],
+                 f", 95% CI ±{record['achieved_ci_pct']:.1f} %" if plan.auto and len(values) > 1 else "")
+        if plan.stopped(values):
+            log.info("  runs=auto: %s after %d runs", plan.stopped(values), len(values))
+            break
+
+
+def _record_failed(job, rows: list[Row], reason: str) -> None:
+    for row in rows:
+        job.record(row, "failed", reason=reason)
 
 
 def _warm_up(job, engine: Engine, s: Scenario, vocab: int) -> int:

@@ -323,6 +323,7 @@ def run_hydra_main(overrides: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     """`python -m evaluate.capabilities [key=value ...]`; the exit status (2: bad input)."""
     from quantize.common.cli_help import print_help_if_asked
+    from quantize.common import hydra_errors
     from quantize.common.config import check_group_options
     from quantize.common.jobs import one_line
     overrides = as_lists(modern_overrides(list(sys.argv[1:] if argv is None else argv)))
@@ -335,11 +336,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         request = compose_request(overrides)
     except Exception as e:  # an override the config does not have, a bad value: one line
-        print(f"error: {one_line(e)}", file=sys.stderr)
+        said = hydra_errors.as_user_error(e, "evaluate.capabilities", CONFIG_NAME, overrides) or e
+        print(f"error: {one_line(said)}", file=sys.stderr)
         return 2
     return answer(request)
 
 
 if __name__ == "__main__":
     detach_stdin()  # nothing may prompt (quantize.common.hf_load)
-    raise SystemExit(main())
+    from quantize.common.jobs import run_command
+    run_command(main, "evaluate.capabilities", CONFIG_NAME)

@@ -6,7 +6,7 @@ evaluate.batch (timed batch runs) or evaluate.serving (load profiles), then
 accuracy and lm-eval."""
 import logging
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -20,12 +20,11 @@ from evaluate.precision import RunPlan
 from evaluate.results import Row
 from evaluate.scenarios import Scenario
 from evaluate.serving import run as serving
-from evaluate.serving.load import ServerDied
 from evaluate.serving.profiles import LoadProfile
 from evaluate.serving.slo import SLO
 from evaluate.target import Target
 from quantize.common import hf_load, provenance
-from quantize.common.errors import UserError
+from quantize.common.errors import RunsFailed, UserError
 from quantize.common.jobs import in_multirun, job_command, one_line
 from quantize.common.paths import resolve
 
@@ -51,6 +50,7 @@ class Job:
     lm_eval_versions: dict | None        # of the lm-eval environment
     load: LoadProfile | None = None      # the load profile (conf/load/); None: batch timed runs
     slo: SLO | None = None               # the SLO the serving rows are judged against
+    failed: list[str] = field(default_factory=list)  # the reasons of the failed rows this job recorded
 
     def speed_row(self, s: Scenario, run_index: int | None) -> Row:
         return self.base.but(kind="speed", **s.as_row(), run_index=run_index)
@@ -72,6 +72,8 @@ class Job:
 
     def record(self, row: Row, status: str, **fields) -> None:
         recorded = _record(self.store, row, status, **fields)
+        if status == "failed":
+            self.failed.append(fields.get("reason") or "no reason given")
         tracking.log_rows(self.config.tracker, [recorded])  # after the store: it holds the row either way
 
     def guarded(self, row: Row, fn):
@@ -120,6 +122,10 @@ def run(config: EvaluateConfig) -> None:
             if owed:
                 _run_lm_eval(job, owed)
     log.info("results appended to %s", store)
+    if job.failed:
+        raise RunsFailed(f"{len(job.failed)} run(s) failed while the others were measured (the first: "
+                         f"{job.failed[0]}); they are recorded failed in {store}: once the cause is fixed, the "
+                         "same command measures only them")
 
 
 def _track_stored(job: Job) -> None:
@@ -330,7 +336,9 @@ def _evaluate_in_engine(job: Job, todo: dict, with_accuracy: bool) -> None:
 
 def _measure_scenarios(job: Job, engine: Engine, todo: dict, with_accuracy: bool) -> None:
     """Each scenario under its lock, measuring what the store still lacks
-    once this process holds it."""
+    once this process holds it. A failure that ends the job (the engine
+    died) leaves a failed row for every run still owed: the scenario records
+    its own, the ones after it are recorded here."""
     for i, (s, pending) in enumerate(todo.items()):
         with _lock(job, job.scenario_row(s), f"scenario {s.name}") as hold:
             pending = _still_pending(job, s, pending, hold)
@@ -338,8 +346,8 @@ def _measure_scenarios(job: Job, engine: Engine, todo: dict, with_accuracy: bool
                 continue
             try:
                 pending.measure(job, engine, s)
-            except ServerDied as e:  # the scenario recorded its own; the rest cannot run either
-                _record_owed(job, dict(list(todo.items())[i + 1:]), with_accuracy, f"server died: {e}")
+            except Exception as e:
+                _record_owed(job, dict(list(todo.items())[i + 1:]), with_accuracy, one_line(e))
                 raise
 
 

@@ -12,6 +12,7 @@ that are not rows are left out, by file and line number (`read_store`).
 `read_stores` reads several stores side by side (the report's `results_dir=a,b`).
 """
 import dataclasses
+import errno
 import json
 import logging
 import os
@@ -195,18 +196,29 @@ def _plain(value):
 
 
 def check_writable(path: Path) -> None:
-    """Fail now, not after the engine ran, when rows cannot be appended to `path`."""
+    """Fail now, not after the engine ran, when rows cannot be appended to
+    `path`. Nothing is made: the store's folder comes with its first row, so
+    a job refused before it measures leaves no empty store behind."""
     path = Path(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists():
             open(path, "a").close()  # opening for append changes nothing
         else:
-            tempfile.TemporaryFile(dir=path.parent).close()  # leaves no empty store behind
+            tempfile.TemporaryFile(dir=_nearest_folder(path.parent)).close()
     except OSError as e:
         raise UserError(f"cannot write results to {path} ({e.strerror or e}); pass results_dir=<a writable "
                         "directory>") from None
     store_lock.check_writable(path.parent)  # a measurement's lock file goes there
+
+
+def _nearest_folder(folder: Path) -> Path:
+    """`folder`, or the closest of its parents that exists (where mkdir would
+    start); NotADirectoryError where that is a file."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(folder))
+    return folder
 
 
 def is_row(obj) -> bool:

@@ -17,7 +17,7 @@ from quantize.common.config import prepare_argv
 from quantize.common.errors import UserError
 from quantize.common.extensions import plain
 from quantize.common.hf_load import detach_stdin
-from quantize.common.jobs import one_line
+from quantize.common.jobs import one_line, run_command
 from quantize.common.paths import CONF_DIR, resolve
 from quantize.common.tracking import Tracker, from_group
 
@@ -58,4 +58,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     detach_stdin()  # nothing may prompt (quantize.common.hf_load)
-    main()
+    run_command(main, "evaluate.track", "track")

@@ -36,6 +36,7 @@ class QuantizeConfig:
     calibration_dtype: str | None = "auto"
     verify: str | bool | None = "tensors"
     memory_check: bool = True
+    disk_check: bool = True
     # The accuracy sanity gates (conf/sanity/default.yaml); None: no check.
     sanity: SanityConfig | None = None
     # Where each artifact is also logged (conf/tracking/); None: tracking=none.
@@ -56,7 +57,8 @@ class QuantizeConfig:
             force=bool(values.get("force", False)),
             calibration_dtype=values.get("calibration_dtype", "auto"),
             verify=values.get("verify", "tensors"), memory_check=bool(values.get("memory_check", True)),
-            sanity=_sanity(values.get("sanity")), tracker=tracker_from_group(values.get("tracking")),
+            disk_check=bool(values.get("disk_check", True)), sanity=_sanity(values.get("sanity")),
+            tracker=tracker_from_group(values.get("tracking")),
             composed=values)
 
 

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from quantize import calibration, recipe as recipes, sanity, smoothquant_check, verify
-from quantize.common import file_lock, fingerprint, hf_load, manifest, moe, sanity_rules
+from quantize.common import disk, file_lock, fingerprint, hf_load, manifest, moe, sanity_rules
 from quantize.common.atomic import build_turn, staging_dir
 from quantize.common.checkpoint import (check_complete, check_weight_files, ignore_unquantized,
                                         linear_subclasses_as_linear, quantization_summary, weight_files)
@@ -74,6 +74,8 @@ def _quantize(config: QuantizeConfig) -> Path:
     existing = _complete_manifest(config, out)
     if existing is None and config.memory_check:  # a build follows: will the model fit?
         _check_memory(config, model_dir, recipe)
+    if existing is None and config.disk_check:  # ... and will the artifact?
+        _check_disk(model_dir, recipe, out)
 
     with timer.phase("load tokenizer and calibration"):
         tokenizer = _load_tokenizer(model_dir)
@@ -91,7 +93,8 @@ def _quantize(config: QuantizeConfig) -> Path:
         if hold.waited:
             log.info("artifact %s: waited %.1f s for %s, which left it unbuilt: building it", inputs.artifact_id,
                      hold.waited_s, hold.holder)
-        _build(inputs, tokenizer, out, timer, check)
+        with disk.room_to_write(out, f"artifact {inputs.artifact_id}"):
+            _build(inputs, tokenizer, out, timer, check)
     return out
 
 
@@ -291,6 +294,16 @@ def _check_memory(config: QuantizeConfig, model_dir: Path, recipe: recipes.Recip
     need = memory_check.check(model_dir, held, on_gpu=gpu, hessians=hessians)
     log.info("memory: %s in %s%s fits", memory_check.gib(need.weight_bytes), held,
              f", largest layer {memory_check.gib(need.gpu_need)} on the GPU" if gpu else "")
+
+
+def _check_disk(model_dir: Path, recipe: recipes.RecipeFile, out: Path) -> None:
+    """From the safetensors headers and the recipe's weight scheme, before
+    anything loads: an artifact its disk cannot hold fails now, not when
+    save_pretrained meets a full disk."""
+    from quantize.propose.size import expected_bytes
+    need = expected_bytes(model_dir, recipe.path, recipe.data)
+    disk.check(out, need, f"artifact {out}")
+    log.info("disk: the artifact's %s fits on the disk of %s", disk.size(need), out)
 
 
 def _calibration_dtype(config: QuantizeConfig, model_dir: Path, recipe: recipes.RecipeFile) -> str | None:

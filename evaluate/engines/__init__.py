@@ -89,9 +89,10 @@ def _with_target(values: dict) -> dict:
 # Set per job by a scheduler without changing the setup: a resumed job may be
 # given other GPUs of the same kind.
 _PER_JOB_ENV = frozenset({"CUDA_VISIBLE_DEVICES"})
-# Engine settings that bound how long a failure takes to show and change no
-# measurement: not in the setup id, so stores measured before they existed keep theirs.
-_BOUNDS = frozenset({"stall_timeout_s"})
+# Engine settings that bound how long a failure takes to show, or how often it
+# is tried again, and change no measurement: not in the setup id, so stores
+# measured before they existed keep theirs.
+_BOUNDS = frozenset({"stall_timeout_s", "retries", "retry_backoff_s"})
 
 
 def identity(engine_cfg: "dict | EngineConfig", cls: type[Engine] | None = None) -> dict:

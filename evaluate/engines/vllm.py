@@ -23,7 +23,7 @@ from evaluate.memory import kv_bytes_per_token
 from evaluate.metrics import RequestTiming
 import quantize.common.machine
 from quantize.common.dtypes import HALF, fast_faithful_dtype
-from quantize.common.errors import UserError
+from quantize.common.errors import EngineDied, UserError
 from quantize.common.paths import CACHE_DIR
 
 log = logging.getLogger("quantbench.evaluate")
@@ -618,7 +618,8 @@ class VllmEngine(Engine):
         """`stream=False` asks vLLM for final outputs only (one chunk per request,
         no per-token times): the plain path the harness-overhead benchmark
         compares the streamed one with."""
-        return self.loop.run_until_complete(self._run(prompts, output_len, stream))
+        with _engine_core_alive():
+            return self.loop.run_until_complete(self._run(prompts, output_len, stream))
 
     async def _run(self, prompts, output_len, stream=True):
         from vllm import SamplingParams
@@ -646,7 +647,8 @@ class VllmEngine(Engine):
     def prompt_logprobs(self, prompts: list[list[int]], k: int):
         """Per prompt, per position: {token id: (logprob, rank)} for the top-k
         and the actual token (None at position 0)."""
-        return self.loop.run_until_complete(self._prompt_logprobs(prompts, k))
+        with _engine_core_alive():
+            return self.loop.run_until_complete(self._prompt_logprobs(prompts, k))
 
     async def _prompt_logprobs(self, prompts, k):
         from vllm import SamplingParams
@@ -685,3 +687,18 @@ class VllmEngine(Engine):
         from vllm import envs
         if hasattr(envs, "disable_envs_cache"):
             envs.disable_envs_cache()  # the next engine in this process reads its own environment
+
+
+ENGINE_CORE_DIED = ("vLLM's engine core died mid-run ({cause}): its log above says why (killed, or the kernel's OOM "
+                    "killer: dmesg | tail); the runs it owed are recorded failed, and the same command measures them")
+
+
+@contextmanager
+def _engine_core_alive() -> Iterator[None]:
+    """vLLM's EngineDeadError (its engine core process is gone) as EngineDied:
+    one line, and no later run can be served by this engine."""
+    from vllm.v1.engine.exceptions import EngineDeadError
+    try:
+        yield
+    except EngineDeadError as e:
+        raise EngineDied(ENGINE_CORE_DIED.format(cause=type(e).__name__)) from e

@@ -30,11 +30,13 @@ from hydra.errors import HydraException
 from evaluate.report import write_report
 from evaluate.tracking import report_record
 from evaluate.report.config import report_config, search_dirs
+from quantize.common import hydra_errors
 from quantize.common.cli_help import print_help_if_asked
 from quantize.common.config import warn_old_spelling
 from quantize.common.errors import UserError
 from quantize.common.extensions import plain
 from quantize.common.hf_load import detach_stdin
+from quantize.common.jobs import run_command
 from quantize.common.paths import CONF_DIR
 
 KEYS = ("results_dir", "out_dir", "title", "pareto_scenario", "accuracy_floor_pct", "busy_host_pct", "layout", "output",
@@ -106,14 +108,9 @@ def plain_value(override: str) -> bool:
 
 def parse_check(overrides: list[str]) -> None:
     """An override Hydra's grammar cannot read is one line naming it (Hydra's own error is several)."""
-    parser = OverridesParser.create()
     for arg in overrides:
-        if "=" in arg and not arg.startswith("-"):
-            try:
-                parser.parse_override(arg)
-            except HydraException as e:
-                raise UserError(f"cannot read {arg!r}: {str(e).splitlines()[0]} (Hydra's override grammar: "
-                                "quote a value with special characters, e.g. title='a [b]')") from None
+        if "=" in arg and hydra_errors.override_error(arg):
+            raise UserError(hydra_errors.override_error(arg))
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="report", version_base="1.3")
@@ -156,4 +153,4 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     detach_stdin()  # nothing may prompt (quantize.common.hf_load)
-    sys.exit(main())
+    run_command(main, "evaluate.report", "report")

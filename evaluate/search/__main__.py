@@ -14,7 +14,7 @@ from quantize.common.config import prepare_argv
 from quantize.common.errors import UserError
 from quantize.common.extensions import plain
 from quantize.common.hf_load import detach_stdin
-from quantize.common.jobs import run_job
+from quantize.common.jobs import run_command, run_job
 from quantize.common.paths import CONF_DIR
 
 DEFAULT_SPACE = "default"
@@ -102,4 +102,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     detach_stdin()  # nothing may prompt (quantize.common.hf_load)
-    main()
+    run_command(main, "evaluate.search", "search")

@@ -34,6 +34,11 @@ def stalled(stall_timeout_s: float) -> str:
             "slow (a long prefill on a CPU)")
 
 
+def broken(result: RequestResult, how: str) -> str:
+    """A stream cut off before its end, in one line."""
+    return f"the server closed the stream after {len(result.chunk_times)} token(s) ({how})"[:300]
+
+
 class Client:
     """An aiohttp session against one OpenAI-compatible server. Use as
     `async with Client(base_url, model) as c: await c.complete(...)`.
@@ -67,19 +72,22 @@ class Client:
                                          timeout=timeout) as resp:
                 if resp.status != 200:
                     text = (await resp.text())[:300].replace("\n", " ")
-                    result.error = f"HTTP {resp.status}: {text}"
+                    result.error, result.status = f"HTTP {resp.status}: {text}", resp.status
                     return result
                 await self._read_stream(resp, result)
         except asyncio.CancelledError:  # the level's drain time ran out: the result still counts, as failed
             result.error = "cancelled: still running when the level's time was up"
         except aiohttp.ServerTimeoutError:  # sock_read ran out: the server holds the stream open, silent
             result.error, result.stalled = stalled(self.stall_timeout_s), True
+        except aiohttp.ClientPayloadError as e:  # the connection was cut mid-response: the server may have died
+            result.error, result.broken = broken(result, f"{type(e).__name__}: {e}"), True
+            result.connection_lost = True
         except Exception as e:  # connection refused or reset, timeout, bad JSON: a failed request
             result.error = f"{type(e).__name__}: {e}"[:300] or type(e).__name__
-            result.connection_lost = isinstance(e, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError))
+            result.connection_lost = isinstance(e, aiohttp.ClientConnectionError)
         finally:
             if result.error is None and result.end is None:
-                result.error = "stream ended without [DONE]"
+                result.error, result.broken = broken(result, "no [DONE]"), True
         return result
 
     async def _read_stream(self, resp, result: RequestResult) -> None:

@@ -27,7 +27,7 @@ from evaluate.memory import PeakMemory
 from evaluate.scenarios import random_prompts
 from evaluate.serving.client import Client
 from evaluate.serving.requests import LevelRun, RequestResult
-from quantize.common.errors import UserError
+from quantize.common.errors import EngineDied
 
 ALIVE_POLL_S = 1.0
 DEATH_GRACE_S = 2.0  # a dying server closes its sockets a moment before its exit can be seen
@@ -48,9 +48,13 @@ class Level:
         return f"rate {self.level:g} req/s (burstiness {self.burstiness:g})"
 
 
-class ServerDied(UserError):
+class ServerDied(EngineDied):
     """The server stopped serving during a level: no later level can run
     (one line: why, and where its log is)."""
+
+    def __init__(self, why: str):
+        super().__init__(f"server died: {why}; what it owed is recorded failed, and once it serves again the "
+                         "same command measures that")
 
 
 def run_level(base_url: str, model: str, level: Level, prompts: list[list[int]], output_len: int,

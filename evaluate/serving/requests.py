@@ -17,10 +17,20 @@ class RequestResult:
     error: str | None = None            # None: success
     connection_lost: bool = False       # refused, reset or cut off: the server may have died
     stalled: bool = False               # no bytes for the engine's stall_timeout_s: the server hangs
+    status: int | None = None           # the HTTP status of a response that was not 200
+    broken: bool = False                # the stream ended before [DONE]: cut off mid-response
 
     @property
     def success(self) -> bool:
         return self.error is None and self.end is not None and bool(self.chunk_times)
+
+    @property
+    def retryable(self) -> bool:
+        """A failure the same request may not meet again: the server's own
+        error (5xx), its "too many requests" (429), a connection cut mid-way.
+        Not a stall (it already waited), nor a request it refuses (4xx)."""
+        return (self.status is not None and (self.status >= 500 or self.status == 429)) or self.broken \
+            or self.connection_lost
 
     @property
     def generated_tokens(self) -> int:

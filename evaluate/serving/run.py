@@ -105,7 +105,7 @@ class LoadPending:
                 job, s, missing=lambda row: self._run(job, engine, s, row)), job.slo)
         except ServerDied as e:
             for row in self.failed_rows(job, s):
-                job.record(row, "failed", reason=f"server died: {e}")
+                job.record(row, "failed", reason=one_line(e))
             raise
         if result is not None:
             log.info("  %s", job.load.describe_outcome(result, job.slo))

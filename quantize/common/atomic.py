@@ -91,11 +91,35 @@ def staging_dir(final: Path):
     `.<name>.tmp-*` dirs of killed runs can be removed on the next attempt
     without touching a build in progress."""
     final = Path(final).absolute()
+    made = _missing_folders(final.parent)
     final.parent.mkdir(parents=True, exist_ok=True)
-    with build_turn(final, str(final)):
-        for stale in final.parent.glob(f".{final.name}.tmp-*"):
-            shutil.rmtree(stale, ignore_errors=True)
-        yield from _build_and_swap(final)
+    try:
+        with build_turn(final, str(final)):
+            for stale in final.parent.glob(f".{final.name}.tmp-*"):
+                shutil.rmtree(stale, ignore_errors=True)
+            yield from _build_and_swap(final)
+    except BaseException:
+        _remove_if_empty(made)  # a failed build leaves no empty <artifacts_dir>/<model>/ either
+        raise
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """The folders mkdir(parents=True) would make for `folder`, deepest first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def _remove_if_empty(folders: list[Path]) -> None:
+    """rmdir each, deepest first, stopping at the first that holds something
+    (another build's output may have arrived meanwhile)."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def build_lock_path(final: Path) -> Path:

@@ -1,5 +1,8 @@
-"""One job = one Hydra run. Bad input becomes one line and a non-zero exit; in
-a multirun, a failing job is recorded and the sweep goes on."""
+"""One job = one Hydra run, and how every command ends: whatever stops it
+(bad input, a dead engine, a full disk, Ctrl-C, a bug) is one `error:` line
+on stderr and the exit status of its kind (quantize.common.errors.ExitCode);
+its trace goes to the job's log file, and to stderr too with -v. In a
+multirun, a failing job is recorded and the sweep goes on (Ctrl-C stops it)."""
 import json
 import logging
 import os
@@ -8,10 +11,11 @@ import signal
 import sys
 import threading
 import traceback
+from typing import Callable, NoReturn
 
 from hydra.experimental.callback import Callback
 
-from quantize.common.errors import UserError
+from quantize.common.errors import DiskFull, Interrupted, OneLineError, first_line, is_no_room
 
 log = logging.getLogger("quantbench")
 
@@ -19,6 +23,12 @@ FAILURE_FILE = "FAILED.json"
 # A Slurm job warned that its time limit is near (submitit raises in the job).
 TIME_LIMIT = ("time limit: Slurm is about to stop the job (hydra.launcher.timeout_min); completed "
               "results are kept, rerun the sweep to resume or raise hydra.launcher.timeout_min")
+INTERRUPTED = ("interrupted (Ctrl-C): what was complete is kept and nothing half-written; rerun the same "
+               "command to do the rest")
+# -v on any command line: a failure's trace is printed on stderr too (the entry
+# point takes the flag off before Hydra reads the arguments, and sets this for the job).
+VERBOSE_ENV = "QUANTBENCH_VERBOSE"
+VERBOSE_FLAGS = ("-v", "--verbose")
 
 
 def run_job(fn, cfg, needs_hub: bool = False):
@@ -35,19 +45,96 @@ def run_job(fn, cfg, needs_hub: bool = False):
     # blocks shut engines down instead of orphaning their worker processes.
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    multirun = in_multirun()
     try:
         return fn(cfg)
-    except Exception as e:
-        one_line = describe_error(e)
-        if not multirun:
-            if isinstance(e, UserError):
-                print(f"error: {one_line}", file=sys.stderr)
-                raise SystemExit(e.exit_code)
-            raise
-        log.error("job failed: %s", one_line)
-        _record_failure(one_line, traceback.format_exc(), e.exit_code if isinstance(e, UserError) else 1)
+    except (Exception, KeyboardInterrupt) as e:
+        failure = as_one_line(e)
+        keep_trace(e)
+        if not in_multirun() or isinstance(failure, Interrupted):  # Ctrl-C stops the whole sweep
+            end(failure)
+        log.error("job failed: %s", failure)
+        _record_failure(str(failure), traceback.format_exc(), failure.exit_code)
         return None
+
+
+def as_one_line(e: BaseException) -> OneLineError:
+    """What any exception says to the user: the one line and the exit status
+    of its kind. One that is none of the known kinds says where its trace is."""
+    if isinstance(e, KeyboardInterrupt) or interrupted():
+        return Interrupted(INTERRUPTED)
+    if isinstance(e, OneLineError):
+        return e
+    if is_no_room(e):
+        return DiskFull(f"no room to write: {first_line(e)}; free some space (df -h shows where), or write to "
+                        "another disk (artifacts_dir=, results_dir=)")
+    if type(e).__name__ == "UncompletedJobError" and submitit_timed_out(str(e)):
+        return OneLineError(TIME_LIMIT)
+    where = log_file()
+    return OneLineError(f"{type(e).__name__}: {first_line(e)} (unexpected: its trace is in "
+                        f"{where or 'no log file'}; -v prints it)")
+
+
+def end(failure: OneLineError):
+    """Say `failure` in one line on stderr and exit with its status."""
+    print(f"error: {failure}", file=sys.stderr)
+    raise SystemExit(int(failure.exit_code)) from None
+
+
+def keep_trace(e: BaseException) -> None:
+    """The trace of `e` into the job's log file only (its console handler
+    would print it), and on stderr with -v."""
+    trace = "".join(traceback.format_exception(e))
+    record = logging.LogRecord(log.name, logging.ERROR, __file__, 0, "trace of the failure:\n%s", (trace,), None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+    if os.environ.get(VERBOSE_ENV):
+        print(trace, file=sys.stderr, end="")
+
+
+def log_file() -> str | None:
+    """The job's log file (Hydra's job logging writes one), if any."""
+    return next((h.baseFilename for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)), None)
+
+
+_sigint = threading.Event()
+
+
+def _on_sigint(signum, frame):
+    """Ctrl-C, remembered: a failure it causes on its way out (an engine whose
+    processes got it too) is still reported as the interruption it is."""
+    _sigint.set()
+    raise KeyboardInterrupt
+
+
+def interrupted() -> bool:
+    return _sigint.is_set()
+
+
+def take_verbose(argv: list[str]) -> list[str]:
+    """`argv` without -v/--verbose; either one sets VERBOSE_ENV for the job."""
+    if any(arg in VERBOSE_FLAGS for arg in argv):
+        os.environ[VERBOSE_ENV] = "1"
+    return [arg for arg in argv if arg not in VERBOSE_FLAGS]
+
+
+def run_command(main: Callable[[], int | None], module: str, config_name: str) -> NoReturn:
+    """Every entry point's outermost frame (its __main__): -v comes off the
+    command line, Ctrl-C anywhere is exit 130, and Hydra raises its own
+    errors here (HYDRA_FULL_ERROR) instead of printing them, to be said in one
+    line naming the nearest key (quantize.common.hydra_errors). `main`
+    returns the exit status (None: 0)."""
+    from quantize.common import hydra_errors
+    sys.argv[1:] = take_verbose(sys.argv[1:])
+    signal.signal(signal.SIGINT, _on_sigint)
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        code = main()
+    except (Exception, KeyboardInterrupt) as e:
+        failure = hydra_errors.as_user_error(e, module, config_name, sys.argv[1:]) or as_one_line(e)
+        keep_trace(e)
+        end(failure)
+    raise SystemExit(code or 0)
 
 
 def job_command(module: str, drop: tuple[str, ...] = ()) -> str | None:
@@ -77,8 +164,8 @@ def in_multirun() -> bool:
 
 
 def describe_error(e: BaseException) -> str:
-    """What a failure says to the user, in FAILED.json and in result rows."""
-    if isinstance(e, UserError):
+    """What a failure says in a result row: its own line, or its type and text."""
+    if isinstance(e, OneLineError):
         return str(e)
     # submitit raises this inside a Slurm job when Slurm's warning signal comes
     # near the time limit and the job may not be requeued (max_num_timeout=0).

@@ -8,7 +8,7 @@ from quantize.common import manifest
 from quantize.common.checkpoint import DTYPE_BYTES, read_header, weight_files
 from quantize.common.errors import UserError
 from quantize.common.provenance import sha256_bytes
-from quantize.common.recipe_edit import WeightScheme
+from quantize.common.recipe_edit import WeightScheme, quantization_ignore, quantizes, weight_scheme
 from quantize.common.sensitivity_file import Cell
 
 
@@ -57,6 +57,24 @@ def estimated_uniform_bytes(weights: ModelWeights, scheme: WeightScheme, ignore:
                      and not any(match_name(module, entry) for entry in ignore))
         total += scheme.bytes_per_matrix(shape[0], shape[1], width) if quantized else prod(shape) * width
     return total
+
+
+def dense_bytes(weights: ModelWeights) -> float:
+    """The model as it is: every tensor at its stored width, and its other files."""
+    return weights.other_files_bytes + sum(prod(shape) * DTYPE_BYTES.get(dtype, 2)
+                                           for dtype, shape in weights.tensors.values())
+
+
+def expected_bytes(model_dir: Path, recipe_path: Path, recipe_data: dict) -> float:
+    """The artifact a recipe makes of the model (quantize checks the disk has
+    room for it): its weights quantized with the recipe's weight scheme, but
+    those it ignores; as they are where it quantizes none (the baseline, a
+    KV-cache-only or pruning-only recipe)."""
+    weights = ModelWeights.read(model_dir)
+    scheme = weight_scheme(recipe_path) if quantizes(recipe_data) else None
+    if scheme is None:
+        return dense_bytes(weights)
+    return estimated_uniform_bytes(weights, scheme, quantization_ignore(recipe_data))
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import hydra
 from quantize.common.cli_help import print_help_if_asked
 from quantize.common.config import prepare_argv
 from quantize.common.hf_load import detach_stdin
-from quantize.common.jobs import run_job
+from quantize.common.jobs import run_command, run_job
 from quantize.common.paths import CONF_DIR
 
 
@@ -36,4 +36,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     detach_stdin()  # nothing may prompt (quantize.common.hf_load)
-    main()
+    run_command(main, "quantize.sensitivity", "sensitivity")

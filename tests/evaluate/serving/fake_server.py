@@ -8,7 +8,8 @@ of concurrency c, TTFT and TPOT are therefore fixed + per_active * c, so the
 highest concurrency meeting a TPOT bound T is floor((T - fixed) / per_active).
 
     python tests/evaluate/serving/fake_server.py --port 0 [--fixed-ms 5] [--per-active-ms 2]
-        [--die-after N] [--fail-from N --fail-to M] [--stall-from N --stall-to M] [--spawn-child] [--exit-at-start]
+        [--die-after N] [--fail-from N --fail-to M] [--stall-from N --stall-to M] [--break-from N --break-to M]
+        [--spawn-child] [--exit-at-start]
 
 It prints `port <n>` once listening. Endpoints: /health, /version,
 /v1/models, /v1/completions (streamed, with usage; or prompt_logprobs without
@@ -16,7 +17,8 @@ stream), /stats (peak in-flight count, requests seen), POST /reset.
 --die-after N: the process exits (code 3) when request N+1 arrives.
 --fail-from/--fail-to: requests with those arrival numbers (0-based,
 inclusive) get HTTP 500. --stall-from/--stall-to: those requests stream one
-token, then nothing more while the connection stays open. --spawn-child: starts a child process in the same
+token, then nothing more while the connection stays open. --break-from/--break-to: those requests stream
+one token, then the server drops the connection. --spawn-child: starts a child process in the same
 process group (as vLLM's engine core is), whose pid /stats reports."""
 import argparse
 import asyncio
@@ -60,6 +62,9 @@ class Fake:
             for i in range(out_len):
                 if i == 1 and self.args.stall_from is not None and self.args.stall_from <= n <= self.args.stall_to:
                     await asyncio.sleep(3600)  # a stalled engine: the stream stays open, silent
+                if i == 1 and self.args.break_from is not None and self.args.break_from <= n <= self.args.break_to:
+                    request.transport.close()  # a crashed worker, a proxy timeout: cut off mid-response
+                    return resp
                 await asyncio.sleep(self.step_s())
                 chunk = {"choices": [{"index": 0, "text": f" t{i}", "finish_reason": None}]}
                 await resp.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
@@ -103,6 +108,8 @@ def parse(argv=None):
     p.add_argument("--fail-to", type=int, default=None)
     p.add_argument("--stall-from", type=int, default=None)
     p.add_argument("--stall-to", type=int, default=None)
+    p.add_argument("--break-from", type=int, default=None)
+    p.add_argument("--break-to", type=int, default=None)
     p.add_argument("--spawn-child", action="store_true")
     p.add_argument("--exit-at-start", action="store_true")
     # what vLLM's server is also given (VllmServerEngine passes them; ignored here)

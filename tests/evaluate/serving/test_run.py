@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from quantize.common.errors import ExitCode
 from tests.conftest import last_line, quantize_env, tail
 
 HERE = Path(__file__).resolve().parent
@@ -73,7 +74,8 @@ def test_a_failed_level_is_recorded_and_the_next_one_runs(tmp_path, tiny_model):
     # request 0 is the warm-up; the level of concurrency 2 gets requests 4-6, all refused
     proc = evaluate(tmp_path, tiny_model, "engine=fake_server", "load=concurrency", "load.levels=[1,2,3]",
                     "load.max_requests=3", fake_flags=["--fixed-ms", "2", "--fail-from", "4", "--fail-to", "6"])
-    assert proc.returncode == 0, tail(proc)
+    assert proc.returncode == ExitCode.RUNS_FAILED, tail(proc)
+    assert last_line(proc.stderr).startswith("error: 1 run(s) failed while the others were measured (the first: ")
     got = [(r["load"]["level"], r["status"]) for r in rows(tmp_path)]
     assert got == [(1, "ok"), (2, "failed"), (3, "ok")]
     assert "HTTP 500" in rows(tmp_path)[1]["reason"]
@@ -83,8 +85,8 @@ def test_a_failed_level_is_recorded_and_the_next_one_runs(tmp_path, tiny_model):
 def test_a_server_that_dies_records_what_it_owed_and_fails_in_one_line(tmp_path, tiny_model):
     proc = evaluate(tmp_path, tiny_model, "engine=fake_server", "load=concurrency", "load.levels=[1,2,4]",
                     "load.max_requests=4", fake_flags=["--fixed-ms", "2", "--die-after", "5"])
-    assert proc.returncode == 2, tail(proc)
-    assert last_line(proc.stderr).startswith("error: ") and "exited with code 3" in last_line(proc.stderr)
+    assert proc.returncode == ExitCode.ENGINE_DIED, tail(proc)
+    assert last_line(proc.stderr).startswith("error: server died: ") and "exited with code 3" in last_line(proc.stderr)
     got = [(r["load"]["level"], r["status"]) for r in rows(tmp_path)]
     assert got == [(1, "ok"), (2, "failed"), (4, "failed")]
     assert all("server died" in r["reason"] for r in rows(tmp_path)[1:])

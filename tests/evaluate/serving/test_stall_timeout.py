@@ -10,7 +10,8 @@ from evaluate import engines
 from evaluate.serving import load
 from evaluate.serving.client import complete_all
 from evaluate.serving.load import Level
-from tests.conftest import tail
+from quantize.common.errors import ExitCode
+from tests.conftest import last_line, tail
 from tests.evaluate.serving.test_run import evaluate, rows
 
 STALLED = "stalled: no token for 2 s; raise engine.stall_timeout_s if the server is only slow (a long prefill on a CPU)"
@@ -42,7 +43,9 @@ def test_a_stalled_stream_fails_its_run_and_evaluate_goes_on(tmp_path, tiny_mode
     proc = evaluate(tmp_path, tiny_model, "engine=openai", f"engine.base_url={server.base_url}",
                     "engine.stall_timeout_s=2", "scenario.input_len=16", "scenario.output_len=4", "runs=3",
                     "warmup_runs=1")
-    assert proc.returncode == 0, tail(proc)
+    assert proc.returncode == ExitCode.RUNS_FAILED, tail(proc)
+    assert last_line(proc.stderr).startswith(f"error: {statuses.count('failed')} run(s) failed while the others "
+                                             "were measured (the first: ")
     got = sorted(rows(tmp_path), key=lambda r: r["run_index"])
     assert [(r["run_index"], r["status"]) for r in got] == list(enumerate(statuses))
     assert got[0]["reason"] == reason.format(url=server.base_url)

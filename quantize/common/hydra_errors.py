@@ -1,0 +1,96 @@
+"""Hydra's own errors as the one line every other bad input gets: a key the
+config lacks (with the nearest one it has), an argument Hydra's override
+grammar cannot read (an unquoted path with a space), a required group not
+given. Hydra says these in several lines and a HYDRA_FULL_ERROR hint."""
+import difflib
+import re
+
+from quantize.common.errors import UserError
+
+# "Could not override 'out_dir'." (key=value) and "Could not delete from config. 'out_dir' ..." (~key)
+UNKNOWN_KEY = re.compile(r"Could not (?:override|delete from config\.) '([^']+)'")
+MISSING_GROUP = re.compile(r"You must specify '([^']+)'")
+NEAREST_CUTOFF = 0.5   # difflib's similarity: "out_dir" finds results_dir (0.67), "forse" force
+
+
+def as_user_error(e: BaseException, module: str, config_name: str, overrides: list[str]) -> UserError | None:
+    """The one line for Hydra's error `e` raised composing `config_name` from
+    `overrides` (the command line as Hydra got it); None when `e` is not Hydra's."""
+    from hydra.errors import HydraException, OverrideParseException
+    from omegaconf.errors import OmegaConfBaseException
+    if not isinstance(e, (HydraException, OmegaConfBaseException)):
+        return None
+    text, command = str(e), f"python -m {module}"
+    unknown = UNKNOWN_KEY.search(text)
+    if unknown:
+        return UserError(unknown_key(unknown.group(1), command, config_name, overrides))
+    group = MISSING_GROUP.search(text)
+    if group:
+        return UserError(missing_group(group.group(1), command, overrides))
+    unreadable = next((arg for arg in overrides if override_error(arg)), None)
+    if isinstance(e, OverrideParseException) and unreadable:
+        return UserError(override_error(unreadable))
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(e).__name__)
+    return UserError(f"{first} ({command} --help lists its groups and keys)")
+
+
+def unknown_key(key: str, command: str, config_name: str, overrides: list[str]) -> str:
+    nearest = difflib.get_close_matches(key, config_keys(config_name, overrides, key), n=1, cutoff=NEAREST_CUTOFF)
+    hint = f"; did you mean {nearest[0]}?" if nearest else ""
+    return f"{command} has no key {key}{hint} ({command} --help lists its keys)"
+
+
+def missing_group(group: str, command: str, overrides: list[str]) -> str:
+    from quantize.common.config import search_path_dirs, shown_options
+    from quantize.common.paths import CONF_DIR
+    options = shown_options(group, [CONF_DIR, *search_path_dirs(overrides)])
+    return f"{command} needs {group}=<{group}>; choose from {options}"
+
+
+def override_error(arg: str) -> str | None:
+    """Why Hydra's grammar cannot read the argument `arg`, with the fix; None when it can."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    if arg.startswith("-"):
+        return None  # a flag
+    try:
+        OverridesParser.create().parse_override(arg)
+        return None
+    except HydraException as e:
+        first = str(e).splitlines()[0]
+    if "=" not in arg:
+        return (f"cannot read the argument {arg!r}: it is not key=value; a value with a space must be quoted "
+                "as one argument, e.g. model='/path/with a space'")
+    return (f"cannot read {arg!r}: {first} (Hydra's override grammar: quote a value with special characters, "
+            "e.g. title='a [b]')")
+
+
+def config_keys(config_name: str, overrides: list[str], bad_key: str) -> list[str]:
+    """Every dotted key of the config as composed from `overrides` less the
+    one naming `bad_key` (the groups chosen decide the keys); [] when it
+    cannot be composed."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from quantize.common.paths import CONF_DIR
+    kept = [a for a in overrides if not a.startswith("-") and "=" in a
+            and a.lstrip("+~").partition("=")[0] != bad_key and not override_error(a)]
+    for attempt in (kept, [a for a in kept if a.startswith("hydra.searchpath")]):
+        GlobalHydra.instance().clear()
+        try:
+            with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+                composed = compose(config_name, overrides=attempt)
+        except Exception:  # another error of the command line: try the defaults
+            continue
+        return list(dotted(OmegaConf.to_container(composed, resolve=False)))
+    return []
+
+
+def dotted(values: dict, prefix: str = ""):
+    for key, value in values.items():
+        if key.startswith("_"):
+            continue  # _target_ and the like: set by the config files, never on the command line
+        yield f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from dotted(value, f"{prefix}{key}.")

@@ -1,0 +1,75 @@
+"""Hydra's own errors, in every entry point, are one `error:` line and exit 2:
+a key the config lacks names the nearest one it has, an unquoted path with a
+space says to quote it, a required group not given lists its options. Never
+Hydra's screenful or its HYDRA_FULL_ERROR hint."""
+import subprocess
+import sys
+
+import pytest
+
+from quantize.common.errors import ExitCode
+from tests.conftest import quantize_env
+
+# entry point -> (a good override, a misspelt key, the key it names); the report: below
+BAD_KEYS = {
+    "quantize": ("recipe=original", "artifact_dri=x", "artifact_dir"),
+    "quantize.sensitivity": ("recipe=w4a16_rtn", "out_dir=x", "results_dir"),
+    "quantize.propose": ("recipe=w4a16_gptq", "max_size=3", "max_size_mb"),
+    "evaluate": ("runs=1", "result_dir=x", "results_dir"),
+    "evaluate.search": ("n_trials=1", "n_trial=2", "n_trials"),
+    "evaluate.capabilities": ("probe=false", "machin=avx2", "machine"),
+    "evaluate.track": ("tracking=none", "results_di=x", "results_dir"),
+}
+
+
+def run(module: str, *args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=quantize_env(), capture_output=True,
+                          text=True, timeout=300)
+
+
+def one_error_line(proc: subprocess.CompletedProcess) -> str:
+    assert "Traceback" not in proc.stderr and "HYDRA_FULL_ERROR" not in proc.stderr, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    return errors[0]
+
+
+@pytest.mark.parametrize("module", list(BAD_KEYS))
+def test_an_unknown_key_is_one_line_naming_the_nearest(module, tmp_path):
+    good, bad, nearest = BAD_KEYS[module]
+    proc = run(module, good, bad, cwd=tmp_path)
+    assert proc.returncode == ExitCode.BAD_INPUT
+    line = one_error_line(proc)
+    key = bad.partition("=")[0]
+    assert line == (f"error: python -m {module} has no key {key}; did you mean {nearest}? "
+                    f"(python -m {module} --help lists its keys)")
+    assert not (tmp_path / "results").exists() and not (tmp_path / "artifacts").exists()
+
+
+def test_the_report_names_its_keys_in_one_line(tmp_path):
+    proc = run("evaluate.report", "ouput=[csv]", cwd=tmp_path)
+    assert proc.returncode == ExitCode.BAD_INPUT
+    assert one_error_line(proc).startswith("error: unknown argument 'ouput=[csv]'; python -m evaluate.report takes ")
+
+
+@pytest.mark.parametrize("module", ["quantize", "evaluate", "quantize.sensitivity"])
+def test_an_unquoted_path_with_a_space_is_one_line(module, tmp_path):
+    folder = tmp_path / "my models" / "tiny"
+    proc = run(module, "recipe=original", *f"model={folder}".split(" "), cwd=tmp_path)
+    assert proc.returncode == ExitCode.BAD_INPUT
+    assert one_error_line(proc) == (
+        "error: cannot read the argument 'models/tiny': it is not key=value; a value with a space must be quoted "
+        "as one argument, e.g. model='/path/with a space'")
+
+
+def test_a_value_hydra_cannot_parse_is_one_line(tmp_path):
+    proc = run("evaluate", "runs=[1", cwd=tmp_path)
+    assert proc.returncode == ExitCode.BAD_INPUT
+    assert one_error_line(proc).startswith("error: cannot read 'runs=[1': no viable alternative at input '[1' ")
+
+
+def test_a_required_group_not_given_lists_its_options(tmp_path):
+    proc = run("quantize", cwd=tmp_path)
+    assert proc.returncode == ExitCode.BAD_INPUT
+    assert one_error_line(proc).startswith("error: python -m quantize needs recipe=<recipe>; choose from ")
+    assert "w4a16_gptq" in proc.stderr
