@@ -54,11 +54,12 @@ device-dry-run: setup setup-device-image
 # `make test` is CI's suite (30 min budget on 2 cores); tests marked extended
 # check further formats, families and launchers along paths `make test` already
 # drives for real, and run in `make test-extended` (docs/development.md, "Tests").
-TEST_SETUP := setup setup-lmeval setup-mlflow setup-slurm setup-browser setup-device-image
+TEST_SETUP := setup setup-lmeval setup-mlflow setup-slurm setup-browser
 test: $(TEST_SETUP)
 	$(PYTEST) --junitxml=$(SUITE_XML)-all.xml -m "not extended" tests
 
-test-extended: $(TEST_SETUP)
+# The GPU image's stand-in is for the device check's dry run, an extended test.
+test-extended: $(TEST_SETUP) setup-device-image
 	$(PYTEST) --junitxml=$(SUITE_XML)-extended.xml -m extended tests
 
 test-fast: setup

@@ -277,7 +277,7 @@ def bundle(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
 
 @pytest.fixture(scope="module")
 def image_python() -> Path | None:
-    """The GPU image's stand-in (scripts/device/image_venv.sh, which make test runs), if this machine has one."""
+    """The GPU image's stand-in (scripts/device/image_venv.sh; make test-extended makes it), if this machine has one."""
     proc = subprocess.run(["bash", str(DEVICE / "image_venv.sh"), "--path"], capture_output=True, text=True)
     return Path(proc.stdout.strip()) if proc.returncode == 0 else None
 
