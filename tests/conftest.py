@@ -288,6 +288,35 @@ def recorded_run() -> dict:
         return {}
 
 
+# Cases of a parametrized test that drive its path again with other values:
+# `make test` runs the test's other cases, `make test-extended` these too
+# (the whole-test equivalent is @pytest.mark.extended on the test).
+EXTENDED_CASES = {
+    "tests/evaluate/serving/test_run.py::test_bad_input_is_one_line_and_writes_nothing[args1-pass engine.allow_remote=true]",
+    "tests/evaluate/serving/test_run.py::test_bad_input_is_one_line_and_writes_nothing[args2-pass engine.base_url=]",
+    "tests/evaluate/serving/test_run.py::test_bad_input_is_one_line_and_writes_nothing"
+    "[args3-load=synchronous needs a server engine: pass engine=vllm_server]",
+    "tests/evaluate/engines/test_lifeline.py::test_kill_9_of_evaluate_leaves_no_engine_process[spawn]",
+    "tests/evaluate/test_bad_inputs.py::test_unknown_engine_arg_fails_before_the_engine"
+    "[args1-engine.args.no_such_knob is not an argument of engine=vllm]",
+    "tests/evaluate/test_bad_inputs.py::test_unknown_engine_arg_fails_before_the_engine"
+    "[args2-it takes device, dtype, max_model_len]",
+    "tests/evaluate/test_bad_inputs.py::test_evaluate_rejects_a_corrupt_manifest[[]-not a quantbench manifest]",
+    "tests/evaluate/test_sweeps.py::test_plugin_launchers_run_the_sweep[local_submitit]",
+    "tests/quantize/test_integrity.py::test_refused_in_one_line_with_nothing_written[ignore_covers_every_linear]",
+    "tests/quantize/test_integrity.py::test_refused_in_one_line_with_nothing_written[targets_match_no_module]",
+    "tests/quantize/test_integrity.py::test_refused_in_one_line_with_nothing_written[untied_base_checkpoint_lacks_lm_head]",
+    "tests/evaluate/test_bounds.py::test_a_scenario_too_long_names_a_fix_within_the_models_positions[past_max_model_len]",
+    "tests/evaluate/test_bounds.py::test_work_past_a_bound_is_one_line_naming_the_override[batch_tokens]",
+    "tests/quantize/test_smoothquant_check.py::test_the_cli_refuses_an_unregistered_family_in_one_line_before_calibration"
+    "[olmoe-OlmoeForCausalLM]",
+    "tests/quantize/test_errors.py::test_bad_input_fails_with_one_line[calibration_too_small]",
+    "tests/quantize/test_errors.py::test_bad_input_fails_with_one_line[bad_modifier_argument]",
+    "tests/evaluate/test_lmeval.py::test_bad_lm_eval_config_fails_before_anything_runs[args1-lm_eval.tasks is empty]",
+    "tests/evaluate/test_lmeval.py::test_bad_lm_eval_config_fails_before_anything_runs[args2-is not a folder]",
+}
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked needs_vllm skip, saying why, where vLLM is not installed.
     A test that took long in the last recorded run is marked slow, so
@@ -308,6 +337,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.nodeid in took_long and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
+        if item.nodeid in EXTENDED_CASES:
+            item.add_marker(pytest.mark.extended)
     has_slow = {item.path for item in items if item.get_closest_marker("slow")}
     seconds = recorded.get("files", {})
 

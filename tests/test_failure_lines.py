@@ -89,6 +89,7 @@ def test_ctrl_c_during_evaluate_is_one_line_and_the_same_command_measures_the_re
     assert sorted(r["run_index"] for r in whole_rows(tmp_path / "results")) == [0, 1, 2, 3]
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 @pytest.mark.needs_vllm
 def test_ctrl_c_while_vllm_serves_is_one_line(tiny_model, tmp_path):

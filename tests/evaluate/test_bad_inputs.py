@@ -116,6 +116,7 @@ def test_unknown_engine_arg_fails_before_the_engine(tiny_model, tmp_path, args, 
     assert not res.exists() or not any(res.iterdir())
 
 
+@pytest.mark.extended
 @pytest.mark.needs_vllm
 def test_a_tensor_parallel_size_the_heads_cannot_split_fails_before_the_engine(tiny_model, tmp_path):
     res = tmp_path / "res"

@@ -188,6 +188,7 @@ def test_falcon_w4a16_is_saved_packed_with_its_head_left_out(falcon_w4a16):
     assert checks["reloads_in_transformers"] and checks["logits_finite"]
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_a_failed_start_records_vllms_root_cause(tiny_model, tmp_path):
     """One real start that fails in vLLM's worker (a config.json whose MLP

@@ -46,6 +46,7 @@ def test_the_format_a_recipe_plans_is_the_format_it_builds(eval_artifacts, recip
     assert planned == from_path(eval_artifacts[recipe]).format
 
 
+@pytest.mark.extended
 def test_w8a16_runs_on_hf_engine(eval_artifacts, tmp_path, scen):
     out = run_cli("evaluate", f"model={eval_artifacts['w8a16_awq']}", "engine=hf",
                   scen["test_tiny_a"], "runs=1", "accuracy=none", f"results_dir={tmp_path}", cwd=tmp_path)
@@ -102,6 +103,7 @@ def test_scenario_longer_than_context_is_skipped_with_reason_in_a_set(eval_artif
     assert rows["test_tiny_a"].status == "ok"
 
 
+@pytest.mark.extended
 def test_accuracy_of_the_baseline_against_itself(eval_artifacts, tmp_path, scen):
     """On the same engine as the reference, the baseline has KL 0, full
     agreement and 100% recovery; the row is keyed by the artifact id."""
@@ -135,6 +137,7 @@ def test_accuracy_detects_a_different_model(eval_artifacts, tmp_path, scen):
     assert acc.metrics["kl_divergence"] > 1e-5
 
 
+@pytest.mark.extended
 def test_results_per_process_writes_a_shard_that_reruns_honour(eval_artifacts, tmp_path, scen):
     """For jobs on several hosts of a shared filesystem: one file per process,
     still read back by the skip-completed check."""
@@ -149,6 +152,7 @@ def test_results_per_process_writes_a_shard_that_reruns_honour(eval_artifacts, t
     assert len(results.read(tmp_path)) == 1
 
 
+@pytest.mark.extended
 def test_sweeping_an_engine_setting_measures_each_setting(eval_artifacts, tmp_path, scen):
     """Rows are reused only within one setup: a sweep over an engine arg runs
     every value, and each row says which setup produced it."""

@@ -51,6 +51,7 @@ def test_a_noisy_engine_runs_past_min_runs_until_the_target_is_met(tiny_model, t
     assert ci_pct(values) <= 3 < ci_pct(values[:-1])  # the first run count that met it
 
 
+@pytest.mark.extended
 def test_a_rerun_continues_from_the_stored_runs(tiny_model, tmp_path):
     noisy = ("runs=auto", "min_runs=3", "target_ci_pct=0.5", "engine.args.jitter_pct=20")
     run(tiny_model, tmp_path, *noisy, "max_runs=4")
@@ -63,6 +64,7 @@ def test_a_rerun_continues_from_the_stored_runs(tiny_model, tmp_path):
     assert len(again) == 6 and "nothing to do" in out.stdout + out.stderr
 
 
+@pytest.mark.extended
 def test_stored_fixed_runs_count_towards_auto(tiny_model, tmp_path):
     run(tiny_model, tmp_path, "runs=2")
     _, rows = run(tiny_model, tmp_path, "runs=auto", "min_runs=3")
@@ -71,6 +73,7 @@ def test_stored_fixed_runs_count_towards_auto(tiny_model, tmp_path):
     assert rows[2].precision["runs"] == 3 and rows[2].precision["stopped"] == TARGET_MET
 
 
+@pytest.mark.extended
 def test_fixed_runs_write_rows_as_before(tiny_model, tmp_path):
     _, rows = run(tiny_model, tmp_path, "runs=2", "engine.args.jitter_pct=20")
     assert [r.run_index for r in rows] == [0, 1]
@@ -86,6 +89,7 @@ def test_auto_warm_up_lasts_until_the_throughput_is_stable(tiny_model, tmp_path)
     assert throughputs(rows)[0] == pytest.approx(throughputs(rows)[1])  # no cold run was timed
 
 
+@pytest.mark.extended
 def test_auto_warm_up_is_capped(tiny_model, tmp_path):
     out, rows = run(tiny_model, tmp_path, "runs=1", "warmup_runs=auto", "max_warmup_runs=3",
                     "engine.args.cold_runs=9")

@@ -7,6 +7,8 @@ import shutil
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
+import pytest
+
 from evaluate import results, target
 from evaluate.results import Row
 from quantize.common import manifest
@@ -55,6 +57,7 @@ def test_another_rope_theta_is_another_artifact_and_a_renamed_config_the_same(ti
     assert json.loads((arts / "b" / "manifest.json").read_text())["artifact_id"] != built
 
 
+@pytest.mark.extended
 def test_evaluate_measures_a_checkpoint_with_another_rope_theta(tiny_model, tmp_path, scen):
     a, b, c = models(tiny_model, tmp_path)
     res = tmp_path / "res"

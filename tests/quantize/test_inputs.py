@@ -3,6 +3,8 @@ path, and a recipe dropped into recipes/."""
 import json
 import uuid
 
+import pytest
+
 from tests.conftest import (MAX_SEQ_LEN, NUM_SAMPLES, RECIPES_DIR, SMALL_CALIB, TINY_NAME, check_ok,
                       file_sha256, run_quantize, w4_rtn_recipe)
 
@@ -31,6 +33,7 @@ def assert_file_calibration(manifest: dict, path, reference: dict) -> None:
     assert manifest["quantization"]["format"] == "pack-quantized"
 
 
+@pytest.mark.extended
 def test_calibration_from_jsonl(tmp_path, workdir, tiny_model, build_artifact):
     data = tmp_path / "calib.jsonl"
     records = [{"id": i, "text": p} for i, p in enumerate(austen_paragraphs()[:12])]
@@ -58,6 +61,7 @@ def test_calibration_from_txt_relative_to_cwd(tmp_path, workdir, tiny_model, bui
 USER_RECIPE = w4_rtn_recipe(32)
 
 
+@pytest.mark.extended
 def test_recipe_given_as_a_path(tmp_path, workdir, tiny_model):
     recipe = tmp_path / "my_w4_g32.yaml"
     recipe.write_text(USER_RECIPE)

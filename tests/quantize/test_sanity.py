@@ -92,6 +92,7 @@ def test_strict_fails_a_suspect_artifact_instead_of_keeping_it():
     assert "suspect" not in sound.to_dict() and sound.checks["sanity"]["top1_agreement"] == 0.95
 
 
+@pytest.mark.extended
 def test_smoothquant_mappings_wrong_for_phi_make_a_suspect_artifact(tmp_path, tokenizer_dir):
     model = build_tiny("phi", tmp_path / "phi", tokenizer_dir)
     (tmp_path / "wrong_for_phi.yaml").write_text(WRONG_FOR_PHI)

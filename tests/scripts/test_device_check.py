@@ -297,6 +297,7 @@ def wheel_name(path: Path) -> str:
     return path.name.split("-")[0].lower().replace("_", "-")
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_prepare_bundles_vllm_and_the_stages_wheels_in_chunks_of_at_most_60_mib(bundle):
     path, proc = bundle

@@ -202,7 +202,8 @@ def test_engine_is_found_from_a_config_outside_conf(dummy):
 def test_engine_config_is_typed_with_the_engines_own_keys_as_settings():
     typed = engines.build(engines.config("openai"))
     assert typed.name == "openai" and typed.engine is engines.get("openai")
-    assert typed.settings == {"base_url": None, "model": None, "allow_remote": False, "stall_timeout_s": 30}
+    assert typed.settings == {"base_url": None, "model": None, "allow_remote": False, "stall_timeout_s": 30,
+                              "retries": 2, "retry_backoff_s": 1}
     assert engines.build(engines.config("vllm_server")).settings["host"] == "127.0.0.1"
 
 
@@ -351,6 +352,7 @@ def test_an_engine_without_prompt_logprobs_cannot_measure_accuracy(tiny_model, t
                                                    "measure accuracy; pass accuracy=none")
 
 
+@pytest.mark.extended
 def test_a_sweep_in_one_process_records_each_jobs_own_environment(tiny_model, tmp_path):
     """Two jobs of a `-m` sweep share one process (Hydra's basic launcher):
     the second must not run in, nor record, what the first one set."""

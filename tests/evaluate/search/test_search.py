@@ -168,7 +168,8 @@ def test_a_failing_stage_fails_its_trial_with_one_line(tiny_model, scenario_file
     (trial,) = study_file.read(study_file.path_for(res, STUDY)).trials
     info = study_file.read_trial_info(res, STUDY, 0)
     assert trial.state == "FAIL" and trial.values is None
-    assert info["error"].startswith("quantize failed (exit 1): ") and "no_such_setting" in info["error"]
+    # exit 2: bad input (quantize.common.errors.ExitCode)
+    assert info["error"].startswith("quantize failed (exit 2): ") and "no_such_setting" in info["error"]
     assert "\n" not in info["error"] and (res / "search" / STUDY / "logs" / "0-quantize.log").is_file()
     assert not (tmp_path / "artifacts").exists()
 

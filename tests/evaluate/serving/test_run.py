@@ -69,6 +69,7 @@ def test_sweep_runs_synchronous_saturation_then_rates_between(tmp_path, tiny_mod
     assert low < got[2]["level"] < got[3]["level"] < high
 
 
+@pytest.mark.extended
 @pytest.mark.needs_vllm
 def test_a_failed_level_is_recorded_and_the_next_one_runs(tmp_path, tiny_model):
     # request 0 is the warm-up; the level of concurrency 2 gets requests 4-6, all refused
@@ -81,6 +82,7 @@ def test_a_failed_level_is_recorded_and_the_next_one_runs(tmp_path, tiny_model):
     assert "HTTP 500" in rows(tmp_path)[1]["reason"]
 
 
+@pytest.mark.extended
 @pytest.mark.needs_vllm
 def test_a_server_that_dies_records_what_it_owed_and_fails_in_one_line(tmp_path, tiny_model):
     proc = evaluate(tmp_path, tiny_model, "engine=fake_server", "load=concurrency", "load.levels=[1,2,4]",
@@ -92,6 +94,7 @@ def test_a_server_that_dies_records_what_it_owed_and_fails_in_one_line(tmp_path,
     assert all("server died" in r["reason"] for r in rows(tmp_path)[1:])
 
 
+@pytest.mark.extended
 @pytest.mark.needs_vllm
 def test_batch_scenarios_run_through_the_server_engine_too(tmp_path, tiny_model):
     proc = evaluate(tmp_path, tiny_model, "engine=fake_server", "runs=1", fake_flags=["--fixed-ms", "2"])
@@ -112,6 +115,7 @@ def test_openai_engine_benchmarks_a_running_server(tmp_path, tiny_model, fake_se
     assert server.stats()["requests"] == 3
 
 
+@pytest.mark.extended
 def test_a_profile_from_outside_conf_runs_its_levels_and_resumes(tmp_path, tiny_model, fake_server):
     """One module and one YAML on the search path add a profile: no list in evaluate names it."""
     server = fake_server("--fixed-ms", "2")
