@@ -36,35 +36,35 @@ def cpu_s(p: psutil.Process) -> float:
     return t.user + t.system
 
 
-def test_a_process_outside_the_tree_is_other_work():
-    other = burner(30, outside=True)
+def metered_second(proc: psutil.Process) -> tuple[HostLoad, float]:
+    """The meter's record of one second while `proc` burns CPU, and the CPU
+    seconds `proc` burned in it; `proc` is killed and waited for after."""
     try:
-        assert other.pid not in {c.pid for c in psutil.Process().children(recursive=True)}
-        before = cpu_s(other)
+        before = cpu_s(proc)
         with HostLoadMeter() as meter:
             time.sleep(1.0)
-        burned = cpu_s(other) - before
+        burned = cpu_s(proc) - before
     finally:
-        other.kill()
+        proc.kill()
+        proc.wait(timeout=30)
+    return meter.result, burned
+
+
+def test_a_process_outside_the_tree_is_other_work():
+    other = burner(30, outside=True)
+    assert other.pid not in {c.pid for c in psutil.Process().children(recursive=True)}
+    load, burned = metered_second(other)
     assert burned > 0.1  # it ran, however busy the host
-    assert meter.result.other_cpu_s >= burned - TICK_S
+    assert load.other_cpu_s >= burned - TICK_S
 
 
 def test_a_child_of_this_process_is_its_own_work():
     host = psutil.cpu_times()
-    child = burner(30, outside=False)
-    try:
-        before = cpu_s(child)
-        with HostLoadMeter() as meter:
-            time.sleep(1.0)
-        burned = cpu_s(child) - before
-    finally:
-        child.kill()
-        child.wait()
+    load, burned = metered_second(burner(30, outside=False))
     now = psutil.cpu_times()
     busy = sum(getattr(now, f) - getattr(host, f) for f in ("user", "nice", "system", "irq", "softirq", "steal"))
     assert burned > 0.1
-    assert meter.result.other_cpu_s <= busy - burned + TICK_S
+    assert load.other_cpu_s <= busy - burned + TICK_S
 
 
 def test_the_record_round_trips_and_gives_the_share_of_the_host():
