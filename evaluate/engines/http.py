@@ -99,7 +99,8 @@ class HttpEngine:
         stalled stream or a request the server refuses (4xx), it fails
         (RunFailed) and the next run may be served. A server that died
         ends the job (ServerDied)."""
-        for attempt in range(self.retry.retries + 1):
+        retry = self.retry
+        for attempt in range(retry.retries + 1):
             start = time.perf_counter()
             results = asyncio.run(client.complete_all(self.base_url, self.model, prompts, output_len,
                                                       self.stall_timeout_s))
@@ -107,12 +108,12 @@ class HttpEngine:
             if failed is None:
                 return start, [as_timing(r) for r in results]
             self._raise_if_dead(failed.connection_lost)
-            if not failed.retryable or attempt == self.retry.retries:
+            if not failed.retryable or attempt == retry.retries:
                 raise RunFailed(f"request to {self.base_url} failed: {failed.error or 'no tokens'}"
-                                f"{self.retry.after(attempt) if failed.retryable else ''}")
+                                f"{retry.after(attempt) if failed.retryable else ''}")
             log.warning("  request to %s failed (%s): running it again in %.1f s (engine.retries=%d)",
-                        self.base_url, failed.error, self.retry.pause_s(attempt), self.retry.retries)
-            time.sleep(self.retry.pause_s(attempt))
+                        self.base_url, failed.error, retry.pause_s(attempt), retry.retries)
+            time.sleep(retry.pause_s(attempt))
 
     def _raise_if_dead(self, connection_lost: bool) -> None:
         """ServerDied when the server is gone (a dying server closes its
