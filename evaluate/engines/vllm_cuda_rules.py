@@ -4,9 +4,9 @@ release of both targets, requirements/cuda.txt and cpu.txt) and 0.26.0 (the
 newest release that pins torch 2.11.0, the GPU machine's). Each rule cites
 the file (under vllm/) and function it was read from; where vLLM picks among
 kernels at start-up, a yes names the one it would pick when that matters for
-speed. Nothing here was measured: no vLLM engine has run on a GPU in this
-project yet; each release's `basis` says so, and says otherwise once a start
-on a GPU confirms it.
+speed. Each release's `basis` says how its rules are known: read from the
+wheel's source, and where starts on a GPU confirmed some of them, which
+(`observed`; 0.26.0 on an H100: docs/device-runs/2026-11-27-h100/rules.md).
 
 The two releases decide alike except where RULES says: the module constants
 hold the facts they share, RULES the ones that differ. The rules used are
@@ -68,12 +68,17 @@ class CudaRules:
     # capability majors where FlashAttention, not FlashInfer, runs an fp8 e4m3 KV cache
     flash_attn_fp8_kv: Fact
     note: str = ""  # set where the installed vLLM is outside the releases read
+    # starts on a GPU that went as these rules said: (capability, format labels, where recorded)
+    observed: tuple = ()
 
 
 READ = "read from the wheel's source"
+H100_RUN = "docs/device-runs/2026-11-27-h100/rules.md"
 RULES = {
     "0.26": CudaRules(
-        release="0.26.0", basis=READ,
+        release="0.26.0", basis=f"{READ}; on sm90, dense bf16, W8A8 int8 and W4A16 asym started as read ({H100_RUN})",
+        observed=(((9, 0), ("dense bfloat16", "W8A8 int8", "W4A16 asym"), f"{H100_RUN}: an H100 80GB HBM3, 2026-11-27, "
+                   "FlashAttention 3, CutlassInt8ScaledMMLinearKernel, MacheteLinearKernel"),),
         allspark=Fact(((8, 0), (9, 0)),
                       "kernels/linear/__init__.py, _POSSIBLE_KERNELS[CUDA]: Machete, AllSpark, Marlin; "
                       "mixed_precision/allspark.py, AllSparkLinearKernel.can_implement: no zero points, and "

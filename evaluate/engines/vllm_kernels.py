@@ -29,6 +29,9 @@ class VllmKernels:
     # torch._scaled_mm fallback, run by oneDNN (its implementation, e.g. "ref:any") or by torch
     # itself ("torch"); "unavailable": that fallback fails here; None: not probed.
     fp8_gemm: str | None = None
+    # The vLLM release whose CUDA rules apply (vllm_cuda_rules.rules_for); None: the installed
+    # one. Set to judge rows another machine measured with another vLLM (scripts/device/rules_vs_observed.py).
+    release: str | None = None
 
     def facts(self) -> dict:
         """The row keys (vllm_library, vllm_ops, fp8_gemm as rows have always had them)."""

