@@ -15,7 +15,7 @@
 # (requirements/vllm-torch-pins.tsv) trimmed of what the check never loads,
 # with the packages its engine imports (scripts/device/vllm-<version>.txt), and
 # the default model's tokenizer and config (no weights) and the Austen corpus;
-# then it cuts that bundle into chunks of at most 60 MiB
+# then it cuts that bundle into chunks of at most 58 MiB
 # (.device-bundle/chunks/chunk-N), one per transfer, and prints the calls.
 # Each call carries one chunk; the calls must follow one another at once (a
 # machine idle for 30 s is given back, with what earlier calls carried).
@@ -47,7 +47,7 @@ ROOT=$PWD
 HERE=$ROOT/scripts/device
 BUNDLE=${DEVICE_BUNDLE:-$ROOT/.device-bundle}
 STASH=${DEVICE_STASH:-/tmp/quantbench-stash}
-MAX_CHUNK_MIB=60
+MAX_CHUNK_MIB=58   # a call carries 64 MiB: one chunk and the tree (3 MiB) beside it
 DEFAULT_MODEL=SmolLM2-135M-Instruct
 
 # What the stages import that the GPU image lacks, plus the test runner. Versions: .venv's.
@@ -122,6 +122,7 @@ except PackageNotFoundError as e:
     n=$(ls -d "$BUNDLE"/chunks/chunk-* | wc -l)
     echo "prepare: $BUNDLE: $(ls "$BUNDLE/wheels" | wc -l) wheels ($(du -sh "$BUNDLE/wheels" | cut -f1)), tokenizer +" \
          "corpus $(du -sh "$BUNDLE/cache" | cut -f1); $n chunk(s) in $BUNDLE/chunks, in $((SECONDS - t0)) s"
+    fits_one_call "$BUNDLE/chunks" || exit 2
     echo "prepare: on the CUDA machine, one call per chunk, each at once after the last (docs/hardware.md):"
     local i
     for ((i = 1; i <= n; i++)); do
@@ -145,6 +146,19 @@ prepare_vllm() {
     "$py" -m pip download --quiet --no-deps --only-binary=:all: "${DEVICE_PLATFORM[@]}" -d "$wheels" \
         $(requirement_lines "$HERE/vllm-$version.txt") \
         || { echo "device_check: downloading vLLM's runtime packages failed (see above)" >&2; return 2; }
+}
+
+# A call carries at most 64 MiB: the working tree (tracked and untracked, not
+# ignored, files) and one chunk. Refuse a bundle whose largest chunk and the
+# tree beside it would not fit.
+fits_one_call() {
+    local tree chunk
+    tree=$( (git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s 2>/dev/null) | awk '{ s += $1 } END { print s + 0 }')
+    chunk=$(du -sb "$1"/chunk-* | sort -n | tail -1 | cut -f1)
+    ((tree + chunk <= 64 * 1024 * 1024)) && return 0
+    echo "device_check: the tree ($((tree / 1024)) KiB) and the largest chunk ($((chunk / 1024)) KiB) are over a call's" \
+         "64 MiB: lower MAX_CHUNK_MIB in scripts/device_check.sh, or move large files out of the tree" >&2
+    return 1
 }
 
 requirement_lines() { sed -e 's/[[:space:]]*#.*//' -e '/^[[:space:]]*$/d' "$@"; }
@@ -320,6 +334,10 @@ check() {
             DRY=$DRY W='$W' BUNDLE='$BUNDLE' STASH='$STASH' HERE='$HERE' SITE='$SITE' INSTALL_PY='$install_py' \
             INSTALL_FLAGS='$install_flags' QUANTBENCH_CACHE='${QUANTBENCH_CACHE_BUNDLE:-$QUANTBENCH_CACHE}' install_bundle"
     fi
+    # The facts and the capability table need no GPU time: they run beside
+    # the imports (~75 s on the H100 one after another, ~35 s side by side).
+    machine_facts >"$W/facts.console" 2>&1 &
+    local facts_pid=$!
     if [ "$PLAN" = vllm ]; then
         if ((DRY)) && [ ! -x "$IMAGE_PY" ]; then
             echo; echo "== imports: SKIPPED (no $IMAGE_PY: make it with bash scripts/device/image_venv.sh)"
@@ -329,16 +347,24 @@ check() {
                 "$HERE/vllm_imports.py" $( ((DRY)) && echo --no-gpu)
         fi
     fi
-    TAIL=60 step facts 60 5 bash -c "{ nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit --format=csv; } 2>/dev/null;
-        echo \"\$(nproc) CPU cores, \$(free -g | awk '/Mem:/ {print \$2}') GiB RAM, /tmp: \$(df -h /tmp | awk 'NR == 2 {print \$4}') free\";
-        '$PY' '$HERE/facts.py'"
-    TAIL=80 step capabilities 90 5 bash -c "'$PY' -m evaluate.capabilities; echo;
-        echo '--- python -m evaluate.capabilities machine=cuda_sm90 (the rules for an H100/H200):';
-        '$PY' -m evaluate.capabilities machine=cuda_sm90"
+    wait "$facts_pid"
+    cat "$W/facts.console"
     if [ "$PLAN" = vllm ]; then plan_vllm; else plan_hf; fi
     FINAL=1 step report 60 5 "$PY" -m evaluate.report results_dir="$W/results" out_dir="$W/reports"
     [ "$PLAN" = vllm ] && FINAL=1 step rules 60 5 "$PY" "$HERE/rules_vs_observed.py" "$W"
     collect
+}
+
+# The machine's facts and quantbench's capability table for it (on a CPU, the
+# table of an H100/H200 too: the rules a GPU run will be judged by).
+machine_facts() {
+    TAIL=60 step facts 60 5 bash -c "{ nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit --format=csv; } 2>/dev/null;
+        echo \"\$(nproc) CPU cores, \$(free -g | awk '/Mem:/ {print \$2}') GiB RAM, /tmp: \$(df -h /tmp | awk 'NR == 2 {print \$4}') free\";
+        '$PY' '$HERE/facts.py'"
+    local sm90=""
+    ((GPU)) || sm90="echo; echo '--- python -m evaluate.capabilities machine=cuda_sm90 (the rules for an H100/H200):';
+        '$PY' -m evaluate.capabilities machine=cuda_sm90"
+    TAIL=80 step capabilities 90 5 bash -c "'$PY' -m evaluate.capabilities; $sm90"
 }
 
 # The vLLM plan: a 1B-shaped random Llama (tiny in a dry run), its original

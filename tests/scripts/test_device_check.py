@@ -345,7 +345,8 @@ def test_the_dry_run_runs_every_step_and_summarizes_them(dry_run, image_python):
     work, out, proc = dry_run
     summary = (out / "summary.md").read_text()
     rows = step_rows(summary)
-    assert tuple(rows) == DRY_STEPS, summary
+    # the facts and capability steps run beside the imports: any order among those three
+    assert sorted(rows) == sorted(DRY_STEPS) and tuple(rows)[4:] == DRY_STEPS[4:], summary
     if image_python is None:   # no Python 3.12 here: the import check is skipped, saying why
         assert rows["imports"][0] == "skipped" and rows["imports"][4] == "no image venv"
         rows.pop("imports")
