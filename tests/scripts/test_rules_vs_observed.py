@@ -66,3 +66,17 @@ def test_a_checkpoint_without_vllm_rows_is_not_checked(run):
     edit_rows(run, "w4a16_gptq", engine="hf")
     row = by_artifact(run)["llama-1b-random/w4a16_gptq"]
     assert row["agree"] is None and row["observed"] == "not served in this check (no vLLM rows)"
+
+
+def test_cpu_rows_are_judged_with_the_kernel_library_they_record(run):
+    """Rows from a CPU record which vLLM-CPU kernels it had: an AVX2 build has no int4 kernel, so W4A16 rows
+    that ran there would contradict the rule (and the refusal rows such a host writes would not)."""
+    avx2 = {"arch": "x86_64", "isa": ["avx2"], "cuda": [], "vllm_installed": True, "vllm_library": "_C_AVX2",
+            "vllm_ops": ["onednn_scaled_mm"], "fp8_gemm": None, "numa_nodes": 1}
+    edit_rows(run, "w4a16_gptq", machine=avx2, hardware={"accelerators": []}, engine_args={"dtype": "bfloat16"})
+    row = by_artifact(run)["llama-1b-random/w4a16_gptq"]
+    assert row["rule"].startswith("no: vLLM-CPU's kernel library here (_C_AVX2) has no int4") and row["agree"] is False
+    edit_rows(run, "w4a16_gptq", status="unsupported", reason=row["rule"].removeprefix("no: "), engine_version=None)
+    row = by_artifact(run)["llama-1b-random/w4a16_gptq"]
+    assert row["observed"] == "refused before a start (no runs)" and row["agree"] is None
+    assert row["engine_version"] == "0.26.0"   # from the row's versions: a refusal starts no engine
