@@ -9,6 +9,7 @@ from evaluate.analysis.groups import aggregate
 from evaluate.report import build_report
 from evaluate.report import memory_figures as memory
 from evaluate.report.formatting import MISSING, fmt_fixed
+from evaluate.report.tables_csv import summary_records
 
 from .rows import ARTIFACTS, ENGINE_ARGS, HARDWARE, MACHINE, SCENARIOS, heading, main_rows, md_tables, ok_speed, \
     speed_run, store
@@ -163,3 +164,18 @@ def test_the_layouts_name_host_and_gpu_memory_apart(tmp_path):
         assert (f"tok/s · host {gb(host)} GB · GPU weights {gb(reported['weights_bytes'])} · "
                 f"KV {gb(reported['kv_cache_bytes'])} GB") in md["context_table.md"]
     assert "peak_mem:" not in md["oneline.md"] and "plus device memory" not in "".join(md.values())
+
+
+def test_summary_csv_carries_the_gpu_figures_under_their_own_keys():
+    """The raw keys stay (peak_memory_bytes_* is host memory); the engine's GPU
+    weights and KV cache are columns of their own, empty off a GPU."""
+    gpu = {(r["recipe"], r["scenario"]): r for r in summary_records(aggregate(gpu_rows(), "speed"))}
+    for (recipe, scenario), rec in gpu.items():
+        runs = ok_speed(gpu_rows(), recipe, scenario)
+        assert rec["gpu_weights_bytes"] == ENGINE_MEMORY[recipe]["weights_bytes"]
+        assert rec["gpu_kv_cache_bytes"] == ENGINE_MEMORY[recipe]["kv_cache_bytes"]
+        assert rec["peak_memory_bytes_mean"] == statistics.mean(r.metrics["peak_memory_bytes"] for r in runs)
+        assert rec[f"{memory.GPU_IN_USE}_mean"] == statistics.mean(r.metrics[memory.GPU_IN_USE] for r in runs)
+    for rec in summary_records(aggregate(main_rows(), "speed")):
+        assert rec["gpu_weights_bytes"] is None and rec["gpu_kv_cache_bytes"] is None
+        assert f"{memory.GPU_IN_USE}_mean" not in rec
