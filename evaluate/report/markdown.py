@@ -11,7 +11,8 @@ from evaluate.analysis import Analysis
 from evaluate.analysis.busy_host import BusyHost
 from evaluate.analysis.suspect import Suspect
 from evaluate.analysis.groups import (
-    BASELINE, CV_MAX, Group, accuracy_of, by_model, headline_accuracy_keys, lm_baseline, lm_recovery, numeric_metrics, scenario_of, scenarios, stderr_key)
+    BASELINE, CV_MAX, Group, accuracy_of, by_model, headline_accuracy_keys, lm_baseline, lm_recovery,
+    numeric_metrics, scenario_of, scenarios, stderr_key)
 from evaluate.analysis.accuracy_bounds import recovery
 from evaluate.analysis.cost import Prices
 from evaluate.analysis.ranking import Overall, OverallRanking, ScenarioRanking
@@ -294,7 +295,8 @@ def render_summary(speed: list[Group], accuracy: list[Group], plots: list[Plot] 
              + [COST_HEADER] * prices.any)
     out = ["## Summary"]
     for sc in scenarios(speed):
-        rows = [[g.model_name] * several + summary_row(g, names, accuracy_of(accuracy, g), with_recovery, memory_heads)
+        rows = [[g.model_name] * several
+                + summary_row(g, names, accuracy_of(accuracy, g), with_recovery, memory_heads)
                 + [cost_cell(prices, g)] * prices.any for g in by_model([g for g in speed if g.scenario == sc])]
         out += ["", f"### {sc.heading()}", "", md_table(heads, rows)] + figure_markdown(plots, (SUMMARY, sc))
     if not speed:
