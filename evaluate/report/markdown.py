@@ -11,8 +11,8 @@ from evaluate.analysis import Analysis
 from evaluate.analysis.busy_host import BusyHost
 from evaluate.analysis.suspect import Suspect
 from evaluate.analysis.groups import (
-    BASELINE, CV_MAX, Group, accuracy_of, by_model, headline_accuracy_keys, kv_cache_bytes,
-    lm_baseline, lm_recovery, numeric_metrics, scenario_of, scenarios, stderr_key)
+    BASELINE, CV_MAX, Group, accuracy_of, by_model, headline_accuracy_keys, lm_baseline, lm_recovery,
+    numeric_metrics, scenario_of, scenarios, stderr_key)
 from evaluate.analysis.accuracy_bounds import recovery
 from evaluate.analysis.cost import Prices
 from evaluate.analysis.ranking import Overall, OverallRanking, ScenarioRanking
@@ -25,6 +25,7 @@ from evaluate.report.answer_markdown import SPEEDUP_HEADER, render_answer, speed
 from evaluate.report.conditions_markdown import busy_cell
 from evaluate.report.cost_markdown import COST_HEADER, cost_cell
 from evaluate.report.labels import dtype_note, dtypes_text, in_table, labels, run_labels
+from evaluate.report import memory_figures as memory
 from evaluate.report.plots import RANKING, SUMMARY, Plot, figure_markdown, png_plots
 from evaluate.report.search_files import sensitivities, studies
 from evaluate.report.search_markdown import render_search, render_sensitivity
@@ -45,7 +46,7 @@ DETAIL_STATS = (("total_token_throughput", 2), ("input_throughput", 2), ("latenc
 RUN_METRICS = (  # per run: metric, decimals
     ("latency_s", 3), ("output_throughput", 2), ("total_token_throughput", 2), ("input_throughput", 2),
     ("ttft_ms_p50", 2), ("tpot_ms_p50", 2), ("itl_ms_p50", 2), ("peak_memory_mb", 1), ("weight_bandwidth_gb_s", 2))
-KV_HEADER = "of it KV cache (MB)"
+GPU_RUN_METRIC = ("peak_gpu_memory_mb", 1)  # per run, where some run measured it
 OTHER_CPU_HEADER = "Other processes' CPU (% of host)"
 
 
@@ -190,13 +191,15 @@ NOTES = (
     "either side has a single run; flagged values are ranked and averaged all the same, with their wide "
     "intervals, but a single run cannot be tested and is listed apart. Intervals of a mean are Student-t, from "
     "two runs up; `Runs (n)` says how `runs=auto` ended (target met, or cap reached at max_runs).\n\n"
-    "Peak memory is the engine's, not the harness's (the highest sample, every 50 ms, of a timed run): for an "
-    "engine in the evaluate process (transformers), what that process grew by since just before the engine "
-    "started, its libraries' code left out (the weights, the KV cache and activations); for an engine in "
-    "processes of its own (vLLM's engine core and workers, a server), their whole resident memory, runtime "
-    "included. So an artifact's figure does not depend on what the process measured before it. vLLM-CPU "
-    "allocates its whole KV cache up front (`VLLM_CPU_KVCACHE_SPACE` GiB, shown per row as *KV cache*), so "
-    "peak memory barely changes with batch size; model size is the weights alone.")
+    "Peak host memory is the engine's resident memory in host RAM, not the harness's (the highest sample, every "
+    "50 ms, of a timed run): for an engine in the evaluate process (transformers), what that process grew by "
+    "since just before the engine started, its libraries' code left out (the weights, the KV cache and "
+    "activations); for an engine in processes of its own (vLLM's engine core and workers, a server), their whole "
+    "resident memory, runtime included. So an artifact's figure does not depend on what the process measured "
+    "before it. vLLM-CPU allocates its whole KV cache up front (`VLLM_CPU_KVCACHE_SPACE` GiB, shown per row as "
+    "*KV cache, in peak host memory*), so peak host memory barely changes with batch size; model size is the "
+    "weights alone. GPU memory is never in it: where a run used a GPU, *GPU weights*, *GPU KV cache* (as the "
+    "engine reported them) and *GPU in use, whole device* (NVML) are columns of their own.")
 
 
 def busy_host_note(busy: BusyHost) -> str:
@@ -286,12 +289,14 @@ def render_summary(speed: list[Group], accuracy: list[Group], plots: list[Plot] 
     names = labels(speed)
     several = len({g.model_name for g in speed}) > 1
     with_recovery = "recovery_pct" in headline_accuracy_keys(accuracy)
+    memory_heads = memory.summary_heads(speed)
     heads = (["Model"] * several + ["Recipe", "Artifact", "Model size (MB)", header(SPEED), SPEEDUP_HEADER]
-             + [header(k) for k in SUMMARY_LATENCY] + [memory_header()] + [RECOVERY_HEADER] * with_recovery
+             + [header(k) for k in SUMMARY_LATENCY] + memory_heads + [RECOVERY_HEADER] * with_recovery
              + [COST_HEADER] * prices.any)
     out = ["## Summary"]
     for sc in scenarios(speed):
-        rows = [[g.model_name] * several + summary_row(g, names, accuracy_of(accuracy, g), with_recovery)
+        rows = [[g.model_name] * several
+                + summary_row(g, names, accuracy_of(accuracy, g), with_recovery, memory_heads)
                 + [cost_cell(prices, g)] * prices.any for g in by_model([g for g in speed if g.scenario == sc])]
         out += ["", f"### {sc.heading()}", "", md_table(heads, rows)] + figure_markdown(plots, (SUMMARY, sc))
     if not speed:
@@ -301,34 +306,34 @@ def render_summary(speed: list[Group], accuracy: list[Group], plots: list[Plot] 
                 "over the windows (what it is: *Accuracy*); — means no such run (a run of another setup is never "
                 "borrowed). The other accuracy metrics are under *Accuracy*, every speed metric under *Speed in "
                 "detail* and in summary.csv."]
+    gpu_note = memory.gpu_note(speed)
+    out += ["", gpu_note] if gpu_note else []
     return "\n".join(out + figure_markdown(plots, (SUMMARY, None)))
 
 
-def summary_row(g: Group, names: dict, accuracy: Group | None, with_recovery: bool) -> list[str]:
+def summary_row(g: Group, names: dict, accuracy: Group | None, with_recovery: bool,
+                memory_heads: list[str] = (memory.HOST_HEADER,)) -> list[str]:
     cells = ([in_table(names, g), f"`{short(g.artifact_id)}`", fmt_fixed(mb(g.model_bytes), 1),
               mean_pm_std(g, SPEED, 2), speedup_cell(g)]
-             + [fmt_fixed(g.mean(k), 2) for k in SUMMARY_LATENCY] + [fmt_fixed(mb(g.mean("peak_memory_bytes")), 1)])
+             + [fmt_fixed(g.mean(k), 2) for k in SUMMARY_LATENCY] + memory.cells(g, list(memory_heads)))
     if with_recovery:
         cells.append(recovery_cell(recovery(accuracy, g)) if accuracy else MISSING)
     return cells
 
 
-def memory_header() -> str:
-    return f"{label('peak_memory_bytes')} (MB)"
-
-
 def render_speed_detail(speed: list[Group]) -> str:
     """Per scenario and artifact, what the summary leaves out: the run count,
     the interval of the mean output throughput, the other throughputs, latency
-    and the KV cache."""
+    and the memory the Summary leaves out (memory_figures.detail_heads)."""
     names = labels(speed)
+    memory_heads = memory.detail_heads(speed)
     heads = (["Model", "Recipe", "Artifact", "Format", "Engine", "Runs (n)", f"{label(SPEED)} 95% CI (tok/s)"]
-             + [header(k) for k, _ in DETAIL_STATS] + [KV_HEADER])
+             + [header(k) for k, _ in DETAIL_STATS] + memory_heads)
     out = ["## Speed in detail"]
     for sc in scenarios(speed):
         rows = [[g.model_name, in_table(names, g), f"`{short(g.artifact_id)}`", g.quant_format or MISSING, g.engine,
                  runs_cell(g), ci_cell(g, SPEED, 2)] + [mean_pm_std(g, k, d) for k, d in DETAIL_STATS]
-                + [fmt_fixed(mb(kv_cache_bytes(g.runs[0])), 1)]
+                + memory.cells(g, memory_heads)
                 for g in by_model([g for g in speed if g.scenario == sc])]
         out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
     return "\n".join(out) if speed else ""
@@ -401,9 +406,18 @@ def overall_entry(o: Overall, names: dict) -> str:
 
 def run_metrics(row: Row) -> dict[str, float]:
     m = numeric_metrics(row)
-    if "peak_memory_bytes" in m:
-        m["peak_memory_mb"] = m["peak_memory_bytes"] / 1e6
+    for key in (memory.HOST, memory.GPU_IN_USE):
+        if key in m:
+            m[key.replace("_bytes", "_mb")] = m[key] / 1e6
     return m
+
+
+def run_metric_columns(gpu: bool) -> tuple:
+    """RUN_METRICS, with the whole GPU's memory in use after peak host memory where a run measured it."""
+    if not gpu:
+        return RUN_METRICS
+    at = [k for k, _ in RUN_METRICS].index("peak_memory_mb") + 1
+    return RUN_METRICS[:at] + (GPU_RUN_METRIC,) + RUN_METRICS[at:]
 
 
 def render_details(speed: list[Group], busy: BusyHost) -> str:
@@ -412,7 +426,8 @@ def render_details(speed: list[Group], busy: BusyHost) -> str:
     runs = [r for g in speed for r in g.runs]
     decided = any(r.precision for r in runs)  # a column only where some run recorded it
     loaded = busy.recorded(runs)
-    heads = (["Run", "Model", "Recipe", "Artifact", "Engine"] + [header(k) for k, _ in RUN_METRICS]
+    metrics = run_metric_columns(any(memory.GPU_IN_USE in r.metrics for r in runs))
+    heads = (["Run", "Model", "Recipe", "Artifact", "Engine"] + [header(k) for k, _ in metrics]
              + ["Run count decision"] * decided + [OTHER_CPU_HEADER] * loaded + ["Timestamp (UTC)"])
     for sc in scenarios(speed):
         rows = []
@@ -420,7 +435,7 @@ def render_details(speed: list[Group], busy: BusyHost) -> str:
             for run_label, run in zip(run_labels(g.runs), g.runs):
                 m = run_metrics(run)
                 rows.append([run_label, g.model_name, in_table(names, g), f"`{short(g.artifact_id)}`", g.engine]
-                            + [fmt_fixed(m.get(k), d) for k, d in RUN_METRICS]
+                            + [fmt_fixed(m.get(k), d) for k, d in metrics]
                             + [decision_text(run.precision)] * decided + [busy_cell(run, busy)] * loaded
                             + [run.timestamp or MISSING])
         out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]

@@ -1,6 +1,7 @@
 """summary.csv (one record per speed group: every metric's mean, std and 95%
 interval of the mean, the speed-up, its interval and verdict, the dtypes it compares,
-the price per hour and cost per 1M output tokens where a price is set),
+the price per hour and cost per 1M output tokens where a price is set, the GPU
+weights and KV cache the engine reported on a GPU: memory_figures),
 runs.csv (one per ok row), serving.csv (one per ok serving row: a load
 level) and search_front.csv (one per complete trial of each recipe search,
 with `on_front`). Columns are the rows' raw keys, metrics in formatting.LABELS' order;
@@ -16,13 +17,15 @@ from evaluate.analysis.cost import Prices, group_cost
 from evaluate.analysis.groups import Group, numeric_metrics
 from evaluate.report.formatting import mb, ordered_metrics, speed_verdict
 from evaluate.report.config import OutputFormat, ReportConfig
+from evaluate.report.memory_figures import gpu_kv_bytes, gpu_weights_bytes
 from evaluate.report.search_files import StudyEntry, studies
 from evaluate.results import Row
 
 SUMMARY_FIELDS = ("scenario", "batch_size", "input_len", "output_len", "model_name", "recipe", "artifact_id",
                   "engine", "quant_format", "modules_changed", "model_bytes", "model_size_mb", "runs",
                   "speedup_vs_original", "speedup_ci95_low", "speedup_ci95_high", "speedup_verdict", "dtype",
-                  "baseline_dtype", "setup_id", "store", "usd_per_hour", "usd_per_1m_output_tokens")
+                  "baseline_dtype", "setup_id", "store", "usd_per_hour", "usd_per_1m_output_tokens",
+                  "gpu_weights_bytes", "gpu_kv_cache_bytes")
 SERVING_FIELDS = ("timestamp", "scenario", "input_len", "output_len", "model_name", "recipe", "artifact_id", "engine",
                   "setup_id", "model_bytes", "profile", "mode", "level", "burstiness", "max_requests", "max_seconds",
                   "slo")
@@ -58,7 +61,8 @@ def summary_records(speed: list[Group], prices: Prices = Prices()) -> list[dict]
             mb(g.model_bytes), len(g.runs),
             g.speedup, *(g.speedup_ci or (None, None)), verdict_text(g), g.dtype,
             g.baseline.dtype if g.baseline else None,
-            g.setup_id, store_name(g.runs[0]), prices.of(g.runs[0]), group_cost(prices, g))))
+            g.setup_id, store_name(g.runs[0]), prices.of(g.runs[0]), group_cost(prices, g),
+            gpu_weights_bytes(g.runs[0]), gpu_kv_bytes(g.runs[0]))))
         for k in metrics:
             rec[f"{k}_mean"], rec[f"{k}_std"] = g.mean(k), g.std(k)
             rec[f"{k}_ci95_low"], rec[f"{k}_ci95_high"] = g.interval(k) or (None, None)

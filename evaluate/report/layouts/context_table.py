@@ -1,18 +1,22 @@
 """`context_table`: the Qwen-style table. Batch-1 results, input length down
 the side, recipe × engine across (the engines of one artifact in adjacent
-columns), each cell output speed and peak memory; one table per output length."""
+columns), each cell output speed and peak host memory, with the GPU's share
+on a GPU; one table per output length."""
 from dataclasses import dataclass
 
 from evaluate.analysis.groups import Group, kv_cache_bytes, weight_memory_bytes
 from evaluate.report.formatting import MISSING, fmt_fixed, gb, md_table
 from evaluate.report.layouts import MarkdownLayout
 from evaluate.report.layouts.common import result_label
+from evaluate.report.memory_figures import HOST, gpu_kv_bytes, gpu_weights_bytes, on_gpu
 from evaluate.results import Row
 
 SUBTITLE = "speed and memory per input length (batch 1)"
-NOTE = ("Each cell: output tokens/s (generated tokens ÷ latency) · peak memory in GB (10^9 bytes; the "
-        "engine's own, not the harness's: evaluate.memory; plus device memory on CUDA), both the mean over "
-        "the timed runs; in brackets, where the engine reported them, the GB its weights and its KV cache took. "
+NOTE = ("Each cell: output tokens/s (generated tokens ÷ latency) · peak host memory (RAM) in GB (10^9 bytes; "
+        "the engine's own, not the harness's: evaluate.memory; no GPU memory), both the mean over the timed runs; "
+        "in brackets, where the engine reported them, the GB of it its weights and its KV cache took. On a GPU "
+        "the cell says `host` for that figure and then, after `GPU`, the GB the engine reported its weights and "
+        "its KV cache took on the device. "
         "vLLM pre-allocates its KV cache (`VLLM_CPU_KVCACHE_SPACE` on CPU, `gpu_memory_utilization` on "
         "GPUs), so its memory includes that whole cache at every input length{kv}; transformers grows its "
         f"cache with the context. \"{MISSING}\" = not measured.")
@@ -64,8 +68,12 @@ def table(groups: list[Group], missed: list[Row]) -> str:
 
 
 def cell(g: Group) -> str:
-    text = f"{fmt_fixed(g.mean('output_throughput'))} tok/s · {fmt_fixed(gb(g.mean('peak_memory_bytes')))} GB"
-    return text + split(g.runs[0])
+    speed, host = fmt_fixed(g.mean('output_throughput')), fmt_fixed(gb(g.mean(HOST)))
+    row = g.runs[0]
+    if on_gpu(row):
+        return (f"{speed} tok/s · host {host} GB · GPU weights {fmt_fixed(gb(gpu_weights_bytes(row)))} · "
+                f"KV {fmt_fixed(gb(gpu_kv_bytes(row)))} GB")
+    return f"{speed} tok/s · {host} GB" + split(row)
 
 
 def split(row: Row) -> str:

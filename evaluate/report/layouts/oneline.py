@@ -5,14 +5,18 @@ from dataclasses import dataclass
 
 from evaluate.analysis.groups import Group, engine_class, scenarios
 from evaluate.report.formatting import MISSING, fmt_fixed, gb
+from evaluate.report.memory_figures import GPU_IN_USE, HOST, gpu_weights_bytes, on_gpu
 from evaluate.report.layouts import MarkdownLayout
 from evaluate.report.layouts.common import result_label
 from evaluate.results import Row
 
 SUBTITLE = "one line per result"
 NOTE = ("tok/s = output tokens/s; mem/s = weight bytes ÷ mean time per output token (the memory bandwidth "
-        "decode achieved); peak_mem = peak memory of the engine, not the harness (evaluate.memory: in-process "
-        "growth since it started, or its own processes' RSS; plus device memory on CUDA); model_size = weight bytes on disk; all means over the timed runs, in GB = 10^9 bytes. "
+        "decode achieved); peak_host_mem = peak host memory (RAM) of the engine, not the harness (evaluate.memory: "
+        "in-process growth since it started, or its own processes' RSS; no GPU memory); on a GPU, gpu_weights = "
+        "the GPU memory the engine reported its weights took, gpu_in_use = the whole device's memory in use "
+        "(NVML; vLLM reserves `gpu_memory_utilization` of it whatever the model, so it does not compare artifacts); "
+        "model_size = weight bytes on disk; all means over the timed runs, in GB = 10^9 bytes. "
         "kv_quant = the KV-cache dtype (none: the model's dtype); compile = not `enforce_eager` (vLLM). "
         f"\"{MISSING}\" = not measured.")
 # Best instruction set first: the one the kernels most likely used.
@@ -40,7 +44,9 @@ def line(g: Group, name: str) -> str:
     row = g.runs[0]
     fields = {"tok/s": fmt_fixed(g.mean("output_throughput")),
               "mem/s": f"{fmt_fixed(g.mean('weight_bandwidth_gb_s'))} GB/s",
-              "peak_mem": f"{fmt_fixed(gb(g.mean('peak_memory_bytes')))} GB",
+              "peak_host_mem": f"{fmt_fixed(gb(g.mean(HOST)))} GB",
+              **({"gpu_weights": f"{fmt_fixed(gb(gpu_weights_bytes(row)))} GB",
+                  "gpu_in_use": f"{fmt_fixed(gb(g.mean(GPU_IN_USE)))} GB"} if on_gpu(row) else {}),
               "model_size": f"{fmt_fixed(gb(g.model_bytes))} GB",
               "quant": f"{g.recipe} ({g.quant_format})" if g.quant_format else g.recipe,
               "kv_quant": kv_quant(row), "compile": str(compiled(row)),

@@ -106,12 +106,12 @@ def test_names_from_the_store_are_shown_not_run(tmp_path):
 
 
 def test_columns_the_same_on_every_row_move_into_the_caption(html_report):
-    """Peak memory is 2100.0 MB on every row of a Summary table: named once in its
+    """Peak host memory is 2100.0 MB on every row of a Summary table: named once in its
     caption, not as a column; the answer keeps every column."""
     _, page = html_report
     summary = page.split(f'<h3 id="{MEDIUM_BATCH}">', 1)[1].split("</table>", 1)[0]
-    assert "<caption>Same on every row: Peak memory (MB): 2100.0</caption>" in summary
-    assert "<th>Peak memory (MB)</th>" not in summary and "<th>Recipe</th>" in summary
+    assert "<caption>Same on every row: Peak host memory (MB): 2100.0</caption>" in summary
+    assert "<th>Peak host memory (MB)</th>" not in summary and "<th>Recipe</th>" in summary
     answer = page.split(f'<section id="{ANSWER_SECTION}">', 1)[1].split("</table>", 1)[0]
     assert '<table class="sortable answer">' in answer and "<caption>" not in answer
     assert '<th class="secondary">Model size (MB)</th>' in answer   # constant, still the answer's: hideable

@@ -160,7 +160,7 @@ def test_oneline_fields_and_repro(tmp_path):
                        extra={"repro": REPRO}) for run in range(2)]
     md = report(tmp_path, vllm + [ladder_row("original", 1, 128, 0, engine="hf")], "oneline")["oneline.md"]
     lines = md.split("## b1_i128 (batch_size=1, input_len=128, output_len=16)\n\n", 1)[1].splitlines()
-    assert lines[0] == ("- **original · vllm**: tok/s: 30.50, mem/s: 1.25 GB/s, peak_mem: 2.13 GB, "
+    assert lines[0] == ("- **original · vllm**: tok/s: 30.50, mem/s: 1.25 GB/s, peak_host_mem: 2.13 GB, "
                         "model_size: 0.27 GB, quant: original (dense), kv_quant: fp8, compile: False, "
                         "dtype: bfloat16, device: cpu (avx2)")
     assert lines[1] == f"  repro: `{REPRO}`"
@@ -173,7 +173,7 @@ def test_oneline_device_and_missing_values(tmp_path):
     gpu = ladder_row("original", 1, 128, 0, machine={"arch": "x86_64", "isa": ["avx2"], "cuda": [[8, 0]]},
                      metrics={"output_throughput": 90.0})
     md = report(tmp_path, [gpu], "oneline")["oneline.md"]
-    assert (f"tok/s: 90.00, mem/s: {MISSING} GB/s, peak_mem: {MISSING} GB" in md
+    assert (f"tok/s: 90.00, mem/s: {MISSING} GB/s, peak_host_mem: {MISSING} GB" in md
             and "kv_quant: none, compile: True" in md and "device: cuda" in md)
 
 

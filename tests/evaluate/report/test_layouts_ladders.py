@@ -90,5 +90,5 @@ def test_oneline_gives_each_result_and_its_repro_command(ladders):
     _, md = ladders
     results_lines = [line for line in md["oneline"].splitlines() if line.startswith("- **")]
     assert len(results_lines) == 6
-    assert all("tok/s: " in line and "peak_mem: " in line and "kv_quant: none" in line for line in results_lines)
+    assert all("tok/s: " in line and "peak_host_mem: " in line and "kv_quant: none" in line for line in results_lines)
     assert md["oneline"].count("repro: `") == 6 and "python -m evaluate" in md["oneline"]

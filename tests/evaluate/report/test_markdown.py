@@ -165,9 +165,9 @@ def test_every_metric_has_its_unit_or_none(many_models):
 def test_memory_says_what_it_includes(many_models):
     md, _ = many_models
     row = md_tables(md, "Summary")[heading("interactive")][0]
-    assert row["Peak memory (MB)"] == "5000.0"
+    assert row["Peak host memory (MB)"] == "5000.0"
     detail = md_tables(md, "Speed in detail")[heading("interactive")][0]
-    assert detail["of it KV cache (MB)"] == f"{4 * 2 ** 30 / 1e6:.1f}"  # VLLM_CPU_KVCACHE_SPACE=4
+    assert detail["KV cache, in peak host memory (MB)"] == f"{4 * 2 ** 30 / 1e6:.1f}"  # VLLM_CPU_KVCACHE_SPACE=4
     assert "allocates its whole KV cache up front" in md
 
 
