@@ -281,7 +281,7 @@ def kv_cache_bytes(row: Row) -> int | None:
     """The KV cache the engine allocated up front: what it reported
     (`engine_memory`), else what its engine says the recorded environment
     allocated (vLLM-CPU: VLLM_CPU_KVCACHE_SPACE GiB, whatever the batch).
-    Part of the engine's peak memory. None elsewhere (transformers grows its
+    On a CPU part of the engine's peak host memory, on a GPU device memory. None elsewhere (transformers grows its
     cache per request)."""
     reported = (row.engine_memory or {}).get("kv_cache_bytes")
     if reported is not None:
