@@ -23,9 +23,10 @@ VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--conf
 
 
 def detected(machine=None) -> str:
-    """The profile for `machine` (default: this one)."""
-    machine = machine or quantize.common.machine.detect()
-    return "cuda" if machine.cuda else "cpu"
+    """The profile for `machine` (default: this one, by its GPUs alone:
+    the entry point asks before any check, so a refused command line stays quick)."""
+    cuda = machine.cuda if machine else quantize.common.machine.gpus().get("cuda")
+    return "cuda" if cuda else "cpu"
 
 
 def named(argv: list[str]) -> str | None:

@@ -273,10 +273,14 @@ def _load_target(config: EvaluateConfig, store: Path) -> Target:
 
 
 def _refuse_model_code(config: EvaluateConfig, store: Path) -> None:
-    """A folder that names code to run, before the store is made: a refusal
-    writes nothing (in a sweep, only its failed row)."""
+    """A folder that names code to run (the target, or the accuracy
+    reference given), before the store is made and the target's weights are
+    checked: a refusal writes nothing (in a sweep, only its failed row)."""
     try:
         target.refuse_model_code(config.target)
+        reference = resolve(config.accuracy.reference) if config.accuracy and config.accuracy.reference else None
+        if reference and (reference / "config.json").is_file():
+            hf_load.refuse_model_code(reference)
     except UserError as e:
         _record_unloadable(config, store, e)
         raise

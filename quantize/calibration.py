@@ -8,6 +8,7 @@ import json
 import random
 from dataclasses import dataclass, field
 
+from quantize.common import token_cache
 from quantize.common.errors import UserError
 from quantize.common.paths import resolve
 from quantize.common.provenance import sha256_json
@@ -115,7 +116,7 @@ def build(config: CalibrationConfig, tokenizer, seed: int) -> CalibrationSet:
 
 def _windows(tokenizer, text: str, n: int, seq: int, seed: int, what: str) -> list[list[int]]:
     """Cut the text into non-overlapping windows of `seq` tokens; pick n at random."""
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    ids = token_cache.token_ids(tokenizer, text)
     count = len(ids) // seq
     if count < n:
         raise UserError(f"{what} hold {len(ids)} tokens = {count} windows of {seq}, fewer than "

@@ -1,6 +1,7 @@
 """Held-out text (novels kept out of calibration) and the token windows cut
 from it: what evaluate's accuracy pass, lm-eval's bundled task and the
 per-layer sensitivity score models on."""
+from quantize.common import token_cache
 from quantize.common.errors import UserError
 from quantize.common.paths import resolve
 
@@ -24,7 +25,7 @@ def held_out_text(text: str, books: list[str], key: str = "accuracy.text") -> st
 def windows(tokenizer, text: str, n: int, length: int, group: str = "accuracy") -> list[list[int]]:
     """n windows of `length` tokens, evenly spaced over the text; `group`
     holds the num_windows and window_len settings, named in errors."""
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    ids = token_cache.token_ids(tokenizer, text)
     count = len(ids) // length
     if count < n:
         raise UserError(f"{group} text holds {len(ids)} tokens = {count} windows of {length}; "

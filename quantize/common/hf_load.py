@@ -11,6 +11,9 @@ trust_remote_code=False; and the entry points detach standard input
 (`detach_stdin`), so nothing can prompt. tests/quantize/common/test_hf_load.py
 fails on any transformers call in quantize/, evaluate/ or scripts/ without
 trust_remote_code=False."""
+import ast
+import functools
+import importlib.util
 import json
 import os
 import sys
@@ -46,9 +49,42 @@ def check_setting(value, key: str = "trust_remote_code") -> None:
 
 
 def is_known_model_type(model_type) -> bool:
-    """transformers ships it, or a library registered it (AutoConfig.register)."""
+    """transformers ships it, or a library registered it (AutoConfig.register).
+    A type in transformers' own table is answered from its source file: a
+    refusal that follows then comes before transformers' import (seconds)."""
+    if not isinstance(model_type, str):
+        return False
+    if model_type in _shipped_model_types():
+        return True
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-    return isinstance(model_type, str) and model_type in CONFIG_MAPPING
+    return model_type in CONFIG_MAPPING
+
+
+# Where transformers keeps its model-type table (CONFIG_MAPPING_NAMES), by release.
+_MAPPING_FILES = ("models/auto/auto_mappings.py", "models/auto/configuration_auto.py")
+
+
+@functools.cache
+def _shipped_model_types() -> frozenset:
+    """The model types of CONFIG_MAPPING_NAMES, read (not imported) from the
+    installed transformers' source; empty where it cannot be read, and then
+    is_known_model_type asks transformers itself. A subset of CONFIG_MAPPING:
+    only a "yes" is taken from it."""
+    spec = importlib.util.find_spec("transformers")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        for name in _MAPPING_FILES:
+            try:
+                tree = ast.parse((Path(location) / name).read_text())
+            except (OSError, SyntaxError, ValueError):
+                continue
+            for node in tree.body:
+                names = [getattr(t, "id", None) for t in getattr(node, "targets", ())]
+                if names == ["CONFIG_MAPPING_NAMES"] and isinstance(node.value, ast.Call) and len(node.value.args) == 1:
+                    try:
+                        return frozenset(key for key, _ in ast.literal_eval(node.value.args[0]))
+                    except (ValueError, TypeError):
+                        pass
+    return frozenset()
 
 
 def detach_stdin() -> None:

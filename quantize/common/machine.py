@@ -5,8 +5,10 @@ itself here (its package, its kernel library) is the engine's own probe
 
 Decisions (which dtype, whether a format can be served) are made from these
 facts, never from CPU model names, so a test can inject any machine."""
+import importlib.util
 import os
 import platform
+import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -147,7 +149,29 @@ def _torch_x86_isa() -> frozenset:
     return frozenset(isa)
 
 
+def gpus() -> dict:
+    """This machine's CUDA GPUs as detect() has them ({"cuda": capabilities,
+    "gpu_names": names}; {} where there are none), without detect()'s CPU
+    probe: enough to choose between the CPU and the GPU defaults."""
+    return _cuda()
+
+
+def _torch_may_see_a_gpu() -> bool:
+    """False where the installed torch is built without CUDA and ROCm (its
+    version.py, read without importing torch, says cuda = None and hip =
+    None): that torch sees no GPU, and asking it would cost its import (~2 s)."""
+    spec = importlib.util.find_spec("torch")
+    try:
+        text = (Path(spec.submodule_search_locations[0]) / "version.py").read_text()
+    except (AttributeError, IndexError, TypeError, OSError):  # no torch, or not laid out as a package
+        return True
+    built_for = dict(re.findall(r"^(cuda|hip)\s*(?::[^=\n]*)?=\s*(.+?)\s*$", text, re.M))
+    return built_for != {"cuda": "None", "hip": "None"}
+
+
 def _cuda() -> dict:
+    if not _torch_may_see_a_gpu():
+        return {}
     try:
         import torch
         if torch.cuda.is_available():

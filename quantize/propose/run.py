@@ -34,8 +34,8 @@ class Proposal:
 
 
 def run(config: ProposeConfig) -> Proposal:
+    model_dir = _model_dir(config.model.path)  # before the recipe's scheme, which imports llm-compressor (~5 s)
     base, scheme = _base_recipe(config)
-    model_dir = _model_dir(config.model.path)
     weights_hash = fingerprint.compute(weight_files(model_dir)).sha256
     sens_path, sens = sensitivity_for(config.sensitivity, Path(config.results_dir), config.model.name, weights_hash,
                                       scheme, _measure_command(config))

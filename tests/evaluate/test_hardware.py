@@ -23,6 +23,8 @@ def on(monkeypatch):
     """Make this process see `machine` (as the entry point and the engines ask it)."""
     def use(machine):
         monkeypatch.setattr(quantize.common.machine, "detect", lambda: machine)
+        gpus = {"cuda": machine.cuda, "gpu_names": machine.gpu_names} if machine.cuda else {}
+        monkeypatch.setattr(quantize.common.machine, "gpus", lambda: gpus)
     return use
 
 
@@ -190,3 +192,14 @@ def test_run_matrix_picks_the_gpu_preset_on_a_cuda_machine(tmp_path, machine, pr
                                       "w8a16_awq", "w8a16_smooth_awq", "w8a16_sparse_awq", "w4a16_gptq",
                                       "w4a16_awq", "fp8_dynamic"]
         assert "scenario=reference" in evaluate.split()
+
+
+def test_the_gpu_question_skips_torch_only_where_its_build_has_no_gpu_support():
+    """The entry point's profile comes from the GPUs alone; where the installed
+    torch is built without CUDA and ROCm it is answered without importing torch,
+    and the answer is the one torch gives."""
+    import torch
+    built_for_gpu = torch.version.cuda is not None or torch.version.hip is not None
+    assert quantize.common.machine._torch_may_see_a_gpu() == built_for_gpu
+    assert bool(quantize.common.machine.gpus()) == torch.cuda.is_available()
+    assert hardware.detected() == ("cuda" if torch.cuda.is_available() else "cpu")

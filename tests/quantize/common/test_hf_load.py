@@ -69,6 +69,23 @@ def test_an_unknown_model_type_is_refused(tmp_path):
     assert "config.json's model_type 'planted' is not one transformers" in line
 
 
+def test_the_model_types_read_from_transformers_source_are_the_ones_it_ships():
+    """The quick answer (no transformers import) holds the common types and
+    only types transformers' own table has; a type only a library registered
+    is still answered, by transformers."""
+    from transformers import AutoConfig, PretrainedConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    shipped = hf_load._shipped_model_types()
+    assert {"llama", "qwen2", "mistral", "gemma"} <= shipped <= set(CONFIG_MAPPING.keys())
+
+    class RegisteredConfig(PretrainedConfig):
+        model_type = "quantbench_registered"
+
+    AutoConfig.register("quantbench_registered", RegisteredConfig)
+    assert "quantbench_registered" not in shipped and hf_load.is_known_model_type("quantbench_registered")
+    assert not hf_load.is_known_model_type("planted") and not hf_load.is_known_model_type(None)
+
+
 def test_a_stock_folder_passes_even_with_py_files_beside_it(tmp_path):
     """Without auto_map transformers never imports a folder's .py files."""
     hf_load.refuse_model_code(folder(tmp_path, LLAMA, {"tokenizer_class": "PreTrainedTokenizerFast"},
