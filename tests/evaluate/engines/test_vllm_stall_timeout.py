@@ -1,0 +1,59 @@
+"""The in-process vLLM engine's stall timeout (evaluate/engines/vllm.py
+_until_done_or_stalled) on plain coroutines: silence past
+engine.stall_timeout_s ends the run as a dead engine, output keeps it going
+however long it takes. tests/test_failure_lines.py stops a real engine core."""
+import asyncio
+
+import pytest
+
+from evaluate.engines.vllm import VllmEngine
+from quantize.common.errors import EngineDied
+
+pytestmark = pytest.mark.needs_vllm  # _engine_core_alive imports vLLM's exceptions
+
+
+@pytest.fixture
+def engine():
+    """A VllmEngine with only what a run's watch uses: its settings and its loop."""
+    e = VllmEngine.__new__(VllmEngine)
+    e.settings = {"stall_timeout_s": 0.5}
+    e.loop = asyncio.new_event_loop()
+    yield e
+    e.loop.close()
+
+
+def test_silence_past_the_timeout_ends_the_run_as_a_dead_engine_and_cancels_it(engine):
+    cancelled = []
+
+    async def silent(progress):
+        try:
+            await asyncio.sleep(600)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    with pytest.raises(EngineDied, match=r"^vLLM gave no output for 0.5 s \(engine.stall_timeout_s\)"):
+        engine._until_done_or_stalled(silent)
+    assert cancelled == [True]
+
+
+def test_a_run_that_keeps_giving_output_may_take_longer_than_the_timeout(engine):
+    async def steady(progress):
+        for _ in range(30):  # 1.5 s in all, 0.05 s between outputs
+            await asyncio.sleep(0.05)
+            progress.tick()
+        return "done"
+
+    assert engine._until_done_or_stalled(steady) == "done"
+
+
+def test_the_default_applies_where_the_config_has_none(engine, monkeypatch):
+    import evaluate.engines.vllm as vllm_engine
+    monkeypatch.setattr(vllm_engine, "STALL_TIMEOUT_S", 0.2)
+    engine.settings = {}
+
+    async def silent(progress):
+        await asyncio.sleep(600)
+
+    with pytest.raises(EngineDied, match="no output for 0.2 s"):
+        engine._until_done_or_stalled(silent)
