@@ -106,7 +106,7 @@ def detect() -> Machine:
     arch = platform.machine()
     x86 = arch.lower() in X86
     return Machine(arch=arch, isa=_torch_x86_isa() if x86 else frozenset(cpu_flags() & set(ISA_FLAGS)),
-                   numa_nodes=numa_nodes(), **_cuda())
+                   numa_nodes=numa_nodes(), **gpus())
 
 
 def numa_nodes() -> int:
@@ -153,7 +153,17 @@ def gpus() -> dict:
     """This machine's CUDA GPUs as detect() has them ({"cuda": capabilities,
     "gpu_names": names}; {} where there are none), without detect()'s CPU
     probe: enough to choose between the CPU and the GPU defaults."""
-    return _cuda()
+    if not _torch_may_see_a_gpu():
+        return {}
+    try:
+        import torch
+        if torch.cuda.is_available():
+            n = torch.cuda.device_count()
+            return {"cuda": tuple(torch.cuda.get_device_capability(i) for i in range(n)),
+                    "gpu_names": tuple(torch.cuda.get_device_name(i) for i in range(n))}
+    except Exception:  # a broken CUDA setup is a machine without CUDA here
+        pass
+    return {}
 
 
 def _torch_may_see_a_gpu() -> bool:
@@ -169,15 +179,3 @@ def _torch_may_see_a_gpu() -> bool:
     return built_for != {"cuda": "None", "hip": "None"}
 
 
-def _cuda() -> dict:
-    if not _torch_may_see_a_gpu():
-        return {}
-    try:
-        import torch
-        if torch.cuda.is_available():
-            n = torch.cuda.device_count()
-            return {"cuda": tuple(torch.cuda.get_device_capability(i) for i in range(n)),
-                    "gpu_names": tuple(torch.cuda.get_device_name(i) for i in range(n))}
-    except Exception:  # a broken CUDA setup is a machine without CUDA here
-        pass
-    return {}

@@ -29,17 +29,16 @@ def token_ids(tokenizer, text: str) -> list[int]:
     key = _key(tokenizer, text) if len(text) >= MIN_CHARS else None
     if key is None:
         return _tokenize(tokenizer, text)
+    import numpy as np
     path = TOKENS_DIR / f"{key}.u32"
     try:
         data = path.read_bytes()
     except OSError:
         data = None
     if data is not None and len(data) % 4 == 0:
-        import numpy as np
         return np.frombuffer(data, dtype="<u4").tolist()
     ids = _tokenize(tokenizer, text)
     try:
-        import numpy as np
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic.write_bytes(path, np.asarray(ids, dtype="<u4").tobytes())
     except (OSError, OverflowError, ValueError) as e:  # a read-only or full disk: tokenize again next time

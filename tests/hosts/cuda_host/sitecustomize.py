@@ -18,7 +18,7 @@ GPUS = {"cuda": ((9, 0),), "gpu_names": ("NVIDIA H200",)}
 
 
 def _machine(module):
-    module._cuda = lambda: dict(GPUS)
+    module.gpus = lambda: dict(GPUS)
 
 
 def _accuracy(module):
