@@ -63,7 +63,7 @@ print_plan() {
     done
     echo
     echo "lm-eval env (.venv-lmeval, scripts/setup_lmeval.sh, same target): requirements/lmeval.txt" \
-         "($(requirement_lines requirements/lmeval.txt | paste -sd ' ' -)) + requirements/$target.txt, then compressed-tensors==0.19.0 --no-deps"
+         "($(requirement_lines requirements/lmeval.txt | paste -sd ' ' -)) + $(engine_requirements "$target" | sed 's/^-r //'), then compressed-tensors==0.19.0 --no-deps"
     echo "MLflow server env (.venv-mlflow, scripts/setup_mlflow.sh, either target): requirements/mlflow-server.txt" \
          "($(requirement_lines requirements/mlflow-server.txt | paste -sd ' ' -))"
 }

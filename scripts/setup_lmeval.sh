@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The optional lm-eval environment, .venv-lmeval/ (idempotent, stamped like
-# scripts/setup.sh, and for the same target: scripts/target.sh). Used by
+# scripts/setup.sh, and for the same target: scripts/target.sh; with
+# QUANTBENCH_VLLM on a GPU image, the same vLLM release beside the machine's
+# CUDA torch, as scripts/setup.sh installs it). Used by
 # `python -m evaluate lm_eval=<preset>`; see conf/lm_eval/. Kept apart from
 # .venv because lm-eval pulls in HuggingFace's `evaluate` package, which would
 # clash with this project's `evaluate` module.
@@ -11,14 +13,16 @@ source scripts/target.sh
 VENV=.venv-lmeval
 STAMP=$VENV/.quantbench-installed
 choose_target
+check_keep_torch "$target"
 
-want="$target $( (cat requirements/lmeval.txt "requirements/$target.txt" scripts/setup_lmeval.sh scripts/target.sh) | sha256sum | cut -c1-16)"
+want="$(venv_kind "$target") $KEEP_TORCH_VLLM $( (cat requirements/lmeval.txt "requirements/$target.txt" scripts/setup_lmeval.sh scripts/target.sh) | sha256sum | cut -c1-16)"
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
     bash scripts/check_disk.sh "$(target_need_gib "$target")" "installing $VENV ($target target)"
-    make_venv "$VENV" "$target"
+    make_venv "$VENV" "$(venv_kind "$target")"
     rm -f "$STAMP"
     echo "setup-lmeval: installing lm-eval and the $target target's vLLM into $VENV (a few minutes the first time)"
-    "$VENV/bin/pip" install --quiet -r requirements/lmeval.txt -r "requirements/$target.txt"
+    # shellcheck disable=SC2046
+    "$VENV/bin/pip" install --quiet -r requirements/lmeval.txt $(engine_requirements "$target")
     "$VENV/bin/pip" install --quiet --no-deps compressed-tensors==0.19.0
     # From / so that this project's `evaluate` folder is not on the path.
     py="$PWD/$VENV/bin/python"

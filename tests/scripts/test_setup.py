@@ -4,6 +4,7 @@ the machine is faked through QUANTBENCH_NVIDIA_VERSION_FILE / QUANTBENCH_NVIDIA_
 venv helpers of scripts/target.sh run against a fake `python`."""
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -212,3 +213,24 @@ def test_a_venv_that_keeps_the_machines_torch_sees_the_system_packages(tmp_path)
     out = helper(tmp_path, "make_venv v cuda", PYTHON=str(py))   # the default cuda venv is another kind: recreated
     assert "holds the cuda+system-torch target; recreating it for cuda" in out.stdout
     assert args.read_text().split() == ["-m", "venv", "v"]
+
+
+def test_the_lmeval_env_follows_quantbench_vllm_in_the_plan_and_refuses_a_release_that_does_not_pin_the_torch(
+        gpu_image, tmp_path):
+    """.venv-lmeval holds the same vLLM as .venv: with QUANTBENCH_VLLM, that
+    release beside the machine's torch. scripts/setup_lmeval.sh runs from a
+    copy of the scripts, so a refusal that failed could touch no real venv."""
+    kept = plan({**gpu_image, "QUANTBENCH_VLLM": "0.26.0"})
+    assert kept.returncode == 0, kept.stderr
+    (lmeval,) = [line for line in kept.stdout.splitlines() if line.startswith("lm-eval env")]
+    assert "+ vllm==0.26.0, then" in lmeval
+    assert "+ requirements/cuda.txt, then" in [line for line in plan(gpu_image).stdout.splitlines()
+                                               if line.startswith("lm-eval env")][0]
+    copy = tmp_path / "checkout"
+    shutil.copytree(ROOT / "scripts", copy / "scripts")
+    shutil.copytree(REQ, copy / "requirements")
+    out = subprocess.run(["bash", str(copy / "scripts" / "setup_lmeval.sh")], capture_output=True, text=True,
+                         env={**gpu_image, "QUANTBENCH_VLLM": "0.27.0"}, timeout=300)
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+        "setup: vLLM 0.27.0 pins torch 2.13.0, not this machine's 2.11.0: use QUANTBENCH_VLLM=0.26.0"]
+    assert not (copy / ".venv-lmeval").exists()
