@@ -394,7 +394,8 @@ def test_the_dry_run_serves_each_format_with_vllm_and_compares_the_rule_with_the
     for r in rows:   # random weights: no accuracy set, eager engines, as the GPU run does
         assert r["kind"] == "speed" and r["engine_args"]["enforce_eager"] is True
     rules = json.loads((work / "rules.json").read_text())
-    by_recipe = {row["artifact"].split("/")[1]: row for row in rules["rows"]}
+    # artifacts/<model>/<recipe> is "<model>/<recipe>"; the original is the model folder itself
+    by_recipe = {row["artifact"].partition("/")[2] or "original": row for row in rules["rows"]}
     assert set(by_recipe) == {"original", "w8a8_smooth_gptq", "w4a16_gptq"}
     assert by_recipe["original"]["agree"] is True and by_recipe["w8a8_smooth_gptq"]["agree"] is True
     w4 = by_recipe["w4a16_gptq"]   # served where this CPU has the int4 kernel, else refused before a start
