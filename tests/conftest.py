@@ -326,7 +326,8 @@ EXTENDED_CASES = {
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked needs_vllm skip, saying why, where vLLM is not installed.
-    A test that took long in the last recorded run is marked slow, so
+    A test that took long in the last recorded run, or that needs the
+    session's artifacts (their build takes minutes), is marked slow, so
     `make test-fast` stays fast. Files start longest first, by their time in
     the last recorded run; a file not recorded yet starts before them if it
     has slow tests, after them if not. Each file's tests keep their order.
@@ -342,7 +343,9 @@ def pytest_collection_modifyitems(config, items):
     recorded = recorded_run()
     took_long = set(recorded.get("slow_tests", ()))
     for item in items:
-        if item.nodeid in took_long and not item.get_closest_marker("slow"):
+        # a test of the session's artifacts waits for their build (every shipped recipe: minutes)
+        needs_build = "build_artifact" in getattr(item, "fixturenames", ())
+        if (item.nodeid in took_long or needs_build) and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
         if item.nodeid in EXTENDED_CASES:
             item.add_marker(pytest.mark.extended)
