@@ -220,12 +220,13 @@ def test_the_lmeval_env_follows_quantbench_vllm_in_the_plan_and_refuses_a_releas
     """.venv-lmeval holds the same vLLM as .venv: with QUANTBENCH_VLLM, that
     release beside the machine's torch. scripts/setup_lmeval.sh runs from a
     copy of the scripts, so a refusal that failed could touch no real venv."""
-    kept = plan({**gpu_image, "QUANTBENCH_VLLM": "0.26.0"})
-    assert kept.returncode == 0, kept.stderr
-    (lmeval,) = [line for line in kept.stdout.splitlines() if line.startswith("lm-eval env")]
-    assert "+ vllm==0.26.0, then" in lmeval
-    assert "+ requirements/cuda.txt, then" in [line for line in plan(gpu_image).stdout.splitlines()
-                                               if line.startswith("lm-eval env")][0]
+    def lmeval_line(out: subprocess.CompletedProcess) -> str:
+        assert out.returncode == 0, out.stderr
+        (line,) = [line for line in out.stdout.splitlines() if line.startswith("lm-eval env")]
+        return line
+
+    assert "+ vllm==0.26.0, then" in lmeval_line(plan({**gpu_image, "QUANTBENCH_VLLM": "0.26.0"}))
+    assert "+ requirements/cuda.txt, then" in lmeval_line(plan(gpu_image))
     copy = tmp_path / "checkout"
     shutil.copytree(ROOT / "scripts", copy / "scripts")
     shutil.copytree(REQ, copy / "requirements")
