@@ -65,6 +65,24 @@ def test_an_unknown_option_fails_in_one_line():
     assert proc.stderr.strip().splitlines() == ["device_check: DEVICE_CHECK_PLAN=gpu is not a plan; use vllm or hf"]
 
 
+def test_an_unknown_scenario_set_fails_in_one_line_naming_the_two(tmp_path):
+    proc = run_script("--dry-run", env={"DEVICE_CHECK_SCENARIO": "quick", "DEVICE_CHECK_WORK": str(tmp_path / "w")})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "device_check: DEVICE_CHECK_SCENARIO=quick is not a scenario set of the check; use reference "
+        "(the 7 reference scenarios) or starts (batch 1 and 64, for a short lease)"]
+    assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in DEVICE.glob("scenarios_*.yaml")))
+def test_each_scenario_file_of_the_check_is_a_set_evaluate_resolves(name):
+    from evaluate.scenarios import ScenarioFile
+    scenarios = ScenarioFile(path=str(DEVICE / name)).resolve()
+    assert len(scenarios) >= 2
+    if name == "scenarios_starts.yaml":   # the seed report's two anchors: batch 1 and batch 64
+        assert sorted(s.batch_size for s in scenarios) == [1, 64]
+
+
 def test_help_names_the_four_commands():
     proc = run_script("--help")
     assert proc.returncode == 0
