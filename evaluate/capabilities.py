@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import hydra
 
 from evaluate.formats import DENSE, FP8, W4A16, W8A8_INT8, W8A16, YES, CheckpointFormat, Verdict
-from evaluate.engines.vllm_kernels import KERNELS_BY_CPU_KIND
+from evaluate.engines.vllm_kernels import KERNELS_BY_CPU_KIND, VllmKernels
 from quantize.common.errors import UserError
 from quantize.common.hf_load import detach_stdin
 from quantize.common.machine import Machine
@@ -30,6 +30,7 @@ TABLE_FORMATS = (
     CheckpointFormat(dtype="bfloat16"), CheckpointFormat(dtype="float16"), CheckpointFormat(dtype="float32"),
     CheckpointFormat(W8A8_INT8, method="compressed-tensors"),
     CheckpointFormat(W4A16, method="compressed-tensors"),
+    CheckpointFormat(W4A16, method="compressed-tensors", zero_point=True),  # as recipes/w4a16_gptq.yaml
     CheckpointFormat(W8A16, method="compressed-tensors"),
     CheckpointFormat(FP8, method="compressed-tensors"),
     CheckpointFormat(W8A8_INT8, method="compressed-tensors", sparse_24=True),
@@ -40,6 +41,8 @@ TABLE_FORMATS = (
     CheckpointFormat(W4A16, method="compressed-tensors", moe=True),
     CheckpointFormat(W4A16, method="compressed-tensors", moe=True, zero_point=True),  # as the shipped int4 recipes
 )
+
+CUDA_RULES_FILE = "evaluate/engines/vllm_cuda_rules.py"   # named under a CUDA machine's table
 
 # Machines the rules are known for, to print the table of a kind you are not on.
 # An x86 kind carries what vLLM's kernel library was seen to hold there; the
@@ -95,6 +98,8 @@ def table(machine: Machine, probed: dict | None = None, kind: str | None = None)
         for engine in names:
             verdict, dtype = decide(engine, fmt, machine)
             text = f"✅ {dtype}" + (f" ({verdict.reason})" if verdict.reason else "") if verdict else f"✗ {verdict.reason}"
+            if verdict and engine == "vllm" and machine.cuda:
+                text += _seen_starting(machine, fmt)
             if probed and (fmt.label, engine) in probed:
                 text += " — probe: " + probed[(fmt.label, engine)]
             cells.append(text)
@@ -110,7 +115,40 @@ def table(machine: Machine, probed: dict | None = None, kind: str | None = None)
         kv_quant = engine_class(engine).kv_quant(kv_fmt, {"dtype": dtype})
         cells.append(f"{engine} " + (f"✅ KV {kv_quant}" if verdict else f"✗ {verdict.reason}"))
     lines.append(f"{kv_fmt.label} checkpoint (`kv_cache_dtype=auto`): " + "; ".join(cells))
+    if machine.cuda:
+        lines += ["", *_cuda_rules_lines(machine, kind)]
     return "\n".join(lines)
+
+
+def _seen_starting(machine: Machine, fmt: CheckpointFormat) -> str:
+    """A vLLM cell's mark where a start on a GPU confirmed its rule."""
+    from evaluate.engines.vllm_cuda_rules import machine_release, rules_for
+    seen = rules_for(machine_release(machine)).seen(machine.min_cuda_capability, fmt.label)
+    return f" — seen starting on an {seen.gpu} ({seen.date})" if seen else ""
+
+
+def _cuda_rules_lines(machine: Machine, kind: str | None) -> list[str]:
+    """Which vLLM release's CUDA rules the vllm column applies, how they are
+    known, and where starts on a GPU of this capability confirmed some."""
+    from evaluate.engines.vllm_cuda_rules import RULES, machine_release, rules_for
+    cc = machine.min_cuda_capability
+    rules = rules_for(machine_release(machine))
+    lines = [f"vllm column: vLLM {rules.release}'s CUDA rules ({CUDA_RULES_FILE}), {rules.basis}"
+             + (f"; {rules.note}." if rules.note else ".")]
+    for other in RULES.values():
+        for seen in other.observed:
+            if seen.capability != cc:
+                continue
+            where = f"an {seen.gpu}, {seen.date}, {seen.record}; {seen.kernels}"
+            if other.release == rules.release:
+                lines.append(f"Marked \"seen starting\": vLLM {other.release} started them on sm{cc[0]}{cc[1]} as "
+                             f"these rules say ({where}).")
+            else:
+                command = f"python -m evaluate.capabilities machine={kind or 'cuda_sm%d%d' % cc} " \
+                          f"vllm_release={other.release}"
+                lines.append(f"Seen starting with vLLM {other.release} on sm{cc[0]}{cc[1]}: "
+                             f"{', '.join(seen.labels)} ({where}); `{command}` shows its rules.")
+    return lines
 
 
 def servable_recipes(recipes: list[str], overrides: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -145,7 +183,7 @@ def servable_recipes(recipes: list[str], overrides: list[str]) -> tuple[list[str
 # ---- the command line ----------------------------------------------------------
 
 CONFIG_NAME = "capabilities"   # conf/capabilities.yaml: its keys, then the evaluate config
-OWN_KEYS = ("machine", "probe", "cells", "json", "servable")
+OWN_KEYS = ("machine", "probe", "cells", "json", "servable", "vllm_release")
 LIST_KEYS = ("cells", "servable")
 # The argparse flags of the previous release, each with the override it became;
 # None: takes no value (the override sets true). Kept for one release.
@@ -160,6 +198,7 @@ class Request:
     probe: bool = False
     cells: tuple[str, ...] | None = None       # with probe: only these ENGINE:FORMAT cells
     facts_as_json: bool = False
+    vllm_release: str | None = None            # a CUDA machine judged by this vLLM release's rules
     servable: tuple[str, ...] | None = None    # recipes to judge before quantizing them
     evaluate_overrides: tuple[str, ...] = ()   # the command line's evaluate overrides (servable's engine, model)
 
@@ -169,6 +208,7 @@ class Request:
         a combination that asks nothing sensible is one UserError line."""
         request = cls(machine=None if cfg.machine is None else str(cfg.machine), probe=bool(cfg.probe),
                       cells=_names(cfg.cells), facts_as_json=bool(cfg.json), servable=_names(cfg.servable),
+                      vllm_release=None if cfg.vllm_release is None else str(cfg.vllm_release),
                       evaluate_overrides=tuple(o for o in overrides if _key(o) not in OWN_KEYS))
         request.check()
         return request
@@ -179,10 +219,28 @@ class Request:
                             "(or leave machine= out for this one)")
         if self.machine and self.probe:
             raise UserError("probe=true runs on this machine; drop machine=")
+        if self.vllm_release is not None:
+            self._check_vllm_release()
         asked = [o for o in self.evaluate_overrides if not _key(o).startswith("hydra")]
         if asked and self.servable is None:
             raise UserError(f"unexpected arguments {' '.join(asked)}; evaluate overrides go with "
                             "servable=[<recipe>,...]")
+
+    def _check_vllm_release(self) -> None:
+        from evaluate.engines.vllm_cuda_rules import releases_read
+        read = releases_read()
+        if self.vllm_release not in read:
+            raise UserError(f"vllm_release={self.vllm_release} is not a release the CUDA rules were read from; "
+                            f"use one of {', '.join(read)}")
+        if not (self.machine or "").startswith("cuda_"):
+            raise UserError("vllm_release= picks the CUDA rules: add machine=cuda_sm<NN>, e.g. machine=cuda_sm90")
+
+    def known_machine(self) -> Machine:
+        """The KNOWN_MACHINES kind asked for, judged by `vllm_release`'s rules where one is named."""
+        machine = KNOWN_MACHINES[self.machine]
+        if self.vllm_release:
+            machine = machine.with_engine("vllm", VllmKernels(release=self.vllm_release))
+        return machine
 
 
 def _key(override: str) -> str:
@@ -251,7 +309,7 @@ def answer(request: Request) -> int:
     """Print what `request` asks; the exit status."""
     if request.servable is not None:
         return print_servable(request)
-    machine = KNOWN_MACHINES[request.machine] if request.machine else this_machine()
+    machine = request.known_machine() if request.machine else this_machine()
     if request.facts_as_json:
         print(json.dumps(machine.facts(), indent=2))
         return 0

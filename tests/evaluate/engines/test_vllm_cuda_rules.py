@@ -179,8 +179,10 @@ def test_the_observed_starts_are_the_formats_the_h100_run_records():
     from pathlib import Path
     run = Path(__file__).resolve().parents[3] / "docs" / "device-runs" / "2026-11-27-h100"
     agreed = {r["format"] for r in json.loads((run / "rules.json").read_text())["rows"] if r["agree"]}
-    (cc, labels, where), = RULES["0.26"].observed
-    assert cc == (9, 0) and set(labels) == agreed and where.startswith("docs/device-runs/2026-11-27-h100/")
+    seen, = RULES["0.26"].observed
+    assert seen.capability == (9, 0) and set(seen.labels) == agreed and seen.record == "docs/device-runs/2026-11-27-h100"
+    assert (run.parents[2] / seen.record / "rules.md").is_file() and seen.gpu in (run / "rules.md").read_text()
+    assert RULES["0.26"].seen((9, 0), "W8A8 int8") == seen and RULES["0.26"].seen((8, 0), "W8A8 int8") is None
     assert not RULES["0.32"].observed and RULES["0.32"].basis == "read from the wheel's source"
 
 
@@ -251,19 +253,24 @@ def test_without_vllm_the_rules_are_those_of_the_cuda_targets_pinned_release(mon
 # ---- the table ------------------------------------------------------------------
 
 def table_of(kind: str, capsys) -> dict:
-    """{(row, engine): cell} of `machine=kind`, plus the two KV lines under "kv" and "kv checkpoint"."""
+    """{(row, engine): cell} of `machine=kind` (the rules only: without the marks of
+    starts that confirmed them), plus the two KV lines under "kv" and "kv checkpoint"."""
     assert main([f"machine={kind}"]) == 0
     out = capsys.readouterr().out
     assert "as if every engine were installed" in out.splitlines()[0]
-    return table_cells(out) | {("kv", "vllm"): out.splitlines()[-2], ("kv checkpoint", "*"): out.splitlines()[-1]}
+    line = {prefix: next(line for line in out.splitlines() if line.startswith(prefix))
+            for prefix in ("fp8 KV cache (", "W8A8 int8 + fp8 KV checkpoint")}
+    return {key: cell.split(" — seen starting on ")[0] for key, cell in table_cells(out).items()} | {
+        ("kv", "vllm"): line["fp8 KV cache ("], ("kv checkpoint", "*"): line["W8A8 int8 + fp8 KV checkpoint"]}
 
 
 def test_sm80_and_sm90_tables_differ_where_vllm_says(capsys):
     sm80, sm90 = table_of("cuda_sm80", capsys), table_of("cuda_sm90", capsys)
     differ = sorted(row for row, engine in sm80 if sm80[row, engine] != sm90[row, engine])
-    assert differ == ["FP8", "W4A16", "W8A16", "W8A8 int8 + fp8 KV", "kv"]
+    assert differ == ["FP8", "W4A16", "W4A16 asym", "W8A16", "W8A8 int8 + fp8 KV", "kv"]
     assert "weight-only FP8" in sm80["FP8", "vllm"] and sm90["FP8", "vllm"] == "✅ bfloat16"
     assert "Machete" in sm90["W4A16", "vllm"] and "Marlin kernel" in sm80["W4A16", "vllm"]
+    assert "Machete" in sm90["W4A16 asym", "vllm"] and "Marlin kernel" in sm80["W4A16 asym", "vllm"]
     assert "FlashInfer" in sm80["kv", "vllm"] and "FlashInfer" not in sm90["kv", "vllm"]
 
 
