@@ -13,7 +13,6 @@ path instead of conf/engine/); nothing here lists engines. `build` gives the
 entry point the typed EngineConfig; `get` gives the class of a name (the
 report and the capability table ask by name).
 """
-import difflib
 import logging
 import os
 
@@ -21,7 +20,7 @@ import yaml
 
 from evaluate.engines.base import Engine, EngineConfig, LmEvalModel, scoped_env, user_set
 from quantize.common import extensions
-from quantize.common.errors import UserError
+from quantize.common.errors import UserError, nearest
 from quantize.common.paths import CONF_DIR
 
 __all__ = ["Engine", "EngineConfig", "LmEvalModel", "scoped_env", "known", "config", "build", "get", "identity",
@@ -119,8 +118,8 @@ def check_args(cls, args: dict, name: str | None = None) -> None:
     name = name or cls.name
     accepted = cls.accepted_args()
     for key in sorted(set(args) - accepted):
-        close = difflib.get_close_matches(key, accepted, n=1)
-        hint = (f"did you mean engine.args.{close[0]}?" if close else
+        close = nearest(key, accepted)
+        hint = (f"did you mean engine.args.{close}?" if close else
                 f"it takes {', '.join(sorted(accepted))}" if len(accepted) <= 10 else "check its spelling")
         raise UserError(f"engine.args.{key} is not an argument of engine={name}; {hint} "
                         f"(remove it with ~engine.args.{key})")

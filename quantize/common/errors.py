@@ -4,7 +4,9 @@ apart (scripts and sweeps branch on it). The trace, where there is one, goes
 to the job's log file only (or to stderr as well with -v): quantize.common.jobs.
 
 This is the one list of exit statuses (docs/robustness.md repeats it)."""
+import difflib
 import errno
+from collections.abc import Iterable
 from enum import IntEnum
 
 
@@ -78,3 +80,15 @@ def first_line(e: BaseException, limit: int = 300) -> str:
     """The first non-empty line of what `e` says (libraries raise screenfuls)."""
     text = next((line.strip() for line in str(e).splitlines() if line.strip()), "") or type(e).__name__
     return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+# difflib's similarity a misspelt name must reach to be suggested, one for
+# every "did you mean": "out_dir" finds results_dir (0.67), "forse" force (0.8),
+# "gpu_util" gpu_memory_utilization (0.53, which difflib's default 0.6 missed).
+NEAREST_CUTOFF = 0.5
+
+
+def nearest(name: str, choices: Iterable[str]) -> str | None:
+    """The choice a misspelt `name` most likely meant, for a "did you mean" hint."""
+    found = difflib.get_close_matches(name, list(choices), n=1, cutoff=NEAREST_CUTOFF)
+    return found[0] if found else None

@@ -24,11 +24,10 @@ artifact), so the group's base decides what `from_config` returns; the key
 and its meaning stay Hydra's.
 """
 import dataclasses
-import difflib
 import importlib
 from typing import Any, Mapping, TypeVar
 
-from quantize.common.errors import UserError
+from quantize.common.errors import UserError, nearest
 
 TARGET = "_target_"
 T = TypeVar("T")
@@ -82,8 +81,8 @@ class Configurable:
     def from_config(cls, values: dict, where: str):
         names = [f.name for f in dataclasses.fields(cls)]
         for key in sorted(set(values) - set(names)):
-            close = difflib.get_close_matches(key, names, n=1)
-            hint = f"did you mean {close[0]}?" if close else f"it takes {', '.join(names)}"
+            close = nearest(key, names)
+            hint = f"did you mean {close}?" if close else f"it takes {', '.join(names)}"
             raise UserError(f"{where}: {key!r} is not a setting of {cls.__qualname__}; {hint}")
         missing = [f.name for f in dataclasses.fields(cls) if f.name not in values
                    and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]

@@ -2,15 +2,13 @@
 config lacks (with the nearest one it has), an argument Hydra's override
 grammar cannot read (an unquoted path with a space), a required group not
 given. Hydra says these in several lines and a HYDRA_FULL_ERROR hint."""
-import difflib
 import re
 
-from quantize.common.errors import UserError
+from quantize.common.errors import UserError, nearest
 
 # "Could not override 'out_dir'." (key=value) and "Could not delete from config. 'out_dir' ..." (~key)
 UNKNOWN_KEY = re.compile(r"Could not (?:override|delete from config\.) '([^']+)'")
 MISSING_GROUP = re.compile(r"You must specify '([^']+)'")
-NEAREST_CUTOFF = 0.5   # difflib's similarity: "out_dir" finds results_dir (0.67), "forse" force
 
 
 def as_user_error(e: BaseException, module: str, config_name: str, overrides: list[str]) -> UserError | None:
@@ -35,8 +33,8 @@ def as_user_error(e: BaseException, module: str, config_name: str, overrides: li
 
 
 def unknown_key(key: str, command: str, config_name: str, overrides: list[str]) -> str:
-    nearest = difflib.get_close_matches(key, config_keys(config_name, overrides, key), n=1, cutoff=NEAREST_CUTOFF)
-    hint = f"; did you mean {nearest[0]}?" if nearest else ""
+    close = nearest(key, config_keys(config_name, overrides, key))
+    hint = f"; did you mean {close}?" if close else ""
     return f"{command} has no key {key}{hint} ({command} --help lists its keys)"
 
 

@@ -104,6 +104,9 @@ def test_quantize_into_a_dir_with_a_corrupt_manifest_fails_before_calibration(ti
 
 @pytest.mark.parametrize("args, expect", [
     pytest.param(["engine.args.max_num_seq=4"], "did you mean engine.args.max_num_seqs?", marks=pytest.mark.needs_vllm),
+    # as far from its key (0.53) as out_dir from results_dir: every "did you mean" has one cutoff
+    pytest.param(["+engine.args.gpu_util=0.5"], "did you mean engine.args.gpu_memory_utilization?",
+                 marks=pytest.mark.needs_vllm),
     pytest.param(["+engine.args.no_such_knob=1"], "engine.args.no_such_knob is not an argument of engine=vllm",
                  marks=pytest.mark.needs_vllm),
     (["engine=hf", "+engine.args.enforce_eager=true"], "it takes device, dtype, max_model_len"),
