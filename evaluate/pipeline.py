@@ -220,10 +220,11 @@ def _plan(config: EvaluateConfig) -> tuple[Job, list[Scenario], Verdict]:
         config.limits.check_batch_tokens(fit, opened, args, machine, remote=engine.remote)
     lm_eval_model, lm_eval_versions = _plan_lm_eval(config, engine, args)
     where = {"versions": provenance.versions(), "hardware": provenance.hardware()}
+    verdict = engine.supports(opened.format, machine, args)
     # engine_args/env as configured; a started engine replaces them with what it used.
     base = Row(kind="speed", **opened.as_row(), engine=name, engine_args=args,
                engine_env=engine_cfg.env, **where, machine=machine.facts(), hardware_defaults=config.hardware,
-               kv_quant=engine.kv_quant(opened.format, args),
+               kv_quant=engine.kv_quant(opened.format, args), serving_note=(verdict.reason or None) if verdict else None,
                setup_id=results.setup_id(engines.identity(engine_cfg, engine), **where),
                comparison_id=results.setup_id(engines.identity(config.engine, engine), **where),
                repro=_repro(opened))
@@ -232,7 +233,7 @@ def _plan(config: EvaluateConfig) -> tuple[Job, list[Scenario], Verdict]:
               engine_cfg=engine_cfg, limit=limit, fit=fit, base=base, accuracy_cfg=config.accuracy,
               lm_eval_cfg=config.lm_eval, lm_eval_model=lm_eval_model, lm_eval_versions=lm_eval_versions,
               load=load, slo=slo)
-    return job, unfit, engine.supports(opened.format, machine, args)
+    return job, unfit, verdict
 
 
 def _plan_lm_eval(config: EvaluateConfig, engine: type[Engine], args: dict):

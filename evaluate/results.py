@@ -78,6 +78,9 @@ class Row:
     engine_memory: dict | None = None
     machine: dict | None = None        # capability facts the engine decided from (quantize.common.machine)
     kv_quant: str | None = None        # KV-cache quantization that ran: "none", "fp8", ... (Engine.kv_quant)
+    # the engine's caveat on how it served this format (Engine.supports' note), which its numbers
+    # depend on: e.g. hf runs quantized weights decompressed to dense, so its speed is not the format's
+    serving_note: str | None = None
     setup_id: str | None = None        # see setup_id()
     # setup_id of the setup as configured, before the engine resolved `auto`
     # values (dtype, tensor_parallel_size): rows of one comparison_id may be

@@ -54,7 +54,7 @@ def _params(row: Row) -> dict:
     shape = {"kind": row.kind, "engine": row.engine, "engine_version": row.engine_version,
              "dtype": row.engine_args.get("dtype"), "scenario": row.scenario, "dataset": row.dataset,
              "batch_size": row.batch_size, "input_len": row.input_len, "output_len": row.output_len,
-             "kv_quant": row.kv_quant, "hardware_defaults": row.hardware_defaults}
+             "kv_quant": row.kv_quant, "serving_note": row.serving_note, "hardware_defaults": row.hardware_defaults}
     return {**shape, **flat(row.engine_args, "engine_args"), **flat(row.engine_env, "engine_env"),
             **flat(row.load or {}, "load"), **flat(row.hardware, "hardware"), **flat(row.versions, "versions")}
 

@@ -81,7 +81,8 @@ class HfEngine(Engine):
                                       f"checkpoints, not installed here; use engine=vllm")
             return YES
         # compressed-tensors: transformers decompresses the weights on load.
-        return Verdict(True, "weights decompressed to dense: measures accuracy, not the format's kernels")
+        return Verdict(True, "weights decompressed to dense: its speed and memory are the dense model's, "
+                             "not the format's kernels'")
 
     @classmethod
     def import_libraries(cls, target) -> None:

@@ -1,7 +1,8 @@
 """What the answer's speeds rest on, said beside it: runs measured on a busy
-host (evaluate.analysis.busy_host), and whether `runs=auto` met its target
-interval (Row.precision). One line per scenario where there is something
-to say."""
+host (evaluate.analysis.busy_host), whether `runs=auto` met its target
+interval (Row.precision), and the engine's caveat on how it served a format
+(Row.serving_note: hf's speed of a quantized checkpoint is the dense
+model's). One line per scenario and thing to say."""
 from evaluate.analysis.busy_host import BusyHost
 from evaluate.analysis.choice import Choice
 from evaluate.analysis.groups import Group
@@ -16,8 +17,19 @@ def condition_lines(choices: list[Choice], names: dict, busy: BusyHost) -> list[
     for c in choices:
         groups = answer_groups(c)
         where = c.scenario.name + (f", {c.model_name}" if c.model_name else "")
-        out += [f"- {where}: {text}" for text in (busy_text(groups, names, busy), target_text(groups, names)) if text]
+        texts = (busy_text(groups, names, busy), target_text(groups, names), *serving_note_texts(groups, names))
+        out += [f"- {where}: {text}" for text in texts if text]
     return out
+
+
+def serving_note_texts(groups: list[Group], names: dict) -> list[str]:
+    """One text per note an engine gave, naming the answer's entries it served that way."""
+    by_note: dict[tuple[str, str], list[str]] = {}
+    for g in groups:
+        row = g.runs[0] if g.runs else None
+        if row is not None and row.serving_note:
+            by_note.setdefault((row.engine, row.serving_note), []).append(names[g.identity])
+    return [f"{', '.join(served)} served by {engine} with a note: {note}" for (engine, note), served in by_note.items()]
 
 
 def answer_groups(c: Choice) -> list[Group]:

@@ -29,9 +29,29 @@ def test_hf_engine_and_plain_checkpoint(eval_artifacts, tmp_path, scen):
     expected_id = checkpoint_id(sha256_files(weight_files(model)), json.loads((model / "config.json").read_text()))
     for r in rows:
         assert r.engine == "hf" and r.status == "ok" and r.artifact_id == expected_id
-        assert r.manifest is None and r.recipe == "original"
+        assert r.manifest is None and r.recipe == "original" and r.serving_note is None
         assert r.metrics["output_tokens"] == 16
         assert r.metrics["output_throughput"] == pytest.approx(16 / r.metrics["latency_s"])
+
+
+def test_hf_rows_of_a_quantized_checkpoint_say_its_speed_is_the_dense_models_and_the_answer_repeats_it(
+        eval_artifacts, tmp_path, scen):
+    """transformers decompresses W4A16 to dense: the rows carry the engine's
+    note and the report's answer names the artifact beside it (the pick or the
+    runner-up: the tiny model's W4A16 keeps its accuracy)."""
+    res = tmp_path / "res"
+    for model in (eval_artifacts["original"], eval_artifacts["w4a16_rtn"]):
+        out = run_cli("evaluate", f"model={model}", "engine=hf", scen["test_tiny_a"], "runs=2", "accuracy.num_windows=2",
+                      "accuracy.window_len=64", "accuracy.lastword.num_items=8", f"results_dir={res}", cwd=tmp_path)
+        assert out.returncode == 0, out.stderr[-2000:]
+    notes = {(r.recipe, r.serving_note) for r in results.read(res)}   # speed and accuracy rows alike
+    assert notes == {("original", None), ("w4a16_rtn", "weights decompressed to dense: its speed and memory are the "
+                                                       "dense model's, not the format's kernels'")}
+    out = run_cli("evaluate.report", f"results_dir={res}", f"out_dir={tmp_path / 'rep'}", "output=[markdown]",
+                  cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    answer = (tmp_path / "rep" / "report.md").read_text().split("\n## Summary", 1)[0]
+    assert "- test_tiny_a, tiny-llama: w4a16_rtn served by hf with a note: weights decompressed to dense" in answer
 
 
 @pytest.mark.parametrize("recipe", PIPELINE_RECIPES)

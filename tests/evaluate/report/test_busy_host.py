@@ -1,6 +1,7 @@
 """Runs measured on a busy host are marked in *Detailed runs* and counted
 beside the answer, at the one threshold conf/report.yaml's busy_host_pct
-sets; beside the answer too, which of its groups met runs=auto's target."""
+sets; beside the answer too, which of its groups met runs=auto's target,
+and the engine's note on how it served a format its speed rests on."""
 from evaluate.report import build_report
 from evaluate.report.__main__ import main
 from evaluate.report.markdown import OTHER_CPU_HEADER
@@ -86,3 +87,30 @@ def test_a_store_without_host_load_or_run_decisions_reads_as_before(tmp_path):
     build_report(tmp_path / "res", tmp_path / "out", "t", outputs=("markdown",))
     md = (tmp_path / "out" / "report.md").read_text()
     assert OTHER_CPU_HEADER not in md and "What these speeds rest on" not in md
+
+
+HF_NOTE = "weights decompressed to dense: its speed and memory are the dense model's, not the format's kernels'"
+
+
+def test_the_answer_says_which_of_its_entries_an_engine_served_with_a_note(tmp_path):
+    """hf's speed of a quantized checkpoint is the dense model's: an answer
+    resting on such rows says so, naming the entries; the original (no note)
+    and the scenarios where no entry had one say nothing."""
+    def noted(r):
+        served = r.recipe != "original" and r.scenario == "interactive"
+        return r.but(serving_note=HF_NOTE) if served else r
+    md = report_md(tmp_path, [noted(r) for r in main_rows()])
+    said = answer(md)
+    lines = [line for line in said.splitlines() if "with a note" in line]
+    assert len(lines) == 1 and lines[0].startswith("- interactive, SmolLM2-135M-Instruct: ")
+    engine = main_rows()[0].engine
+    served = lines[0].split(": ", 1)[1].split(f" served by {engine} with a note: ")
+    assert served[1] == HF_NOTE and "original" not in served[0].split(", ") and served[0]
+
+
+def test_a_row_keeps_its_serving_note_through_the_store(tmp_path):
+    from evaluate import results
+    row = main_rows()[0].but(serving_note=HF_NOTE)
+    results.append(results.shard_path(tmp_path), row)
+    assert [r.serving_note for r in results.read(tmp_path)] == [HF_NOTE]
+    assert "serving_note" not in main_rows()[0].to_dict()   # no note: not written
