@@ -40,10 +40,11 @@ def test_hf_rows_of_a_quantized_checkpoint_say_its_speed_is_the_dense_models_and
     note and the report's answer names the artifact beside it (the pick or the
     runner-up: the tiny model's W4A16 keeps its accuracy)."""
     res = tmp_path / "res"
-    for model in (eval_artifacts["original"], eval_artifacts["w4a16_rtn"]):
-        out = run_cli("evaluate", f"model={model}", "engine=hf", scen["test_tiny_a"], "runs=2", "accuracy.num_windows=2",
-                      "accuracy.window_len=64", "accuracy.lastword.num_items=8", f"results_dir={res}", cwd=tmp_path)
-        assert out.returncode == 0, out.stderr[-2000:]
+    out = run_cli("evaluate", "-m", f"model={eval_artifacts['original']},{eval_artifacts['w4a16_rtn']}", "engine=hf",
+                  scen["test_tiny_a"], "runs=2", "accuracy.num_windows=2", "accuracy.window_len=64",
+                  "accuracy.lastword.num_items=8", f"results_dir={res}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                  cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
     notes = {(r.recipe, r.serving_note) for r in results.read(res)}   # speed and accuracy rows alike
     assert notes == {("original", None), ("w4a16_rtn", "weights decompressed to dense: its speed and memory are the "
                                                        "dense model's, not the format's kernels'")}
