@@ -129,6 +129,8 @@ def table_block(tokens: list[Token], md: MarkdownIt, keep_columns: bool,
                 continue
             if token.type == "td_open" and len(tokens[k + 1].content) > LONG_CELL:
                 add_class(token, "wrap")  # prose (a failure's reason) wraps; numbers and names stay on one line
+            if token.type == "td_open" and keep_columns:
+                break_after_underscores(tokens[k + 1])
             if column - 1 in minor:
                 add_class(token, "secondary")
         out.append(token)
@@ -137,6 +139,14 @@ def table_block(tokens: list[Token], md: MarkdownIt, keep_columns: bool,
             if same:
                 out.append(raw(caption(heads, rows[0], same, md)))
     return out + [raw("</div>\n")]
+
+
+def break_after_underscores(inline: Token) -> None:
+    """The answer's names (w8a8_sparse_smooth_gptq, high_concurrency) may break
+    after an underscore (<wbr>: nothing is added to copied text), so a narrow
+    screen wraps them where a reader would, not mid-word."""
+    inline.children = [Token("html_inline", "", 0, content=html.escape(c.content).replace("_", "_<wbr>"))
+                       if c.type == "text" and "_" in c.content else c for c in inline.children or ()]
 
 
 def add_class(token: Token, name: str) -> None:

@@ -286,3 +286,51 @@ def test_on_a_laptop_in_headless_chromium(tmp_path):
             assert right <= 800, (key, right)
     for width in (1400, 800):
         assert png_size((tmp_path / f"report-{width}px.png").read_bytes())[0] == width
+
+
+# Where a cell's text breaks between two lines inside a word (letters or digits on both sides).
+MID_WORD_BREAKS = """
+const breaks = [];
+for (const cell of arguments[0].querySelectorAll('td')) {
+  const chars = [];
+  const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    for (let i = 0; i < node.length; i++) {
+      const range = document.createRange();
+      range.setStart(node, i); range.setEnd(node, i + 1);
+      const rects = range.getClientRects();
+      if (rects.length) chars.push([node.data[i], rects[0].top]);
+    }
+  }
+  for (let i = 1; i < chars.length; i++) {
+    const [a, top] = chars[i - 1], [b, next] = chars[i];
+    if (next > top + 2 && /[A-Za-z0-9]/.test(a) && /[A-Za-z0-9]/.test(b)) breaks.push(cell.textContent);
+  }
+}
+return breaks;"""
+
+
+@pytest.mark.skipif(bool(BROWSER_MISSING), reason="needs Debian's chromium and chromedriver (make setup-browser, as root)")
+def test_at_800_px_the_answers_long_names_wrap_between_words_not_inside_them(tmp_path):
+    """Recipe and scenario names are one long word to the browser
+    (w8a8_sparse_smooth_gptq, high_concurrency): on a laptop's 800 px they
+    break after an underscore, as a reader would split them, never mid-word,
+    and the answer still needs no sideways scroll."""
+    from selenium.webdriver.common.by import By
+    names = {"w8a8_smooth_ptq": "w8a8_sparse_smooth_gptq_int8", "interactive": "high_concurrency_long_prompts"}
+    rows = [r.but(recipe=names.get(r.recipe, r.recipe), scenario=names.get(r.scenario, r.scenario))
+            for r in main_rows()]
+    store(tmp_path / "results", rows)
+    out = tmp_path / "reports"
+    assert main([f"results_dir={tmp_path / 'results'}", f"out_dir={out}", "output=[markdown,html]",
+                 "cost.usd_per_hour=2.5"]) == 0
+    with headless_chromium() as browser:
+        browser.set_window_size(800, 900)
+        browser.get((out / "report.html").as_uri())
+        table = browser.find_element(By.CSS_SELECTOR, f"#{ANSWER_SECTION} table.answer")
+        browser.execute_script("arguments[0].scrollIntoView()", table)
+        browser.save_screenshot(str(tmp_path / "answer-800px.png"))
+        assert "w8a8_sparse_smooth_gptq_int8" in table.text.replace("\n", "")
+        assert browser.execute_script(MID_WORD_BREAKS, table) == []
+        scroller = table.find_element(By.XPATH, "..")
+        assert scroller.get_property("scrollWidth") <= scroller.get_property("clientWidth")
