@@ -71,10 +71,10 @@ PAGE = """<!DOCTYPE html>
 
 # System fonts only: nothing is fetched. A table scrolls in its own box, no
 # taller than the window, so its sticky header stays in view (an overflow box
-# is what sticky sticks to). The answer's cells wrap, its names also after an
-# underscore (html_body.break_after_underscores), and under 1000 px its
-# secondary columns go and its cells shrink to those breaks, so its key columns
-# fit a laptop's 800 px.
+# is what sticky sticks to). The answer's cells wrap, and under 1000 px its
+# secondary columns go and the scenario and runner-up shrink to their breaks,
+# after an underscore too (html_body.break_after_underscores), so its key
+# columns fit a laptop's 800 px.
 STYLE = """body { margin: 0; font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif;
        color: #1f2328; background: #fff; }
 main { max-width: 1400px; margin: 0 auto; padding: 1.5rem; }
@@ -104,7 +104,7 @@ tbody tr:nth-child(even) { background: #f9fafb; }
 table.ANSWER_CLASS td { white-space: normal; min-width: 5em; }
 @media (max-width: 1000px) {
   table.ANSWER_CLASS .secondary { display: none; }
-  table.ANSWER_CLASS td { overflow-wrap: break-word; min-width: 0; }
+  table.ANSWER_CLASS td:first-child, table.ANSWER_CLASS td:last-child { overflow-wrap: break-word; min-width: 0; }
 }
 .beside { display: flex; flex-wrap: wrap; align-items: flex-start; gap: 0 2rem; }
 .beside > .scroll, .beside > ol, .beside > ul { flex: 0 1 auto; min-width: 0; max-width: 100%; }

@@ -129,8 +129,8 @@ def table_block(tokens: list[Token], md: MarkdownIt, keep_columns: bool,
                 continue
             if token.type == "td_open" and len(tokens[k + 1].content) > LONG_CELL:
                 add_class(token, "wrap")  # prose (a failure's reason) wraps; numbers and names stay on one line
-            if token.type == "td_open" and keep_columns:
-                break_after_underscores(tokens[k + 1])
+            if token.type == "td_open" and keep_columns and column - 1 in (0, len(heads) - 1):
+                break_after_underscores(tokens[k + 1])   # the scenario and the runner-up; the pick stays whole
             if column - 1 in minor:
                 add_class(token, "secondary")
         out.append(token)
@@ -144,9 +144,14 @@ def table_block(tokens: list[Token], md: MarkdownIt, keep_columns: bool,
 def break_after_underscores(inline: Token) -> None:
     """The answer's names (w8a8_sparse_smooth_gptq, high_concurrency) may break
     after an underscore (<wbr>: nothing is added to copied text), so a narrow
-    screen wraps them where a reader would, not mid-word."""
-    inline.children = [Token("html_inline", "", 0, content=html.escape(c.content).replace("_", "_<wbr>"))
+    screen wraps them where a reader would, not mid-word; a setting such as
+    batch_size=1 stays whole (it is short, and its cell breaks at spaces)."""
+    inline.children = [Token("html_inline", "", 0, content=breakable(html.escape(c.content)))
                        if c.type == "text" and "_" in c.content else c for c in inline.children or ()]
+
+
+def breakable(text: str) -> str:
+    return " ".join(word if "=" in word else word.replace("_", "_<wbr>") for word in text.split(" "))
 
 
 def add_class(token: Token, name: str) -> None:
