@@ -38,7 +38,8 @@
 # DEVICE_CHECK_BUDGET_S (steps' budget: 540 on a GPU, 2400 in a dry run),
 # DEVICE_CHECK_EAGER (true: vLLM without compile and CUDA graphs, the default),
 # DEVICE_CHECK_SCENARIO (the vllm plan's scenarios on a GPU: reference, the
-# default, or starts: batch 1 and 64 only, scripts/device/scenarios_starts.yaml),
+# default, 3 runs each, or starts: batch 1 and 64 only, 5 runs each,
+# scripts/device/scenarios_starts.yaml),
 # DEVICE_CHECK_TEST_WORKERS, DEVICE_CHECK_TESTS (the hf plan's pytest paths),
 # DEVICE_IMAGE_PYTHON (the dry run's stand-in for the GPU image's Python 3.12:
 # .venv-device-image, made by scripts/device/image_venv.sh), PYTHON,
@@ -375,7 +376,7 @@ machine_facts() {
 # gate; speed, memory and whether each format starts are what is checked.
 plan_vllm() {
     local shape=1b calib=() evals recipe model eager=${DEVICE_CHECK_EAGER:-true} recipes=$RECIPES
-    evals=(engine=vllm scenario="$GPU_SCENARIO" runs=3 warmup_runs=1)
+    evals=(engine=vllm scenario="$GPU_SCENARIO" runs="$GPU_RUNS" warmup_runs=1)
     if ((DRY)); then   # two recipes: each vLLM-CPU start takes 20-60 s of a 2-core machine
         shape=tiny recipes=${DEVICE_CHECK_RECIPES:-w8a8_smooth_gptq w4a16_gptq}
         calib=(calibration.num_samples=8 calibration.max_seq_len=64)
@@ -498,8 +499,9 @@ esac
 PLAN=${DEVICE_CHECK_PLAN:-vllm}
 case "$PLAN" in vllm | hf) ;; *) die "DEVICE_CHECK_PLAN=$PLAN is not a plan; use vllm or hf" ;; esac
 case "${DEVICE_CHECK_SCENARIO:-reference}" in
-    reference) GPU_SCENARIO=reference ;;
-    starts) GPU_SCENARIO=$HERE/scenarios_starts.yaml ;;
+    reference) GPU_SCENARIO=reference GPU_RUNS=3 ;;
+    # 5 timed runs, not 3: two scenarios leave the time, and batch 1's eager runs vary by ~20 %
+    starts) GPU_SCENARIO=$HERE/scenarios_starts.yaml GPU_RUNS=5 ;;
     *) die "DEVICE_CHECK_SCENARIO=$DEVICE_CHECK_SCENARIO is not a scenario set of the check; use reference" \
            "(the 7 reference scenarios) or starts (batch 1 and 64, for a short lease)" ;;
 esac
