@@ -224,7 +224,8 @@ def _plan(config: EvaluateConfig) -> tuple[Job, list[Scenario], Verdict]:
     # engine_args/env as configured; a started engine replaces them with what it used.
     base = Row(kind="speed", **opened.as_row(), engine=name, engine_args=args,
                engine_env=engine_cfg.env, **where, machine=machine.facts(), hardware_defaults=config.hardware,
-               kv_quant=engine.kv_quant(opened.format, args), serving_note=(verdict.reason or None) if verdict else None,
+               kv_quant=engine.kv_quant(opened.format, args),
+               serving_note=(verdict.reason or None) if verdict else None,
                setup_id=results.setup_id(engines.identity(engine_cfg, engine), **where),
                comparison_id=results.setup_id(engines.identity(config.engine, engine), **where),
                repro=_repro(opened))

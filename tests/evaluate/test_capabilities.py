@@ -245,7 +245,8 @@ def test_the_cuda_table_marks_the_cells_a_gpu_start_confirmed_under_the_release_
     marked = {label for (label, engine), cell in table_cells(out).items() if "seen starting on an H100" in cell}
     assert marked == set(seen.labels) == {"dense bfloat16", "W8A8 int8", "W4A16 asym"}
     assert all("seen starting" not in cell for (_, engine), cell in table_cells(out).items() if engine != "vllm")
-    assert "vllm column: vLLM 0.26.0's CUDA rules" in out and f"as these rules say (an H100 80GB HBM3, 2026-11-27, {seen.record}" in out
+    assert "vllm column: vLLM 0.26.0's CUDA rules" in out
+    assert f"as these rules say (an H100 80GB HBM3, 2026-11-27, {seen.record}" in out
 
     assert main(["machine=cuda_sm90", "vllm_release=0.32.0"]) == 0
     out = capsys.readouterr().out

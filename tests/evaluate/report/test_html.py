@@ -310,7 +310,8 @@ for (const cell of arguments[0].querySelectorAll('td')) {
 return breaks;"""
 
 
-@pytest.mark.skipif(bool(BROWSER_MISSING), reason="needs Debian's chromium and chromedriver (make setup-browser, as root)")
+@pytest.mark.skipif(bool(BROWSER_MISSING),
+                    reason="needs Debian's chromium and chromedriver (make setup-browser, as root)")
 def test_at_800_px_the_answers_long_names_wrap_between_words_not_inside_them(tmp_path):
     """Recipe and scenario names are one long word to the browser
     (w8a8_sparse_smooth_gptq, high_concurrency): on a laptop's 800 px they
