@@ -102,7 +102,7 @@ def _kv_rule(fmt, machine, args) -> Verdict:
         return Verdict(False, f"vLLM refuses fp8_e5m2 on a checkpoint with {ct_kv} KV scales; "
                               "use engine.args.kv_cache_dtype=auto (fp8 e4m3 with its scales)")
     if machine.cuda:
-        verdict = cuda_kv_rule(kv, machine.min_cuda_capability, explicit, machine_release(machine))
+        verdict = cuda_kv_rule(kv, machine.min_cuda_capability, explicit, machine_release(machine), args.get("dtype"))
         note = _kv_scale_note(kv, ct_kv)
         return verdict.with_note(note) if verdict else verdict
     if kv.startswith("fp8") and not machine.isa & {"avx512f", "amx_tile"}:

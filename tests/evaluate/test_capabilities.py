@@ -451,7 +451,7 @@ def test_the_servable_cli_says_bad_input_in_one_line(capfd):
     (["engine=hf"], "error: unexpected arguments engine=hf; evaluate overrides go with servable=[<recipe>,...]"),
     (["json=true", "no_such_key=1"], "error: python -m evaluate.capabilities has no key no_such_key ("),
     (["machine=cuda_sm90", "vllm_release=0.27.0"],
-     "error: vllm_release=0.27.0 is not a release the CUDA rules were read from; use one of 0.26.0, 0.32.0"),
+     "error: vllm_release=0.27.0 is not a release the CUDA rules were read from; use one of 0.26.0, 0.32.0, 0.33.0"),
     (["machine=amx", "vllm_release=0.26.0"], "error: vllm_release= picks the CUDA rules: add machine=cuda_sm<NN>"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, error, capsys):

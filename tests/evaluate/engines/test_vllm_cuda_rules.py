@@ -24,7 +24,7 @@ from quantize.common.machine import Machine
 CT = "compressed-tensors"
 SM = {k.removeprefix("cuda_"): m for k, m in KNOWN_MACHINES.items() if k.startswith("cuda_")}
 ALL_SM = sorted(SM, key=lambda k: int(k[2:]))
-V26, V32 = RULES["0.26"].release, RULES["0.32"].release
+V26, V32, V33 = RULES["0.26"].release, RULES["0.32"].release, RULES["0.33"].release
 
 
 def installed(monkeypatch, version):
@@ -201,35 +201,49 @@ def on_allspark(f: CheckpointFormat, sm: str) -> bool:
     return f.scheme == W8A16 and not (f.moe or f.zero_point) and sm in ("sm80", "sm86", "sm89")
 
 
+def humming_first(f: CheckpointFormat, sm: str) -> bool:
+    """From 0.32.0 Humming ranks right ahead of Marlin on sm90: the fallback of a layer Machete
+    cannot take, and the first fused-MoE kernel for symmetric int weights."""
+    return sm == "sm90" and f.scheme in (W4A16, W8A16) and not (f.moe and f.zero_point)
+
+
 @pytest.mark.parametrize("sm", ALL_SM)
 def test_0_26_and_0_32_agree_on_every_other_rule(sm):
     cc = cc_of(sm)
     for f, dtype in itertools.product(FORMATS, ("bfloat16", "float16")):
         same = cuda_rule(f, cc, {"dtype": dtype}, V26) == cuda_rule(f, cc, {"dtype": dtype}, V32)
-        assert same != on_allspark(f, sm), f.label
+        assert same != (on_allspark(f, sm) or humming_first(f, sm)), f.label
     for kv, explicit in itertools.product(("bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"), (True, False)):
         assert cuda_kv_rule(kv, cc, explicit, V26) == cuda_kv_rule(kv, cc, explicit, V32), kv
 
 
 @pytest.mark.parametrize("sm", ALL_SM)
-def test_the_tables_of_0_26_differ_from_0_32_only_in_the_w8a16_row_on_sm80_to_sm89(sm, monkeypatch, capsys):
+def test_the_tables_of_0_26_differ_from_0_32_in_allspark_on_sm80_to_sm89_and_humming_on_sm90(sm, monkeypatch, capsys):
     tables = {}
     for version in (V32, V26):
         installed(monkeypatch, version)
         tables[version] = table_of(f"cuda_{sm}", capsys)
     new, old = tables[V32], tables[V26]
     differ = sorted(row for row, engine in new if new[row, engine] != old[row, engine])
-    assert differ == (["W8A16"] if sm in ("sm80", "sm86", "sm89") else [])
-    if differ:
+    assert differ == (["W8A16"] if sm in ("sm80", "sm86", "sm89") else
+                      ["W4A16", "W4A16 MoE", "W4A16 asym", "W8A16"] if sm == "sm90" else [])
+    if sm in ("sm80", "sm86", "sm89"):
         assert old["W8A16", "vllm"] == "✅ bfloat16 (AllSpark kernel for channel-wise weights where the layer " \
                                       "fits it, else Marlin)"
+    if sm == "sm90":
+        assert (old["W4A16", "vllm"], new["W4A16", "vllm"]) == (
+            "✅ bfloat16 (Machete kernel where the layer fits it, else Marlin)",
+            "✅ bfloat16 (Machete kernel where the layer fits it, else Humming)")
+        assert new["W4A16 MoE", "vllm"] == "✅ bfloat16 (Humming fused-MoE kernel, ranked ahead of Marlin here)"
+        assert new["W4A16 asym MoE", "vllm"] == "✅ bfloat16 (Marlin fused-MoE kernel)"   # Humming takes no zero points
 
 
 # ---- which release's rules a vLLM version gets ---------------------------------------
 
 @pytest.mark.parametrize("version, release, noted", [
     ("0.26.0", V26, None), ("0.29.1", V26, None), ("0.32.1", V32, None), ("0.32.0+cpu", V32, None),
-    ("0.33.0", V32, "newer"), ("1.0.0", V32, "newer"), ("0.20.0", V26, "older"), ("main", V32, "not a release")])
+    ("0.33.0", V33, None), ("0.33.2", V33, None), ("0.34.0", V33, "newer"), ("1.0.0", V33, "newer"),
+    ("0.20.0", V26, "older"), ("main", V33, "not a release")])
 def test_a_version_gets_the_newest_rules_not_newer_than_it_else_the_nearest_with_a_note(version, release, noted):
     rules = rules_for(version)
     assert rules.release == release and rules.basis.startswith("read from the wheel's source")
@@ -237,7 +251,7 @@ def test_a_version_gets_the_newest_rules_not_newer_than_it_else_the_nearest_with
 
 
 def test_none_gets_the_newest_rules_and_the_default_the_installed_vllms(monkeypatch):
-    assert rules_for(None) == RULES["0.32"]
+    assert rules_for(None) == RULES["0.33"]
     installed(monkeypatch, "0.26.0")
     assert rules_for() == RULES["0.26"]
     assert "AllSpark" in cuda_rule(fmt(W8A16), (8, 0), {}).reason
@@ -267,7 +281,7 @@ def table_of(kind: str, capsys) -> dict:
 def test_sm80_and_sm90_tables_differ_where_vllm_says(capsys):
     sm80, sm90 = table_of("cuda_sm80", capsys), table_of("cuda_sm90", capsys)
     differ = sorted(row for row, engine in sm80 if sm80[row, engine] != sm90[row, engine])
-    assert differ == ["FP8", "W4A16", "W4A16 asym", "W8A16", "W8A8 int8 + fp8 KV", "kv"]
+    assert differ == ["FP8", "W4A16", "W4A16 MoE", "W4A16 asym", "W8A16", "W8A8 int8 + fp8 KV", "kv"]
     assert "weight-only FP8" in sm80["FP8", "vllm"] and sm90["FP8", "vllm"] == "✅ bfloat16"
     assert "Machete" in sm90["W4A16", "vllm"] and "Marlin kernel" in sm80["W4A16", "vllm"]
     assert "Machete" in sm90["W4A16 asym", "vllm"] and "Marlin kernel" in sm80["W4A16 asym", "vllm"]
@@ -376,3 +390,32 @@ def test_the_dtype_vllm_gets_on_a_simulated_gpu(cuda_host, sm, dtype):
     assert machine.cuda == SM[sm].cuda and machine.engine("vllm").installed
     assert VllmEngine.choose_dtype(fmt(), machine) == dtype
     assert VllmEngine.choose_dtype(fmt(dtype="float32"), machine) == dtype
+
+
+# ---- 0.33.0: as 0.32.0 but for a 16-bit KV cache in another dtype than the model's ----------------
+
+@pytest.mark.parametrize("sm", ALL_SM)
+def test_0_33_decides_as_0_32_on_every_format_and_fp8_cache(sm):
+    cc = cc_of(sm)
+    for f, dtype in itertools.product(FORMATS, ("bfloat16", "float16")):
+        assert cuda_rule(f, cc, {"dtype": dtype}, V33) == cuda_rule(f, cc, {"dtype": dtype}, V32), f.label
+    for kv, explicit in itertools.product(("fp8", "fp8_e4m3", "fp8_e5m2"), (True, False)):
+        assert cuda_kv_rule(kv, cc, explicit, V33, "bfloat16") == cuda_kv_rule(kv, cc, explicit, V32, "bfloat16")
+
+
+def test_0_33_refuses_a_16bit_kv_cache_in_another_dtype_than_the_models_which_0_32_starts():
+    """config/vllm.py, VllmConfig._reject_mismatched_float_kv_cache (0.33.0 only)."""
+    refused = cuda_kv_rule("float16", (9, 0), True, V33, "bfloat16")
+    assert not refused and refused.reason == ("vLLM 0.33.0 takes a 16-bit KV cache only in the model's dtype "
+                                              "(bfloat16 here); use engine.args.kv_cache_dtype=auto")
+    assert cuda_kv_rule("float16", (9, 0), True, V32, "bfloat16")
+    assert cuda_kv_rule("bfloat16", (9, 0), True, V33, "bfloat16")      # the model's own dtype
+    assert not cuda_kv_rule("bfloat16", (7, 5), True, V32, "float16")   # sm75: refused by either release
+    assert not cuda_kv_rule("bfloat16", (7, 5), True, V33, "float16")
+
+
+def test_the_table_judges_the_kv_cache_beside_the_dtype_the_engine_would_choose(monkeypatch):
+    installed(monkeypatch, V33)
+    verdict, dtype = vllm(fmt(), "sm90", {"kv_cache_dtype": "float16"})
+    assert dtype == "bfloat16" and not verdict and "only in the model's dtype" in verdict.reason
+    assert vllm(fmt(), "sm90", {"kv_cache_dtype": "float16", "dtype": "float16"})[0]
