@@ -364,9 +364,12 @@ machine_facts() {
     TAIL=60 step facts 60 5 bash -c "{ nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit --format=csv; } 2>/dev/null;
         echo \"\$(nproc) CPU cores, \$(free -g | awk '/Mem:/ {print \$2}') GiB RAM, /tmp: \$(df -h /tmp | awk 'NR == 2 {print \$4}') free\";
         '$PY' '$HERE/facts.py'"
-    local sm90=""
-    ((GPU)) || sm90="echo; echo '--- python -m evaluate.capabilities machine=cuda_sm90 (the rules for an H100/H200):';
-        '$PY' -m evaluate.capabilities machine=cuda_sm90"
+    # On a CPU, the table of an H100/H200 under the rules of the vLLM the bundle carries (the
+    # release that pins the image's torch): the rules a GPU run of this bundle is judged by.
+    local sm90="" release
+    release=$(python3 "$HERE/bundle.py" vllm-for-torch "$(image_torch)" 2>/dev/null)
+    ((GPU)) || sm90="echo; echo '--- python -m evaluate.capabilities machine=cuda_sm90 vllm_release=$release (the rules for an H100/H200):';
+        '$PY' -m evaluate.capabilities machine=cuda_sm90 ${release:+vllm_release=$release}"
     TAIL=80 step capabilities 90 5 bash -c "'$PY' -m evaluate.capabilities; $sm90"
 }
 

@@ -380,6 +380,10 @@ def test_the_dry_run_runs_every_step_and_summarizes_them(dry_run, image_python):
     assert "steps/quantize_tiny_w8a8_smooth_gptq.log" in members and "rules.md" in members
     assert not [m for m in members if m.endswith(".safetensors")]
     assert (out / "report.md").is_file()
+    # an H100's table under the rules of the vLLM the bundle carries (0.26.0 for the image's torch 2.11.0)
+    capabilities = (work / "steps" / "capabilities.log").read_text()
+    assert "machine=cuda_sm90 vllm_release=0.26.0" in capabilities
+    assert "vllm column: vLLM 0.26.0's CUDA rules" in capabilities and "seen starting on an H100" in capabilities
 
 
 @pytest.mark.extended
