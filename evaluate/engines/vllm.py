@@ -411,6 +411,11 @@ class VllmEngine(Engine):
         verdict = _cuda_rule(fmt, machine, args) if machine.cuda else _cpu_rule(fmt, machine, args)
         if verdict:
             verdict = _scheme_rule(fmt, verdict)
+        if verdict and fmt.sparse_24:
+            # compressed_tensors.py, _parse_sparsity_config (every release read, CUDA and CPU builds):
+            # a sparsity_config is rejected ("Sparsity support has been removed"), and no 2:4 sparse
+            # kernel exists, so 2:4 weights load as the dense scheme they are stored in.
+            verdict = verdict.with_note("2:4 zeros computed dense: this vLLM has no 2:4 sparse kernel")
         if verdict and kv.reason:
             return verdict.with_note(kv.reason)
         return verdict

@@ -213,13 +213,7 @@ def cuda_rule(fmt, cc: Capability, args: dict, version: str | None = INSTALLED) 
         return Verdict(False, f"vLLM serves {fmt.label} from compute capability {needs[0]}.{needs[1]} "
                               f"({sm} here); use a newer GPU or engine=hf")
     rules = rules_for(version)
-    verdict = _moe_rule(fmt, cc, rules) if fmt.moe else _linear_rule(fmt, cc, rules)
-    if verdict and fmt.sparse_24:
-        # compressed_tensors.py, _parse_sparsity_config (0.26.0 and 0.32.0): a sparsity_config is
-        # rejected ("Sparsity support has been removed"), and neither release has a 2:4 sparse
-        # kernel, so 2:4 weights load as the dense scheme they are stored in.
-        return verdict.with_note("2:4 zeros computed dense: this vLLM has no 2:4 sparse kernel")
-    return verdict
+    return _moe_rule(fmt, cc, rules) if fmt.moe else _linear_rule(fmt, cc, rules)
 
 
 def _linear_rule(fmt, cc: Capability, rules: CudaRules) -> Verdict:
