@@ -12,7 +12,8 @@ the run took more than twice its tier's budget, listing the slowest tests:
 a suite that slow risks CI's limit on a slower kind of host. `record` keeps
 the run's wall time for this host's kind and, for `all`, the time of each
 test file, which tests/conftest.py uses to start the longest files first,
-and the tests that took SLOW_FROM_S or more, which it marks slow.
+and the tests that took SLOW_FROM_S or more, which it marks slow (with
+those an earlier record marked that the run still has).
 Standard library only: `plan` runs before setup has built the venv."""
 import argparse
 import json
@@ -168,7 +169,11 @@ def record(tier: str, xml_path: Path) -> int:
     if tier == "all":
         timings["files"] = run.seconds_per_file()
         timings["slow_from_s"] = SLOW_FROM_S
-        timings["slow_tests"] = sorted(t.nodeid for t in run.times if t.seconds >= SLOW_FROM_S)
+        # A test slow in an earlier run (on a slower host, say) stays slow while it is in the suite:
+        # a faster host's run must not move it into the fast tier of the others.
+        ran = {t.nodeid for t in run.times}
+        slow = {t.nodeid for t in run.times if t.seconds >= SLOW_FROM_S}
+        timings["slow_tests"] = sorted(slow | (set(timings.get("slow_tests", ())) & ran))
     atomic.write_text(TIMINGS, json.dumps(timings, indent=1) + "\n")
     print(f"suite {tier}: recorded {minutes(run.wall_s)} for {kind} in {TIMINGS}")
     return 0

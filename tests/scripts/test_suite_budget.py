@@ -99,6 +99,22 @@ def test_record_keeps_the_run_for_this_kind_and_the_files_longest_first(tmp_path
                                    "tests/scripts/test_suite_budget.py::test_c"]
 
 
+def test_a_test_slow_in_an_earlier_record_stays_slow_while_the_suite_has_it(tmp_path, monkeypatch):
+    """A faster host's run does not move a test into the fast tier of the
+    slower kinds; a test the run no longer has leaves the list."""
+    timings = tmp_path / "suite_timings.json"
+    earlier = ["tests/evaluate/test_pipeline.py::test_gone", "tests/evaluate/test_sweeps.py::test_e"]
+    timings.write_text(json.dumps({"runs": {}, "files": {}, "slow_tests": earlier}))
+    monkeypatch.setattr(suite_budget, "TIMINGS", timings)
+    monkeypatch.setattr(suite_budget, "this_host", lambda: Machine(arch="x86_64", isa=frozenset({"avx2"})))
+    cases = [*CASES, ("tests.evaluate.test_sweeps", "test_e", 1.0)]
+    assert suite_budget.record("all", junit(tmp_path / "r.xml", 1500, cases)) == 0
+    slow = json.loads(timings.read_text())["slow_tests"]
+    assert "tests/evaluate/test_sweeps.py::test_e" in slow                # 1 s here, slow before: kept
+    assert "tests/evaluate/test_pipeline.py::test_gone" not in slow       # no longer in the suite
+    assert "tests/evaluate/test_pipeline.py::test_a" in slow              # slow in this run
+
+
 def collect(timings: dict, tmp_path: Path, *args: str) -> list[str]:
     """The node ids pytest collects, in run order, with `timings` as the recorded run."""
     path = tmp_path / "timings.json"
