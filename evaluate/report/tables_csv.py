@@ -25,14 +25,15 @@ SUMMARY_FIELDS = ("scenario", "batch_size", "input_len", "output_len", "model_na
                   "engine", "quant_format", "modules_changed", "model_bytes", "model_size_mb", "runs",
                   "speedup_vs_original", "speedup_ci95_low", "speedup_ci95_high", "speedup_verdict", "dtype",
                   "baseline_dtype", "setup_id", "store", "usd_per_hour", "usd_per_1m_output_tokens",
-                  "gpu_weights_bytes", "gpu_kv_cache_bytes")
+                  "gpu_weights_bytes", "gpu_kv_cache_bytes", "serving_note")
 SERVING_FIELDS = ("timestamp", "scenario", "input_len", "output_len", "model_name", "recipe", "artifact_id", "engine",
                   "setup_id", "model_bytes", "profile", "mode", "level", "burstiness", "max_requests", "max_seconds",
                   "slo")
 SEARCH_FIELDS = ("study", "trial", "recipe", "artifact_id", "on_front", "speed", "repro", "params", "recipe_path",
                  "artifact_dir", "wall_s", "study_file")
 RUN_FIELDS = ("timestamp", "kind", "scenario", "batch_size", "input_len", "output_len", "model_name", "recipe",
-              "artifact_id", "engine", "quant_format", "model_bytes", "run_index", "setup_id", "comparison_id")
+              "artifact_id", "engine", "quant_format", "model_bytes", "run_index", "setup_id", "comparison_id",
+              "serving_note")
 
 
 @dataclass
@@ -62,7 +63,7 @@ def summary_records(speed: list[Group], prices: Prices = Prices()) -> list[dict]
             g.speedup, *(g.speedup_ci or (None, None)), verdict_text(g), g.dtype,
             g.baseline.dtype if g.baseline else None,
             g.setup_id, store_name(g.runs[0]), prices.of(g.runs[0]), group_cost(prices, g),
-            gpu_weights_bytes(g.runs[0]), gpu_kv_bytes(g.runs[0]))))
+            gpu_weights_bytes(g.runs[0]), gpu_kv_bytes(g.runs[0]), g.runs[0].serving_note)))
         for k in metrics:
             rec[f"{k}_mean"], rec[f"{k}_std"] = g.mean(k), g.std(k)
             rec[f"{k}_ci95_low"], rec[f"{k}_ci95_high"] = g.interval(k) or (None, None)

@@ -50,3 +50,17 @@ def test_each_summary_line_says_its_dtypes_setup_and_store(tmp_path):
     with open(tmp_path / "out" / "runs.csv") as f:
         runs = list(csv.DictReader(f))
     assert {r["comparison_id"] for r in runs} == {"auto-setup@a", "auto-setup@b"}
+
+
+def test_both_csvs_carry_the_engines_serving_note(tmp_path):
+    """hf's "decompressed to dense" note stays with its numbers in summary.csv and runs.csv."""
+    from evaluate.report import build_report
+    note = "weights decompressed to dense: its speed and memory are the dense model's, not the format's kernels'"
+    rows = [r.but(serving_note=note) if r.recipe == "w4a16_gptq" else r for r in auto_dtype_rows()]
+    store(tmp_path / "res", rows)
+    build_report(tmp_path / "res", tmp_path / "out", "t", outputs=("csv",))
+    for name in ("summary.csv", "runs.csv"):
+        with open(tmp_path / "out" / name) as f:
+            lines = list(csv.DictReader(f))
+        notes = {r["recipe"]: r["serving_note"] for r in lines}
+        assert notes.pop("w4a16_gptq") == note and set(notes.values()) == {""} and "original" in notes, name
