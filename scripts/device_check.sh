@@ -367,9 +367,11 @@ machine_facts() {
     # On a CPU, the table of an H100/H200 under the rules of the vLLM the bundle carries (the
     # release that pins the image's torch): the rules a GPU run of this bundle is judged by.
     local sm90="" release
-    release=$(python3 "$HERE/bundle.py" vllm-for-torch "$(image_torch)" 2>/dev/null)
-    ((GPU)) || sm90="echo; echo '--- python -m evaluate.capabilities machine=cuda_sm90 vllm_release=$release (the rules for an H100/H200):';
-        '$PY' -m evaluate.capabilities machine=cuda_sm90 ${release:+vllm_release=$release}"
+    if ((!GPU)); then
+        release=$(python3 "$HERE/bundle.py" vllm-for-torch "$(image_torch)" 2>/dev/null)
+        sm90="echo; echo '--- python -m evaluate.capabilities machine=cuda_sm90 vllm_release=$release (the rules for an H100/H200):';
+            '$PY' -m evaluate.capabilities machine=cuda_sm90 ${release:+vllm_release=$release}"
+    fi
     TAIL=80 step capabilities 90 5 bash -c "'$PY' -m evaluate.capabilities; $sm90"
 }
 

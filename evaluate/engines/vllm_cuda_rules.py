@@ -91,11 +91,6 @@ class CudaRules:
 
 
 READ = "read from the wheel's source"
-# 0.32.0 and 0.33.0: utils/humming/priority.py, _HUMMING_PREFERRED_CAPABILITIES = {90}; prioritize_humming
-# moves Humming right ahead of Marlin there, in kernels/linear/__init__.py (_resolve_backend_kernels)
-# and fused_moe/oracle/int_wna16.py (_get_priority_backends).
-HUMMING_ON_SM90 = Fact(((9, 0),), "utils/humming/priority.py, prioritize_humming: Humming right ahead of "
-                                  "Marlin on capability 90 (_HUMMING_PREFERRED_CAPABILITIES)")
 H100_RUN = "docs/device-runs/2026-11-27-h100"
 RULES = {
     "0.26": CudaRules(
@@ -119,7 +114,10 @@ RULES = {
         flash_attn_fp8_kv=Fact((9, 10),
                                "v1/attention/backends/fa_utils.py, flash_attn_supports_kv_cache_dtype: "
                                "e4m3 with FlashAttention 3 on sm90 and FlashAttention 4 on sm100"),
-        humming_before_marlin=HUMMING_ON_SM90,
+        # applied in kernels/linear/__init__.py (_resolve_backend_kernels) and
+        # fused_moe/oracle/int_wna16.py (_get_priority_backends)
+        humming_before_marlin=Fact(((9, 0),), "utils/humming/priority.py, prioritize_humming: Humming right ahead "
+                                              "of Marlin on capability 90 (_HUMMING_PREFERRED_CAPABILITIES)"),
         float_kv_matches_dtype=Fact(False, "config/vllm.py, VllmConfig: no check of the KV dtype against dtype")),
 }
 # 0.33.0 decides as 0.32.0 (every file and function cited compared) but for one check.
@@ -248,16 +246,17 @@ def _weight_only_int_rule(fmt, cc: Capability, rules: CudaRules) -> Verdict:
                               f"{_sm(cc)} here has only Marlin, which takes 8-bit weights symmetric; "
                               "use a symmetric recipe or engine=hf")
     if cc == MACHETE:
-        return Verdict(True, f"Machete kernel where the layer fits it, else {_before_marlin(cc, rules)}")
+        return Verdict(True, "Machete kernel where the layer fits it, else "
+                             + ("Humming" if _humming_first(cc, rules) else "Marlin"))
     span = rules.allspark.value
     if bits == 8 and span and span[0] <= cc < span[1]:
         return Verdict(True, "AllSpark kernel for channel-wise weights where the layer fits it, else Marlin")
     return Verdict(True, "Marlin kernel")
 
 
-def _before_marlin(cc: Capability, rules: CudaRules) -> str:
-    """The kernel a layer falls back to that the first choice cannot take."""
-    return "Humming" if cc in rules.humming_before_marlin.value else "Marlin"
+def _humming_first(cc: Capability, rules: CudaRules) -> bool:
+    """Whether the Humming kernels rank right ahead of Marlin on `cc` (else they come last)."""
+    return cc in rules.humming_before_marlin.value
 
 
 def _moe_rule(fmt, cc: Capability, rules: CudaRules) -> Verdict:
@@ -280,7 +279,7 @@ def _moe_rule(fmt, cc: Capability, rules: CudaRules) -> Verdict:
             return Verdict(False, "vLLM's fused-MoE kernels take 8-bit expert weights symmetric only, and this "
                                   f"{fmt.label} checkpoint has zero points; use a symmetric recipe or engine=hf")
         # experts/fused_humming_moe.py, _supports_quant_scheme: kInt4Static and kInt8Static, no zero points
-        if not fmt.zero_point and _before_marlin(cc, rules) == "Humming":
+        if not fmt.zero_point and _humming_first(cc, rules):
             return Verdict(True, "Humming fused-MoE kernel, ranked ahead of Marlin here")
         return Verdict(True, "Marlin fused-MoE kernel")
     if fmt.scheme == FP8:
