@@ -231,23 +231,25 @@ def _fp8_rule(cc: Capability) -> Verdict:
 def _weight_only_int_rule(fmt, cc: Capability, rules: CudaRules) -> Verdict:
     """choose_mp_linear_kernel (kernels/linear/__init__.py) over
     _POSSIBLE_KERNELS[CUDA]: Machete (sm90 only), AllSpark (0.26.0 only),
-    Marlin (sm75+), Triton W4A16. Conch needs a package the wheel does not
-    require. Humming comes last, except where it ranks right ahead of Marlin
-    (humming_before_marlin: sm90 from 0.32.0), so a layer Machete cannot take
-    goes to it there. humming-kernels is a dependency of every wheel read and
-    its can_implement takes 8-bit zero points too; where it comes last these
-    rules do not count it (no start has shown it running)."""
+    Marlin (sm75+), Exllama (symmetric types only), Triton W4A16. Conch needs
+    a package the wheel does not require. Humming (humming-kernels, a
+    dependency of every wheel read) comes last, except where it ranks right
+    ahead of Marlin (humming_before_marlin: sm90 from 0.32.0), so a layer
+    Machete cannot take goes to it there; off sm90 it is the only kernel that
+    takes 8-bit weights with zero points."""
     bits = 8 if fmt.scheme == W8A16 else 4
     if fmt.zero_point and bits == 8 and cc != MACHETE:
         # layers/quantization/utils/marlin_utils.py, query_marlin_supported_quant_types: with zero
         # points only uint4; utils/machete_utils.py, query_machete_supported_quant_types: uint4 and
-        # uint8; triton_w4a16.py, TRITON_W4A16_SUPPORTED_QUANT_TYPES: 4-bit only; AllSpark: none.
-        return Verdict(False, f"vLLM's kernels for 8-bit weights with zero points need sm90 (Machete); "
-                              f"{_sm(cc)} here has only Marlin, which takes 8-bit weights symmetric; "
-                              "use a symmetric recipe or engine=hf")
+        # uint8, sm90 only; exllama.py, SUPPORTED_QUANT_TYPES: uint4b8 and uint8b128 (no zero points);
+        # triton_w4a16.py: 4-bit only; AllSpark: none. mixed_precision/humming.py,
+        # HummingLinearKernel: min capability 75, can_implement asks for no weight type.
+        return Verdict(True, f"Humming kernel, the only one of vLLM's that takes 8-bit weights with zero "
+                             f"points on {_sm(cc)} (Machete, on sm90, is the other)")
     if cc == MACHETE:
+        marlin_takes_it = not (fmt.zero_point and bits == 8)
         return Verdict(True, "Machete kernel where the layer fits it, else "
-                             + ("Humming" if _humming_first(cc, rules) else "Marlin"))
+                             + ("Marlin" if marlin_takes_it and not _humming_first(cc, rules) else "Humming"))
     span = rules.allspark.value
     if bits == 8 and span and span[0] <= cc < span[1]:
         return Verdict(True, "AllSpark kernel for channel-wise weights where the layer fits it, else Marlin")
