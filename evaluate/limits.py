@@ -4,6 +4,7 @@ scenario.batch_size=100000 (memory grows until the OOM killer ends it) is one
 line naming the `limits.*` key that allows it on purpose."""
 from dataclasses import dataclass
 
+from evaluate.engines import parallel
 from evaluate.memory import kv_bytes_per_token, rank_memory_bytes
 from evaluate.precision import RunPlan
 from evaluate.scenarios import Scenario
@@ -75,8 +76,7 @@ def tokens_in_memory(target, args: dict, machine) -> int | None:
     memory = rank_memory_bytes(bool(machine.cuda))
     if not per_token or not memory:
         return None
-    ranks = int(args.get("tensor_parallel_size") or 1) * int(args.get("pipeline_parallel_size") or 1)
-    return max(0, int((MEMORY_SHARE * memory - target.model_bytes / ranks) // per_token))
+    return max(0, int((MEMORY_SHARE * memory - target.model_bytes / parallel.ranks(args)) // per_token))
 
 
 def _bound(values: dict, key: str, auto: bool = False) -> int | str | None:

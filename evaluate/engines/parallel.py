@@ -30,6 +30,11 @@ AUTO = "auto"
 KEY = "tensor_parallel_size"
 
 
+def ranks(args: dict) -> int:
+    """The workers (GPUs on CUDA) engine args split a model across: tensor x pipeline parallel size."""
+    return int(args.get(KEY) or 1) * int(args.get("pipeline_parallel_size") or 1)
+
+
 @dataclass(frozen=True)
 class Split:
     """The sizes of a model that tensor parallelism divides (None: unknown)."""

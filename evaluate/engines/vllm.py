@@ -323,7 +323,7 @@ def rank_binding(env: dict, args: dict) -> dict:
     vLLM's own even split of the allowed CPUs across the ranks
     (VLLM_CPU_SIM_MULTI_NUMA=1) instead, so TP 2 runs one rank per core on a
     2-core, 1-node host. An explicit binding or a CUDA host is left alone."""
-    ranks = int(args.get("tensor_parallel_size") or 1) * int(args.get("pipeline_parallel_size") or 1)
+    ranks = parallel.ranks(args)
     if ranks <= 1 or str(env.get("VLLM_CPU_OMP_THREADS_BIND", "auto")) != "auto" or \
             "VLLM_CPU_SIM_MULTI_NUMA" in os.environ or "VLLM_CPU_SIM_MULTI_NUMA" in env:
         return {}
