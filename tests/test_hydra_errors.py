@@ -46,6 +46,15 @@ def test_an_unknown_key_is_one_line_naming_the_nearest(module, tmp_path):
     assert not (tmp_path / "results").exists() and not (tmp_path / "artifacts").exists()
 
 
+def test_a_key_under_an_empty_mapping_is_one_line_giving_the_mapping_form(tmp_path):
+    """cost.per_gpu is null by default: Hydra adds no cost.per_gpu.H100, but takes the mapping whole."""
+    proc = run("evaluate.report", "cost.per_gpu.H100=2.5", cwd=tmp_path)
+    assert proc.returncode == ExitCode.BAD_INPUT
+    assert one_error_line(proc) == ("error: python -m evaluate.report has no key cost.per_gpu.H100: cost.per_gpu is "
+                                    "empty by default, so set it whole: cost.per_gpu={H100:2.5} "
+                                    "(several: cost.per_gpu={a:1,b:2})")
+
+
 def test_the_report_names_its_keys_in_one_line(tmp_path):
     proc = run("evaluate.report", "ouput=[csv]", cwd=tmp_path)
     assert proc.returncode == ExitCode.BAD_INPUT

@@ -1,13 +1,21 @@
 """Cost per 1M output tokens: what an hour of the machine costs (the report's
 `cost:` setting, conf/report.yaml), spread over the output tokens it
-produces in that hour, USD per hour ÷ (output tok/s × 3600) × 10^6. A price
-is one for every row (`cost.usd_per_hour`) or one per hardware profile the
-rows ran under (`cost.per_profile.<profile>`, conf/hardware/). Where no
-price applies there is no cost, never a guess."""
+produces in that hour, USD per hour ÷ (output tok/s × 3600) × 10^6. A row's
+price is, first that applies:
+- `cost.usd_per_hour`: one for every row;
+- `cost.per_gpu.<name>`: USD per hour of one GPU whose name contains <name>
+  (H100 in "NVIDIA H100 80GB HBM3"; the longest such name wins), times the
+  GPUs the row's engine split the model across (tensor x pipeline parallel),
+  so a 2-GPU run costs twice a 1-GPU one. Not for a remote engine, whose GPUs
+  are not this machine's;
+- `cost.per_profile.<profile>`: by the hardware profile the row ran under
+  (conf/hardware/).
+Where no price applies there is no cost, never a guess."""
 import math
 from dataclasses import dataclass, field
 
-from evaluate.analysis.groups import SPEED, Group
+from evaluate.analysis.groups import SPEED, Group, engine_class
+from evaluate.engines import parallel
 from evaluate.results import Row
 from quantize.common.errors import UserError
 
@@ -17,31 +25,58 @@ TOKENS = 1e6    # the cost is per million output tokens
 
 @dataclass(frozen=True)
 class Prices:
-    """USD per hour of the machine the rows ran on: one for all, else per hardware profile."""
+    """USD per hour of the machine the rows ran on: one for all, else per GPU, else per hardware profile."""
     usd_per_hour: float | None = None
     per_profile: dict[str, float] = field(default_factory=dict)
+    per_gpu: dict[str, float] = field(default_factory=dict)   # USD per GPU-hour by a part of the GPU's name
 
     @classmethod
     def from_config(cls, values: dict | None) -> "Prices":
         """conf/report.yaml's `cost:` (plain); a value that is not a positive number is one line."""
         values = values or {}
-        profiles = values.get("per_profile") or {}
         return cls(price("cost.usd_per_hour", values.get("usd_per_hour")),
-                   {name: p for name, v in profiles.items() if (p := price(f"cost.per_profile.{name}", v))})
+                   prices_by_name("cost.per_profile", values.get("per_profile"), "cuda"),
+                   prices_by_name("cost.per_gpu", values.get("per_gpu"), "H100"))
 
     @property
     def any(self) -> bool:
-        return self.usd_per_hour is not None or bool(self.per_profile)
+        return self.usd_per_hour is not None or bool(self.per_profile) or bool(self.per_gpu)
 
     def of(self, row: Row) -> float | None:
         """The price of the machine a row ran on; None where none is set for it."""
-        return self.usd_per_hour if self.usd_per_hour is not None else self.per_profile.get(row.hardware_defaults)
+        if self.usd_per_hour is not None:
+            return self.usd_per_hour
+        by_gpu = self.of_gpus(row)
+        return by_gpu if by_gpu is not None else self.per_profile.get(row.hardware_defaults)
+
+    def of_gpus(self, row: Row) -> float | None:
+        """cost.per_gpu's price of the GPUs a row's engine ran on (the first tensor x pipeline
+        parallel ones it saw, as CUDA numbers them); None where one of them has no price."""
+        if not self.per_gpu or engine_class(row.engine).remote:
+            return None
+        seen, used = (row.hardware or {}).get("accelerators") or [], parallel.ranks(row.engine_args or {})
+        prices = [self.per_gpu_hour(name) for name in seen[:used]]
+        return sum(prices) if len(prices) == used and None not in prices else None
+
+    def per_gpu_hour(self, gpu_name: str) -> float | None:
+        """The price of one GPU named `gpu_name`: the longest cost.per_gpu key it contains (any case)."""
+        keys = [k for k in self.per_gpu if k.lower() in gpu_name.lower()]
+        return self.per_gpu[max(keys, key=len)] if keys else None
 
     def describe(self) -> str:
-        """The prices in words: `USD 2.50 per hour` or `USD 2.50 per hour under hardware=cuda, ...`."""
+        """The prices in words: `USD 2.50 per hour`, or each price per GPU and per profile."""
         if self.usd_per_hour is not None:
             return f"USD {self.usd_per_hour:g} per hour"
-        return ", ".join(f"USD {p:g} per hour under hardware={name}" for name, p in sorted(self.per_profile.items()))
+        return ", ".join([*(f"USD {p:g} per hour of each {name} GPU a run used" for name, p in sorted(self.per_gpu.items())),
+                          *(f"USD {p:g} per hour under hardware={name}" for name, p in sorted(self.per_profile.items()))])
+
+
+def prices_by_name(key: str, values, example: str) -> dict[str, float]:
+    """`cost.per_profile` or `cost.per_gpu` as {name: USD per hour}, names without a price left out."""
+    if values is not None and not hasattr(values, "items"):
+        raise UserError(f"{key}={values} is not a mapping of names to prices in USD per hour; pass e.g. "
+                        f"{key}={{{example}:2.5}}")
+    return {str(name): p for name, v in (values or {}).items() if (p := price(f"{key}.{name}", v))}
 
 
 def price(key: str, value) -> float | None:

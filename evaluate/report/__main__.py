@@ -13,8 +13,9 @@ the files of its output formats (conf/report/output/: report.md, summary.csv,
 runs.csv, serving.csv, the PNGs), every other layout `<layout>.md`;
 pareto_scenario names the one scenario to draw a speed-vs-accuracy Pareto
 plot of (default: one per scenario); cost.usd_per_hour (or
-cost.per_profile.<hardware profile>) prices the machine, for the cost per 1M
-output tokens (none without a price). Prints the files written,
+cost.per_gpu={H100:2.5} per GPU a run used, or cost.per_profile.<hardware
+profile>) prices the machine, for the cost per 1M output tokens (none
+without a price). Prints the files written,
 one per line. Writes nothing else: no .hydra/, no log. With tracking=mlflow
 the files written are also logged to the stores' run in MLflow (docs/tracking.md).
 

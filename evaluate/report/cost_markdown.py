@@ -17,10 +17,11 @@ def cost_cell(prices: Prices, g: Group) -> str:
 def cost_sentence(prices: Prices) -> str:
     if not prices.any:
         return ("No cost per 1M output tokens: no price is set (`cost.usd_per_hour=<USD>` on the command line, or "
-                "a price per hardware profile under `cost.per_profile` in conf/report.yaml).")
+                "a price per GPU or per hardware profile under `cost.per_gpu` or `cost.per_profile` in "
+                "conf/report.yaml).")
     return (f"{COST_HEADER} = USD per hour ÷ (output tok/s × 3600) × 10^6 at the mean output throughput, with "
             f"{prices.describe()}" + ("" if prices.usd_per_hour is not None else
-                                      "; — where no price is set for a row's hardware profile") + ".")
+                                      "; — where no price is set for a row's GPUs or hardware profile") + ".")
 
 
 def level_cost_text(prices: Prices, row: Row, output_tok_s: float | None) -> str:

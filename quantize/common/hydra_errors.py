@@ -33,7 +33,14 @@ def as_user_error(e: BaseException, module: str, config_name: str, overrides: li
 
 
 def unknown_key(key: str, command: str, config_name: str, overrides: list[str]) -> str:
-    close = nearest(key, config_keys(config_name, overrides, key))
+    values = config_values(config_name, overrides, key)
+    parent, _, name = key.rpartition(".")
+    given = next((a.partition("=")[2] for a in overrides if a.lstrip("+~").partition("=")[0] == key), None)
+    if parent in values and values[parent] is None and given:
+        # a mapping that is empty (null) by default, as cost.per_gpu: Hydra adds no key to it, but takes it whole
+        return (f"{command} has no key {key}: {parent} is empty by default, so set it whole: "
+                f"{parent}={{{name}:{given}}} (several: {parent}={{a:1,b:2}})")
+    close = nearest(key, list(values))
     hint = f"; did you mean {close}?" if close else ""
     return f"{command} has no key {key}{hint} ({command} --help lists its keys)"
 
@@ -63,10 +70,10 @@ def override_error(arg: str) -> str | None:
             "e.g. title='a [b]')")
 
 
-def config_keys(config_name: str, overrides: list[str], bad_key: str) -> list[str]:
-    """Every dotted key of the config as composed from `overrides` less the
-    one naming `bad_key` (the groups chosen decide the keys); [] when it
-    cannot be composed."""
+def config_values(config_name: str, overrides: list[str], bad_key: str) -> dict:
+    """Every dotted key of the config, with its value, as composed from
+    `overrides` less the one naming `bad_key` (the groups chosen decide the
+    keys); {} when it cannot be composed."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
@@ -81,14 +88,15 @@ def config_keys(config_name: str, overrides: list[str], bad_key: str) -> list[st
                 composed = compose(config_name, overrides=attempt)
         except Exception:  # another error of the command line: try the defaults
             continue
-        return list(dotted(OmegaConf.to_container(composed, resolve=False)))
-    return []
+        return dict(dotted(OmegaConf.to_container(composed, resolve=False)))
+    return {}
 
 
 def dotted(values: dict, prefix: str = ""):
+    """(dotted key, value) of every key in `values`, nested ones too."""
     for key, value in values.items():
         if key.startswith("_"):
             continue  # _target_ and the like: set by the config files, never on the command line
-        yield f"{prefix}{key}"
+        yield f"{prefix}{key}", value
         if isinstance(value, dict):
             yield from dotted(value, f"{prefix}{key}.")
