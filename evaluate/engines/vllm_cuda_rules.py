@@ -212,7 +212,10 @@ def cuda_rule(fmt, cc: Capability, args: dict, version: str | None = INSTALLED) 
 
 def _linear_rule(fmt, cc: Capability, rules: CudaRules) -> Verdict:
     if fmt.scheme == FP8:
-        return _fp8_rule(cc)
+        # below sm89: compressed_tensors_w8a16_fp8.py, CompressedTensorsW8A16Fp8 through
+        # init_wfp8_a16_linear_kernel over _POSSIBLE_WFP8A16_KERNELS[CUDA]: HummingFP8ScaledMMLinearKernel
+        # (scaled_mm/humming.py: sm75+), then MarlinFP8ScaledMMLinearKernel, in every release read
+        return _fp8_rule(cc, "Humming")
     if fmt.scheme in (W4A16, W8A16):
         return _weight_only_int_rule(fmt, cc, rules)
     # W8A8 int8: kernels/linear/__init__.py, _POSSIBLE_INT8_KERNELS[CUDA] starts with
@@ -220,12 +223,12 @@ def _linear_rule(fmt, cc: Capability, rules: CudaRules) -> Verdict:
     return YES
 
 
-def _fp8_rule(cc: Capability) -> Verdict:
+def _fp8_rule(cc: Capability, weight_only_kernel: str) -> Verdict:
+    """FP8 weights and activations from sm89; below, `weight_only_kernel` runs the weights alone."""
     if cc >= FP8_NATIVE:
         return YES
-    # Humming precedes Marlin in _POSSIBLE_WFP8A16_KERNELS[CUDA] (see _weight_only_int_rule on Humming)
     return Verdict(True, f"no FP8 tensor cores on {_sm(cc)} (they start at sm89): weight-only FP8 "
-                         "through the Marlin kernel, activations stay 16-bit")
+                         f"through the {weight_only_kernel} kernel, activations stay 16-bit")
 
 
 def _weight_only_int_rule(fmt, cc: Capability, rules: CudaRules) -> Verdict:
@@ -287,7 +290,8 @@ def _moe_rule(fmt, cc: Capability, rules: CudaRules) -> Verdict:
     if fmt.scheme == FP8:
         # fused_moe/oracle/fp8.py, _get_priority_backends: ... TRITON, MARLIN; TritonExperts takes fp8
         # only where CudaPlatform.supports_fp8 (sm89+), so below that Marlin runs it weight-only
-        return _fp8_rule(cc)
+        # (HUMMING comes after MARLIN there; prioritize_humming moves it ahead on sm90 only)
+        return _fp8_rule(cc, "Marlin fused-MoE")
     return Verdict(False, f"no rule for {fmt.label} experts on CUDA; try it with "
                           "`python -m evaluate.capabilities probe=true` on the GPU, or use engine=hf")
 

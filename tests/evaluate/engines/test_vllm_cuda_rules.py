@@ -94,9 +94,11 @@ def test_legacy_formats_follow_the_same_weight_only_rules(method):
     assert vllm(fmt(W4A16, "float16", method), "sm75")[0].reason == "Marlin kernel"
 
 
-def test_fp8_is_native_from_sm89_and_weight_only_marlin_below():
-    weight_only = [sm for sm in ALL_SM if "weight-only FP8" in vllm(fmt(FP8), sm)[0].reason]
-    assert weight_only == ["sm75", "sm80", "sm86"]
+def test_fp8_is_native_from_sm89_and_weight_only_below_on_humming_and_marlin_for_experts():
+    weight_only = {sm: vllm(fmt(FP8), sm)[0].reason for sm in ALL_SM if "weight-only FP8" in vllm(fmt(FP8), sm)[0].reason}
+    assert list(weight_only) == ["sm75", "sm80", "sm86"]
+    assert all("through the Humming kernel" in note for note in weight_only.values())   # ahead of Marlin
+    assert "through the Marlin fused-MoE kernel" in vllm(fmt(FP8, moe=True), "sm80")[0].reason
     assert all(vllm(fmt(FP8), sm)[0] and not vllm(fmt(FP8), sm)[0].reason for sm in ("sm89", "sm90", "sm100"))
 
 
