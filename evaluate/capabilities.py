@@ -31,7 +31,7 @@ TABLE_FORMATS = (
     CheckpointFormat(W8A8_INT8, method="compressed-tensors"),
     CheckpointFormat(W4A16, method="compressed-tensors"),
     CheckpointFormat(W4A16, method="compressed-tensors", zero_point=True),  # as recipes/w4a16_gptq.yaml
-    CheckpointFormat(W8A16, method="compressed-tensors"),
+    CheckpointFormat(W8A16, method="compressed-tensors", per_channel=True),  # as recipes/w8a16_awq.yaml
     CheckpointFormat(FP8, method="compressed-tensors"),
     CheckpointFormat(W8A8_INT8, method="compressed-tensors", sparse_24=True),
     CheckpointFormat(W8A8_INT8, method="compressed-tensors", kv_cache="fp8"),  # as recipes/w8a8_kv8.yaml

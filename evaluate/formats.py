@@ -38,6 +38,7 @@ class CheckpointFormat:
     moe: bool = False              # mixture-of-experts: quantized experts need fused-MoE kernels
     kv_cache: str | None = None    # the checkpoint's KV-cache scheme (kv_cache_scheme): "fp8", "fp8 per-head", ...
     zero_point: bool = False       # asymmetric integer weights (a zero point per group or channel)
+    per_channel: bool = False      # integer weights scaled per output channel (strategy: channel), not per group
     # The checkpoint's compressed-tensors quantization_config as saved, for the
     # engine that matches each config group to a kernel scheme of its own
     # (evaluate/engines/vllm_schemes.py); None for a format judged alone (the table's).
@@ -67,18 +68,22 @@ def classify(config: dict, sparse_24: bool = False) -> CheckpointFormat:
         return CheckpointFormat(**common)
     method = q.get("quant_method")
     groups = list((q.get("config_groups") or {}).values())
-    zero_point = False
+    zero_point = per_channel = False
     if groups:
         schemes = sorted({_scheme(g.get("weights") or {}, g.get("input_activations")) for g in groups})
         scheme = schemes[0] if len(schemes) == 1 else "+".join(schemes)
         zero_point = any((g.get("weights") or {}).get("symmetric") is False for g in groups)
+        per_channel = any(w.get("type", "int") == "int" and w.get("strategy") == "channel"
+                          for w in (g.get("weights") or {} for g in groups))
     elif method in ("gptq", "awq"):
         scheme = _scheme({"num_bits": q.get("bits"), "type": "int"}, None)
         zero_point = q.get("sym") is False if method == "gptq" else q.get("zero_point", True) is not False
+        per_channel = q.get("group_size") == -1
     else:
         scheme = DENSE  # e.g. a sparsity-only compressed-tensors config
     saved = q if method == "compressed-tensors" else None
-    return CheckpointFormat(scheme=scheme, method=method, zero_point=zero_point, quantization_config=saved, **common)
+    return CheckpointFormat(scheme=scheme, method=method, zero_point=zero_point, per_channel=per_channel,
+                            quantization_config=saved, **common)
 
 
 def kv_cache_scheme(kv: dict | None) -> str | None:

@@ -51,6 +51,12 @@ BF16 = (8, 0)
 # only on capability 9.0 exactly (is_device_capability(90)); it comes before Marlin in
 # kernels/linear/__init__.py, _POSSIBLE_KERNELS[CUDA] (choose_mp_linear_kernel's order).
 MACHETE = (9, 0)
+# kernels/linear/scaled_mm/cutlass.py, CutlassInt8ScaledMMLinearKernel: is_supported asks only
+# for CUDA, and it is first in _POSSIBLE_INT8_KERNELS[CUDA], so it takes every int8 layer and the
+# Triton int8 kernel behind it is never asked. Its op, cutlass_scaled_mm, has no int8 kernel for
+# sm100 and sm120 (csrc scaled_mm_c3x_sm100.cu / _sm120.cu: nullptr; the wheels' _C library holds
+# "Int8 not supported on SM"): the start fails in the profile run. vLLM issue #54311.
+CUTLASS_INT8_BEFORE = (10, 0)
 
 
 class Fact(NamedTuple):
@@ -206,6 +212,11 @@ def cuda_rule(fmt, cc: Capability, args: dict, version: str | None = INSTALLED) 
     if cc < needs:
         return Verdict(False, f"vLLM serves {fmt.label} from compute capability {needs[0]}.{needs[1]} "
                               f"({sm} here); use a newer GPU or engine=hf")
+    if fmt.scheme == W8A8_INT8 and cc >= CUTLASS_INT8_BEFORE:
+        # a MoE's experts run on Triton, but its attention projections take this path too
+        return Verdict(False, f"vLLM's int8 W8A8 kernel (CUTLASS, which it picks on every CUDA GPU) has no "
+                              f"{sm} build: the start fails (\"Int8 not supported on SM{cc[0]}{cc[1]}\", vLLM "
+                              "issue #54311); use an FP8 recipe (fp8_dynamic) or engine=hf")
     rules = rules_for(version)
     return _moe_rule(fmt, cc, rules) if fmt.moe else _linear_rule(fmt, cc, rules)
 
@@ -219,7 +230,7 @@ def _linear_rule(fmt, cc: Capability, rules: CudaRules) -> Verdict:
     if fmt.scheme in (W4A16, W8A16):
         return _weight_only_int_rule(fmt, cc, rules)
     # W8A8 int8: kernels/linear/__init__.py, _POSSIBLE_INT8_KERNELS[CUDA] starts with
-    # CutlassInt8ScaledMMLinearKernel, whose is_supported asks only for CUDA.
+    # CutlassInt8ScaledMMLinearKernel (below sm100: see CUTLASS_INT8_BEFORE).
     return YES
 
 
@@ -254,8 +265,8 @@ def _weight_only_int_rule(fmt, cc: Capability, rules: CudaRules) -> Verdict:
         return Verdict(True, "Machete kernel where the layer fits it, else "
                              + ("Marlin" if marlin_takes_it and not _humming_first(cc, rules) else "Humming"))
     span = rules.allspark.value
-    if bits == 8 and span and span[0] <= cc < span[1]:
-        return Verdict(True, "AllSpark kernel for channel-wise weights where the layer fits it, else Marlin")
+    if bits == 8 and fmt.per_channel and span and span[0] <= cc < span[1]:
+        return Verdict(True, "AllSpark kernel where the layer fits it, else Marlin")
     return Verdict(True, "Marlin kernel")
 
 
@@ -285,6 +296,12 @@ def _moe_rule(fmt, cc: Capability, rules: CudaRules) -> Verdict:
                                   f"{fmt.label} checkpoint has zero points; use a symmetric recipe or engine=hf")
         # experts/fused_humming_moe.py, _supports_quant_scheme: kInt4Static and kInt8Static, no zero points
         if not fmt.zero_point and _humming_first(cc, rules):
+            # compressed_tensors_moe_wna16.py, CompressedTensorsWNA16MoEMethod.__init__: off Marlin,
+            # `assert weight_quant.strategy == "group"` ("channelwise is not supported by this kernel")
+            if fmt.per_channel:
+                return Verdict(False, "vLLM runs these experts on Humming here (ahead of Marlin from 0.32.0), "
+                                      "where it asserts group-wise weights at start, and this checkpoint's are "
+                                      "per-channel; use group-wise weights (strategy: group) or engine=hf")
             return Verdict(True, "Humming fused-MoE kernel, ranked ahead of Marlin here")
         return Verdict(True, "Marlin fused-MoE kernel")
     if fmt.scheme == FP8:

@@ -67,9 +67,17 @@ def test_bfloat16_asked_for_is_refused_before_sm80():
 # ---- weights: compressed_tensors schemes' get_min_capability and kernel choice --
 
 @pytest.mark.parametrize("sm", ALL_SM)
-def test_int8_w8a8_is_served_from_sm75_by_cutlass(sm):
-    verdict, _ = vllm(fmt(W8A8_INT8), sm)
-    assert verdict and not verdict.reason
+def test_int8_w8a8_is_served_by_cutlass_from_sm75_to_sm90_and_refused_from_sm100(sm):
+    """CUTLASS takes every int8 layer but has no int8 kernel for sm100/sm120 (vLLM issue #54311)."""
+    plain, _ = vllm(fmt(W8A8_INT8), sm)
+    assert bool(plain) == (sm != "sm100") and (not plain.reason or sm == "sm100")
+    kv = [fmt(W8A8_INT8, kv_cache="fp8")] if sm != "sm75" else []   # sm75 has no fp8 KV cache
+    for f in (fmt(W8A8_INT8, moe=True), fmt(W8A8_INT8, sparse_24=True), *kv):
+        verdict, _ = vllm(f, sm)
+        assert bool(verdict) == (sm != "sm100"), f.label
+        if sm == "sm100":
+            assert "Int8 not supported on SM100" in verdict.reason and "fp8_dynamic" in verdict.reason
+            assert "\n" not in verdict.reason
 
 
 @pytest.mark.parametrize("scheme", [W4A16, W8A16])
@@ -105,7 +113,7 @@ def test_fp8_is_native_from_sm89_and_weight_only_below_on_humming_and_marlin_for
 def test_2to4_checkpoints_are_computed_dense_and_sparse_compressed_ones_refused():
     for sm in ALL_SM:
         verdict, _ = vllm(fmt(W8A8_INT8, sparse_24=True), sm)
-        assert verdict and "computed dense" in verdict.reason
+        assert (verdict and "computed dense" in verdict.reason) if sm != "sm100" else not verdict   # no int8 there
         assert not vllm(fmt(W8A8_INT8, sparsity_compressed=True), sm)[0]
 
 
@@ -146,8 +154,24 @@ def test_a_bfloat16_kv_cache_is_refused_on_sm75():
 
 @pytest.mark.parametrize("sm", ALL_SM)
 def test_moe_experts_dense_int8_and_4bit_are_served_from_sm75(sm):
-    for f in (fmt(moe=True), fmt(W8A8_INT8, moe=True), fmt(W4A16, moe=True), fmt(W4A16, moe=True, zero_point=True)):
+    int8 = [fmt(W8A8_INT8, moe=True)] if sm != "sm100" else []   # sm100: no CUTLASS int8 for the attention
+    for f in (fmt(moe=True), *int8, fmt(W4A16, moe=True), fmt(W4A16, moe=True, zero_point=True)):
         assert vllm(f, sm)[0], f.label
+
+
+@pytest.mark.parametrize("scheme", [W4A16, W8A16])
+def test_per_channel_symmetric_experts_on_sm90_are_refused_where_humming_ranks_first(scheme, monkeypatch):
+    """From 0.32.0 Humming runs symmetric int experts on sm90, and vLLM's MoE method asserts
+    group-wise weights off Marlin: the shipped W8A16 recipes are per-channel."""
+    per_channel, grouped = fmt(scheme, moe=True, per_channel=True), fmt(scheme, moe=True)
+    for version in (V32, V33):
+        installed(monkeypatch, version)
+        verdict, _ = vllm(per_channel, "sm90")
+        assert not verdict and "per-channel" in verdict.reason and "strategy: group" in verdict.reason
+        assert vllm(grouped, "sm90")[0].reason.startswith("Humming")
+        assert all(vllm(per_channel, sm)[0].reason == "Marlin fused-MoE kernel" for sm in ALL_SM if sm != "sm90")
+    installed(monkeypatch, V26)   # Humming last: Marlin, which takes per-channel weights
+    assert vllm(per_channel, "sm90")[0].reason == "Marlin fused-MoE kernel"
 
 
 def test_moe_experts_with_8bit_zero_points_are_refused_everywhere():
@@ -170,10 +194,11 @@ def cc_of(sm: str):
 
 def test_0_26_runs_8bit_channel_wise_weights_on_allspark_on_sm80_to_sm89(monkeypatch):
     installed(monkeypatch, V26)
-    notes = {sm: vllm(fmt(W8A16), sm)[0].reason for sm in ALL_SM}
+    notes = {sm: vllm(fmt(W8A16, per_channel=True), sm)[0].reason for sm in ALL_SM}
     assert [sm for sm in ALL_SM if notes[sm].startswith("AllSpark")] == ["sm80", "sm86", "sm89"]
     assert notes["sm75"] == notes["sm100"] == "Marlin kernel" and notes["sm90"].startswith("Machete")
     assert {vllm(fmt(W4A16), sm)[0].reason for sm in ("sm80", "sm86", "sm89")} == {"Marlin kernel"}
+    assert vllm(fmt(W8A16), "sm80")[0].reason == "Marlin kernel"   # group-wise: AllSpark takes group_size -1 only
     asym = {sm: vllm(fmt(W8A16, zero_point=True), sm)[0].reason for sm in ("sm80", "sm86", "sm89")}
     assert all(note.startswith("Humming") for note in asym.values())  # AllSpark: no zero points
 
@@ -194,16 +219,17 @@ def test_the_observed_starts_are_the_formats_the_h100_run_records():
 def test_a_machine_that_names_a_vllm_release_is_judged_by_its_rules_not_the_installed_ones():
     """Rows measured elsewhere (a GPU run sent back) are judged by the vLLM they record."""
     recorded = SM["sm86"].with_engine("vllm", VllmKernels(release=V26))
-    assert vllm(fmt(W8A16), "sm86")[0].reason == "Marlin kernel"            # installed: 0.32.0
-    assert decide("vllm", fmt(W8A16), recorded)[0].reason.startswith("AllSpark")
+    assert vllm(fmt(W8A16, per_channel=True), "sm86")[0].reason == "Marlin kernel"   # installed: 0.32.0
+    assert decide("vllm", fmt(W8A16, per_channel=True), recorded)[0].reason.startswith("AllSpark")
 
 
 FORMATS = [fmt(scheme, **kw) for scheme in (DENSE, W8A8_INT8, W4A16, W8A16, FP8)
-           for kw in ({}, {"zero_point": True}, {"moe": True}, {"moe": True, "zero_point": True}, {"sparse_24": True})]
+           for kw in ({}, {"zero_point": True}, {"moe": True}, {"moe": True, "zero_point": True}, {"sparse_24": True},
+                      {"per_channel": True}, {"moe": True, "per_channel": True})]
 
 
 def on_allspark(f: CheckpointFormat, sm: str) -> bool:
-    return f.scheme == W8A16 and not (f.moe or f.zero_point) and sm in ("sm80", "sm86", "sm89")
+    return f.scheme == W8A16 and f.per_channel and not (f.moe or f.zero_point) and sm in ("sm80", "sm86", "sm89")
 
 
 def humming_first(f: CheckpointFormat, sm: str) -> bool:
@@ -235,8 +261,7 @@ def test_the_tables_of_0_26_differ_from_0_32_in_allspark_on_sm80_to_sm89_and_hum
     assert differ == (["W8A16"] if sm in ("sm80", "sm86", "sm89") else
                       ["W4A16", "W4A16 MoE", "W4A16 asym", "W8A16"] if sm == "sm90" else [])
     if sm in ("sm80", "sm86", "sm89"):
-        assert old["W8A16", "vllm"] == "✅ bfloat16 (AllSpark kernel for channel-wise weights where the layer " \
-                                      "fits it, else Marlin)"
+        assert old["W8A16", "vllm"] == "✅ bfloat16 (AllSpark kernel where the layer fits it, else Marlin)"
     if sm == "sm90":
         assert (old["W4A16", "vllm"], new["W4A16", "vllm"]) == (
             "✅ bfloat16 (Machete kernel where the layer fits it, else Marlin)",
@@ -261,8 +286,8 @@ def test_none_gets_the_newest_rules_and_the_default_the_installed_vllms(monkeypa
     assert rules_for(None) == RULES["0.33"]
     installed(monkeypatch, "0.26.0")
     assert rules_for() == RULES["0.26"]
-    assert "AllSpark" in cuda_rule(fmt(W8A16), (8, 0), {}).reason
-    assert "AllSpark" not in cuda_rule(fmt(W8A16), (8, 0), {}, version=None).reason
+    assert "AllSpark" in cuda_rule(fmt(W8A16, per_channel=True), (8, 0), {}).reason
+    assert "AllSpark" not in cuda_rule(fmt(W8A16, per_channel=True), (8, 0), {}, version=None).reason
 
 
 def test_without_vllm_the_rules_are_those_of_the_cuda_targets_pinned_release(monkeypatch):
