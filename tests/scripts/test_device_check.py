@@ -65,21 +65,15 @@ def test_an_unknown_option_fails_in_one_line():
     assert proc.stderr.strip().splitlines() == ["device_check: DEVICE_CHECK_PLAN=gpu is not a plan; use vllm or hf"]
 
 
-def test_an_unknown_shape_fails_in_one_line_naming_the_two(tmp_path):
-    proc = run_script("--dry-run", env={"DEVICE_CHECK_SHAPE": "70b", "DEVICE_CHECK_WORK": str(tmp_path / "w")})
+@pytest.mark.parametrize("variable, value, answer", [
+    ("DEVICE_CHECK_SHAPE", "70b", "is not a shape of the vllm plan; use 1b (the default) or 8b "
+                                  "(a Llama-3-8B-shaped model)"),
+    ("DEVICE_CHECK_SCENARIO", "quick", "is not a scenario set of the check; use reference (the 7 reference "
+                                       "scenarios) or starts (batch 1 and 64, for a short lease)")])
+def test_an_unknown_shape_or_scenario_set_fails_in_one_line_naming_the_choices(variable, value, answer, tmp_path):
+    proc = run_script("--dry-run", env={variable: value, "DEVICE_CHECK_WORK": str(tmp_path / "w")})
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
-        "device_check: DEVICE_CHECK_SHAPE=70b is not a shape of the vllm plan; use 1b (the default) or 8b "
-        "(a Llama-3-8B-shaped model)"]
-    assert not (tmp_path / "w").exists()
-
-
-def test_an_unknown_scenario_set_fails_in_one_line_naming_the_two(tmp_path):
-    proc = run_script("--dry-run", env={"DEVICE_CHECK_SCENARIO": "quick", "DEVICE_CHECK_WORK": str(tmp_path / "w")})
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
-        "device_check: DEVICE_CHECK_SCENARIO=quick is not a scenario set of the check; use reference "
-        "(the 7 reference scenarios) or starts (batch 1 and 64, for a short lease)"]
+    assert proc.stderr.strip().splitlines() == [f"device_check: {variable}={value} {answer}"]
     assert not (tmp_path / "w").exists()
 
 
