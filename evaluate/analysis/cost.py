@@ -3,8 +3,8 @@
 produces in that hour, USD per hour ÷ (output tok/s × 3600) × 10^6. A row's
 price is, first that applies:
 - `cost.usd_per_hour`: one for every row;
-- `cost.per_gpu.<name>`: USD per hour of one GPU whose name contains <name>
-  (H100 in "NVIDIA H100 80GB HBM3"; the longest such name wins), times the
+- `cost.per_gpu={<name>: USD}`: USD per hour of one GPU whose name contains
+  <name> (H100 in "NVIDIA H100 80GB HBM3"; the longest such name wins), times the
   GPUs the row's engine split the model across (tensor x pipeline parallel),
   so a 2-GPU run costs twice a 1-GPU one. Not for a remote engine, whose GPUs
   are not this machine's;
@@ -67,8 +67,9 @@ class Prices:
         """The prices in words: `USD 2.50 per hour`, or each price per GPU and per profile."""
         if self.usd_per_hour is not None:
             return f"USD {self.usd_per_hour:g} per hour"
-        return ", ".join([*(f"USD {p:g} per hour of each {name} GPU a run used" for name, p in sorted(self.per_gpu.items())),
-                          *(f"USD {p:g} per hour under hardware={name}" for name, p in sorted(self.per_profile.items()))])
+        gpus = [f"USD {p:g} per hour of each {name} GPU a run used" for name, p in sorted(self.per_gpu.items())]
+        profiles = [f"USD {p:g} per hour under hardware={name}" for name, p in sorted(self.per_profile.items())]
+        return ", ".join(gpus + profiles)
 
 
 def prices_by_name(key: str, values, example: str) -> dict[str, float]:
