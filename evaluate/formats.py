@@ -72,9 +72,9 @@ def classify(config: dict, sparse_24: bool = False) -> CheckpointFormat:
     if groups:
         schemes = sorted({_scheme(g.get("weights") or {}, g.get("input_activations")) for g in groups})
         scheme = schemes[0] if len(schemes) == 1 else "+".join(schemes)
-        zero_point = any((g.get("weights") or {}).get("symmetric") is False for g in groups)
-        per_channel = any(w.get("type", "int") == "int" and w.get("strategy") == "channel"
-                          for w in (g.get("weights") or {} for g in groups))
+        weights = [g.get("weights") or {} for g in groups]
+        zero_point = any(w.get("symmetric") is False for w in weights)
+        per_channel = any(w.get("type", "int") == "int" and w.get("strategy") == "channel" for w in weights)
     elif method in ("gptq", "awq"):
         scheme = _scheme({"num_bits": q.get("bits"), "type": "int"}, None)
         zero_point = q.get("sym") is False if method == "gptq" else q.get("zero_point", True) is not False

@@ -35,7 +35,7 @@ def as_user_error(e: BaseException, module: str, config_name: str, overrides: li
 def unknown_key(key: str, command: str, config_name: str, overrides: list[str]) -> str:
     values = config_values(config_name, overrides, key)
     parent, _, name = key.rpartition(".")
-    given = next((a.partition("=")[2] for a in overrides if a.lstrip("+~").partition("=")[0] == key), None)
+    given = next((a.partition("=")[2] for a in overrides if override_key(a) == key), None)
     if parent in values and values[parent] is None and given:
         # a mapping that is empty (null) by default, as cost.per_gpu: Hydra adds no key to it, but takes it whole
         return (f"{command} has no key {key}: {parent} is empty by default, so set it whole: "
@@ -43,6 +43,11 @@ def unknown_key(key: str, command: str, config_name: str, overrides: list[str]) 
     close = nearest(key, list(values))
     hint = f"; did you mean {close}?" if close else ""
     return f"{command} has no key {key}{hint} ({command} --help lists its keys)"
+
+
+def override_key(arg: str) -> str:
+    """The dotted key an override names: a.b of `a.b=1`, `+a.b=1` and `~a.b`."""
+    return arg.lstrip("+~").partition("=")[0]
 
 
 def missing_group(group: str, command: str, overrides: list[str]) -> str:
@@ -80,7 +85,7 @@ def config_values(config_name: str, overrides: list[str], bad_key: str) -> dict:
 
     from quantize.common.paths import CONF_DIR
     kept = [a for a in overrides if not a.startswith("-") and "=" in a
-            and a.lstrip("+~").partition("=")[0] != bad_key and not override_error(a)]
+            and override_key(a) != bad_key and not override_error(a)]
     for attempt in (kept, [a for a in kept if a.startswith("hydra.searchpath")]):
         GlobalHydra.instance().clear()
         try:

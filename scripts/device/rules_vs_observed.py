@@ -93,7 +93,7 @@ def kernels_logged(work: Path, target: Path) -> str:
     """The kernels vLLM logged it picked for this checkpoint (steps/vllm_<shape>_<recipe>.log,
     the shape read from its model's folder, models/llama-<shape>-random)."""
     where = place(target)
-    recipe, model = ("original", where[1]) if where[0] == "models" else (where[-1], where[1])
+    model, recipe = where[1], "original" if where[0] == "models" else where[-1]
     shape = model.removeprefix("llama-").removesuffix("-random") if model.startswith("llama-") else "*"
     found = []
     for log in sorted((work / "steps").glob(f"vllm_{shape}_{recipe}.log")):
