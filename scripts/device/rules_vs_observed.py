@@ -32,6 +32,8 @@ from quantize.common.machine import Machine
 # kernel per scheme, the attention backend and FlashAttention's version.
 KERNEL_LINES = (re.compile(r"Selected (\w+) for (\w+)"), re.compile(r"Using (\w+Kernel) for (\w+)"),
                 re.compile(r"Using (\w+) attention backend"), re.compile(r"Using (FlashAttention version \d+)"))
+# ... and how much memory its KV cache took for how many tokens.
+KV_LINES = (re.compile(r"Available KV cache memory: ([\d.]+) GiB"), re.compile(r"GPU KV cache size: ([\d,]+) tokens"))
 
 
 def targets(work: Path) -> list[Path]:
@@ -89,14 +91,19 @@ def recorded_machine(facts: dict, gpus: tuple, release: str | None) -> Machine:
                    numa_nodes=facts.get("numa_nodes") or 1, engines={"vllm": kernels})
 
 
-def kernels_logged(work: Path, target: Path) -> str:
-    """The kernels vLLM logged it picked for this checkpoint (steps/vllm_<shape>_<recipe>.log,
-    the shape read from its model's folder, models/llama-<shape>-random)."""
+def step_logs(work: Path, target: Path) -> list[Path]:
+    """vLLM's logs of this checkpoint's steps (steps/vllm_<shape>_<recipe>.log, the shape
+    read from its model's folder, models/llama-<shape>-random)."""
     where = place(target)
     model, recipe = where[1], "original" if where[0] == "models" else where[-1]
     shape = model.removeprefix("llama-").removesuffix("-random") if model.startswith("llama-") else "*"
+    return sorted((work / "steps").glob(f"vllm_{shape}_{recipe}.log"))
+
+
+def kernels_logged(logs: list[Path]) -> str:
+    """The kernels vLLM logged it picked."""
     found = []
-    for log in sorted((work / "steps").glob(f"vllm_{shape}_{recipe}.log")):
+    for log in logs:
         for line in log.read_text(errors="replace").splitlines():
             for pattern in KERNEL_LINES:
                 hit = pattern.search(line)
@@ -106,19 +113,41 @@ def kernels_logged(work: Path, target: Path) -> str:
     return ", ".join(found)
 
 
+def kv_bytes_per_value(logs: list[Path], config: dict) -> float | None:
+    """Bytes vLLM's KV cache spent per cached value (1 for fp8, 2 for bfloat16): the
+    memory and tokens it logged over the values a token caches (keys and values of
+    every layer's KV heads). The one sign in the log that an fp8 KV scheme took
+    effect, since the engine args say `kv_cache_dtype: auto` either way. None
+    where the log or the config (a full-attention model's) lacks a number."""
+    text = "\n".join(log.read_text(errors="replace") for log in logs)
+    memory, tokens = (pattern.search(text) for pattern in KV_LINES)
+    head_dim = config.get("head_dim") or (config.get("hidden_size", 0) // config.get("num_attention_heads", 1))
+    values = 2 * config.get("num_hidden_layers", 0) * config.get("num_key_value_heads", 0) * head_dim
+    if not (memory and tokens and values):
+        return None
+    return float(memory[1]) * 2**30 / int(tokens[1].replace(",", "")) / values
+
+
+def kv_agrees(fmt, kv_bytes: float | None) -> bool | None:
+    """An fp8 KV scheme must store one byte per value; other formats are not checked."""
+    if not (fmt.kv_cache or "").startswith("fp8") or kv_bytes is None:
+        return None
+    return round(kv_bytes) == 1
+
+
 def compare(work: Path) -> list[dict]:
     seen = observed(results.read(work / "results") if (work / "results").is_dir() else [])
     out = []
     for path in targets(work):
         got = seen.get(place(path.relative_to(work)))
         recorded = manifest.read(path, fix="")
-        fmt = classify(json.loads((path / "config.json").read_text()),
-                       sparse_24=bool(recorded and recorded.holds_2_4))
+        config = json.loads((path / "config.json").read_text())
+        fmt = classify(config, sparse_24=bool(recorded and recorded.holds_2_4))
         row = {"artifact": "/".join(place(path.relative_to(work))[1:]), "format": fmt.label,
                "engine_version": got and got["engine_version"], "enforce_eager": got and got["enforce_eager"]}
         if got is None or got["machine"] is None:
             out.append(row | {"rule": "-", "observed": "not served in this check (no vLLM rows)", "agree": None,
-                              "kernels": ""})
+                              "kernels": "", "kv_bytes_per_value": None})
             continue
         machine = recorded_machine(got["machine"], got["gpus"], got["engine_version"])
         verdict, dtype = decide("vllm", fmt, machine, got["args"])
@@ -133,7 +162,12 @@ def compare(work: Path) -> list[dict]:
             what, agree = f"failed: {got['reason']}", not verdict
         rule = (f"yes, {dtype}" + (f" ({verdict.reason})" if verdict.reason else "")) if verdict \
             else f"no: {verdict.reason}"
-        out.append(row | {"rule": rule, "observed": what, "agree": agree, "kernels": kernels_logged(work, path),
+        logs = step_logs(work, path)
+        kv_bytes = kv_bytes_per_value(logs, config)
+        if got["ok"] and kv_agrees(fmt, kv_bytes) is False:
+            what, agree = what + f"; its {fmt.kv_cache} KV cache took {kv_bytes:.1f} bytes per value, not 1", False
+        out.append(row | {"rule": rule, "observed": what, "agree": agree, "kernels": kernels_logged(logs),
+                          "kv_bytes_per_value": kv_bytes and round(kv_bytes, 2),
                           "machine": machine.describe(), "rules_of": rules_for(got["engine_version"]).release})
     return out
 
@@ -143,11 +177,13 @@ def markdown(rows: list[dict]) -> str:
     where = "; ".join(sorted({f"vLLM {r['engine_version']} on {r['machine']}, judged by the rules read from "
                               f"vLLM {r['rules_of']}" for r in judged})) or "no vLLM rows"
     lines = [f"{where}: quantbench's rule for each checkpoint, and what its start did.", "",
-             "| artifact | format | rule | observed | kernels vLLM logged | agree |", "|---|---|---|---|---|---|"]
+             "| artifact | format | rule | observed | kernels vLLM logged | KV cache, bytes per value | agree |",
+             "|---|---|---|---|---|---|---|"]
     mark = {True: "yes", False: "**MISMATCH**", None: "not checked"}
     for r in rows:
+        kv = r.get("kv_bytes_per_value")
         lines.append(f"| {r['artifact']} | {r['format']} | {r['rule']} | {r['observed']} | {r['kernels'] or '-'} "
-                     f"| {mark[r['agree']]} |")
+                     f"| {'-' if kv is None else f'{kv:.2f}'} | {mark[r['agree']]} |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,6 +1,6 @@
-"""scripts/device/rules_vs_observed.py on the H100 run stored in
-docs/device-runs/2026-11-27-h100: the rule for the machine and vLLM the rows
-record, against what each start did, from the folder alone (no weights)."""
+"""scripts/device/rules_vs_observed.py on the GPU runs stored in
+docs/device-runs (an H100's and an H200's): the rule for the machine and vLLM
+the rows record, against what each start did, from the folder alone (no weights)."""
 import importlib.util
 import json
 import shutil
@@ -10,6 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "docs" / "device-runs" / "2026-11-27-h100"
+H200_RUN = ROOT / "docs" / "device-runs" / "2026-11-28-h200"
 spec = importlib.util.spec_from_file_location("rules_vs_observed", ROOT / "scripts" / "device" / "rules_vs_observed.py")
 rules_vs_observed = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(rules_vs_observed)
@@ -43,6 +44,40 @@ def test_the_h100_run_agrees_with_the_0_26_rules_and_names_the_kernels_vllm_pick
     assert "CutlassInt8ScaledMMLinearKernel" in rows["llama-1b-random/w8a8_smooth_gptq"]["kernels"]
     assert rules_vs_observed.main([str(run)]) == 0
     assert "| llama-1b-random/w8a8_smooth_gptq | W8A8 int8 | yes, bfloat16 |" in (run / "rules.md").read_text()
+
+
+@pytest.fixture
+def h200_run(tmp_path) -> Path:
+    copy = tmp_path / "h200"
+    shutil.copytree(H200_RUN, copy)
+    return copy
+
+
+def test_the_h200_run_agrees_and_its_fp8_kv_cache_took_one_byte_per_value(h200_run):
+    rows = by_artifact(h200_run)
+    assert all(r["agree"] is True and "H200" in r["machine"] for r in rows.values())
+    assert {a: r["kv_bytes_per_value"] for a, r in rows.items()} == {
+        "llama-1b-random": 2.0, "llama-1b-random/fp8_dynamic": 2.0, "llama-1b-random/w8a16_awq": 2.0,
+        "llama-1b-random/w8a8_kv8": 1.0}
+    assert rows["llama-1b-random/w8a8_kv8"]["format"] == "W8A8 int8 + fp8 KV"
+    assert "CutlassFP8ScaledMMLinearKernel" in rows["llama-1b-random/fp8_dynamic"]["kernels"]
+
+
+def test_an_fp8_kv_scheme_stored_at_two_bytes_per_value_is_a_mismatch(h200_run):
+    """vLLM's engine args say `kv_cache_dtype: auto` either way: only the cache's size shows the scheme was not used."""
+    log = h200_run / "steps" / "vllm_1b_w8a8_kv8.log"
+    log.write_text(log.read_text().replace("8,150,560 tokens", "4,075,280 tokens"))
+    row = by_artifact(h200_run)["llama-1b-random/w8a8_kv8"]
+    assert row["agree"] is False and row["kv_bytes_per_value"] == 2.0
+    assert row["observed"].endswith("its fp8 KV cache took 2.0 bytes per value, not 1")
+    assert rules_vs_observed.main([str(h200_run)]) == 1
+
+
+def test_a_log_without_the_kv_cache_lines_leaves_the_kv_cache_unchecked(h200_run):
+    log = h200_run / "steps" / "vllm_1b_w8a8_kv8.log"
+    log.write_text("".join(line + "\n" for line in log.read_text().splitlines() if "KV cache" not in line))
+    row = by_artifact(h200_run)["llama-1b-random/w8a8_kv8"]
+    assert row["kv_bytes_per_value"] is None and row["agree"] is True
 
 
 def test_each_checkpoint_names_the_kernels_of_its_own_shapes_start(run):
