@@ -34,6 +34,7 @@ SPEED_ENV = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NU
              "VLLM_USE_AOT_COMPILE",      # which torch.compile driver ran (see AOT_CACHE_BROKEN)
              "VLLM_CPU_SIM_MULTI_NUMA",   # how ranks were bound to CPUs (see rank_binding)
              "LD_PRELOAD",                # vLLM-CPU's docs preload tcmalloc and Intel OpenMP for speed
+             "VLLM_USE_FLASHINFER_SAMPLER", "VLLM_USE_DEEP_GEMM",   # CUDA: the sampler, fp8 block GEMMs
              *quantize.common.machine.ISA_CAP_ENV)
 
 

@@ -253,6 +253,22 @@ def test_speed_variables_exported_in_the_shell_enter_the_setup_identity(clean_en
     assert engines.identity(configured, VllmEngine)["shell_env"] == {"ATEN_CPU_CAPABILITY": "avx2"}
 
 
+def test_cudas_sampler_and_gemm_switches_exported_in_the_shell_are_recorded(clean_env, monkeypatch):
+    """scripts/device_check.sh exports VLLM_USE_FLASHINFER_SAMPLER=0 and VLLM_USE_DEEP_GEMM=0 (the
+    bundle carries neither library): rows measured so must say it, and be another setup."""
+    from evaluate.engines import base
+    from evaluate.engines.vllm import VllmEngine
+    cfg = engines.config("vllm")
+    switches = {"VLLM_USE_FLASHINFER_SAMPLER": "0", "VLLM_USE_DEEP_GEMM": "0"}
+    monkeypatch.setattr(base, "LAUNCH_ENV", base.LAUNCH_ENV - set(switches))
+    plain = engines.identity(cfg, VllmEngine)
+    for name, value in switches.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(base, "LAUNCH_ENV", base.LAUNCH_ENV | set(switches))
+    assert engines.identity(cfg, VllmEngine)["shell_env"] == switches != plain.get("shell_env")
+    assert switches.items() <= VllmEngine.recorded_env({}).items()
+
+
 @pytest.mark.parametrize("cfg, expect", [
     ("no_such_engine", "unknown engine 'no_such_engine'; choose one of ['hf', 'openai', 'vllm', 'vllm_server'] (conf/engine/)"),
     ({"name": "x"}, "conf/engine/x.yaml names no implementation; add `_target_: <module>.<Class>`"),
