@@ -17,6 +17,7 @@ import pytest
 
 from quantize.common.errors import ExitCode
 from tests.conftest import SMALL_CALIB, quantize_env, run_cli, tail
+from tests.evaluate.engines.gated_vllm_engine import HELD
 
 HANG_GUARD_S = 600   # a vLLM start on 2 busy cores: past this the test has hung
 # enough decode steps that a signal or a kill lands inside a timed run
@@ -122,6 +123,9 @@ CORE_HUNG = ("error: vLLM gave no output for 5 s (engine.stall_timeout_s): its e
              "where one step can take that long)")
 
 
+GATED_VLLM = "tests.evaluate.engines.gated_vllm_engine.GatedVllmEngine"
+
+
 @pytest.mark.slow
 @pytest.mark.needs_vllm
 @pytest.mark.parametrize("fault, expected", [("kill", CORE_DIED), ("suspend", CORE_HUNG)], ids=["killed", "hung"])
@@ -130,17 +134,30 @@ def test_vllms_engine_core_killed_or_hung_mid_run_is_one_line_and_a_failed_row_p
     """Killed: vLLM says its engine core is dead. Hung (SIGSTOP, as a wedged
     kernel): no output for engine.stall_timeout_s stops the engine, not wait
     for ever. Either way one line, and the runs owed are failed rows."""
-    proc = start("evaluate", f"model={tiny_model}", *LONG_RUNS, "engine.args.enforce_eager=true",
-                 "engine.stall_timeout_s=5", f"results_dir={tmp_path / 'results'}", cwd=tmp_path)
-    wait_for(proc, "run 1/4")
-    (core,) = [p for p in psutil.Process(proc.pid).children(recursive=True) if "EngineCore" in p.name()]
+    # Run index 1 must be under way when the signal lands. Signalling on the
+    # "run 1/4" line (run index 0 done) raced it: on busy cores its 128 tokens
+    # could be done first, and it was recorded ok; a longer run only makes that
+    # rarer. The real vLLM engine, gated (tests/evaluate/engines/gated_vllm_engine.py),
+    # holds its third run (the warm-up, run index 0, then 1) before its requests
+    # reach vLLM until the gate file exists, which the test creates only after
+    # signalling: run index 1 surely meets a dead or stopped core, at any speed.
+    gate = tmp_path / "gate"
+    proc = start("evaluate", f"model={tiny_model}", *LONG_RUNS, "warmup_runs=1", "engine.args.enforce_eager=true",
+                 "engine.stall_timeout_s=5", f"engine._target_={GATED_VLLM}", f"+engine.gate={gate}",
+                 "+engine.free_runs=2", f"results_dir={tmp_path / 'results'}", cwd=tmp_path)
+    wait_for(proc, HELD)
     try:
-        getattr(core, fault)()
-        _, err = proc.communicate(timeout=HANG_GUARD_S)
-        left_behind = alive(core)
+        (core,) = [p for p in psutil.Process(proc.pid).children(recursive=True) if "EngineCore" in p.name()]
+        try:
+            getattr(core, fault)()
+            gate.touch()
+            _, err = proc.communicate(timeout=HANG_GUARD_S)
+            left_behind = alive(core)
+        finally:
+            with suppress(psutil.NoSuchProcess):
+                core.kill()
     finally:
-        with suppress(psutil.NoSuchProcess):
-            core.kill()
+        gate.touch()  # a test that fails before opening it leaves no evaluate held for ever
     assert proc.returncode == ExitCode.ENGINE_DIED, err[-3000:]
     line = one_error_line(err)
     assert line == expected
