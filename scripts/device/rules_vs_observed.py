@@ -22,6 +22,7 @@ from pathlib import Path
 
 from evaluate import results
 from evaluate.capabilities import decide
+from evaluate.engines.vllm import kv_cache_dtype
 from evaluate.engines.vllm_cuda_rules import rules_for
 from evaluate.engines.vllm_kernels import VllmKernels
 from evaluate.formats import classify
@@ -116,8 +117,8 @@ def kernels_logged(logs: list[Path]) -> str:
 def kv_bytes_per_value(logs: list[Path], config: dict) -> float | None:
     """Bytes vLLM's KV cache spent per cached value (1 for fp8, 2 for bfloat16): the
     memory and tokens it logged over the values a token caches (keys and values of
-    every layer's KV heads). The one sign in the log that an fp8 KV scheme took
-    effect, since the engine args say `kv_cache_dtype: auto` either way. None
+    every layer's KV heads). The one sign in the log that a checkpoint's fp8 KV
+    scheme took effect, since the engine args say `kv_cache_dtype: auto` either way. None
     where the log or the config (a full-attention model's) lacks a number."""
     text = "\n".join(log.read_text(errors="replace") for log in logs)
     memory, tokens = (pattern.search(text) for pattern in KV_LINES)
@@ -128,9 +129,10 @@ def kv_bytes_per_value(logs: list[Path], config: dict) -> float | None:
     return float(memory[1]) * 2**30 / int(tokens[1].replace(",", "")) / values
 
 
-def kv_agrees(fmt, kv_bytes: float | None) -> bool | None:
-    """An fp8 KV scheme must store one byte per value; other formats are not checked."""
-    if not (fmt.kv_cache or "").startswith("fp8") or kv_bytes is None:
+def kv_agrees(kv_dtype: str, kv_bytes: float | None) -> bool | None:
+    """An fp8 KV cache (the checkpoint's scheme or engine.args.kv_cache_dtype) must
+    store one byte per value; other caches are not checked."""
+    if not kv_dtype.startswith("fp8") or kv_bytes is None:
         return None
     return round(kv_bytes) == 1
 
@@ -164,8 +166,9 @@ def compare(work: Path) -> list[dict]:
             else f"no: {verdict.reason}"
         logs = step_logs(work, path)
         kv_bytes = kv_bytes_per_value(logs, config)
-        if got["ok"] and kv_agrees(fmt, kv_bytes) is False:
-            what, agree = what + f"; its {fmt.kv_cache} KV cache took {kv_bytes:.1f} bytes per value, not 1", False
+        kv_dtype = kv_cache_dtype(fmt, got["args"])
+        if got["ok"] and kv_agrees(kv_dtype, kv_bytes) is False:
+            what, agree = what + f"; its {kv_dtype} KV cache took {kv_bytes:.1f} bytes per value, not 1", False
         out.append(row | {"rule": rule, "observed": what, "agree": agree, "kernels": kernels_logged(logs),
                           "kv_bytes_per_value": kv_bytes and round(kv_bytes, 2),
                           "machine": machine.describe(), "rules_of": rules_for(got["engine_version"]).release})

@@ -73,6 +73,18 @@ def test_an_fp8_kv_scheme_stored_at_two_bytes_per_value_is_a_mismatch(h200_run):
     assert rules_vs_observed.main([str(h200_run)]) == 1
 
 
+def test_an_fp8_kv_cache_asked_for_in_the_engine_args_is_checked_too(h200_run):
+    """engine.args.kv_cache_dtype=fp8 on a checkpoint without a KV scheme: its start
+    must also cache one byte per value (the stored log took two)."""
+    store = h200_run / "results" / "results.jsonl"
+    rows = [json.loads(line) for line in store.read_text().splitlines()]
+    store.write_text("".join(json.dumps(r | {"engine_args": r["engine_args"] | {"kv_cache_dtype": "fp8_e4m3"}}
+                                        if r["recipe"] == "w8a16_awq" else r) + "\n" for r in rows))
+    row = by_artifact(h200_run)["llama-1b-random/w8a16_awq"]
+    assert row["agree"] is False and row["observed"].endswith("its fp8_e4m3 KV cache took 2.0 bytes per value, not 1")
+    assert by_artifact(h200_run)["llama-1b-random/fp8_dynamic"]["agree"] is True
+
+
 def test_a_log_without_the_kv_cache_lines_leaves_the_kv_cache_unchecked(h200_run):
     log = h200_run / "steps" / "vllm_1b_w8a8_kv8.log"
     log.write_text("".join(line + "\n" for line in log.read_text().splitlines() if "KV cache" not in line))
