@@ -57,6 +57,7 @@ def kv_cache_dtype(fmt, args) -> str:
 # in 4 GiB and be preempted mid-measurement. Headroom covers vLLM's block
 # rounding (each sequence takes whole blocks).
 KV_SPACE = "VLLM_CPU_KVCACHE_SPACE"
+CPU_BIND = "VLLM_CPU_OMP_THREADS_BIND"
 KV_HEADROOM = 1.5
 KV_FALLBACK_GIB = 4   # where the demand or the model's KV layout is unknown (vLLM-CPU's usual size)
 # vLLM binds its zmq sockets as files in this folder (default: the temp dir)
@@ -484,6 +485,8 @@ class VllmEngine(Engine):
         env = dict(env)
         if str(env.get(KV_SPACE)) == "auto":  # not sized to a job (see sized_env)
             env[KV_SPACE] = None if user_set(KV_SPACE) or not sizes_cpu_kv_cache() else KV_FALLBACK_GIB
+        if str(env.get(CPU_BIND)) == "auto" and not user_set(CPU_BIND) and not sizes_cpu_kv_cache():
+            env[CPU_BIND] = None   # vLLM-CPU's thread binding: on CUDA no row should say it applied
         env |= rank_binding(env, args or {})
         if "VLLM_CPU_NUM_OF_RESERVED_CPU" in env and env["VLLM_CPU_NUM_OF_RESERVED_CPU"] is None:
             # On small machines the reserved front-end core costs more than it saves.

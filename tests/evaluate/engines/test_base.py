@@ -461,7 +461,8 @@ def test_a_number_or_the_users_own_value_is_left_as_is(clean_env, cpu_host, monk
 def test_on_cuda_the_kv_cache_is_vllms_own(clean_env, cuda_host, caplog):
     """VLLM_CPU_KVCACHE_SPACE is read by vLLM-CPU only (on CUDA vLLM sizes its KV
     cache from gpu_memory_utilization): auto leaves it unset, logs no size, and
-    rows record none; a number the config sets is still passed on."""
+    rows record none; a number the config sets is still passed on. So does
+    VLLM_CPU_OMP_THREADS_BIND's auto, and a binding the config names stays."""
     import logging
 
     from evaluate.engines.vllm import VllmEngine
@@ -472,4 +473,8 @@ def test_on_cuda_the_kv_cache_is_vllms_own(clean_env, cuda_host, caplog):
     for configured in (env, engines.config("vllm")["env"]):  # sized, or not sized to a job (load profiles)
         with VllmEngine.environment(configured) as recorded:
             assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ and "VLLM_CPU_KVCACHE_SPACE" not in recorded
+    with VllmEngine.environment(engines.config("vllm")["env"]) as recorded:   # nor its CPU thread binding
+        assert "VLLM_CPU_OMP_THREADS_BIND" not in os.environ and "VLLM_CPU_OMP_THREADS_BIND" not in recorded
+    with VllmEngine.environment({"VLLM_CPU_OMP_THREADS_BIND": "0-3"}) as recorded:   # one the user set stays
+        assert recorded["VLLM_CPU_OMP_THREADS_BIND"] == "0-3"
     assert sized(kv_target(SMOLLM2), 64 * 384, env={"VLLM_CPU_KVCACHE_SPACE": 3}) == {"VLLM_CPU_KVCACHE_SPACE": 3}
