@@ -151,16 +151,29 @@ def speed_groups(work: Path) -> list[dict]:
         return [r for r in csv.DictReader(f) if r.get("engine") == "vllm"]
 
 
-def gpu_name(work: Path) -> str | None:
+def result_rows(work: Path):
+    """The stored result rows, a line that does not parse left out."""
     for store in sorted((work / "results").glob("*.jsonl")):
         for line in store.read_text().splitlines():
             try:
-                names = (json.loads(line).get("hardware") or {}).get("accelerators") or []
+                yield json.loads(line)
             except ValueError:
                 continue
-            if names:
-                return names[0]
-    return None
+
+
+def gpu_name(work: Path) -> str | None:
+    return next((names[0] for row in result_rows(work)
+                 if (names := (row.get("hardware") or {}).get("accelerators"))), None)
+
+
+def vllm_modes(work: Path) -> dict[str, str]:
+    """Per setup id, how vLLM ran its rows: eager, or with CUDA graphs (compiled)."""
+    modes = {}
+    for row in result_rows(work):
+        eager = (row.get("engine_args") or {}).get("enforce_eager")
+        if row.get("setup_id") and eager is not None:
+            modes.setdefault(row["setup_id"], "eager" if eager else "CUDA graphs")
+    return modes
 
 
 def hbm_peak(name: str | None) -> float | None:
@@ -190,18 +203,24 @@ def speedup(r: dict) -> str:
 def vllm_tables(work: Path) -> list[str]:
     """Output tok/s and speed-ups per scenario x recipe, the roofline share of
     each batch-1 scenario, and the seed report's speed-ups beside this run's;
-    one set of tables per model shape where the run served several."""
+    one set of tables per model shape and vLLM mode (eager, CUDA graphs) where
+    the run served several: a continuing call with DEVICE_CHECK_EAGER=false
+    measures the same recipes and scenarios again, as another setup."""
     groups = speed_groups(work)
     if not groups:
         return []
-    gpu = gpu_name(work)
+    gpu, modes = gpu_name(work), vllm_modes(work)
     out = [f"On {gpu or 'this machine'}; mean of the timed runs, 95 % interval of the mean in brackets "
            "(the report's summary.csv)."]
-    models = list(dict.fromkeys(r.get("model_name") or "" for r in groups))
-    for model in models:
-        if len(models) > 1:
-            out += ["", f"### {model}"]
-        out += model_tables([r for r in groups if (r.get("model_name") or "") == model], gpu)
+
+    def table(r: dict) -> str:
+        return ", ".join(part for part in (r.get("model_name"), modes.get(r.get("setup_id") or "")) if part)
+
+    tables = list(dict.fromkeys(map(table, groups)))
+    for name in tables:
+        if len(tables) > 1:
+            out += ["", f"### {name}"]
+        out += model_tables([r for r in groups if table(r) == name], gpu)
     return out
 
 

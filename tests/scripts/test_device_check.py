@@ -230,6 +230,27 @@ def test_the_summary_tables_each_model_shape_apart(tmp_path):
     assert big < text.index("| interactive (1 x 128 -> 64) | 95.0 |")
 
 
+def test_the_summary_tables_eager_and_cuda_graph_starts_apart(tmp_path):
+    """A continuing call with DEVICE_CHECK_EAGER=false serves the same recipe and
+    scenario again, as another setup: each number stays under its own mode."""
+    (tmp_path / "reports").mkdir()
+    fields = "scenario,batch_size,input_len,output_len,model_name,recipe,engine,setup_id,output_throughput_mean"
+    lines = [fields, "interactive,1,128,64,llama-1b-random,original,vllm,s-eager,74.0",
+             "interactive,1,128,64,llama-1b-random,original,vllm,s-graphs,210.0"]
+    (tmp_path / "reports" / "summary.csv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "results.jsonl").write_text("".join(json.dumps({
+        "kind": "speed", "status": "ok", "engine": "vllm", "setup_id": setup,
+        "engine_args": {"enforce_eager": eager}}) + "\n" for setup, eager in (("s-eager", True), ("s-graphs", False))))
+    out = subprocess.run([sys.executable, str(DEVICE / "summarize.py"), str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    eager, graphs = text.index("### llama-1b-random, eager"), text.index("### llama-1b-random, CUDA graphs")
+    assert eager < text.index("| interactive (1 x 128 -> 64) | 74.0 |") < graphs
+    assert graphs < text.index("| interactive (1 x 128 -> 64) | 210.0 |")
+
+
 def test_a_stopped_test_run_still_names_its_failures_and_errors(tmp_path):
     """The budget stopped pytest -v (xdist) before its short summary: the
     note says how far it got and counts failures and errors apart; the
