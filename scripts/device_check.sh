@@ -204,12 +204,12 @@ step() {
     echo "== $name   [$(date -u +%H:%M:%S) UTC, $((now - T0)) s into the check, limit ${limit} s, budget ends in $((END - now)) s]"
     if [[ " ${DEVICE_CHECK_SKIP:-} " == *" $name "* ]]; then
         echo "-- $name: SKIPPED (named in DEVICE_CHECK_SKIP)"
-        printf '%s\tskipped\t-\t-\t-\tDEVICE_CHECK_SKIP\n' "$name" >>"$W/steps.tsv"
+        ((CALL > 1)) || record_step "$name" skipped - - - DEVICE_CHECK_SKIP   # a later call: the earlier row stands
         return 0
     fi
     if ((limit < min)); then
         echo "-- $name: SKIPPED (${left} s left in the budget, it needs ${min} s)"
-        printf '%s\tskipped\t-\t-\t-\tno time left\n' "$name" >>"$W/steps.tsv"
+        record_step "$name" skipped - - - "no time left"
         return 0
     fi
     if [ "$GPU" = 1 ]; then
@@ -243,8 +243,19 @@ step() {
         grep -E '^(\[gw[0-9]+\] \[ *[0-9]+%\] (FAILED|ERROR) |(FAILED|ERROR) )' "$W/steps/$name.log" | sort -u | head -40 | cut -c1-300
     fi
     echo "-- $name: rc=$rc, ${wall} s, peak GPU ${torch_mib} MiB (torch), ${gpu_mib} MiB (whole GPU)"
-    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$rc" "$wall" "$torch_mib" "$gpu_mib" "$note" >>"$W/steps.tsv"
+    record_step "$name" "$rc" "$wall" "$torch_mib" "$gpu_mib" "$note"
     return 0
+}
+
+# One row of the step table: step, rc, wall s, peak MiB (torch, whole GPU), note;
+# a continuing call's rows are named "call N: <step>".
+record_step() {
+    printf '%s%s\t%s\t%s\t%s\t%s\t%s\n' "$CALL_PREFIX" "$@" >>"$W/steps.tsv"
+}
+
+# This call's rows of the step table (one without a "call N: " prefix is call 1's).
+this_calls_steps() {
+    awk -F'\t' -v p="$CALL_PREFIX" 'NR > 1 && (p == "" ? $1 !~ /^call [0-9]+: / : index($1, p) == 1)' "$W/steps.tsv"
 }
 
 # The bundle: the carried chunks (and those earlier calls left in the stash)
@@ -305,11 +316,21 @@ check() {
     trap 'echo "device_check: interrupted; stopping the running steps" >&2
           xargs -r kill -TERM <"$W/step.pids" 2>/dev/null; exit 130' INT TERM
     : >"$W/step.pids"
-    printf 'step\trc\twall_s\tpeak_torch_mib\tpeak_gpu_mib\tnote\n' >"$W/steps.tsv"
+    # A call into a work folder an earlier call left (the warm GPU machine's
+    # fixed one) continues its step table, so that it tells the whole lease.
+    CALL=1 CALL_PREFIX=""
+    if [ -s "$W/steps.tsv" ]; then
+        CALL=$(($(awk -F'\t' 'NR > 1 { n = $1 ~ /^call [0-9]+: / ? substr($1, 6) + 0 : 1; if (n > m) m = n }
+                               END { print m + 0 }' "$W/steps.tsv") + 1))
+        CALL_PREFIX="call $CALL: "
+    else
+        printf 'step\trc\twall_s\tpeak_torch_mib\tpeak_gpu_mib\tnote\n' >"$W/steps.tsv"
+    fi
 
     echo "quantbench device check, plan $PLAN ($([ "$DRY" = 1 ] && echo 'dry run on the CPU' || echo 'CUDA')), $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "tree $ROOT (commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)),"
     echo "work $W, results $OUT, budget ${budget} s for the steps, python $PY"
+    ((CALL > 1)) && echo "call $CALL into this work folder: its steps are \"${CALL_PREFIX}<step>\" in steps.tsv"
 
     # The cache the stages read (QUANTBENCH_CACHE): the bundle's tokenizer,
     # config and corpus (no weights); in a dry run .cache/.
@@ -333,7 +354,7 @@ check() {
     if ((DRY)) && [ ! -x "$IMAGE_PY" ]; then install_py=$PY install_flags="${DEVICE_PLATFORM[*]}"; fi
     if [ ! -d "$BUNDLE/chunks" ] && [ ! -f "$STASH/CHUNK.json" ]; then   # only in a dry run
         echo; echo "== bundle: SKIPPED (no $BUNDLE/chunks: the dry run uses .cache/ and this Python's packages)"
-        printf 'bundle\tskipped\t-\t-\t-\tno bundle prepared\n' >>"$W/steps.tsv"
+        record_step bundle skipped - - - "no bundle prepared"
     else
         GPU_HOOK=0 step bundle 240 10 bash -c "$(declare -f install_bundle receive); \
             DRY=$DRY W='$W' BUNDLE='$BUNDLE' STASH='$STASH' HERE='$HERE' SITE='$SITE' INSTALL_PY='$install_py' \
@@ -346,7 +367,7 @@ check() {
     if [ "$PLAN" = vllm ]; then
         if ((DRY)) && [ ! -x "$IMAGE_PY" ]; then
             echo; echo "== imports: SKIPPED (no $IMAGE_PY: make it with bash scripts/device/image_venv.sh)"
-            printf 'imports\tskipped\t-\t-\t-\tno image venv\n' >>"$W/steps.tsv"
+            record_step imports skipped - - - "no image venv"
         else
             GPU_HOOK=0 TAIL=30 step imports 120 10 env PYTHONPATH="$SITE:$PYTHONPATH" "$IMAGE_PY" \
                 "$HERE/vllm_imports.py" $( ((DRY)) && echo --no-gpu)
@@ -481,11 +502,11 @@ plan_hf() {
 
 collect() {
     local wall=$(($(date +%s) - T0)) ok failed total
-    total=$(($(wc -l <"$W/steps.tsv") - 1))
-    ok=$(awk -F'\t' 'NR > 1 && $2 == "0"' "$W/steps.tsv" | wc -l)
+    total=$(this_calls_steps | wc -l)
+    ok=$(this_calls_steps | awk -F'\t' '$2 == "0"' | wc -l)
     # a skipped step (no bundle, no time, named in DEVICE_CHECK_SKIP) is not a failure
     # nor is a format the engine refused in one line (rules step: rule vs observed)
-    failed=$(awk -F'\t' 'NR > 1 && $2 != "0" && $2 != "skipped" && $6 !~ /^refused: /' "$W/steps.tsv" | wc -l)
+    failed=$(this_calls_steps | awk -F'\t' '$2 != "0" && $2 != "skipped" && $6 !~ /^refused: /' | wc -l)
     {
         echo "# quantbench device check, $(date -u +%Y-%m-%d), plan $PLAN ($([ "$DRY" = 1 ] && echo 'dry run on a CPU' || echo 'CUDA'))"
         echo

@@ -251,6 +251,30 @@ def test_the_summary_tables_eager_and_cuda_graph_starts_apart(tmp_path):
     assert graphs < text.index("| interactive (1 x 128 -> 64) | 210.0 |")
 
 
+def test_a_continuing_call_adds_its_steps_to_the_table_as_call_n_and_counts_only_its_own(tmp_path):
+    """A second call into the warm machine's work folder keeps the first call's
+    rows (the table tells the whole lease) and names its own "call 2: <step>";
+    the first call's timed-out step is not this call's failure."""
+    work, out = tmp_path / "work", tmp_path / "out"
+    work.mkdir()
+    (work / "steps.tsv").write_text("step\trc\twall_s\tpeak_torch_mib\tpeak_gpu_mib\tnote\n"
+                                    "vllm_tiny_original\t0\t69.3\t-\t-\t\n"
+                                    "quantize_tiny_w4a16_gptq\t124\t45.0\t-\t-\ttimed out at 45 s\n")
+    everything = "bundle imports facts capabilities build_tiny vllm_tiny_original report rules"
+    env = {"DEVICE_CHECK_WORK": str(work), "OUT": str(out), "DEVICE_CHECK_RECIPES": " ",
+           "DEVICE_CHECK_SKIP": everything, "DEVICE_BUNDLE": str(tmp_path / "no-bundle")}
+    for call in (2, 3):
+        proc = run_script("--dry-run", env=env, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        assert f'call {call} into this work folder: its steps are "call {call}: <step>"' in proc.stdout
+    rows = step_rows((out / "summary.md").read_text())
+    assert rows["vllm_tiny_original"][:2] == ["0", "69.3"]
+    assert rows["quantize_tiny_w4a16_gptq"] == ["124", "45.0", "-", "-", "timed out at 45 s"]
+    assert rows["call 2: bundle"][0] == rows["call 3: bundle"][0] == "skipped"   # no bundle prepared
+    assert not [step for step in rows if step.startswith("call") and "vllm_tiny_original" in step]  # skipped: not repeated
+    assert ", 0 failed;" in (out / "summary.md").read_text()
+
+
 def test_a_stopped_test_run_still_names_its_failures_and_errors(tmp_path):
     """The budget stopped pytest -v (xdist) before its short summary: the
     note says how far it got and counts failures and errors apart; the
