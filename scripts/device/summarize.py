@@ -167,12 +167,13 @@ def gpu_name(work: Path) -> str | None:
 
 
 def vllm_modes(work: Path) -> dict[str, str]:
-    """Per setup id, how vLLM ran its rows: eager, or with CUDA graphs (compiled)."""
+    """Per setup id, how vLLM ran its rows: eager, or compiled (with CUDA graphs on a GPU)."""
     modes = {}
     for row in result_rows(work):
         eager = (row.get("engine_args") or {}).get("enforce_eager")
+        on_gpu = bool((row.get("hardware") or {}).get("accelerators"))
         if row.get("setup_id") and eager is not None:
-            modes.setdefault(row["setup_id"], "eager" if eager else "CUDA graphs")
+            modes.setdefault(row["setup_id"], "eager" if eager else "CUDA graphs" if on_gpu else "compiled")
     return modes
 
 

@@ -240,8 +240,8 @@ def test_the_summary_tables_eager_and_cuda_graph_starts_apart(tmp_path):
     (tmp_path / "reports" / "summary.csv").write_text("\n".join(lines) + "\n")
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "results.jsonl").write_text("".join(json.dumps({
-        "kind": "speed", "status": "ok", "engine": "vllm", "setup_id": setup,
-        "engine_args": {"enforce_eager": eager}}) + "\n" for setup, eager in (("s-eager", True), ("s-graphs", False))))
+        "kind": "speed", "status": "ok", "engine": "vllm", "setup_id": setup, "engine_args": {"enforce_eager": eager},
+        "hardware": {"accelerators": ["NVIDIA H200"]}}) + "\n" for setup, eager in (("s-eager", True), ("s-graphs", False))))
     out = subprocess.run([sys.executable, str(DEVICE / "summarize.py"), str(tmp_path)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
