@@ -214,17 +214,24 @@ def test_the_summary_tables_vllms_speed_ups_roofline_and_the_seed_report_from_th
     assert "## Result rows" not in text   # vLLM's ok speed rows are in the tables
 
 
-def test_the_summary_tables_each_model_shape_apart(tmp_path):
-    """A 1B and an 8B run in one folder: the same recipe and scenario twice, each in its model's tables."""
-    (tmp_path / "reports").mkdir()
-    fields = "scenario,batch_size,input_len,output_len,model_name,recipe,engine,model_size_mb,output_throughput_mean"
-    lines = [fields, "interactive,1,128,64,llama-1b-random,original,vllm,2471.0,150.0",
-             "interactive,1,128,64,llama-8b-random,original,vllm,16060.0,95.0"]
-    (tmp_path / "reports" / "summary.csv").write_text("\n".join(lines) + "\n")
-    out = subprocess.run([sys.executable, str(DEVICE / "summarize.py"), str(tmp_path)],
+def summarize_tables(work: Path, fields: str, lines: list[str], rows: list[dict] = ()) -> str:
+    """summarize.py's output for a folder with these summary.csv lines and result rows."""
+    (work / "reports").mkdir()
+    (work / "reports" / "summary.csv").write_text("\n".join([fields, *lines]) + "\n")
+    (work / "results").mkdir()
+    (work / "results" / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    out = subprocess.run([sys.executable, str(DEVICE / "summarize.py"), str(work)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    text = out.stdout
+    return out.stdout
+
+
+def test_the_summary_tables_each_model_shape_apart(tmp_path):
+    """A 1B and an 8B run in one folder: the same recipe and scenario twice, each in its model's tables."""
+    text = summarize_tables(
+        tmp_path, "scenario,batch_size,input_len,output_len,model_name,recipe,engine,model_size_mb,output_throughput_mean",
+        ["interactive,1,128,64,llama-1b-random,original,vllm,2471.0,150.0",
+         "interactive,1,128,64,llama-8b-random,original,vllm,16060.0,95.0"])
     small, big = text.index("### llama-1b-random"), text.index("### llama-8b-random")
     assert small < text.index("| interactive (1 x 128 -> 64) | 150.0 |") < big
     assert big < text.index("| interactive (1 x 128 -> 64) | 95.0 |")
@@ -233,19 +240,12 @@ def test_the_summary_tables_each_model_shape_apart(tmp_path):
 def test_the_summary_tables_eager_and_cuda_graph_starts_apart(tmp_path):
     """A continuing call with DEVICE_CHECK_EAGER=false serves the same recipe and
     scenario again, as another setup: each number stays under its own mode."""
-    (tmp_path / "reports").mkdir()
-    fields = "scenario,batch_size,input_len,output_len,model_name,recipe,engine,setup_id,output_throughput_mean"
-    lines = [fields, "interactive,1,128,64,llama-1b-random,original,vllm,s-eager,74.0",
-             "interactive,1,128,64,llama-1b-random,original,vllm,s-graphs,210.0"]
-    (tmp_path / "reports" / "summary.csv").write_text("\n".join(lines) + "\n")
-    (tmp_path / "results").mkdir()
-    (tmp_path / "results" / "results.jsonl").write_text("".join(json.dumps({
-        "kind": "speed", "status": "ok", "engine": "vllm", "setup_id": setup, "engine_args": {"enforce_eager": eager},
-        "hardware": {"accelerators": ["NVIDIA H200"]}}) + "\n" for setup, eager in (("s-eager", True), ("s-graphs", False))))
-    out = subprocess.run([sys.executable, str(DEVICE / "summarize.py"), str(tmp_path)],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    text = out.stdout
+    text = summarize_tables(
+        tmp_path, "scenario,batch_size,input_len,output_len,model_name,recipe,engine,setup_id,output_throughput_mean",
+        ["interactive,1,128,64,llama-1b-random,original,vllm,s-eager,74.0",
+         "interactive,1,128,64,llama-1b-random,original,vllm,s-graphs,210.0"],
+        [{"kind": "speed", "status": "ok", "engine": "vllm", "setup_id": setup, "engine_args": {"enforce_eager": eager},
+          "hardware": {"accelerators": ["NVIDIA H200"]}} for setup, eager in (("s-eager", True), ("s-graphs", False))])
     eager, graphs = text.index("### llama-1b-random, eager"), text.index("### llama-1b-random, CUDA graphs")
     assert eager < text.index("| interactive (1 x 128 -> 64) | 74.0 |") < graphs
     assert graphs < text.index("| interactive (1 x 128 -> 64) | 210.0 |")
