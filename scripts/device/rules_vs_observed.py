@@ -26,6 +26,7 @@ from evaluate.engines.vllm import kv_cache_dtype
 from evaluate.engines.vllm_cuda_rules import rules_for
 from evaluate.engines.vllm_kernels import VllmKernels
 from evaluate.formats import classify
+from evaluate.memory import kv_bytes_per_token
 from quantize.common import manifest
 from quantize.common.machine import Machine
 
@@ -114,16 +115,15 @@ def kernels_logged(logs: list[Path]) -> str:
     return ", ".join(found)
 
 
-def kv_bytes_per_value(logs: list[Path], config: dict) -> float | None:
+def kv_bytes_per_value(logs: list[Path], config: dict, args: dict) -> float | None:
     """Bytes vLLM's KV cache spent per cached value (1 for fp8, 2 for bfloat16): the
-    memory and tokens it logged over the values a token caches (keys and values of
-    every layer's KV heads). The one sign in the log that a checkpoint's fp8 KV
-    scheme took effect, since the engine args say `kv_cache_dtype: auto` either way. None
-    where the log or the config (a full-attention model's) lacks a number."""
+    memory and tokens it logged over the values a token caches on one rank
+    (evaluate.memory.kv_bytes_per_token at one byte each). The one sign in the log
+    that a checkpoint's fp8 KV scheme took effect, since the engine args say
+    `kv_cache_dtype: auto` either way. None where the log or the config lacks a number."""
     text = "\n".join(log.read_text(errors="replace") for log in logs)
     memory, tokens = (pattern.search(text) for pattern in KV_LINES)
-    head_dim = config.get("head_dim") or (config.get("hidden_size", 0) // config.get("num_attention_heads", 1))
-    values = 2 * config.get("num_hidden_layers", 0) * config.get("num_key_value_heads", 0) * head_dim
+    values = kv_bytes_per_token(config, 1, args)
     if not (memory and tokens and values):
         return None
     return float(memory[1]) * 2**30 / int(tokens[1].replace(",", "")) / values
@@ -165,7 +165,7 @@ def compare(work: Path) -> list[dict]:
         rule = (f"yes, {dtype}" + (f" ({verdict.reason})" if verdict.reason else "")) if verdict \
             else f"no: {verdict.reason}"
         logs = step_logs(work, path)
-        kv_bytes = kv_bytes_per_value(logs, config)
+        kv_bytes = kv_bytes_per_value(logs, config, got["args"])
         kv_dtype = kv_cache_dtype(fmt, got["args"])
         if got["ok"] and kv_agrees(kv_dtype, kv_bytes) is False:
             what, agree = what + f"; its {kv_dtype} KV cache took {kv_bytes:.1f} bytes per value, not 1", False
