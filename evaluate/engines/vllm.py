@@ -66,11 +66,11 @@ RPC_PATH = "VLLM_RPC_BASE_PATH"
 RPC_DIR_MAX_LEN = 70  # a socket's path holds 107 bytes, and vLLM appends "/<uuid4>" (37)
 
 
-def sizes_cpu_kv_cache() -> bool:
-    """Whether VLLM_CPU_KVCACHE_SPACE=auto is quantbench's to set: only vLLM-CPU
-    reads it. On CUDA vLLM sizes its KV cache from gpu_memory_utilization, so
-    the variable is left unset there (and rows do not record a size that
-    never applied)."""
+def reads_cpu_env() -> bool:
+    """Whether the vLLM here reads the VLLM_CPU_* variables: only vLLM-CPU does.
+    On CUDA vLLM sizes its KV cache from gpu_memory_utilization and binds no
+    OpenMP threads, so their `auto` values are left unset there (and rows do
+    not record a size or a binding that never applied)."""
     return not quantize.common.machine.detect().cuda
 
 
@@ -469,7 +469,7 @@ class VllmEngine(Engine):
         env = dict(env)
         if str(env.get(KV_SPACE)) != "auto":
             return env
-        if user_set(KV_SPACE) or not sizes_cpu_kv_cache():
+        if user_set(KV_SPACE) or not reads_cpu_env():
             env[KV_SPACE] = None
             return env
         per_token = kv_bytes_per_token(target.config, kv_itemsize(target.format, args), args)
@@ -484,9 +484,9 @@ class VllmEngine(Engine):
     def prepare_env(cls, env: dict, args: dict | None = None) -> dict:
         env = dict(env)
         if str(env.get(KV_SPACE)) == "auto":  # not sized to a job (see sized_env)
-            env[KV_SPACE] = None if user_set(KV_SPACE) or not sizes_cpu_kv_cache() else KV_FALLBACK_GIB
-        if str(env.get(CPU_BIND)) == "auto" and not user_set(CPU_BIND) and not sizes_cpu_kv_cache():
-            env[CPU_BIND] = None   # vLLM-CPU's thread binding: on CUDA no row should say it applied
+            env[KV_SPACE] = None if user_set(KV_SPACE) or not reads_cpu_env() else KV_FALLBACK_GIB
+        if str(env.get(CPU_BIND)) == "auto" and not user_set(CPU_BIND) and not reads_cpu_env():
+            env[CPU_BIND] = None
         env |= rank_binding(env, args or {})
         if "VLLM_CPU_NUM_OF_RESERVED_CPU" in env and env["VLLM_CPU_NUM_OF_RESERVED_CPU"] is None:
             # On small machines the reserved front-end core costs more than it saves.
