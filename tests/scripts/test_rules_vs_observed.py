@@ -43,7 +43,7 @@ def test_the_h100_run_agrees_with_the_0_26_rules_and_names_the_kernels_vllm_pick
     assert rows["llama-1b-random/w4a16_gptq"]["kernels"].startswith("MacheteLinearKernel (CompressedTensorsWNA16)")
     assert "CutlassInt8ScaledMMLinearKernel" in rows["llama-1b-random/w8a8_smooth_gptq"]["kernels"]
     assert rules_vs_observed.main([str(run)]) == 0
-    assert "| llama-1b-random/w8a8_smooth_gptq | W8A8 int8 | yes, bfloat16 |" in (run / "rules.md").read_text()
+    assert "| llama-1b-random/w8a8_smooth_gptq | W8A8 int8 | eager | yes, bfloat16 |" in (run / "rules.md").read_text()
 
 
 @pytest.fixture
@@ -135,3 +135,35 @@ def test_cpu_rows_are_judged_with_the_kernel_library_they_record(run):
     row = by_artifact(run)["llama-1b-random/w4a16_gptq"]
     assert row["observed"] == "refused before a start (no runs)" and row["agree"] is None
     assert row["engine_version"] == "0.26.0"   # from the row's versions: a refusal starts no engine
+
+
+def add_compiled_rows(run: Path, recipe: str, **changes) -> None:
+    """`recipe`'s rows again, as a continuing call with DEVICE_CHECK_EAGER=false writes them: another setup."""
+    store = run / "results" / "results.jsonl"
+    rows = [json.loads(line) for line in store.read_text().splitlines()]
+    compiled = [r | {"engine_args": r["engine_args"] | {"enforce_eager": False}, "setup_id": "compiled"} | changes
+                for r in rows if r["recipe"] == recipe]
+    store.write_text("".join(json.dumps(r) + "\n" for r in rows + compiled))
+
+
+def test_eager_and_cuda_graph_starts_of_one_checkpoint_are_judged_apart_each_from_its_own_log(h200_run):
+    eager_log = h200_run / "steps" / "vllm_1b_w8a16_awq.log"
+    (h200_run / "steps" / "vllm_1b_w8a16_awq_compiled.log").write_text(
+        eager_log.read_text().replace("MacheteLinearKernel", "MarlinLinearKernel"))
+    add_compiled_rows(h200_run, "w8a16_awq")
+    rows = [r for r in rules_vs_observed.compare(h200_run) if r["artifact"] == "llama-1b-random/w8a16_awq"]
+    assert [r["mode"] for r in rows] == ["eager", "CUDA graphs"]
+    assert [r["kernels"].split(" ")[0] for r in rows] == ["MacheteLinearKernel", "MarlinLinearKernel"]
+    assert all(r["agree"] is True for r in rows)
+    assert rules_vs_observed.main([str(h200_run)]) == 0
+    assert "| llama-1b-random/w8a16_awq | W8A16 | CUDA graphs | yes, bfloat16" in (h200_run / "rules.md").read_text()
+
+
+def test_a_cuda_graph_start_that_fails_is_a_mismatch_beside_its_eager_start_that_ran(h200_run):
+    """Merged per checkpoint, the eager runs would have hidden which mode failed."""
+    add_compiled_rows(h200_run, "fp8_dynamic", status="failed", reason="engine: CUDA graph capture failed")
+    rows = {r["mode"]: r for r in rules_vs_observed.compare(h200_run) if r["artifact"] == "llama-1b-random/fp8_dynamic"}
+    assert rows["eager"]["agree"] is True and rows["eager"]["observed"].startswith("started")
+    assert rows["CUDA graphs"]["agree"] is False
+    assert rows["CUDA graphs"]["observed"] == "failed: engine: CUDA graph capture failed"
+    assert rows["CUDA graphs"]["kernels"] == ""   # no compiled step log: nothing borrowed from the eager one's
