@@ -287,6 +287,27 @@ _CONSEQUENCES = ("WorkerProc initialization failed", "Engine core initialization
                  "EngineCore failed to start")
 
 
+# How vLLM says it rejects a value of engine.args: its config classes validate
+# with pydantic as the engine is built ("<field>\n  Input should be ... [type=")
+# and its server's argparse checks choices ("error: argument --dtype: invalid choice").
+PYDANTIC_FIELD = re.compile(r"^(\w+)\S*\n  (.+?) \[type=", re.M)   # "dtype.literal[...]": one of a union
+ARGPARSE_FLAG = re.compile(r"error: argument --([\w-]+)[^:]*: (.+)$", re.M)
+
+
+def rejected_arg(text: str, args: dict) -> str | None:
+    """The one line for a value of engine.args that vLLM rejected, from its
+    error or log `text`: bad input (before a weight loads), not a failed start.
+    None when no value the user set is named; a value vLLM derived from one
+    (max_num_batched_tokens from max_num_seqs) is passed over for the one set."""
+    found = PYDANTIC_FIELD.findall(text)
+    found += [(flag.replace("-", "_"), why) for flag, why in ARGPARSE_FLAG.findall(text)]
+    for key, why in found:
+        if args.get(key) is not None:
+            return (f"engine.args.{key}={args[key]!r} is not a value vLLM takes: {why.strip()}; change it, "
+                    f"or remove it with ~engine.args.{key}")
+    return None
+
+
 def failure_cause(log_text: str) -> str | None:
     """The root cause of a failed start in vLLM's own log (its processes'
     records, tracebacks included: evaluate/engines/vllm_startup.py): the first
@@ -561,6 +582,9 @@ class VllmEngine(Engine):
                 try:
                     self.engine = self.loop.run_until_complete(start())
                 except Exception as e:  # the log file is read before capture() removes it
+                    rejected = type(e).__name__ == "ValidationError" and rejected_arg(str(e), args)
+                    if rejected:
+                        raise UserError(rejected) from e
                     cause = None if timed_out.is_set() else failure_cause(_read(cap.log_file))
                     if cause:
                         raise EngineStartError(f"vLLM failed to start: {cause}") from e

@@ -28,7 +28,8 @@ import psutil
 from evaluate import lifeline
 from evaluate.engines.base import EngineStartError
 from evaluate.engines.http import HttpEngine, http_get
-from evaluate.engines.vllm import VllmEngine
+from evaluate.engines.vllm import VllmEngine, rejected_arg
+from quantize.common.errors import UserError
 
 log = logging.getLogger("quantbench.evaluate")
 
@@ -66,13 +67,19 @@ def cli_flags(args: dict) -> list[str]:
     return flags
 
 
+def read_log(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 def last_error_line(path: Path) -> str:
     """The line of a server log that says why it stopped: the last one that
     names an error, else the last line."""
-    try:
-        lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    except OSError:
+    if not path.is_file():
         return "no log"
+    lines = [line.strip() for line in read_log(path).splitlines() if line.strip()]
     for line in reversed(lines):
         if "Error" in line or "error:" in line or "Exception" in line:
             return line[-300:]
@@ -135,6 +142,9 @@ class VllmServerEngine(HttpEngine, VllmEngine):
         while True:
             code = self.proc.poll()
             if code is not None:
+                rejected = rejected_arg(read_log(self.log_path), self.args)
+                if rejected:   # bad input: nothing measured, nothing recorded
+                    raise UserError(rejected)
                 raise ServerStartError(f"the vLLM server exited with code {code} while starting: "
                                        f"{last_error_line(self.log_path)} (log: {self.log_path})")
             if http_get(self.root_url + "/health")[0] == 200:

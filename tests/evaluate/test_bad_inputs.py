@@ -119,6 +119,41 @@ def test_unknown_engine_arg_fails_before_the_engine(tiny_model, tmp_path, args, 
     assert not res.exists() or not any(res.iterdir())
 
 
+@pytest.mark.needs_vllm
+@pytest.mark.parametrize("engine, arg, expect", [
+    ("vllm", "engine.args.dtype=foo", "engine.args.dtype='foo' is not a value vLLM takes: Input should be 'auto', "),
+    # vLLM derives max_num_batched_tokens from it and names that first: the line names what was set
+    ("vllm_server", "engine.args.max_num_seqs=-1", "engine.args.max_num_seqs=-1 is not a value vLLM takes: "
+                                                   "Input should be greater than or equal to 1; change it, or "
+                                                   "remove it with ~engine.args.max_num_seqs"),
+])
+def test_a_value_vllm_rejects_is_one_line_and_records_nothing(tiny_model, tmp_path, engine, arg, expect):
+    """vLLM validates engine.args as it builds its config, before a weight loads:
+    bad input, not a failed start with a row per scenario."""
+    res = tmp_path / "res"
+    out = evaluate(tiny_model, res, f"engine={engine}", "accuracy=none", arg, cwd=tmp_path)
+    assert_one_line_error(out, expect)
+    assert not res.exists() or not any(res.iterdir())
+
+
+@pytest.mark.needs_vllm
+def test_the_rejected_value_is_read_from_vllms_own_errors():
+    """The texts vLLM's config classes (pydantic) and its server's argparse write."""
+    from pydantic import ValidationError
+    from vllm.config import SchedulerConfig
+
+    from evaluate.engines.vllm import rejected_arg
+    with pytest.raises(ValidationError) as error:
+        SchedulerConfig(max_num_seqs=0, max_model_len=64, is_encoder_decoder=False)
+    assert rejected_arg(str(error.value), {"max_num_seqs": 0}) == (
+        "engine.args.max_num_seqs=0 is not a value vLLM takes: Input should be greater than or equal to 1; "
+        "change it, or remove it with ~engine.args.max_num_seqs")
+    assert rejected_arg(str(error.value), {"max_model_len": 64}) is None   # not what it rejected
+    argparse = "api_server.py: error: argument --kv-cache-dtype: invalid choice: 'fp4' (choose from 'auto', 'fp8')\n"
+    assert rejected_arg(argparse, {"kv_cache_dtype": "fp4"}).startswith(
+        "engine.args.kv_cache_dtype='fp4' is not a value vLLM takes: invalid choice: 'fp4'")
+
+
 @pytest.mark.extended
 @pytest.mark.needs_vllm
 def test_a_tensor_parallel_size_the_heads_cannot_split_fails_before_the_engine(tiny_model, tmp_path):
