@@ -55,6 +55,14 @@ def test_a_key_under_an_empty_mapping_is_one_line_giving_the_mapping_form(tmp_pa
                                     "(several: cost.per_gpu={a:1,b:2})")
 
 
+def test_a_key_under_a_single_value_says_it_takes_one_value(tmp_path):
+    """runs is 3 by default: runs.x=3 is no key, and no near key fixes it."""
+    proc = run("evaluate", "runs.x=3", cwd=tmp_path)
+    assert proc.returncode == ExitCode.BAD_INPUT
+    assert one_error_line(proc) == ("error: python -m evaluate has no key runs.x: runs takes one value, not keys "
+                                    "(runs=<value>)")
+
+
 def test_the_report_names_its_keys_in_one_line(tmp_path):
     proc = run("evaluate.report", "ouput=[csv]", cwd=tmp_path)
     assert proc.returncode == ExitCode.BAD_INPUT

@@ -37,9 +37,12 @@ def unknown_key(key: str, command: str, config_name: str, overrides: list[str]) 
     parent, _, name = key.rpartition(".")
     given = next((a.partition("=")[2] for a in overrides if override_key(a) == key), None)
     if parent in values and values[parent] is None and given:
-        # a mapping that is empty (null) by default, as cost.per_gpu: Hydra adds no key to it, but takes it whole
+        # a mapping that is empty (null) by default, as cost.per_gpu: Hydra adds no key to it, but takes it
+        # whole (a null scalar reads the same here; its own check then names the value it takes)
         return (f"{command} has no key {key}: {parent} is empty by default, so set it whole: "
                 f"{parent}={{{name}:{given}}} (several: {parent}={{a:1,b:2}})")
+    if parent in values and not isinstance(values[parent], (dict, type(None))):
+        return f"{command} has no key {key}: {parent} takes one value, not keys ({parent}=<value>)"
     close = nearest(key, list(values))
     hint = f"; did you mean {close}?" if close else ""
     return f"{command} has no key {key}{hint} ({command} --help lists its keys)"
