@@ -17,7 +17,7 @@ import pytest
 
 from quantize.common.errors import ExitCode
 from tests.conftest import SMALL_CALIB, quantize_env, run_cli, tail
-from tests.evaluate.engines.gated_vllm_engine import HELD
+from tests.evaluate.engines.gate import HELD
 
 HANG_GUARD_S = 600   # a vLLM start on 2 busy cores: past this the test has hung
 # enough decode steps that a signal or a kill lands inside a timed run
