@@ -6,19 +6,19 @@ import multiprocessing
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
 from evaluate import results
+from tests.conftest import quantize_cmd, quantize_env
 
 SMALL = ["calibration.num_samples=8", "calibration.max_seq_len=64"]
 
 
 def quantize(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "quantize", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    return subprocess.run(quantize_cmd(*args), cwd=cwd, capture_output=True, text=True, timeout=900,
+                          env=quantize_env())
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_killed_sweep_resumes_without_redoing_finished_work(tiny, tmp_path):
     art = tmp_path / "art"
     args = ["-m", "recipe=original,w4a16_rtn,w8a8_smooth_ptq", f"model={tiny}",
             f"artifacts_dir={art}", *SMALL]
-    proc = subprocess.Popen([sys.executable, "-m", "quantize", *args], cwd=tmp_path,
+    proc = subprocess.Popen(quantize_cmd(*args), cwd=tmp_path, env=quantize_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 600
     while time.time() < deadline and len(manifests(art)) < 1:
