@@ -87,7 +87,7 @@ def verify_mode(value) -> str | None:
 
 
 def load(config: TargetConfig) -> Target:
-    opened = from_path(_target_dir(config))
+    opened = from_path(_target_dir(config), name=config.model_name)
     if config.verify:
         started = time.perf_counter()
         check_weights(opened, config.verify)
@@ -182,8 +182,11 @@ def planned(config: TargetConfig, not_built: NotBuilt) -> Target | None:
                   not_built=not_built, base_model=model_dir)
 
 
-def from_path(path: Path) -> Target:
-    """An artifact or plain checkpoint directory, checked before any engine sees it."""
+def from_path(path: Path, name: str | None = None) -> Target:
+    """An artifact or plain checkpoint directory, checked before any engine sees it.
+    A plain checkpoint is named `name` (the model choice's: a preset's name is
+    the one quantize gives the artifacts built from it, so the report finds
+    their original), else after its folder."""
     path = Path(path)
     config_file = path / "config.json"
     if not config_file.is_file():
@@ -209,7 +212,7 @@ def from_path(path: Path) -> Target:
                       recipe=recorded.recipe.name, quant_format=recorded.quant_format, **common)
     # A plain checkpoint: its identity is the hash of its weights and config.json.
     weights_sha256 = sha256_files(weights)
-    return Target(artifact_id=manifest.checkpoint_id(weights_sha256, config), model_name=path.name,
+    return Target(artifact_id=manifest.checkpoint_id(weights_sha256, config), model_name=name or path.name,
                   recipe="original" if not q else "external",
                   quant_format=q.get("format") or q.get("quant_method") or "dense",
                   id_before_config=manifest.checkpoint_id_before_config(weights_sha256), **common)

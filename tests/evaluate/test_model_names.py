@@ -1,0 +1,38 @@
+"""A model choice names the rows of its plain checkpoint: a preset whose name
+differs from its folder (smollm2_135m: smollm2-135m-instruct in
+.cache/models/SmolLM2-135M-Instruct) gets the name quantize gives the
+artifacts built from it, so `python -m evaluate` of the original and of
+`recipe=<name>` are one model in the report, with speed-ups against it."""
+import csv
+import shutil
+
+from evaluate import target
+from evaluate.target import TargetConfig
+from tests.conftest import TINY_NAME, run_cli
+
+SMALL = ("scenario=interactive", "scenario.input_len=16", "scenario.output_len=4", "engine=hf", "accuracy=none",
+         "runs=2", "warmup_runs=1")
+
+
+def test_a_plain_checkpoint_takes_its_model_choices_name_and_an_artifact_its_manifests(tiny_model, build_artifact,
+                                                                                          tmp_path):
+    folder = shutil.copytree(tiny_model, tmp_path / "Tiny-Llama-Folder")
+    assert target.load(TargetConfig(model_name=TINY_NAME, model_path=str(folder))).model_name == TINY_NAME
+    assert target.load(TargetConfig(model_name=None, model_path=str(folder))).model_name == "Tiny-Llama-Folder"
+    artifact = build_artifact("w4a16_rtn").dir
+    assert target.load(TargetConfig(model_name="other", model_path=str(artifact))).model_name == TINY_NAME
+
+
+def test_the_original_through_a_preset_named_apart_from_its_folder_is_its_artifacts_baseline(tiny_model,
+                                                                                                build_artifact,
+                                                                                                tmp_path):
+    folder = shutil.copytree(tiny_model, tmp_path / "Tiny-Llama-Folder")   # as SmolLM2-135M-Instruct
+    res = tmp_path / "res"
+    for model in ([f"model={folder}", f"model.name={TINY_NAME}"], [f"model={build_artifact('w4a16_rtn').dir}"]):
+        proc = run_cli("evaluate", *model, *SMALL, f"results_dir={res}", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_cli("evaluate.report", f"results_dir={res}", f"out_dir={tmp_path / 'out'}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = {r["recipe"]: r for r in csv.DictReader((tmp_path / "out" / "summary.csv").open())}
+    assert summary["original"]["model_name"] == summary["w4a16_rtn"]["model_name"] == TINY_NAME
+    assert float(summary["w4a16_rtn"]["speedup_vs_original"]) > 0
