@@ -10,7 +10,7 @@ from pathlib import Path
 
 from evaluate.analysis.accuracy_bounds import add_bounds
 from evaluate.analysis.busy_host import BusyHost
-from evaluate.analysis.groups import Group, add_speedups, aggregate
+from evaluate.analysis.groups import Group, add_speedups, aggregate, name_originals
 from evaluate.analysis.load_levels import ServingAnalysis, analyse as analyse_serving
 from evaluate.analysis.ranking import OverallRanking, ScenarioRanking, rank_overall, rank_scenarios
 from evaluate.analysis.suspect import Suspect, find as find_suspects
@@ -52,6 +52,7 @@ def analyse(results_dirs: list[Path], rows: list[Row], sanity: SanityConfig | No
     `store`: what the rows were read from, for the lines it left out;
     `busy_host`: the busy-host rule (None: conf/report.yaml's threshold)."""
     store = store or StoreRead()
+    rows = name_originals(rows)
     suspects = find_suspects(rows, sanity or SanityConfig.from_config(None))
     left_out = {s.artifact_id for s in suspects}
     rows = [r for r in rows if r.artifact_id not in left_out]

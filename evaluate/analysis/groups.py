@@ -14,6 +14,7 @@ from evaluate.metrics import t95
 from evaluate.results import Kind, Row, Store
 from evaluate.scenarios import Scenario
 from quantize.common.errors import UserError
+from quantize.common.manifest import checkpoint_id_before_config, checkpoint_id_of
 
 BASELINE = "original"
 ACCURACY_HEADLINE = ("recovery_pct", "perplexity", "kl_divergence", "top1_agreement")
@@ -22,6 +23,24 @@ SPEED = "output_throughput"
 # (coefficient of variation of output throughput): more than the interval's
 # noise model (independent runs of one steady host) expects.
 CV_MAX = 0.15
+
+
+def name_originals(rows: list[Row]) -> list[Row]:
+    """Rows of an original measured as a plain checkpoint, named as the artifacts
+    built from it name their model (their manifests record its weights and
+    config.json hashes, which are its id): so it is their baseline however
+    it was named when measured (`model=<dir>` beside a preset's artifacts,
+    or a store from before evaluate named it by the model choice)."""
+    names: dict[str, str] = {}
+    for r in rows:
+        base = (r.manifest or {}).get("model") or {}
+        weights, config = base.get("weights_sha256"), base.get("config_sha256")
+        if r.recipe != BASELINE and r.model_name and weights and config:
+            for base_id in (checkpoint_id_of(weights, config), checkpoint_id_before_config(weights)):
+                names.setdefault(base_id, r.model_name)
+    return [r.but(model_name=names[r.artifact_id])
+            if r.recipe == BASELINE and not r.manifest and names.get(r.artifact_id, r.model_name) != r.model_name
+            else r for r in rows]
 
 
 @dataclass

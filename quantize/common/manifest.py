@@ -222,7 +222,12 @@ def config_differences(saved: dict, base: dict) -> list[str]:
 
 def checkpoint_id(weights_sha256: str, config: dict) -> str:
     """The id of a plain checkpoint (no manifest): its weights and config.json."""
-    return sha256_json({"weights_sha256": weights_sha256, "config_sha256": config_sha256(config)})[:16]
+    return checkpoint_id_of(weights_sha256, config_sha256(config))
+
+
+def checkpoint_id_of(weights_sha256: str, config_sha256: str) -> str:
+    """checkpoint_id from the hashes a manifest records of its base model."""
+    return sha256_json({"weights_sha256": weights_sha256, "config_sha256": config_sha256})[:16]
 
 
 def checkpoint_id_before_config(weights_sha256: str) -> str:

@@ -10,9 +10,10 @@ import pytest
 from evaluate.report import build_report
 from evaluate.report.labels import labels, run_labels
 from evaluate.analysis.groups import (
-    add_speedups, aggregate, compare_groups, lm_recovery, mean_std, numeric_metrics, scenario_of)
+    add_speedups, aggregate, compare_groups, lm_recovery, mean_std, name_originals, numeric_metrics, scenario_of)
 from evaluate.analysis.ranking import rank_overall
 from evaluate.results import Row
+from quantize.common.manifest import checkpoint_id_of
 from quantize.common.errors import UserError
 
 from tests.evaluate.report.rows import (
@@ -191,3 +192,20 @@ def test_the_answers_front_keeps_what_no_other_artifact_beats_in_speed_and_accur
         assert [p.group.recipe for p in choice.measured] == ["w8a8_smooth_ptq", "original", "w4a16_gptq"]
         assert [p.group.recipe for p in choice.front] == ["original", "w8a8_smooth_ptq"]
         assert choice.pick.group.recipe == "w8a8_smooth_ptq" and not choice.no_accuracy
+
+
+def test_an_original_takes_the_model_name_of_the_artifacts_whose_manifests_name_it_as_their_base():
+    base = {"name": "smollm2-135m-instruct", "weights_sha256": "ab" * 32, "config_sha256": "cd" * 32}
+    artifact = base_row("w4a16_gptq", "interactive", model_name=base["name"],
+                        manifest={"model": base, "artifact_id": "w4"},
+                        metrics=speed_metrics("w4a16_gptq", "interactive", 0))
+    plain = base_row("original", "interactive", model_name="SmolLM2-135M-Instruct",
+                     artifact_id=checkpoint_id_of(base["weights_sha256"], base["config_sha256"]),
+                     metrics=speed_metrics("original", "interactive", 0))
+    older_id = plain.but(artifact_id=base["weights_sha256"][:16])   # a store from before ids covered config.json
+    other = plain.but(artifact_id="0123456789abcdef", model_name="Qwen2-0.5B")   # another base: left alone
+    built = plain.but(manifest={"model": base, "artifact_id": "o"}, model_name="my-name")   # quantize recipe=original
+    named = name_originals([artifact, plain, older_id, other, built])
+    assert [r.model_name for r in named] == ["smollm2-135m-instruct"] * 3 + ["Qwen2-0.5B", "my-name"]
+    add_speedups(groups := aggregate(named[:2]))
+    assert next(g for g in groups if g.recipe == "w4a16_gptq").baseline.artifact_id == plain.artifact_id
