@@ -112,7 +112,7 @@ class VllmServerEngine(HttpEngine, VllmEngine):
         t0 = time.perf_counter()
         self._spawn(cmd)
         try:
-            self._wait_healthy(float(settings.get("startup_timeout_s") or STARTUP_TIMEOUT_S))
+            self._wait_healthy(float(settings.get("startup_timeout_s") or STARTUP_TIMEOUT_S), args)
             ready = time.perf_counter()
             self._warm_up()
         except BaseException:
@@ -137,12 +137,13 @@ class VllmServerEngine(HttpEngine, VllmEngine):
                                          start_new_session=True, preexec_fn=lifeline.die_with_parent)
         self.server_pid = self.proc.pid
 
-    def _wait_healthy(self, timeout_s: float) -> None:
+    def _wait_healthy(self, timeout_s: float, args: dict) -> None:
+        """`args`: engine.args as given, whose rejected values are bad input."""
         deadline = time.perf_counter() + timeout_s
         while True:
             code = self.proc.poll()
             if code is not None:
-                rejected = rejected_arg(read_log(self.log_path), self.args)
+                rejected = rejected_arg(read_log(self.log_path), args)
                 if rejected:   # bad input: nothing measured, nothing recorded
                     raise UserError(rejected)
                 raise ServerStartError(f"the vLLM server exited with code {code} while starting: "
