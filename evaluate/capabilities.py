@@ -23,6 +23,7 @@ from quantize.common.errors import UserError
 from quantize.common.hf_load import detach_stdin
 from quantize.common.machine import Machine
 from quantize.common.paths import CONF_DIR
+from quantize.common.settings import flag
 
 # ---- the table --------------------------------------------------------------
 
@@ -206,8 +207,8 @@ class Request:
     def from_cfg(cls, cfg, overrides: list[str]) -> "Request":
         """The composed config and the overrides it came from -> the request;
         a combination that asks nothing sensible is one UserError line."""
-        request = cls(machine=None if cfg.machine is None else str(cfg.machine), probe=bool(cfg.probe),
-                      cells=_names(cfg.cells), facts_as_json=bool(cfg.json), servable=_names(cfg.servable),
+        request = cls(machine=None if cfg.machine is None else str(cfg.machine), probe=flag("probe", cfg.probe),
+                      cells=_names(cfg.cells), facts_as_json=flag("json", cfg.json), servable=_names(cfg.servable),
                       vllm_release=None if cfg.vllm_release is None else str(cfg.vllm_release),
                       evaluate_overrides=tuple(o for o in overrides if _key(o) not in OWN_KEYS))
         request.check()

@@ -18,6 +18,7 @@ from evaluate.serving.slo import SLO
 from evaluate.target import TargetConfig, verify_mode
 from quantize.common import hf_load, tracking
 from quantize.common.extensions import plain
+from quantize.common.settings import flag, integer
 from quantize.common.tracking import Tracker
 
 # The top-level keys that decide how many warm-up and timed runs a scenario gets.
@@ -56,9 +57,9 @@ class EvaluateConfig:
             accuracy=AccuracyConfig.from_group(plain(cfg.accuracy)),
             lm_eval=LmEvalConfig.from_group(plain(cfg.lm_eval)),
             load=profiles.from_group(_group(cfg, "load")), slo=SLO.from_dict(_group(cfg, "slo")),
-            seed=int(cfg.seed),
-            results_dir=str(cfg.results_dir), results_per_process=bool(cfg.results_per_process),
-            skip_completed=bool(cfg.skip_completed),
+            seed=integer("seed", cfg.seed),
+            results_dir=str(cfg.results_dir), results_per_process=flag("results_per_process", cfg.results_per_process),
+            skip_completed=flag("skip_completed", cfg.skip_completed),
             hardware=cfg.hardware.name if cfg.get("hardware") else None,
             tracker=tracking.from_group(_group(cfg, "tracking")))
 

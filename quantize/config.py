@@ -8,6 +8,7 @@ from quantize.common import hf_load
 from quantize.common.paths import check_output_dir
 from quantize.common.recipe_choices import RecipeChoice
 from quantize.common.sanity_rules import SanityConfig
+from quantize.common.settings import flag, integer
 from quantize.common.tracking import Tracker, from_group as tracker_from_group
 
 
@@ -53,11 +54,11 @@ class QuantizeConfig:
             model=ModelChoice.from_config(values["model"]),
             recipe=RecipeChoice.from_config(values["recipe"]),
             calibration=CalibrationConfig.from_config(values["calibration"]),
-            artifact_dir=str(values["artifact_dir"]), seed=int(values.get("seed", 0)),
-            force=bool(values.get("force", False)),
+            artifact_dir=str(values["artifact_dir"]), seed=integer("seed", values.get("seed", 0)),
+            force=flag("force", values.get("force", False)),
             calibration_dtype=values.get("calibration_dtype", "auto"),
-            verify=values.get("verify", "tensors"), memory_check=bool(values.get("memory_check", True)),
-            disk_check=bool(values.get("disk_check", True)), sanity=_sanity(values.get("sanity")),
+            verify=values.get("verify", "tensors"), memory_check=flag("memory_check", values.get("memory_check", True)),
+            disk_check=flag("disk_check", values.get("disk_check", True)), sanity=_sanity(values.get("sanity")),
             tracker=tracker_from_group(values.get("tracking")),
             composed=values)
 

@@ -4,6 +4,7 @@ from dataclasses import dataclass
 from quantize.common.errors import UserError
 from quantize.common.paths import resolve
 from quantize.common.recipe_choices import RecipeChoice
+from quantize.common.settings import flag
 from quantize.config import ModelChoice
 
 TARGETS = ("max_size_mb", "max_kl", "kept_dense")
@@ -56,7 +57,7 @@ class ProposeConfig:
             raise UserError(f"name={name!r} is not a recipe name; use letters, digits, _ - . (e.g. name=w4a16_keep12)")
         return cls(model=ModelChoice.from_config(values["model"]), recipe=RecipeChoice.from_config(values["recipe"]),
                    target=Target.from_config(values), sensitivity=str(values.get("sensitivity") or "auto"),
-                   name=None if name is None else str(name), force=bool(values.get("force", False)),
+                   name=None if name is None else str(name), force=flag("force", values.get("force", False)),
                    results_dir=str(resolve(values.get("results_dir", "results"))),
                    artifacts_dir=str(resolve(values.get("artifacts_dir", "artifacts"))),
                    recipes_dir=str(resolve(values.get("recipes_dir", "recipes"))))

@@ -6,6 +6,7 @@ from quantize.common import hf_load
 from quantize.common.errors import UserError
 from quantize.common.paths import check_output_dir
 from quantize.common.recipe_choices import RecipeChoice
+from quantize.common.settings import flag
 from quantize.config import ModelChoice
 
 
@@ -44,4 +45,4 @@ class SensitivityConfig:
         return cls(model=ModelChoice.from_config(values["model"]),
                    recipe=RecipeChoice.from_config(values["recipe"]),
                    text=TextConfig.from_config(values["text"]), results_dir=str(values["results_dir"]),
-                   force=bool(values.get("force", False)))
+                   force=flag("force", values.get("force", False)))

@@ -1,0 +1,20 @@
+"""Top-level settings read as what they are: a flag is true or false, a seed
+an integer. Python's bool("no") is True, so `force=no` rebuilt an artifact
+and `skip_completed=no` skipped; each now gets one line naming the fix."""
+from quantize.common.errors import UserError
+
+
+def flag(key: str, value) -> bool:
+    """`key=true|false` (Hydra reads those as booleans; 1 and 0 are taken too)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise UserError(f"{key}={value}: pass {key}=true or {key}=false")
+
+
+def integer(key: str, value) -> int:
+    """`key=<an integer>`."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise UserError(f"{key}={value}: pass an integer, e.g. {key}=0")

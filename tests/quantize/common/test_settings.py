@@ -1,0 +1,34 @@
+"""quantize/common/settings.py: a flag is true or false and a seed an integer.
+bool("no") is True: `force=no` rebuilt an artifact and `skip_completed=no`
+skipped, where each now refuses in one line before any work."""
+import pytest
+
+from quantize.common.errors import UserError
+from quantize.common.settings import flag, integer
+from tests.conftest import last_line, run_cli
+
+
+def test_a_flag_is_true_false_1_or_0_and_anything_else_names_both():
+    assert [flag("force", v) for v in (True, False, 1, 0)] == [True, False, True, False]
+    for value in ("no", "yes", "off", 2, None):
+        with pytest.raises(UserError, match=rf"^force={value}: pass force=true or force=false$"):
+            flag("force", value)
+
+
+def test_a_seed_is_an_integer():
+    assert integer("seed", 7) == 7
+    for value in ("abc", 1.5, True):
+        with pytest.raises(UserError, match=rf"^seed={value}: pass an integer, e.g. seed=0$"):
+            integer("seed", value)
+
+
+@pytest.mark.parametrize("module, arg", [("quantize", "force=no"), ("quantize", "seed=abc"),
+                                         ("evaluate", "skip_completed=no")])
+def test_the_commands_refuse_a_flag_or_seed_they_would_misread(tiny_model, tmp_path, module, arg):
+    key = arg.partition("=")[0]
+    where = [f"artifacts_dir={tmp_path / 'art'}", "recipe=original"] if module == "quantize" else \
+        [f"results_dir={tmp_path / 'res'}"]
+    proc = run_cli(module, f"model={tiny_model}", *where, arg, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert last_line(proc.stderr).startswith(f"error: {arg}: pass ") and key in last_line(proc.stderr)
+    assert not (tmp_path / "art").exists() and not (tmp_path / "res").exists()
