@@ -33,3 +33,18 @@ def check_output_dir(path: str | os.PathLike, fix: str) -> Path:
                 raise UserError(f"{existing} is a file, not a directory{where}; pass {fix}")
             break
     return out
+
+
+def check_writable_dir(path: str | os.PathLike, fix: str) -> Path:
+    """check_output_dir, and this user can create files where the folder is or
+    would be made (its nearest existing folder); nothing is left behind."""
+    import tempfile
+
+    from quantize.common.errors import UserError
+    out = check_output_dir(path, fix)
+    existing = next(p for p in (out, *out.parents) if p.exists())
+    try:
+        tempfile.TemporaryFile(dir=existing).close()
+    except OSError as e:
+        raise UserError(f"cannot write to {out} ({e.strerror or e}); pass {fix}") from None
+    return out

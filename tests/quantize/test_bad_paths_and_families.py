@@ -91,6 +91,17 @@ def test_evaluate_output_or_input_folder_a_file_is_one_line(tmp_path, workdir, t
     assert not [p for p in (tmp_path / "results").rglob("*") if p.is_file()]  # no row, no file
 
 
+def test_a_report_folder_that_cannot_be_written_is_one_line(tmp_path, workdir):
+    """out_dir under a file, or where no file can be made (/proc: root too), before any result is read."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file\n")
+    for out_dir, phrase in ((blocker / "reports", f"{blocker} is a file, not a directory"),
+                            ("/proc/quantbench-reports", "cannot write to /proc/quantbench-reports")):
+        proc = run_cli("evaluate.report", f"results_dir={tmp_path / 'results'}", f"out_dir={out_dir}", cwd=workdir)
+        assert_one_line_error(proc, phrase, "pass out_dir=<a writable directory>")
+    assert blocker.read_text() == "a file\n"
+
+
 # ---- a GPT-NeoX-shaped model ------------------------------------------------------
 
 @pytest.fixture(scope="module")
