@@ -12,6 +12,7 @@ from quantize.common import token_cache
 from quantize.common.errors import UserError
 from quantize.common.paths import resolve
 from quantize.common.provenance import sha256_json
+from quantize.common.settings import integer
 
 
 @dataclass
@@ -68,8 +69,8 @@ class CalibrationConfig:
                             "or pass calibration.<key>=<value>")
         text_field = values.get("text_field", "text")
         return cls(
-            source=str(values["source"]), num_samples=int(values["num_samples"]),
-            max_seq_len=int(values["max_seq_len"]), name=str(values.get("name", "")),
+            source=str(values["source"]), num_samples=integer("calibration.num_samples", values["num_samples"], 64),
+            max_seq_len=integer("calibration.max_seq_len", values["max_seq_len"], 512), name=str(values.get("name", "")),
             books=tuple(values.get("books") or ()), path=values.get("path"), dataset=values.get("dataset"),
             subset=values.get("subset"), split=values.get("split"),
             text_field=(text_field,) if isinstance(text_field, str) else tuple(text_field),

@@ -9,6 +9,7 @@ from evaluate.search.space import RecipeSpace, TrialValues
 from evaluate.search.study_file import Objective
 from quantize.common.errors import UserError
 from quantize.common.extensions import build
+from quantize.common.settings import integer
 
 # Where each objective's value comes from.
 ACCURACY_METRICS = ("recovery_pct", "kl_divergence", "top1_agreement", "perplexity", "lastword_recovery_pct")
@@ -49,12 +50,12 @@ class SearchConfig:
             objectives=objectives(space.objectives, space_name),
             trial=TrialValues.from_values(values.get("trial") or {}),
             trial_number=_int_or_none(values.get("trial_number")),
-            n_trials=int(values["n_trials"]), storage=values.get("storage"),
+            n_trials=integer("n_trials", values["n_trials"], 20), storage=values.get("storage"),
             results_dir=Path(values["results_dir"]), artifacts_dir=Path(values["artifacts_dir"]),
             model_name=str(values["model"]["name"]), model_path=str(values["model"]["path"]),
             engine=str(values["engine"]["name"]), scenario=dict(values["scenario"]),
             accuracy=str(values["accuracy"]["name"]), sensitivity=str(values.get("sensitivity") or "none"),
-            seed=int(values.get("seed") or 0),
+            seed=integer("seed", values.get("seed") or 0),
             quantize_overrides=[str(a) for a in values.get("quantize_overrides") or []],
             evaluate_overrides=[str(a) for a in values.get("evaluate_overrides") or []],
         )
@@ -104,4 +105,4 @@ def objectives(entries: list[dict], space_name: str) -> list[Objective]:
 
 
 def _int_or_none(value) -> int | None:
-    return None if value is None else int(value)
+    return None if value is None else integer("trial_number", value, 3)

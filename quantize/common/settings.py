@@ -13,8 +13,8 @@ def flag(key: str, value) -> bool:
     raise UserError(f"{key}={value}: pass {key}=true or {key}=false")
 
 
-def integer(key: str, value) -> int:
-    """`key=<an integer>`."""
+def integer(key: str, value, example: int = 0) -> int:
+    """`key=<an integer>`; `example`: one the setting takes, for the error line."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    raise UserError(f"{key}={value}: pass an integer, e.g. {key}=0")
+    raise UserError(f"{key}={value}: pass an integer, e.g. {key}={example}")

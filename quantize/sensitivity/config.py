@@ -4,9 +4,9 @@ from dataclasses import dataclass
 
 from quantize.common import hf_load
 from quantize.common.errors import UserError
-from quantize.common.paths import check_output_dir
+from quantize.common.paths import check_writable_dir
 from quantize.common.recipe_choices import RecipeChoice
-from quantize.common.settings import flag
+from quantize.common.settings import flag, integer
 from quantize.config import ModelChoice
 
 
@@ -21,7 +21,8 @@ class TextConfig:
     @classmethod
     def from_config(cls, values: dict) -> "TextConfig":
         text = cls(source=str(values["source"]), books=[str(b) for b in values.get("books") or []],
-                   num_windows=int(values["num_windows"]), window_len=int(values["window_len"]))
+                   num_windows=integer("text.num_windows", values["num_windows"], 4),
+                   window_len=integer("text.window_len", values["window_len"], 128))
         if text.num_windows < 1 or text.window_len < 2:
             raise UserError(f"text.num_windows={text.num_windows}, text.window_len={text.window_len}: "
                             "set at least 1 window of at least 2 tokens")
@@ -40,7 +41,7 @@ class SensitivityConfig:
     @classmethod
     def from_config(cls, values: dict) -> "SensitivityConfig":
         """From the composed config as plain, resolved values (extensions.plain)."""
-        check_output_dir(values["results_dir"], "results_dir=<a directory>")
+        check_writable_dir(values["results_dir"], "results_dir=<a writable directory>")
         hf_load.check_setting(values.get("trust_remote_code"))
         return cls(model=ModelChoice.from_config(values["model"]),
                    recipe=RecipeChoice.from_config(values["recipe"]),

@@ -102,6 +102,13 @@ def test_a_report_folder_that_cannot_be_written_is_one_line(tmp_path, workdir):
     assert blocker.read_text() == "a file\n"
 
 
+def test_a_sensitivity_folder_that_cannot_be_written_is_one_line(tmp_path, workdir, tiny_model):
+    proc = run_cli("quantize.sensitivity", f"model={tiny_model}", "recipe=w4a16_rtn",
+                   "results_dir=/proc/quantbench-sensitivity", cwd=workdir)
+    assert_one_line_error(proc, "cannot write to /proc/quantbench-sensitivity",
+                          "pass results_dir=<a writable directory>")
+
+
 # ---- a GPT-NeoX-shaped model ------------------------------------------------------
 
 @pytest.fixture(scope="module")

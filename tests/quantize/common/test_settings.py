@@ -20,9 +20,12 @@ def test_a_seed_is_an_integer():
     for value in ("abc", 1.5, True):
         with pytest.raises(UserError, match=rf"^seed={value}: pass an integer, e.g. seed=0$"):
             integer("seed", value)
+    with pytest.raises(UserError, match=r"^text.num_windows=abc: pass an integer, e.g. text.num_windows=4$"):
+        integer("text.num_windows", "abc", 4)
 
 
 @pytest.mark.parametrize("module, arg", [("quantize", "force=no"), ("quantize", "seed=abc"),
+                                         ("quantize", "calibration.num_samples=abc"),
                                          ("evaluate", "skip_completed=no")])
 def test_the_commands_refuse_a_flag_or_seed_they_would_misread(tiny_model, tmp_path, module, arg):
     key = arg.partition("=")[0]
