@@ -109,6 +109,12 @@ class Engine:
         for key, value in (("args", args), ("env", env)):
             if not isinstance(value, dict):
                 raise UserError(f"{where}: {key} must be a mapping, not {value!r}")
+        for key, value in values.items():   # seconds (startup_timeout_s, ...) and retries, read deep in a run
+            seconds, count = key.endswith("_s"), key == "retries"
+            if (seconds or count) and value is not None and not (
+                    not isinstance(value, bool) and isinstance(value, int if count else (int, float)) and value >= 0):
+                raise UserError(f"{where}: engine.{key}={value} is not {'a count' if count else 'a number of seconds'}"
+                                f" >= 0; pass e.g. engine.{key}={2 if count else 600}")
         return EngineConfig(name=str(name), engine=cls, args=dict(args), env=dict(env), settings=values)
 
     # ---- capability answers (no engine starts) -----------------------------

@@ -25,6 +25,7 @@ and its meaning stay Hydra's.
 """
 import dataclasses
 import importlib
+import typing
 from typing import Any, Mapping, TypeVar
 
 from quantize.common.errors import UserError, nearest
@@ -88,4 +89,30 @@ class Configurable:
                    and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
         if missing:
             raise UserError(f"{where}: {cls.__qualname__} needs {', '.join(missing)}; add it to the YAML")
+        hints = typing.get_type_hints(cls)
+        for key, value in values.items():
+            wanted = _scalar_kind(hints.get(key), value)
+            if wanted:
+                raise UserError(f"{where}: {key}={value} is not {wanted}; pass {wanted} for {key}")
         return cls(**values)
+
+
+# What a field annotated with only these types (and None) takes, for the error line.
+_SCALARS = {int: "an integer", float: "a number", bool: "true or false"}
+
+
+def _scalar_kind(annotation, value) -> str | None:
+    """What `value` should have been for a field of type `annotation` (int,
+    float, bool, optionally | None), or None when it fits or the type is not
+    one of those: bool("no") is True and int("abc") fails deep in a run."""
+    kinds = set(typing.get_args(annotation)) or {annotation}
+    optional = type(None) in kinds
+    kinds.discard(type(None))
+    if not kinds or not kinds <= set(_SCALARS) or (value is None and optional):
+        return None
+    if bool in kinds and isinstance(value, bool):
+        return None
+    if not isinstance(value, bool) and ((int in kinds and isinstance(value, int))
+                                        or (float in kinds and isinstance(value, (int, float)))):
+        return None
+    return " or ".join(_SCALARS[k] for k in (int, float, bool) if k in kinds)

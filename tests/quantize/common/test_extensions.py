@@ -40,9 +40,38 @@ def test_build_returns_the_typed_object_from_a_dictconfig():
     ({"_target_": f"{HERE}.NotAShape"}, "is not a subclass of"),
     ({"_target_": f"{HERE}.Square", "sid": 1}, "'sid' is not a setting of Square; did you mean side?"),
     ({"_target_": f"{HERE}.Square"}, "Square needs side; add it to the YAML"),
+    ({"_target_": f"{HERE}.Square", "side": "abc"}, "side=abc is not a number; pass a number for side"),
+    ({"_target_": f"{HERE}.Square", "side": True}, "side=True is not a number"),
 ])
 def test_each_mistake_is_one_line_naming_the_file(values, message):
     with pytest.raises(UserError) as e:
         build(values, Shape, "conf/shape/sq.yaml")
     assert message in str(e.value) and "\n" not in str(e.value)
     assert "conf/shape/sq.yaml" in str(e.value)
+
+
+@dataclass
+class Settings(Shape):
+    count: int
+    share: float | None = None
+    enabled: bool = True
+    label: str | int = "a"   # not only scalars: not checked
+
+
+@pytest.mark.parametrize("values", [
+    {"count": 3}, {"count": 3, "share": 2}, {"count": 3, "share": None, "enabled": False}, {"count": 3, "label": []},
+])
+def test_scalar_fields_take_their_types(values):
+    assert build({"_target_": f"{HERE}.Settings", **values}, Shape, "conf/shape/s.yaml").count == 3
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"count": "abc"}, "count=abc is not an integer"),
+    ({"count": 2.5}, "count=2.5 is not an integer"),
+    ({"count": None}, "count=None is not an integer"),
+    ({"count": 3, "share": "half"}, "share=half is not a number"),
+    ({"count": 3, "enabled": "no"}, "enabled=no is not true or false"),   # bool("no") is True
+])
+def test_a_scalar_field_of_another_type_is_one_line(values, message):
+    with pytest.raises(UserError, match=f"^conf/shape/s.yaml: {message}; pass "):
+        build({"_target_": f"{HERE}.Settings", **values}, Shape, "conf/shape/s.yaml")

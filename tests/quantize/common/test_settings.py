@@ -35,3 +35,16 @@ def test_the_commands_refuse_a_flag_or_seed_they_would_misread(tiny_model, tmp_p
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert last_line(proc.stderr).startswith(f"error: {arg}: pass ") and key in last_line(proc.stderr)
     assert not (tmp_path / "art").exists() and not (tmp_path / "res").exists()
+
+
+@pytest.mark.parametrize("arg, line", [
+    # a typed group's field (extensions.Configurable): it failed after the speed runs, at the accuracy pass
+    ("accuracy.num_windows=abc", "error: accuracy: num_windows=abc is not an integer; pass an integer for num_windows"),
+    ("engine.startup_timeout_s=abc", "error: conf/engine/vllm.yaml: engine.startup_timeout_s=abc is not a number of "
+                                     "seconds >= 0; pass e.g. engine.startup_timeout_s=600"),
+])
+def test_a_group_setting_of_another_type_is_one_line_before_any_engine(tiny_model, tmp_path, arg, line):
+    proc = run_cli("evaluate", f"model={tiny_model}", f"results_dir={tmp_path / 'res'}", arg, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert last_line(proc.stderr) == line
+    assert "starting vLLM" not in proc.stdout + proc.stderr and not (tmp_path / "res").exists()
