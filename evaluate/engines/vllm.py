@@ -320,7 +320,8 @@ def failure_cause(log_text: str) -> str | None:
     return None
 
 
-def _read(path: str | None) -> str:
+def read_log(path) -> str:
+    """A log file's text; "" where there is none (no path, gone, unreadable)."""
     if not path:
         return ""
     with suppress(OSError), open(path, errors="replace") as f:
@@ -585,7 +586,7 @@ class VllmEngine(Engine):
                     rejected = type(e).__name__ == "ValidationError" and rejected_arg(str(e), args)
                     if rejected:
                         raise UserError(rejected) from e
-                    cause = None if timed_out.is_set() else failure_cause(_read(cap.log_file))
+                    cause = None if timed_out.is_set() else failure_cause(read_log(cap.log_file))
                     if cause:
                         raise EngineStartError(f"vLLM failed to start: {cause}") from e
                     raise

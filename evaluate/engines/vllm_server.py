@@ -28,7 +28,7 @@ import psutil
 from evaluate import lifeline
 from evaluate.engines.base import EngineStartError
 from evaluate.engines.http import HttpEngine, http_get
-from evaluate.engines.vllm import VllmEngine, rejected_arg
+from evaluate.engines.vllm import VllmEngine, read_log, rejected_arg
 from quantize.common.errors import UserError
 
 log = logging.getLogger("quantbench.evaluate")
@@ -65,13 +65,6 @@ def cli_flags(args: dict) -> list[str]:
         else:
             flags += [flag, str(value)]
     return flags
-
-
-def read_log(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""
 
 
 def last_error_line(path: Path) -> str:

@@ -179,8 +179,8 @@ def vllm_modes(work: Path) -> dict[str, str]:
     """Per setup id, how vLLM ran its rows (vllm_mode)."""
     modes = {}
     for row in result_rows(work):
-        if row.get("setup_id") and vllm_mode(row):
-            modes.setdefault(row["setup_id"], vllm_mode(row))
+        if row.get("setup_id") and (mode := vllm_mode(row)):
+            modes.setdefault(row["setup_id"], mode)
     return modes
 
 
