@@ -28,6 +28,7 @@ class SearchConfig:
     trial: TrialValues
     trial_number: int | None        # the sweeper's; None under a sweeper that sets none
     n_trials: int
+    n_jobs: int                     # trials asked for per batch
     storage: str | None
     results_dir: Path
     artifacts_dir: Path
@@ -50,11 +51,12 @@ class SearchConfig:
             objectives=objectives(space.objectives, space_name),
             trial=TrialValues.from_values(values.get("trial") or {}),
             trial_number=_int_or_none(values.get("trial_number")),
-            n_trials=integer("n_trials", values["n_trials"], 20), storage=values.get("storage"),
+            n_trials=integer("n_trials", values["n_trials"], 20, minimum=1), storage=values.get("storage"),
             results_dir=Path(values["results_dir"]), artifacts_dir=Path(values["artifacts_dir"]),
             model_name=str(values["model"]["name"]), model_path=str(values["model"]["path"]),
             engine=str(values["engine"]["name"]), scenario=dict(values["scenario"]),
             accuracy=str(values["accuracy"]["name"]), sensitivity=str(values.get("sensitivity") or "none"),
+            n_jobs=integer("n_jobs", values.get("n_jobs", 1), 2, minimum=1),
             seed=integer("seed", values.get("seed") or 0),
             quantize_overrides=[str(a) for a in values.get("quantize_overrides") or []],
             evaluate_overrides=[str(a) for a in values.get("evaluate_overrides") or []],

@@ -29,6 +29,9 @@ CLIENT_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_
                    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
 
 
+URI_EXAMPLES = "tracking.uri=http://127.0.0.1:5000, sqlite:///mlflow.db or a folder"
+
+
 @dataclass
 class MlflowTracker(Tracker):
     uri: str = "sqlite:///mlflow.db"
@@ -44,8 +47,8 @@ class MlflowTracker(Tracker):
             raise UserError(MISSING)
         tracker = super().from_config(values, where)
         if not str(tracker.uri).strip():
-            raise UserError(f"{where}: uri is empty; pass tracking.uri=http://127.0.0.1:5000, "
-                            "sqlite:///mlflow.db or a folder")
+            raise UserError(f"{where}: uri is empty; pass {URI_EXAMPLES}")
+        _check_scheme(str(tracker.uri), where)
         return tracker
 
     def describe(self) -> str:
@@ -143,3 +146,19 @@ class MlflowTracker(Tracker):
 
     def _steps_logged(self, run_id: str, key: str) -> set[int]:
         return {m.step for m in self.client().get_metric_history(run_id, key)}
+
+
+def _check_scheme(uri: str, where: str) -> None:
+    """A URI the installed MLflow has no store for (`htp://`, `foo://`) is a typo,
+    not a server that is down: one line and exit 2 before any work, where the
+    client's own error came after the run. MLflow's registry decides, so the
+    schemes follow the installed release."""
+    try:
+        from mlflow.tracking._tracking_service.utils import _tracking_store_registry as registry
+    except ImportError:   # a release that moved it: the client's own error stays
+        return
+    try:
+        registry.get_store_builder(uri)
+    except Exception as e:   # MLflow's "unsupported URI" (it names the schemes it takes)
+        raise UserError(f"{where}: MLflow has no store for uri={uri!r} (not a scheme it knows); "
+                        f"pass {URI_EXAMPLES}") from None

@@ -13,8 +13,10 @@ def flag(key: str, value) -> bool:
     raise UserError(f"{key}={value}: pass {key}=true or {key}=false")
 
 
-def integer(key: str, value, example: int = 0) -> int:
-    """`key=<an integer>`; `example`: one the setting takes, for the error line."""
-    if isinstance(value, int) and not isinstance(value, bool):
+def integer(key: str, value, example: int = 0, minimum: int | None = None) -> int:
+    """`key=<an integer>` (>= `minimum` when given); `example`: one the setting
+    takes, for the error line."""
+    if isinstance(value, int) and not isinstance(value, bool) and (minimum is None or value >= minimum):
         return value
-    raise UserError(f"{key}={value}: pass an integer, e.g. {key}={example}")
+    wanted = "an integer" if minimum is None else f"an integer >= {minimum}"
+    raise UserError(f"{key}={value}: pass {wanted}, e.g. {key}={example}")

@@ -8,6 +8,7 @@ from quantize.common.settings import flag
 from quantize.config import ModelChoice
 
 TARGETS = ("max_size_mb", "max_kl", "kept_dense")
+EXAMPLES = {"max_size_mb": "120", "max_kl": "0.05", "kept_dense": "12"}   # one value each takes, for error lines
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 
 
@@ -30,9 +31,9 @@ class Target:
             raise UserError(f"give exactly one target: max_size_mb=<MB>, max_kl=<nats> or kept_dense=<k> ({said})")
         kind, value = next(iter(given.items()))
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise UserError(f"{kind}={value!r} is not a number; e.g. {kind}={'12' if kind == 'kept_dense' else '0.05'}")
+            raise UserError(f"{kind}={value!r} is not a number; e.g. {kind}={EXAMPLES[kind]}")
         if kind == "kept_dense" and value != int(value):
-            raise UserError(f"kept_dense={value} is not a whole number of groups; e.g. kept_dense=12")
+            raise UserError(f"kept_dense={value} is not a whole number of groups; e.g. kept_dense={EXAMPLES['kept_dense']}")
         if value < 0 or (kind == "max_size_mb" and value == 0):
             raise UserError(f"{kind}={value} must be {'positive' if kind == 'max_size_mb' else '0 or more'}")
         return cls(kind=kind, value=int(value) if kind == "kept_dense" else float(value))

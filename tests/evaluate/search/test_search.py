@@ -203,6 +203,8 @@ def test_kept_dense_groups_without_a_sensitivity_file_name_the_command(tiny_mode
 @pytest.mark.parametrize("args,says", [
     (["scenario=cpu"], "one scenario"),                        # a set: the speed objective needs one
     (["accuracy=none"], "recovery_pct needs an accuracy measurement"),
+    (["n_trials=-2"], "n_trials=-2: pass an integer >= 1, e.g. n_trials=20"),   # ran no trial and exited 0
+    (["n_jobs=0"], "n_jobs=0: pass an integer >= 1, e.g. n_jobs=2"),           # an IndexError deep in Optuna
 ])
 def test_a_search_that_cannot_run_stops_before_its_first_trial(tiny_model, tmp_path, args, says):
     proc = run_cli("evaluate.search", "search=tiny", f"model={tiny_model}", "engine=hf", f"results_dir={tmp_path}",

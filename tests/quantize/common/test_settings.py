@@ -24,6 +24,13 @@ def test_a_seed_is_an_integer():
         integer("text.num_windows", "abc", 4)
 
 
+def test_an_integer_with_a_minimum_names_it():
+    assert integer("n_trials", 1, 20, minimum=1) == 1
+    for value in (0, -2, "abc"):
+        with pytest.raises(UserError, match=rf"^n_trials={value}: pass an integer >= 1, e.g. n_trials=20$"):
+            integer("n_trials", value, 20, minimum=1)
+
+
 @pytest.mark.parametrize("module, arg", [("quantize", "force=no"), ("quantize", "seed=abc"),
                                          ("quantize", "calibration.num_samples=abc"),
                                          ("evaluate", "skip_completed=no")])

@@ -36,6 +36,24 @@ def test_an_unknown_setting_is_one_line_naming_the_close_one():
         tracking.from_group({**MLFLOW, "url": "http://127.0.0.1:5000"})
 
 
+@needs_mlflow
+@pytest.mark.parametrize("uri", ["htp://127.0.0.1:5000", "foo://bar"])
+def test_a_uri_mlflow_has_no_store_for_is_one_line_before_any_work(uri):
+    with pytest.raises(UserError, match=rf"MLflow has no store for uri='{uri}' .*pass tracking.uri=http://"):
+        tracking.from_group({**MLFLOW, "uri": uri})
+    for fine in ("sqlite:///mlflow.db", "mysql+pymysql://u:p@127.0.0.1/db", "file:///tmp/runs", "runs"):
+        assert tracking.from_group({**MLFLOW, "uri": fine}).uri == fine
+
+
+@needs_mlflow
+def test_the_track_command_refuses_a_bad_uri_with_exit_2(tmp_path):
+    """It ended `error: cannot log to the tracker: …` with exit 1, a wrapped page of MLflow's words."""
+    proc = subprocess.run([sys.executable, "-m", "evaluate.track", f"results_dir={tmp_path}", "tracking.uri=htp://x"],
+                          cwd=tmp_path, env=quantize_env(), capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: conf/tracking/mlflow.yaml: MLflow has no store")
+
+
 def test_without_the_package_the_job_says_how_to_install_it_in_one_line(tmp_path):
     """`tracking=mlflow` where mlflow is not installed: one line naming the
     install step, exit 2, before anything is measured."""

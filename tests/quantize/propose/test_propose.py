@@ -117,6 +117,13 @@ def test_kept_dense_out_of_range(tmp_path, tiny_model, store, k):
         run(config(tmp_path, tiny_model, store, "kept_dense", k))
 
 
+@pytest.mark.parametrize("kind,example", [("max_size_mb", "max_size_mb=120"), ("max_kl", "max_kl=0.05"),
+                                          ("kept_dense", "kept_dense=12")])
+def test_a_target_that_is_not_a_number_names_a_value_of_its_own_kind(kind, example):
+    with pytest.raises(UserError, match=rf"{kind}='abc' is not a number; e\.g\. {example}$"):
+        Target.from_config({kind: "abc"})
+
+
 def test_written_recipe_is_a_normal_recipe(tmp_path, tiny_model, store, capsys):
     proposal = run(config(tmp_path, tiny_model, store, "kept_dense", 2, name="mixed"))
     loaded = recipes.load(recipe_choices.RecipeChoice("mixed", str(proposal.path)))
