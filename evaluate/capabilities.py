@@ -393,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(arg.startswith("-") for arg in overrides):
         return run_hydra_main(overrides)
     try:
+        hydra_errors.check_no_value_replaces_keys(CONFIG_NAME, overrides)
         request = compose_request(overrides)
     except Exception as e:  # an override the config does not have, a bad value: one line
         said = hydra_errors.as_user_error(e, "evaluate.capabilities", CONFIG_NAME, overrides) or e

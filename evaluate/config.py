@@ -18,6 +18,7 @@ from evaluate.serving.slo import SLO
 from evaluate.target import TargetConfig, verify_mode
 from quantize.common import hf_load, tracking
 from quantize.common.extensions import plain
+from quantize.common.paths import folder_name, folder_setting
 from quantize.common.settings import flag, integer
 from quantize.common.tracking import Tracker
 
@@ -58,7 +59,7 @@ class EvaluateConfig:
             lm_eval=LmEvalConfig.from_group(plain(cfg.lm_eval)),
             load=profiles.from_group(_group(cfg, "load")), slo=SLO.from_dict(_group(cfg, "slo")),
             seed=integer("seed", cfg.seed),
-            results_dir=str(cfg.results_dir), results_per_process=flag("results_per_process", cfg.results_per_process),
+            results_dir=folder_setting("results_dir", cfg.results_dir), results_per_process=flag("results_per_process", cfg.results_per_process),
             skip_completed=flag("skip_completed", cfg.skip_completed),
             hardware=cfg.hardware.name if cfg.get("hardware") else None,
             tracker=tracking.from_group(_group(cfg, "tracking")))
@@ -68,10 +69,12 @@ def target_config(cfg) -> TargetConfig:
     """What a composed evaluate config opens (model=, recipe=, artifacts_dir);
     also what `python -m evaluate.capabilities` plans recipes with."""
     recipe = cfg.get("recipe")
-    return TargetConfig(model_name=_text(cfg.model.get("name")), model_path=_text(cfg.model.get("path")),
-                        recipe_name=str(recipe.name) if recipe else None,
+    name = cfg.model.get("name")
+    return TargetConfig(model_name=None if name is None else folder_name("model.name", name),
+                        model_path=_text(cfg.model.get("path")),
+                        recipe_name=folder_name("recipe.name", recipe.name) if recipe else None,
                         recipe_path=_text(recipe.get("path")) if recipe else None,
-                        artifacts_dir=str(cfg.artifacts_dir), verify=verify_mode(cfg.get("verify", "fingerprint")))
+                        artifacts_dir=folder_setting("artifacts_dir", cfg.artifacts_dir), verify=verify_mode(cfg.get("verify", "fingerprint")))
 
 
 def scenario_choice(node) -> ScenarioChoice:

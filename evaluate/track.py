@@ -18,7 +18,7 @@ from quantize.common.errors import UserError
 from quantize.common.extensions import plain
 from quantize.common.hf_load import detach_stdin
 from quantize.common.jobs import one_line, run_command
-from quantize.common.paths import CONF_DIR, resolve
+from quantize.common.paths import CONF_DIR, folder_setting, resolve
 from quantize.common.tracking import Tracker, from_group
 
 
@@ -40,7 +40,7 @@ def _hydra_main(cfg) -> None:
         tracker = from_group(plain(cfg.tracking))
         if tracker is None:
             raise UserError("tracking=none logs nothing; pass tracking=mlflow tracking.uri=<uri>")
-        print(backfill(resolve(cfg.results_dir), tracker))
+        print(backfill(resolve(folder_setting("results_dir", cfg.results_dir)), tracker))
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(e.exit_code) from None
@@ -52,7 +52,7 @@ def _hydra_main(cfg) -> None:
 def main() -> None:
     if print_help_if_asked("track", sys.argv[1:]):
         return
-    prepare_argv()
+    prepare_argv("track")
     _hydra_main()
 
 

@@ -31,5 +31,5 @@ def _quantize(cfg):
 def main() -> None:
     if print_help_if_asked("quantize", sys.argv[1:]):
         return
-    prepare_argv()
+    prepare_argv("quantize")
     _hydra_main()

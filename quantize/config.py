@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 from quantize.calibration import CalibrationConfig
 from quantize.common import hf_load
-from quantize.common.paths import check_output_dir
+from quantize.common.paths import check_output_dir, folder_name, folder_setting
 from quantize.common.recipe_choices import RecipeChoice
 from quantize.common.sanity_rules import SanityConfig
 from quantize.common.settings import flag, integer
@@ -21,7 +21,7 @@ class ModelChoice:
 
     @classmethod
     def from_config(cls, values: dict) -> "ModelChoice":
-        return cls(name=str(values["name"]), path=str(values["path"]))
+        return cls(name=folder_name("model.name", values["name"]), path=str(values["path"]))
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,9 @@ class QuantizeConfig:
     @classmethod
     def from_config(cls, values: dict) -> "QuantizeConfig":
         """From the composed config as plain, resolved values (extensions.plain)."""
-        check_output_dir(values["artifact_dir"], "artifacts_dir=<a directory> (or artifact_dir=<a directory>)")
+        folder_setting("artifacts_dir", values.get("artifacts_dir", "artifacts"))
+        check_output_dir(folder_setting("artifact_dir", values["artifact_dir"]),
+                         "artifacts_dir=<a directory> (or artifact_dir=<a directory>)")
         hf_load.check_setting(values.get("trust_remote_code"))
         return cls(
             model=ModelChoice.from_config(values["model"]),

@@ -69,6 +69,35 @@ def test_the_report_names_its_keys_in_one_line(tmp_path):
     assert one_error_line(proc).startswith("error: unknown argument 'ouput=[csv]'; python -m evaluate.report takes ")
 
 
+# entry point -> (a good override, one value for a setting that holds keys, its keys); Hydra takes
+# such a value, and the job failed later with an AttributeError (evaluate's after every speed run)
+ONE_VALUE_FOR_KEYS = {
+    "quantize": ("recipe=original", "sanity.floors=foo", "other, sparse_2of4, w4, w8a16, w8a8"),
+    "quantize.sensitivity": ("recipe=w4a16_rtn", "text=foo", "books, num_windows, source, window_len"),
+    "evaluate": ("runs=1", "limits=foo", "batch_size, batch_tokens, runs"),
+    "evaluate.search": ("search=tiny", "trial=foo", "dampening, group_size, keep_dense, scheme, smoothquant, sparse_2_4"),
+    "evaluate.capabilities": ("probe=false", "limits=foo", "batch_size, batch_tokens, runs"),
+    "evaluate.report": ("title=t", "cost=nope", "per_gpu, per_profile, usd_per_hour"),
+}
+
+
+@pytest.mark.parametrize("module", list(ONE_VALUE_FOR_KEYS))
+def test_one_value_for_a_setting_that_holds_keys_is_one_line(module, tmp_path):
+    good, bad, keys = ONE_VALUE_FOR_KEYS[module]
+    proc = run(module, good, bad, cwd=tmp_path)
+    assert proc.returncode == ExitCode.BAD_INPUT, proc.stderr[-3000:]
+    key, _, value = bad.partition("=")
+    assert one_error_line(proc) == (f"error: {key}={value}: {key} holds keys ({keys}), not one value; "
+                                    f"set one as {key}.{keys.split(',')[0]}=<value>")
+    assert not (tmp_path / "results").exists() and not (tmp_path / "artifacts").exists()
+
+
+def test_a_whole_mapping_for_a_setting_that_holds_keys_is_taken(tmp_path):
+    proc = run("evaluate", "limits={runs:7}", "--cfg", "job", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "runs: 7" in proc.stdout
+
+
 @pytest.mark.parametrize("module", ["quantize", "evaluate", "quantize.sensitivity"])
 def test_an_unquoted_path_with_a_space_is_one_line(module, tmp_path):
     folder = tmp_path / "my models" / "tiny"

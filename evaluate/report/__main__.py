@@ -138,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         check(argv)
         overrides = modernise(argv)
         parse_check(overrides)
+        hydra_errors.check_no_value_replaces_keys("report", overrides)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code

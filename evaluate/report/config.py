@@ -18,7 +18,7 @@ from evaluate.analysis.choice import ACCURACY_FLOOR_PCT
 from evaluate.analysis.cost import Prices
 from quantize.common import extensions, tracking
 from quantize.common.errors import UserError
-from quantize.common.paths import CONF_DIR, check_writable_dir, resolve
+from quantize.common.paths import CONF_DIR, check_writable_dir, folder_setting, resolve
 from quantize.common.sanity_rules import SanityConfig
 
 GROUPS_DIR = "report"   # conf/report/<group>/<name>.yaml
@@ -111,7 +111,8 @@ def report_config(values: dict, searched: list[Path] = ()) -> ReportConfig:
     """conf/report.yaml's values (plain, resolved) as the typed ReportConfig;
     relative folders are taken from the working directory."""
     return ReportConfig(
-        results_dirs=[resolve(d) for d in as_list(values["results_dir"])], out_dir=check_writable_dir(values["out_dir"], "out_dir=<a writable directory>"),
+        results_dirs=[resolve(folder_setting("results_dir", d)) for d in as_list(values["results_dir"])],
+        out_dir=check_writable_dir(folder_setting("out_dir", values["out_dir"]), "out_dir=<a writable directory>"),
         title=str(values["title"]),
         pareto_scenario=None if values.get("pareto_scenario") is None else str(values["pareto_scenario"]),
         layouts=build_choices("layout", Layout, as_list(values.get("layout")), searched),

@@ -90,7 +90,7 @@ def check_sweeper_installed() -> None:
 def main() -> None:
     if print_help_if_asked("search", sys.argv[1:]):
         return
-    prepare_argv()
+    prepare_argv("search")
     try:
         check_sweeper_installed()
     except UserError as e:

@@ -9,6 +9,7 @@ from evaluate.search.space import RecipeSpace, TrialValues
 from evaluate.search.study_file import Objective
 from quantize.common.errors import UserError
 from quantize.common.extensions import build
+from quantize.common.paths import folder_setting
 from quantize.common.settings import integer
 
 # Where each objective's value comes from.
@@ -52,7 +53,8 @@ class SearchConfig:
             trial=TrialValues.from_values(values.get("trial") or {}),
             trial_number=_int_or_none(values.get("trial_number")),
             n_trials=integer("n_trials", values["n_trials"], 20, minimum=1), storage=values.get("storage"),
-            results_dir=Path(values["results_dir"]), artifacts_dir=Path(values["artifacts_dir"]),
+            results_dir=Path(folder_setting("results_dir", values["results_dir"])),
+            artifacts_dir=Path(folder_setting("artifacts_dir", values["artifacts_dir"])),
             model_name=str(values["model"]["name"]), model_path=str(values["model"]["path"]),
             engine=str(values["engine"]["name"]), scenario=dict(values["scenario"]),
             accuracy=str(values["accuracy"]["name"]), sensitivity=str(values.get("sensitivity") or "none"),

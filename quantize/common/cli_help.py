@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from quantize.common.config import search_path_dirs, shown_options
+from quantize.common.conf_groups import search_path_dirs, shown_options
 from quantize.common.paths import CONF_DIR
 
 HELP_FLAGS = ("--help", "-h")

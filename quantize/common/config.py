@@ -7,6 +7,7 @@ from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
 
+from quantize.common.conf_groups import PATH_GROUPS, group_options, search_path_dirs, shown_options
 from quantize.common.hub import is_repo_id
 from quantize.common.paths import CONF_DIR
 from quantize.common.recipe_choices import available, has_preset
@@ -19,9 +20,6 @@ def warn_old_spelling(old: str, advice: str) -> None:
     print(f"warning: {old!r} is the old spelling and stops working in the next release; {advice}", file=sys.stderr)
 
 
-# Config groups whose value may also be a filesystem path; the shorthand maps
-# `group=<path>` to `group=<fallback option> group.path=<path>`.
-PATH_GROUPS = {"model": "local", "recipe": "file", "calibration": "file", "scenario": "file"}
 # Dicts handed to another library as they are (vLLM engine args, environment,
 # lm-eval model args): their keys are whatever that library takes.
 PASS_THROUGH = ("engine.args.", "engine.env.", "lm_eval.model_args.")
@@ -76,22 +74,6 @@ def _looks_like_path(value: str) -> bool:
         ".yaml", ".yml", ".json", ".jsonl", ".txt")
 
 
-def group_options(group: str, roots: list[Path]) -> set[str]:
-    """Every `group=<name>` option: the YAML files of <root>/<group>/ for each
-    config root (conf/ and the search path's), and for recipe every recipe file."""
-    names = {p.stem for root in roots for p in (root / group).glob("*.yaml")}
-    if group == "recipe":
-        names |= {choice.name for choice in available()}
-    return names
-
-
-def shown_options(group: str, roots: list[Path]) -> str:
-    """The options as the user types them, for help and errors: the path
-    shorthand's own option (`file`, `local`) is reached by giving a path."""
-    shown = ", ".join(sorted(group_options(group, roots) - {PATH_GROUPS.get(group)}))
-    return shown + (" (or a path)" if group in PATH_GROUPS else "")
-
-
 def check_group_options(argv: list[str]) -> None:
     """An unknown `group=<name>` becomes one line naming the choices (Hydra's
     own error is a screenful); sweeps (`a,b`) are checked name by name."""
@@ -108,18 +90,6 @@ def check_group_options(argv: list[str]) -> None:
             raise SystemExit(2)
 
 
-def search_path_dirs(argv: list[str]) -> list[Path]:
-    """Folders added with `hydra.searchpath=[file://...]`: their groups count too."""
-    dirs = []
-    for arg in argv:
-        key, _, value = arg.lstrip("+").partition("=")
-        if key == "hydra.searchpath":
-            entries = value.strip("[]").split(",")
-            dirs += [Path(e.strip().strip("'\"").removeprefix("file://")) for e in entries
-                     if e.strip().strip("'\"").startswith("file://")]
-    return dirs
-
-
 def open_pass_through_keys(argv: list[str]) -> list[str]:
     """`engine.args.X=v` (and the other pass-through dicts) may name any key
     the engine accepts, not only the ones the config file lists: rewrite it to
@@ -127,7 +97,23 @@ def open_pass_through_keys(argv: list[str]) -> list[str]:
     return [f"++{arg}" if arg.startswith(PASS_THROUGH) and "=" in arg else arg for arg in argv]
 
 
-def prepare_argv() -> None:
+def prepare_argv(config_name: str) -> None:
+    """The command line of the entry whose config is `config_name`, checked and
+    in the form Hydra reads."""
+    from quantize.common import hydra_errors
     register()
     check_group_options(sys.argv[1:])
     sys.argv[1:] = open_pass_through_keys(expand_path_shorthands(sys.argv[1:]))
+    hydra_errors.check_no_value_replaces_keys(config_name, sys.argv[1:])
+    check_folder_names(sys.argv[1:])
+
+
+def check_folder_names(argv: list[str]) -> None:
+    """`model.name=` and `recipe.name=` are folders of Hydra's log path too, which
+    Hydra makes before any job: `model.name=../../x` is refused before it."""
+    from quantize.common.paths import folder_name
+    for arg in argv:
+        key, sep, value = arg.lstrip("+").partition("=")
+        if sep and key in ("model.name", "recipe.name"):
+            for name in value.split(","):   # a sweep's names, each
+                folder_name(key, name)

@@ -54,7 +54,7 @@ def override_key(arg: str) -> str:
 
 
 def missing_group(group: str, command: str, overrides: list[str]) -> str:
-    from quantize.common.config import search_path_dirs, shown_options
+    from quantize.common.conf_groups import search_path_dirs, shown_options
     from quantize.common.paths import CONF_DIR
     options = shown_options(group, [CONF_DIR, *search_path_dirs(overrides)])
     return f"{command} needs {group}=<{group}>; choose from {options}"
@@ -78,17 +78,60 @@ def override_error(arg: str) -> str | None:
             "e.g. title='a [b]')")
 
 
-def config_values(config_name: str, overrides: list[str], bad_key: str) -> dict:
+def check_no_value_replaces_keys(config_name: str, overrides: list[str]) -> None:
+    """`limits=foo`, `cost=nope`, `sanity.floors=foo`: Hydra lets one value
+    replace a setting that holds keys, and the job then failed deep in its
+    work (`accuracy.lastword=foo` after every speed run) with an unexpected
+    AttributeError. Refused here in one line, before any work."""
+    given = dict(_scalar_values(overrides))
+    if not given:
+        return
+    values = config_values(config_name, overrides, set(given))
+    for key, value in given.items():
+        if isinstance(values.get(key), dict):
+            keys = sorted(values[key])
+            held = f" ({', '.join(keys)})" if keys else ""
+            raise UserError(f"{key}={value}: {key} holds keys{held}, not one value; "
+                            f"set one as {key}.{keys[0] if keys else '<name>'}=<value>")
+
+
+def _scalar_values(overrides: list[str]):
+    """(key, value) of each `key=value` that sets a plain value (not a list,
+    mapping, null or sweep) on a key that is not a config group."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import OverrideType
+    from hydra.errors import HydraException
+
+    from quantize.common.conf_groups import search_path_dirs
+    from quantize.common.paths import CONF_DIR
+    roots = [CONF_DIR, *search_path_dirs(overrides)]
+    parser = OverridesParser.create()
+    for arg in overrides:
+        if arg.startswith("-") or "=" not in arg or override_key(arg).startswith("hydra"):
+            continue
+        try:
+            parsed = parser.parse_override(arg)
+        except HydraException:
+            continue  # Hydra's own error says it
+        key = parsed.key_or_group
+        is_group = any((root / key.replace(".", "/")).is_dir() for root in roots)
+        if (parsed.type == OverrideType.CHANGE and not parsed.is_sweep_override() and not is_group
+                and isinstance(parsed.value(), (str, int, float, bool))):
+            yield key, parsed.value()
+
+
+def config_values(config_name: str, overrides: list[str], bad_key: str | set[str]) -> dict:
     """Every dotted key of the config, with its value, as composed from
-    `overrides` less the one naming `bad_key` (the groups chosen decide the
-    keys); {} when it cannot be composed."""
+    `overrides` less those naming `bad_key` (one key or a set; the groups
+    chosen decide the keys); {} when it cannot be composed."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
     from quantize.common.paths import CONF_DIR
+    bad_keys = {bad_key} if isinstance(bad_key, str) else bad_key
     kept = [a for a in overrides if not a.startswith("-") and "=" in a
-            and override_key(a) != bad_key and not override_error(a)]
+            and override_key(a) not in bad_keys and not override_error(a)]
     for attempt in (kept, [a for a in kept if a.startswith("hydra.searchpath")]):
         GlobalHydra.instance().clear()
         try:

@@ -20,6 +20,28 @@ def resolve(path: str | os.PathLike) -> Path:
     return p if p.is_absolute() else Path.cwd() / p
 
 
+def folder_setting(key: str, value) -> str:
+    """A folder setting as given; empty is refused: `results_dir=$OUT` with OUT
+    unset wrote into the working directory, and an empty artifacts_dir made
+    `${artifacts_dir}/<model>/<recipe>` a folder at the file system's root."""
+    from quantize.common.errors import UserError
+    text = "" if value is None else str(value)
+    if not text.strip():
+        raise UserError(f"{key} is empty (an unset shell variable?); pass {key}=<a folder>, or {key}=. for this one")
+    return text
+
+
+def folder_name(key: str, value) -> str:
+    """A name that is one folder of a path (<artifacts_dir>/<model.name>/<recipe.name>):
+    a '/' or '..' in it wrote outside artifacts_dir, and an empty one dropped a level."""
+    from quantize.common.errors import UserError
+    text = "" if value is None else str(value)
+    if not text.strip() or text in (".", "..") or any(c in text for c in "/\\\0"):
+        raise UserError(f"{key}={text!r} is not a folder name: it becomes one folder under artifacts_dir; "
+                        f"pass a name without '/', e.g. {key}=my-model")
+    return text
+
+
 def check_output_dir(path: str | os.PathLike, fix: str) -> Path:
     """`resolve(path)` for a folder a stage creates and writes into: a regular
     file at it or above it is a one-line error (before any work), not a

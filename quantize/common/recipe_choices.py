@@ -8,7 +8,7 @@ choices in their error from it, and the tests quantize every recipe in it."""
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantize.common.paths import CONF_DIR, RECIPES_DIR
+from quantize.common.paths import CONF_DIR, RECIPES_DIR, folder_name
 from quantize.common.resolvers import register_resolvers
 
 PRESETS_DIR = CONF_DIR / "recipe"
@@ -27,7 +27,7 @@ class RecipeChoice:
     @classmethod
     def from_config(cls, values: dict) -> "RecipeChoice":
         """From the `recipe` group's plain values (name, path, description)."""
-        return cls(name=str(values["name"]), path=str(values["path"]),
+        return cls(name=folder_name("recipe.name", values["name"]), path=str(values["path"]),
                    description=str(values.get("description") or ""))
 
 

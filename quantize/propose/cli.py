@@ -26,5 +26,5 @@ def _propose(cfg):
 def main() -> None:
     if print_help_if_asked("propose", sys.argv[1:]):
         return
-    prepare_argv()
+    prepare_argv("propose")
     _hydra_main()

@@ -2,7 +2,7 @@
 from dataclasses import dataclass
 
 from quantize.common.errors import UserError
-from quantize.common.paths import resolve
+from quantize.common.paths import folder_setting, resolve
 from quantize.common.recipe_choices import RecipeChoice
 from quantize.common.settings import flag
 from quantize.config import ModelChoice
@@ -59,6 +59,6 @@ class ProposeConfig:
         return cls(model=ModelChoice.from_config(values["model"]), recipe=RecipeChoice.from_config(values["recipe"]),
                    target=Target.from_config(values), sensitivity=str(values.get("sensitivity") or "auto"),
                    name=None if name is None else str(name), force=flag("force", values.get("force", False)),
-                   results_dir=str(resolve(values.get("results_dir", "results"))),
-                   artifacts_dir=str(resolve(values.get("artifacts_dir", "artifacts"))),
-                   recipes_dir=str(resolve(values.get("recipes_dir", "recipes"))))
+                   results_dir=str(resolve(folder_setting("results_dir", values.get("results_dir", "results")))),
+                   artifacts_dir=str(resolve(folder_setting("artifacts_dir", values.get("artifacts_dir", "artifacts")))),
+                   recipes_dir=str(resolve(folder_setting("recipes_dir", values.get("recipes_dir", "recipes")))))

@@ -30,7 +30,7 @@ def _sensitivity(cfg):
 def main() -> None:
     if print_help_if_asked("sensitivity", sys.argv[1:]):
         return
-    prepare_argv()
+    prepare_argv("sensitivity")
     _hydra_main()
 
 

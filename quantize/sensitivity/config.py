@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from quantize.common import hf_load
 from quantize.common.errors import UserError
-from quantize.common.paths import check_writable_dir
+from quantize.common.paths import check_writable_dir, folder_setting
 from quantize.common.recipe_choices import RecipeChoice
 from quantize.common.settings import flag, integer
 from quantize.config import ModelChoice
@@ -41,7 +41,7 @@ class SensitivityConfig:
     @classmethod
     def from_config(cls, values: dict) -> "SensitivityConfig":
         """From the composed config as plain, resolved values (extensions.plain)."""
-        check_writable_dir(values["results_dir"], "results_dir=<a writable directory>")
+        check_writable_dir(folder_setting("results_dir", values["results_dir"]), "results_dir=<a writable directory>")
         hf_load.check_setting(values.get("trust_remote_code"))
         return cls(model=ModelChoice.from_config(values["model"]),
                    recipe=RecipeChoice.from_config(values["recipe"]),

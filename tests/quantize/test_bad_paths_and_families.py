@@ -109,6 +109,38 @@ def test_a_sensitivity_folder_that_cannot_be_written_is_one_line(tmp_path, workd
                           "pass results_dir=<a writable directory>")
 
 
+# ---- names that are folders, folders left empty ------------------------------------
+
+@pytest.mark.parametrize("arg", ["model.name=../../escaped", "model.name=", "recipe.name=.."])
+def test_a_name_that_is_not_one_folder_is_refused_before_hydra_makes_its_log_folder(tmp_path, workdir, tiny_model,
+                                                                                      arg):
+    """model.name=../../escaped wrote a whole artifact two levels above artifacts_dir, and an empty name
+    one level up; Hydra's own log folder (logs/quantize/<time>_<model>_<recipe>) escaped logs/ as well."""
+    arts = tmp_path / "deep" / "artifacts"
+    proc = run_quantize("recipe=original", f"model={tiny_model}", f"artifacts_dir={arts}", arg, cwd=workdir)
+    key, _, value = arg.partition("=")
+    assert_one_line_error(proc, f"{key}={value!r} is not a folder name", f"pass a name without '/', e.g. {key}=")
+    assert not (tmp_path / "deep").exists() and not (tmp_path / "escaped").exists()
+    assert not (workdir / "logs").exists()
+
+
+@pytest.mark.parametrize("module,args,key", [
+    ("quantize", ["recipe=original"], "artifacts_dir"),
+    ("evaluate", ["engine=hf"], "results_dir"),
+    ("evaluate", ["engine=hf", "recipe=original"], "artifacts_dir"),
+    ("quantize.sensitivity", ["recipe=w4a16_rtn"], "results_dir"),
+    ("quantize.propose", ["recipe=w4a16_gptq", "kept_dense=1"], "recipes_dir"),
+    ("evaluate.track", [], "results_dir"),
+])
+def test_an_empty_folder_setting_is_refused(tmp_path, workdir, tiny_model, module, args, key):
+    """`results_dir=$OUT` with OUT unset: evaluate wrote into the working directory, and quantize's
+    `${artifacts_dir}/<model>/<recipe>` became /<model>/<recipe>, at the file system's root."""
+    model = [] if module == "evaluate.track" else [f"model={tiny_model}"]
+    proc = run_cli(module, *model, *args, f"{key}=", cwd=workdir)
+    assert_one_line_error(proc, f"{key} is empty (an unset shell variable?); pass {key}=<a folder>, or {key}=. ")
+    assert not [p for p in workdir.rglob("*") if p.is_file() and "logs" not in p.parts]
+
+
 # ---- a GPT-NeoX-shaped model ------------------------------------------------------
 
 @pytest.fixture(scope="module")
