@@ -40,6 +40,7 @@ from quantize.common.errors import UserError
 METRICS = ("ttft", "tpot", "e2el")  # the bounded per-request metrics, as in vllm bench serve's --goodput
 TAIL_REQUESTS = 10       # requests expected above the percentile before a pNN counts as measured
 SATURATION_GAIN = 0.05   # less request-throughput growth than this between levels: saturated
+EXAMPLES = {"percentile": 90, "min_recovery_pct": 95, "tpot_ms": 50}   # for error lines; others: 500 (ms)
 
 
 @dataclass(frozen=True)
@@ -72,10 +73,10 @@ class SLO:
                             f"{', '.join(cls.__dataclass_fields__)}")
         if str(known.get("name")) == "none":
             return None
-        try:
-            slo = cls(**{k: (v if k == "name" or v is None else float(v)) for k, v in known.items()})
-        except (TypeError, ValueError) as e:
-            raise UserError(f"slo: {e}") from None
+        for key, value in known.items():
+            if key != "name":
+                _check_number(str(known.get("name", "custom")), key, value)
+        slo = cls(**{k: (v if k == "name" or v is None else float(v)) for k, v in known.items()})
         return slo if slo.limits() else None
 
     def as_dict(self) -> dict:
@@ -197,3 +198,14 @@ def search(measure: Callable[[float], dict], slo: SLO, start: float = 1, max_lev
 
 def fmt(level: float) -> str:
     return f"{level:g}"
+
+
+def _check_number(slo_name: str, key: str, value) -> None:
+    """A bound or floor is a number or null (no bound); the percentile a number.
+    Hydra gives `slo.ttft_ms=abc` as the text "abc"."""
+    nullable = key != "percentile"
+    if (value is None and nullable) or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return
+    no_bound = f", or slo.{key}=null for no bound" if nullable else ""
+    raise UserError(f"slo {slo_name}: {key}={value} is not a number; pass e.g. slo.{key}={EXAMPLES.get(key, 500)}"
+                    f"{no_bound}")
