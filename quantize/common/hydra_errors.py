@@ -1,7 +1,8 @@
 """Hydra's own errors as the one line every other bad input gets: a key the
 config lacks (with the nearest one it has), an argument Hydra's override
 grammar cannot read (an unquoted path with a space), a required group not
-given. Hydra says these in several lines and a HYDRA_FULL_ERROR hint."""
+given. Hydra says these in several lines and a HYDRA_FULL_ERROR hint. And
+one Hydra takes without a word: one value for a setting that holds keys."""
 import re
 
 from quantize.common.errors import UserError, nearest
