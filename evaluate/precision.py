@@ -6,11 +6,11 @@ output throughput is at most `target_ci_pct` % of that mean (at least
 consecutive warm-up runs' throughputs differ by at most `warmup_tolerance_pct` %
 (at most `max_warmup_runs`). The rules are pure functions of the values so far;
 `RunPlan` holds the settings, checked before any engine starts."""
-import math
 from dataclasses import dataclass
 
 from evaluate.metrics import mean_interval
 from quantize.common.errors import UserError
+from quantize.common.settings import is_integer, is_number
 
 HEADLINE = "output_throughput"  # the metric whose interval decides runs=auto
 TARGET_MET, CAP_REACHED = "target met", "max_runs reached"
@@ -106,21 +106,20 @@ def _count_or_auto(settings: dict, key: str, least: int, hint: str) -> int | Non
     value = settings.get(key)
     if value == "auto":
         return None
-    if isinstance(value, int) and not isinstance(value, bool) and value >= least:
+    if is_integer(value) and value >= least:
         return value
     raise UserError(f"{key}={value}: pass an integer >= {least} or auto ({hint})")
 
 
 def _integer(settings: dict, key: str, least: int, mode: str, why: str) -> int:
     value = settings.get(key)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= least:
+    if is_integer(value) and value >= least:
         return value
     raise UserError(f"{key}={value} with {mode}: pass {key}=<an integer >= {least}> ({why})")
 
 
 def _positive(settings: dict, key: str, what: str) -> float:
     value = settings.get(key)
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-    if not ok:
+    if not (is_number(value) and value > 0):
         raise UserError(f"{key}={value}: pass a number > 0 ({what})")
     return float(value)

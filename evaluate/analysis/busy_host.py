@@ -10,6 +10,7 @@ from evaluate.host_load import HostLoad
 from evaluate.results import Row
 from quantize.common.errors import UserError
 from quantize.common.paths import CONF_DIR
+from quantize.common.settings import is_number
 
 KEY = "busy_host_pct"  # conf/report.yaml's key
 
@@ -25,7 +26,7 @@ class BusyHost:
         if value is None:
             import yaml
             value = yaml.safe_load((CONF_DIR / "report.yaml").read_text())[KEY]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
+        if not is_number(value) or not 0 <= value <= 100:
             raise UserError(f"{KEY}={value} is not a share of the host's CPU time in %; pass a number from 0 to "
                             f"100, e.g. {KEY}=10")
         return cls(float(value))

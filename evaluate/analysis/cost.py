@@ -11,13 +11,13 @@ price is, first that applies:
 - `cost.per_profile.<profile>`: by the hardware profile the row ran under
   (conf/hardware/).
 Where no price applies there is no cost, never a guess."""
-import math
 from dataclasses import dataclass, field
 
 from evaluate.analysis.groups import SPEED, Group, engine_class
 from evaluate.engines import parallel
 from evaluate.results import Row
 from quantize.common.errors import UserError
+from quantize.common.settings import is_number
 
 SECONDS_PER_HOUR = 3600
 TOKENS = 1e6    # the cost is per million output tokens
@@ -83,7 +83,7 @@ def prices_by_name(key: str, values, example: str) -> dict[str, float]:
 def price(key: str, value) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    if not is_number(value) or value <= 0:
         raise UserError(f"{key}={value} is not a price in USD per hour; pass a positive number, e.g. "
                         f"{key}=2.5 (null: no price)")
     return float(value)

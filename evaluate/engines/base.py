@@ -27,6 +27,7 @@ from evaluate.formats import Verdict
 from evaluate.memory import Baseline, PeakMemory, release_freed_memory
 from evaluate.metrics import RequestTiming
 from quantize.common.errors import UserError
+from quantize.common.settings import is_integer, is_number
 
 # The variables this process was started with. Libraries write their own
 # defaults into os.environ as they run (importing vLLM makes inductor set
@@ -112,7 +113,7 @@ class Engine:
         for key, value in values.items():   # seconds (startup_timeout_s, ...) and retries, read deep in a run
             seconds, count = key.endswith("_s"), key == "retries"
             if (seconds or count) and value is not None and not (
-                    not isinstance(value, bool) and isinstance(value, int if count else (int, float)) and value >= 0):
+                    (is_integer(value) if count else is_number(value)) and value >= 0):
                 raise UserError(f"{where}: engine.{key}={value} is not {'a count' if count else 'a number of seconds'}"
                                 f" >= 0; pass e.g. engine.{key}={2 if count else 600}")
         return EngineConfig(name=str(name), engine=cls, args=dict(args), env=dict(env), settings=values)

@@ -24,6 +24,8 @@ The sizes vLLM accepts, from the CUDA build of vLLM 0.32.0:
 import logging
 from dataclasses import dataclass
 
+from quantize.common.settings import is_integer
+
 log = logging.getLogger("quantbench.evaluate")
 
 AUTO = "auto"
@@ -120,4 +122,4 @@ def _is_auto(value) -> bool:
 
 
 def _count(value) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    return value if is_integer(value) and value > 0 else None

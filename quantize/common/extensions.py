@@ -29,6 +29,7 @@ import typing
 from typing import Any, Mapping, TypeVar
 
 from quantize.common.errors import UserError, nearest
+from quantize.common.settings import is_integer, is_number
 
 TARGET = "_target_"
 T = TypeVar("T")
@@ -112,7 +113,6 @@ def _scalar_kind(annotation, value) -> str | None:
         return None
     if bool in kinds and isinstance(value, bool):
         return None
-    if not isinstance(value, bool) and ((int in kinds and isinstance(value, int))
-                                        or (float in kinds and isinstance(value, (int, float)))):
+    if (int in kinds and is_integer(value)) or (float in kinds and is_number(value)):
         return None
     return " or ".join(_SCALARS[k] for k in (int, float, bool) if k in kinds)

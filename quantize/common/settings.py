@@ -1,7 +1,19 @@
 """Top-level settings read as what they are: a flag is true or false, a seed
 an integer. Python's bool("no") is True, so `force=no` rebuilt an artifact
 and `skip_completed=no` skipped; each now gets one line naming the fix."""
+import math
+
 from quantize.common.errors import UserError
+
+
+def is_integer(value) -> bool:
+    """An int as YAML and Hydra give it: true and false are bools, not 1 and 0."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value) -> bool:
+    """An int or a finite float, not a bool (`inf` and `nan` are no setting's value)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def flag(key: str, value) -> bool:
@@ -16,7 +28,7 @@ def flag(key: str, value) -> bool:
 def integer(key: str, value, example: int = 0, minimum: int | None = None) -> int:
     """`key=<an integer>` (>= `minimum` when given); `example`: one the setting
     takes, for the error line."""
-    if isinstance(value, int) and not isinstance(value, bool) and (minimum is None or value >= minimum):
+    if is_integer(value) and (minimum is None or value >= minimum):
         return value
     wanted = "an integer" if minimum is None else f"an integer >= {minimum}"
     raise UserError(f"{key}={value}: pass {wanted}, e.g. {key}={example}")

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from quantize.common.errors import UserError
 from quantize.common.paths import folder_setting, resolve
 from quantize.common.recipe_choices import RecipeChoice
-from quantize.common.settings import flag
+from quantize.common.settings import flag, is_number
 from quantize.config import ModelChoice
 
 TARGETS = ("max_size_mb", "max_kl", "kept_dense")
@@ -30,7 +30,7 @@ class Target:
             said = f"got {', '.join(given)}" if given else "got none"
             raise UserError(f"give exactly one target: max_size_mb=<MB>, max_kl=<nats> or kept_dense=<k> ({said})")
         kind, value = next(iter(given.items()))
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not is_number(value):
             raise UserError(f"{kind}={value!r} is not a number; e.g. {kind}={EXAMPLES[kind]}")
         if kind == "kept_dense" and value != int(value):
             raise UserError(f"kept_dense={value} is not a whole number of groups; e.g. kept_dense={EXAMPLES['kept_dense']}")

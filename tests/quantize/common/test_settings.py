@@ -4,7 +4,7 @@ skipped, where each now refuses in one line before any work."""
 import pytest
 
 from quantize.common.errors import UserError
-from quantize.common.settings import flag, integer
+from quantize.common.settings import flag, integer, is_integer, is_number
 from tests.conftest import last_line, run_cli
 
 
@@ -22,6 +22,11 @@ def test_a_seed_is_an_integer():
             integer("seed", value)
     with pytest.raises(UserError, match=r"^text.num_windows=abc: pass an integer, e.g. text.num_windows=4$"):
         integer("text.num_windows", "abc", 4)
+
+
+def test_a_bool_is_no_number_and_inf_no_setting():
+    assert [is_integer(v) for v in (3, -1, True, 2.0, "3")] == [True, True, False, False, False]
+    assert [is_number(v) for v in (3, 2.5, False, float("inf"), float("nan"), "2")] == [True, True] + [False] * 4
 
 
 def test_an_integer_with_a_minimum_names_it():
