@@ -5,6 +5,7 @@ OpenAI-compatible /v1/completions (evaluate.serving.client).
 `VllmServerEngine` (a server evaluate starts) and `OpenAIEngine` (one that
 is already running) both mix `HttpEngine` in; neither knows the other."""
 import asyncio
+import ipaddress
 import json
 import logging
 import time
@@ -22,6 +23,7 @@ from evaluate.serving.load import DEATH_GRACE_S, ServerDied
 from quantize.common.errors import RunsFailed, first_line
 
 log = logging.getLogger("quantbench.evaluate")
+LOOPBACK_NAMES = ("localhost",)
 
 # Seconds a streamed request may go without a token (engine.stall_timeout_s in
 # conf/engine/openai.yaml and vllm_server.yaml; this one where a config lacks it).
@@ -32,6 +34,16 @@ STALL_TIMEOUT_S = 30.0
 # engine.retry_backoff_s; these where a config lacks them).
 RETRIES = 2
 RETRY_BACKOFF_S = 1.0
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 and localhost: this machine only."""
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # any other name may resolve anywhere
 
 
 @dataclass(frozen=True)

@@ -6,30 +6,17 @@ machine, so it decides no dtype or kernel and records what it was told.
 Load goes to loopback addresses only unless `engine.allow_remote=true`: a
 benchmark is a flood of requests, and pointing one at someone else's server
 by a typo should take an explicit yes."""
-import ipaddress
 import json
 import logging
 from urllib.parse import urlsplit
 
 from evaluate.formats import YES, Verdict
 from evaluate.engines.base import Engine
-from evaluate.engines.http import HttpEngine, http_get
+from evaluate.engines.http import HttpEngine, http_get, is_loopback
 import quantize.common.machine
 from quantize.common.errors import UserError
 
 log = logging.getLogger("quantbench.evaluate")
-
-LOOPBACK_NAMES = ("localhost",)
-
-
-def is_loopback(host: str) -> bool:
-    if host.lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback  # 127.0.0.0/8 and ::1
-    except ValueError:
-        return False  # any other name may resolve anywhere
-
 
 def check_base_url(base_url, allow_remote: bool) -> str:
     """The API's base URL (the one /models and /completions hang from), or

@@ -27,12 +27,14 @@ import psutil
 
 from evaluate import lifeline
 from evaluate.engines.base import EngineStartError
-from evaluate.engines.http import HttpEngine, http_get
+from evaluate.engines.http import HttpEngine, http_get, is_loopback
 from evaluate.engines.vllm import VllmEngine, read_log, rejected_arg
 from quantize.common.errors import UserError
+from quantize.common.settings import flag
 
 log = logging.getLogger("quantbench.evaluate")
 
+LOOPBACK = "127.0.0.1"      # where the server listens unless engine.host says otherwise
 STARTUP_TIMEOUT_S = 900      # CPU start-up with graph compilation took 1-3 min on 2 busy cores
 STOP_GRACE_S = 10            # SIGTERM -> SIGKILL
 HEALTH_POLL_S = 0.5
@@ -90,9 +92,17 @@ def server_log_dir() -> Path:
 class VllmServerEngine(HttpEngine, VllmEngine):
     name = "vllm_server"
 
+    @classmethod
+    def check_settings(cls, settings: dict) -> None:
+        """The server has no authentication: it listens beyond this machine only on an explicit yes."""
+        host = str(settings.get("host") or LOOPBACK)
+        if not is_loopback(host) and not flag("engine.allow_remote", settings.get("allow_remote", False)):
+            raise UserError(f"engine.host={host} would serve the model, without authentication, beyond this "
+                            f"machine; keep engine.host={LOOPBACK}, or pass engine.allow_remote=true")
+
     def start(self, target, args: dict, max_model_len: int) -> None:
         settings = self.settings
-        host = str(settings.get("host") or "127.0.0.1")
+        host = str(settings.get("host") or LOOPBACK)
         self.args = self.run_args(args, max_model_len)
         port = free_port(host)
         url_host = f"[{host}]" if ":" in host else host

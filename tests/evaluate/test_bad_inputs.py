@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import last_line, run_cli
 from evaluate import results
+from quantize.common.errors import UserError
 
 SMALL_SCENARIO = ("scenario=interactive", "scenario.input_len=16", "scenario.output_len=4")
 
@@ -156,6 +157,26 @@ def test_the_rejected_value_is_read_from_vllms_own_errors():
 
 @pytest.mark.extended
 @pytest.mark.needs_vllm
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.0.2.7", "::"])
+def test_a_server_beyond_this_machine_takes_an_explicit_yes(tiny_model, tmp_path, host):
+    """vLLM's server has no authentication: engine.host=0.0.0.0 started it on every interface."""
+    res = tmp_path / "results"
+    proc = evaluate(tiny_model, res, "engine=vllm_server", f"engine.host={host}", cwd=tmp_path)
+    assert_one_line_error(proc, f"engine.host={host} would serve the model, without authentication, beyond this "
+                                "machine; keep engine.host=127.0.0.1, or pass engine.allow_remote=true")
+    assert not res.exists()
+
+
+def test_the_servers_host_rule():
+    from evaluate.engines.vllm_server import VllmServerEngine
+    where = "conf/engine/vllm_server.yaml"
+    for host, allow in (("127.0.0.1", False), ("localhost", False), ("::1", False), ("0.0.0.0", True)):
+        config = VllmServerEngine.from_config({"name": "vllm_server", "host": host, "allow_remote": allow}, where)
+        assert config.settings["host"] == host
+    with pytest.raises(UserError, match="engine.allow_remote=no: pass engine.allow_remote=true or"):
+        VllmServerEngine.from_config({"name": "vllm_server", "host": "0.0.0.0", "allow_remote": "no"}, where)
+
+
 def test_a_tensor_parallel_size_the_heads_cannot_split_fails_before_the_engine(tiny_model, tmp_path):
     res = tmp_path / "res"
     out = evaluate(tiny_model, res, "engine.args.tensor_parallel_size=3", cwd=tmp_path)

@@ -9,7 +9,8 @@ import pytest
 from evaluate import engines
 from evaluate.engines.http import HttpEngine, as_timing
 from evaluate.engines.openai import OpenAIEngine
-from evaluate.engines.openai import check_base_url, is_loopback
+from evaluate.engines.http import is_loopback
+from evaluate.engines.openai import check_base_url
 from evaluate.engines.vllm import VllmEngine
 from evaluate.engines.vllm_server import VllmServerEngine, cli_flags, last_error_line
 from quantize.common.errors import UserError
