@@ -1,4 +1,5 @@
 """Where quantbench keeps things: one place, so every module agrees."""
+import errno
 import os
 from pathlib import Path
 
@@ -68,5 +69,7 @@ def check_writable_dir(path: str | os.PathLike, fix: str) -> Path:
     try:
         tempfile.TemporaryFile(dir=existing).close()
     except OSError as e:
-        raise UserError(f"cannot write to {out} ({e.strerror or e}); pass {fix}") from None
+        # /proc and the like answer "No such file or directory" about a folder that exists
+        reason = f"no file can be made in {existing}" if e.errno == errno.ENOENT else e.strerror or str(e)
+        raise UserError(f"cannot write to {out} ({reason}); pass {fix}") from None
     return out

@@ -96,7 +96,7 @@ def test_a_report_folder_that_cannot_be_written_is_one_line(tmp_path, workdir):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file\n")
     for out_dir, phrase in ((blocker / "reports", f"{blocker} is a file, not a directory"),
-                            ("/proc/quantbench-reports", "cannot write to /proc/quantbench-reports")):
+                            ("/proc/quantbench-reports", "cannot write to /proc/quantbench-reports (no file can be made in /proc)")):
         proc = run_cli("evaluate.report", f"results_dir={tmp_path / 'results'}", f"out_dir={out_dir}", cwd=workdir)
         assert_one_line_error(proc, phrase, "pass out_dir=<a writable directory>")
     assert blocker.read_text() == "a file\n"
