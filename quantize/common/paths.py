@@ -39,7 +39,7 @@ def folder_name(key: str, value) -> str:
     text = "" if value is None else str(value)
     if not text.strip() or text in (".", "..") or any(c in text for c in "/\\\0"):
         raise UserError(f"{key}={text!r} is not a folder name: it becomes one folder under artifacts_dir; "
-                        f"pass a name without '/', e.g. {key}=my-model")
+                        f"pass a name without '/', e.g. {key}=my-{key.partition('.')[0]}")
     return text
 
 

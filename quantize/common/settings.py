@@ -1,6 +1,8 @@
-"""Top-level settings read as what they are: a flag is true or false, a seed
-an integer. Python's bool("no") is True, so `force=no` rebuilt an artifact
-and `skip_completed=no` skipped; each now gets one line naming the fix."""
+"""Settings read as what they are: a flag is true or false, a seed an
+integer. Python's bool("no") is True, so `force=no` rebuilt an artifact and
+`skip_completed=no` skipped; each now gets one line naming the fix. Also the
+one test of what a number setting is (is_integer, is_number), which the
+checks with messages of their own (limits, run counts, prices) share."""
 import math
 
 from quantize.common.errors import UserError
