@@ -58,7 +58,7 @@ class EvaluateConfig:
             accuracy=AccuracyConfig.from_group(plain(cfg.accuracy)),
             lm_eval=LmEvalConfig.from_group(plain(cfg.lm_eval)),
             load=profiles.from_group(_group(cfg, "load")), slo=SLO.from_dict(_group(cfg, "slo")),
-            seed=integer("seed", cfg.seed),
+            seed=integer("seed", cfg.seed, minimum=0),
             results_dir=folder_setting("results_dir", cfg.results_dir), results_per_process=flag("results_per_process", cfg.results_per_process),
             skip_completed=flag("skip_completed", cfg.skip_completed),
             hardware=cfg.hardware.name if cfg.get("hardware") else None,

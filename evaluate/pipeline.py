@@ -27,6 +27,7 @@ from quantize.common import hf_load, provenance
 from quantize.common.errors import RunsFailed, UserError
 from quantize.common.jobs import in_multirun, job_command, one_line
 from quantize.common.paths import resolve
+from quantize.common.settings import is_integer
 
 log = logging.getLogger("quantbench.evaluate")
 
@@ -394,12 +395,16 @@ def _context_limit(target: Target, max_model_len) -> int | None:
     refused: tokens there sit on positions it never learned, and an engine
     that does not check (hf) would record their speed as ok."""
     positions = target.max_context
-    if max_model_len and positions and int(max_model_len) > positions:
+    if max_model_len is not None and not (is_integer(max_model_len) and max_model_len >= 1):
+        # (vLLM's own -1, "fit what memory allows", leaves no context to check scenarios against)
+        raise UserError(f"engine.args.max_model_len={max_model_len}: pass an integer >= 1, or null for the longest "
+                        "scenario's length, capped at the model's context")
+    if max_model_len and positions and max_model_len > positions:
         raise UserError(f"engine.args.max_model_len={max_model_len} is past the {positions} positions of "
                         f"{target.path.name} (max_position_embeddings, no rope_scaling beyond it in its "
                         f"config.json); pass at most engine.args.max_model_len={positions}, or a checkpoint "
                         "whose config.json declares rope_scaling for the longer context")
-    return int(max_model_len) if max_model_len else positions
+    return max_model_len or positions
 
 
 def _split_by_context(scenarios, limit, positions):

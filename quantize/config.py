@@ -56,7 +56,7 @@ class QuantizeConfig:
             model=ModelChoice.from_config(values["model"]),
             recipe=RecipeChoice.from_config(values["recipe"]),
             calibration=CalibrationConfig.from_config(values["calibration"]),
-            artifact_dir=str(values["artifact_dir"]), seed=integer("seed", values.get("seed", 0)),
+            artifact_dir=str(values["artifact_dir"]), seed=integer("seed", values.get("seed", 0), minimum=0),
             force=flag("force", values.get("force", False)),
             calibration_dtype=values.get("calibration_dtype", "auto"),
             verify=values.get("verify", "tensors"), memory_check=flag("memory_check", values.get("memory_check", True)),

@@ -114,7 +114,7 @@ def identity(engine_cfg: "dict | EngineConfig", cls: type[Engine] | None = None)
 
 
 def check_args(cls, args: dict, name: str | None = None) -> None:
-    """Unknown `engine.args.*` keys fail here, before the engine starts."""
+    """Unknown `engine.args.*` keys, and values the engine refuses, fail here, before the engine starts."""
     name = name or cls.name
     accepted = cls.accepted_args()
     for key in sorted(set(args) - accepted):
@@ -123,3 +123,4 @@ def check_args(cls, args: dict, name: str | None = None) -> None:
                 f"it takes {', '.join(sorted(accepted))}" if len(accepted) <= 10 else "check its spelling")
         raise UserError(f"engine.args.{key} is not an argument of engine={name}; {hint} "
                         f"(remove it with ~engine.args.{key})")
+    cls.check_arg_values(args)

@@ -141,6 +141,11 @@ class Engine:
         """The `engine.args.*` keys this engine takes."""
         raise NotImplementedError
 
+    @classmethod
+    def check_arg_values(cls, args: dict) -> None:
+        """Values of `engine.args.*` this engine would fail on deep in its start,
+        refused before any work (vLLM checks its own as its config is built)."""
+
     @staticmethod
     def supports(fmt, machine, args: dict) -> Verdict:
         """Can it serve checkpoint format `fmt` on `machine` with `args`, and why not."""

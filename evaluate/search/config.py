@@ -59,7 +59,7 @@ class SearchConfig:
             engine=str(values["engine"]["name"]), scenario=dict(values["scenario"]),
             accuracy=str(values["accuracy"]["name"]), sensitivity=str(values.get("sensitivity") or "none"),
             n_jobs=integer("n_jobs", values.get("n_jobs", 1), 2, minimum=1),
-            seed=integer("seed", values.get("seed") or 0),
+            seed=integer("seed", values.get("seed") or 0, minimum=0),
             quantize_overrides=[str(a) for a in values.get("quantize_overrides") or []],
             evaluate_overrides=[str(a) for a in values.get("evaluate_overrides") or []],
         )

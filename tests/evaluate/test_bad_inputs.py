@@ -157,6 +157,31 @@ def test_the_rejected_value_is_read_from_vllms_own_errors():
 
 @pytest.mark.extended
 @pytest.mark.needs_vllm
+@pytest.mark.parametrize("arg,expect", [
+    # an unexpected RuntimeError as the model moved to the device
+    ("engine.args.device=zzz", "engine.args.device=zzz is not a device engine=hf runs on; pass engine.args.device=auto"),
+    ("engine.args.device=mps", "engine.args.device=mps is not a device engine=hf runs on"),
+    # an unexpected ValueError (int('zzz')) for every engine
+    ("engine.args.max_model_len=zzz", "engine.args.max_model_len=zzz: pass an integer >= 1, or null for the longest"),
+    ("engine.args.max_model_len=-1", "engine.args.max_model_len=-1: pass an integer >= 1"),
+    # numpy's "expected non-negative integer" as the prompts were drawn
+    ("seed=-1", "seed=-1: pass an integer >= 0, e.g. seed=0"),
+])
+def test_an_engine_value_that_failed_deep_in_a_start_is_one_line(tiny_model, tmp_path, arg, expect):
+    res = tmp_path / "results"
+    proc = evaluate(tiny_model, res, "engine=hf", "accuracy=none", arg, cwd=tmp_path)
+    assert_one_line_error(proc, expect)
+    assert not res.exists()
+
+
+def test_cuda_for_engine_hf_on_a_machine_without_it_is_one_line(tiny_model, tmp_path):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    proc = evaluate(tiny_model, tmp_path / "results", "engine=hf", "engine.args.device=cuda", cwd=tmp_path)
+    assert_one_line_error(proc, "engine.args.device=cuda: this machine has no CUDA device; pass engine.args.device=auto")
+
+
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.0.2.7", "::"])
 def test_a_server_beyond_this_machine_takes_an_explicit_yes(tiny_model, tmp_path, host):
     """vLLM's server has no authentication: engine.host=0.0.0.0 started it on every interface."""
