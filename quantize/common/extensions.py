@@ -90,12 +90,19 @@ class Configurable:
                    and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
         if missing:
             raise UserError(f"{where}: {cls.__qualname__} needs {', '.join(missing)}; add it to the YAML")
-        hints = typing.get_type_hints(cls)
-        for key, value in values.items():
-            wanted = _scalar_kind(hints.get(key), value)
-            if wanted:
-                raise UserError(f"{where}: {key}={value} is not {wanted}; pass {wanted} for {key}")
+        check_scalar_fields(cls, values, where)
         return cls(**values)
+
+
+def check_scalar_fields(cls: type, values: dict, where: str) -> None:
+    """Each of `values` whose dataclass field in `cls` is typed int, float or
+    bool (optionally | None) is of that type: one line naming it, not a
+    TypeError, or bool("no") read as true, deep in a run."""
+    hints = typing.get_type_hints(cls)
+    for key, value in values.items():
+        wanted = _scalar_kind(hints.get(key), value)
+        if wanted:
+            raise UserError(f"{where}: {key}={value} is not {wanted}; pass {wanted} for {key}")
 
 
 # What a field annotated with only these types (and None) takes, for the error line.

@@ -9,6 +9,8 @@ format family of an artifact, and the two rules, shared by quantize's check
 from dataclasses import dataclass
 
 from quantize.common.errors import UserError
+from quantize.common.extensions import check_scalar_fields
+from quantize.common.settings import is_number
 
 FAMILIES = ("w8a8", "w8a16", "w4", "sparse_2of4", "other")
 
@@ -28,19 +30,25 @@ class SanityConfig:
     @classmethod
     def from_config(cls, values: dict | None) -> "SanityConfig":
         values = dict(values or default_values())
-        floors = {str(k): float(v) for k, v in (values.pop("floors", None) or {}).items()}
+        floors = dict(values.pop("floors", None) or {})
         unknown = sorted(set(floors) - set(FAMILIES))
         if unknown:
             raise UserError(f"sanity.floors has unknown format families {unknown}; use {list(FAMILIES)}")
-        if any(not 0.0 <= v <= 1.0 for v in floors.values()):
-            raise UserError(f"sanity.floors {floors}: each floor is a top-1 agreement between 0 and 1")
+        for name, value in floors.items():
+            if not (is_number(value) and 0.0 <= value <= 1.0):
+                raise UserError(f"sanity.floors.{name}={value}: each floor is a top-1 agreement between 0 and 1, "
+                                f"e.g. sanity.floors.{name}=0.8")
         known = {f for f in cls.__dataclass_fields__} - {"floors"}
         extra = sorted(set(values) - known)
         if extra:
             raise UserError(f"unknown sanity setting(s) {extra}; known: {sorted(known | {'floors'})}")
         if "books" in values:
             values["books"] = tuple(str(b) for b in values["books"] or ())
-        config = cls(floors=floors, **values)
+        check_scalar_fields(cls, values, "sanity")
+        if values.get("recovery_tolerance_pct", 0) < 0:
+            raise UserError(f"sanity.recovery_tolerance_pct={values['recovery_tolerance_pct']}: pass a number "
+                            "of % >= 0, e.g. sanity.recovery_tolerance_pct=2")
+        config = cls(floors={str(k): float(v) for k, v in floors.items()}, **values)
         if config.num_windows < 1 or config.window_len < 2:
             raise UserError(f"sanity.num_windows={config.num_windows}, sanity.window_len={config.window_len}: "
                             "set at least 1 window of at least 2 tokens")

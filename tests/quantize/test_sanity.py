@@ -72,7 +72,13 @@ def test_recovery_above_100_beyond_its_interval_is_suspect(recovery, half, suspe
     ({"floors": {"w3a3": 0.5}}, "unknown format families"),
     ({"floors": {"w4": 60}}, "between 0 and 1"),
     ({"floors": {}, "num_windos": 4}, "unknown sanity setting"),
-    ({"floors": {}, "num_windows": 0}, "at least 1 window")])
+    ({"floors": {}, "num_windows": 0}, "at least 1 window"),
+    # each was a ValueError or TypeError mid-job, or (enabled, strict) bool("zzz"): on
+    ({"floors": {"w4": "zzz"}}, r"^sanity.floors.w4=zzz: each floor is a top-1 agreement between 0 and 1, e.g. "),
+    ({"floors": {}, "enabled": "zzz"}, r"^sanity: enabled=zzz is not true or false; pass true or false for enabled$"),
+    ({"floors": {}, "strict": "no"}, r"^sanity: strict=no is not true or false"),
+    ({"floors": {}, "num_windows": "zzz"}, r"^sanity: num_windows=zzz is not an integer"),
+    ({"floors": {}, "recovery_tolerance_pct": -1}, r"^sanity.recovery_tolerance_pct=-1: pass a number of % >= 0")])
 def test_bad_sanity_settings_are_one_line(values, fix):
     with pytest.raises(UserError, match=fix):
         sanity_rules.SanityConfig.from_config(values)
