@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from quantize.common import atomic, hf_load
+from quantize.common import atomic, hf_load, machine
 from quantize.common.checkpoint import weight_files
 from quantize.common.errors import UserError
 from quantize.common.extensions import Configurable
@@ -163,17 +163,24 @@ def validate(config: AccuracyConfig, target, max_model_len: int | None = None) -
         raise UserError(f"the accuracy requests need {needed_len(config)} tokens but engine.args.max_model_len is "
                         f"{max_model_len}; raise it to at least {needed_len(config)}, lower accuracy.window_len, "
                         f"or pass accuracy=none")
+    check_sizes(config)
     held_out_text(config.text, config.books)
     reference_path(target, config)
-    check_reference_device(str(config.reference_device or "cpu"))
+    machine.check_device("accuracy.reference_device", config.reference_device or "cpu")
 
 
-def check_reference_device(device: str) -> None:
-    """A GPU reference on a machine without one fails now, not after the engine ran."""
-    from quantize.common import machine
-    if device.startswith("cuda") and not machine.detect().cuda:
-        raise UserError(f"accuracy.reference_device={device} but this machine has no CUDA GPU; pass "
-                        "accuracy.reference_device=cpu (or auto)")
+# The pass's sizes and the least each takes (a window is a prompt and the token it predicts).
+LEAST = {"num_windows": 1, "window_len": 2, "top_k": 1, "lastword.num_items": 1, "lastword.min_words": 1,
+         "lastword.context_tokens": 1}
+
+
+def check_sizes(config: AccuracyConfig) -> None:
+    """A size below its least failed after every speed run (a ValueError or
+    RuntimeError in the pass), or ran a pass that measured nothing."""
+    for key, least in LEAST.items():
+        value = getattr(config.lastword, key.partition(".")[2]) if key.startswith("lastword.") else getattr(config, key)
+        if value < least:
+            raise UserError(f"accuracy.{key}={value}: pass an integer >= {least}")
 
 
 def engine_pass(engine, config: AccuracyConfig, tokenizer, seed: int) -> dict:

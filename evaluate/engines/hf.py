@@ -9,7 +9,6 @@ from evaluate.engines.base import Engine
 from evaluate.metrics import RequestTiming
 import quantize.common.machine
 from quantize.common.dtypes import fast_faithful_dtype
-from quantize.common.errors import UserError
 
 log = logging.getLogger("quantbench.evaluate")
 
@@ -54,22 +53,7 @@ class HfEngine(Engine):
 
     @classmethod
     def check_arg_values(cls, args: dict) -> None:
-        """A device torch cannot parse, or CUDA on a machine without it, failed
-        as the model moved there (an unexpected RuntimeError)."""
-        import torch
-        device = str(args.get("device") or "auto")
-        if device == "auto":
-            return
-        try:
-            kind = torch.device(device).type
-        except RuntimeError:
-            kind = None
-        if kind not in ("cpu", "cuda"):
-            raise UserError(f"engine.args.device={device} is not a device engine=hf runs on; "
-                            "pass engine.args.device=auto, cpu or cuda (cuda:N for one GPU)")
-        if kind == "cuda" and not torch.cuda.is_available():
-            raise UserError(f"engine.args.device={device}: this machine has no CUDA device; "
-                            "pass engine.args.device=auto or cpu")
+        quantize.common.machine.check_device("engine.args.device", args.get("device"))
 
     @staticmethod
     def supports(fmt, machine, args: dict) -> Verdict:

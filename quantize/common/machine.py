@@ -179,3 +179,22 @@ def _torch_may_see_a_gpu() -> bool:
     return built_for != {"cuda": "None", "hip": "None"}
 
 
+def check_device(key: str, device) -> None:
+    """`key=<device>` for a model quantbench runs in torch (engine=hf, the
+    accuracy reference): auto, cpu or cuda[:N], and CUDA only where there is
+    one. torch's own parse decides what a device string is; another value, or
+    CUDA on a CPU machine, failed as the model moved there."""
+    from quantize.common.errors import UserError
+    text = str(device or "auto")
+    if text == "auto":
+        return
+    import torch
+    try:
+        kind = torch.device(text).type
+    except RuntimeError:
+        kind = None
+    if kind not in ("cpu", "cuda"):
+        raise UserError(f"{key}={text} is not a device quantbench runs models on; pass {key}=auto, cpu or cuda "
+                        "(cuda:N for one GPU)")
+    if kind == "cuda" and not detect().cuda:
+        raise UserError(f"{key}={text}: this machine has no CUDA device; pass {key}=auto or cpu")

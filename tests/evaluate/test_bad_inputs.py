@@ -159,17 +159,23 @@ def test_the_rejected_value_is_read_from_vllms_own_errors():
 @pytest.mark.needs_vllm
 @pytest.mark.parametrize("arg,expect", [
     # an unexpected RuntimeError as the model moved to the device
-    ("engine.args.device=zzz", "engine.args.device=zzz is not a device engine=hf runs on; pass engine.args.device=auto"),
-    ("engine.args.device=mps", "engine.args.device=mps is not a device engine=hf runs on"),
+    ("engine.args.device=zzz", "engine.args.device=zzz is not a device quantbench runs models on; pass "
+                               "engine.args.device=auto"),
+    ("engine.args.device=mps", "engine.args.device=mps is not a device quantbench runs models on"),
+    # after every speed run: a ValueError, RuntimeError or a device torch cannot parse, in the accuracy pass
+    ("accuracy=austen accuracy.num_windows=-1", "accuracy.num_windows=-1: pass an integer >= 1"),
+    ("accuracy=austen accuracy.top_k=-1", "accuracy.top_k=-1: pass an integer >= 1"),
+    ("accuracy=austen accuracy.lastword.num_items=-1", "accuracy.lastword.num_items=-1: pass an integer >= 1"),
+    ("accuracy=austen accuracy.reference_device=zzz", "accuracy.reference_device=zzz is not a device"),
     # an unexpected ValueError (int('zzz')) for every engine
     ("engine.args.max_model_len=zzz", "engine.args.max_model_len=zzz: pass an integer >= 1, or null for the longest"),
     ("engine.args.max_model_len=-1", "engine.args.max_model_len=-1: pass an integer >= 1"),
     # numpy's "expected non-negative integer" as the prompts were drawn
     ("seed=-1", "seed=-1: pass an integer >= 0, e.g. seed=0"),
 ])
-def test_an_engine_value_that_failed_deep_in_a_start_is_one_line(tiny_model, tmp_path, arg, expect):
+def test_a_value_that_failed_deep_in_the_job_is_one_line_before_it(tiny_model, tmp_path, arg, expect):
     res = tmp_path / "results"
-    proc = evaluate(tiny_model, res, "engine=hf", "accuracy=none", arg, cwd=tmp_path)
+    proc = evaluate(tiny_model, res, "engine=hf", "accuracy=none", *arg.split(), cwd=tmp_path)
     assert_one_line_error(proc, expect)
     assert not res.exists()
 

@@ -125,13 +125,16 @@ def test_the_gpu_load_default_applies_where_the_engine_serves_http(on):
 
 
 def test_a_gpu_reference_on_a_machine_without_one_fails_before_any_engine_starts(on):
-    from evaluate.accuracy import check_reference_device
+    from quantize.common.machine import check_device
     on(CPU)
-    with pytest.raises(UserError, match="accuracy.reference_device=cuda but this machine has no CUDA GPU"):
-        check_reference_device("cuda")
-    check_reference_device("cpu")
+    with pytest.raises(UserError, match="accuracy.reference_device=cuda: this machine has no CUDA device"):
+        check_device("accuracy.reference_device", "cuda")
+    check_device("accuracy.reference_device", "cpu")
+    with pytest.raises(UserError, match=r"accuracy.reference_device=zzz is not a device quantbench runs models on; "
+                                        r"pass accuracy.reference_device=auto, cpu or cuda"):
+        check_device("accuracy.reference_device", "zzz")
     on(GPU)
-    check_reference_device("cuda")
+    check_device("accuracy.reference_device", "cuda:1")
 
 
 def test_the_report_header_names_the_profiles_of_its_rows(tmp_path):
