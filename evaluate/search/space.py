@@ -75,7 +75,16 @@ class TrialValues:
                 typed["sparse_2_4"] = _boolean(typed["sparse_2_4"])
         except (TypeError, ValueError) as e:
             raise UserError(f"a trial value is not a number ({e}); fix the search space's params") from None
-        return cls(**typed)
+        return cls(**typed).in_range()
+
+    def in_range(self) -> "TrialValues":
+        """These values, if each is in its range: a value fixed on the command line
+        (trial.dampening=-1) is refused before the sweep, a drawn one fails its trial."""
+        if (self.keep_dense < 0 or self.dampening <= 0 or not 0 <= self.smoothquant < 1
+                or (self.group_size is not None and self.group_size < 1)):
+            raise UserError(f"trial values out of range ({self.describe()}): keep_dense >= 0, dampening > 0, "
+                            "0 <= smoothquant < 1, group_size >= 1 (or none: per channel)")
+        return self
 
     def describe(self) -> str:
         return " ".join(f"{k}={'none' if v is None else v}" for k, v in dataclasses.asdict(self).items())
@@ -115,9 +124,7 @@ class RecipeSpace(Configurable):
         if family is None:
             raise UserError(f"unknown scheme family {values.scheme!r} in the search space; "
                             f"choose from {', '.join(SCHEMES)}")
-        if values.keep_dense < 0 or values.dampening <= 0 or not 0 <= values.smoothquant < 1:
-            raise UserError(f"trial values out of range ({values.describe()}): keep_dense >= 0, dampening > 0, "
-                            "0 <= smoothquant < 1")
+        values.in_range()
         group = values.group_size if family["grouped"] else None
         if group is not None:
             group = _dividing_group_size(group, widths)

@@ -27,6 +27,7 @@ def redact(url: str) -> str:
     """The URL as logs and study.json show it: the password as ***."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
+    url = str(url)   # Hydra reads storage=5 as a number
     try:
         return make_url(url).render_as_string(hide_password=True)
     except ArgumentError:
@@ -38,6 +39,7 @@ def open_storage(url: str):
     UserError naming the URL and the fix when it cannot be opened."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
+    url = str(url)   # Hydra reads storage=5 as a number
     try:
         parsed = make_url(url)
     except ArgumentError:

@@ -95,6 +95,13 @@ def test_bad_trial_values_are_one_line(space):
         TrialValues.from_values({"bits": 4})
     assert TrialValues.from_values({"sparse_2_4": "False", "group_size": "32", "keep_dense": "2"}) == \
         TrialValues(sparse_2_4=False, group_size=32, keep_dense=2)
+    # out of range as read, not only as a recipe is built: a group size of -1 divided every width
+    for values in ({"group_size": -1}, {"group_size": 0}, {"dampening": -1}, {"keep_dense": -1},
+                   {"smoothquant": 1.0}):
+        with pytest.raises(UserError, match=r"trial values out of range \(.*\): keep_dense >= 0, dampening > 0, "
+                                            r"0 <= smoothquant < 1, group_size >= 1 \(or none: per channel\)$"):
+            TrialValues.from_values(values)
+    assert TrialValues.from_values({"group_size": "channel"}).group_size is None
 
 
 def test_the_shipped_spaces_build(tmp_path):
