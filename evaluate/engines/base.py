@@ -116,13 +116,14 @@ class Engine:
                     (is_integer(value) if count else is_number(value)) and value >= 0):
                 raise UserError(f"{where}: engine.{key}={value} is not {'a count' if count else 'a number of seconds'}"
                                 f" >= 0; pass e.g. engine.{key}={2 if count else 600}")
-        cls.check_settings(values)
+        cls.check_settings(values, dict(env))
         return EngineConfig(name=str(name), engine=cls, args=dict(args), env=dict(env), settings=values)
 
     @classmethod
-    def check_settings(cls, settings: dict) -> None:
-        """The engine's own keys (besides name, args, env), checked as the config
-        is read, before any work; an engine with such keys overrides it."""
+    def check_settings(cls, settings: dict, env: dict) -> None:
+        """The engine's own keys (besides name, args, env) and the environment
+        variables it reads itself, checked as the config is read, before any
+        work; an engine with such keys overrides it."""
 
     # ---- capability answers (no engine starts) -----------------------------
 

@@ -25,6 +25,7 @@ import quantize.common.machine
 from quantize.common.dtypes import HALF, fast_faithful_dtype
 from quantize.common.errors import EngineDied, UserError
 from quantize.common.paths import CACHE_DIR
+from quantize.common.settings import is_integer, is_number
 
 log = logging.getLogger("quantbench.evaluate")
 
@@ -57,6 +58,7 @@ def kv_cache_dtype(fmt, args) -> str:
 # in 4 GiB and be preempted mid-measurement. Headroom covers vLLM's block
 # rounding (each sequence takes whole blocks).
 KV_SPACE = "VLLM_CPU_KVCACHE_SPACE"
+RESERVED_CPUS = "VLLM_CPU_NUM_OF_RESERVED_CPU"
 CPU_BIND = "VLLM_CPU_OMP_THREADS_BIND"
 KV_HEADROOM = 1.5
 KV_FALLBACK_GIB = 4   # where the demand or the model's KV layout is unknown (vLLM-CPU's usual size)
@@ -290,6 +292,9 @@ _CONSEQUENCES = ("WorkerProc initialization failed", "Engine core initialization
 # How vLLM says it rejects a value of engine.args: its config classes validate
 # with pydantic as the engine is built ("<field>\n  Input should be ... [type=")
 # and its server's argparse checks choices ("error: argument --dtype: invalid choice").
+# vLLM config fields named apart from the engine argument that sets them
+# (EngineArgs.create_engine_config: kv_cache_dtype -> CacheConfig.cache_dtype).
+ARG_OF_FIELD = {"cache_dtype": "kv_cache_dtype"}
 PYDANTIC_FIELD = re.compile(r"^(\w+)\S*\n  (.+?) \[type=", re.M)   # "dtype.literal[...]": one of a union
 ARGPARSE_FLAG = re.compile(r"error: argument --([\w-]+)[^:]*: (.+)$", re.M)
 
@@ -299,7 +304,7 @@ def rejected_arg(text: str, args: dict) -> str | None:
     error or log `text`: bad input (before a weight loads), not a failed start.
     None when no value the user set is named; a value vLLM derived from one
     (max_num_batched_tokens from max_num_seqs) is passed over for the one set."""
-    found = PYDANTIC_FIELD.findall(text)
+    found = [(ARG_OF_FIELD.get(field, field), why) for field, why in PYDANTIC_FIELD.findall(text)]
     found += [(flag.replace("-", "_"), why) for flag, why in ARGPARSE_FLAG.findall(text)]
     for key, why in found:
         if args.get(key) is not None:
@@ -380,6 +385,18 @@ class VllmEngine(Engine):
     name = "vllm"
     speed_env = SPEED_ENV
     starts_processes = True  # its engine core and workers (a server: the server's tree)
+
+    @classmethod
+    def check_settings(cls, settings: dict, env: dict) -> None:
+        """The vLLM-CPU variables quantbench reads itself: text failed in vLLM's
+        config (an unexpected ValidationError), a negative size in its engine core."""
+        space, reserved = env.get(KV_SPACE), env.get(RESERVED_CPUS)
+        if space not in (None, "auto") and not (_as_number(space) or 0) > 0:
+            raise UserError(f"engine.env.{KV_SPACE}={space}: pass auto (sized to the scenarios) or the KV cache's "
+                            f"GiB, a number > 0, e.g. engine.env.{KV_SPACE}=4")
+        if reserved is not None and not (is_integer(_as_number(reserved)) and _as_number(reserved) >= 0):
+            raise UserError(f"engine.env.{RESERVED_CPUS}={reserved}: pass a count of cores >= 0, or null for "
+                            "quantbench's choice (0 on up to 4 cores, else vLLM's)")
     # set by start(): seconds per start-up phase and bytes reserved, where vLLM says
     startup: dict | None = None
     compile_lookups: dict | None = None  # torch's compile-cache hits and misses while it started
@@ -510,9 +527,9 @@ class VllmEngine(Engine):
         if str(env.get(CPU_BIND)) == "auto" and not user_set(CPU_BIND) and not reads_cpu_env():
             env[CPU_BIND] = None
         env |= rank_binding(env, args or {})
-        if "VLLM_CPU_NUM_OF_RESERVED_CPU" in env and env["VLLM_CPU_NUM_OF_RESERVED_CPU"] is None:
+        if RESERVED_CPUS in env and env[RESERVED_CPUS] is None:
             # On small machines the reserved front-end core costs more than it saves.
-            env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = 0 if (os.cpu_count() or 1) <= 4 else None
+            env[RESERVED_CPUS] = 0 if (os.cpu_count() or 1) <= 4 else None
         for key, folder in (("VLLM_CACHE_ROOT", "vllm"), ("TORCHINDUCTOR_CACHE_DIR", "torchinductor")):
             if not user_set(key) and env.get(key) is None:  # a folder the user chose (shell, engine.env) wins
                 env[key] = str(CACHE_DIR / folder)
@@ -779,3 +796,14 @@ def _engine_core_alive() -> Iterator[None]:
         yield
     except EngineDeadError as e:
         raise EngineDied(ENGINE_CORE_DIED.format(cause=type(e).__name__)) from e
+
+
+def _as_number(value) -> float | int | None:
+    """A number as YAML, Hydra or a quoted env value gives it; None for anything else."""
+    if is_number(value):
+        return value
+    try:
+        number = float(str(value))
+    except ValueError:
+        return None
+    return int(number) if number.is_integer() else number

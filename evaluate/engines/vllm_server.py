@@ -93,8 +93,9 @@ class VllmServerEngine(HttpEngine, VllmEngine):
     name = "vllm_server"
 
     @classmethod
-    def check_settings(cls, settings: dict) -> None:
+    def check_settings(cls, settings: dict, env: dict) -> None:
         """The server has no authentication: it listens beyond this machine only on an explicit yes."""
+        super().check_settings(settings, env)
         host = str(settings.get("host") or LOOPBACK)
         if not is_loopback(host) and not flag("engine.allow_remote", settings.get("allow_remote", False)):
             raise UserError(f"engine.host={host} would serve the model, without authentication, beyond this "

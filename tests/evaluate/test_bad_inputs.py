@@ -5,6 +5,7 @@ content, impossible length. All but the store tests fail before any engine or
 calibration starts, so they take seconds."""
 import json
 import logging
+import re
 import shutil
 
 import pytest
@@ -153,10 +154,35 @@ def test_the_rejected_value_is_read_from_vllms_own_errors():
     argparse = "api_server.py: error: argument --kv-cache-dtype: invalid choice: 'fp4' (choose from 'auto', 'fp8')\n"
     assert rejected_arg(argparse, {"kv_cache_dtype": "fp4"}).startswith(
         "engine.args.kv_cache_dtype='fp4' is not a value vLLM takes: invalid choice: 'fp4'")
+    # a config field named apart from the argument that sets it (was an unexpected ValidationError)
+    from vllm.config import CacheConfig
+    with pytest.raises(ValidationError) as error:
+        CacheConfig(cache_dtype="zzz")
+    assert rejected_arg(str(error.value), {"kv_cache_dtype": "zzz"}).startswith(
+        "engine.args.kv_cache_dtype='zzz' is not a value vLLM takes: Input should be 'auto'")
 
 
-@pytest.mark.extended
-@pytest.mark.needs_vllm
+@pytest.mark.parametrize("engine", ["vllm", "vllm_server"])
+@pytest.mark.parametrize("env, expect", [
+    ({"VLLM_CPU_KVCACHE_SPACE": "zzz"}, "engine.env.VLLM_CPU_KVCACHE_SPACE=zzz: pass auto (sized to the scenarios) "
+                                        "or the KV cache's GiB, a number > 0"),
+    ({"VLLM_CPU_KVCACHE_SPACE": -1}, "engine.env.VLLM_CPU_KVCACHE_SPACE=-1: pass auto"),
+    ({"VLLM_CPU_NUM_OF_RESERVED_CPU": "zzz"}, "engine.env.VLLM_CPU_NUM_OF_RESERVED_CPU=zzz: pass a count of cores"),
+    ({"VLLM_CPU_NUM_OF_RESERVED_CPU": 1.5}, "engine.env.VLLM_CPU_NUM_OF_RESERVED_CPU=1.5: pass a count of cores"),
+])
+def test_the_vllm_cpu_variables_quantbench_reads_are_checked_as_the_config_is_read(engine, env, expect):
+    """Text in VLLM_CPU_KVCACHE_SPACE was an unexpected ValidationError in vLLM's config and a
+    negative size a traceback from its engine core, each after a failed row."""
+    from evaluate.engines.vllm import VllmEngine
+    from evaluate.engines.vllm_server import VllmServerEngine
+    engine_cls = VllmServerEngine if engine == "vllm_server" else VllmEngine
+    with pytest.raises(UserError, match=re.escape(expect)):
+        engine_cls.from_config({"name": engine, "env": env}, f"conf/engine/{engine}.yaml")
+    for fine in ({"VLLM_CPU_KVCACHE_SPACE": "auto"}, {"VLLM_CPU_KVCACHE_SPACE": 4}, {"VLLM_CPU_KVCACHE_SPACE": "2.5"},
+                 {"VLLM_CPU_NUM_OF_RESERVED_CPU": None}, {"VLLM_CPU_NUM_OF_RESERVED_CPU": 0}):
+        assert engine_cls.from_config({"name": engine, "env": fine}, "x").env == fine
+
+
 @pytest.mark.parametrize("arg,expect", [
     # an unexpected RuntimeError as the model moved to the device
     ("engine.args.device=zzz", "engine.args.device=zzz is not a device quantbench runs models on; pass "
@@ -208,6 +234,8 @@ def test_the_servers_host_rule():
         VllmServerEngine.from_config({"name": "vllm_server", "host": "0.0.0.0", "allow_remote": "no"}, where)
 
 
+@pytest.mark.extended
+@pytest.mark.needs_vllm
 def test_a_tensor_parallel_size_the_heads_cannot_split_fails_before_the_engine(tiny_model, tmp_path):
     res = tmp_path / "res"
     out = evaluate(tiny_model, res, "engine.args.tensor_parallel_size=3", cwd=tmp_path)
