@@ -385,6 +385,11 @@ class VllmEngine(Engine):
     name = "vllm"
     speed_env = SPEED_ENV
     starts_processes = True  # its engine core and workers (a server: the server's tree)
+    # set by start(): seconds per start-up phase and bytes reserved, where vLLM says
+    startup: dict | None = None
+    compile_lookups: dict | None = None  # torch's compile-cache hits and misses while it started
+    memory: dict | None = None
+    _startup_log = None  # vllm_startup.StartupLog of the last start
 
     @classmethod
     def check_settings(cls, settings: dict, env: dict) -> None:
@@ -397,11 +402,6 @@ class VllmEngine(Engine):
         if reserved is not None and not (is_integer(_as_number(reserved)) and _as_number(reserved) >= 0):
             raise UserError(f"engine.env.{RESERVED_CPUS}={reserved}: pass a count of cores >= 0, or null for "
                             "quantbench's choice (0 on up to 4 cores, else vLLM's)")
-    # set by start(): seconds per start-up phase and bytes reserved, where vLLM says
-    startup: dict | None = None
-    compile_lookups: dict | None = None  # torch's compile-cache hits and misses while it started
-    memory: dict | None = None
-    _startup_log = None  # vllm_startup.StartupLog of the last start
 
     @staticmethod
     def machine():
