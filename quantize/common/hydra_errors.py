@@ -34,7 +34,7 @@ def as_user_error(e: BaseException, module: str, config_name: str, overrides: li
 
 
 def unknown_key(key: str, command: str, config_name: str, overrides: list[str]) -> str:
-    values = config_values(config_name, overrides, key)
+    values = config_values(config_name, overrides, {key})
     parent, _, name = key.rpartition(".")
     given = next((a.partition("=")[2] for a in overrides if override_key(a) == key), None)
     if parent in values and values[parent] is None and given:
@@ -121,16 +121,15 @@ def _scalar_values(overrides: list[str]):
             yield key, parsed.value()
 
 
-def config_values(config_name: str, overrides: list[str], bad_key: str | set[str]) -> dict:
+def config_values(config_name: str, overrides: list[str], bad_keys: set[str]) -> dict:
     """Every dotted key of the config, with its value, as composed from
-    `overrides` less those naming `bad_key` (one key or a set; the groups
-    chosen decide the keys); {} when it cannot be composed."""
+    `overrides` less those naming `bad_keys` (the groups chosen decide the
+    keys); {} when it cannot be composed."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
     from quantize.common.paths import CONF_DIR
-    bad_keys = {bad_key} if isinstance(bad_key, str) else bad_key
     kept = [a for a in overrides if not a.startswith("-") and "=" in a
             and override_key(a) not in bad_keys and not override_error(a)]
     for attempt in (kept, [a for a in kept if a.startswith("hydra.searchpath")]):
