@@ -29,7 +29,6 @@ class SearchConfig:
     trial: TrialValues
     trial_number: int | None        # the sweeper's; None under a sweeper that sets none
     n_trials: int
-    n_jobs: int                     # trials asked for per batch
     storage: str | None
     results_dir: Path
     artifacts_dir: Path
@@ -47,6 +46,7 @@ class SearchConfig:
     def from_values(cls, values: dict, space_name: str) -> "SearchConfig":
         """From the composed config as a plain, resolved dict."""
         space = build(values["search"], RecipeSpace, f"conf/search/{space_name}.yaml")
+        integer("n_jobs", values.get("n_jobs", 1), 2, minimum=1)   # the sweeper's; checked here, before the sweep
         config = cls(
             study=str(values["study"]), space=space, space_name=space_name,
             objectives=objectives(space.objectives, space_name),
@@ -58,7 +58,6 @@ class SearchConfig:
             model_name=str(values["model"]["name"]), model_path=str(values["model"]["path"]),
             engine=str(values["engine"]["name"]), scenario=dict(values["scenario"]),
             accuracy=str(values["accuracy"]["name"]), sensitivity=str(values.get("sensitivity") or "none"),
-            n_jobs=integer("n_jobs", values.get("n_jobs", 1), 2, minimum=1),
             seed=integer("seed", values.get("seed") or 0, minimum=0),
             quantize_overrides=[str(a) for a in values.get("quantize_overrides") or []],
             evaluate_overrides=[str(a) for a in values.get("evaluate_overrides") or []],
