@@ -10,6 +10,12 @@ from quantize.common.recipe_choices import available
 PATH_GROUPS = {"model": "local", "recipe": "file", "calibration": "file", "scenario": "file"}
 
 
+def is_group(group: str, roots: list[Path]) -> bool:
+    """Whether `group` (Hydra's spelling: `engine`, `report/layout`) is a
+    config group: a folder under one of the config roots."""
+    return any((root / group).is_dir() for root in roots)
+
+
 def group_options(group: str, roots: list[Path]) -> set[str]:
     """Every `group=<name>` option: the YAML files of <root>/<group>/ for each
     config root (conf/ and the search path's), and for recipe every recipe file."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
 
-from quantize.common.conf_groups import PATH_GROUPS, group_options, search_path_dirs, shown_options
+from quantize.common.conf_groups import PATH_GROUPS, group_options, is_group, search_path_dirs, shown_options
 from quantize.common.hub import is_repo_id
 from quantize.common.paths import CONF_DIR
 from quantize.common.recipe_choices import available, has_preset
@@ -80,8 +80,7 @@ def check_group_options(argv: list[str]) -> None:
     roots = [CONF_DIR] + search_path_dirs(argv)
     for arg in argv:
         key, sep, value = arg.partition("=")
-        is_group = any((root / key).is_dir() for root in roots)
-        if not sep or key.startswith("hydra") or not is_group or _looks_like_path(value.split(",")[0]):
+        if not sep or key.startswith("hydra") or not is_group(key, roots) or _looks_like_path(value.split(",")[0]):
             continue
         known = group_options(key, roots)
         unknown = [name for name in value.split(",") if name not in known and name != "null"]

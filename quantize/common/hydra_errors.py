@@ -103,7 +103,7 @@ def _scalar_values(overrides: list[str]):
     from hydra.core.override_parser.types import OverrideType
     from hydra.errors import HydraException
 
-    from quantize.common.conf_groups import search_path_dirs
+    from quantize.common.conf_groups import is_group, search_path_dirs
     from quantize.common.paths import CONF_DIR
     roots = [CONF_DIR, *search_path_dirs(overrides)]
     parser = OverridesParser.create()
@@ -115,8 +115,9 @@ def _scalar_values(overrides: list[str]):
         except HydraException:
             continue  # Hydra's own error says it
         key = parsed.key_or_group
-        is_group = any((root / key.replace(".", "/")).is_dir() for root in roots)
-        if (parsed.type == OverrideType.CHANGE and not parsed.is_sweep_override() and not is_group
+        # a nested group is a folder of folders: hydra.launcher is hydra/launcher
+        group = is_group(key.replace(".", "/"), roots)
+        if (parsed.type == OverrideType.CHANGE and not parsed.is_sweep_override() and not group
                 and isinstance(parsed.value(), (str, int, float, bool))):
             yield key, parsed.value()
 
