@@ -43,6 +43,7 @@ from quantize.common.errors import UserError
 from quantize.common.extensions import Configurable
 from quantize.common.heldout import held_out_text, windows
 from quantize.common.paths import CACHE_DIR, resolve
+from quantize.common.settings import flag
 
 log = logging.getLogger("quantbench.accuracy")
 
@@ -75,7 +76,7 @@ class AccuracyConfig(Configurable):
     @classmethod
     def from_group(cls, values: dict) -> "AccuracyConfig | None":
         """The group as a plain dict -> the typed config; None for accuracy=none."""
-        if not values.get("enabled"):
+        if not flag("accuracy.enabled", values.get("enabled", False)):   # enabled= is no "false"
             return None
         values = dict(values)
         if isinstance(values.get("lastword"), dict):

@@ -34,6 +34,7 @@ from quantize.common.extensions import Configurable
 from quantize.common.heldout import held_out_text
 from quantize.common.paths import PROJECT_ROOT, resolve
 from quantize.common.provenance import PACKAGES
+from quantize.common.settings import flag
 
 log = logging.getLogger("quantbench.lm_eval")
 
@@ -72,7 +73,7 @@ class LmEvalConfig(Configurable):
     @classmethod
     def from_group(cls, values: dict) -> "LmEvalConfig | None":
         """The group as a plain dict -> the typed config; None for lm_eval=none."""
-        if not values.get("enabled"):
+        if not flag("lm_eval.enabled", values.get("enabled", False)):   # enabled= is no "false"
             return None
         values = dict(values)
         if isinstance(values.get("austen_lastword"), dict):

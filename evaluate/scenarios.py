@@ -249,12 +249,20 @@ def _read(path: Path) -> dict:
     return data
 
 
+SHAPE_KEYS = ("batch_size", "input_len", "output_len")
+
+
 def _from_dict(d: dict) -> Scenario:
+    if not (isinstance(d.get("name"), str) and d["name"].strip()):
+        raise UserError(f"scenario {d} has no name; give it one (`name:` in its file, or scenario.name=<text>)")
+    missing = [key for key in SHAPE_KEYS if d.get(key) is None]
+    if missing:
+        raise UserError(f"scenario {d['name']} has no {' or '.join(missing)}; give {'it' if len(missing) == 1 else 'each'} an integer "
+                        f"(`{missing[0]}:` in its file, or scenario.{missing[0]}=<integer>)")
     try:
-        s = Scenario(name=str(d["name"]), batch_size=int(d["batch_size"]),
-                     input_len=int(d["input_len"]), output_len=int(d["output_len"]))
-    except (KeyError, TypeError, ValueError) as e:
-        raise UserError(f"scenario {d.get('name', d)} needs integer batch_size, input_len and "
+        s = Scenario(name=d["name"], **{key: int(d[key]) for key in SHAPE_KEYS})
+    except (TypeError, ValueError) as e:
+        raise UserError(f"scenario {d['name']} needs integer batch_size, input_len and "
                         f"output_len ({type(e).__name__}: {e})") from None
     if min(s.batch_size, s.input_len, s.output_len) < 1:
         raise UserError(f"scenario {s.name}: batch_size, input_len and output_len must be >= 1")

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 from quantize.calibration import CalibrationConfig
 from quantize.common import hf_load
+from quantize.common.dtypes import requested_dtype
 from quantize.common.paths import check_output_dir, folder_name, folder_setting
 from quantize.common.recipe_choices import RecipeChoice
 from quantize.common.sanity_rules import SanityConfig
@@ -58,7 +59,7 @@ class QuantizeConfig:
             calibration=CalibrationConfig.from_config(values["calibration"]),
             artifact_dir=str(values["artifact_dir"]), seed=integer("seed", values.get("seed", 0), minimum=0),
             force=flag("force", values.get("force", False)),
-            calibration_dtype=values.get("calibration_dtype", "auto"),
+            calibration_dtype=_checked_dtype(values.get("calibration_dtype", "auto")),
             verify=values.get("verify", "tensors"), memory_check=flag("memory_check", values.get("memory_check", True)),
             disk_check=flag("disk_check", values.get("disk_check", True)), sanity=_sanity(values.get("sanity")),
             tracker=tracker_from_group(values.get("tracking")),
@@ -69,3 +70,9 @@ def _sanity(values: dict | None) -> SanityConfig | None:
     """The sanity group; None when it is switched off (sanity.enabled=false)."""
     config = SanityConfig.from_config(values)
     return config if config.enabled else None
+
+
+def _checked_dtype(requested):
+    """calibration_dtype as given, once it names a floating dtype (or auto)."""
+    requested_dtype(requested, "calibration_dtype")
+    return requested

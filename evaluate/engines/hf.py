@@ -8,7 +8,7 @@ from evaluate.formats import DENSE, YES, Verdict
 from evaluate.engines.base import Engine
 from evaluate.metrics import RequestTiming
 import quantize.common.machine
-from quantize.common.dtypes import fast_faithful_dtype
+from quantize.common.dtypes import fast_faithful_dtype, requested_dtype
 
 log = logging.getLogger("quantbench.evaluate")
 
@@ -54,6 +54,7 @@ class HfEngine(Engine):
     @classmethod
     def check_arg_values(cls, args: dict) -> None:
         quantize.common.machine.check_device("engine.args.device", args.get("device"))
+        requested_dtype(args.get("dtype"), "engine.args.dtype")
 
     @staticmethod
     def supports(fmt, machine, args: dict) -> Verdict:
@@ -105,9 +106,9 @@ class HfEngine(Engine):
 
         from quantize.common import hf_load
         from quantize.common.dtypes import checkpoint_dtype, compute_dtype
-        device = args.get("device") or "auto"
+        device = args.get("device") or "auto"   # None: auto
         self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
-        dtype = compute_dtype(checkpoint_dtype(target.path), args.get("dtype") or "auto", self.device)
+        dtype = compute_dtype(checkpoint_dtype(target.path), args.get("dtype"), self.device)
         self.args = {"dtype": str(dtype).removeprefix("torch."), "device": self.device,
                      "max_model_len": max_model_len}
         t0 = time.perf_counter()

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from quantize.common.errors import UserError
-from quantize.common.settings import is_number
+from quantize.common.settings import is_number, shown
 
 METRICS = ("ttft", "tpot", "e2el")  # the bounded per-request metrics, as in vllm bench serve's --goodput
 TAIL_REQUESTS = 10       # requests expected above the percentile before a pNN counts as measured
@@ -208,5 +208,5 @@ def _check_number(slo_name: str, key: str, value) -> None:
     if (value is None and nullable) or is_number(value):
         return
     no_bound = f", or slo.{key}=null for no bound" if nullable else ""
-    raise UserError(f"slo {slo_name}: {key}={value} is not a number; pass e.g. slo.{key}={EXAMPLES.get(key, 500)}"
+    raise UserError(f"slo {slo_name}: {key}={shown(value)} is not a number; pass e.g. slo.{key}={EXAMPLES.get(key, 500)}"
                     f"{no_bound}")

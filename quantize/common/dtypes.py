@@ -29,16 +29,26 @@ def checkpoint_dtype(model_dir: Path):
     return getattr(torch, config.get("dtype") or config.get("torch_dtype") or "float32")
 
 
+def requested_dtype(requested, key: str = "dtype"):
+    """A requested dtype name as a torch floating dtype; None for auto (or unset).
+    Checked as the config is read: `dtype=0` or `dtype=` is a typo, not auto."""
+    if requested is None or requested == "auto":
+        return None
+    import torch
+    dtype = getattr(torch, requested, None) if isinstance(requested, str) else None
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        from quantize.common.errors import UserError
+        raise UserError(f"{key}={requested}: unknown dtype; use auto, float32, bfloat16 or float16")
+    return dtype
+
+
 def compute_dtype(checkpoint, requested: str = "auto", device: str | None = None):
     """`requested` as a torch dtype; `auto` is the checkpoint's dtype, except
     float32 for a half-precision checkpoint on such a CPU. `device` None means
     the accelerator if there is one, else the CPU."""
     import torch
-    if requested not in (None, "auto"):
-        dtype = getattr(torch, str(requested), None)
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            from quantize.common.errors import UserError
-            raise UserError(f"unknown dtype {requested!r}; use auto, float32, bfloat16 or float16")
+    dtype = requested_dtype(requested)
+    if dtype is not None:
         return dtype
     on_cpu = str(device).startswith("cpu") if device else not torch.accelerator.is_available()
     name = str(checkpoint).removeprefix("torch.")

@@ -25,11 +25,12 @@ and its meaning stay Hydra's.
 """
 import dataclasses
 import importlib
+import types
 import typing
 from typing import Any, Mapping, TypeVar
 
 from quantize.common.errors import UserError, nearest
-from quantize.common.settings import is_integer, is_number
+from quantize.common.settings import is_integer, is_number, shown
 
 TARGET = "_target_"
 T = TypeVar("T")
@@ -95,31 +96,36 @@ class Configurable:
 
 
 def check_scalar_fields(cls: type, values: dict, where: str) -> None:
-    """Each of `values` whose dataclass field in `cls` is typed int, float or
-    bool (optionally | None) is of that type: one line naming it, not a
-    TypeError, or bool("no") read as true, deep in a run."""
+    """Each of `values` whose dataclass field in `cls` is typed int, float,
+    bool or str (optionally | None) is of that type, and a `name` is not
+    empty: one line naming it, not a TypeError, or bool("no") read as true,
+    deep in a run."""
     hints = typing.get_type_hints(cls)
     for key, value in values.items():
         wanted = _scalar_kind(hints.get(key), value)
         if wanted:
-            raise UserError(f"{where}: {key}={value} is not {wanted}; pass {wanted} for {key}")
+            raise UserError(f"{where}: {key}={shown(value)} is not {wanted}; pass {wanted} for {key}")
+        if key == "name" and isinstance(value, str) and not value.strip():
+            raise UserError(f"{where}: name is empty; pass a name, the rows' label, e.g. name=mine")
 
 
 # What a field annotated with only these types (and None) takes, for the error line.
-_SCALARS = {int: "an integer", float: "a number", bool: "true or false"}
+_SCALARS = {int: "an integer", float: "a number", bool: "true or false", str: "text"}
 
 
 def _scalar_kind(annotation, value) -> str | None:
     """What `value` should have been for a field of type `annotation` (int,
-    float, bool, optionally | None), or None when it fits or the type is not
+    float, bool, str, optionally | None), or None when it fits or the type is not
     one of those: bool("no") is True and int("abc") fails deep in a run."""
-    kinds = set(typing.get_args(annotation)) or {annotation}
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    kinds = set(typing.get_args(annotation)) if union else {annotation}  # list[str] is a list
     optional = type(None) in kinds
     kinds.discard(type(None))
     if not kinds or not kinds <= set(_SCALARS) or (value is None and optional):
         return None
     if bool in kinds and isinstance(value, bool):
         return None
-    if (int in kinds and is_integer(value)) or (float in kinds and is_number(value)):
+    if (int in kinds and is_integer(value)) or (float in kinds and is_number(value)) or (
+            str in kinds and isinstance(value, str)):
         return None
-    return " or ".join(_SCALARS[k] for k in (int, float, bool) if k in kinds)
+    return " or ".join(_SCALARS[k] for k in (int, float, bool, str) if k in kinds)

@@ -18,13 +18,18 @@ def is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def shown(value) -> str:
+    """A setting's value as the command line spells it (None is Hydra's null)."""
+    return "null" if value is None else str(value)
+
+
 def flag(key: str, value) -> bool:
     """`key=true|false` (Hydra reads those as booleans; 1 and 0 are taken too)."""
     if isinstance(value, bool):
         return value
     if isinstance(value, int) and value in (0, 1):
         return bool(value)
-    raise UserError(f"{key}={value}: pass {key}=true or {key}=false")
+    raise UserError(f"{key}={shown(value)}: pass {key}=true or {key}=false")
 
 
 def integer(key: str, value, example: int = 0, minimum: int | None = None) -> int:
@@ -33,4 +38,4 @@ def integer(key: str, value, example: int = 0, minimum: int | None = None) -> in
     if is_integer(value) and (minimum is None or value >= minimum):
         return value
     wanted = "an integer" if minimum is None else f"an integer >= {minimum}"
-    raise UserError(f"{key}={value}: pass {wanted}, e.g. {key}={example}")
+    raise UserError(f"{key}={shown(value)}: pass {wanted}, e.g. {key}={example}")

@@ -214,6 +214,39 @@ def test_cuda_for_engine_hf_on_a_machine_without_it_is_one_line(tiny_model, tmp_
     assert_one_line_error(proc, "engine.args.device=cuda: this machine has no CUDA device; pass engine.args.device=auto")
 
 
+@pytest.mark.parametrize("arg,expect", [
+    # each ran, its rows labelled '', '[1]' or 'None'
+    ("engine.name=", "engine.name= is not a name: it is the rows' `engine`; pass text"),
+    ("engine.name=[1]", "engine.name=[1] is not a name"),
+    ("scenario.name=[1]", "scenario: name=[1] is not text; pass text for name"),
+    ("accuracy=austen accuracy.name=", "accuracy: name is empty; pass a name"),
+    # a complaint about integers for a missing name, a KeyError for a missing length
+    ("scenario.name=null", "has no name; give it one"),
+    ("scenario.batch_size=null", "scenario interactive has no batch_size; give it an integer"),
+])
+def test_a_name_that_labels_rows_is_text(tiny_model, tmp_path, arg, expect):
+    res = tmp_path / "results"
+    proc = evaluate(tiny_model, res, "engine=hf", "accuracy=none", *arg.split(), cwd=tmp_path)
+    assert_one_line_error(proc, expect)
+    assert not res.exists()
+
+
+@pytest.mark.parametrize("arg,expect", [
+    # each was read as its default: dtype and device auto, accuracy or lm-eval off
+    ("engine.args.dtype=0", "engine.args.dtype=0: unknown dtype; use auto, float32, bfloat16 or float16"),
+    ("engine.args.dtype=", "engine.args.dtype=: unknown dtype"),
+    ("engine.args.device=0", "engine.args.device=0 is not a device"),   # to torch, 0 is cuda:0
+    ("engine.args.device=", "engine.args.device= is not a device"),
+    ("accuracy=austen accuracy.enabled=", "accuracy.enabled=: pass accuracy.enabled=true or accuracy.enabled=false"),
+    ("lm_eval=austen_lastword lm_eval.enabled=", "lm_eval.enabled=: pass lm_eval.enabled=true"),
+])
+def test_an_empty_or_zero_value_is_not_read_as_the_default(tiny_model, tmp_path, arg, expect):
+    res = tmp_path / "results"
+    proc = evaluate(tiny_model, res, "engine=hf", "accuracy=none", *arg.split(), cwd=tmp_path)
+    assert_one_line_error(proc, expect)
+    assert not res.exists()
+
+
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.0.2.7", "::"])
 def test_a_server_beyond_this_machine_takes_an_explicit_yes(tiny_model, tmp_path, host):
     """vLLM's server has no authentication: engine.host=0.0.0.0 started it on every interface."""

@@ -103,7 +103,7 @@ def test_a_file_that_is_not_a_scenario(tmp_path):
     with pytest.raises(UserError, match="not a mapping"):
         scenarios.resolve(scenario_cfg(f"scenario={tmp_path / 'list.yaml'}"))
     (tmp_path / "half.yaml").write_text("name: half\nbatch_size: 1\n")
-    with pytest.raises(UserError, match="needs integer batch_size"):
+    with pytest.raises(UserError, match="half has no input_len or output_len; give each an integer"):
         scenarios.resolve(scenario_cfg(f"scenario={tmp_path / 'half.yaml'}"))
 
 
@@ -152,7 +152,9 @@ def test_a_set_may_include_and_define_scenarios(tmp_path):
     ("scenarios:\n  - {name: a, batch_size: 1, input_len: 8, output_len: 4}\n"
      "  - {name: a, batch_size: 2, input_len: 8, output_len: 4}\n", "a appear more than once"),
     ("scenarios: [bs1]\n", "scenarios must be a list of mappings"),
-    ("scenarios:\n  - {name: half, batch_size: 1}\n", "half needs integer batch_size"),
+    ("scenarios:\n  - {name: half, batch_size: 1}\n", "half has no input_len or output_len"),
+    ("scenarios:\n  - {batch_size: 1, input_len: 8, output_len: 4}\n", "has no name; give it one"),
+    ("scenarios:\n  - {name: [a], batch_size: 1, input_len: 8, output_len: 4}\n", "has no name; give it one"),
 ])
 def test_a_bad_inline_set_is_one_line(tmp_path, body, match):
     (tmp_path / "bad.yaml").write_text(f"name: bad\n{body}")

@@ -27,7 +27,7 @@ def test_presets_load_and_none_means_no_slo():
                                          ({"tpot_ms": -5}, "positive"),
                                          ({"tpot_ms": "fast"}, r"^slo custom: tpot_ms=fast is not a number; pass e\.g\. "
                                                                r"slo\.tpot_ms=50, or slo\.tpot_ms=null for no bound$"),
-                                         ({"ttft_ms": 9, "percentile": None}, r"percentile=None is not a number; pass "
+                                         ({"ttft_ms": 9, "percentile": None}, r"percentile=null is not a number; pass "
                                                                               r"e\.g\. slo\.percentile=90$")])
 def test_bad_slo_configs_are_one_line_errors(cfg, message):
     with pytest.raises(UserError, match=message):

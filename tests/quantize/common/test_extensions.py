@@ -1,5 +1,5 @@
 """The one extension mechanism: `_target_` names a class, build() returns its typed config."""
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 from omegaconf import OmegaConf
@@ -55,11 +55,15 @@ class Settings(Shape):
     count: int
     share: float | None = None
     enabled: bool = True
-    label: str | int = "a"   # not only scalars: not checked
+    label: list | str = "a"   # not only scalars: not checked
+    title: str = "t"
+    tags: list[str] = field(default_factory=list)   # a list, of text
+    name: str = "s"
 
 
 @pytest.mark.parametrize("values", [
-    {"count": 3}, {"count": 3, "share": 2}, {"count": 3, "share": None, "enabled": False}, {"count": 3, "label": []},
+    {"count": 3}, {"count": 3, "share": 2}, {"count": 3, "share": None, "enabled": False}, {"count": 3, "label": 5},
+    {"count": 3, "title": "", "tags": ["a", "b"], "name": "mine"},
 ])
 def test_scalar_fields_take_their_types(values):
     assert build({"_target_": f"{HERE}.Settings", **values}, Shape, "conf/shape/s.yaml").count == 3
@@ -68,7 +72,10 @@ def test_scalar_fields_take_their_types(values):
 @pytest.mark.parametrize("values, message", [
     ({"count": "abc"}, "count=abc is not an integer"),
     ({"count": 2.5}, "count=2.5 is not an integer"),
-    ({"count": None}, "count=None is not an integer"),
+    ({"count": None}, "count=null is not an integer"),
+    ({"count": 3, "title": 2}, "title=2 is not text"),           # Hydra reads title=2 as a number
+    ({"count": 3, "title": ["a"]}, r"title=\['a'\] is not text"),
+    ({"count": 3, "name": " "}, "name is empty"),
     ({"count": 3, "share": "half"}, "share=half is not a number"),
     ({"count": 3, "enabled": "no"}, "enabled=no is not true or false"),   # bool("no") is True
 ])

@@ -10,8 +10,8 @@ from tests.conftest import last_line, run_cli
 
 def test_a_flag_is_true_false_1_or_0_and_anything_else_names_both():
     assert [flag("force", v) for v in (True, False, 1, 0)] == [True, False, True, False]
-    for value in ("no", "yes", "off", 2, None):
-        with pytest.raises(UserError, match=rf"^force={value}: pass force=true or force=false$"):
+    for value, spelled in (("no", "no"), ("yes", "yes"), ("off", "off"), (2, "2"), (None, "null")):
+        with pytest.raises(UserError, match=rf"^force={spelled}: pass force=true or force=false$"):
             flag("force", value)
 
 
@@ -47,6 +47,16 @@ def test_the_commands_refuse_a_flag_or_seed_they_would_misread(tiny_model, tmp_p
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert last_line(proc.stderr).startswith(f"error: {arg}: pass ") and key in last_line(proc.stderr)
     assert not (tmp_path / "art").exists() and not (tmp_path / "res").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "", "float64x"])
+def test_a_calibration_dtype_that_names_no_dtype_is_one_line_before_the_model_loads(tiny_model, tmp_path, value):
+    """`calibration_dtype=0` and `=` were read as auto."""
+    proc = run_cli("quantize", f"model={tiny_model}", f"artifacts_dir={tmp_path / 'art'}", "recipe=original",
+                   f"calibration_dtype={value}", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert last_line(proc.stderr) == f"error: calibration_dtype={value}: unknown dtype; use auto, float32, bfloat16 or float16"
+    assert not (tmp_path / "art").exists()
 
 
 @pytest.mark.parametrize("arg, line", [
