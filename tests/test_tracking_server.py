@@ -218,7 +218,7 @@ def test_a_measurement_in_the_mlflow_ui(sweep, tmp_path):
     page = f"{sweep.uri}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
     shown = ("output_throughput", "engine_args", "artifact_id", "tiny-llama/w4a16_rtn", run.info.run_name)
     shot = tmp_path / "run.png"
-    with headless_chromium(tmp_path) as browser:
+    with headless_chromium() as browser:
         browser.set_window_size(1280, 1300)
 
         def open_run():

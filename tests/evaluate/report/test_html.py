@@ -7,8 +7,8 @@ import os
 import re
 import shutil
 import struct
+import tempfile
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
@@ -132,10 +132,11 @@ BROWSER_MISSING = [b for b in ("chromium", "chromedriver") if shutil.which(b) is
 
 
 @contextmanager
-def headless_chromium(scratch: Path):
+def headless_chromium():
     """Debian's chromium under its own chromedriver (selenium downloads nothing), console logs kept.
-    Its temporary files go under `scratch` (a test's tmp_path): chromium leaves a singleton
-    folder in TMPDIR behind at every quit."""
+    Its temporary files go to a folder of its own, removed at quit: chromium leaves a
+    singleton folder in TMPDIR behind, and its socket's path must stay under 108 bytes
+    (a parallel test's tmp_path is longer)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     options = webdriver.ChromeOptions()
@@ -145,12 +146,16 @@ def headless_chromium(scratch: Path):
     if os.geteuid() == 0:
         options.add_argument("--no-sandbox")  # chromium refuses to run its sandbox as root
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    service = Service(executable_path=shutil.which("chromedriver"), env={**os.environ, "TMPDIR": str(scratch)})
-    driver = webdriver.Chrome(service=service, options=options)
+    scratch = tempfile.mkdtemp(prefix="qb-chromium-")
+    service = Service(executable_path=shutil.which("chromedriver"), env={**os.environ, "TMPDIR": scratch})
     try:
-        yield driver
+        driver = webdriver.Chrome(service=service, options=options)
+        try:
+            yield driver
+        finally:
+            driver.quit()
     finally:
-        driver.quit()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def column(table, header: str) -> list[str]:
@@ -174,7 +179,7 @@ def test_in_headless_chromium(html_report, tmp_path):
     number (not text) with "—" last, and the answer section screenshots whole."""
     from selenium.webdriver.common.by import By
     out, _ = html_report
-    with headless_chromium(tmp_path) as browser:
+    with headless_chromium() as browser:
         browser.get((out / "report.html").as_uri())
         assert browser.title == "Test report"
         severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
@@ -247,7 +252,7 @@ def test_on_a_laptop_in_headless_chromium(tmp_path):
     out = tmp_path / "reports"
     assert main([f"results_dir={tmp_path / 'results'}", f"out_dir={out}", "title=Test report",
                  "output=[markdown,html,png]", "cost.usd_per_hour=2.5"]) == 0   # the cost: one more column
-    with headless_chromium(tmp_path) as browser:
+    with headless_chromium() as browser:
         browser.set_window_size(1400, 900)
         browser.get((out / "report.html").as_uri())
         assert browser.execute_script("return window.innerWidth") == 1400
@@ -329,7 +334,7 @@ def test_at_800_px_the_answers_long_names_wrap_between_words_not_inside_them(tmp
     out = tmp_path / "reports"
     assert main([f"results_dir={tmp_path / 'results'}", f"out_dir={out}", "output=[markdown,html]",
                  "cost.usd_per_hour=2.5"]) == 0
-    with headless_chromium(tmp_path) as browser:
+    with headless_chromium() as browser:
         browser.set_window_size(800, 900)
         browser.get((out / "report.html").as_uri())
         table = browser.find_element(By.CSS_SELECTOR, f"#{ANSWER_SECTION} table.answer")
