@@ -43,7 +43,7 @@ from quantize.common.errors import UserError
 from quantize.common.extensions import Configurable
 from quantize.common.heldout import held_out_text, windows
 from quantize.common.paths import CACHE_DIR, resolve
-from quantize.common.settings import flag
+from quantize.common.settings import flag, shown
 
 log = logging.getLogger("quantbench.accuracy")
 
@@ -181,7 +181,7 @@ def check_sizes(config: AccuracyConfig) -> None:
     for key, least in LEAST.items():
         value = getattr(config.lastword, key.partition(".")[2]) if key.startswith("lastword.") else getattr(config, key)
         if value < least:
-            raise UserError(f"accuracy.{key}={value}: pass an integer >= {least}")
+            raise UserError(f"accuracy.{key}={shown(value)}: pass an integer >= {least}")
 
 
 def engine_pass(engine, config: AccuracyConfig, tokenizer, seed: int) -> dict:

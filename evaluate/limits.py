@@ -9,7 +9,7 @@ from evaluate.memory import kv_bytes_per_token, rank_memory_bytes
 from evaluate.precision import RunPlan
 from evaluate.scenarios import Scenario
 from quantize.common.errors import UserError
-from quantize.common.settings import is_integer
+from quantize.common.settings import is_integer, shown
 
 AUTO = "auto"
 # The share of one rank's memory (RAM, or one GPU's) that the weights and a
@@ -87,4 +87,4 @@ def _bound(values: dict, key: str, auto: bool = False) -> int | str | None:
     if is_integer(value) and value >= 1:
         return value
     choices = "an integer >= 1, auto (from memory)" if auto else "an integer >= 1"
-    raise UserError(f"limits.{key}={value}: pass {choices}, or null for no bound")
+    raise UserError(f"limits.{key}={shown(value)}: pass {choices}, or null for no bound")

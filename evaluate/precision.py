@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from evaluate.metrics import mean_interval
 from quantize.common.errors import UserError
-from quantize.common.settings import is_integer, is_number
+from quantize.common.settings import is_integer, is_number, shown
 
 HEADLINE = "output_throughput"  # the metric whose interval decides runs=auto
 TARGET_MET, CAP_REACHED = "target met", "max_runs reached"
@@ -108,18 +108,18 @@ def _count_or_auto(settings: dict, key: str, least: int, hint: str) -> int | Non
         return None
     if is_integer(value) and value >= least:
         return value
-    raise UserError(f"{key}={value}: pass an integer >= {least} or auto ({hint})")
+    raise UserError(f"{key}={shown(value)}: pass an integer >= {least} or auto ({hint})")
 
 
 def _integer(settings: dict, key: str, least: int, mode: str, why: str) -> int:
     value = settings.get(key)
     if is_integer(value) and value >= least:
         return value
-    raise UserError(f"{key}={value} with {mode}: pass {key}=<an integer >= {least}> ({why})")
+    raise UserError(f"{key}={shown(value)} with {mode}: pass {key}=<an integer >= {least}> ({why})")
 
 
 def _positive(settings: dict, key: str, what: str) -> float:
     value = settings.get(key)
     if not (is_number(value) and value > 0):
-        raise UserError(f"{key}={value}: pass a number > 0 ({what})")
+        raise UserError(f"{key}={shown(value)}: pass a number > 0 ({what})")
     return float(value)

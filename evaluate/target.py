@@ -18,6 +18,7 @@ from quantize.common.fingerprint import WeightsFingerprint
 from quantize.common.manifest import Manifest
 from quantize.common.checkpoint import check_weight_files, planned_quantization_config, weight_files
 from quantize.common.provenance import sha256_files
+from quantize.common.settings import shown
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ def verify_mode(value) -> str | None:
         return None
     if value in VERIFY_MODES:
         return value
-    raise UserError(f"verify={value}: pass verify=fingerprint (sizes, headers and sampled blocks of the "
+    raise UserError(f"verify={shown(value)}: pass verify=fingerprint (sizes, headers and sampled blocks of the "
                     "weights against the manifest), verify=full (every byte) or verify=false")
 
 

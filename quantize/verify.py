@@ -31,6 +31,7 @@ from pathlib import Path
 
 from quantize.common import hf_load
 from quantize.common.checkpoint import load_renames, quantization_summary, raise_if_mismatched
+from quantize.common.settings import shown
 
 MODES = ("tensors", "reload")
 # safetensors header dtype -> torch dtype name
@@ -49,7 +50,7 @@ def mode(value) -> str | None:
         return MODES[0]
     if value in MODES:
         return value
-    raise UserError(f"verify={value}: pass verify=tensors (check the saved tensors), verify=reload "
+    raise UserError(f"verify={shown(value)}: pass verify=tensors (check the saved tensors), verify=reload "
                     "(load in transformers and run it) or verify=false")
 
 

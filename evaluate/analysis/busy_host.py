@@ -10,7 +10,7 @@ from evaluate.host_load import HostLoad
 from evaluate.results import Row
 from quantize.common.errors import UserError
 from quantize.common.paths import CONF_DIR
-from quantize.common.settings import is_number
+from quantize.common.settings import is_number, shown
 
 KEY = "busy_host_pct"  # conf/report.yaml's key
 
@@ -27,7 +27,7 @@ class BusyHost:
             import yaml
             value = yaml.safe_load((CONF_DIR / "report.yaml").read_text())[KEY]
         if not is_number(value) or not 0 <= value <= 100:
-            raise UserError(f"{KEY}={value} is not a share of the host's CPU time in %; pass a number from 0 to "
+            raise UserError(f"{KEY}={shown(value)} is not a share of the host's CPU time in %; pass a number from 0 to "
                             f"100, e.g. {KEY}=10")
         return cls(float(value))
 

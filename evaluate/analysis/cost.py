@@ -17,7 +17,7 @@ from evaluate.analysis.groups import SPEED, Group, engine_class
 from evaluate.engines import parallel
 from evaluate.results import Row
 from quantize.common.errors import UserError
-from quantize.common.settings import is_number
+from quantize.common.settings import is_number, shown
 
 SECONDS_PER_HOUR = 3600
 TOKENS = 1e6    # the cost is per million output tokens
@@ -84,7 +84,7 @@ def price(key: str, value) -> float | None:
     if value is None:
         return None
     if not is_number(value) or value <= 0:
-        raise UserError(f"{key}={value} is not a price in USD per hour; pass a positive number, e.g. "
+        raise UserError(f"{key}={shown(value)} is not a price in USD per hour; pass a positive number, e.g. "
                         f"{key}=2.5 (null: no price)")
     return float(value)
 

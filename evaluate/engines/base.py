@@ -115,7 +115,7 @@ class Engine:
             seconds, count = key.endswith("_s"), key == "retries"
             if (seconds or count) and value is not None and not (
                     (is_integer(value) if count else is_number(value)) and value >= 0):
-                raise UserError(f"{where}: engine.{key}={value} is not {'a count' if count else 'a number of seconds'}"
+                raise UserError(f"{where}: engine.{key}={shown(value)} is not {'a count' if count else 'a number of seconds'}"
                                 f" >= 0; pass e.g. engine.{key}={2 if count else 600}")
         cls.check_settings(values, dict(env))
         return EngineConfig(name=str(name), engine=cls, args=dict(args), env=dict(env), settings=values)

@@ -20,7 +20,7 @@ from quantize.common import extensions, tracking
 from quantize.common.errors import UserError
 from quantize.common.paths import CONF_DIR, check_writable_dir, folder_setting, resolve
 from quantize.common.sanity_rules import SanityConfig
-from quantize.common.settings import is_number
+from quantize.common.settings import is_number, shown
 
 GROUPS_DIR = "report"   # conf/report/<group>/<name>.yaml
 T = TypeVar("T")
@@ -126,7 +126,7 @@ def report_config(values: dict, searched: list[Path] = ()) -> ReportConfig:
 def floor_pct(value) -> float:
     """accuracy_floor_pct as a number of percent; anything else is one line."""
     if not is_number(value) or not 0 <= value <= 200:
-        raise UserError(f"accuracy_floor_pct={value} is not a recovery in %; pass a number such as "
+        raise UserError(f"accuracy_floor_pct={shown(value)} is not a recovery in %; pass a number such as "
                         f"accuracy_floor_pct=99 (default {ACCURACY_FLOOR_PCT:g})")
     return float(value)
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from quantize.common.errors import UserError
 from quantize.common.extensions import check_scalar_fields
-from quantize.common.settings import is_number
+from quantize.common.settings import is_number, shown
 
 FAMILIES = ("w8a8", "w8a16", "w4", "sparse_2of4", "other")
 
@@ -36,7 +36,7 @@ class SanityConfig:
             raise UserError(f"sanity.floors has unknown format families {unknown}; use {list(FAMILIES)}")
         for name, value in floors.items():
             if not (is_number(value) and 0.0 <= value <= 1.0):
-                raise UserError(f"sanity.floors.{name}={value}: each floor is a top-1 agreement between 0 and 1, "
+                raise UserError(f"sanity.floors.{name}={shown(value)}: each floor is a top-1 agreement between 0 and 1, "
                                 f"e.g. sanity.floors.{name}=0.8")
         known = {f for f in cls.__dataclass_fields__} - {"floors"}
         extra = sorted(set(values) - known)

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from quantize.common.errors import UserError
 from quantize.common.paths import folder_setting, resolve
 from quantize.common.recipe_choices import RecipeChoice
-from quantize.common.settings import flag, is_number
+from quantize.common.settings import flag, is_number, shown
 from quantize.config import ModelChoice
 
 TARGETS = ("max_size_mb", "max_kl", "kept_dense")
@@ -33,9 +33,9 @@ class Target:
         if not is_number(value):
             raise UserError(f"{kind}={value!r} is not a number; e.g. {kind}={EXAMPLES[kind]}")
         if kind == "kept_dense" and value != int(value):
-            raise UserError(f"kept_dense={value} is not a whole number of groups; e.g. kept_dense={EXAMPLES['kept_dense']}")
+            raise UserError(f"kept_dense={shown(value)} is not a whole number of groups; e.g. kept_dense={EXAMPLES['kept_dense']}")
         if value < 0 or (kind == "max_size_mb" and value == 0):
-            raise UserError(f"{kind}={value} must be {'positive' if kind == 'max_size_mb' else '0 or more'}")
+            raise UserError(f"{kind}={shown(value)} must be {'positive' if kind == 'max_size_mb' else '0 or more'}")
         return cls(kind=kind, value=int(value) if kind == "kept_dense" else float(value))
 
 
