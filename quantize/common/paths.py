@@ -21,12 +21,24 @@ def resolve(path: str | os.PathLike) -> Path:
     return p if p.is_absolute() else Path.cwd() / p
 
 
+def _path_text(key: str, value, what: str, example: str) -> str:
+    """A path setting's text: Hydra reads `out_dir=7` as an int (its digits are
+    the name), but `=true`, `=[1]` and `=1e999` as a bool, a list and inf,
+    whose str() ('True', '[1]', 'inf') is not what was typed."""
+    from quantize.common.errors import UserError
+    from quantize.common.settings import is_integer, is_number, shown
+    if value is None or isinstance(value, str) or is_integer(value):
+        return "" if value is None else str(value)
+    quote = f"; to name a folder {value}, quote it: '{key}=\"{value}\"'" if is_number(value) else ""
+    raise UserError(f"{key}={shown(value)} is not {what}; pass one, e.g. {key}={example}{quote}")
+
+
 def folder_setting(key: str, value) -> str:
     """A folder setting as given; empty is refused: `results_dir=$OUT` with OUT
     unset wrote into the working directory, and an empty artifacts_dir made
     `${artifacts_dir}/<model>/<recipe>` a folder at the file system's root."""
     from quantize.common.errors import UserError
-    text = "" if value is None else str(value)
+    text = _path_text(key, value, "a folder path", "my-folder")
     if not text.strip():
         raise UserError(f"{key} is empty (an unset shell variable?); pass {key}=<a folder>, or {key}=. for this one")
     return text
@@ -36,7 +48,7 @@ def folder_name(key: str, value) -> str:
     """A name that is one folder of a path (<artifacts_dir>/<model.name>/<recipe.name>):
     a '/' or '..' in it wrote outside artifacts_dir, and an empty one dropped a level."""
     from quantize.common.errors import UserError
-    text = "" if value is None else str(value)
+    text = _path_text(key, value, "a folder name", f"my-{key.partition('.')[0]}")
     if not text.strip() or text in (".", "..") or any(c in text for c in "/\\\0"):
         raise UserError(f"{key}={text!r} is not a folder name: it becomes one folder under artifacts_dir; "
                         f"pass a name without '/', e.g. {key}=my-{key.partition('.')[0]}")

@@ -19,8 +19,10 @@ def is_number(value) -> bool:
 
 
 def shown(value) -> str:
-    """A setting's value as the command line spells it (None is Hydra's null)."""
-    return "null" if value is None else str(value)
+    """A setting's value as the command line spells it: Hydra's null, true and false."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return str(value)
 
 
 def flag(key: str, value) -> bool:

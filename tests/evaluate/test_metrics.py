@@ -132,7 +132,7 @@ def test_an_auto_plan_continues_until_the_rule_holds():
 
 @pytest.mark.parametrize("over, expect", [
     ({"runs": "foo"}, "runs=foo: pass an integer >= 1 or auto"),
-    ({"runs": True}, "runs=True: pass an integer >= 1 or auto"),
+    ({"runs": True}, "runs=true: pass an integer >= 1 or auto"),
     ({"runs": "auto", "min_runs": 3, "max_runs": 1}, "max_runs=1 with runs=auto: pass max_runs=<an integer >= 3>"),
     ({"runs": "auto", "target_ci_pct": 0}, "target_ci_pct=0: pass a number > 0"),
     ({"runs": "auto", "target_ci_pct": "nan"}, "target_ci_pct=nan: pass a number > 0"),

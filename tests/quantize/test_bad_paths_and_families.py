@@ -141,6 +141,22 @@ def test_an_empty_folder_setting_is_refused(tmp_path, workdir, tiny_model, modul
     assert not [p for p in workdir.rglob("*") if p.is_file() and "logs" not in p.parts]
 
 
+@pytest.mark.parametrize("module,args,arg,expect", [
+    ("quantize", ["recipe=original"], "artifacts_dir=true", "artifacts_dir=true is not a folder path; pass one"),
+    ("quantize", ["recipe=original"], "model.name=2.5",
+     "model.name=2.5 is not a folder name; pass one, e.g. model.name=my-model; to name a folder 2.5, quote it: "
+     "'model.name=\"2.5\"'"),
+    ("evaluate", ["engine=hf"], "results_dir=1e999", "results_dir=inf is not a folder path"),
+    ("evaluate.report", [], "out_dir=true", "out_dir=true is not a folder path"),
+])
+def test_a_folder_hydra_reads_as_a_bool_or_a_float_is_refused(tmp_path, workdir, tiny_model, module, args, arg, expect):
+    """`out_dir=true` wrote the report to ./True and `results_dir=1e999` rows to ./inf: not the text typed."""
+    model = [] if module == "evaluate.report" else [f"model={tiny_model}"]
+    proc = run_cli(module, *model, *args, arg, cwd=workdir)
+    assert_one_line_error(proc, expect)
+    assert not [p for p in workdir.rglob("*") if p.is_file() and "logs" not in p.parts]
+
+
 # ---- a GPT-NeoX-shaped model ------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,7 @@ def test_build_returns_the_typed_object_from_a_dictconfig():
     ({"_target_": f"{HERE}.Square", "sid": 1}, "'sid' is not a setting of Square; did you mean side?"),
     ({"_target_": f"{HERE}.Square"}, "Square needs side; add it to the YAML"),
     ({"_target_": f"{HERE}.Square", "side": "abc"}, "side=abc is not a number; pass a number for side"),
-    ({"_target_": f"{HERE}.Square", "side": True}, "side=True is not a number"),
+    ({"_target_": f"{HERE}.Square", "side": True}, "side=true is not a number"),
 ])
 def test_each_mistake_is_one_line_naming_the_file(values, message):
     with pytest.raises(UserError) as e:

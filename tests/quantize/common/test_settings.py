@@ -17,8 +17,8 @@ def test_a_flag_is_true_false_1_or_0_and_anything_else_names_both():
 
 def test_a_seed_is_an_integer():
     assert integer("seed", 7) == 7
-    for value in ("abc", 1.5, True):
-        with pytest.raises(UserError, match=rf"^seed={value}: pass an integer, e.g. seed=0$"):
+    for value, spelled in (("abc", "abc"), (1.5, "1.5"), (True, "true")):
+        with pytest.raises(UserError, match=rf"^seed={spelled}: pass an integer, e.g. seed=0$"):
             integer("seed", value)
     with pytest.raises(UserError, match=r"^text.num_windows=abc: pass an integer, e.g. text.num_windows=4$"):
         integer("text.num_windows", "abc", 4)
