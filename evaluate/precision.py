@@ -90,15 +90,19 @@ def plan(settings: dict) -> RunPlan:
     line naming the fix."""
     runs = _count_or_auto(settings, "runs", 1, "runs=3 is typical, runs=auto adds runs until the interval is narrow")
     warmup = _count_or_auto(settings, "warmup_runs", 0, "warmup_runs=1 is typical, or warmup_runs=auto")
-    min_runs = max_runs = max_warmup = 0
-    target = tolerance = 0.0
-    if runs is None:
-        min_runs = _integer(settings, "min_runs", 2, "runs=auto", "an interval needs two runs")
-        max_runs = _integer(settings, "max_runs", min_runs, "runs=auto", f"at least min_runs={min_runs}")
-        target = _positive(settings, "target_ci_pct", "the half-width of the 95% interval in % of the mean, e.g. 5")
-    if warmup is None:
-        max_warmup = _integer(settings, "max_warmup_runs", 2, "warmup_runs=auto", "stability compares two warm-up runs")
-        tolerance = _positive(settings, "warmup_tolerance_pct", "e.g. 5")
+    # The auto settings are checked with fixed runs too, so a typo shows the first
+    # time; how they relate (max_runs >= min_runs) only where they apply.
+    min_runs = _integer(settings, "min_runs", 2, "runs=auto", "an interval needs two runs")
+    max_runs = _integer(settings, "max_runs", min_runs if runs is None else 1, "runs=auto",
+                        f"at least min_runs={min_runs}")
+    target = _positive(settings, "target_ci_pct", "the half-width of the 95% interval in % of the mean, e.g. 5")
+    max_warmup = _integer(settings, "max_warmup_runs", 2, "warmup_runs=auto", "stability compares two warm-up runs")
+    tolerance = _positive(settings, "warmup_tolerance_pct", "e.g. 5")
+    if runs is not None:
+        min_runs = max_runs = 0
+        target = 0.0
+    if warmup is not None:
+        max_warmup, tolerance = 0, 0.0
     return RunPlan(runs, min_runs, max_runs, target, warmup, tolerance, max_warmup)
 
 
@@ -115,7 +119,7 @@ def _integer(settings: dict, key: str, least: int, mode: str, why: str) -> int:
     value = settings.get(key)
     if is_integer(value) and value >= least:
         return value
-    raise UserError(f"{key}={shown(value)} with {mode}: pass {key}=<an integer >= {least}> ({why})")
+    raise UserError(f"{key}={shown(value)}: pass {key}=<an integer >= {least}> ({why}, for {mode})")
 
 
 def _positive(settings: dict, key: str, what: str) -> float:

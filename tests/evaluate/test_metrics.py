@@ -133,10 +133,13 @@ def test_an_auto_plan_continues_until_the_rule_holds():
 @pytest.mark.parametrize("over, expect", [
     ({"runs": "foo"}, "runs=foo: pass an integer >= 1 or auto"),
     ({"runs": True}, "runs=true: pass an integer >= 1 or auto"),
-    ({"runs": "auto", "min_runs": 3, "max_runs": 1}, "max_runs=1 with runs=auto: pass max_runs=<an integer >= 3>"),
+    ({"runs": "auto", "min_runs": 3, "max_runs": 1}, "max_runs=1: pass max_runs=<an integer >= 3> (at least min_runs=3"),
+    ({"min_runs": "zzz"}, "min_runs=zzz: pass min_runs=<an integer >= 2> (an interval needs two runs, for runs=auto)"),
+    ({"target_ci_pct": [1]}, "target_ci_pct=[1]: pass a number > 0"),
+    ({"warmup_tolerance_pct": None}, "warmup_tolerance_pct=null: pass a number > 0"),
     ({"runs": "auto", "target_ci_pct": 0}, "target_ci_pct=0: pass a number > 0"),
     ({"runs": "auto", "target_ci_pct": "nan"}, "target_ci_pct=nan: pass a number > 0"),
-    ({"warmup_runs": "auto", "max_warmup_runs": 1}, "max_warmup_runs=1 with warmup_runs=auto"),
+    ({"warmup_runs": "auto", "max_warmup_runs": 1}, "max_warmup_runs=1: pass max_warmup_runs=<an integer >= 2>"),
 ])
 def test_bad_settings_are_one_line(over, expect):
     with pytest.raises(UserError) as e:
@@ -144,5 +147,8 @@ def test_bad_settings_are_one_line(over, expect):
     assert str(e.value).startswith(expect) and "\n" not in str(e.value)
 
 
-def test_auto_settings_are_not_checked_for_fixed_runs():
-    assert plan(settings(max_runs=1, target_ci_pct=0)).runs == 3
+def test_with_fixed_runs_the_auto_settings_are_checked_but_not_how_they_relate():
+    """A typo in an auto setting shows the first time, not on the first runs=auto
+    run; max_runs below min_runs matters only where runs=auto reads both."""
+    p = plan(settings(max_runs=1))
+    assert p.runs == 3 and not p.auto and (p.min_runs, p.max_runs, p.target_ci_pct) == (0, 0, 0.0)

@@ -98,14 +98,16 @@ def test_auto_warm_up_is_capped(tiny_model, tmp_path):
 
 @pytest.mark.parametrize("args, expect", [
     (["runs=auto", "max_runs=1", "min_runs=3"],
-     "error: max_runs=1 with runs=auto: pass max_runs=<an integer >= 3> (at least min_runs=3)"),
-    (["runs=auto", "min_runs=1"], "error: min_runs=1 with runs=auto: pass min_runs=<an integer >= 2>"),
+     "error: max_runs=1: pass max_runs=<an integer >= 3> (at least min_runs=3, for runs=auto)"),
+    (["runs=auto", "min_runs=1"], "error: min_runs=1: pass min_runs=<an integer >= 2>"),
+    (["runs=3", "target_ci_pct=zzz"], "error: target_ci_pct=zzz: pass a number > 0"),   # with runs=3 it ran
+    (["warmup_runs=1", "max_warmup_runs=[1]"], "error: max_warmup_runs=[1]: pass max_warmup_runs=<an integer >= 2>"),
     (["runs=auto", "target_ci_pct=0"], "error: target_ci_pct=0: pass a number > 0"),
     (["runs=foo"], "error: runs=foo: pass an integer >= 1 or auto"),
     (["runs=0"], "error: runs=0: pass an integer >= 1 or auto"),
     (["runs=2.5"], "error: runs=2.5: pass an integer >= 1 or auto"),
     (["warmup_runs=-1"], "error: warmup_runs=-1: pass an integer >= 0 or auto"),
-    (["warmup_runs=auto", "max_warmup_runs=1"], "error: max_warmup_runs=1 with warmup_runs=auto"),
+    (["warmup_runs=auto", "max_warmup_runs=1"], "error: max_warmup_runs=1: pass max_warmup_runs=<an integer >= 2>"),
     (["warmup_runs=auto", "warmup_tolerance_pct=0"], "error: warmup_tolerance_pct=0: pass a number > 0"),
 ])
 def test_bad_run_settings_are_one_line_before_any_engine_starts(tiny_model, tmp_path, args, expect):
