@@ -38,7 +38,8 @@ def requested_dtype(requested, key: str = "dtype"):
     dtype = getattr(torch, requested, None) if isinstance(requested, str) else None
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         from quantize.common.errors import UserError
-        raise UserError(f"{key}={requested}: unknown dtype; use auto, float32, bfloat16 or float16")
+        from quantize.common.settings import shown
+        raise UserError(f"{key}={shown(requested)}: unknown dtype; use auto, float32, bfloat16 or float16")
     return dtype
 
 
