@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from quantize.common.errors import UserError
 from quantize.common.paths import folder_setting, resolve
 from quantize.common.recipe_choices import RecipeChoice
-from quantize.common.settings import flag, is_number, shown
+from quantize.common.settings import flag, is_integer, is_number, shown
 from quantize.config import ModelChoice
 
 TARGETS = ("max_size_mb", "max_kl", "kept_dense")
@@ -54,8 +54,9 @@ class ProposeConfig:
     @classmethod
     def from_config(cls, values: dict) -> "ProposeConfig":
         name = values.get("name")
-        if name is not None and (not str(name) or set(str(name)) - NAME_CHARS or str(name).startswith(".")):
-            raise UserError(f"name={name!r} is not a recipe name; use letters, digits, _ - . (e.g. name=w4a16_keep12)")
+        typed = isinstance(name, str) or is_integer(name)    # name=true is no recipe called True
+        if name is not None and (not typed or not str(name) or set(str(name)) - NAME_CHARS or str(name).startswith(".")):
+            raise UserError(f"name={shown(name)!r} is not a recipe name; use letters, digits, _ - . (e.g. name=w4a16_keep12)")
         return cls(model=ModelChoice.from_config(values["model"]), recipe=RecipeChoice.from_config(values["recipe"]),
                    target=Target.from_config(values), sensitivity=str(values.get("sensitivity") or "auto"),
                    name=None if name is None else str(name), force=flag("force", values.get("force", False)),

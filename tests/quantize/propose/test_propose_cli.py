@@ -39,6 +39,7 @@ def propose(tmp_path, tiny_model, results, *args: str, cwd):
     (["recipe=no_such_recipe", "kept_dense=1"], "unknown recipe 'no_such_recipe'"),
     (["recipe=original", "kept_dense=1"], "recipe=original quantizes nothing"),
     (["recipe=w4a16_gptq", "kept_dense=1", "name=../escape"], "is not a recipe name"),
+    (["recipe=w4a16_gptq", "kept_dense=1", "name=true"], "name='true' is not a recipe name"),   # wrote True.yaml
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, workdir, tiny_model, store, args, said):
     proc = propose(tmp_path, tiny_model, store, *args, cwd=workdir)
