@@ -36,6 +36,14 @@ def assert_one_line_error(proc, *expect: str) -> str:
     return line
 
 
+def assert_refused_before_any_work(model, tmp_path, arg: str, expect: str) -> None:
+    """`arg` (engine=hf, speed only) is one line naming `expect`, with no results folder made."""
+    res = tmp_path / "results"
+    proc = evaluate(model, res, "engine=hf", "accuracy=none", *arg.split(), cwd=tmp_path)
+    assert_one_line_error(proc, expect)
+    assert not res.exists()
+
+
 def truncate(path, keep: float = 0.5) -> None:
     data = path.read_bytes()
     path.write_bytes(data[:int(len(data) * keep)])
@@ -200,10 +208,7 @@ def test_the_vllm_cpu_variables_quantbench_reads_are_checked_as_the_config_is_re
     ("seed=-1", "seed=-1: pass an integer >= 0, e.g. seed=0"),
 ])
 def test_a_value_that_failed_deep_in_the_job_is_one_line_before_it(tiny_model, tmp_path, arg, expect):
-    res = tmp_path / "results"
-    proc = evaluate(tiny_model, res, "engine=hf", "accuracy=none", *arg.split(), cwd=tmp_path)
-    assert_one_line_error(proc, expect)
-    assert not res.exists()
+    assert_refused_before_any_work(tiny_model, tmp_path, arg, expect)
 
 
 def test_cuda_for_engine_hf_on_a_machine_without_it_is_one_line(tiny_model, tmp_path):
@@ -225,10 +230,7 @@ def test_cuda_for_engine_hf_on_a_machine_without_it_is_one_line(tiny_model, tmp_
     ("scenario.batch_size=null", "scenario interactive has no batch_size; give it an integer"),
 ])
 def test_a_name_that_labels_rows_is_text(tiny_model, tmp_path, arg, expect):
-    res = tmp_path / "results"
-    proc = evaluate(tiny_model, res, "engine=hf", "accuracy=none", *arg.split(), cwd=tmp_path)
-    assert_one_line_error(proc, expect)
-    assert not res.exists()
+    assert_refused_before_any_work(tiny_model, tmp_path, arg, expect)
 
 
 @pytest.mark.parametrize("arg,expect", [
@@ -241,10 +243,7 @@ def test_a_name_that_labels_rows_is_text(tiny_model, tmp_path, arg, expect):
     ("lm_eval=austen_lastword lm_eval.enabled=", "lm_eval.enabled=: pass lm_eval.enabled=true"),
 ])
 def test_an_empty_or_zero_value_is_not_read_as_the_default(tiny_model, tmp_path, arg, expect):
-    res = tmp_path / "results"
-    proc = evaluate(tiny_model, res, "engine=hf", "accuracy=none", *arg.split(), cwd=tmp_path)
-    assert_one_line_error(proc, expect)
-    assert not res.exists()
+    assert_refused_before_any_work(tiny_model, tmp_path, arg, expect)
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.0.2.7", "::"])
