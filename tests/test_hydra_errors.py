@@ -63,6 +63,16 @@ def test_a_key_under_a_single_value_says_it_takes_one_value(tmp_path):
                                     "(runs=<value>)")
 
 
+def test_a_key_whose_name_holds_a_dot_names_the_override_that_reaches_it(tmp_path):
+    """search.params' keys are `trial.scheme` and the like: the line said "did you mean
+    search.params.trial.scheme?", the key it had just refused."""
+    proc = run("evaluate.search", "search=tiny", "search.params.trial.scheme=w8a8", cwd=tmp_path)
+    assert proc.returncode == ExitCode.BAD_INPUT
+    assert one_error_line(proc) == ("error: python -m evaluate.search has no key search.params.trial.scheme: "
+                                    "search.params holds `trial.scheme` as one key, which an override cannot "
+                                    "reach; pass trial.scheme=<value>")
+
+
 def test_the_report_names_its_keys_in_one_line(tmp_path):
     proc = run("evaluate.report", "ouput=[csv]", cwd=tmp_path)
     assert proc.returncode == ExitCode.BAD_INPUT

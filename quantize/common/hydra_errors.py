@@ -44,6 +44,12 @@ def unknown_key(key: str, command: str, config_name: str, overrides: list[str]) 
                 f"{parent}={{{name}:{given}}} (several: {parent}={{a:1,b:2}})")
     if parent in values and not isinstance(values[parent], (dict, type(None))):
         return f"{command} has no key {key}: {parent} takes one value, not keys ({parent}=<value>)"
+    parts = key.split(".")
+    splits = [(".".join(parts[:i]), ".".join(parts[i:])) for i in range(1, len(parts))]
+    holder, inner = next(((h, n) for h, n in splits if isinstance(values.get(h), dict) and n in values[h]), (None, None))
+    if holder:   # a key whose own name holds a dot (search.params' `trial.scheme`): Hydra reads it as nesting
+        fix = f"pass {inner}=<value>" if inner in values else f"change it in its YAML, or set {holder} whole"
+        return f"{command} has no key {key}: {holder} holds `{inner}` as one key, which an override cannot reach; {fix}"
     close = nearest(key, list(values))
     hint = f"; did you mean {close}?" if close else ""
     return f"{command} has no key {key}{hint} ({command} --help lists its keys)"
