@@ -9,6 +9,7 @@ from evaluate.search.config import SearchConfig
 from evaluate.search.space import SCHEMES, TrialValues
 from evaluate.search.trial import speed_scenario
 from quantize.common.errors import UserError
+from quantize.common.settings import shown
 
 PREFIX = "trial."
 
@@ -24,8 +25,8 @@ def before_sweep(config: SearchConfig, fixed: set[str] = frozenset()) -> None:
                             f"{', '.join(PREFIX + n for n in sorted(names))}")
     params = {k: v for k, v in config.space.params.items() if k not in fixed}
     for scheme in _choices(params.get(PREFIX + "scheme"), config.trial.scheme):
-        if scheme not in SCHEMES:
-            raise UserError(f"{where}: unknown scheme family {scheme!r}; choose from {', '.join(SCHEMES)}")
+        if not isinstance(scheme, str) or scheme not in SCHEMES:
+            raise UserError(f"{where}: unknown scheme family {shown(scheme)!r}; choose from {', '.join(SCHEMES)}")
     expression = params.get(PREFIX + "keep_dense")
     most = kept_dense.upper_bound(expression) if expression is not None else config.trial.keep_dense
     if most > 0:

@@ -24,6 +24,7 @@ import yaml
 from quantize.common.errors import UserError
 from quantize.common.extensions import Configurable
 from quantize.common.recipe_edit import dense_ignore
+from quantize.common.settings import is_integer, is_number, shown
 
 NAME_PREFIX = "search-"
 GROUP_SIZES = (128, 64, 32)   # a group size that does not divide the model falls to the next that does
@@ -62,19 +63,16 @@ class TrialValues:
         if unknown:
             raise UserError(f"trial.{unknown[0]} is not a search value; the space sets {', '.join(sorted(names))}")
         typed = dict(values)
-        try:
-            if "group_size" in typed:
-                size = typed["group_size"]
-                typed["group_size"] = None if size in (None, "none", "null", "channel") else int(size)
-            for key in ("smoothquant", "dampening"):
-                if key in typed:
-                    typed[key] = float(typed[key])
-            if "keep_dense" in typed:
-                typed["keep_dense"] = int(typed["keep_dense"])
-            if "sparse_2_4" in typed:
-                typed["sparse_2_4"] = _boolean(typed["sparse_2_4"])
-        except (TypeError, ValueError) as e:
-            raise UserError(f"a trial value is not a number ({e}); fix the search space's params") from None
+        if "group_size" in typed:
+            size = typed["group_size"]
+            typed["group_size"] = None if size in (None, "none", "null", "channel") else _read("group_size", size, int)
+        for key in ("smoothquant", "dampening"):
+            if key in typed:
+                typed[key] = _read(key, typed[key], float)
+        if "keep_dense" in typed:
+            typed["keep_dense"] = _read("keep_dense", typed["keep_dense"], int)
+        if "sparse_2_4" in typed:
+            typed["sparse_2_4"] = _read("sparse_2_4", typed["sparse_2_4"], _boolean)
         return cls(**typed).in_range()
 
     def in_range(self) -> "TrialValues":
@@ -88,6 +86,20 @@ class TrialValues:
 
     def describe(self) -> str:
         return " ".join(f"{k}={'none' if v is None else v}" for k, v in dataclasses.asdict(self).items())
+
+
+def _read(key: str, value, kind):
+    """A trial value as `kind` (int, float, _boolean): Hydra and Optuna give numbers,
+    a space's YAML may give their text; int(2.5) is 2 and int(True) 1, so those are refused."""
+    whole = kind is not int or is_integer(value) or (isinstance(value, str) and value.strip().lstrip("-").isdigit())
+    number = kind is not float or is_number(value) or isinstance(value, str)
+    try:
+        if whole and number:
+            return kind(value)
+    except (TypeError, ValueError):
+        pass
+    wanted = {int: "an integer", float: "a number"}.get(kind, "true or false")
+    raise UserError(f"trial.{key}={shown(value)} is not {wanted}; fix it on the command line or in the search space's params")
 
 
 def _boolean(value) -> bool:

@@ -10,6 +10,9 @@ from quantize.common.errors import UserError, nearest
 # "Could not override 'out_dir'." (key=value) and "Could not delete from config. 'out_dir' ..." (~key)
 UNKNOWN_KEY = re.compile(r"Could not (?:override|delete from config\.) '([^']+)'")
 MISSING_GROUP = re.compile(r"You must specify '([^']+)'")
+# a typed node (the sweeper's seed: int) read through an interpolation of a setting (${seed})
+UNCONVERTED = re.compile(r"interpolation '\$\{([\w.]+)\}': Value '(.*?)' of type '\w+' could not be converted to (\w+)")
+KINDS = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false"}
 
 
 def as_user_error(e: BaseException, module: str, config_name: str, overrides: list[str]) -> UserError | None:
@@ -23,6 +26,10 @@ def as_user_error(e: BaseException, module: str, config_name: str, overrides: li
     unknown = UNKNOWN_KEY.search(text)
     if unknown:
         return UserError(unknown_key(unknown.group(1), command, config_name, overrides))
+    unconverted = UNCONVERTED.search(text)
+    if unconverted:
+        key, value, kind = unconverted.groups()
+        return UserError(f"{key}={value}: pass {KINDS.get(kind, kind.lower())} for {key}")
     group = MISSING_GROUP.search(text)
     if group:
         return UserError(missing_group(group.group(1), command, overrides))

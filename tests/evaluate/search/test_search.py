@@ -207,6 +207,9 @@ def test_kept_dense_groups_without_a_sensitivity_file_name_the_command(tiny_mode
     (["n_jobs=0"], "n_jobs=0: pass an integer >= 1, e.g. n_jobs=2"),           # an IndexError deep in Optuna
     (["trial.dampening=-1"], "trial values out of range"),                      # failed in the first trial
     (["storage=-1"], "hydra.sweeper.storage=-1 is not a database URL"),        # an AttributeError
+    (["trial.scheme=[1]"], "unknown scheme family '[1]'; choose from"),          # a TypeError: unhashable list
+    (["trial.group_size=true"], "trial.group_size=true is not an integer"),      # int(True): group size 1
+    (["seed="], "error: seed=: pass an integer for seed"),                       # OmegaConf's interpolation error
 ])
 def test_a_search_that_cannot_run_stops_before_its_first_trial(tiny_model, tmp_path, args, says):
     proc = run_cli("evaluate.search", "search=tiny", f"model={tiny_model}", "engine=hf", f"results_dir={tmp_path}",

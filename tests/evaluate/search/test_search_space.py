@@ -102,6 +102,13 @@ def test_bad_trial_values_are_one_line(space):
                                             r"0 <= smoothquant < 1, group_size >= 1 \(or none: per channel\)$"):
             TrialValues.from_values(values)
     assert TrialValues.from_values({"group_size": "channel"}).group_size is None
+    # int(2.5) is 2 and int(True) 1: refused, not truncated
+    for values, said in (({"group_size": 2.5}, "trial.group_size=2.5 is not an integer"),
+                         ({"group_size": True}, "trial.group_size=true is not an integer"),
+                         ({"dampening": True}, "trial.dampening=true is not a number"),
+                         ({"sparse_2_4": "maybe"}, "trial.sparse_2_4=maybe is not true or false")):
+        with pytest.raises(UserError, match=f"^{re.escape(said)}; fix it on the command line or in the search"):
+            TrialValues.from_values(values)
 
 
 def test_the_shipped_spaces_build(tmp_path):
