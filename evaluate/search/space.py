@@ -89,14 +89,18 @@ class TrialValues:
 
 
 def _read(key: str, value, kind):
-    """A trial value as `kind` (int, float, _boolean): Hydra and Optuna give numbers,
-    a space's YAML may give their text; int(2.5) is 2 and int(True) 1, so those are refused."""
-    whole = kind is not int or is_integer(value) or (isinstance(value, str) and value.strip().lstrip("-").isdigit())
-    number = kind is not float or is_number(value) or isinstance(value, str)
+    """A trial value as `kind` (int, float or _boolean). Hydra and Optuna give
+    numbers, a space's YAML may give their text; int(2.5) is 2, int(True) 1 and
+    float("nan") no value, so those are refused."""
+    text = isinstance(value, str)
     try:
-        if whole and number:
-            return kind(value)
-    except (TypeError, ValueError):
+        if kind is int and (is_integer(value) or (text and value.strip().lstrip("-").isdigit())):
+            return int(value)
+        if kind is float and (is_number(value) or (text and is_number(float(value)))):
+            return float(value)
+        if kind is _boolean:
+            return _boolean(value)
+    except ValueError:
         pass
     wanted = {int: "an integer", float: "a number"}.get(kind, "true or false")
     raise UserError(f"trial.{key}={shown(value)} is not {wanted}; fix it on the command line or in the search space's params")

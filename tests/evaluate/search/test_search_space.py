@@ -106,6 +106,7 @@ def test_bad_trial_values_are_one_line(space):
     for values, said in (({"group_size": 2.5}, "trial.group_size=2.5 is not an integer"),
                          ({"group_size": True}, "trial.group_size=true is not an integer"),
                          ({"dampening": True}, "trial.dampening=true is not a number"),
+                         ({"dampening": "nan"}, "trial.dampening=nan is not a number"),     # passed the range check
                          ({"sparse_2_4": "maybe"}, "trial.sparse_2_4=maybe is not true or false")):
         with pytest.raises(UserError, match=f"^{re.escape(said)}; fix it on the command line or in the search"):
             TrialValues.from_values(values)
