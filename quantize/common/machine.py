@@ -185,10 +185,11 @@ def check_device(key: str, device) -> None:
     one. torch's own parse decides what a device string is; another value, or
     CUDA on a CPU machine, failed as the model moved there."""
     from quantize.common.errors import UserError
+    from quantize.common.settings import shown
     if device is None or device == "auto":
         return
     import torch
-    text = str(device)
+    text = shown(device)
     try:
         kind = torch.device(device).type if isinstance(device, str) else None  # 0 would be cuda:0
     except RuntimeError:
