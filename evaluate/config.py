@@ -17,9 +17,10 @@ from evaluate.serving.profiles import LoadProfile
 from evaluate.serving.slo import SLO
 from evaluate.target import TargetConfig, verify_mode
 from quantize.common import hf_load, tracking
+from quantize.common.errors import UserError
 from quantize.common.extensions import plain
 from quantize.common.paths import folder_name, folder_setting
-from quantize.common.settings import flag, integer
+from quantize.common.settings import flag, integer, is_name, shown
 from quantize.common.tracking import Tracker
 
 # The top-level keys that decide how many warm-up and timed runs a scenario gets.
@@ -61,8 +62,19 @@ class EvaluateConfig:
             seed=integer("seed", cfg.seed, minimum=0),
             results_dir=folder_setting("results_dir", cfg.results_dir), results_per_process=flag("results_per_process", cfg.results_per_process),
             skip_completed=flag("skip_completed", cfg.skip_completed),
-            hardware=cfg.hardware.name if cfg.get("hardware") else None,
+            hardware=hardware_profile(cfg),
             tracker=tracking.from_group(_group(cfg, "tracking")))
+
+
+def hardware_profile(cfg) -> str | None:
+    """The conf/hardware/ profile's name, which every row records."""
+    if not cfg.get("hardware"):
+        return None
+    name = cfg.hardware.get("name")
+    if not is_name(name):
+        raise UserError(f"hardware.name={shown(name)} is not a name: it is the conf/hardware/ profile the rows record; "
+                        "choose a profile with hardware=cpu or hardware=cuda")
+    return name
 
 
 def target_config(cfg) -> TargetConfig:

@@ -28,6 +28,7 @@ from quantize.common import extensions
 from quantize.common.errors import UserError
 from quantize.common.extensions import Configurable
 from quantize.common.paths import CONF_DIR, resolve as resolve_path
+from quantize.common.settings import is_integer, is_name, shown
 
 SCENARIO_DIR = CONF_DIR / "scenario"
 FILE_OPTION = "file"  # conf/scenario/file.yaml: the option `scenario=<path>` selects
@@ -253,17 +254,15 @@ SHAPE_KEYS = ("batch_size", "input_len", "output_len")
 
 
 def _from_dict(d: dict) -> Scenario:
-    if not (isinstance(d.get("name"), str) and d["name"].strip()):
+    if not is_name(d.get("name")):
         raise UserError(f"scenario {d} has no name; give it one (`name:` in its file, or scenario.name=<text>)")
     missing = [key for key in SHAPE_KEYS if d.get(key) is None]
     if missing:
         raise UserError(f"scenario {d['name']} has no {' or '.join(missing)}; give {'it' if len(missing) == 1 else 'each'} an integer "
                         f"(`{missing[0]}:` in its file, or scenario.{missing[0]}=<integer>)")
-    try:
-        s = Scenario(name=d["name"], **{key: int(d[key]) for key in SHAPE_KEYS})
-    except (TypeError, ValueError) as e:
-        raise UserError(f"scenario {d['name']} needs integer batch_size, input_len and "
-                        f"output_len ({type(e).__name__}: {e})") from None
-    if min(s.batch_size, s.input_len, s.output_len) < 1:
-        raise UserError(f"scenario {s.name}: batch_size, input_len and output_len must be >= 1")
-    return s
+    # int() would read 2.5 as 2 and true as 1: a file's typo would time another shape
+    for key in SHAPE_KEYS:
+        if not (is_integer(d[key]) and d[key] >= 1):
+            raise UserError(f"scenario {d['name']}: {key}={shown(d[key])} is not an integer >= 1; "
+                            f"pass one (`{key}: 8` in its file, or scenario.{key}=8)")
+    return Scenario(name=d["name"], **{key: d[key] for key in SHAPE_KEYS})

@@ -27,7 +27,7 @@ from evaluate.formats import Verdict
 from evaluate.memory import Baseline, PeakMemory, release_freed_memory
 from evaluate.metrics import RequestTiming
 from quantize.common.errors import UserError
-from quantize.common.settings import is_integer, is_number, shown
+from quantize.common.settings import is_integer, is_name, is_number, shown
 
 # The variables this process was started with. Libraries write their own
 # defaults into os.environ as they run (importing vLLM makes inductor set
@@ -104,7 +104,7 @@ class Engine:
         name, args and env, and the engine's own keys as `settings`."""
         values = dict(values)
         name = values.pop("name", None)
-        if not (isinstance(name, str) and name.strip()):
+        if not is_name(name):
             raise UserError(f"engine.name={shown(name)} is not a name: it is the rows' `engine`; pass text, "
                             "e.g. engine.name=vllm, or add `name: <text>` to the engine's YAML")
         args, env = values.pop("args", None) or {}, values.pop("env", None) or {}

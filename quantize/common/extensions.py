@@ -30,7 +30,7 @@ import typing
 from typing import Any, Mapping, TypeVar
 
 from quantize.common.errors import UserError, nearest
-from quantize.common.settings import is_integer, is_number, shown
+from quantize.common.settings import is_integer, is_name, is_number, shown
 
 TARGET = "_target_"
 T = TypeVar("T")
@@ -105,7 +105,7 @@ def check_scalar_fields(cls: type, values: dict, where: str) -> None:
         wanted = _scalar_kind(hints.get(key), value)
         if wanted:
             raise UserError(f"{where}: {key}={shown(value)} is not {wanted}; pass {wanted} for {key}")
-        if key == "name" and isinstance(value, str) and not value.strip():
+        if key == "name" and isinstance(value, str) and not is_name(value):
             raise UserError(f"{where}: name is empty; pass a name, the rows' label, e.g. name=mine")
 
 

@@ -18,6 +18,11 @@ def is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def is_name(value) -> bool:
+    """A label rows carry (an engine's, a scenario's, a profile's): non-blank text."""
+    return isinstance(value, str) and bool(value.strip())
+
+
 def shown(value) -> str:
     """A setting's value as the command line spells it: Hydra's null, true and false."""
     if value is None or isinstance(value, bool):

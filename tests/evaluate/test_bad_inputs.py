@@ -228,6 +228,8 @@ def test_cuda_for_engine_hf_on_a_machine_without_it_is_one_line(tiny_model, tmp_
     # a complaint about integers for a missing name, a KeyError for a missing length
     ("scenario.name=null", "has no name; give it one"),
     ("scenario.batch_size=null", "scenario interactive has no batch_size; give it an integer"),
+    ("hardware.name=[1]", "hardware.name=[1] is not a name: it is the conf/hardware/ profile the rows record; "
+                          "choose a profile with hardware=cpu or hardware=cuda"),
 ])
 def test_a_name_that_labels_rows_is_text(tiny_model, tmp_path, arg, expect):
     assert_refused_before_any_work(tiny_model, tmp_path, arg, expect)

@@ -155,6 +155,12 @@ def test_a_set_may_include_and_define_scenarios(tmp_path):
     ("scenarios:\n  - {name: half, batch_size: 1}\n", "half has no input_len or output_len"),
     ("scenarios:\n  - {batch_size: 1, input_len: 8, output_len: 4}\n", "has no name; give it one"),
     ("scenarios:\n  - {name: [a], batch_size: 1, input_len: 8, output_len: 4}\n", "has no name; give it one"),
+    # int() read these as batch 2 and batch 1: another shape than the file's, timed without a word
+    ("scenarios:\n  - {name: a, batch_size: 2.5, input_len: 8, output_len: 4}\n",
+     r"scenario a: batch_size=2.5 is not an integer >= 1; pass one \(`batch_size: 8` in its file"),
+    ("scenarios:\n  - {name: a, batch_size: true, input_len: 8, output_len: 4}\n", "a: batch_size=true is not an integer"),
+    ("scenarios:\n  - {name: a, batch_size: 1, input_len: '8', output_len: 4}\n", "a: input_len=8 is not an integer"),
+    ("scenarios:\n  - {name: a, batch_size: 1, input_len: 8, output_len: 0}\n", "a: output_len=0 is not an integer >= 1"),
 ])
 def test_a_bad_inline_set_is_one_line(tmp_path, body, match):
     (tmp_path / "bad.yaml").write_text(f"name: bad\n{body}")
