@@ -24,7 +24,7 @@ The sizes vLLM accepts, from the CUDA build of vLLM 0.32.0:
 import logging
 from dataclasses import dataclass
 
-from quantize.common.settings import is_integer
+from quantize.common.settings import is_integer, shown
 
 log = logging.getLogger("quantbench.evaluate")
 
@@ -103,12 +103,9 @@ def config_problem(model_config: dict, args: dict) -> str | None:
     value = args.get(KEY)
     if _is_auto(value):
         return None  # resolve() makes it a size that fits
-    try:
-        tp = int(value or 1)
-    except (TypeError, ValueError):
-        return f"engine.args.{KEY}={value} is not a count; use a whole number or {AUTO}"
-    if tp < 1:
-        return f"engine.args.{KEY}={value} is not a count; use 1 or more, or {AUTO}"
+    tp = 1 if value is None else _count(value)
+    if tp is None:  # int() made 2.5 a 2 and true a 1, and the error then named a size not asked for
+        return f"engine.args.{KEY}={shown(value)} is not a count; use a whole number >= 1, or {AUTO}"
     split = Split.of(model_config)
     why = split.problem(tp) if tp > 1 else None
     if why is None:

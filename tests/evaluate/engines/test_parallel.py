@@ -65,7 +65,11 @@ def test_a_size_typed_out_is_left_as_it_is():
      "use one of 1, 2, 4, 8, 16, 24, or auto"),
     ({"num_attention_heads": 4, "intermediate_size": 6}, 4,
      "engine.args.tensor_parallel_size=4 does not divide the model's MLP size (6); use one of 1, 2, or auto"),
-    (SMOLLM2, "two", "engine.args.tensor_parallel_size=two is not a count; use a whole number or auto"),
+    (SMOLLM2, "two", "engine.args.tensor_parallel_size=two is not a count; use a whole number >= 1, or auto"),
+    # int() made these 2 and 1: the error named a size not asked for, or vLLM got `true`
+    (SMOLLM2, 2.5, "engine.args.tensor_parallel_size=2.5 is not a count; use a whole number >= 1, or auto"),
+    (SMOLLM2, True, "engine.args.tensor_parallel_size=true is not a count; use a whole number >= 1, or auto"),
+    (SMOLLM2, 0, "engine.args.tensor_parallel_size=0 is not a count; use a whole number >= 1, or auto"),
 ])
 def test_a_size_vllm_would_refuse_is_one_line_naming_sizes_that_work(model, tp, expect):
     assert VllmEngine.config_problem(model, {"tensor_parallel_size": tp}) == expect
