@@ -67,6 +67,13 @@ class Overall:
         return self.comparison.interval
 
     @property
+    def testable(self) -> bool:
+        """An interval, from two runs or more of every scenario, its own and
+        its baseline's: the original's speed-up over itself is 1 with an
+        interval of width 0 whatever its runs, yet one run of it tests nothing."""
+        return self.interval is not None and all(testable(g) and testable(g.baseline) for g in self.groups)
+
+    @property
     def flagged(self) -> list[Group]:
         """Its scenarios whose speed-up is flagged (⚠): included all the same."""
         return [g for g in self.groups if g.flag]
@@ -121,10 +128,10 @@ def overall_of(model: str, store: Store | None, groups: list[Group]) -> OverallR
         gs = [by_sc[s] for s in scs]
         entries.append(Overall(ident, gs, Contrast.mean_of([speedup_contrast(g) for g in gs])))
     entries.sort(key=lambda o: -o.speedup)
-    ranked = [o for o in entries if o.interval is not None]
+    ranked = [o for o in entries if o.testable]
     for o, mark in zip(ranked, letters(ranked, lambda a, b: a.contrast.minus(b.contrast).compare().verdict.differs)):
         o.letters = mark
-    return OverallRanking(model, store, scs, ranked, [o for o in entries if o.interval is None], incomplete)
+    return OverallRanking(model, store, scs, ranked, [o for o in entries if not o.testable], incomplete)
 
 
 def speedup_contrast(g: Group) -> Contrast:

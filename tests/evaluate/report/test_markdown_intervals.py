@@ -89,6 +89,16 @@ def test_a_single_run_is_listed_apart_in_every_section(tmp_path):
     assert "- not ranked: w8a8_smooth_ptq — 1.33x; ⚠ flagged in interactive: no interval" in md
 
 
+def test_a_single_run_original_is_not_ranked_first_overall(tmp_path):
+    """Its speed-up over itself is 1.00x with an interval of width 0 whatever
+    its runs: the overall ranked it first, above a recipe 1.33x faster that the
+    scenario ranking (rightly) lists apart."""
+    md = report(tmp_path, speed("original", [30.0]) + speed("w8a8_smooth_ptq", [40.0, 40.4, 39.6]))
+    assert overall(md) == []
+    assert "- not ranked: original — 1.00x; ⚠ flagged in interactive: no interval, a scenario has a single run" in md
+    assert "- not ranked: w8a8_smooth_ptq — 1.33x; ⚠ flagged in interactive: no interval" in md
+
+
 def overall(md: str) -> list[str]:
     return [line for line in md.split("**Overall**", 1)[1].splitlines() if line[:1].isdigit()]
 
