@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evaluate.analysis import accuracy_bounds
 from evaluate.analysis.groups import BASELINE, Group, aggregate
 from evaluate.results import Row
 from quantize.common import sanity_rules
@@ -63,13 +64,21 @@ def judge(first: Row, rows: list[Row], accuracy: list[Group], config: sanity_rul
     for group in accuracy:
         suspect.top1_agreement = group.mean("top1_agreement")
         suspect.recovery_pct = group.mean("recovery_pct")
-        interval = group.interval("recovery_pct")
+        interval = recovery_interval(group)
         half = None if interval is None else (interval[1] - interval[0]) / 2
         for reason in (sanity_rules.top1_reason(suspect.top1_agreement, name, config),
                        sanity_rules.recovery_reason(suspect.recovery_pct, half, config)):
             if reason and reason not in suspect.reasons:
                 suspect.reasons.append(f"{reason} ({group.engine}, {group.scenario.name})")
     return suspect
+
+
+def recovery_interval(group: Group) -> tuple[float, float] | None:
+    """The recovery's 95 % interval the accuracy section shows: over the
+    windows where the rows kept them, else over the rows (older rows)."""
+    samples = accuracy_bounds.samples_of(group)
+    found = accuracy_bounds.bounds(samples).get("recovery_pct") if samples else None
+    return found or group.interval("recovery_pct")
 
 
 def manifest_mark(rows: list[Row]) -> str | None:
