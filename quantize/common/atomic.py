@@ -186,7 +186,13 @@ def append_line(path: Path, line: str) -> None:
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)  # as open(): the umask decides
     try:
         _take_turn(fd)
-        os.write(fd, mend_tail(fd, path) + data)
+        payload = mend_tail(fd, path) + data
+        start = os.fstat(fd).st_size
+        written = os.write(fd, payload)
+        if written != len(payload):  # a disk that filled, a file size limit: no error, fewer bytes
+            os.ftruncate(fd, start)
+            raise OSError(errno.ENOSPC, f"only {written} of the line's {len(payload)} bytes fit; "
+                                        "nothing of it was kept", str(path))
         os.fsync(fd)
     finally:
         os.close(fd)  # releases the flock

@@ -70,3 +70,31 @@ def test_concurrent_appends_after_a_torn_tail_lose_no_row(tmp_path):
     read = results.read_store(tmp_path)
     assert not read.refused and len(read.set_aside) == 1
     assert sorted(r.run_index for r in read.rows) == [0] + [w * 1000 + i for w in range(4) for i in range(40)]
+
+
+SHORT_WRITE = """
+import errno, resource, signal, sys
+from pathlib import Path
+from evaluate import results
+from tests.evaluate.test_results import full_row
+store = Path(sys.argv[1])
+results.append(store, full_row(run_index=0))
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # past the limit: a short write, as a disk that fills gives
+resource.setrlimit(resource.RLIMIT_FSIZE, (store.stat().st_size + 60, resource.RLIM_INFINITY))
+try:
+    results.append(store, full_row(run_index=1))
+except OSError as e:
+    print("refused", e.errno == errno.ENOSPC, e)
+"""
+
+
+def test_a_line_the_disk_takes_only_part_of_is_refused_and_cut_away(tmp_path):
+    """os.write returned fewer bytes without an error: the append 'succeeded',
+    the tracker got the row and the store a torn line."""
+    store = tmp_path / results.RESULTS_FILE
+    proc = subprocess.run([sys.executable, "-c", SHORT_WRITE, str(store)], capture_output=True, text=True,
+                          env=quantize_env(), timeout=120)
+    assert proc.stdout.startswith("refused True") and "of the line's" in proc.stdout, proc.stdout + proc.stderr
+    assert [r.run_index for r in results.read(tmp_path)] == [0]
+    results.append(store, full_row(run_index=2))
+    assert [r.run_index for r in results.read(tmp_path)] == [0, 2] and not list(tmp_path.glob("*.torn-*"))
