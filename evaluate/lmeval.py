@@ -139,7 +139,7 @@ def label(config: LmEvalConfig, task: str) -> str:
 def row(base, config: LmEvalConfig, task: str, engine: str):
     """A task's row; `engine`: lm-eval's model name (the engine that ran it)."""
     return base.but(kind="lm_eval", engine=engine, scenario=label(config, task), dataset=task,
-                    batch_size=None, input_len=None, output_len=None, run_index=0)
+                    batch_size=None, input_len=None, output_len=None, run_index=0, lm_eval_config=config.as_dict())
 
 
 def model_args(engine_model_args: dict, config: LmEvalConfig) -> dict:

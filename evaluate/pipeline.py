@@ -63,10 +63,12 @@ class Job:
     def accuracy_row(self) -> Row:
         name = self.accuracy_cfg.name
         return self.base.but(kind="accuracy", scenario=name, dataset=name, batch_size=None,
-                             input_len=None, output_len=None, run_index=0)
+                             input_len=None, output_len=None, run_index=0,
+                             accuracy_config=self.accuracy_cfg.as_dict())
 
     def lm_eval_row(self, task: str) -> Row:
-        return lmeval.row(self.base, self.lm_eval_cfg, task, engine=self.lm_eval_model.name)
+        row = lmeval.row(self.base, self.lm_eval_cfg, task, engine=self.lm_eval_model.name)
+        return row.but(lm_eval_versions=self.lm_eval_versions)
 
     def lm_eval_tasks(self) -> list[str]:
         return list(self.lm_eval_cfg.tasks) if self.lm_eval_cfg else []
@@ -223,7 +225,7 @@ def _plan(config: EvaluateConfig) -> tuple[Job, list[Scenario], Verdict]:
     where = {"versions": provenance.versions(), "hardware": provenance.hardware()}
     verdict = engine.supports(opened.format, machine, args)
     # engine_args/env as configured; a started engine replaces them with what it used.
-    base = Row(kind="speed", **opened.as_row(), engine=name, engine_args=args,
+    base = Row(kind="speed", **opened.as_row(), seed=config.seed, engine=name, engine_args=args,
                engine_env=engine_cfg.env, **where, machine=machine.facts(), hardware_defaults=config.hardware,
                kv_quant=engine.kv_quant(opened.format, args),
                serving_note=(verdict.reason or None) if verdict else None,
@@ -382,9 +384,8 @@ def _run_lm_eval(job: Job, tasks: list[str]) -> None:
             for r in rows.values():
                 job.record(r, "failed", reason=one_line(e))
             raise
-    recorded = lm_eval_cfg.as_dict()
     for task, score in scores.items():
-        job.record(rows[task], "ok", metrics=score["metrics"], lm_eval=score, lm_eval_config=recorded)
+        job.record(rows[task], "ok", metrics=score["metrics"], lm_eval=score)
         log.info("lm-eval %s: %s", rows[task].scenario,
                  ", ".join(f"{k} {v:.4g}" for k, v in score["metrics"].items() if "stderr" not in k))
 
@@ -445,8 +446,7 @@ def _start_engine(job: Job, with_accuracy: bool) -> Engine:
 def _score_accuracy(job: Job, logprob_pass: dict) -> None:
     row = job.accuracy_row()
     scores = job.guarded(row, lambda: accuracy.score(logprob_pass, job.target, job.accuracy_cfg))
-    job.record(row, "ok", metrics=scores.metrics, accuracy_samples=scores.samples,
-               accuracy_config=job.accuracy_cfg.as_dict())
+    job.record(row, "ok", metrics=scores.metrics, accuracy_samples=scores.samples)
     metrics = scores.metrics
     log.info("accuracy: perplexity %.2f (reference %.2f), KL %.4f nats, top-1 agreement %.3f, "
              "last-word %.3f", metrics["perplexity"], metrics["reference_perplexity"],

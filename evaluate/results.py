@@ -24,6 +24,7 @@ from typing import Literal, get_args
 
 from evaluate import store_lock
 from evaluate.row_validity import why_rejected
+from evaluate.serving.slo import judged_by as slo_judged_by
 from quantize.common.atomic import TORN_MARK, append_line
 from quantize.common.errors import UserError
 from quantize.common.provenance import setup_versions, sha256_json
@@ -99,6 +100,7 @@ class Row:
     input_len: int | None = None
     output_len: int | None = None
     run_index: int | None = None       # 0-based timed run (warm-up is not recorded)
+    seed: int | None = None            # `seed=`: the prompts' token ids, the last-word passages, lm-eval's --seed
     # serving rows: the load level as run ({"profile", "mode": synchronous |
     # concurrency | rate, "level", "burstiness", "max_requests", "max_seconds"})
     # and the SLO it was judged against (conf/slo/)
@@ -134,7 +136,23 @@ class Row:
         too: it tells apart rows of recipes not quantized (no artifact id)."""
         load = json.dumps(self.load, sort_keys=True) if self.load else None
         return (self.kind, self.artifact_id, self.recipe, self.engine, self.setup_id, self.scenario,
-                self.batch_size, self.input_len, self.output_len, load)
+                self.batch_size, self.input_len, self.output_len, load, self.measured_with())
+
+    def measured_with(self) -> str | None:
+        """What configures an accuracy, lm-eval or serving measurement beyond
+        its setup and scenario, hashed: changing it measures anew, where a rerun
+        took the rows of another config as complete. None for speed rows: their
+        shape is in the key, and the seed only draws other random token ids."""
+        if self.kind == "accuracy":
+            part = {"config": _without(self.accuracy_config, ACCURACY_LABELS), "seed": self.seed}
+        elif self.kind == "lm_eval":
+            part = {"config": _without(self.lm_eval_config, LM_EVAL_LABELS), "seed": self.seed,
+                    "versions": self.lm_eval_versions}
+        elif self.kind == "serving":   # goodput, attainment and the SLO's pNN are computed as a level runs
+            part = {"slo": slo_judged_by(self.slo)}
+        else:
+            return None
+        return sha256_json(part)[:12]
 
     def run_key(self) -> tuple:
         """Identity of one measured run: rerunning a sweep skips keys already ok."""
@@ -159,6 +177,17 @@ class Row:
     def but(self, **changes) -> "Row":
         """A copy with `changes` (rows of one job share everything else)."""
         return dataclasses.replace(self, **changes)
+
+
+# Config keys that name or select rather than measure: the rows' label, the
+# switch, the task list (adding a task leaves the others complete), where the
+# lm-eval environment is (its versions are in the key) and lm-eval's batch size.
+ACCURACY_LABELS = ("name", "enabled")
+LM_EVAL_LABELS = ("name", "enabled", "tasks", "venv", "batch_size")
+
+
+def _without(config: dict | None, keys: tuple[str, ...]) -> dict | None:
+    return None if config is None else {k: v for k, v in config.items() if k not in keys}
 
 
 NOT_WRITTEN = ("extra", "store")  # extra is written flat; store is where the row was read from

@@ -173,10 +173,8 @@ def aggregate(rows: list[Row], kind: Kind = "speed") -> list[Group]:
     """Ok rows of one kind grouped per (scenario, recipe, artifact, engine,
     setup), in order of first appearance; runs inside a group sorted by run index."""
     groups: dict[tuple, Group] = {}
-    for row in rows:
-        if not row.ok or row.kind != kind:
-            continue
-        key = (scenario_of(row), row.recipe, row.artifact_id, row.engine, row.setup_id)
+    for row in latest_config([r for r in rows if r.ok and r.kind == kind]):
+        key = group_key(row)
         if key not in groups:
             groups[key] = Group(key[0], row.model_name or "?", row.recipe or "?", row.artifact_id or "?",
                                 row.engine or "?", row.setup_id, row.quant_format, row.model_bytes, [])
@@ -185,6 +183,21 @@ def aggregate(rows: list[Row], kind: Kind = "speed") -> list[Group]:
         g.runs.sort(key=lambda r: (r.run_index if isinstance(r.run_index, int) else 1 << 30, r.timestamp or ""))
         g.stats = group_stats(g.runs)
     return list(groups.values())
+
+
+def group_key(row: Row) -> tuple:
+    return scenario_of(row), row.recipe, row.artifact_id, row.engine, row.setup_id
+
+
+def latest_config(rows: list[Row]) -> list[Row]:
+    """The rows measured as each group's latest row was (Row.measured_with:
+    the accuracy or lm-eval config, the seed): a rerun with another config
+    measures anew, and its rows replace the older ones rather than being
+    averaged with them. Speed rows have one config per group already."""
+    latest = {}
+    for row in sorted(rows, key=lambda r: r.timestamp or ""):   # stable: file order among equal times
+        latest[group_key(row)] = row.measured_with()
+    return [r for r in rows if latest[group_key(r)] == r.measured_with()]
 
 
 def add_speedups(groups: list[Group], metric: str = SPEED) -> None:

@@ -83,6 +83,11 @@ class SLO:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def judged_by(self) -> dict:
+        """What a level's stored metrics depend on: the bounds and the percentile
+        (not the name, nor the accuracy floor, which the report applies)."""
+        return {"limits": self.limits(), "percentile": float(self.percentile)}
+
     def limits(self) -> dict[str, float]:
         """{"ttft": ms, ...}: the bounds set (vllm bench serve's --goodput form)."""
         return {m: float(v) for m in METRICS if (v := getattr(self, f"{m}_ms")) is not None}
@@ -210,3 +215,13 @@ def _check_number(slo_name: str, key: str, value) -> None:
     no_bound = f", or slo.{key}=null for no bound" if nullable else ""
     raise UserError(f"slo {slo_name}: {key}={shown(value)} is not a number; pass e.g. slo.{key}={EXAMPLES.get(key, 500)}"
                     f"{no_bound}")
+
+
+def judged_by(values: dict | None) -> dict | None:
+    """SLO.judged_by of a row's `slo`; None for none. One that cannot be read
+    is kept as written: its levels match no SLO configured now."""
+    try:
+        slo = SLO.from_dict(values)
+    except (UserError, TypeError, ValueError):
+        return {"unreadable": values}
+    return slo.judged_by() if slo else None

@@ -158,6 +158,24 @@ def test_accuracy_detects_a_different_model(eval_artifacts, tmp_path, scen):
     assert acc.metrics["kl_divergence"] > 1e-5
 
 
+def test_a_rerun_with_another_accuracy_config_measures_accuracy_anew(eval_artifacts, tmp_path, scen):
+    """The accuracy row was keyed by the eval set's name alone: a rerun with
+    more windows (or another seed, reference ...) took the old row as complete."""
+    args = [f"model={eval_artifacts['original']}", "engine=hf", scen["test_tiny_a"], "runs=1",
+            f"results_dir={tmp_path / 'res'}", "accuracy.lastword.num_items=2"]
+    for windows, expect in ((2, "appended"), (2, "nothing to do"), (3, "appended")):
+        out = run_cli("evaluate", *args, f"accuracy.num_windows={windows}", cwd=tmp_path)
+        assert out.returncode == 0 and expect in out.stdout + out.stderr, out.stderr[-2000:]
+    accuracy = [r for r in results.read(tmp_path / "res") if r.kind == "accuracy"]
+    assert [r.accuracy_config["num_windows"] for r in accuracy] == [2, 3]
+    assert [r.metrics["scored_tokens"] for r in accuracy] == [2 * 511, 3 * 511] and accuracy[0].seed == 0
+    report = run_cli("evaluate.report", f"results_dir={tmp_path / 'res'}", f"out_dir={tmp_path / 'out'}",
+                     "output=[markdown]", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr[-2000:]
+    section = (tmp_path / "out" / "report.md").read_text().split("## Accuracy", 1)[1].split("\n## ")[0]
+    assert "3 windows" in section and "2 windows" not in section   # the latest config, not a mean of both
+
+
 @pytest.mark.extended
 def test_results_per_process_writes_a_shard_that_reruns_honour(eval_artifacts, tmp_path, scen):
     """For jobs on several hosts of a shared filesystem: one file per process,

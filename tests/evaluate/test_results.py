@@ -61,6 +61,51 @@ def test_measurement_key_groups_the_runs_of_one_scenario(field, value):
     assert full_row().measurement_key() != full_row(**{field: value}).measurement_key()
 
 
+ACCURACY = {"name": "austen", "text": "austen", "books": ["emma"], "num_windows": 8, "window_len": 256, "top_k": 20,
+            "lastword": {"num_items": 64}, "reference": None, "reference_device": "cpu", "enabled": True}
+LM_EVAL = {"name": "hub", "tasks": ["arc_easy"], "venv": None, "num_fewshot": 5, "limit": 200, "batch_size": "auto",
+           "apply_chat_template": False, "include_path": [], "model_args": {}, "enabled": True}
+SLO = {"name": "interactive_cpu", "ttft_ms": 2000.0, "tpot_ms": None, "e2el_ms": None, "percentile": 90.0,
+       "min_recovery_pct": None}
+
+
+def kinds_row(kind: str, **changes) -> Row:
+    """A row of `kind` holding what configures it (accuracy, lm-eval config or SLO) and the seed."""
+    configs = {"accuracy": {"accuracy_config": ACCURACY}, "serving": {"slo": SLO},
+               "lm_eval": {"lm_eval_config": LM_EVAL, "lm_eval_versions": {"lm_eval": "0.4.9", "vllm": "0.11.0"}}}
+    return full_row(kind=kind, seed=0, **configs[kind]).but(**changes)
+
+
+@pytest.mark.parametrize("kind, changes", [
+    # each was taken as complete: the rerun reused rows measured another way
+    ("accuracy", {"accuracy_config": ACCURACY | {"num_windows": 64}}),
+    ("accuracy", {"accuracy_config": ACCURACY | {"reference": "/models/other"}}),
+    ("accuracy", {"seed": 1}),                       # the last-word passages it draws
+    ("lm_eval", {"lm_eval_config": LM_EVAL | {"apply_chat_template": True}}),
+    ("lm_eval", {"lm_eval_config": LM_EVAL | {"model_args": {"max_gen_toks": 16}}}),
+    ("lm_eval", {"lm_eval_versions": {"lm_eval": "0.4.10", "vllm": "0.11.0"}}),
+    ("lm_eval", {"seed": 1}),
+    ("serving", {"slo": SLO | {"ttft_ms": 500.0}}),  # goodput and attainment are computed against it
+    ("serving", {"slo": SLO | {"percentile": 95.0}}),
+    ("serving", {"slo": None}),
+])
+def test_what_configures_a_measurement_is_in_its_key(kind, changes):
+    assert kinds_row(kind).run_key() != kinds_row(kind, **changes).run_key()
+
+
+@pytest.mark.parametrize("kind, changes", [
+    ("accuracy", {"accuracy_config": ACCURACY | {"name": "mine"}}),      # a label
+    ("lm_eval", {"lm_eval_config": LM_EVAL | {"tasks": ["arc_easy", "gsm8k"]}}),   # another task is its own row
+    ("lm_eval", {"lm_eval_config": LM_EVAL | {"batch_size": 8, "venv": "/opt/lm"}}),
+    ("serving", {"slo": SLO | {"name": "renamed", "min_recovery_pct": 95.0}}),  # the report applies the floor
+    ("serving", {"slo": {k: v for k, v in SLO.items() if v is not None}}),  # as an older writer left out nulls
+    ("speed", {"seed": 1}),   # other random token ids of the same shape
+])
+def test_what_only_names_or_selects_is_not(kind, changes):
+    row = full_row(seed=0) if kind == "speed" else kinds_row(kind)
+    assert row.run_key() == row.but(**changes).run_key()
+
+
 def test_completed_keys_are_the_ok_rows(tmp_path):
     ok, failed = full_row(), full_row(run_index=1, status="failed", reason="x")
     for row in (ok, failed):

@@ -32,6 +32,20 @@ def test_only_ok_rows_of_the_kind_are_grouped_per_artifact_and_scenario():
     assert [len(g.runs) for g in aggregate(main_rows(), "accuracy")] == [1, 1]
 
 
+def test_an_accuracy_rerun_with_another_config_replaces_the_older_rows_not_averaged_with_them():
+    """A rerun with another accuracy config (or seed) measures anew (Row.measured_with);
+    averaging its row with the older one would give a recovery neither measured."""
+    def acc(recovery, config, when):
+        return base_row("w8a8_smooth_ptq", kind="accuracy", scenario="austen", run_index=0, seed=0,
+                        timestamp=when, accuracy_config={"num_windows": config},
+                        metrics={"recovery_pct": recovery, "top1_agreement": 0.9})
+    newer, older = acc(97.0, 64, "2026-11-29T10:00:00+00:00"), acc(91.0, 8, "2026-11-28T10:00:00+00:00")
+    (group,) = aggregate([newer, older], "accuracy")
+    assert group.runs == [newer] and group.mean("recovery_pct") == 97.0
+    repeat = acc(97.5, 64, "2026-11-29T11:00:00+00:00").but(run_index=1)   # the same config: a repeat, kept
+    assert aggregate([older, newer, repeat], "accuracy")[0].runs == [newer, repeat]
+
+
 def test_runs_are_sorted_by_run_index():
     rows = [speed_run("original", "interactive", i) for i in (2, 0, 1)]
     assert [r.run_index for r in aggregate(rows)[0].runs] == [0, 1, 2]

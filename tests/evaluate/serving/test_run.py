@@ -39,6 +39,21 @@ def rows(tmp_path) -> list[dict]:
 
 
 @pytest.mark.needs_vllm
+def test_a_rerun_under_another_slo_measures_its_levels_anew(tmp_path, tiny_model):
+    """A level's goodput, attainment and pNN are computed against the SLO as
+    it runs: a rerun under another SLO took the levels judged by the old one
+    as complete (and slo_search searched on them)."""
+    base = ("engine=fake_server", "load=concurrency", "load.levels=[1]", "load.max_requests=4",
+            "slo=interactive_cpu")
+    for ttft_ms, expect in ((2000, "appended"), (1, "appended")):   # the same SLO: test_results.py
+        proc = evaluate(tmp_path, tiny_model, *base, f"slo.ttft_ms={ttft_ms}", fake_flags=["--fixed-ms", "5"])
+        assert proc.returncode == 0 and expect in proc.stdout + proc.stderr, tail(proc)
+    got = rows(tmp_path)
+    assert [r["slo"]["ttft_ms"] for r in got] == [2000, 1]
+    assert [r["metrics"]["slo_attainment"] for r in got] == [1.0, 0.0]   # 5 ms per token is over a 1 ms TTFT
+
+
+@pytest.mark.needs_vllm
 def test_a_level_per_row_and_a_rerun_measures_nothing_again(tmp_path, tiny_model):
     args = ("engine=fake_server", "load=concurrency", "load.levels=[1,2]", "load.max_requests=4")
     proc = evaluate(tmp_path, tiny_model, *args, fake_flags=["--fixed-ms", "5"])
