@@ -105,9 +105,12 @@ def identity(engine_cfg: "dict | EngineConfig", cls: type[Engine] | None = None)
     if isinstance(engine_cfg, EngineConfig):
         engine_cfg = engine_cfg.as_dict()
     out = {k: v for k, v in engine_cfg.items() if k not in (extensions.TARGET, LEGACY_TARGET, *_BOUNDS)}
-    configured = engine_cfg.get("env") or {}
+    # The engine leaves the shell's value where the env it sets holds none
+    # (e.g. VLLM_CPU_KVCACHE_SPACE: auto, or null), not only where the config
+    # names none. Without the args: the config may still say tensor_parallel_size=auto.
+    prepared = cls.prepare_env(dict(engine_cfg.get("env") or {}))
     shell = {k: os.environ[k] for k in cls.speed_env or ()
-             if user_set(k) and k in os.environ and k not in configured and k not in _PER_JOB_ENV}
+             if user_set(k) and k in os.environ and prepared.get(k) is None and k not in _PER_JOB_ENV}
     if shell:
         out["shell_env"] = shell
     return out

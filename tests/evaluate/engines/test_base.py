@@ -253,6 +253,25 @@ def test_speed_variables_exported_in_the_shell_enter_the_setup_identity(clean_en
     assert engines.identity(configured, VllmEngine)["shell_env"] == {"ATEN_CPU_CAPABILITY": "avx2"}
 
 
+def test_a_shell_value_the_engine_leaves_standing_enters_the_setup_identity(clean_env, monkeypatch):
+    """VLLM_CPU_KVCACHE_SPACE: auto yields to a value exported at launch, so that
+    value is what runs: it was left out of the id because the config names the
+    key, and a rerun with another export was skipped as done."""
+    from evaluate.engines import base
+    from evaluate.engines.vllm import KV_SPACE, VllmEngine
+    cfg = engines.config("vllm")
+    assert cfg["env"][KV_SPACE] == "auto"
+    monkeypatch.setattr(base, "LAUNCH_ENV", base.LAUNCH_ENV | {KV_SPACE})
+    ids = {}
+    for exported in ("4", "40"):
+        monkeypatch.setenv(KV_SPACE, exported)
+        assert engines.identity(cfg, VllmEngine)["shell_env"] == {KV_SPACE: exported}
+        ids[exported] = results.setup_id(engines.identity(cfg, VllmEngine), {}, {})
+    assert ids["4"] != ids["40"]
+    pinned = {**cfg, "env": {**cfg["env"], KV_SPACE: 8}}   # a value the config sets wins: the shell's is not run
+    assert "shell_env" not in engines.identity(pinned, VllmEngine)
+
+
 def test_cudas_sampler_and_gemm_switches_exported_in_the_shell_are_recorded(clean_env, monkeypatch):
     """scripts/device_check.sh exports VLLM_USE_FLASHINFER_SAMPLER=0 and VLLM_USE_DEEP_GEMM=0 (the
     bundle carries neither library): rows measured so must say it, and be another setup."""
