@@ -13,6 +13,7 @@ from evaluate.analysis.groups import Group, overlap
 from evaluate.analysis.load_levels import (
     MODES, Curve, ServingAnalysis, floor_miss, level_text, tpot_estimate, tpot_interval)
 from evaluate.analysis.significance import Verdict, compare
+from evaluate.results import Store
 from evaluate.scenarios import Scenario
 from evaluate.serving.slo import SLO
 
@@ -44,23 +45,32 @@ class TpotPick:
 
 @dataclass
 class Recommendation:
-    """One serving scenario's picks; no capacity picks without an SLO."""
+    """One serving scenario's picks for one model and store (each store its
+    own machine, as the offline answer has them); no capacity picks without an SLO."""
     scenario: Scenario
+    model_name: str
+    store: Store | None
     slo: SLO | None
     capacity: list[CapacityPick]
     tpot: TpotPick
 
 
 def recommend(analysis: ServingAnalysis, accuracy: list[Group]) -> list[Recommendation]:
-    """The picks of every serving scenario, in the analysis' scenario order."""
+    """The picks of every serving scenario, in the analysis' scenario order,
+    then per model and store in order of appearance: one store's readers are
+    never pointed at an artifact measured on another store's machine."""
     out = []
     for sc in analysis.scenarios:
         slo = analysis.slos[sc]
-        here = [c for c in analysis.curves if c.scenario == sc]
-        capacity = [] if slo is None else [
-            recommend_capacity([c for c in here if c.mode == mode], accuracy, slo)
-            for mode in MODES if any(c.mode == mode for c in here)]
-        out.append(Recommendation(sc, slo, capacity, recommend_tpot(here, accuracy, slo)))
+        blocks: dict[tuple, list[Curve]] = {}
+        for c in analysis.curves:
+            if c.scenario == sc:
+                blocks.setdefault((c.group.model_name, c.group.store), []).append(c)
+        for (model, store), here in blocks.items():
+            capacity = [] if slo is None else [
+                recommend_capacity([c for c in here if c.mode == mode], accuracy, slo)
+                for mode in MODES if any(c.mode == mode for c in here)]
+            out.append(Recommendation(sc, model, store, slo, capacity, recommend_tpot(here, accuracy, slo)))
     return out
 
 

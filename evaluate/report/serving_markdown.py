@@ -139,8 +139,10 @@ def join_table(serving: list[Group], cs: list[Curve], speed: list[Group], accura
 def recommendation_lines(recommendations: list[Recommendation], names: dict, prices: Prices = Prices()) -> list[str]:
     """The serving recommendation, per scenario (report.md opens with it, in "What to use on this machine")."""
     out = []
+    models, stores = len({r.model_name for r in recommendations}) > 1, len({r.store for r in recommendations}) > 1
     for r in recommendations:
-        out += ["", f"**{r.scenario.heading()}**", ""]
+        where = [r.model_name] * models + ([f"store {r.store.name}"] if stores and r.store else [])
+        out += ["", f"**{r.scenario.heading()}**" + (f" ({', '.join(where)})" if where else ""), ""]
         if r.slo is None:
             out.append("No SLO stated for these levels (slo=none), so no artifact can be said to sustain a load: "
                        "rerun with slo=interactive_cpu (or another conf/slo/ preset).")

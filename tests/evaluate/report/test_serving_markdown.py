@@ -166,6 +166,21 @@ def test_clear_winner_and_an_artifact_below_the_accuracy_floor(tmp_path):
     assert "**w8a8_smooth_ptq**" in tpot and "26.6 ms per output token" in tpot     # 0.95 · (20 + 8)
 
 
+def test_each_store_gets_its_own_recommendation(tmp_path):
+    """One pick across stores told store a's readers to use an artifact
+    measured on store b's (faster) machine, where a had no answer of its own."""
+    fast = {"original": (3.0, 1.0)}   # store b: the original alone, on a machine that passes every level
+    store(tmp_path / "a", [serving_row(r, c) for r in ("original", "w8a8_smooth_ptq") for c in LEVELS] + accuracy_rows())
+    store(tmp_path / "b", [serving_row("original", c, law=fast) for c in LEVELS] + accuracy_rows())
+    build_report([tmp_path / "a", tmp_path / "b"], tmp_path / "out", "T", outputs=("markdown",))
+    rec = recommendation((tmp_path / "out" / "report.md").read_text())
+    parts = rec.split("**chat (input_len=128, output_len=64)**")[1:]
+    assert [part.split("\n", 1)[0] for part in parts] == [" (store a)", " (store b)"]
+    most = [next(line for line in part.splitlines() if line.startswith("- **Most load")) for part in parts]
+    assert "**w8a8_smooth_ptq**" in most[0] and "concurrency 8" in most[0]
+    assert "**original (store b)**" in most[1] and "concurrency 16" in most[1]
+
+
 def test_a_tie_within_the_interval_prefers_the_smaller_model(tmp_path):
     law = {"original": (20.0, 8.0), "w8a8_smooth_ptq": (20.0, 8.0)}        # both pass 8, fail 16
     rows = ([serving_row("original", c, law=law, tput_scale=1.1, tpot_mean=29.9, tpot_std=4.0) for c in LEVELS]
