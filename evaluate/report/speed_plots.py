@@ -63,30 +63,43 @@ def throughput_bars(ax, rankings: list[ScenarioRanking], names: dict, colours: d
     ax.grid(axis="x", alpha=0.3)
 
 
+def block_title(model_name: str, store, several: bool) -> str:
+    """A panel's model and store, where a figure holds several (each lettered on its own)."""
+    return f"\n{model_name}" + (f", store {store.name}" if store else "") if several else ""
+
+
 def throughput_figure(rankings: list[ScenarioRanking], names: dict, colours: dict[str, str], sc: Scenario):
-    """One scenario's Ranking as bars with letters."""
+    """One scenario's Ranking as bars with letters, a panel per model and store:
+    letters are given within one, so bars of two panels never share a scale of them."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.45 * len(ranked_entries(rankings))))
-    throughput_bars(ax, rankings, names, colours, detail=True)
-    ax.set_xlabel(f"{THROUGHPUT_AXIS}: mean, whiskers its 95 % interval\n"
-                  "[letters]: bars that share a letter do not differ (the rule in Method and setups)")
-    ax.set_title(sc.heading(), fontsize=10)
+    several = len(rankings) > 1
+    heights = [1.2 * several + 0.45 * len(ranked_entries([r])) for r in rankings]
+    fig, axes = plt.subplots(len(rankings), 1, squeeze=False, figsize=(8, 1.2 + sum(heights)),
+                             gridspec_kw={"height_ratios": heights} if several else None)
+    for ax, ranking in zip(axes[:, 0], rankings):
+        throughput_bars(ax, [ranking], names, colours, detail=True)
+        ax.set_title(sc.heading() + block_title(ranking.model_name, ranking.store, several), fontsize=10)
+    axes[-1, 0].set_xlabel(f"{THROUGHPUT_AXIS}: mean, whiskers its 95 % interval\n"
+                           "[letters]: bars that share a letter do not differ (the rule in Method and setups)")
+    if several:
+        fig.tight_layout()
     return fig
 
 
 def overview_figure(rankings: list[ScenarioRanking], names: dict, colours: dict[str, str]):
-    """Every scenario's bars, a panel each on its own linear axis."""
+    """Every scenario's bars, a panel each (and per model and store) on its own linear axis."""
     plt = pyplot()
-    scs = list(dict.fromkeys(r.scenario for r in rankings))
-    columns = min(PANEL_COLUMNS, len(scs))
-    tallest = max(len(ranked_entries([r for r in rankings if r.scenario == sc])) for sc in scs)
-    fig, axes = plt.subplots(math.ceil(len(scs) / columns), columns, squeeze=False,
-                             figsize=(4.6 * columns, (1.0 + 0.32 * tallest) * math.ceil(len(scs) / columns)))
-    for ax, sc in zip(axes.flat, scs):
-        throughput_bars(ax, [r for r in rankings if r.scenario == sc], names, colours, detail=False)
-        ax.set_title(sc.tick().replace("\n", ": "), fontsize=9)
+    several = len({(r.model_name, r.store) for r in rankings}) > 1
+    columns = min(PANEL_COLUMNS, len(rankings))
+    rows = math.ceil(len(rankings) / columns)
+    tallest = max(len(ranked_entries([r])) for r in rankings)
+    fig, axes = plt.subplots(rows, columns, squeeze=False, figsize=(4.6 * columns, (1.0 + 0.32 * tallest) * rows))
+    for ax, ranking in zip(axes.flat, rankings):
+        throughput_bars(ax, [ranking], names, colours, detail=False)
+        ax.set_title(ranking.scenario.tick().replace("\n", ": ")
+                     + block_title(ranking.model_name, ranking.store, several), fontsize=9)
         ax.set_xlabel(f"{THROUGHPUT_AXIS}, 95 % interval", fontsize=LABEL_FONT)
-    for ax in list(axes.flat)[len(scs):]:
+    for ax in list(axes.flat)[len(rankings):]:
         ax.set_visible(False)
     fig.tight_layout()
     return fig
@@ -113,8 +126,7 @@ def pareto_figure(choices: list[Choice], names: dict, colours: dict[str, str], s
     several = len(choices) > 1
     for ax, c in zip(axes[:, 0], choices):
         pareto_panel(ax, c, names, colours, biggest, legend_at=-PARETO_XLABEL_IN / axes_in)
-        ax.set_title(sc.heading() + (f"\n{c.model_name}" + (f", store {c.store.name}" if c.store else "")
-                                     if several else ""), fontsize=10)
+        ax.set_title(sc.heading() + block_title(c.model_name, c.store, several), fontsize=10)
     return fig
 
 
