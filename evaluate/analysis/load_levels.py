@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from evaluate.analysis.accuracy_bounds import recovery
 from evaluate.analysis.groups import Group, aggregate, scenario_of, scenarios
-from evaluate.analysis.significance import Estimate
+from evaluate.analysis.significance import Estimate, on_its_side
 from evaluate.metrics import t95
 from evaluate.results import Row
 from evaluate.scenarios import Scenario
@@ -143,7 +143,8 @@ def floor_miss(accuracy: list[Group], g: Group, slo: SLO | None) -> str | None:
     if rec is None:
         return "no accuracy row (run python -m evaluate with accuracy=austen)"
     if rec < slo.min_recovery_pct:
-        return f"accuracy recovery {rec:.1f} % < the floor {slo.min_recovery_pct:g} %"
+        floor = slo.min_recovery_pct
+        return f"accuracy recovery {on_its_side(rec, floor, 1)} % < the floor {floor:g} %"
     return None
 
 

@@ -7,7 +7,7 @@ from evaluate.analysis import Analysis
 from evaluate.analysis.choice import ACCURACY_FLOOR_PCT, Choice, SPEED, choose
 from evaluate.analysis.cost import Prices
 from evaluate.analysis.groups import Group
-from evaluate.analysis.significance import Verdict
+from evaluate.analysis.significance import Verdict, on_its_side
 from evaluate.analysis.recommendation import recommend
 from evaluate.report.accuracy_markdown import RECOVERY_HEADER, recovery_cell
 from evaluate.report.conditions_markdown import condition_lines
@@ -121,8 +121,8 @@ def left_out_lines(c: Choice, names: dict) -> list[str]:
     """The artifacts faster than the pick that are not the answer, and why."""
     where = c.scenario.name + (f", {c.model_name}" if c.model_name else "")
     out = [f"- {where}: {names[p.group.identity]} is faster ({fmt_fixed(p.group.mean(SPEED))} tok/s) but keeps "
-           f"{p.recovery_pct:.1f} % of the accuracy{interval_note(p.recovery.interval)}, below the floor"
-           for p in c.below_floor]
+           f"{on_its_side(p.recovery_pct, c.floor_pct, 1)} % of the accuracy{interval_note(p.recovery.interval)}, "
+           "below the floor" for p in c.below_floor]
     out += [f"- {where}: {names[g.identity]} is faster ({fmt_fixed(g.mean(SPEED))} tok/s) but its accuracy was "
             "not measured (python -m evaluate accuracy=austen)" for g in c.unmeasured]
     return out

@@ -2,7 +2,7 @@
 metric that was not measured prints as MISSING, never as 0."""
 import json
 
-from evaluate.analysis.significance import Verdict
+from evaluate.analysis.significance import Verdict, on_its_side
 
 MISSING = "—"
 # Units by metric name, most specific first; a name none of them matches is
@@ -90,11 +90,12 @@ def gb(nbytes) -> float | None:
 
 
 def speedup_text(x: float | None) -> str:
-    return MISSING if x is None else f"{x:.2f}x"
+    return MISSING if x is None else f"{on_its_side(x, 1.0)}x"
 
 
 def interval_text(ci: tuple[float, float] | None) -> str:
-    return MISSING if ci is None else f"{ci[0]:.2f}–{ci[1]:.2f}"
+    """A ratio's interval, each bound on its side of 1 as the verdict reads it (on_its_side)."""
+    return MISSING if ci is None else f"{on_its_side(ci[0], 1.0)}–{on_its_side(ci[1], 1.0)}"
 
 
 def speed_verdict(verdict: Verdict) -> str:

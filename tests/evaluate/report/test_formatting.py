@@ -30,3 +30,18 @@ def test_number_formats():
     assert (fmt_number(0.0012345), fmt_number(97.0), fmt_number(123456.7)) == ("0.001234", "97", "123457")
     assert speedup_text(1.234) == "1.23x" and interval_text((1.1, 1.3)) == "1.10–1.30"
     assert inline_json({"b": 1, "a": None}) == '`{"a": null, "b": 1}`'
+
+
+def test_a_bound_that_excludes_1_never_reads_1_00():
+    """"1.03x (1.00–1.06), faster" beside "1.03x (1.00–1.06), no significant
+    difference": the bounds 1.0016 and 0.9985 both read 1.00."""
+    assert interval_text((1.0016, 1.06)) == "1.002–1.06" and interval_text((0.9984, 1.06)) == "0.998–1.06"
+    assert interval_text((0.99, 0.99996)) == "0.99–0.99996"
+    assert interval_text((1.0, 1.0)) == "1.00–1.00" and speedup_text(1.0) == "1.00x"   # the original over itself
+    assert speedup_text(0.996) == "0.996x" and speedup_text(0.98) == "0.98x"
+
+
+def test_a_recovery_below_the_floor_never_reads_as_the_floor(tmp_path):
+    from evaluate.analysis.significance import on_its_side
+    assert on_its_side(94.96, 95.0, 1) == "94.96" and on_its_side(94.94, 95.0, 1) == "94.9"
+    assert on_its_side(95.0, 95.0, 1) == "95.0" and on_its_side(95.04, 95.0, 1) == "95.04"
