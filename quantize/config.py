@@ -2,10 +2,13 @@
 the composed Hydra config once into a `QuantizeConfig`, and everything below
 it (pipeline, calibration, recipe) takes these instead of a DictConfig."""
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from quantize.calibration import CalibrationConfig
 from quantize.common import hf_load
 from quantize.common.dtypes import requested_dtype
+from quantize.common.errors import UserError
+from quantize.common.manifest import FILE as MANIFEST_FILE
 from quantize.common.paths import check_output_dir, folder_name, folder_setting
 from quantize.common.recipe_choices import RecipeChoice
 from quantize.common.sanity_rules import SanityConfig
@@ -50,8 +53,8 @@ class QuantizeConfig:
     def from_config(cls, values: dict) -> "QuantizeConfig":
         """From the composed config as plain, resolved values (extensions.plain)."""
         folder_setting("artifacts_dir", values.get("artifacts_dir", "artifacts"))
-        check_output_dir(folder_setting("artifact_dir", values["artifact_dir"]),
-                         "artifacts_dir=<a directory> (or artifact_dir=<a directory>)")
+        check_replaceable(check_output_dir(folder_setting("artifact_dir", values["artifact_dir"]),
+                                           "artifacts_dir=<a directory> (or artifact_dir=<a directory>)"))
         hf_load.check_setting(values.get("trust_remote_code"))
         return cls(
             model=ModelChoice.from_config(values["model"]),
@@ -76,3 +79,13 @@ def _checked_dtype(requested):
     """calibration_dtype as given, once it names a floating dtype (or auto)."""
     requested_dtype(requested, "calibration_dtype")
     return requested
+
+
+def check_replaceable(out: Path) -> None:
+    """A build replaces the folder at `out` whole (staging, then a swap), so
+    only an artifact (its manifest.json) or an empty folder may be there:
+    never a model, this project, or a model's other artifacts (artifact_dir=
+    one level too high), which force=true would delete too."""
+    if out.is_dir() and not (out / MANIFEST_FILE).exists() and any(out.iterdir()):
+        raise UserError(f"artifact_dir={out} holds files but no {MANIFEST_FILE}: it is not an artifact, and building "
+                        "there would replace everything in it; pass artifact_dir=<a new or empty folder>")

@@ -75,6 +75,23 @@ def test_quantize_output_under_a_file_is_one_line_before_any_work(tmp_path, work
     assert blocker.read_text() == "a file\n"
 
 
+@pytest.mark.parametrize("force", [False, True])
+def test_an_artifact_dir_that_holds_other_files_is_never_replaced(tmp_path, workdir, tiny_model, force):
+    """artifact_dir= one level too high (a model's artifacts folder), or at a
+    model or the project: the build's swap deleted everything in it."""
+    model_folder = tmp_path / "artifacts" / "tiny"
+    (model_folder / "w4a16_gptq").mkdir(parents=True)
+    (model_folder / "w4a16_gptq" / "manifest.json").write_text('{"artifact_id": "other"}\n')
+    (model_folder / "notes.txt").write_text("keep me\n")
+    before = sorted(p.relative_to(model_folder) for p in model_folder.rglob("*"))
+    proc = run_quantize("recipe=original", f"model={tiny_model}", f"artifact_dir={model_folder}",
+                        f"force={str(force).lower()}", cwd=workdir)
+    assert_one_line_error(proc, f"artifact_dir={model_folder} holds files but no manifest.json: it is not an artifact",
+                          "pass artifact_dir=<a new or empty folder>")
+    assert sorted(p.relative_to(model_folder) for p in model_folder.rglob("*")) == before
+    assert "load model" not in proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize("setting,phrases", [
     ("results_dir", ("cannot write results to", "pass results_dir=<a writable directory>")),
     ("artifacts_dir", ("no complete artifact at", "python -m quantize recipe=original")),
