@@ -79,8 +79,10 @@ def classify(config: dict, sparse_24: bool = False) -> CheckpointFormat:
         scheme = _scheme({"num_bits": q.get("bits"), "type": "int"}, None)
         zero_point = q.get("sym") is False if method == "gptq" else q.get("zero_point", True) is not False
         per_channel = q.get("group_size") == -1
-    else:
-        scheme = DENSE  # e.g. a sparsity-only compressed-tensors config
+    elif method == "compressed-tensors":
+        scheme = DENSE  # a sparsity-only config
+    else:   # fp8 (vLLM's own FP8 format), bitsandbytes, modelopt ...: never dense, each judged by its own rule
+        scheme = FP8 if method == "fp8" else str(method or "unknown")
     saved = q if method == "compressed-tensors" else None
     return CheckpointFormat(scheme=scheme, method=method, zero_point=zero_point, per_channel=per_channel,
                             quantization_config=saved, **common)

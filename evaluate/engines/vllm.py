@@ -148,6 +148,24 @@ def _kv_scale_note(kv: str, ct_kv: str | None) -> str:
     return ""
 
 
+# The AutoGPTQ and AutoAWQ layouts vLLM loads (quantization/auto_gptq.py and auto_awq.py,
+# TYPE_MAP: the same in 0.26.0 and 0.32.0, CUDA and CPU builds; anything else raises
+# "Unsupported quantization config" at start-up): GPTQ 4- or 8-bit symmetric, AWQ 4-bit.
+LEGACY_SCHEMES = {"gptq": ((W4A16, W8A16), False), "awq": ((W4A16,), True)}
+
+
+def _legacy_format_rule(fmt) -> Verdict:
+    """A GPTQ- or AWQ-format checkpoint vLLM's loader refuses, before any kernel rule."""
+    if fmt.method not in LEGACY_SCHEMES:
+        return YES
+    schemes, zero_points = LEGACY_SCHEMES[fmt.method]
+    if fmt.scheme in schemes and (zero_points or not fmt.zero_point):
+        return YES
+    takes = "4-bit weights" if fmt.method == "awq" else "4- or 8-bit symmetric weights"
+    return Verdict(False, f"vLLM's {fmt.method.upper()} loader takes {takes} only, and this checkpoint is "
+                          f"{fmt.label}; quantize the model with a quantbench recipe (compressed-tensors)")
+
+
 def _cpu_rule(fmt, machine, args) -> Verdict:
     if fmt.scheme == DENSE:
         return YES
@@ -446,6 +464,9 @@ class VllmEngine(Engine):
         if fmt.sparsity_compressed:
             return Verdict(False, "vLLM no longer serves sparse-compressed checkpoints; save the pruned "
                                   "model dense (its 2:4 zeros are kept)")
+        legacy = _legacy_format_rule(fmt)
+        if not legacy:
+            return legacy
         kv = _kv_rule(fmt, machine, args)
         if not kv:
             return kv

@@ -236,9 +236,12 @@ def _linear_rule(fmt, cc: Capability, rules: CudaRules) -> Verdict:
         return _fp8_rule(cc, "Humming")
     if fmt.scheme in (W4A16, W8A16):
         return _weight_only_int_rule(fmt, cc, rules)
-    # W8A8 int8: kernels/linear/__init__.py, _POSSIBLE_INT8_KERNELS[CUDA] starts with
-    # CutlassInt8ScaledMMLinearKernel (below sm100: see CUTLASS_INT8_BEFORE).
-    return YES
+    if fmt.scheme in (DENSE, W8A8_INT8):
+        # W8A8 int8: kernels/linear/__init__.py, _POSSIBLE_INT8_KERNELS[CUDA] starts with
+        # CutlassInt8ScaledMMLinearKernel (below sm100: see CUTLASS_INT8_BEFORE).
+        return YES
+    return Verdict(False, f"no rule for {fmt.label} on CUDA; try it with "
+                          "`python -m evaluate.capabilities probe=true` on the GPU, or use engine=hf")
 
 
 def _fp8_rule(cc: Capability, weight_only_kernel: str) -> Verdict:

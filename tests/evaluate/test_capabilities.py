@@ -63,6 +63,10 @@ def group(bits, kind="int", act_bits=None):
     ({"quant_method": CT, "config_groups": {"g": group(4, act_bits=8)}}, "w4a8"),
     ({"quant_method": "gptq", "bits": 4}, W4A16),
     ({"quant_method": "awq", "bits": 8}, W8A16),
+    ({"quant_method": CT, "sparsity_config": {"format": "dense"}}, DENSE),   # sparsity alone: dense weights
+    # other methods were read as dense, and judged so: vLLM's own FP8 format, bitsandbytes ...
+    ({"quant_method": "fp8", "activation_scheme": "dynamic"}, FP8),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "bitsandbytes"),
 ])
 def test_formats_are_classified_from_the_checkpoint_config(quant, scheme):
     config = {"torch_dtype": "float16", **({"quantization_config": quant} if quant else {})}

@@ -17,7 +17,7 @@ from evaluate.engines import vllm_cuda_rules, vllm_kernels
 from evaluate.engines.vllm_cuda_rules import RULES, cuda_kv_rule, cuda_pin, cuda_rule, rules_for
 from evaluate.engines.vllm import VllmEngine
 from evaluate.engines.vllm_kernels import VllmKernels
-from evaluate.formats import DENSE, FP8, W4A16, W8A8_INT8, W8A16, CheckpointFormat
+from evaluate.formats import DENSE, FP8, W4A16, W8A8_INT8, W8A16, CheckpointFormat, classify
 import quantize.common.machine
 from quantize.common.machine import Machine
 
@@ -100,6 +100,29 @@ def test_asymmetric_8bit_weights_run_on_machete_on_sm90_and_on_humming_elsewhere
 @pytest.mark.parametrize("method", ["gptq", "awq"])
 def test_legacy_formats_follow_the_same_weight_only_rules(method):
     assert vllm(fmt(W4A16, "float16", method), "sm75")[0].reason == "Marlin kernel"
+
+
+@pytest.mark.parametrize("config, takes", [
+    # vLLM's AutoGPTQConfig / AutoAWQConfig raise "Unsupported quantization config" at start-up on these;
+    # the kernel rules alone called them servable
+    ({"quant_method": "gptq", "bits": 4, "sym": False}, "4- or 8-bit symmetric weights"),
+    ({"quant_method": "gptq", "bits": 3, "sym": True}, "4- or 8-bit symmetric weights"),
+    ({"quant_method": "awq", "bits": 8, "zero_point": True}, "4-bit weights"),
+])
+def test_legacy_layouts_vllms_loader_refuses_are_refused_on_every_machine(config, takes):
+    f = classify({"torch_dtype": "float16", "quantization_config": config})
+    for name in ("avx512_bf16", "amx", "cuda_sm80", "cuda_sm90"):
+        verdict, _ = decide("vllm", f, KNOWN_MACHINES[name])
+        assert not verdict and f"loader takes {takes} only, and this checkpoint is {f.label}" in verdict.reason, name
+    for ok in ({"quant_method": "gptq", "bits": 4, "sym": True}, {"quant_method": "awq", "bits": 4, "zero_point": True}):
+        assert decide("vllm", classify({"quantization_config": ok}), KNOWN_MACHINES["cuda_sm90"])[0]
+
+
+def test_a_scheme_without_a_rule_is_refused_not_served():
+    """_linear_rule ended in a bare YES meant for W8A8 int8: any other scheme passed on CUDA."""
+    for sm in ALL_SM:
+        verdict, _ = vllm(fmt("w4a8"), sm)
+        assert not verdict and verdict.reason.startswith("no rule for W4A8 on CUDA"), sm
 
 
 def test_fp8_is_native_from_sm89_and_weight_only_below_on_humming_and_marlin_for_experts():
