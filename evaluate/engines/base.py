@@ -219,6 +219,12 @@ class Engine:
         return dict(env)
 
     @classmethod
+    def kv_itemsize(cls, fmt, args: dict) -> int:
+        """Bytes per KV-cache element as this engine stores it for `fmt`: the
+        compute dtype's here (transformers keeps its cache unquantized)."""
+        return 4 if args.get("dtype") == "float32" else 2
+
+    @classmethod
     def prepare_env(cls, env: dict, args: dict | None = None) -> dict:
         """The variables to set for the configured `env` (None: leave as is),
         given the engine `args` it will run with, where known."""

@@ -523,6 +523,11 @@ class VllmEngine(Engine):
         return not args.get("enforce_eager", False)
 
     @classmethod
+    def kv_itemsize(cls, fmt, args: dict) -> int:
+        """An fp8 KV cache (the checkpoint's scheme or kv_cache_dtype) is 1 byte per element."""
+        return kv_itemsize(fmt, args)
+
+    @classmethod
     def sized_env(cls, env: dict, target, args: dict, tokens: int | None) -> dict:
         """VLLM_CPU_KVCACHE_SPACE=auto: the whole GiB that hold `tokens` with
         headroom (at least 1); a value the user exported at launch stands."""

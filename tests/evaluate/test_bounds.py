@@ -63,12 +63,36 @@ def test_batch_tokens_auto_follow_memory_and_the_models_kv_layout():
     limits = Limits(runs=None, batch_size=None, batch_tokens="auto")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("evaluate.limits.rank_memory_bytes", lambda cuda: 32 * 2**30)
-        limits.check_batch_tokens([Scenario("fits", 8, 1000, 24)], target, args, machine, remote=False)
+        limits.check_batch_tokens([Scenario("fits", 8, 1000, 24)], target, args, machine, remote=False, kv_itemsize=2)
         with pytest.raises(UserError, match=r"= 131072 tokens is past limits.batch_tokens=auto \(102903 tokens: the "
                                             r"KV cache that fits beside the weights in 80% of this machine's memory"):
-            limits.check_batch_tokens([Scenario("big", 128, 1000, 24)], target, args, machine, remote=False)
+            limits.check_batch_tokens([Scenario("big", 128, 1000, 24)], target, args, machine, remote=False, kv_itemsize=2)
         # a server quantbench cannot see: this machine's memory bounds nothing
-        limits.check_batch_tokens([Scenario("big", 128, 1000, 24)], target, args, machine, remote=True)
+        limits.check_batch_tokens([Scenario("big", 128, 1000, 24)], target, args, machine, remote=True, kv_itemsize=2)
+
+
+def test_batch_tokens_auto_count_the_engines_kv_bytes_and_on_a_cpu_every_rank():
+    """The same 7B shape: an fp8 KV cache (1 byte, as vLLM sizes it) holds twice
+    the tokens, which the bound read at 2 bytes refused; on a CPU, tensor
+    parallel ranks share one memory, so two hold as many tokens as one (the
+    bound grew with the size: 156,309 tokens at 1, 366,024 at 2)."""
+    from evaluate.engines.vllm import VllmEngine
+    from evaluate.formats import W8A8_INT8, CheckpointFormat
+    from evaluate.limits import tokens_in_memory
+    target = SimpleNamespace(config={"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                                     "head_dim": 128}, model_bytes=7 * 10**9)
+    cpu, gpu = SimpleNamespace(cuda=()), SimpleNamespace(cuda=("H100",))
+    kv8 = CheckpointFormat(W8A8_INT8, method="compressed-tensors", kv_cache="fp8")
+    assert VllmEngine.kv_itemsize(kv8, {"dtype": "bfloat16"}) == 1
+    assert VllmEngine.kv_itemsize(CheckpointFormat(W8A8_INT8), {"dtype": "bfloat16"}) == 2
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("evaluate.limits.rank_memory_bytes", lambda cuda: 32 * 2**30)
+        one, fp8 = (tokens_in_memory(target, {"dtype": "bfloat16"}, cpu, size) for size in (2, 1))
+        assert fp8 == pytest.approx(2 * one, abs=2)
+        two_ranks = tokens_in_memory(target, {"dtype": "bfloat16", "tensor_parallel_size": 2}, cpu, 2)
+        assert two_ranks == one                    # the ranks split the KV heads within one memory
+        on_gpus = tokens_in_memory(target, {"dtype": "bfloat16", "tensor_parallel_size": 2}, gpu, 2)
+        assert on_gpus > 2 * one                  # each GPU holds half the weights and half the KV heads
 
 
 def test_a_bad_limit_is_one_line(tiny_model, tmp_path):
