@@ -160,7 +160,8 @@ def _build(inputs: Inputs, tokenizer, out: Path, timer: Timer, check: str | None
                 checks = verify.check(tmp, check, recipe.prunes)
         described = dataclasses.replace(_manifest(inputs, tmp, timer, checks), modules_changed=changed)
         if measured is not None:
-            described = _judged(described, measured, config.sanity, recipe.prunes)
+            # the family the report judges by: 2:4 as the saved weights hold it, not as the recipe meant
+            described = _judged(described, measured, config.sanity, described.holds_2_4)
         manifest.write(tmp, described)  # last: its presence means "complete"
     log.info("artifact %s written to %s (%.1f MB)", inputs.artifact_id, out, described.bytes_on_disk["total"] / 1e6)
     if "suspect" in described.extra:
@@ -168,11 +169,12 @@ def _build(inputs: Inputs, tokenizer, out: Path, timer: Timer, check: str | None
                     inputs.artifact_id, out, described.extra["suspect"]["reason"])
 
 
-def _judged(described: Manifest, measured: dict, config: sanity_rules.SanityConfig, prunes: bool) -> Manifest:
+def _judged(described: Manifest, measured: dict, config: sanity_rules.SanityConfig, sparse_24: bool) -> Manifest:
     """The manifest with checks.sanity and, below the format's floor, `suspect`;
-    sanity.strict=true fails the job instead (nothing is written)."""
+    sanity.strict=true fails the job instead (nothing is written). `sparse_24`:
+    the saved weights hold 2:4 (the verify step's measure)."""
     suspect = (None if "skipped" in measured
-               else sanity_rules.judge(measured, described.quantization.to_dict(), prunes, config))
+               else sanity_rules.judge(measured, described.quantization.to_dict(), sparse_24, config))
     checks = {**described.checks, "sanity": measured}
     if suspect and config.strict:
         raise UserError(f"the quantized model fails the sanity check: {suspect['reason']} (measured on "

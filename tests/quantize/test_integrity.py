@@ -136,6 +136,23 @@ def test_manifest_counts_the_modules_the_recipe_changed(pruned_and_quantized):
     assert m.row_fields()["modules_changed"] == m.modules_changed
 
 
+def test_the_sanity_family_is_2_4_where_the_saved_weights_hold_it_not_where_the_recipe_prunes(
+        pruned_and_quantized, tiny_model, tmp_path):
+    """The family (and floor) quantize judged by came from "the recipe prunes",
+    the report's from the saved weights: an unstructured prune got the lenient
+    2:4 floor at quantize and the int4 one in the report."""
+    two_four = manifest.read(pruned_and_quantized)
+    assert two_four.holds_2_4 and two_four.checks["sanity"]["family"] == "sparse_2of4"
+    recipe = tmp_path / "unstructured.yaml"
+    recipe.write_text(PRUNE_AND_QUANTIZE.replace('mask_structure: "2:4"', 'mask_structure: "0:0"'))
+    (tmp_path / "cwd").mkdir()
+    check_ok(run_quantize(f"recipe={recipe}", f"model={tiny_model}", *SMALL_CALIB,
+                          f"artifact_dir={tmp_path / 'art'}", cwd=tmp_path / "cwd"))
+    unstructured = manifest.read(tmp_path / "art")
+    assert not unstructured.holds_2_4 and unstructured.modules_changed["pruned"] == DECODER_LINEARS
+    assert unstructured.checks["sanity"]["family"] == "w4"
+
+
 def test_summary_csv_shows_the_count(pruned_and_quantized, tmp_path):
     """Rows repeat the real manifest's fields (Manifest.row_fields), and
     summary.csv's modules_changed column shows the count; the baseline's

@@ -90,11 +90,11 @@ def _manifest(quantization: dict) -> Manifest:
 
 def test_strict_fails_a_suspect_artifact_instead_of_keeping_it():
     measured = {"top1_agreement": 0.3, "kl_divergence": 1.0, "scored_tokens": 508}
-    kept = pipeline._judged(_manifest(W8A8), dict(measured), CONFIG, prunes=False)
+    kept = pipeline._judged(_manifest(W8A8), dict(measured), CONFIG, sparse_24=False)
     assert kept.extra["suspect"]["family"] == "w8a8" and kept.checks["sanity"]["floor"] == 0.80
     with pytest.raises(UserError, match="fails the sanity check.*sanity.strict=false"):
-        pipeline._judged(_manifest(W8A8), dict(measured), dataclasses.replace(CONFIG, strict=True), prunes=False)
-    sound = pipeline._judged(_manifest(W8A8), dict(measured, top1_agreement=0.95), CONFIG, prunes=False)
+        pipeline._judged(_manifest(W8A8), dict(measured), dataclasses.replace(CONFIG, strict=True), sparse_24=False)
+    sound = pipeline._judged(_manifest(W8A8), dict(measured, top1_agreement=0.95), CONFIG, sparse_24=False)
     assert "suspect" not in sound.to_dict() and sound.checks["sanity"]["top1_agreement"] == 0.95
 
 
@@ -120,5 +120,5 @@ def test_smoothquant_mappings_wrong_for_phi_make_a_suspect_artifact(tmp_path, to
 def test_a_forward_pass_the_check_cannot_make_skips_it_with_the_reason():
     skipped = pipeline._sanity_after(sanity.Measure.failed(RuntimeError("no\nforward")), model=None)
     assert skipped == {"skipped": "the model's forward pass failed (RuntimeError: no forward)"}
-    judged = pipeline._judged(_manifest(W8A8), skipped, CONFIG, prunes=False)
+    judged = pipeline._judged(_manifest(W8A8), skipped, CONFIG, sparse_24=False)
     assert judged.checks["sanity"] == skipped and "suspect" not in judged.to_dict()
