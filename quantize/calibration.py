@@ -98,6 +98,19 @@ def check(config: CalibrationConfig) -> None:
             raise UserError(f"calibration file {path} must end in .txt, .json or .jsonl")
 
 
+def check_held_out(config: CalibrationConfig, sanity) -> None:
+    """The sanity check scores held-out text: calibrating on one of its books
+    would make a broken artifact look sound (evaluate's accuracy pass holds out
+    the same two by default)."""
+    if sanity is None or config.source != "austen" or sanity.text != "austen":
+        return
+    shared = [b for b in config.books if b in sanity.books]
+    if shared:
+        raise UserError(f"calibration.books and sanity.books share {', '.join(shared)}: the sanity check would "
+                        "score text the model was calibrated on; calibrate on other books (e.g. "
+                        "calibration.books=[emma,mansfieldpark,sensesensibility]), or pass sanity.enabled=false")
+
+
 def build(config: CalibrationConfig, tokenizer, seed: int) -> CalibrationSet:
     """Build the calibration set described by the `calibration` config group."""
     check(config)

@@ -66,6 +66,7 @@ def _quantize(config: QuantizeConfig) -> Path:
     recipe = recipes.load(config.recipe)
     if not recipe.is_baseline:  # the calibration's quick checks first: llm-compressor imports for ~5 s
         calibration.check(config.calibration)
+        calibration.check_held_out(config.calibration, config.sanity)
         recipes.check_with_llmcompressor(recipe)
         smoothquant_check.check(recipe, model_dir)
     out = resolve(config.artifact_dir)

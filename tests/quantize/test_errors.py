@@ -59,6 +59,10 @@ CASES = {
     "calibration_too_small": (
         with_calibration(lambda tmp: write(tmp / "small.txt", "Emma Woodhouse, handsome, clever, and rich.")),
         ["small.txt", "calibration.num_samples=8", "lower num_samples or max_seq_len"]),
+    # the sanity check would score text the model was calibrated on, and pass a broken artifact
+    "calibration_on_a_held_out_book": (
+        lambda tmp, tiny: ["recipe=w4a16_rtn", f"model={tiny}", *SMALL_CALIB, "calibration.books=[emma,persuasion]"],
+        ["calibration.books and sanity.books share persuasion", "calibrate on other books", "sanity.enabled=false"]),
     "group_size_does_not_divide": (
         with_recipe("w4_g48.yaml", w4_rtn_recipe(48)),
         ["group_size 48", "in_features 128", "use group_size", "strategy: channel"]),
