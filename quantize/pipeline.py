@@ -342,7 +342,9 @@ def _oneshot(model, tokenizer, recipe, calib, seed: int) -> None:
         oneshot(
             model=model,
             tokenizer=tokenizer,
-            recipe=str(recipe.path),
+            # its text as read once, not its file: the manifest's recipe and id are that text's,
+            # and a file edited during a sweep would otherwise be applied unrecorded
+            recipe=recipe.text,
             dataset=calib.to_dataset(),
             num_calibration_samples=len(calib.samples),
             max_seq_length=max(len(s) for s in calib.samples),

@@ -62,7 +62,7 @@ def check_with_llmcompressor(recipe: RecipeFile) -> None:
     arguments fail before the model is loaded (importing it takes ~5 s)."""
     from llmcompressor.recipe import Recipe
     try:
-        Recipe.create_instance(str(recipe.path))
+        Recipe.create_instance(recipe.text)   # the text read once: the one hashed, recorded and applied
     except Exception as e:  # pydantic / registry errors: all mean "recipe rejected"
         first = " ".join(str(e).split())[:300]
         raise UserError(f"llm-compressor rejected recipe {recipe.path}: {first}") from None

@@ -41,7 +41,7 @@ def check(recipe: RecipeFile, model_dir: Path) -> None:
     if SMOOTHQUANT not in recipe.modifiers:
         return
     from llmcompressor.recipe import Recipe
-    modifiers = [m for m in Recipe.create_instance(str(recipe.path)).modifiers if type(m).__name__ == SMOOTHQUANT]
+    modifiers = [m for m in Recipe.create_instance(recipe.text).modifiers if type(m).__name__ == SMOOTHQUANT]
     model = _meta_model(model_dir)
     architecture = _architecture(model_dir) or type(model).__name__
     if any(m.mappings is None for m in modifiers) and not is_registered(architecture):

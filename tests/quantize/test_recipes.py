@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tests.conftest import (MAX_SEQ_LEN, NUM_SAMPLES, TINY_NAME, file_sha256, recipe_source,
-                      sha256_files_by_hand, shipped_recipes, sparse_recipes)
+                      sha256_files_by_hand, shipped_recipes, sparse_recipes, w4_rtn_recipe)
 
 RECIPES = shipped_recipes()
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -418,3 +418,22 @@ def test_verify_setting_is_checked_before_any_work():
         "tensors", "tensors", "reload", None, None]
     with pytest.raises(UserError, match="verify=full: pass verify=tensors"):
         verify.mode("full")
+
+
+def test_what_llm_compressor_applies_and_checks_is_the_text_read_once(tmp_path, monkeypatch):
+    """The manifest's recipe, its sha256 and the artifact id are the text read
+    at the start; oneshot and the checks re-read the file, so an edit during a
+    sweep was applied while the old text was recorded."""
+    import llmcompressor
+    from quantize import pipeline, recipe as recipes
+    from quantize.common.recipe_choices import RecipeChoice
+    path = tmp_path / "mine.yaml"
+    path.write_text(w4_rtn_recipe(64))
+    loaded = recipes.load(RecipeChoice(name="mine", path=str(path)))
+    path.write_text(w4_rtn_recipe(32))                     # edited after it was read
+    recipes.check_with_llmcompressor(loaded)               # parses the text read, not the file
+    applied = {}
+    monkeypatch.setattr(llmcompressor, "oneshot", lambda **kw: applied.update(kw))
+    calib = type("Calib", (), {"to_dataset": lambda self: None, "samples": [[1, 2, 3]]})()
+    pipeline._oneshot(model=None, tokenizer=None, recipe=loaded, calib=calib, seed=0)
+    assert applied["recipe"] == loaded.text == w4_rtn_recipe(64)
