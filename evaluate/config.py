@@ -62,15 +62,15 @@ class EvaluateConfig:
             seed=integer("seed", cfg.seed, minimum=0),
             results_dir=folder_setting("results_dir", cfg.results_dir), results_per_process=flag("results_per_process", cfg.results_per_process),
             skip_completed=flag("skip_completed", cfg.skip_completed),
-            hardware=hardware_profile(cfg),
+            hardware=hardware_profile(cfg.get("hardware")),
             tracker=tracking.from_group(_group(cfg, "tracking")))
 
 
-def hardware_profile(cfg) -> str | None:
-    """The conf/hardware/ profile's name, which every row records."""
-    if not cfg.get("hardware"):
+def hardware_profile(group) -> str | None:
+    """The conf/hardware/ profile's name (`group`: the hardware group), which every row records."""
+    if not group:
         return None
-    name = cfg.hardware.get("name")
+    name = group.get("name")
     if not is_name(name):
         raise UserError(f"hardware.name={shown(name)} is not a name: it is the conf/hardware/ profile the rows record; "
                         "choose a profile with hardware=cpu or hardware=cuda")
