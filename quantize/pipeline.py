@@ -322,6 +322,7 @@ def _identity(config: QuantizeConfig, model_dir: Path, recipe: recipes.RecipeFil
     return {
         "model_weights_sha256": sha256_files(weight_files(model_dir)),
         "model_config_sha256": manifest.config_sha256(_read_config(model_dir)),
+        "model_files_sha256": sha256_files(p for name in manifest.MODEL_FILES if (p := model_dir / name).is_file()),
         "recipe_sha256": recipe.sha256,
         "calibration_sha256": calib.sha256 if calib else None,
         "calibration_dtype": calibration_dtype,
@@ -405,7 +406,7 @@ def _manifest(inputs: Inputs, tmp: Path, timer: Timer, checks: dict) -> Manifest
             name=config.model.name, path=str(model_dir), weights_sha256=identity["model_weights_sha256"],
             architecture=(model_config.get("architectures") or [None])[0],
             max_position_embeddings=model_config.get("max_position_embeddings"),
-            config_sha256=identity["model_config_sha256"]),
+            config_sha256=identity["model_config_sha256"], files_sha256=identity["model_files_sha256"]),
         recipe=RecipeInfo(name=recipe.name, source=str(recipe.path), sha256=recipe.sha256,
                           modifiers=recipe.modifiers, description=config.recipe.description),
         calibration=calib.describe() if calib else None,

@@ -24,6 +24,7 @@ class ModelInfo:
     architecture: str | None = None
     max_position_embeddings: int | None = None
     config_sha256: str | None = None   # config_sha256 of its config.json; None in manifests of id scheme 1
+    files_sha256: str | None = None    # of its MODEL_FILES; None in manifests of id schemes 1 and 2
 
 
 @dataclass(frozen=True)
@@ -124,8 +125,9 @@ class Manifest:
         for newer in ("command", "weights_fingerprint", "modules_changed", "id_scheme"):
             if out[newer] is None:
                 del out[newer]
-        if out["model"]["config_sha256"] is None:
-            del out["model"]["config_sha256"]
+        for newer in ("config_sha256", "files_sha256"):
+            if out["model"][newer] is None:
+                del out["model"][newer]
         if self.weights_fingerprint is not None:
             out["weights_fingerprint"] = self.weights_fingerprint.to_dict()
         return out | self.extra
@@ -167,8 +169,14 @@ REQUIRED = ("artifact_id", "model", "recipe", "quantization")
 # calibration tokens, calibration dtype, seed and the libraries that write the
 # bytes. 2: and of the base config.json's fields (config_sha256): two
 # checkpoints with one set of weights and another rope_theta are two models.
+# 3: and of the files the artifact ships beside the weights, copied from the
+# base (MODEL_FILES: tokenizer, chat template, generation config): a fixed eos
+# token or chat template changes what evaluate serves, not the weights.
 # A manifest keeps the id it records: its scheme says how to compute it again.
-ID_SCHEME = 2
+ID_SCHEME = 3
+MODEL_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
+               "added_tokens.json", "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json",
+               "generation_config.json")
 
 # config.json fields that change no output, so no identity: where the file was
 # loaded from and the library version that wrote it (the libraries that change
@@ -185,11 +193,12 @@ def config_sha256(config: dict) -> str:
 
 def artifact_id(*, model_weights_sha256: str, recipe_sha256: str, calibration_sha256: str | None,
                 calibration_dtype: str | None, seed: int | None, versions: dict | None,
-                model_config_sha256: str | None = None) -> str:
+                model_config_sha256: str | None = None, model_files_sha256: str | None = None) -> str:
     """Hash of everything that determines an artifact's bytes: same inputs,
     same id, so a rerun is skipped. `versions` None for the baseline (saved,
     not computed); else only the libraries that change the bytes count.
-    `model_config_sha256` None: the id of scheme 1 (ID_SCHEME)."""
+    `model_config_sha256` None: the id of scheme 1; `model_files_sha256`
+    None: of scheme 2 or 1 (ID_SCHEME)."""
     inputs = {
         "model_weights_sha256": model_weights_sha256,
         "recipe_sha256": recipe_sha256,
@@ -200,15 +209,17 @@ def artifact_id(*, model_weights_sha256: str, recipe_sha256: str, calibration_sh
     }
     if model_config_sha256 is not None:
         inputs["model_config_sha256"] = model_config_sha256
+    if model_files_sha256 is not None:
+        inputs["model_files_sha256"] = model_files_sha256
     return sha256_json(inputs)[:16]
 
 
 def id_as_recorded(recorded: Manifest, identity: dict) -> str:
     """The id `identity` (artifact_id's arguments) gets under the scheme the
     `recorded` manifest was written with, to compare with the id it records."""
-    if (recorded.id_scheme or 1) < 2:
-        identity = {k: v for k, v in identity.items() if k != "model_config_sha256"}
-    return artifact_id(**identity)
+    scheme = recorded.id_scheme or 1
+    newer = {"model_config_sha256": 2, "model_files_sha256": 3}   # the scheme that added each
+    return artifact_id(**{k: v for k, v in identity.items() if scheme >= newer.get(k, 1)})
 
 
 def config_differences(saved: dict, base: dict) -> list[str]:

@@ -90,6 +90,32 @@ def test_a_manifest_of_id_scheme_1_keeps_its_id(tiny_model, tmp_path, workdir):
     assert manifest.read(final).artifact_id == old_id
 
 
+def test_another_chat_template_is_another_artifact_and_an_id_of_scheme_2_stays_complete(tiny_model, tmp_path,
+                                                                                            workdir):
+    """The tokenizer and generation config ship with the artifact and change
+    what evaluate serves: a fixed chat template was skipped as complete, and the
+    stale one kept. An artifact of id scheme 2 (before they counted) keeps its id."""
+    a = variant(tiny_model, tmp_path / "a", lambda config: None)
+    arts = tmp_path / "artifacts"
+    final = arts / TINY_NAME / "original"
+    assert run_quantize(f"model={a}", "recipe=original", f"artifacts_dir={arts}", cwd=workdir).returncode == 0
+    built = manifest.read(final)
+    assert built.id_scheme == 3 and built.model.files_sha256
+    tokenizer_config = tmp_path / "a" / TINY_NAME / "tokenizer_config.json"
+    edited = json.loads(tokenizer_config.read_text()) | {"chat_template": "{{ messages[0]['content'] }}"}
+    tokenizer_config.write_text(json.dumps(edited))
+    again = run_quantize(f"model={a}", "recipe=original", f"artifacts_dir={arts}", cwd=workdir)
+    assert f"{final} holds artifact {built.artifact_id} built from other inputs" in again.stderr, tail(again)
+    identity = {"model_weights_sha256": built.model.weights_sha256, "recipe_sha256": built.recipe.sha256,
+                "calibration_sha256": None, "calibration_dtype": None, "seed": None, "versions": None,
+                "model_config_sha256": built.model.config_sha256}
+    scheme_2 = manifest.artifact_id(**identity)
+    manifest.write(final, replace(built, artifact_id=scheme_2, id_scheme=2,
+                                  model=replace(built.model, files_sha256=None)))
+    kept = run_quantize(f"model={a}", "recipe=original", f"artifacts_dir={arts}", cwd=workdir)
+    assert f"artifact {scheme_2} is complete at {final}" in kept.stdout + kept.stderr, tail(kept)
+
+
 def test_a_plain_checkpoint_keeps_the_id_an_older_store_records(tiny_model):
     """Rows of this folder under its weights' hash, measured after its
     config.json last changed: the checkpoint keeps that id; an edit since, a
