@@ -39,6 +39,8 @@ class CheckpointFormat:
     kv_cache: str | None = None    # the checkpoint's KV-cache scheme (kv_cache_scheme): "fp8", "fp8 per-head", ...
     zero_point: bool = False       # asymmetric integer weights (a zero point per group or channel)
     per_channel: bool = False      # integer weights scaled per output channel (strategy: channel), not per group
+    # the attention head size (some kernels take only some sizes); None for a format judged alone (the table's)
+    head_dim: int | None = field(default=None, compare=False)
     # The checkpoint's compressed-tensors quantization_config as saved, for the
     # engine that matches each config group to a kernel scheme of its own
     # (evaluate/engines/vllm_schemes.py); None for a format judged alone (the table's).
@@ -63,7 +65,7 @@ def classify(config: dict, sparse_24: bool = False) -> CheckpointFormat:
     dtype = str(config.get("dtype") or config.get("torch_dtype") or "float32").removeprefix("torch.")
     q = config.get("quantization_config") or {}
     common = dict(dtype=dtype, sparse_24=sparse_24, sparsity_compressed=bool(q.get("sparsity_config")),
-                  moe=is_moe(config), kv_cache=kv_cache_scheme(q.get("kv_cache_scheme")))
+                  moe=is_moe(config), kv_cache=kv_cache_scheme(q.get("kv_cache_scheme")), head_dim=head_dim(config))
     if not q:
         return CheckpointFormat(**common)
     method = q.get("quant_method")
@@ -86,6 +88,17 @@ def classify(config: dict, sparse_24: bool = False) -> CheckpointFormat:
     saved = q if method == "compressed-tensors" else None
     return CheckpointFormat(scheme=scheme, method=method, zero_point=zero_point, per_channel=per_channel,
                             quantization_config=saved, **common)
+
+
+def head_dim(config: dict) -> int | None:
+    """The attention head size of a config.json (`head_dim`, else hidden_size /
+    num_attention_heads, of the text model where it nests one); None when unknown."""
+    text = config.get("text_config") or config
+    heads = text.get("num_attention_heads")
+    if not (isinstance(heads, int) and heads):
+        return None
+    size = text.get("head_dim") or (text.get("hidden_size") or 0) // heads
+    return size if isinstance(size, int) and size > 0 else None
 
 
 def kv_cache_scheme(kv: dict | None) -> str | None:

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 import psutil
 
+from evaluate.formats import head_dim
+
 
 @dataclass(frozen=True)
 class Baseline:
@@ -191,11 +193,11 @@ def kv_bytes_per_token(config: dict, itemsize: int, args: dict) -> int | None:
     if not (isinstance(layers, int) and isinstance(heads, int) and heads):
         return None
     kv_heads = text.get("num_key_value_heads") or heads
-    head_dim = text.get("head_dim") or (text.get("hidden_size") or 0) // heads
-    if not head_dim:
+    size = head_dim(config)
+    if not size:
         return None
     tp, pp = int(args.get("tensor_parallel_size") or 1), int(args.get("pipeline_parallel_size") or 1)
-    return 2 * math.ceil(layers / pp) * max(1, kv_heads // tp) * head_dim * itemsize
+    return 2 * math.ceil(layers / pp) * max(1, kv_heads // tp) * size * itemsize
 
 
 def rank_memory_bytes(cuda: bool) -> int | None:

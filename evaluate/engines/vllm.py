@@ -121,6 +121,12 @@ def _kv_rule(fmt, machine, args) -> Verdict:
                                   f"the fp8 KV cache), or an unquantized KV cache: {unquantized}")
         return Verdict(False, "vLLM-CPU's fp8 KV cache needs AVX-512 or AMX, which this CPU lacks; "
                               "use engine.args.kv_cache_dtype=auto here")
+    if kv.startswith("fp8") and fmt.head_dim and fmt.head_dim % 32 and fmt.head_dim % 16 == 0:
+        # cpu_attn.py, _get_attn_isa: "FP8 KV cache requires head_size divisible by 32 on CPU" (0.32.0)
+        fix = "use engine.args.kv_cache_dtype=auto here" if explicit else (
+            "use engine=hf (it simulates the fp8 KV cache), or engine.args.kv_cache_dtype=bfloat16")
+        return Verdict(False, f"vLLM-CPU's fp8 KV cache needs a head size divisible by 32, and this model's is "
+                              f"{fmt.head_dim}; {fix}")
     dtype = str(args.get("dtype") or "auto")
     if kv in ("bfloat16", "float16") and dtype != "auto" and kv != dtype:
         # Measured: dtype=float32 with kv_cache_dtype=bfloat16 (or float16) starts and serves

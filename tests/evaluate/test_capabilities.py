@@ -530,3 +530,20 @@ def test_hydras_own_flags_go_through_its_main_and_answer_the_same(tmp_path, monk
     assert main(["--config-dir", str(tmp_path), "machine=avx2", "probe=true"]) == 2
     assert capsys.readouterr().err == "error: probe=true runs on this machine; drop machine=\n"
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("size, started", [(64, True), (128, True), (80, False), (112, False), (96, True)])
+def test_an_fp8_kv_cache_on_a_cpu_needs_a_head_size_divisible_by_32(size, started):
+    """vLLM-CPU's attention (cpu_attn.py, _get_attn_isa) raises at start-up for
+    an fp8 KV cache where the head size is a multiple of 16 but not of 32
+    (Phi-2's 80); the table called it servable."""
+    assert classify({"num_attention_heads": 4, "hidden_size": 4 * size}).head_dim == size
+    assert classify({"text_config": {"num_attention_heads": 4, "head_dim": size}}).head_dim == size
+    f = CheckpointFormat(W8A8_INT8, method=CT, kv_cache="fp8", head_dim=size)
+    verdict, _ = decide("vllm", f, KNOWN_MACHINES["amx"])
+    assert bool(verdict) is started, verdict
+    if not started:
+        assert verdict.reason.startswith(f"vLLM-CPU's fp8 KV cache needs a head size divisible by 32, and this "
+                                         f"model's is {size}; use engine=hf")
+        assert decide("vllm", f, KNOWN_MACHINES["amx"], {"kv_cache_dtype": "bfloat16"})[0]
+
