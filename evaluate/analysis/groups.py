@@ -194,10 +194,11 @@ def latest_config(rows: list[Row]) -> list[Row]:
     the accuracy or lm-eval config, the seed): a rerun with another config
     measures anew, and its rows replace the older ones rather than being
     averaged with them. Speed rows have one config per group already."""
+    keyed = [(row, group_key(row), row.measured_with()) for row in rows]   # each hashed once
     latest = {}
-    for row in sorted(rows, key=lambda r: r.timestamp or ""):   # stable: file order among equal times
-        latest[group_key(row)] = row.measured_with()
-    return [r for r in rows if latest[group_key(r)] == r.measured_with()]
+    for _, group, config in sorted(keyed, key=lambda k: k[0].timestamp or ""):   # stable: file order among equal times
+        latest[group] = config
+    return [row for row, group, config in keyed if latest[group] == config]
 
 
 def add_speedups(groups: list[Group], metric: str = SPEED) -> None:
