@@ -80,7 +80,7 @@ def decide(engine: str, fmt: CheckpointFormat, machine: Machine, args: dict | No
     """(verdict, dtype the engine would compute in) for one cell."""
     cls = engine_class(engine)
     args = dict(args or {})
-    dtype = cls.choose_dtype(fmt, machine, args.get("dtype") or "auto")
+    dtype = cls.choose_dtype(fmt, machine, args)
     return cls.supports(fmt, machine, args | {"dtype": dtype}), dtype
 
 

@@ -218,7 +218,7 @@ def _plan(config: EvaluateConfig) -> tuple[Job, list[Scenario], Verdict]:
     mismatch = hardware.mismatch(config.hardware, machine)
     if mismatch:
         log.warning("%s", mismatch)
-    args["dtype"] = engine.choose_dtype(opened.format, machine, args.get("dtype") or "auto")
+    args["dtype"] = engine.choose_dtype(opened.format, machine, args)
     if not load:
         config.limits.check_batch_tokens(fit, opened, args, machine, remote=engine.remote,
                                          kv_itemsize=engine.kv_itemsize(opened.format, args))

@@ -55,7 +55,7 @@ def engine_for(model: Path, wanted) -> tuple[Target, engines.Engine]:
     cls = engines.get(conf)
     target = from_path(model)
     args = {**conf["args"], "enable_prefix_caching": False}
-    args["dtype"] = cls.choose_dtype(target.format, cls.machine(), args["dtype"])
+    args["dtype"] = cls.choose_dtype(target.format, cls.machine(), args)
     env = cls.sized_env(conf["env"], target, args, max(s.kv_tokens for s in wanted))
     return target, cls(target, args, env, max_model_len=max(s.max_len for s in wanted))
 

@@ -126,7 +126,7 @@ def main() -> None:
     cls = engines.get(cfg)
     engine_args = dict(cfg["args"])
     m = cls.machine()
-    engine_args["dtype"] = cls.choose_dtype(target.format, m, engine_args.get("dtype") or "auto")
+    engine_args["dtype"] = cls.choose_dtype(target.format, m, engine_args)
     vocab = int(target.config.get("vocab_size") or 10000)
     out_dir = Path(tempfile.mkdtemp(prefix="fidelity-"))
     print(f"machine: {m.facts()}")

@@ -75,7 +75,7 @@ def one_start(label: str, model: Path, scenario, runs: int, cache: Path, aot: bo
     cls = engines.get(conf)
     target = from_path(model)
     args = dict(conf["args"])
-    args["dtype"] = cls.choose_dtype(target.format, cls.machine(), args["dtype"])
+    args["dtype"] = cls.choose_dtype(target.format, cls.machine(), args)
     load0, files0 = load_avg(), cache_files(cache)
     # set in the engine's env, as `engine.env.X=...` would: it wins over the project's .cache/
     folders = {"VLLM_CACHE_ROOT": str(cache / "vllm"), "TORCHINDUCTOR_CACHE_DIR": str(cache / "torchinductor")}

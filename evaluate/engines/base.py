@@ -134,8 +134,9 @@ class Engine:
         raise NotImplementedError
 
     @staticmethod
-    def choose_dtype(fmt, machine, requested: str = "auto") -> str:
-        """The compute dtype for `requested` (auto: the engine's own choice)."""
+    def choose_dtype(fmt, machine, args: dict | None = None) -> str:
+        """The compute dtype for `engine.args` (`dtype: auto`: the engine's own
+        choice, which may depend on other args, e.g. the device)."""
         raise NotImplementedError
 
     @staticmethod

@@ -41,10 +41,19 @@ class HfEngine(Engine):
         return quantize.common.machine.detect()
 
     @staticmethod
-    def choose_dtype(fmt, machine, requested: str = "auto") -> str:
-        if requested not in (None, "auto"):
-            return str(requested)
-        return fast_faithful_dtype(fmt.dtype, on_cpu=not machine.cuda, cpu_native_half=machine.cpu_native_half)
+    def choose_dtype(fmt, machine, args: dict | None = None) -> str:
+        args = args or {}
+        if args.get("dtype") not in (None, "auto"):
+            return str(args["dtype"])
+        return fast_faithful_dtype(fmt.dtype, on_cpu=HfEngine.runs_on_cpu(machine, args.get("device")),
+                                   cpu_native_half=machine.cpu_native_half)
+
+    @staticmethod
+    def runs_on_cpu(machine, device) -> bool:
+        """`engine.args.device` (auto: the GPU where there is one) is a CPU."""
+        if device in (None, "auto"):
+            return not machine.cuda
+        return str(device).startswith("cpu")
 
     @staticmethod
     def accepted_args() -> set[str]:

@@ -44,8 +44,8 @@ class OpenAIEngine(HttpEngine, Engine):
         return quantize.common.machine.detect()
 
     @staticmethod
-    def choose_dtype(fmt, machine, requested: str = "auto") -> str:
-        return str(requested or "auto")  # the server decides
+    def choose_dtype(fmt, machine, args: dict | None = None) -> str:
+        return str((args or {}).get("dtype") or "auto")  # the server decides
 
     @staticmethod
     def accepted_args() -> set[str]:

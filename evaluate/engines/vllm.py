@@ -435,10 +435,11 @@ class VllmEngine(Engine):
         return machine.with_engine("vllm", vllm_kernels.probe(bool(machine.cuda)))
 
     @staticmethod
-    def choose_dtype(fmt, machine, requested: str = "auto") -> str:
+    def choose_dtype(fmt, machine, args: dict | None = None) -> str:
         """`auto`: what vLLM's own auto picks (float32 checkpoints downcast to
         bf16), except float32 on a CPU without native bf16/fp16 where the
         quantization method computes in float32."""
+        requested = (args or {}).get("dtype")
         if requested not in (None, "auto"):
             return str(requested)
         half = fmt.dtype if fmt.dtype in HALF else "bfloat16"

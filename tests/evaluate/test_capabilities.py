@@ -204,9 +204,19 @@ def test_quantized_formats_get_float32_where_their_kernels_take_it():
     assert decide("vllm", fmt(W4A16, "float16", "awq"), AVX512)[1] == "float16"
 
 
+def test_hf_on_the_cpu_of_a_gpu_host_computes_in_the_cpus_dtype():
+    # engine=hf engine.args.device=cpu on a GPU host whose CPU lacks native bf16: bf16 there
+    # converts through float32 at a fraction of its speed, as on any such CPU
+    gpu_host_avx2 = replace(SM90, arch="x86_64", isa=AVX2.isa)
+    assert HfEngine.choose_dtype(fmt(), gpu_host_avx2, {"device": "cpu"}) == "float32"
+    assert HfEngine.choose_dtype(fmt(), gpu_host_avx2, {"device": "auto"}) == "bfloat16"
+    assert HfEngine.choose_dtype(fmt(), gpu_host_avx2, {"device": "cuda:0"}) == "bfloat16"
+    assert decide("hf", fmt(), gpu_host_avx2, {"device": "cpu"})[1] == "float32"
+
+
 def test_an_explicit_dtype_is_obeyed():
-    assert VllmEngine.choose_dtype(fmt(), AVX2, "bfloat16") == "bfloat16"
-    assert HfEngine.choose_dtype(fmt(), AVX2, "float16") == "float16"
+    assert VllmEngine.choose_dtype(fmt(), AVX2, {"dtype": "bfloat16"}) == "bfloat16"
+    assert HfEngine.choose_dtype(fmt(), AVX2, {"dtype": "float16"}) == "float16"
     verdict, dtype = decide("vllm", fmt(), SM75, {"dtype": "bfloat16"})
     assert dtype == "bfloat16" and not verdict and "float16" in verdict.reason
 

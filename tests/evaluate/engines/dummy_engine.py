@@ -41,7 +41,8 @@ class DummyEngine(Engine):
         return quantize.common.machine.detect()
 
     @staticmethod
-    def choose_dtype(fmt, machine, requested: str = "auto") -> str:
+    def choose_dtype(fmt, machine, args: dict | None = None) -> str:
+        requested = (args or {}).get("dtype")
         return fmt.dtype if requested in (None, "auto") else str(requested)
 
     @staticmethod
