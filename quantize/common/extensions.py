@@ -91,26 +91,40 @@ class Configurable:
                    and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
         if missing:
             raise UserError(f"{where}: {cls.__qualname__} needs {', '.join(missing)}; add it to the YAML")
-        check_scalar_fields(cls, values, where)
-        return cls(**values)
+        return cls(**check_scalar_fields(cls, values, where))
 
 
-def check_scalar_fields(cls: type, values: dict, where: str) -> None:
-    """Each of `values` whose dataclass field in `cls` is typed int, float,
+def check_scalar_fields(cls: type, values: dict, where: str) -> dict:
+    """`values`, once each whose dataclass field in `cls` is typed int, float,
     bool or str (optionally | None) is of that type, and a `name` is not
     empty: one line naming it, not a TypeError, or bool("no") read as true,
-    deep in a run."""
+    deep in a run. A true-or-false field given 1 or 0 gets True or False, as
+    `settings.flag` reads the top-level switches."""
     hints = typing.get_type_hints(cls)
+    checked = dict(values)
     for key, value in values.items():
         wanted = _scalar_kind(hints.get(key), value)
         if wanted:
             raise UserError(f"{where}: {key}={shown(value)} is not {wanted}; pass {wanted} for {key}")
         if key == "name" and isinstance(value, str) and not is_name(value):
             raise UserError(f"{where}: name is empty; pass a name, the rows' label, e.g. name=mine")
+        if _is_flag_field(hints.get(key)) and is_integer(value):  # 0 or 1: checked above
+            checked[key] = bool(value)
+    return checked
 
 
 # What a field annotated with only these types (and None) takes, for the error line.
 _SCALARS = {int: "an integer", float: "a number", bool: "true or false", str: "text"}
+
+
+def _kinds(annotation) -> set:
+    """The scalar types a field annotation takes, None left out."""
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    return (set(typing.get_args(annotation)) if union else {annotation}) - {type(None)}
+
+
+def _is_flag_field(annotation) -> bool:
+    return _kinds(annotation) == {bool}
 
 
 def _scalar_kind(annotation, value) -> str | None:
@@ -118,12 +132,11 @@ def _scalar_kind(annotation, value) -> str | None:
     float, bool, str, optionally | None), or None when it fits or the type is not
     one of those: bool("no") is True and int("abc") fails deep in a run."""
     union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
-    kinds = set(typing.get_args(annotation)) if union else {annotation}  # list[str] is a list
-    optional = type(None) in kinds
-    kinds.discard(type(None))
+    optional = union and type(None) in typing.get_args(annotation)
+    kinds = _kinds(annotation)  # list[str] is a list
     if not kinds or not kinds <= set(_SCALARS) or (value is None and optional):
         return None
-    if bool in kinds and isinstance(value, bool):
+    if bool in kinds and (isinstance(value, bool) or (kinds == {bool} and is_integer(value) and value in (0, 1))):
         return None
     if (int in kinds and is_integer(value)) or (float in kinds and is_number(value)) or (
             str in kinds and isinstance(value, str)):

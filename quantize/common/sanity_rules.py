@@ -44,7 +44,7 @@ class SanityConfig:
             raise UserError(f"unknown sanity setting(s) {extra}; known: {sorted(known | {'floors'})}")
         if "books" in values:
             values["books"] = tuple(str(b) for b in values["books"] or ())
-        check_scalar_fields(cls, values, "sanity")
+        values = check_scalar_fields(cls, values, "sanity")
         if values.get("recovery_tolerance_pct", 0) < 0:
             raise UserError(f"sanity.recovery_tolerance_pct={values['recovery_tolerance_pct']}: pass a number "
                             "of % >= 0, e.g. sanity.recovery_tolerance_pct=2")

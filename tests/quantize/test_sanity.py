@@ -84,6 +84,11 @@ def test_bad_sanity_settings_are_one_line(values, fix):
         sanity_rules.SanityConfig.from_config(values)
 
 
+def test_sanity_enabled_takes_0_and_1_as_force_does():
+    assert sanity_rules.SanityConfig.from_config({"floors": {}, "enabled": 0}).enabled is False
+    assert sanity_rules.SanityConfig.from_config({"floors": {}, "strict": 1}).strict is True
+
+
 def _manifest(quantization: dict) -> Manifest:
     return Manifest("id", ModelInfo("m"), RecipeInfo("r"), Quantization.from_dict(quantization))
 

@@ -69,6 +69,13 @@ def test_scalar_fields_take_their_types(values):
     assert build({"_target_": f"{HERE}.Settings", **values}, Shape, "conf/shape/s.yaml").count == 3
 
 
+@pytest.mark.parametrize("given, read", [(1, True), (0, False), (True, True)])
+def test_a_true_or_false_field_reads_1_and_0_as_the_top_level_switches_do(given, read):
+    # settings.flag takes force=0; sanity.enabled=0 was refused with "is not true or false"
+    built = build({"_target_": f"{HERE}.Settings", "count": 3, "enabled": given}, Shape, "conf/shape/s.yaml")
+    assert built.enabled is read
+
+
 @pytest.mark.parametrize("values, message", [
     ({"count": "abc"}, "count=abc is not an integer"),
     ({"count": 2.5}, "count=2.5 is not an integer"),
@@ -78,6 +85,7 @@ def test_scalar_fields_take_their_types(values):
     ({"count": 3, "name": " "}, "name is empty"),
     ({"count": 3, "share": "half"}, "share=half is not a number"),
     ({"count": 3, "enabled": "no"}, "enabled=no is not true or false"),   # bool("no") is True
+    ({"count": 3, "enabled": 2}, "enabled=2 is not true or false"),
 ])
 def test_a_scalar_field_of_another_type_is_one_line(values, message):
     with pytest.raises(UserError, match=f"^conf/shape/s.yaml: {message}; pass "):
