@@ -1,8 +1,10 @@
 """The Slurm launcher's time-limit warning: sent in time to be answered, and
-recognised when it stopped a job before quantbench's handler could."""
+recognised when it stopped a job before quantbench's handler could; the
+request checked against the partition's time limits."""
 import os
 
-from hydra_plugins.quantbench_launchers.slurm import stopped_by_warning, warn_in_time
+import pytest
+from hydra_plugins.quantbench_launchers.slurm import check_request, stopped_by_warning, warn_in_time
 
 
 def test_a_warning_as_long_as_the_limit_comes_at_half_the_limit_instead():
@@ -39,3 +41,27 @@ def test_submitit_raising_on_the_warning_is_a_time_limit(tmp_path, monkeypatch):
     fake_sacct(tmp_path, monkeypatch, "1:0\\n")
     error = RuntimeError("submitit.core.utils.UncompletedJobError: Job not requeued because: timed-out too many times.")
     assert stopped_by_warning("7", error)
+
+
+def fake_sinfo(tmp_path, monkeypatch, lines: str) -> None:
+    """sinfo -h -N -o %P|%c|%m|%G|%l answering `lines`; sbatch only has to exist."""
+    for name, body in (("sinfo", f"printf '{lines}'"), ("sbatch", "exit 0")):
+        tool = tmp_path / name
+        tool.write_text(f"#!/bin/sh\n{body}\n")
+        tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_a_partition_without_a_time_limit_takes_any_timeout(tmp_path, monkeypatch):
+    fake_sinfo(tmp_path, monkeypatch, "debug*|2|4000|(null)|infinite\\ndebug*|2|4000|(null)|infinite\\n")
+    check_request({"partition": "debug", "cpus_per_task": 1, "mem_gb": 1, "timeout_min": 10_000})
+    fake_sinfo(tmp_path, monkeypatch, "debug*|2|4000|(null)|30:00\\ndebug*|2|4000|(null)|UNLIMITED\\n")
+    check_request({"timeout_min": 10_000})  # one node has no limit: the job can run there
+
+
+def test_a_timeout_over_every_nodes_limit_is_refused(tmp_path, monkeypatch, capsys):
+    fake_sinfo(tmp_path, monkeypatch, "debug*|2|4000|(null)|30:00\\ndebug*|2|4000|(null)|1:00:00\\n")
+    with pytest.raises(SystemExit) as e:
+        check_request({"partition": "debug", "timeout_min": 61})
+    assert e.value.code == 2
+    assert "set hydra.launcher.timeout_min=60 or less" in capsys.readouterr().err

@@ -254,7 +254,8 @@ def check_request(params: dict) -> None:
                 f"set hydra.launcher.{key}=null or pick another hydra.launcher.partition"
             fail(f"hydra.launcher.{key}={params.get(key)} asks for more {unit} than any node of {where} "
                  f"has ({int(most * scale)}); {fix}")
-    limit = max((n["minutes"] for n in nodes), default=None)
+    limits = [n["minutes"] for n in nodes]
+    limit = None if not limits or None in limits else max(limits)  # None: a node without a time limit
     if limit is not None and params.get("timeout_min", 0) > limit:
         fail(f"hydra.launcher.timeout_min={params['timeout_min']} is over the time limit of {where} "
              f"({limit} min); set hydra.launcher.timeout_min={limit} or less")
