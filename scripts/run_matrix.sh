@@ -48,6 +48,13 @@ SECONDS=0; start=0; times=""
 stage_done() { times="$times$1 $((SECONDS - start)) s, "; start=$SECONDS; }
 # Exit status 2 is a usage error (bad override, a Slurm request no node can
 # meet): it was said in one line, and the later stages would only repeat it.
+# 130 is Ctrl-C (the stages exit with it rather than die of SIGINT, so bash
+# would go on): the matrix stops there too.
+stage() {
+  "$@"
+  local rc=$?
+  case $rc in 0) ;; 2|130) exit $rc ;; *) status=1 ;; esac
+}
 QUANTIZE=$RECIPES
 plan_args=()
 if [ "$SERVABLE_ONLY" = 1 ] && ! printf '%s\n' "$@" | grep -q '^hydra/launcher='; then
@@ -62,19 +69,20 @@ case $RESULTS in /*) results_abs=$RESULTS ;; *) results_abs=$PWD/$RESULTS ;; esa
 run_file="$results_abs/progress/run-$(date -u +%Y%m%dT%H%M%SZ)-$$.json"
 "$PY" -m evaluate.matrix_plan --quantize "$QUANTIZE" --evaluate "$RECIPES" --scenario "$SCENARIO" \
   --runs "$RUNS" --results-dir "$RESULTS" --run-file "$run_file" ${plan_args[@]+"${plan_args[@]}"} "$@"
-case $? in
+plan_rc=$?
+case $plan_rc in
   0) export QUANTBENCH_RUN=$run_file ;;
-  2) exit 2 ;;
+  2|130) exit $plan_rc ;;
   *) echo "no plan: the stages run without progress lines" ;;
 esac
 if [ -n "$QUANTIZE" ]; then
-  "$PY" -m quantize -m "recipe=$QUANTIZE" "$@" ${tracking[@]+"${tracking[@]}"} || { rc=$?; [ $rc = 2 ] && exit 2; status=1; }
+  stage "$PY" -m quantize -m "recipe=$QUANTIZE" "$@" ${tracking[@]+"${tracking[@]}"}
 fi
 stage_done quantize
-"$PY" -m evaluate -m "recipe=$RECIPES" "scenario=$SCENARIO" "runs=$RUNS" "results_dir=$RESULTS" "$@" \
-  ${tracking[@]+"${tracking[@]}"} || status=1
+stage "$PY" -m evaluate -m "recipe=$RECIPES" "scenario=$SCENARIO" "runs=$RUNS" "results_dir=$RESULTS" "$@" \
+  ${tracking[@]+"${tracking[@]}"}
 stage_done evaluate
-"$PY" -m evaluate.report "results_dir=$RESULTS" "out_dir=$REPORT" ${tracking[@]+"${tracking[@]}"} || status=1
+stage "$PY" -m evaluate.report "results_dir=$RESULTS" "out_dir=$REPORT" ${tracking[@]+"${tracking[@]}"}
 stage_done report
 total=$SECONDS
 echo "matrix $MATRIX wall time: ${times}total $total s ($((total / 60)) min $((total % 60)) s)"

@@ -1,5 +1,6 @@
 """scripts/run_matrix.sh end to end: quantize, evaluate and report through
-real llm-compressor, vLLM and files, on a tiny model."""
+real llm-compressor, vLLM and files, on a tiny model; and the script's own
+choices (when to stop, what it passes on) with its Python stages stubbed."""
 import platform
 import re
 import subprocess
@@ -128,3 +129,47 @@ def test_the_cpu_matrix_runs_until_its_interval_is_narrow(tmp_path):
     scenarios = 3  # conf/scenario/cpu.yaml
     assert f"({scenarios} scenarios) x auto runs" in out.stdout
     assert f"measurements left: original {scenarios * cap + 1}" in out.stdout  # + the accuracy pass
+
+
+# --- the script's own logic, with every Python stage stubbed -----------------------------
+STUB_PY = """#!/bin/sh
+# PY for run_matrix.sh: logs each call's module and arguments; STUB_RC_<module> sets its exit status.
+echo "$*" >> "$CALLS"
+case "$2" in
+  evaluate.hardware) echo cpu ;;
+  evaluate.capabilities) r="${3#servable=[}"; echo "${r%]}" ;;
+esac
+var=STUB_RC_$(echo "$2" | tr . _)
+eval "exit \\${$var:-0}"
+"""
+
+
+def stub_matrix(tmp_path, *args: str, **stage_rc: int) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """run_matrix.sh with a stub PY; `stage_rc`: exit status per module (quantize=130,
+    evaluate_report=2); returns the run and the modules called, in order."""
+    stub = tmp_path / "python"
+    stub.write_text(STUB_PY)
+    stub.chmod(0o755)
+    calls = tmp_path / "calls"
+    calls.write_text("")
+    env = {"PATH": "/usr/bin:/bin", "PY": str(stub), "CALLS": str(calls), "RESULTS": str(tmp_path / "results"),
+           "REPORT": str(tmp_path / "reports")} | {f"STUB_RC_{k}": str(v) for k, v in stage_rc.items()}
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "run_matrix.sh"), *args], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)
+    return out, [line.split()[1] for line in calls.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("stage, rc", [("quantize", 130), ("evaluate", 130), ("evaluate", 2)])
+def test_ctrl_c_or_a_usage_error_in_a_stage_stops_the_matrix(tmp_path, stage, rc):
+    """A stage that exited 130 (Ctrl-C) or 2 (a usage error, said in one line)
+    ends the matrix with that status: no later stage starts."""
+    out, called = stub_matrix(tmp_path, "cpu", **{stage: rc})
+    assert out.returncode == rc, out.stdout + out.stderr
+    assert called[-1] == stage and "evaluate.report" not in called
+    assert "wall time" not in out.stdout
+
+
+def test_a_failed_stage_still_runs_the_later_ones_and_exits_1(tmp_path):
+    out, called = stub_matrix(tmp_path, "cpu", quantize=1)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert called[-3:] == ["quantize", "evaluate", "evaluate.report"]
