@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from evaluate.serving.load import Level
+from evaluate.serving.load import Level, level_requests
 from evaluate.serving.slo import SLO, SearchResult, search
 from quantize.common.errors import UserError
 from quantize.common.extensions import Configurable, build
@@ -152,6 +152,10 @@ class SloSearch(LoadProfile):
                             "(or another conf/slo/ file)")
         if self.mode not in ("concurrency", "rate"):
             raise UserError(f"load={self.name}: load.mode must be concurrency or rate")
+        need = slo.min_requests()  # fewer requests per level: every level unresolved, the search finds nothing
+        if level_requests(self.max_requests) < need:
+            raise UserError(f"load={self.name}: load.max_requests={self.max_requests:g} is below the {need} requests "
+                            f"a level needs for a {slo.pct_key} SLO; pass load.max_requests={need}")
 
     def run(self, measure: Measure, slo: SLO | None) -> SearchResult:
         integer = self.mode == "concurrency"

@@ -12,14 +12,16 @@ artifact's accuracy row must reach this `recovery_pct` (% of the original
 model's perplexity score). It is not a latency bound and `judge` ignores it.
 
 The check of one level (`judge`), in this order:
-1. Unresolved (passed None) when the level completed fewer than
-   `min_requests(p) = ceil(10 / (1 - p/100))` requests: the pNN is then
+1. Failed when more than (100 - p) % of the requests sent failed (a failed
+   request misses every bound), however few were sent.
+2. Unresolved (passed None) when the level sent (completed + failed) fewer
+   than `min_requests(p) = ceil(10 / (1 - p/100))` requests: the pNN is then
    estimated from fewer than 10 requests above it (p90: 100 requests, p95: 200,
-   p99: 1000, p50: 20). An unresolved level is never passed.
-2. Unresolved when the level is not `valid` (the client, not the server, was
+   p99: 1000, p50: 20). Failures count here, as they count as misses: one
+   failed request of 100 does not leave a p90 level unjudged. An unresolved
+   level is never passed.
+3. Unresolved when the level is not `valid` (the client, not the server, was
    the bottleneck: see metrics.py): it measured the client.
-3. Failed when more than (100 - p) % of the requests sent failed (a failed
-   request misses every bound).
 4. Failed when any `p<p>_<metric>_ms` is above its bound; unresolved when a
    bounded metric was not measured.
 5. Passed otherwise.
@@ -99,7 +101,7 @@ class SLO:
         return f"p{int(p)}" if p == int(p) else f"p{p}"
 
     def min_requests(self) -> int:
-        """Completed requests a level needs before its pNN is trusted."""
+        """Requests a level must send (completed + failed) before its pNN is trusted."""
         return math.ceil(round(TAIL_REQUESTS * 100 / (100 - float(self.percentile)), 6))
 
     def describe(self) -> str:
@@ -119,15 +121,15 @@ def judge(metrics: dict, slo: SLO) -> SloCheck:
     p = slo.pct_key
     completed = metrics.get("completed") or 0
     failed = metrics.get("failed") or 0
-    need = slo.min_requests()
-    if completed < need:
-        return SloCheck(None, f"unresolved: {completed} completed requests, {p} needs at least {need}")
+    sent, need = completed + failed, slo.min_requests()
+    allowed = 1 - float(slo.percentile) / 100
+    if failed and failed / sent > allowed:  # first: too many failures fail a level of any size
+        return SloCheck(False, f"{failed} of {sent} requests failed, more than the "
+                              f"{allowed:.0%} a {p} SLO allows")
+    if sent < need:
+        return SloCheck(None, f"unresolved: {sent} requests sent, {p} needs at least {need}")
     if metrics.get("valid") is False:
         return SloCheck(None, f"unresolved: client-bound level ({metrics.get('valid_reason') or 'not valid'})")
-    allowed = 1 - float(slo.percentile) / 100
-    if failed and failed / (completed + failed) > allowed:
-        return SloCheck(False, f"{failed} of {completed + failed} requests failed, more than the "
-                              f"{allowed:.0%} a {p} SLO allows")
     misses = []
     for metric, bound in slo.limits().items():
         value = metrics.get(f"{p}_{metric}_ms")

@@ -103,7 +103,7 @@ def test_missing_metrics_unresolved_and_client_bound_levels(tmp_path):
         del bare.metrics[k]
     md, _ = report(tmp_path, [few, bound, bare])
     table = md_tables(md, "Serving under load")["chat (input_len=128, output_len=64) · original"]
-    assert table[0]["Verdict"] == "unresolved: 40 completed requests, p90 needs at least 100"
+    assert table[0]["Verdict"] == "unresolved: 40 requests sent, p90 needs at least 100"
     assert table[1]["Verdict"].startswith("unresolved: client-bound level")
     assert table[1]["Valid"] == "no: client CPU 97 % of one core ≥ 90 %"
     assert table[2]["TTFT p99 (ms)"] == MISSING and table[2]["SLO attainment (%)"] == MISSING

@@ -181,6 +181,10 @@ def test_profile_settings_are_checked_before_anything_runs():
     with pytest.raises(UserError, match="load=slo_search needs an SLO"):
         SloSearch(name="slo_search", mode="concurrency", start=1, max_level=8, resolution=1, max_requests=4,
                   max_seconds=5).validate(None)
+    with pytest.raises(UserError, match=r"^load=slo_search: load.max_requests=100 is below the 1000 requests a "
+                                        r"level needs for a p99 SLO; pass load.max_requests=1000$"):
+        SloSearch(name="slo_search", mode="concurrency", start=1, max_level=8, resolution=1, max_requests=100,
+                  max_seconds=5).validate(SLO(name="t", ttft_ms=200, percentile=99))
     with pytest.raises(UserError, match="load=synchronous: load.max_seconds must be a positive number, not 0"):
         Synchronous(name="synchronous", max_requests=4, max_seconds=0).validate(None)
 

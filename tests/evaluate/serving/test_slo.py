@@ -63,9 +63,22 @@ def test_failed_requests_count_as_misses():
     assert v.passed is False and "12 of 112 requests failed" in v.reason
 
 
+def test_a_failed_request_counts_toward_the_sample_it_needs():
+    """A p90 level of exactly 100 requests with one transient failure is
+    judged on its latencies, not left unresolved at 99 completed."""
+    assert judge(level(completed=99, failed=1), SLO90).passed is True
+    assert judge(level(completed=99, failed=1, tpot=130.0), SLO90).passed is False
+
+
+def test_too_many_failures_fail_a_level_of_any_size():
+    v = judge(level(completed=40, failed=60), SLO90)
+    assert v.passed is False and "60 of 100 requests failed" in v.reason
+    assert judge(level(completed=5, failed=5), SLO90).passed is False
+
+
 def test_unresolved_levels_are_never_passed():
     v = judge(level(completed=99), SLO90)
-    assert v.passed is None and "99 completed requests, p90 needs at least 100" in v.reason
+    assert v.passed is None and "99 requests sent, p90 needs at least 100" in v.reason
     v = judge(level(valid=False), SLO90)
     assert v.passed is None and "client-bound" in v.reason
     v = judge({"completed": 500, "failed": 0, "p90_ttft_ms": 10.0}, SLO90)
@@ -127,10 +140,18 @@ def test_stops_at_max_level():
     assert "max_level 48 reached" in result.reason
 
 
+def test_one_transient_failure_does_not_stop_the_search():
+    """slo_search sends exactly the 100 requests a p90 needs: one failure at a
+    level must not end the doubling there."""
+    server = Server(completed=lambda c: 100)
+    flaky = search(lambda c: {**server(c), "completed": 99, "failed": 1} if c == 4 else server(c), SLO90)
+    assert flaky.best == search(Server(completed=lambda c: 100), SLO90).best == 8
+
+
 def test_unresolved_levels_count_as_not_passed():
     server = Server(b=0.0, ttft_per_c=1.0, completed=lambda c: 200 if c <= 4 else 50)
     result = search(server, SLO90)
-    assert result.best == 4 and "5 does not (unresolved: 50 completed requests" in result.reason
+    assert result.best == 4 and "5 does not (unresolved: 50 requests sent" in result.reason
 
 
 def test_rate_search_to_a_resolution():
