@@ -11,6 +11,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from quantize.common.errors import UserError
 from quantize.common.tracking import KEY_TAG, Metric, RunRecord, Tracker
@@ -40,6 +41,8 @@ class MlflowTracker(Tracker):
     _runs: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _client: object = field(default=None, init=False, repr=False, compare=False)
     _experiment_id: str | None = field(default=None, init=False, repr=False, compare=False)
+    # per process: parent key -> run id, once the parent is written (a child's many writes write it once)
+    _parents: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def from_config(cls, values: dict, where: str) -> "MlflowTracker":
@@ -55,12 +58,11 @@ class MlflowTracker(Tracker):
         return f"MLflow experiment {self.experiment} at {self.uri}"
 
     def write(self, record: RunRecord) -> str:
+        parent = self._parent(record.parent) if record.parent else None
         with self.holding(record.key):
-            run_id, created = self._ensure(record)
+            run_id, created = self._ensure(record, parent)
             if not created:
-                self._batch(run_id, tags=record.tags)
-                if record.refresh_files:
-                    self._files(run_id, record)
+                self._complete(run_id, record)
             self._metrics(run_id, record.metrics, created)
             self.client().set_terminated(run_id, status="FAILED" if record.failed else "FINISHED")
         return run_id
@@ -105,12 +107,18 @@ class MlflowTracker(Tracker):
                             "tracking.experiment=<another name>")
         return found.experiment_id
 
-    def _ensure(self, record: RunRecord) -> tuple[str, bool]:
-        """The record's run id, and whether this call created it (its parent first)."""
+    def _parent(self, parent: RunRecord) -> str:
+        """The parent's run id, written once per process: created, or completed
+        where it was found (one a back-fill built from rows, or cut short)."""
+        if parent.key not in self._parents:
+            self._parents[parent.key] = self.write(parent)
+        return self._parents[parent.key]
+
+    def _ensure(self, record: RunRecord, parent: str | None) -> tuple[str, bool]:
+        """The record's run id, and whether this call created it."""
         run_id = self.find(record.key)
         if run_id:
             return run_id, False
-        parent = record.parent and (self.find(record.parent.key) or self.write(record.parent))
         tags = {KEY_TAG: record.key, **record.tags, **({PARENT_TAG: parent} if parent else {})}
         run_id = self.client().create_run(self.experiment_id(), tags=tags, run_name=record.name).info.run_id
         self._runs[record.key] = run_id
@@ -118,6 +126,17 @@ class MlflowTracker(Tracker):
         self._batch(run_id, params=record.params)
         self._files(run_id, record)
         return run_id, True
+
+    def _complete(self, run_id: str, record: RunRecord) -> None:
+        """A found run gets what it lacks: a run created just before an outage
+        holds only its tags, one a back-fill built from rows no params or files.
+        Params are write-once, so only the absent ones; tags overwrite."""
+        held = self.client().get_run(run_id).data.params
+        self._batch(run_id, params={k: v for k, v in record.params.items() if k not in held}, tags=record.tags)
+        if record.refresh_files:
+            self._files(run_id, record)
+        elif record.files or record.texts:
+            self._files(run_id, record, skip={a.path for a in self.client().list_artifacts(run_id)})
 
     def _batch(self, run_id: str, params: dict | None = None, tags: dict | None = None) -> None:
         from mlflow.entities import Param, RunTag
@@ -127,12 +146,15 @@ class MlflowTracker(Tracker):
                 chunk = items[i:i + PARAMS_PER_BATCH]
                 self.client().log_batch(run_id, **({"params": chunk} if kind is Param else {"tags": chunk}))
 
-    def _files(self, run_id: str, record: RunRecord) -> None:
+    def _files(self, run_id: str, record: RunRecord, skip: set[str] = frozenset()) -> None:
+        """The record's files and texts, but those named in `skip` (held already)."""
         client = self.client()
         for path in record.files:
-            client.log_artifact(run_id, str(path))
+            if Path(path).name not in skip:
+                client.log_artifact(run_id, str(path))
         for name, text in record.texts.items():
-            client.log_text(run_id, text, name)
+            if name not in skip:
+                client.log_text(run_id, text, name)
 
     def _metrics(self, run_id: str, metrics: tuple[Metric, ...], created: bool) -> None:
         """The metrics of each step the run lacks. A step's metrics go in one

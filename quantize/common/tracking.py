@@ -50,10 +50,10 @@ class RunRecord:
     """One run as the tracker receives it; `key` decides whether it exists."""
     key: str
     name: str
-    params: dict[str, str] = field(default_factory=dict)   # written when the run is created
+    params: dict[str, str] = field(default_factory=dict)   # write-once: each the run lacks is written
     tags: dict[str, str] = field(default_factory=dict)     # set on every write (they only overwrite)
     metrics: tuple[Metric, ...] = ()                       # each (key, step) logged once
-    files: tuple[Path, ...] = ()                           # logged when the run is created
+    files: tuple[Path, ...] = ()                           # each the run lacks is logged
     texts: dict[str, str] = field(default_factory=dict)    # file name -> text, as `files`
     parent: "RunRecord | None" = None                      # created first, if missing
     failed: bool = False                                   # the run ends FAILED instead of FINISHED

@@ -153,3 +153,53 @@ def test_the_tracking_group_is_in_every_entry_config():
     for entry in ("quantize", "evaluate", "report", "track"):
         text = (ROOT / "conf" / f"{entry}.yaml").read_text()
         assert "- tracking: " in text, entry
+
+
+def _runs_by_name(uri: str, experiment: str = "unit") -> dict:
+    from mlflow import MlflowClient
+    client = MlflowClient(uri)
+    return {r.info.run_name: r for r in client.search_runs([client.get_experiment_by_name(experiment).experiment_id])}
+
+
+def _files(uri: str, run) -> list[str]:
+    from mlflow import MlflowClient
+    return sorted(a.path for a in MlflowClient(uri).list_artifacts(run.info.run_id))
+
+
+@needs_mlflow
+def test_a_run_cut_short_by_an_outage_is_completed_by_the_next_write(tmp_path):
+    """The server dropped right after create_run: the artifact's run stayed
+    RUNNING with no params or files, and a back-fill only found it."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    record = RunRecord(key="m1", name="scenario", params={"engine": "hf"}, metrics=(Metric("tok_s", 10.0, 0),),
+                       parent=tracking.artifact_record(artifact_dir(tmp_path)))
+    job = tracking.from_group({**MLFLOW, "uri": uri, "experiment": "unit"})
+
+    def down(*args, **kwargs):
+        raise ConnectionError("server went down")
+    job.client().log_batch = down
+    assert job.log(record) is False
+    assert _runs_by_name(uri)["tiny/w4a16_rtn"].info.status == "RUNNING"   # created, then the outage
+
+    assert tracking.from_group({**MLFLOW, "uri": uri, "experiment": "unit"}).log(record)   # the back-fill
+    runs = _runs_by_name(uri)
+    art, child = runs["tiny/w4a16_rtn"], runs["scenario"]
+    assert art.info.status == child.info.status == "FINISHED"
+    assert art.data.params == record.parent.params and art.data.metrics["size_bytes"] == 2000
+    assert _files(uri, art) == ["manifest.json", "recipe.yaml", "sanity.json"]
+    assert child.data.params == {"engine": "hf"} and child.data.tags["mlflow.parentRunId"] == art.info.run_id
+
+
+@needs_mlflow
+def test_an_artifact_run_a_back_fill_built_from_rows_gets_its_params_and_files(tmp_path):
+    """A back-fill whose artifacts were not at hand built the artifact's run
+    from the rows' tags; quantize, finding it, added nothing to it."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    art = artifact_dir(tmp_path)
+    full = tracking.artifact_record(art)
+    from_rows = RunRecord(key=full.key, name=full.name, tags={"artifact_id": "0123456789abcdef"})
+    assert tracking.from_group({**MLFLOW, "uri": uri, "experiment": "unit"}).log(from_rows)
+    assert tracking.from_group({**MLFLOW, "uri": uri, "experiment": "unit"}).log_artifact(art)
+    [run] = _runs_by_name(uri).values()
+    assert run.data.params == full.params and run.data.tags["artifact_path"] == str(art.resolve())
+    assert _files(uri, run) == ["manifest.json", "recipe.yaml", "sanity.json"]
