@@ -17,6 +17,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -34,11 +35,12 @@ from quantize.common.extensions import Configurable
 from quantize.common.heldout import held_out_text
 from quantize.common.paths import PROJECT_ROOT, resolve
 from quantize.common.provenance import PACKAGES
-from quantize.common.settings import flag
+from quantize.common.settings import flag, is_integer, shown
 
 log = logging.getLogger("quantbench.lm_eval")
 
 BUNDLED_TASK = "austen_lastword"
+LM_EVAL_DEFAULT_SEEDS = (0, 1234, 1234, 1234)   # lm_eval/_cli/run.py, default_seed_string
 # Versions of the lm-eval environment, recorded in every row: the tracked
 # packages (quantize.common.provenance.PACKAGES), read there by this script.
 VERSIONS_PROBE = ("import json, sys\nfrom importlib import metadata as m\nout = {}\n"
@@ -100,7 +102,14 @@ def validate(config: LmEvalConfig, model: str) -> dict:
     versions. `model`: lm-eval's model name, also the package it needs."""
     if not list(config.tasks or []):
         raise UserError("lm_eval.tasks is empty; name lm-eval tasks, e.g. lm_eval.tasks=[gsm8k]")
+    if BUNDLED_TASK in config.tasks and config.austen_lastword is None:
+        raise UserError(f"lm_eval.tasks names {BUNDLED_TASK}, whose settings come with its preset; pass "
+                        f"lm_eval={BUNDLED_TASK} lm_eval.tasks=[{','.join(config.tasks)}]")
+    _check_counts(config)
     hf_load.check_setting((config.model_args or {}).get("trust_remote_code"), "lm_eval.model_args.trust_remote_code")
+    if "pretrained" in (config.model_args or {}):
+        raise UserError("lm_eval.model_args.pretrained: lm-eval is given the artifact under test; remove it "
+                        "(~lm_eval.model_args.pretrained) and choose the model with model= and recipe=")
     for path in config.include_path or []:
         if not resolve(path).is_dir():
             raise UserError(f"lm_eval.include_path {resolve(path)} is not a folder; "
@@ -123,6 +132,20 @@ def validate(config: LmEvalConfig, model: str) -> dict:
     return found
 
 
+def _check_counts(config: LmEvalConfig) -> None:
+    """limit, num_fewshot and batch_size as lm-eval takes them: `limit=0` ran
+    every document, and a negative one failed inside lm-eval after the speed runs."""
+    if config.limit is not None and not (is_integer(config.limit) and config.limit >= 1):
+        raise UserError(f"lm_eval.limit={shown(config.limit)}: pass the documents per task, an integer >= 1, "
+                        "or null for all of them")
+    if config.num_fewshot is not None and not (is_integer(config.num_fewshot) and config.num_fewshot >= 0):
+        raise UserError(f"lm_eval.num_fewshot={shown(config.num_fewshot)}: pass an integer >= 0, "
+                        "or null for each task's own default")
+    size = config.batch_size
+    if not ((is_integer(size) and size >= 1) or (isinstance(size, str) and re.fullmatch(r"auto(:[1-9]\d*)?", size))):
+        raise UserError(f"lm_eval.batch_size={shown(size)}: pass an integer >= 1, auto or auto:N")
+
+
 def needs_hub(tasks: list[str] | None) -> bool:
     """Hub tasks download their datasets; the bundled task needs no network.
     `tasks`: those to run (None: lm_eval=none)."""
@@ -137,9 +160,19 @@ def label(config: LmEvalConfig, task: str) -> str:
 
 
 def row(base, config: LmEvalConfig, task: str, engine: str):
-    """A task's row; `engine`: lm-eval's model name (the engine that ran it)."""
+    """A task's row; `engine`: lm-eval's model name (the engine that ran it).
+    Its config records the seeds lm-eval was given, so rows of other seeds
+    are not taken as complete."""
     return base.but(kind="lm_eval", engine=engine, scenario=label(config, task), dataset=task,
-                    batch_size=None, input_len=None, output_len=None, run_index=0, lm_eval_config=config.as_dict())
+                    batch_size=None, input_len=None, output_len=None, run_index=0,
+                    lm_eval_config=config.as_dict() | {"seeds": seeds(base.seed)})
+
+
+def seeds(seed: int) -> str:
+    """lm-eval's `--seed` (python, numpy, torch, few-shot sampler): its own
+    defaults (0,1234,1234,1234) at seed=0, so a task's few-shot examples are
+    those of running lm-eval yourself; another seed shifts each by it."""
+    return ",".join(str(default + seed) for default in LM_EVAL_DEFAULT_SEEDS)
 
 
 def model_args(engine_model_args: dict, config: LmEvalConfig) -> dict:
@@ -155,9 +188,10 @@ def run(config: LmEvalConfig, target, model: str, args: dict, tasks: list[str], 
     with tempfile.TemporaryDirectory(prefix="quantbench-lm-eval-") as scratch:
         scratch = Path(scratch)
         cmd = [str(venv_python(config)), "-m", "lm_eval", "--model", model,
-               "--model_args", ",".join(f"{k}={v}" for k, v in {"pretrained": target.path, **args}.items()),
+               # JSON: k=v,k=v breaks on a dict value (compilation_config) and a path with a comma
+               "--model_args", json.dumps({**args, "pretrained": str(target.path)}, default=str),
                "--tasks", ",".join(tasks), "--batch_size", str(config.batch_size),
-               "--seed", str(seed), "--output_path", str(scratch / "out")]
+               "--seed", seeds(seed), "--output_path", str(scratch / "out")]
         if config.num_fewshot is not None:
             cmd += ["--num_fewshot", str(config.num_fewshot)]
         if config.limit:
@@ -218,8 +252,9 @@ def _parse(out_dir: Path, tasks: list[str]) -> dict:
     for task in tasks:
         if task not in data.get("results", {}):
             raise RuntimeError(f"lm-eval returned no result for task {task!r}")
+        # a metric is "name,filter"; the other numbers (sample_len, sample_count) are counts, not scores
         metrics = {_metric_name(k): v for k, v in data["results"][task].items()
-                   if k != "alias" and isinstance(v, (int, float))}
+                   if "," in k and isinstance(v, (int, float)) and not isinstance(v, bool)}
         parsed[task] = {"metrics": metrics,
                         "n_samples": (data.get("n-samples") or {}).get(task),
                         "task_version": (data.get("versions") or {}).get(task),

@@ -337,12 +337,19 @@ def stderr_key(metric: str) -> str:
 def lm_recovery(g: Group, base: Group | None, metric: str) -> float | None:
     """Artifact vs baseline in %, oriented so that 100 means no loss."""
     a, b = g.mean(metric), base.mean(metric) if base else None
-    if not a or not b:
+    if a is None or b is None:
         return None
     higher = ((g.runs[0].lm_eval or {}).get("higher_is_better") or {}).get(metric.partition("[")[0], True)
-    return 100 * (a / b if higher else b / a)
+    if higher:   # a score of 0 is a 0 % recovery, not a missing one
+        return 100 * a / b if b else None
+    return 100 * b / a if a else None
 
 
 def lm_baseline(groups: list[Group], g: Group) -> Group | None:
-    """The `original` of g's model, measured in g's setup."""
-    return same_setup([b for b in groups if b.recipe == BASELINE and b.model_name == g.model_name], g)
+    """The `original` of g's model, measured in g's setup with g's lm-eval
+    settings, seeds and lm-eval versions (Row.measured_with): a ratio of two
+    scores measured otherwise (another chat template, another lm-eval) is no
+    recovery."""
+    settings = g.runs[0].measured_with()
+    return same_setup([b for b in groups if b.recipe == BASELINE and b.model_name == g.model_name
+                       and b.runs[0].measured_with() == settings], g)

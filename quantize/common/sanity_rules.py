@@ -42,9 +42,9 @@ class SanityConfig:
         extra = sorted(set(values) - known)
         if extra:
             raise UserError(f"unknown sanity setting(s) {extra}; known: {sorted(known | {'floors'})}")
+        values = check_scalar_fields(cls, values, "sanity")
         if "books" in values:
             values["books"] = tuple(str(b) for b in values["books"] or ())
-        values = check_scalar_fields(cls, values, "sanity")
         if values.get("recovery_tolerance_pct", 0) < 0:
             raise UserError(f"sanity.recovery_tolerance_pct={values['recovery_tolerance_pct']}: pass a number "
                             "of % >= 0, e.g. sanity.recovery_tolerance_pct=2")

@@ -4,6 +4,7 @@ import importlib.metadata
 import importlib.util
 import json
 import math
+import re
 import subprocess
 from types import SimpleNamespace
 
@@ -11,6 +12,7 @@ import pytest
 
 from tests.conftest import run_cli
 from evaluate import lmeval, results
+from quantize.common.errors import UserError
 from quantize.common.paths import PROJECT_ROOT
 
 LMEVAL_PYTHON = PROJECT_ROOT / ".venv-lmeval" / "bin" / "python"
@@ -132,8 +134,9 @@ def fake_lm_eval(tmp_path, then: str):
     results file for task `t`, then ends with the shell command `then`."""
     python = tmp_path / "venv" / "bin" / "python"
     python.parent.mkdir(parents=True)
-    results = {"results": {"t": {"alias": "t", "acc,none": 0.5}}, "n-samples": {"t": {"effective": 4}}}
+    results = {"results": {"t": {"alias": "t", "acc,none": 0.5, "sample_len": 4}}, "n-samples": {"t": {"effective": 4}}}
     python.write_text(f"""#!/bin/bash
+echo "$@" > {tmp_path}/argv
 while [ "$1" != --output_path ]; do shift; done
 {then}
 """.replace("WRITE", f"mkdir -p $2/m && echo '{json.dumps(results)}' > $2/m/results_1.json"))
@@ -141,14 +144,14 @@ while [ "$1" != --output_path ]; do shift; done
     cfg = lmeval.LmEvalConfig.from_group({"name": "fake", "venv": str(python.parents[1]), "tasks": ["t"],
                                           "batch_size": 1, "num_fewshot": None, "limit": None,
                                           "apply_chat_template": False, "include_path": [], "enabled": True})
-    return lambda: lmeval.run(cfg, SimpleNamespace(path=str(tmp_path)), "vllm", {}, ["t"], 0)
+    return lambda args={}, seed=0: lmeval.run(cfg, SimpleNamespace(path=str(tmp_path)), "vllm", args, ["t"], seed)
 
 
 def test_a_crash_in_shutdown_after_the_results_keeps_them(tmp_path, caplog):
     """lm-eval's vLLM can abort while shutting down at exit (force-killed engine
     core on a busy host): the results it wrote before are complete."""
     run = fake_lm_eval(tmp_path, "WRITE; kill -ABRT $$")
-    assert run()["t"]["metrics"] == {"acc": 0.5}
+    assert run()["t"]["metrics"] == {"acc": 0.5}   # sample_len is a count, not a score
     assert "stopped by SIGABRT after writing its results" in caplog.text
 
 
@@ -156,3 +159,53 @@ def test_a_crash_in_shutdown_after_the_results_keeps_them(tmp_path, caplog):
 def test_a_failed_lm_eval_run_is_an_error(tmp_path, then, status):
     with pytest.raises(RuntimeError, match=f"lm-eval exited with status {status}"):
         fake_lm_eval(tmp_path, then)()
+
+
+def test_lm_eval_is_given_its_model_args_as_json_and_its_own_default_seeds(tmp_path):
+    """k=v,k=v broke on a dict value and a comma in the path; `--seed 0` set the
+    few-shot sampler's seed to 0 where lm-eval's own default is 1234."""
+    fake_lm_eval(tmp_path, "WRITE")(args={"compilation_config": {"level": 0}, "max_num_seqs": 8})
+    argv = (tmp_path / "argv").read_text().split()
+    model_args = json.loads(" ".join(argv[argv.index("--model_args") + 1:argv.index("--tasks")]))
+    assert model_args == {"compilation_config": {"level": 0}, "max_num_seqs": 8, "pretrained": str(tmp_path)}
+    assert argv[argv.index("--seed") + 1] == "0,1234,1234,1234"
+    assert lmeval.seeds(3) == "3,1237,1237,1237"
+
+
+def test_a_row_records_the_seeds_so_another_seed_is_measured_anew():
+    cfg = lmeval.LmEvalConfig.from_group({"name": "hub", "tasks": ["gsm8k"], "enabled": True})
+    rows = [lmeval.row(results.Row(kind="speed", seed=seed), cfg, "gsm8k", "vllm") for seed in (0, 1)]
+    assert rows[0].lm_eval_config["seeds"] == "0,1234,1234,1234"
+    assert rows[0].measured_with() != rows[1].measured_with()
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"tasks": "gsm8k"}, r"^lm_eval: tasks=gsm8k is one name, not a list; pass tasks=\[gsm8k\]$"),
+    ({"include_path": "tasks"}, r"^lm_eval: include_path=tasks is one name, not a list"),
+])
+def test_one_name_where_a_list_belongs_is_one_line(values, message):
+    with pytest.raises(UserError, match=message):   # list("gsm8k") ran five one-letter tasks
+        lmeval.LmEvalConfig.from_group({"name": "hub", "tasks": ["gsm8k"], "enabled": True} | values)
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"tasks": ["gsm8k", "austen_lastword"]}, re.escape("pass lm_eval=austen_lastword lm_eval.tasks=[gsm8k,austen_lastword]")),
+    ({"limit": 0}, r"^lm_eval.limit=0: pass the documents per task, an integer >= 1, or null"),
+    ({"limit": -5}, r"^lm_eval.limit=-5: "),
+    ({"num_fewshot": -1}, r"^lm_eval.num_fewshot=-1: pass an integer >= 0"),
+    ({"batch_size": "abc"}, r"^lm_eval.batch_size=abc: pass an integer >= 1, auto or auto:N$"),
+    ({"batch_size": 0}, r"^lm_eval.batch_size=0: "),
+    ({"model_args": {"pretrained": "/other"}}, r"^lm_eval.model_args.pretrained: lm-eval is given the artifact"),
+])
+def test_settings_lm_eval_would_fail_on_after_the_speed_runs_are_refused_first(values, message):
+    cfg = lmeval.LmEvalConfig.from_group({"name": "hub", "tasks": ["gsm8k"], "enabled": True} | values)
+    with pytest.raises(UserError, match=message):
+        lmeval.validate(cfg, "vllm")
+
+
+@pytest.mark.parametrize("size", [1, "auto", "auto:4"])
+def test_the_batch_sizes_lm_eval_takes_pass(size):
+    cfg = lmeval.LmEvalConfig.from_group({"name": "hub", "tasks": ["gsm8k"], "enabled": True, "batch_size": size,
+                                          "venv": "/nonexistent"})
+    with pytest.raises(UserError, match="no lm-eval environment"):   # the next check: the counts passed
+        lmeval.validate(cfg, "vllm")

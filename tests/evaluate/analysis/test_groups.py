@@ -10,7 +10,7 @@ import pytest
 from evaluate.report import build_report
 from evaluate.report.labels import labels, run_labels
 from evaluate.analysis.groups import (
-    add_speedups, aggregate, compare_groups, lm_recovery, mean_std, name_originals, numeric_metrics, scenario_of)
+    add_speedups, aggregate, compare_groups, lm_baseline, lm_recovery, mean_std, name_originals, numeric_metrics, scenario_of)
 from evaluate.analysis.ranking import rank_overall
 from evaluate.results import Row
 from quantize.common.manifest import checkpoint_id_of
@@ -82,6 +82,27 @@ def test_lm_recovery_inverts_lower_is_better_metrics():
     base = next(g for g in groups if g.recipe == "original")
     gptq = next(g for g in groups if g.recipe == "w4a16_gptq")
     assert lm_recovery(gptq, base, "perplexity") == pytest.approx(80.0)  # 100 % still means no loss
+
+
+def test_an_lm_eval_score_of_0_is_a_0_percent_recovery():
+    groups = aggregate([lm_eval_row("original", {"exact_match": 0.3}),
+                        lm_eval_row("w4a16_gptq", {"exact_match": 0.0})], "lm_eval")
+    base = next(g for g in groups if g.recipe == "original")
+    gptq = next(g for g in groups if g.recipe == "w4a16_gptq")
+    assert lm_recovery(gptq, base, "exact_match") == 0.0   # was None: shown as "—"
+    assert lm_recovery(base, gptq, "exact_match") is None  # no ratio against a 0
+
+
+def test_lm_eval_recovery_needs_the_original_measured_with_the_same_settings():
+    config = {"num_fewshot": 5, "limit": None, "apply_chat_template": False, "model_args": {}}
+    original = lm_eval_row("original", {"exact_match": 0.30}).but(lm_eval_config=config)
+    chat = lm_eval_row("w8a8_smooth_ptq", {"exact_match": 0.45}).but(
+        lm_eval_config=config | {"apply_chat_template": True})
+    same = lm_eval_row("w4a16_gptq", {"exact_match": 0.27}).but(lm_eval_config=config)
+    groups = aggregate([original, chat, same], "lm_eval")
+    by = {g.recipe: g for g in groups}
+    assert lm_baseline(groups, by["w8a8_smooth_ptq"]) is None       # was the original: 150 %
+    assert lm_recovery(by["w4a16_gptq"], lm_baseline(groups, by["w4a16_gptq"]), "exact_match") == pytest.approx(90.0)
 
 
 def test_setups_are_never_averaged_and_labels_say_what_differs():
