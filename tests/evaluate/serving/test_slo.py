@@ -6,6 +6,7 @@ import math
 import pytest
 import yaml
 
+from evaluate.serving.load import arrival_offsets
 from evaluate.serving.slo import SLO, judge, search
 from quantize.common.errors import UserError
 from quantize.common.paths import CONF_DIR
@@ -18,7 +19,7 @@ def test_presets_load_and_none_means_no_slo():
     assert presets["none"] is None
     cpu = presets["interactive_cpu"]
     assert (cpu.ttft_ms, cpu.tpot_ms, cpu.e2el_ms, cpu.percentile, cpu.min_recovery_pct) == (2000, 100, None, 90, 95)
-    assert presets["interactive_gpu"].pct_key == "p99" and presets["batch"].limits() == {"e2el": 60000}
+    assert presets["interactive_gpu"].limits() == {"ttft": 200, "tpot": 50} and presets["batch"].limits() == {"e2el": 60000}
     assert SLO.from_dict(cpu.as_dict()) == cpu  # a row's `slo` reads back as the SLO it was judged against
     assert SLO.from_dict(None) is None and SLO.from_dict({"name": "loose", "percentile": 90}) is None
 
@@ -32,6 +33,34 @@ def test_presets_load_and_none_means_no_slo():
 def test_bad_slo_configs_are_one_line_errors(cfg, message):
     with pytest.raises(UserError, match=message):
         SLO.from_dict(cfg)
+
+
+def cuda_default(group: str) -> dict:
+    """The `group` config hardware=cuda picks (a load's `defaults` composed)."""
+    picks = [d for d in yaml.safe_load((CONF_DIR / "hardware" / "cuda.yaml").read_text())["defaults"]
+             if isinstance(d, dict)]
+    name = next(v for d in picks for k, v in d.items() if k == f"override /{group}")
+    values = yaml.safe_load((CONF_DIR / group / f"{name}.yaml").read_text())
+    for parent in values.pop("defaults", []):
+        if parent != "_self_":
+            values = {**cuda_default_file(group, parent), **values}
+    return values
+
+
+def cuda_default_file(group: str, name: str) -> dict:
+    return yaml.safe_load((CONF_DIR / group / f"{name}.yaml").read_text())
+
+
+def test_the_gpu_defaults_can_judge_a_sweep_rate_of_a_few_requests_a_second():
+    """hardware=cuda's SLO against its sweep: a rate level of 1.5 req/s (a GPU
+    serves a lone chat request in under a second, so a sweep's rates start
+    about there) sends for max_seconds; with latencies far under the bounds it
+    must pass, not be left unresolved for want of requests."""
+    slo, sweep = SLO.from_dict(cuda_default("slo")), cuda_default("load")
+    sent = int((arrival_offsets(1.5, 1.0, int(sweep["max_requests"]), seed=0) < sweep["max_seconds"]).sum())
+    fast = {f"{slo.pct_key}_{m}_ms": bound / 10 for m, bound in slo.limits().items()}
+    verdict = judge({"completed": sent, "failed": 0, "valid": True, **fast}, slo)
+    assert verdict.passed is True, verdict.reason
 
 
 @pytest.mark.parametrize("p,need", [(50, 20), (90, 100), (95, 200), (99, 1000), (99.9, 10000)])
