@@ -56,6 +56,10 @@ def held(path: Path, what: str, doing: str, fix: str, logger: logging.Logger = l
     <path>)". A lock file that cannot be made is one line naming `fix`."""
     path = Path(path)
     fd = _open(path, fix)
+    if fd is None:
+        yield Hold(waited_s=0.0, holder=None, unlocked="another user's lock file that this user cannot write; "
+                                                       "`chmod g+w` it so that every user can lock it")
+        return
     try:
         hold = _acquire(fd, path, what, doing, logger)
         if hold.locked:
@@ -65,13 +69,36 @@ def held(path: Path, what: str, doing: str, fix: str, logger: logging.Logger = l
         os.close(fd)  # releases the lock
 
 
-def _open(path: Path, fix: str) -> int:
+def _open(path: Path, fix: str) -> int | None:
+    """A writable descriptor of the lock file (an exclusive lock needs one);
+    None where it is another user's file this one may not write (the work
+    goes on unlocked, as where the file system has no locks)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # an exclusive lock needs a writable descriptor
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as e:
+        if e.errno in (errno.EACCES, errno.EPERM) and path.is_file():
+            return None
         raise UserError(f"cannot open the lock file {path} ({e.strerror or e}); make {path.parent} writable "
                         f"for this user, or {fix}") from None
+    _share_like_folder(fd, path.parent)
+    return fd
+
+
+def _share_like_folder(fd: int, folder: Path) -> None:
+    """Let whoever may write the lock folder (its group, others) write a lock
+    file this user owns, whatever the umask (022 makes it 0644): every user of
+    a shared store must be able to lock it, not only the first to get there."""
+    try:
+        own = os.fstat(fd)
+        if own.st_uid != os.geteuid():
+            return
+        folder_mode = os.stat(folder).st_mode
+        share = (0o060 if folder_mode & 0o020 else 0) | (0o006 if folder_mode & 0o002 else 0)
+        if own.st_mode & share != share:
+            os.fchmod(fd, (own.st_mode | share) & 0o7777)
+    except OSError as e:  # the lock still works for this user
+        log.debug("cannot share the lock file in %s: %s", folder, e)
 
 
 def _acquire(fd: int, path: Path, what: str, doing: str, logger: logging.Logger) -> Hold:

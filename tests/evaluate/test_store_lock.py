@@ -6,9 +6,11 @@ import errno
 import fcntl
 import logging
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -116,6 +118,70 @@ def test_a_file_system_without_locks_warns_and_measures(tmp_path, monkeypatch, c
     (line,) = [r.getMessage() for r in caplog.records if r.name == "quantbench.evaluate"]
     assert line.startswith("scenario a: cannot lock") and "another process on this store may measure it" in line
     assert "results_dir" in line
+
+
+@pytest.mark.parametrize("folder_mode, shared", [(0o2775, 0o020), (0o777, 0o022), (0o755, 0)])
+def test_a_lock_file_is_writable_by_whoever_may_write_its_folder(tmp_path, folder_mode, shared):
+    """Under umask 022 a new file is 0644: a second user of a group-writable
+    store could not open it for the lock. The lock file takes the folder's
+    group and other write access instead, and no more."""
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    locks.chmod(folder_mode)
+    old_umask = os.umask(0o022)
+    try:
+        with store_lock.measurement(tmp_path, KEY, "scenario a") as hold:
+            pass
+    finally:
+        os.umask(old_umask)
+    mode = store_lock.lock_path(tmp_path, KEY).stat().st_mode & 0o777
+    assert hold.locked and mode & 0o022 == shared and mode & 0o600 == 0o600
+
+
+# Started as root (the interpreter lives in root's home), then user nobody: lock key
+# argv[2:] in store argv[1], print whether it locked; warnings go to stderr.
+OTHER_USER = """
+import logging, os, sys
+from pathlib import Path
+from evaluate import store_lock
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+os.setgroups([])
+os.setgid(65534)
+os.setuid(65534)
+with store_lock.measurement(Path(sys.argv[1]), tuple(sys.argv[2:]), "scenario a") as hold:
+    print("locked" if hold.locked else "unlocked", flush=True)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to a second user needs root")
+def test_a_second_user_of_a_shared_store_locks_the_first_users_lock_files(tmp_path):
+    store = Path(tempfile.mkdtemp(prefix="shared-store-"))  # tmp_path's parents are root's only
+    try:
+        store.chmod(0o777)
+        (store / "locks").mkdir()
+        (store / "locks").chmod(0o777)
+        old_umask = os.umask(0o022)
+        try:
+            with store_lock.measurement(store, KEY, "scenario a"):
+                pass
+        finally:
+            os.umask(old_umask)
+        other = run_as_nobody(store, KEY)
+        assert other.returncode == 0 and other.stdout.strip() == "locked", other.stdout + other.stderr
+        # a lock file made 0644 (by an older version): the other user warns and measures unlocked
+        old = store_lock.lock_path(store, (*KEY[:-1], "scenario-b"))
+        os.close(os.open(old, os.O_RDWR | os.O_CREAT, 0o644))
+        old.chmod(0o644)
+        other = run_as_nobody(store, (*KEY[:-1], "scenario-b"))
+        assert other.returncode == 0 and other.stdout.strip() == "unlocked", other.stdout + other.stderr
+        assert f"cannot lock {old}" in other.stderr and "chmod g+w" in other.stderr and "Traceback" not in other.stderr
+    finally:
+        shutil.rmtree(store)
+
+
+def run_as_nobody(store: Path, key: tuple) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", OTHER_USER, str(store), *key], cwd=ROOT,
+                          env=quantize_env({"HOME": str(store)}), capture_output=True, text=True, timeout=120)
 
 
 def test_a_lock_folder_that_is_a_file_is_one_line_before_the_engine(tiny_model, tmp_path):
