@@ -26,8 +26,8 @@ def backfill(results_dir: Path, tracker: Tracker) -> str:
     """Log every row of the store; returns the line saying what was sent."""
     rows = results.read_stores([results_dir]).rows
     tracking.bind(tracker, results_dir)
-    for row in rows:
-        tracker.write(tracking.measurement_record(row))
+    for record in tracking.measurement_records(rows):
+        tracker.write(record)
     artifacts = {r.artifact_id for r in rows if r.artifact_id}
     measurements = {r.measurement_key() for r in rows}
     return (f"{len(rows)} rows of {len(artifacts)} artifact(s), {len(measurements)} measurement run(s), "

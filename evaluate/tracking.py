@@ -31,10 +31,40 @@ def log_rows(tracker: Tracker | None, rows: list[Row]) -> bool:
     """Each row into its measurement's run; rows already logged add nothing."""
     if tracker is None or not rows:
         return True
-    return tracker.safely(lambda: tracker.log(*(measurement_record(r) for r in rows)))
+    return tracker.safely(lambda: tracker.log(*measurement_records(rows)))
 
 
-def measurement_record(row: Row) -> RunRecord:
+def measurement_records(rows: list[Row]) -> list[RunRecord]:
+    """Each row's record, its run's status from all the rows given of its
+    measurement: replayed in store order (shard by shard), a failed row of a
+    first attempt may come after the ok row of the retry that fixed it."""
+    outcome = {key: _outcome(measured) for key, measured in _by_measurement(rows).items()}
+    return [measurement_record(r, outcome[r.measurement_key()]) for r in rows]
+
+
+def _by_measurement(rows: list[Row]) -> dict[tuple, list[Row]]:
+    grouped = {}
+    for row in rows:
+        grouped.setdefault(row.measurement_key(), []).append(row)
+    return grouped
+
+
+def _outcome(rows: list[Row]) -> Row:
+    """The row a measurement's status is: per run index its ok row where one
+    is, else its latest; of those a failed one, else the latest."""
+    standing = {}
+    for row in sorted(rows, key=lambda r: r.timestamp or ""):
+        held = standing.get(row.run_index)
+        if held is None or not held.ok:   # an ok row stands; a later one replaces any other
+            standing[row.run_index] = row
+    latest = list(standing.values())
+    return next((r for r in latest if r.status == "failed"), max(latest, key=lambda r: r.timestamp or ""))
+
+
+def measurement_record(row: Row, outcome: Row | None = None) -> RunRecord:
+    """The run of `row`'s measurement; `outcome` (the row itself by default)
+    sets its status, tags `status` and `reason` and whether it ended FAILED."""
+    outcome = outcome or row
     load = row.load or {}
     level = f" {load.get('mode')}={load.get('level')}" if load else ""
     return RunRecord(
@@ -44,10 +74,10 @@ def measurement_record(row: Row) -> RunRecord:
         tags=clean_tags({"artifact_id": row.artifact_id, "setup_id": row.setup_id,
                          "comparison_id": row.comparison_id, "model": row.model_name, "recipe": row.recipe,
                          "kind": row.kind, "scenario": row.scenario, "engine": row.engine,
-                         "status": row.status, "reason": row.reason}),
+                         "status": outcome.status, "reason": outcome.reason}),
         metrics=numeric(flat(row.metrics), step=row.run_index or 0) if row.ok else (),
         parent=artifact_parent(row.artifact_path, row.artifact_id, row.model_name, row.recipe),
-        failed=row.status == "failed")
+        failed=outcome.status == "failed")
 
 
 def _params(row: Row) -> dict:

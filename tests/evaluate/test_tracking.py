@@ -1,0 +1,65 @@
+"""Result rows as tracker runs (evaluate.tracking, evaluate.track) on an
+MLflow SQLite file (no server): what a measurement's run says after a rerun
+or a back-fill of a store its attempts wrote. tests/test_tracking_server.py
+drives the stages against a real MLflow server."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from evaluate import results, track, tracking
+from evaluate.results import Row
+from quantize.common.tracking import from_group
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlflow") is None,
+                                reason="mlflow-skinny is not installed (bash scripts/setup.sh installs it)")
+
+
+def mlflow_tracker(tmp_path: Path):
+    return from_group({"_target_": "quantize.common.mlflow_tracker.MlflowTracker", "name": "mlflow",
+                       "uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "unit"})
+
+
+def measurement_runs(tmp_path: Path) -> list:
+    from mlflow import MlflowClient
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("unit").experiment_id])
+    return [r for r in runs if "·" in r.info.run_name]
+
+
+def speed_row(run_index: int, status: str, minute: int, reason: str | None = None) -> Row:
+    return Row(kind="speed", status=status, reason=reason, timestamp=f"2026-01-01T00:{minute:02d}:00+00:00",
+               artifact_id="a1", model_name="tiny", recipe="w4a16_rtn", engine="hf", setup_id="s1",
+               scenario="prefill", batch_size=1, input_len=8, output_len=1, run_index=run_index,
+               metrics={"output_throughput": 1.0} if status == "ok" else {})
+
+
+def sharded_store(tmp_path: Path) -> Path:
+    """Attempt 1 (shard 99) measured runs 0 and 1 and failed run 2; the
+    retry (shard 100, read first: it sorts first) measured run 2."""
+    store = tmp_path / "results"
+    store.mkdir()
+    for row in (speed_row(0, "ok", 1), speed_row(1, "ok", 2), speed_row(2, "failed", 3, "RuntimeError: OOM")):
+        results.append(store / "results-node1-99.jsonl", row)
+    results.append(store / "results-node1-100.jsonl", speed_row(2, "ok", 9))
+    return store
+
+
+def test_a_back_fill_of_a_sharded_store_keeps_a_measurement_fixed_by_its_retry_finished(tmp_path):
+    """It ended FAILED: the failed row of attempt 1 was replayed after the retry's ok row."""
+    store = sharded_store(tmp_path)
+    assert [r.status for r in results.read(store)][0] == "ok"   # the retry's row is read first
+    track.backfill(store, mlflow_tracker(tmp_path))
+    [run] = measurement_runs(tmp_path)
+    assert run.info.status == "FINISHED" and run.data.tags["status"] == "ok"
+
+
+def test_a_rerun_logging_the_stored_rows_keeps_the_run_finished_and_a_run_still_failing_failed(tmp_path):
+    store = sharded_store(tmp_path)
+    assert tracking.log_rows(tracking.bind(mlflow_tracker(tmp_path), store), results.read(store))
+    [run] = measurement_runs(tmp_path)
+    assert run.info.status == "FINISHED"
+    still_failing = [r for r in results.read(store) if r.timestamp != speed_row(2, "ok", 9).timestamp]
+    assert tracking.log_rows(tracking.bind(mlflow_tracker(tmp_path), store), still_failing)
+    [run] = measurement_runs(tmp_path)
+    assert run.info.status == "FAILED" and run.data.tags["reason"] == "RuntimeError: OOM"
