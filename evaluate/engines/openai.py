@@ -8,6 +8,8 @@ benchmark is a flood of requests, and pointing one at someone else's server
 by a typo should take an explicit yes."""
 import json
 import logging
+import urllib.error
+import urllib.request
 from urllib.parse import urlsplit
 
 from evaluate.formats import YES, Verdict
@@ -17,6 +19,8 @@ import quantize.common.machine
 from quantize.common.errors import UserError
 
 log = logging.getLogger("quantbench.evaluate")
+ALIVE_TIMEOUT_S = 5.0         # a /models answer later than this is unknown, not a death
+DEAD_AFTER_FAILED_POLLS = 3   # /models errors in a row that mean the server is gone (a refusal: at once)
 
 def check_base_url(base_url, allow_remote: bool) -> str:
     """The API's base URL (the one /models and /completions hang from), or
@@ -70,13 +74,44 @@ class OpenAIEngine(HttpEngine, Engine):
         self.model = str(self.settings.get("model") or _first_model(body, self.base_url))
         log.info("benchmarking the running server at %s (model %s)", self.base_url, self.model)
 
+    failed_polls = 0    # /models polls in a row that got an error
+
     def alive(self) -> str | None:
-        status, _ = http_get(self.base_url + "/models", timeout=5)
-        return None if status == 200 else f"the server at {self.base_url} stopped answering (/models: " \
-                                          f"{'no answer' if status == 0 else f'HTTP {status}'})"
+        """None unless the server is gone: its port refuses connections, or
+        /models failed DEAD_AFTER_FAILED_POLLS polls in a row. A late answer
+        is unknown, not dead: a server saturated by the load answers slowly."""
+        answer = probe(self.base_url + "/models", ALIVE_TIMEOUT_S)
+        if answer in ("ok", "late"):
+            self.failed_polls = 0 if answer == "ok" else self.failed_polls
+            return None
+        self.failed_polls += 1
+        if answer != "connection refused" and self.failed_polls < DEAD_AFTER_FAILED_POLLS:
+            return None
+        return (f"the server at {self.base_url} stopped answering (/models: {answer}"
+                f"{f', {self.failed_polls} polls in a row' if self.failed_polls > 1 else ''})")
 
     def versions(self) -> dict[str, str]:
         return self.server_versions()
+
+
+def probe(url: str, timeout: float) -> str:
+    """How `url` answers: "ok" (HTTP 200), "late" (no answer within
+    `timeout`), "connection refused", or the error in a few words."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=timeout) as resp:
+            resp.read()
+            return "ok" if resp.status == 200 else f"HTTP {resp.status}"
+    except urllib.error.HTTPError as e:
+        return f"HTTP {e.code}"
+    except TimeoutError:
+        return "late"
+    except urllib.error.URLError as e:
+        if isinstance(e.reason, TimeoutError):
+            return "late"
+        return "connection refused" if isinstance(e.reason, ConnectionRefusedError) else f"no answer ({e.reason})"
+    except OSError as e:  # reset, cut off mid-answer
+        return "connection refused" if isinstance(e, ConnectionRefusedError) else f"no answer ({e})"
 
 
 def _first_model(body: bytes, base_url: str) -> str:

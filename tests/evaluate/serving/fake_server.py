@@ -9,7 +9,7 @@ highest concurrency meeting a TPOT bound T is floor((T - fixed) / per_active).
 
     python tests/evaluate/serving/fake_server.py --port 0 [--fixed-ms 5] [--per-active-ms 2]
         [--die-after N] [--fail-from N --fail-to M] [--stall-from N --stall-to M] [--break-from N --break-to M]
-        [--spawn-child] [--exit-at-start]
+        [--spawn-child] [--exit-at-start] [--models-delay S]
 
 It prints `port <n>` once listening. Endpoints: /health, /version,
 /v1/models, /v1/completions (streamed, with usage; or prompt_logprobs without
@@ -19,7 +19,8 @@ stream), /stats (peak in-flight count, requests seen), POST /reset.
 inclusive) get HTTP 500. --stall-from/--stall-to: those requests stream one
 token, then nothing more while the connection stays open. --break-from/--break-to: those requests stream
 one token, then the server drops the connection. --spawn-child: starts a child process in the same
-process group (as vLLM's engine core is), whose pid /stats reports."""
+process group (as vLLM's engine core is), whose pid /stats reports. --models-delay S: /v1/models answers
+after S seconds (after the first answer: a server busy under load)."""
 import argparse
 import asyncio
 import json
@@ -38,6 +39,7 @@ class Fake:
         self.peak = 0
         self.seen = 0
         self.child = None
+        self.models_answered = 0
 
     def step_s(self) -> float:
         return (self.args.fixed_ms + self.args.per_active_ms * self.active) / 1000
@@ -76,6 +78,12 @@ class Fake:
         finally:
             self.active -= 1
 
+    async def models(self, _):
+        if self.models_answered:
+            await asyncio.sleep(self.args.models_delay)
+        self.models_answered += 1
+        return web.json_response({"data": [{"id": "fake-model"}]})
+
     async def stats(self, _):
         return web.json_response({"peak_active": self.peak, "requests": self.seen, "pid": os.getpid(),
                                   "child_pid": self.child.pid if self.child else None})
@@ -90,7 +98,7 @@ def build(args) -> tuple[web.Application, Fake]:
     app = web.Application()
     app.router.add_get("/health", lambda _: web.Response(text=""))
     app.router.add_get("/version", lambda _: web.json_response({"version": "fake-1"}))
-    app.router.add_get("/v1/models", lambda _: web.json_response({"data": [{"id": "fake-model"}]}))
+    app.router.add_get("/v1/models", fake.models)
     app.router.add_post("/v1/completions", fake.completions)
     app.router.add_get("/stats", fake.stats)
     app.router.add_post("/reset", fake.reset)
@@ -110,6 +118,7 @@ def parse(argv=None):
     p.add_argument("--stall-to", type=int, default=None)
     p.add_argument("--break-from", type=int, default=None)
     p.add_argument("--break-to", type=int, default=None)
+    p.add_argument("--models-delay", type=float, default=0.0)
     p.add_argument("--spawn-child", action="store_true")
     p.add_argument("--exit-at-start", action="store_true")
     # what vLLM's server is also given (VllmServerEngine passes them; ignored here)

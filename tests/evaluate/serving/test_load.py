@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import yaml
 
+from evaluate.engines import openai
+from evaluate.engines.openai import OpenAIEngine
 from evaluate.serving import load
 from evaluate.serving.client import complete_all
 from evaluate.serving.load import Level, ServerDied
@@ -141,6 +143,28 @@ def test_a_death_seen_late_still_ends_the_level_as_a_death(fake_server):
 
     with pytest.raises(ServerDied, match="exited with code 3"):
         run_level(server, Level("concurrency", 2), n=20, alive=lagging_alive)
+
+
+def test_a_server_slow_to_list_its_models_is_busy_not_dead(fake_server, monkeypatch):
+    """engine=openai polls /models during a level: answers later than the
+    poll's timeout say nothing about death, and the level runs to its end."""
+    monkeypatch.setattr(openai, "ALIVE_TIMEOUT_S", 0.2)
+    server = fake_server("--fixed-ms", "50", "--per-active-ms", "0", "--models-delay", "6")
+    with OpenAIEngine(None, {}, {}, max_model_len=128, settings={"base_url": server.base_url}) as engine:
+        run = run_level(server, Level("concurrency", 2), n=8, output_len=20, alive=engine.alive)
+    assert run.stopped_by == "max_requests" and all(r.success for r in run.results)
+
+
+def test_openai_declares_death_on_a_refusal_or_several_failed_polls(fake_server, monkeypatch):
+    server = fake_server("--fixed-ms", "2")
+    with OpenAIEngine(None, {}, {}, max_model_len=128, settings={"base_url": server.base_url}) as engine:
+        answers = iter(["HTTP 503", "HTTP 503", "ok", "HTTP 503", "late", "HTTP 503", "HTTP 503"])
+        monkeypatch.setattr(openai, "probe", lambda url, timeout: next(answers))
+        seen = [engine.alive() for _ in range(7)]
+        assert seen[:6] == [None] * 6 and "HTTP 503, 3 polls in a row" in seen[6]
+        monkeypatch.undo()
+        server.stop()
+        assert "connection refused" in engine.alive()
 
 
 def test_sweep_places_its_rates_between_synchronous_and_saturation():
