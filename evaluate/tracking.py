@@ -17,7 +17,7 @@ from evaluate import store_lock
 from evaluate.results import Row
 from quantize.common import manifest
 from quantize.common.tracking import (RunRecord, Tracker, artifact_key, artifact_record, clean_params, clean_tags,
-                                      flat, numeric, run_key)
+                                      cleared, flat, numeric, run_key)
 
 
 def bind(tracker: Tracker | None, results_dir: Path) -> Tracker | None:
@@ -67,14 +67,14 @@ def measurement_record(row: Row, outcome: Row | None = None) -> RunRecord:
     outcome = outcome or row
     load = row.load or {}
     level = f" {load.get('mode')}={load.get('level')}" if load else ""
+    tags = {"artifact_id": row.artifact_id, "setup_id": row.setup_id, "comparison_id": row.comparison_id,
+            "model": row.model_name, "recipe": row.recipe, "kind": row.kind, "scenario": row.scenario,
+            "engine": row.engine, "status": outcome.status, "reason": outcome.reason}
     return RunRecord(
         key=run_key("measurement", *row.measurement_key()),
         name=f"{row.recipe} · {row.scenario} · {row.engine}{level}",
         params=clean_params(_params(row)),
-        tags=clean_tags({"artifact_id": row.artifact_id, "setup_id": row.setup_id,
-                         "comparison_id": row.comparison_id, "model": row.model_name, "recipe": row.recipe,
-                         "kind": row.kind, "scenario": row.scenario, "engine": row.engine,
-                         "status": outcome.status, "reason": outcome.reason}),
+        tags=clean_tags(tags), untags=cleared(tags, "reason"),
         metrics=numeric(flat(row.metrics), step=row.run_index or 0) if row.ok else (),
         parent=artifact_parent(row.artifact_path, row.artifact_id, row.model_name, row.recipe),
         failed=outcome.status == "failed")

@@ -130,9 +130,12 @@ class MlflowTracker(Tracker):
     def _complete(self, run_id: str, record: RunRecord) -> None:
         """A found run gets what it lacks: a run created just before an outage
         holds only its tags, one a back-fill built from rows no params or files.
-        Params are write-once, so only the absent ones; tags overwrite."""
-        held = self.client().get_run(run_id).data.params
-        self._batch(run_id, params={k: v for k, v in record.params.items() if k not in held}, tags=record.tags)
+        Params are write-once, so only the absent ones; tags overwrite, and
+        those the record clears are deleted."""
+        held = self.client().get_run(run_id).data
+        self._batch(run_id, params={k: v for k, v in record.params.items() if k not in held.params}, tags=record.tags)
+        for key in set(record.untags) & set(held.tags):
+            self.client().delete_tag(run_id, key)
         if record.refresh_files:
             self._files(run_id, record)
         elif record.files or record.texts:

@@ -52,6 +52,7 @@ class RunRecord:
     name: str
     params: dict[str, str] = field(default_factory=dict)   # write-once: each the run lacks is written
     tags: dict[str, str] = field(default_factory=dict)     # set on every write (they only overwrite)
+    untags: tuple[str, ...] = ()                           # removed where set (a reason since fixed)
     metrics: tuple[Metric, ...] = ()                       # each (key, step) logged once
     files: tuple[Path, ...] = ()                           # each the run lacks is logged
     texts: dict[str, str] = field(default_factory=dict)    # file name -> text, as `files`
@@ -136,13 +137,13 @@ def artifact_record(artifact_dir: Path) -> RunRecord | None:
                "weights_bytes": described.bytes_on_disk.get("weights"),
                **flat(described.timings_s, "time_s"), **flat(sanity, "sanity")}
     suspect = described.extra.get("suspect")
+    tags = {"artifact_id": described.artifact_id, "model": described.model.name, "recipe": described.recipe.name,
+            "artifact_path": str(Path(artifact_dir).resolve()), "suspect": suspect["reason"] if suspect else None}
     return RunRecord(
         key=artifact_key(described.artifact_id),
         name=f"{described.model.name}/{described.recipe.name}",
         params=clean_params(params),
-        tags=clean_tags({"artifact_id": described.artifact_id, "model": described.model.name,
-                         "recipe": described.recipe.name, "artifact_path": str(Path(artifact_dir).resolve()),
-                         "suspect": suspect["reason"] if suspect else None}),
+        tags=clean_tags(tags), untags=cleared(tags, "suspect"),
         metrics=numeric(metrics),
         files=tuple(p for p in (Path(artifact_dir) / manifest.FILE, recipe_file) if p.is_file()),
         texts={"sanity.json": json.dumps(sanity, indent=2, sort_keys=True)} if sanity else {})
@@ -193,6 +194,12 @@ def clean_params(values: dict) -> dict[str, str]:
 
 
 clean_tags = clean_params
+
+
+def cleared(tags: dict, *keys: str) -> tuple[str, ...]:
+    """Those of `keys` whose value in `tags` is None: tags a run must lose
+    (a rebuild no longer suspect, a measurement no longer failed)."""
+    return tuple(clean_key(k) for k in keys if tags.get(k) is None)
 
 
 def numeric(values: dict, step: int = 0) -> tuple[Metric, ...]:

@@ -63,3 +63,12 @@ def test_a_rerun_logging_the_stored_rows_keeps_the_run_finished_and_a_run_still_
     assert tracking.log_rows(tracking.bind(mlflow_tracker(tmp_path), store), still_failing)
     [run] = measurement_runs(tmp_path)
     assert run.info.status == "FAILED" and run.data.tags["reason"] == "RuntimeError: OOM"
+
+
+def test_a_measurement_that_later_succeeded_loses_the_reason_of_its_failure(tmp_path):
+    store = tmp_path / "results"
+    tracker = tracking.bind(mlflow_tracker(tmp_path), store)
+    assert tracking.log_rows(tracker, [speed_row(0, "failed", 1, "RuntimeError: OOM")])
+    assert tracking.log_rows(tracker, [speed_row(0, "ok", 2)])   # the retry, live
+    [run] = measurement_runs(tmp_path)
+    assert run.info.status == "FINISHED" and run.data.tags["status"] == "ok" and "reason" not in run.data.tags

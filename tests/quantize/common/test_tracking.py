@@ -203,3 +203,16 @@ def test_an_artifact_run_a_back_fill_built_from_rows_gets_its_params_and_files(t
     [run] = _runs_by_name(uri).values()
     assert run.data.params == full.params and run.data.tags["artifact_path"] == str(art.resolve())
     assert _files(uri, run) == ["manifest.json", "recipe.yaml", "sanity.json"]
+
+
+@needs_mlflow
+def test_a_rebuild_no_longer_suspect_loses_the_suspect_tag(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    art = artifact_dir(tmp_path)
+    described = json.loads((art / "manifest.json").read_text())
+    (art / "manifest.json").write_text(json.dumps({**described, "suspect": {"reason": "top-1 agreement 0.41"}}))
+    assert tracking.from_group({**MLFLOW, "uri": uri, "experiment": "unit"}).log_artifact(art)
+    assert _runs_by_name(uri)["tiny/w4a16_rtn"].data.tags["suspect"] == "top-1 agreement 0.41"
+    (art / "manifest.json").write_text(json.dumps(described))
+    assert tracking.from_group({**MLFLOW, "uri": uri, "experiment": "unit"}).log_artifact(art)
+    assert "suspect" not in _runs_by_name(uri)["tiny/w4a16_rtn"].data.tags
