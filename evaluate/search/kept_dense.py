@@ -32,7 +32,8 @@ def upper_bound(expression) -> int:
 
 def find(results_dir: Path, model_name: str, model_path: str, scheme: str, choice: str) -> tuple:
     """(Sensitivity, its path relative to the results store) for `choice`
-    (`auto` or a path); auto prefers the file measured with the trial's scheme
+    (`auto` or a path); auto takes the files measured on every Linear but
+    lm_head, as a trial quantizes, and prefers the one of the trial's scheme
     family (its scheme key starts with it), else takes the first for the model."""
     if choice == "none":
         raise UserError(f"keep_dense > 0 needs a sensitivity file, and sensitivity=none; pass sensitivity=auto "
@@ -41,13 +42,17 @@ def find(results_dir: Path, model_name: str, model_path: str, scheme: str, choic
         path = Path(choice)
         return sensitivity_file.read(path), str(path)
     candidates = [p for p in sensitivity_file.find(results_dir) if p.parent.parent.name == model_name]
-    read = [(sensitivity_file.read(p), p) for p in candidates]
+    # a trial quantizes every Linear but lm_head: a file measured with another
+    # ignore list (a proposed recipe's) lacks cells and does not rank them
+    read = [(s, p) for s, p in ((sensitivity_file.read(p), p) for p in candidates)
+            if s.modules() == sensitivity_file.USUAL_MODULES]
     if read:
         hashes = _weights_hashes(model_path)
         read = [(s, p) for s, p in read if hashes is None or s.weights_hash in hashes(s.weights_hash)]
     if not read:
         where = Path(results_dir) / "sensitivity" / model_name
-        raise UserError(f"keep_dense > 0 needs the sensitivity of {model_name} (none for these weights in {where}); "
+        raise UserError(f"keep_dense > 0 needs the sensitivity of {model_name} (none for these weights, measured on "
+                        f"every Linear but lm_head, in {where}); "
                         f"run `{MEASURE} model=<the model> results_dir={results_dir}` first, or search "
                         "trial.keep_dense=0")
     sensitivity, path = next(((s, p) for s, p in read if s.scheme_key.startswith(scheme)), read[0])

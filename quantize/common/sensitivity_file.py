@@ -11,6 +11,7 @@ fingerprint) and the scheme, so a stale file never ranks another model's layers.
 import csv
 import io
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -21,6 +22,10 @@ KIND = "quantbench.sensitivity"
 VERSION = 1
 FILE = "sensitivity.json"
 CSV_COLUMNS = ["rank", "layer", "group", "kl", "params", "modules"]
+# Every Linear but the output head: the shipped recipes' coverage, which a
+# scheme key leaves unsaid; other coverage adds -m<hash> to the key.
+USUAL_MODULES = {"targets": ["Linear"], "ignore": ["lm_head"]}
+OTHER_MODULES_KEY = re.compile(r"-m[0-9a-f]{6}$")
 
 
 @dataclass(frozen=True)
@@ -75,12 +80,32 @@ class Sensitivity:
                     kept.setdefault((cell.layer, group), by_name[(cell.layer, group)])
         return list(kept.values())
 
+    def modules(self) -> dict | None:
+        """The modules the scheme covered, {"targets", "ignore"} sorted: as the
+        file records them; a file that records none covered the usual ones
+        unless its key says otherwise; None when that is unknown. A file of a
+        recipe with another `ignore` list (a proposed one) has other cells and
+        another baseline: it does not stand for a recipe of other coverage."""
+        recorded = self.scheme if isinstance(self.scheme, dict) else {}
+        if "targets" in recorded or "ignore" in recorded:
+            return modules_of(recorded.get("targets") or [], recorded.get("ignore") or [])
+        return None if OTHER_MODULES_KEY.search(self.scheme_key) else USUAL_MODULES
+
     def layers(self) -> list[int]:
         return sorted({c.layer for c in self.cells})
 
     def groups(self) -> list[str]:
         """Group names in the order they first appear (the layer's own order)."""
         return list(dict.fromkeys(c.group for c in self.cells))
+
+
+def modules_of(targets, ignore) -> dict:
+    """A scheme's coverage as files and keys compare it (order is no matter)."""
+    return {"targets": sorted(_as_list(targets)), "ignore": sorted(_as_list(ignore))}
+
+
+def _as_list(entries) -> list[str]:
+    return [entries] if isinstance(entries, str) else [str(e) for e in entries or []]
 
 
 def folder_for(results_dir: Path, model_name: str, scheme_key: str, weights_hash: str) -> Path:

@@ -14,28 +14,30 @@ SCHEME_FIELDS = ("num_bits", "type", "symmetric", "strategy", "group_size")
 
 
 def sensitivity_for(choice: str, results_dir: Path, model_name: str, weights_hash: str, scheme: WeightScheme,
-                    measure_command: str) -> tuple[Path, Sensitivity]:
-    """`choice` "auto" or a path; the file, checked to be of these weights."""
+                    coverage: dict | None, measure_command: str) -> tuple[Path, Sensitivity]:
+    """`choice` "auto" or a path; the file, checked to be of these weights.
+    `coverage`: the modules the recipe quantizes (sensitivity_file.modules_of),
+    None when the sensitivity cannot measure its scheme."""
     if choice == "auto":
-        return _auto(results_dir, model_name, weights_hash, scheme, measure_command)
+        return _auto(results_dir, model_name, weights_hash, scheme, coverage, measure_command)
     path = Path(choice)
     found = sensitivity_file.read(path)
     if found.weights_hash[:HASH_CHARS] != weights_hash[:HASH_CHARS]:
         raise UserError(f"sensitivity file {path} was measured on other weights ({found.model_name}, "
                         f"{found.weights_hash[:HASH_CHARS]}) than model {model_name} ({weights_hash[:HASH_CHARS]}); "
                         f"pass the model it was measured on, or measure this one: {measure_command}")
-    if not same_scheme(found, scheme):
+    if not same_scheme(found, scheme, coverage):
         print(f"warning: sensitivity file {path} was measured with scheme {found.scheme_key}, the recipe quantizes "
-              f"with {scheme.key}; the ranking is a guide only", file=sys.stderr)
+              f"with {scheme.key}{_other_modules(found, coverage)}; the ranking is a guide only", file=sys.stderr)
     return path, found
 
 
-def _auto(results_dir: Path, model_name: str, weights_hash: str, scheme: WeightScheme,
+def _auto(results_dir: Path, model_name: str, weights_hash: str, scheme: WeightScheme, coverage: dict | None,
           measure_command: str) -> tuple[Path, Sensitivity]:
     folder = Path(results_dir) / "sensitivity" / model_name
     of_weights = [(p, s) for p, s in _readable(sensitivity_file.find(results_dir))
                   if s.model_name == model_name and s.weights_hash[:HASH_CHARS] == weights_hash[:HASH_CHARS]]
-    matching = [(p, s) for p, s in of_weights if same_scheme(s, scheme)]
+    matching = [(p, s) for p, s in of_weights if same_scheme(s, scheme, coverage)]
     if not matching:
         others = f" (only for other schemes: {', '.join(s.scheme_key for _, s in of_weights)})" if of_weights else ""
         raise UserError(f"no sensitivity file for model {model_name} (weights {weights_hash[:HASH_CHARS]}) and scheme "
@@ -54,11 +56,20 @@ def _readable(paths: list[Path]):
             print(f"warning: skipped: {e}", file=sys.stderr)
 
 
-def same_scheme(found: Sensitivity, scheme: WeightScheme) -> bool:
-    """The file's weight arguments agree with the scheme on every field both state."""
+def same_scheme(found: Sensitivity, scheme: WeightScheme, coverage: dict | None) -> bool:
+    """The file was measured on the modules the recipe quantizes, and its weight
+    arguments agree with the scheme on every field both state."""
+    if coverage is None or found.modules() != coverage:
+        return False
     weights = found.scheme.get("weights", found.scheme) if isinstance(found.scheme, dict) else {}
     if not isinstance(weights, dict) or "num_bits" not in weights:
         return False
     mine = {"num_bits": scheme.num_bits, "type": scheme.type, "symmetric": scheme.symmetric,
             "strategy": scheme.strategy, "group_size": scheme.group_size}
     return all(weights[k] == mine[k] for k in SCHEME_FIELDS if weights.get(k) is not None and mine[k] is not None)
+
+
+def _other_modules(found: Sensitivity, coverage: dict | None) -> str:
+    if coverage is None or found.modules() == coverage:
+        return ""
+    return " on other modules (the file's scheme has another targets or ignore list)"

@@ -12,7 +12,7 @@ from quantize.common.checkpoint import check_weight_files, weight_files
 from quantize.common.errors import UserError
 from quantize.common.paths import RECIPES_DIR, resolve
 from quantize.common.recipe_choices import has_preset
-from quantize.common.sensitivity_file import Sensitivity
+from quantize.common.sensitivity_file import Sensitivity, modules_of
 from quantize.propose import choose
 from quantize.propose.config import ProposeConfig, Target
 from quantize.propose.locate import sensitivity_for
@@ -38,7 +38,7 @@ def run(config: ProposeConfig) -> Proposal:
     base, scheme = _base_recipe(config)
     weights_hash = fingerprint.compute(weight_files(model_dir)).sha256
     sens_path, sens = sensitivity_for(config.sensitivity, Path(config.results_dir), config.model.name, weights_hash,
-                                      scheme, _measure_command(config))
+                                      scheme, _coverage(base), _measure_command(config))
     options, uniform = _estimates(config, base, scheme, model_dir, sens)
     chosen = _choose(options, config.target)
     name = config.name or f"{config.recipe.name}_keep{chosen.k}"
@@ -60,6 +60,17 @@ def _base_recipe(config: ProposeConfig) -> tuple[RecipeFile, recipe_edit.WeightS
         raise UserError(f"recipe={config.recipe.name} quantizes nothing, so no group can be kept dense; "
                         "start from a recipe that quantizes weights (e.g. recipe=w4a16_gptq)")
     return base, scheme
+
+
+def _coverage(base: RecipeFile) -> dict | None:
+    """The modules the base recipe quantizes, as its sensitivity file records
+    them; None when the sensitivity cannot measure its scheme."""
+    from quantize.sensitivity.scheme import from_recipe
+    try:
+        measured = from_recipe(base)
+    except UserError:
+        return None
+    return modules_of(measured.targets, measured.ignore)
 
 
 def _estimates(config: ProposeConfig, base: RecipeFile, scheme: recipe_edit.WeightScheme, model_dir: Path,

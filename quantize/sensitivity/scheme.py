@@ -9,12 +9,11 @@ from dataclasses import dataclass
 from quantize import recipe as recipes
 from quantize.common.errors import UserError
 from quantize.common.provenance import sha256_json
+from quantize.common.sensitivity_file import USUAL_MODULES, modules_of
 
 APPLIED = ("weights only: round-to-nearest fake quantization with min-max scales on the scheme's grid; "
            "activation quantization is not applied")
 SUPPORTED_STRATEGIES = ("tensor", "channel", "group")
-# Every Linear but the output head: the shipped recipes' coverage, which the key leaves unsaid.
-USUAL_MODULES = {"targets": ["Linear"], "ignore": ["lm_head"]}
 
 
 @dataclass(frozen=True)
@@ -36,7 +35,7 @@ class WeightScheme:
             parts.append(f"fp{w.num_bits}")
         parts.append(f"g{w.group_size}" if str(w.strategy) == "group" else str(w.strategy))
         parts.append("sym" if w.symmetric else "asym")
-        modules = {"targets": sorted(self.targets), "ignore": sorted(self.ignore)}
+        modules = modules_of(self.targets, self.ignore)
         if modules != USUAL_MODULES:
             parts.append("m" + sha256_json(modules)[:6])
         return "-".join(parts)

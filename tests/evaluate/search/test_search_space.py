@@ -174,6 +174,15 @@ def test_auto_prefers_the_file_of_the_trials_scheme_family(tiny_model, tmp_path)
         ["model.layers.1.mlp.up_proj"]
 
 
+def test_auto_passes_over_a_file_measured_on_other_modules(tiny_model, tmp_path):
+    """A proposed recipe's sensitivity (another ignore list, -m<hash> in its
+    key) lacks the cells it keeps dense: a trial never ranks by it."""
+    write_sensitivity(tmp_path, tiny_model, {(0, "mlp.up_proj"): 0.1, (1, "mlp.up_proj"): 0.2}, "w4a16-g64-asym")
+    write_sensitivity(tmp_path, tiny_model, {(0, "mlp.up_proj"): 0.2}, "w8a8-channel-sym-m3fea1c")
+    assert kept_dense.kept(tmp_path, tiny_model.name, str(tiny_model), "w8a8", 1, "auto").modules == \
+        ["model.layers.1.mlp.up_proj"]
+
+
 def test_linear_widths_come_from_the_models_config(tiny_model, tmp_path):
     assert kept_dense.linear_widths(str(tiny_model)) == {128, 256}   # hidden 128 = 4 heads x 32, intermediate 256
     assert kept_dense.linear_widths(str(tmp_path)) == set()

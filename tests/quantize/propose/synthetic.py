@@ -32,12 +32,13 @@ def cells_with_kl(model_dir: Path, kl_of) -> list[Cell]:
 
 def write_sensitivity(results_dir: Path, model_dir: Path, cells: list[Cell], baseline_kl: float | None = None,
                       scheme: dict = W4_G64_ASYM, scheme_key: str = "w4a16-g64-asym",
-                      model_name: str | None = None, weights_hash: str | None = None) -> Path:
+                      model_name: str | None = None, weights_hash: str | None = None,
+                      created: str = "2026-11-27T00:00:00Z") -> Path:
     weights_hash = weights_hash or fingerprint.compute(weight_files(model_dir)).sha256
     name = model_name or Path(model_dir).name
     sensitivity = Sensitivity(model_name=name, model_path=str(model_dir), weights_hash=weights_hash,
                               recipe="w4a16_gptq", scheme_key=scheme_key, scheme=scheme,
                               text={"source": "synthetic"}, cells=cells, baseline_kl=baseline_kl,
-                              created="2026-11-27T00:00:00Z")
+                              created=created)
     folder = sensitivity_file.folder_for(results_dir, name, scheme_key, weights_hash)
     return sensitivity_file.write(folder, sensitivity)

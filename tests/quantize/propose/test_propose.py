@@ -14,7 +14,7 @@ from quantize.config import ModelChoice
 from quantize.propose.config import ProposeConfig, Target
 from quantize.propose.run import run
 from tests.conftest import TINY_NAME
-from tests.quantize.propose.synthetic import cells_with_kl, linear_weights, write_sensitivity
+from tests.quantize.propose.synthetic import W4_G64_ASYM, cells_with_kl, linear_weights, write_sensitivity
 
 TOP = "model.layers.1.mlp.down_proj"      # planted: the most sensitive
 SECOND = "model.layers.0.self_attn.q_proj"
@@ -168,3 +168,17 @@ def test_auto_skips_a_file_of_another_scheme(tmp_path, tiny_model):
                       scheme_key="w8a16-channel-sym")
     with pytest.raises(UserError, match=r"scheme w4a16-g64-asym .*only for other schemes: w8a16-channel-sym"):
         run(config(tmp_path, tiny_model, results, "kept_dense", 1))
+
+
+def test_auto_skips_a_newer_file_measured_on_other_modules(tmp_path, tiny_model):
+    """A proposed recipe's own sensitivity (same weight scheme, a longer ignore
+    list) has other cells and baseline: the base recipe keeps its own file."""
+    results = tmp_path / "results"
+    own = write_sensitivity(results, tiny_model, cells_with_kl(tiny_model, planted_kl), baseline_kl=0.9)
+    mixed = W4_G64_ASYM | {"targets": ["Linear"], "ignore": ["lm_head", TOP]}
+    write_sensitivity(results, tiny_model, [c for c in cells_with_kl(tiny_model, planted_kl) if TOP not in c.modules],
+                      baseline_kl=0.3, scheme=mixed, scheme_key="w4a16-g64-asym-m3fea1c",
+                      created="2026-12-01T00:00:00Z")
+    proposal = run(config(tmp_path, tiny_model, results, "kept_dense", 0))
+    assert proposal.sensitivity_path == own
+    assert proposal.chosen.kl_nats == pytest.approx(0.9)
