@@ -90,8 +90,11 @@ async def _level(client: Client, level: Level, prompts, output_len, max_seconds,
         else:
             tasks = _closed_loop(client, 1 if level.mode == "synchronous" else int(level.level), prompts,
                                  output_len, send_until, results, stop)
+        finished: list[float] = []  # when each task ended: the level ends with the last, as vllm bench's does
+        for task in tasks:
+            task.add_done_callback(lambda _: finished.append(time.perf_counter()))
         died = await _wait(tasks, send_until + drain_seconds, alive, stop)
-        run.end = time.perf_counter()
+        run.end = max(finished, default=time.perf_counter())
     if not died and any(r.error for r in results):  # failed fast: was it the server?
         died = await _died_within(alive, DEATH_GRACE_S if any(r.connection_lost for r in results) else 0.0)
     if died:
@@ -164,6 +167,8 @@ async def _wait(tasks: list[asyncio.Task], deadline: float, alive, stop) -> str 
         if timeout <= 0:
             break
         _, pending = await asyncio.wait(pending, timeout=timeout)
+        if not pending:  # all answered: no poll to wait for
+            break
         died = await loop.run_in_executor(None, alive)
         if died:
             break

@@ -145,6 +145,22 @@ def test_a_death_seen_late_still_ends_the_level_as_a_death(fake_server):
         run_level(server, Level("concurrency", 2), n=20, alive=lagging_alive)
 
 
+def test_a_level_ends_with_its_last_response_not_with_a_server_check(fake_server):
+    """The level's duration (and so every throughput) ends when the last
+    request does, as vllm bench's does, even while a slow liveness check
+    (3 s here) is still running."""
+    server = fake_server("--fixed-ms", "100", "--per-active-ms", "0")  # 1 s a request of 10 tokens
+
+    def slow_alive():
+        time.sleep(3)
+        return server.alive()
+
+    run = run_level(server, Level("concurrency", 2), n=4, output_len=10, alive=slow_alive)
+    last_response = max(r.end for r in run.results)
+    assert all(r.success for r in run.results)
+    assert run.end - last_response < 1.5, "the level's end waited for a liveness check"
+
+
 def test_a_server_slow_to_list_its_models_is_busy_not_dead(fake_server, monkeypatch):
     """engine=openai polls /models during a level: answers later than the
     poll's timeout say nothing about death, and the level runs to its end."""
