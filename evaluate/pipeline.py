@@ -297,7 +297,8 @@ def _record_unloadable(config: EvaluateConfig, store: Path, e: UserError) -> Non
         row = Row(kind="speed", model_name=config.target.model_name, recipe=config.target.recipe_name,
                   engine=config.engine.name, scenario=getattr(config.scenario, "name", None),
                   hardware_defaults=config.hardware)
-        _record(store, row, "failed", reason=str(e))
+        recorded = _record(store, row, "failed", reason=str(e))
+        tracking.log_rows(tracking.bind(config.tracker, store.parent), [recorded])
 
 
 def _unsupported(job: Job, verdict) -> None:

@@ -10,6 +10,7 @@ import pytest
 from evaluate import results, track, tracking
 from evaluate.results import Row
 from quantize.common.tracking import from_group
+from tests.conftest import run_cli
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlflow") is None,
                                 reason="mlflow-skinny is not installed (bash scripts/setup.sh installs it)")
@@ -72,3 +73,15 @@ def test_a_measurement_that_later_succeeded_loses_the_reason_of_its_failure(tmp_
     assert tracking.log_rows(tracker, [speed_row(0, "ok", 2)])   # the retry, live
     [run] = measurement_runs(tmp_path)
     assert run.info.status == "FINISHED" and run.data.tags["status"] == "ok" and "reason" not in run.data.tags
+
+
+def test_a_sweeps_artifact_that_cannot_be_opened_is_a_failed_run_too(tmp_path):
+    """Its failed row was in the store only: the tracker never got it."""
+    res = tmp_path / "results"
+    out = run_cli("evaluate", "-m", "engine=hf", "recipe=w4a16_gptq", f"artifacts_dir={tmp_path / 'none'}",
+                  f"results_dir={res}", "tracking=mlflow", f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
+                  "tracking.experiment=unit", cwd=tmp_path)
+    assert out.returncode != 0
+    [row] = results.read(res)
+    [run] = measurement_runs(tmp_path)
+    assert row.status == "failed" and run.info.status == "FAILED" and run.data.tags["reason"] == row.reason
