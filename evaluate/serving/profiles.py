@@ -12,6 +12,7 @@ fields are the YAML's keys; `validate` checks them, `run` sends its levels
 through `measure`) and one YAML naming it; `load=none` (no `_target_`) means
 batch timed runs instead.
 """
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -108,6 +109,9 @@ class Rate(LoadProfile):
         if not _positive_list(self.rates):
             raise UserError(f"load={self.name}: load.rates must be a list of positive request rates (req/s), "
                             "e.g. [0.5,1,2]")
+        if not all(math.isfinite(r) for r in self.rates):  # an open loop needs a schedule; inf has none
+            raise UserError(f"load={self.name}: load.rates must be finite request rates (req/s), e.g. [0.5,1,2]; "
+                            "for as many requests as the server takes, use load=concurrency load.levels=[...]")
         self._check_burstiness()
 
     def run(self, measure: Measure, slo: SLO | None) -> None:

@@ -20,7 +20,7 @@ from evaluate.serving import load
 from evaluate.serving.client import complete_all
 from evaluate.serving.load import Level, ServerDied
 from evaluate.serving.metrics import level_metrics
-from evaluate.serving.profiles import Concurrency, LoadProfile, SloSearch, Sweep, Synchronous
+from evaluate.serving.profiles import Concurrency, LoadProfile, Rate, SloSearch, Sweep, Synchronous
 from evaluate.serving.slo import SLO
 from quantize.common.errors import UserError
 from quantize.common.extensions import build
@@ -227,6 +227,12 @@ def test_profile_settings_are_checked_before_anything_runs():
                   max_seconds=5).validate(SLO(name="t", ttft_ms=200, percentile=99))
     with pytest.raises(UserError, match="load=synchronous: load.max_seconds must be a positive number, not 0"):
         Synchronous(name="synchronous", max_requests=4, max_seconds=0).validate(None)
+
+
+def test_an_infinite_rate_is_one_line_pointing_to_concurrency():
+    """load.rates=[inf] has no arrival schedule: every level would be marked not valid."""
+    with pytest.raises(UserError, match=r"^load=rate: load.rates must be finite request rates .*use load=concurrency"):
+        Rate(name="rate", rates=[1, float("inf")], burstiness=1.0, max_requests=8, max_seconds=30).validate(None)
 
 
 @pytest.mark.parametrize("path", sorted(p for p in LOAD_CONF.glob("*.yaml") if p.stem not in ("none",)),
