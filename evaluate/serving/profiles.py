@@ -52,6 +52,16 @@ class LoadProfile(Configurable):
             value = getattr(self, key)
             if not (_is_number(value) and value > 0):
                 raise UserError(f"load={self.name}: load.{key} must be a positive number, not {value!r}")
+        if self.drain_seconds is not None and not (_is_number(self.drain_seconds) and self.drain_seconds >= 0):
+            raise UserError(f"load={self.name}: load.drain_seconds must be a number >= 0 (seconds the requests in "
+                            f"flight get after max_seconds), not {self.drain_seconds!r}")
+
+    def _check_in_flight(self, key: str, values: list) -> None:
+        """Requests in flight are whole and at least 1: 0.5 would run nothing, 1.5 run 1."""
+        bad = next((v for v in values if not _whole_at_least_1(v)), None)
+        if bad is not None:
+            raise UserError(f"load={self.name}: load.{key} must be whole numbers of requests in flight, >= 1, "
+                            f"not {bad!r}")
 
     def run(self, measure: Measure, slo: SLO | None):
         """Send the profile's levels through `measure`; returns what the
@@ -93,6 +103,7 @@ class Concurrency(LoadProfile):
         if not _positive_list(self.levels):
             raise UserError(f"load={self.name}: load.levels must be a list of positive in-flight counts, "
                             "e.g. [1,4,16]")
+        self._check_in_flight("levels", self.levels)
 
     def run(self, measure: Measure, slo: SLO | None) -> None:
         for c in self.levels:
@@ -130,6 +141,10 @@ class Sweep(LoadProfile):
     def validate(self, slo: SLO | None) -> None:
         super().validate(slo)
         self._check_burstiness()
+        self._check_in_flight("saturation_concurrency", [self.saturation_concurrency])
+        if not (_is_number(self.rate_levels) and self.rate_levels >= 0 and float(self.rate_levels).is_integer()):
+            raise UserError(f"load={self.name}: load.rate_levels must be a whole number of rates >= 0, "
+                            f"not {self.rate_levels!r}")
 
     def run(self, measure: Measure, slo: SLO | None) -> None:
         sync = measure(Level("synchronous", None))
@@ -156,6 +171,16 @@ class SloSearch(LoadProfile):
                             "(or another conf/slo/ file)")
         if self.mode not in ("concurrency", "rate"):
             raise UserError(f"load={self.name}: load.mode must be concurrency or rate")
+        if self.mode == "concurrency":
+            self._check_in_flight("start", [self.start])
+            self._check_in_flight("max_level", [self.max_level])
+        for key in ("start", "max_level", "resolution"):
+            value = getattr(self, key)
+            if not (_is_number(value) and math.isfinite(value) and value > 0):
+                raise UserError(f"load={self.name}: load.{key} must be a finite positive number, not {value!r}")
+        if self.start > self.max_level:
+            raise UserError(f"load={self.name}: load.start ({self.start:g}) must not be above load.max_level "
+                            f"({self.max_level:g})")
         need = slo.min_requests()  # fewer requests per level: every level unresolved, the search finds nothing
         if level_requests(self.max_requests) < need:
             raise UserError(f"load={self.name}: load.max_requests={self.max_requests:g} is below the {need} requests "
@@ -195,7 +220,11 @@ def round_level(rate: float) -> float:
 
 
 def _is_number(value) -> bool:
-    return isinstance(value, (int, float))
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _whole_at_least_1(value) -> bool:
+    return _is_number(value) and math.isfinite(value) and value >= 1 and float(value).is_integer()
 
 
 def _positive_list(values) -> bool:

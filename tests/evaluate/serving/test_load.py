@@ -229,6 +229,32 @@ def test_profile_settings_are_checked_before_anything_runs():
         Synchronous(name="synchronous", max_requests=4, max_seconds=0).validate(None)
 
 
+SLOW = {"max_requests": 100, "max_seconds": 5}
+
+
+@pytest.mark.parametrize("profile,message", [
+    (Concurrency(name="concurrency", levels=[1, 0.5], **SLOW), r"load.levels must be whole numbers of requests in "
+                                                              r"flight, >= 1, not 0.5$"),
+    (Concurrency(name="concurrency", levels=[1.5], **SLOW), "load.levels must be whole numbers .* not 1.5$"),
+    (Sweep(name="sweep", saturation_concurrency=0, rate_levels=3, burstiness=1.0, **SLOW),
+     "load.saturation_concurrency must be whole numbers .* not 0$"),
+    (Sweep(name="sweep", saturation_concurrency=8, rate_levels=2.5, burstiness=1.0, **SLOW),
+     "load.rate_levels must be a whole number of rates >= 0, not 2.5$"),
+    (SloSearch(name="slo_search", mode="concurrency", start=0.5, max_level=8, resolution=1, **SLOW),
+     "load.start must be whole numbers .* not 0.5$"),
+    (SloSearch(name="slo_search", mode="rate", start=1, max_level=float("inf"), resolution=1, burstiness=1, **SLOW),
+     "load.max_level must be a finite positive number, not inf$"),
+    (SloSearch(name="slo_search", mode="concurrency", start=16, max_level=8, resolution=1, **SLOW),
+     r"load.start \(16\) must not be above load.max_level \(8\)$"),
+    (Concurrency(name="concurrency", levels=[1], drain_seconds=-60, **SLOW),
+     "load.drain_seconds must be a number >= 0"),
+], ids=["levels 0.5", "levels 1.5", "saturation 0", "rate_levels 2.5", "start 0.5", "max_level inf", "start > max",
+        "drain -60"])
+def test_in_flight_counts_are_whole_and_drains_not_negative(profile, message):
+    with pytest.raises(UserError, match=f"^load={profile.name}: {message}"):
+        profile.validate(SLO(name="t", ttft_ms=100))
+
+
 def test_an_infinite_rate_is_one_line_pointing_to_concurrency():
     """load.rates=[inf] has no arrival schedule: every level would be marked not valid."""
     with pytest.raises(UserError, match=r"^load=rate: load.rates must be finite request rates .*use load=concurrency"):
