@@ -19,7 +19,8 @@ def test_presets_load_and_none_means_no_slo():
     assert presets["none"] is None
     cpu = presets["interactive_cpu"]
     assert (cpu.ttft_ms, cpu.tpot_ms, cpu.e2el_ms, cpu.percentile, cpu.min_recovery_pct) == (2000, 100, None, 90, 95)
-    assert presets["interactive_gpu"].limits() == {"ttft": 200, "tpot": 50} and presets["batch"].limits() == {"e2el": 60000}
+    assert presets["interactive_gpu"].limits() == {"ttft": 200, "tpot": 50}
+    assert presets["batch"].limits() == {"e2el": 60000}
     assert SLO.from_dict(cpu.as_dict()) == cpu  # a row's `slo` reads back as the SLO it was judged against
     assert SLO.from_dict(None) is None and SLO.from_dict({"name": "loose", "percentile": 90}) is None
 
