@@ -3,6 +3,8 @@ MLflow SQLite file (no server): what a measurement's run says after a rerun
 or a back-fill of a store its attempts wrote. tests/test_tracking_server.py
 drives the stages against a real MLflow server."""
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,7 @@ import pytest
 from evaluate import results, track, tracking
 from evaluate.results import Row
 from quantize.common.tracking import from_group
-from tests.conftest import run_cli
+from tests.conftest import quantize_env, run_cli
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlflow") is None,
                                 reason="mlflow-skinny is not installed (bash scripts/setup.sh installs it)")
@@ -85,3 +87,20 @@ def test_a_sweeps_artifact_that_cannot_be_opened_is_a_failed_run_too(tmp_path):
     [row] = results.read(res)
     [run] = measurement_runs(tmp_path)
     assert row.status == "failed" and run.info.status == "FAILED" and run.data.tags["reason"] == row.reason
+
+
+def test_a_folder_uri_takes_a_back_fill(tmp_path, monkeypatch):
+    """MLflow 3's folder store raised unless MLFLOW_ALLOW_FILE_STORE=true: the
+    documented folder URI lost a job's tracking and failed the back-fill."""
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")   # the reader below; restored after
+    env = {k: v for k, v in quantize_env().items() if k != "MLFLOW_ALLOW_FILE_STORE"}
+    store = sharded_store(tmp_path)
+    for uri in (tmp_path / "runs", f"file://{tmp_path / 'file-runs'}"):
+        proc = subprocess.run([sys.executable, "-m", "evaluate.track", f"results_dir={store}", f"tracking.uri={uri}",
+                               "tracking.experiment=unit"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        from mlflow import MlflowClient
+        client = MlflowClient(str(uri))
+        runs = client.search_runs([client.get_experiment_by_name("unit").experiment_id])
+        assert sorted(r.info.run_name for r in runs) == ["tiny/w4a16_rtn", "w4a16_rtn · prefill · hf"]
