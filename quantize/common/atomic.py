@@ -87,16 +87,16 @@ def staging_dir(final: Path):
     """Yield a temp dir beside `final`; on success it replaces `final` in one
     rename, on any error (or kill) it never takes `final`'s name.
 
-    Builds of the same `final` take turns (build_turn), so the leftover
-    `.<name>.tmp-*` dirs of killed runs can be removed on the next attempt
-    without touching a build in progress."""
+    Builds of the same `final` take turns (build_turn); the leftover
+    `.<name>.tmp-*` dirs of killed runs are removed on the next attempt, and
+    never the dir of a build still running (one that took another lock: the
+    same folder reached through another QUANTBENCH_CACHE or mount path)."""
     final = Path(final).absolute()
     made = _missing_folders(final.parent)
     final.parent.mkdir(parents=True, exist_ok=True)
     try:
         with build_turn(final, str(final)):
-            for stale in final.parent.glob(f".{final.name}.tmp-*"):
-                shutil.rmtree(stale, ignore_errors=True)
+            _remove_dead_builds(final)
             yield from _build_and_swap(final)
     except BaseException:
         _remove_if_empty(made)  # a failed build leaves no empty <artifacts_dir>/<model>/ either
@@ -123,8 +123,41 @@ def _remove_if_empty(folders: list[Path]) -> None:
 
 
 def build_lock_path(final: Path) -> Path:
-    """The lock file of builds of `final`, one per absolute path."""
-    return CACHE_DIR / "locks" / f"{hashlib.sha256(str(Path(final).absolute()).encode()).hexdigest()[:16]}.lock"
+    """The lock file of builds of `final`, one per real path (symlinks resolved)."""
+    return CACHE_DIR / "locks" / f"{hashlib.sha256(str(Path(final).resolve()).encode()).hexdigest()[:16]}.lock"
+
+
+# A staging dir's build is live while its process holds a lock on this file beside
+# it (`.<name>.tmp-<random>` + LIVE): a POSIX lock, which NFS forwards and a kill drops.
+LIVE = ".live"
+
+
+def _remove_dead_builds(final: Path) -> None:
+    """Remove the staging dirs (and their marks) of builds of `final` that no
+    process holds any more."""
+    for path in final.parent.glob(f".{final.name}.tmp-*"):
+        staging = path.with_name(path.name.removesuffix(LIVE))
+        if not _is_live(staging.with_name(staging.name + LIVE)):
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.with_name(staging.name + LIVE).unlink(missing_ok=True)
+
+
+def _is_live(mark: Path) -> bool:
+    """Another process holds `mark`'s lock. False where there is no mark (a
+    killed run's, or one of an older version) or no locks on this file system."""
+    try:
+        fd = os.open(mark, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # another user's build: not ours to judge
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except OSError as e:
+        return e.errno in (errno.EACCES, errno.EAGAIN)
+    finally:
+        os.close(fd)  # releases the probe's lock
 
 
 _building: set[Path] = set()  # the build locks this process holds (a POSIX lock taken twice would be lost)
@@ -134,7 +167,7 @@ _building: set[Path] = set()  # the build locks this process holds (a POSIX lock
 def build_turn(final: Path, what: str):
     """Hold the build lock of `final` for the `with` block, waiting for
     another process that builds it; yields a file_lock.Hold. The lock file is
-    under .cache/locks/, keyed by `final`'s absolute path, not beside it: a
+    under .cache/locks/, keyed by `final`'s real path, not beside it: a
     run refused before it builds leaves nothing where artifacts go. Held
     already by this process (quantize holds it around staging_dir): held on."""
     final = Path(final).absolute()
@@ -154,7 +187,28 @@ def build_turn(final: Path, what: str):
 
 
 def _build_and_swap(final: Path):
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    # The mark first, locked, then the dir of its name: no live build's dir is ever without one.
+    fd, mark = tempfile.mkstemp(prefix=f".{final.name}.tmp-", suffix=LIVE, dir=final.parent)
+    tmp = Path(mark.removesuffix(LIVE))
+    try:
+        os.fchmod(fd, file_mode())
+        _lock_if_possible(fd)
+        tmp.mkdir(mode=0o700)
+        yield from _fill_and_swap(final, tmp)
+    finally:
+        os.unlink(mark)
+        os.close(fd)
+
+
+def _lock_if_possible(fd: int) -> None:
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno not in NO_LOCKS:  # no locks here: other builds cannot tell, as before
+            raise
+
+
+def _fill_and_swap(final: Path, tmp: Path):
     try:
         tmp.chmod(dir_mode())
         yield tmp

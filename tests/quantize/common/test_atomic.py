@@ -116,6 +116,49 @@ def test_concurrent_builds_of_one_artifact_take_turns(tmp_path):
     assert [p.name for p in final.parent.iterdir()] == ["art"]
 
 
+def test_a_build_under_another_lock_keeps_its_staging_dir(tmp_path):
+    """The same artifact folder through a symlink and under another
+    QUANTBENCH_CACHE (another lock file): the second build no longer removes
+    the first's staging dir as a killed run's leftover; both complete."""
+    real = tmp_path / "models"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real, target_is_directory=True)
+
+    def start(final, who, marker, hold_s, cache):
+        env = quantize_env({"QUANTBENCH_CACHE": str(tmp_path / cache)})
+        return subprocess.Popen([sys.executable, "-c", BUILD, str(final), who, str(marker), str(hold_s)],
+                                env=env, stderr=subprocess.PIPE, text=True)
+
+    first = start(real / "art", "first", tmp_path / "first-staging", 3, "cache-1")
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "first-staging").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second = start(tmp_path / "link" / "art", "second", tmp_path / "second-staging", 0, "cache-2")
+    assert second.wait(timeout=120) == 0, second.stderr.read()
+    assert first.wait(timeout=120) == 0, first.stderr.read()
+    assert (real / "art" / "done").read_text() == "first" == (real / "art" / "who").read_text()
+    assert [p.name for p in real.iterdir()] == ["art"]
+
+
+def test_one_artifact_reached_through_a_symlink_has_one_build_lock(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real", target_is_directory=True)
+    assert atomic.build_lock_path(tmp_path / "link" / "art") == atomic.build_lock_path(tmp_path / "real" / "art")
+
+
+def test_a_killed_builds_leftovers_are_removed_by_the_next(tmp_path):
+    """A staging dir whose mark no process holds (a killed build), a mark
+    without its dir, and a dir of an older version without a mark: gone."""
+    final = tmp_path / "art"
+    for leftover in (".art.tmp-dead1", ".art.tmp-nomark"):
+        (tmp_path / leftover).mkdir()
+    (tmp_path / ".art.tmp-dead1.live").touch()
+    (tmp_path / ".art.tmp-nodir.live").touch()
+    with atomic.staging_dir(final) as tmp:
+        (tmp / "f").write_text("x")
+    assert [p.name for p in tmp_path.iterdir()] == ["art"]
+
+
 # ---------------------------------------------------------------- modes
 
 @contextmanager
