@@ -102,6 +102,8 @@ class Client:
             data = line[5:].strip()
             if data == b"[DONE]":
                 result.end = now
+                if not result.chunk_times:  # a 200 and [DONE] with nothing generated is no completed request
+                    result.error = "the server streamed no token"
                 break
             chunk = json.loads(data)
             if chunk.get("error"):

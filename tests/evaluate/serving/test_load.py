@@ -56,6 +56,14 @@ def test_a_failed_request_is_a_result_not_an_exception(fake_server):
     assert r.error.startswith("HTTP 500")
 
 
+def test_a_stream_without_a_token_is_a_failed_request_that_says_so(fake_server):
+    """HTTP 200 and [DONE] but no token chunk (max_tokens 0 on the fake server)."""
+    server = fake_server("--fixed-ms", "2")
+    run = run_level(server, Level("concurrency", 2), n=4, output_len=0)
+    assert len(run.results) == 4
+    assert all(not r.success and r.error == "the server streamed no token" for r in run.results)
+
+
 def test_concurrency_holds_exactly_its_in_flight_count_and_max_requests(fake_server):
     server = fake_server("--fixed-ms", "50", "--per-active-ms", "0")  # 200 ms a request: all 3 overlap
     run = run_level(server, Level("concurrency", 3), n=12)
