@@ -55,26 +55,50 @@ def _trial(cfg) -> list[float]:
 def preflight(argv: list[str]) -> None:
     """Before any trial: the composed config converts and the space can run
     (its keep_dense has a sensitivity file, its scenario is one), so a bad
-    search is one line and exit 2, not N failed trials. A config Hydra
-    cannot compose is left to Hydra's own message."""
+    search is one line and exit 2, not N failed trials. Hydra's compose()
+    takes no sweep expression, so each is composed at its first value and
+    checked over all of them. A config Hydra cannot compose is left to
+    Hydra's own message."""
     from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
 
     from evaluate.search import check
     from evaluate.search.config import SearchConfig
     overrides = [a for a in argv if not a.startswith("-") and not a.lstrip("+~").startswith("hydra")]
     try:
+        plain_overrides, swept = one_value_each(overrides)
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="search"):
-            composed = compose("search", overrides=overrides, return_hydra_config=True)
-    except Exception:  # Hydra's composition errors: _hydra_main reports them in Hydra's words
+            composed = compose("search", overrides=plain_overrides, return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException):  # _hydra_main reports them in Hydra's words
         return
     space = composed.hydra.runtime.choices.get("search") or DEFAULT_SPACE
     values = plain(OmegaConf.masked_copy(composed, [k for k in composed if k != "hydra"]))
     try:
-        fixed = {a.partition("=")[0] for a in overrides if a.startswith(check.PREFIX)}
-        check.before_sweep(SearchConfig.from_values(values, space), fixed)
+        fixed = {a.partition("=")[0] for a in overrides if a.startswith(check.PREFIX)} - set(swept)
+        check.before_sweep(SearchConfig.from_values(values, space), fixed,
+                           {k: v for k, v in swept.items() if k.startswith(check.PREFIX)})
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(e.exit_code)
+
+
+def one_value_each(overrides: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The overrides with each sweep expression at its first value (a
+    choice's first, a range's or an interval's lower bound), and the sweep
+    expressions by key."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import IntervalSweep
+    plain_overrides, swept = [], {}
+    for text, override in zip(overrides, OverridesParser.create().parse_overrides(overrides)):
+        if not override.is_sweep_override():
+            plain_overrides.append(text)
+            continue
+        value = override.value()
+        first = str(value.start) if isinstance(value, IntervalSweep) else next(override.sweep_string_iterator())
+        plain_overrides.append(f"{override.get_key_element()}={first}")
+        swept[override.key_or_group] = text.partition("=")[2]
+    return plain_overrides, swept
 
 
 def check_sweeper_installed() -> None:

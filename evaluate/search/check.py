@@ -14,16 +14,18 @@ from quantize.common.settings import shown
 PREFIX = "trial."
 
 
-def before_sweep(config: SearchConfig, fixed: set[str] = frozenset()) -> None:
-    """`fixed`: the trial keys the command line sets (`trial.keep_dense=0`),
-    which replace the space's params as in any Optuna sweep."""
+def before_sweep(config: SearchConfig, fixed: set[str] = frozenset(), swept: dict[str, str] | None = None) -> None:
+    """`fixed`: the trial keys the command line sets to one value
+    (`trial.keep_dense=0`), `swept`: those it sets to a sweep expression
+    (`trial.scheme=choice(w4a16,w8a8)`); both replace the space's params as
+    in any Optuna sweep."""
     where = f"conf/search/{config.space_name}.yaml"
     names = {f.name for f in dataclasses.fields(TrialValues)}
     for key in config.space.params:
         if key.startswith(PREFIX) and key[len(PREFIX):] not in names:
             raise UserError(f"{where}: params.{key} is not a trial value; the space sets "
                             f"{', '.join(PREFIX + n for n in sorted(names))}")
-    params = {k: v for k, v in config.space.params.items() if k not in fixed}
+    params = {k: v for k, v in config.space.params.items() if k not in fixed} | (swept or {})
     for scheme in _choices(params.get(PREFIX + "scheme"), config.trial.scheme):
         if not isinstance(scheme, str) or scheme not in SCHEMES:
             raise UserError(f"{where}: unknown scheme family {shown(scheme)!r}; choose from {', '.join(SCHEMES)}")

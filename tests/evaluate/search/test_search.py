@@ -210,6 +210,12 @@ def test_kept_dense_groups_without_a_sensitivity_file_name_the_command(tiny_mode
     (["trial.scheme=[1]"], "unknown scheme family '[1]'; choose from"),          # a TypeError: unhashable list
     (["trial.group_size=true"], "trial.group_size=true is not an integer"),      # int(True): group size 1
     (["seed="], "error: seed=: pass an integer for seed"),                       # OmegaConf's interpolation error
+    # a sweep expression beside them: the checks ran on no config (each trial failed, or Optuna raised)
+    (["trial.keep_dense=range(0,3)", "trial.scheme=choice(w4a16,w8a8)"], "keep_dense > 0 needs the sensitivity"),
+    (["trial.scheme=choice(w4a16,w9a9)"], "unknown scheme family 'w9a9'"),
+    (["n_jobs=0", "trial.scheme=choice(w4a16,w8a8)"], "n_jobs=0: pass an integer >= 1"),       # an IndexError
+    (["n_trials=abc", "trial.scheme=w4a16,w8a8"], "n_trials=abc: pass an integer >= 1"),      # a TypeError
+    (["n_jobs=2.5", "trial.smoothquant=interval(0,0.5)"], "n_jobs=2.5: pass an integer >= 1"),  # a TypeError
 ])
 def test_a_search_that_cannot_run_stops_before_its_first_trial(tiny_model, tmp_path, args, says):
     proc = run_cli("evaluate.search", "search=tiny", f"model={tiny_model}", "engine=hf", f"results_dir={tmp_path}",
