@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from quantize import pipeline, recipe as recipes
-from quantize.common import fingerprint, sensitivity_file
+from quantize.common import fingerprint, moe, sensitivity_file
 from quantize.common.checkpoint import weight_files
 from quantize.common.dtypes import checkpoint_dtype, compute_dtype
 from quantize.common.errors import UserError
@@ -84,10 +84,20 @@ def _measure(model_dir: Path, scheme: schemes.WeightScheme,
     import torch
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = compute_dtype(checkpoint_dtype(model_dir), "auto", device)
-    model = pipeline._load_model(model_dir).to(device=device, dtype=dtype).eval()
+    model = load_as_quantized(model_dir).to(device=device, dtype=dtype).eval()
     log.info("computing in %s on %s: %d windows x %d tokens", dtype, device, len(wins), len(wins[0]))
     groups = measure.groups(model, scheme)
     return measure.measure(measure.LayerwiseModel(model, wins), groups, scheme.weights)
+
+
+def load_as_quantized(model_dir: Path):
+    """The model with the Linear modules quantize quantizes: a MoE's fused
+    3-D expert weights split into one Linear per expert, else the experts
+    would be no cell at all."""
+    model = pipeline._load_model(model_dir)
+    if moe.is_moe(model.config.to_dict()):
+        moe.linearize(model)
+    return model
 
 
 def _summary(result: sensitivity_file.Sensitivity, folder: Path) -> None:

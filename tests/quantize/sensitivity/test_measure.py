@@ -121,3 +121,16 @@ def test_a_recipe_that_keeps_other_modules_dense_has_its_own_key():
     kept = schemes.WeightScheme(usual.weights, None, ["Linear"], ["lm_head", "model.layers.3.mlp.down_proj"])
     assert kept.key.startswith("w4a16-g64-asym-m") and len(kept.key) == len("w4a16-g64-asym-m") + 6
     assert schemes.WeightScheme(usual.weights, None, ["Linear"], ["lm_head"]).key == "w4a16-g64-asym"
+
+
+def test_a_moe_models_experts_are_cells_as_quantize_quantizes_them(tokenizer_dir, tmp_path):
+    """transformers keeps a MoE's experts as fused 3-D weights: measured as
+    loaded, every expert was left out; linearized as quantize does, each
+    expert's Linear is a cell."""
+    from quantize.common.tiny_model import build_tiny_qwen3_moe
+    from quantize.sensitivity.run import _measure
+    model_dir = build_tiny_qwen3_moe(tmp_path / "tiny-moe", tokenizer_dir, layers=1)
+    cells, baseline = _measure(model_dir, scheme_of("w4a16_rtn"), [list(range(100, 116))])
+    groups = {cell.group for cell in cells}
+    assert {f"mlp.experts.{e}.{p}" for e in range(4) for p in ("gate_proj", "up_proj", "down_proj")} <= groups
+    assert "self_attn.q_proj" in groups and baseline > 0
