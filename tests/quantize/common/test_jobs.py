@@ -2,6 +2,8 @@
 import os
 import shlex
 
+import pytest
+
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 
@@ -30,3 +32,15 @@ def test_the_command_reruns_the_job_from_its_folder_without_dropped_keys(tmp_pat
 
 def test_outside_a_hydra_job_there_is_no_command():
     assert job_command("quantize") is None
+
+
+@pytest.mark.parametrize("stage", ["quantize", "evaluate"])
+def test_sweeps_started_in_one_second_get_a_sweep_dir_each(stage):
+    """FailureSummary lists the FAILED.json files of its sweep dir: two sweeps
+    started in the same second must not share one, or each reports the
+    other's failures."""
+    register()
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        dirs = [str(compose(stage, overrides=["recipe=original"], return_hydra_config=True).hydra.sweep.dir)
+                for _ in range(2)]
+    assert dirs[0] != dirs[1] and dirs[0].startswith(f"logs/{stage}-multirun/")
