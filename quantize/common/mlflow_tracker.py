@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantize.common.errors import UserError
-from quantize.common.tracking import KEY_TAG, Metric, RunRecord, Tracker
+from quantize.common.tracking import KEY_TAG, REVISION_TAG, Metric, RunRecord, Tracker
 
 log = logging.getLogger("quantbench.tracking")
 MISSING = ("tracking=mlflow needs the mlflow-skinny package; install it with bash scripts/setup.sh "
@@ -62,9 +62,8 @@ class MlflowTracker(Tracker):
         parent = self._parent(record.parent) if record.parent else None
         with self.holding(record.key):
             run_id, created = self._ensure(record, parent)
-            if not created:
-                self._complete(run_id, record)
-            self._metrics(run_id, record.metrics, created)
+            rebuilt = not created and self._complete(run_id, record)
+            self._metrics(run_id, record.metrics, created or rebuilt)
             self.client().set_terminated(run_id, status="FAILED" if record.failed else "FINISHED")
         return run_id
 
@@ -120,7 +119,7 @@ class MlflowTracker(Tracker):
         run_id = self.find(record.key)
         if run_id:
             return run_id, False
-        tags = {KEY_TAG: record.key, **record.tags, **({PARENT_TAG: parent} if parent else {})}
+        tags = {KEY_TAG: record.key, **_tags(record), **({PARENT_TAG: parent} if parent else {})}
         run_id = self.client().create_run(self.experiment_id(), tags=tags, run_name=record.name).info.run_id
         self._runs[record.key] = run_id
         log.info("tracking: run %s (%s) in %s", record.name, run_id, self.describe())
@@ -128,19 +127,24 @@ class MlflowTracker(Tracker):
         self._files(run_id, record)
         return run_id, True
 
-    def _complete(self, run_id: str, record: RunRecord) -> None:
+    def _complete(self, run_id: str, record: RunRecord) -> bool:
         """A found run gets what it lacks: a run created just before an outage
         holds only its tags, one a back-fill built from rows no params or files.
         Params are write-once, so only the absent ones; tags overwrite, and
-        those the record clears are deleted."""
+        those the record clears are deleted. Returns whether the run is of
+        another revision (a rebuild): its files are then replaced, and its
+        metrics are to be logged anew."""
         held = self.client().get_run(run_id).data
-        self._batch(run_id, params={k: v for k, v in record.params.items() if k not in held.params}, tags=record.tags)
+        rebuilt = bool(record.revision) and held.tags.get(REVISION_TAG) != record.revision
+        self._batch(run_id, params={k: v for k, v in record.params.items() if k not in held.params},
+                    tags=_tags(record))
         for key in set(record.untags) & set(held.tags):
             self.client().delete_tag(run_id, key)
-        if record.refresh_files:
+        if record.refresh_files or rebuilt:
             self._files(run_id, record)
         elif record.files or record.texts:
             self._files(run_id, record, skip={a.path for a in self.client().list_artifacts(run_id)})
+        return rebuilt
 
     def _batch(self, run_id: str, params: dict | None = None, tags: dict | None = None) -> None:
         from mlflow.entities import Param, RunTag
@@ -160,18 +164,23 @@ class MlflowTracker(Tracker):
             if name not in skip:
                 client.log_text(run_id, text, name)
 
-    def _metrics(self, run_id: str, metrics: tuple[Metric, ...], created: bool) -> None:
-        """The metrics of each step the run lacks. A step's metrics go in one
-        batch, so one metric's history says which steps a run holds."""
+    def _metrics(self, run_id: str, metrics: tuple[Metric, ...], every: bool) -> None:
+        """The metrics of each step the run lacks (`every`: all of them, the
+        latest value of a step wins). A step's metrics go in one batch, so one
+        metric's history says which steps a run holds."""
         from mlflow.entities import Metric as MlflowMetric
         now = int(time.time() * 1000)
-        held = set() if created or not metrics else self._steps_logged(run_id, min(m.key for m in metrics))
+        held = set() if every or not metrics else self._steps_logged(run_id, min(m.key for m in metrics))
         new = [MlflowMetric(m.key, m.value, now, m.step) for m in metrics if m.step not in held]
         for i in range(0, len(new), METRICS_PER_BATCH):
             self.client().log_batch(run_id, metrics=new[i:i + METRICS_PER_BATCH])
 
     def _steps_logged(self, run_id: str, key: str) -> set[int]:
         return {m.step for m in self.client().get_metric_history(run_id, key)}
+
+
+def _tags(record: RunRecord) -> dict:
+    return {**record.tags, **({REVISION_TAG: record.revision} if record.revision else {})}
 
 
 def _check_scheme(uri: str, where: str) -> None:

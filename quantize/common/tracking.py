@@ -34,6 +34,7 @@ from quantize.common.provenance import sha256_json
 log = logging.getLogger("quantbench.tracking")
 
 KEY_TAG = "quantbench_key"      # the run's deterministic key, as a tag the tracker looks runs up by
+REVISION_TAG = "quantbench_revision"   # what a run's metrics and files are of (an artifact: its build)
 GROUP = "conf/tracking"
 BACKFILL = "python -m evaluate.track results_dir=<results_dir> tracking.uri=<uri>"
 
@@ -59,6 +60,7 @@ class RunRecord:
     parent: "RunRecord | None" = None                      # created first, if missing
     failed: bool = False                                   # the run ends FAILED instead of FINISHED
     refresh_files: bool = False                            # files replace the run's on every write (a report)
+    revision: str | None = None                            # another than the run's: metrics and files anew
 
 
 @dataclass
@@ -146,6 +148,7 @@ def artifact_record(artifact_dir: Path) -> RunRecord | None:
         tags=clean_tags(tags), untags=cleared(tags, "suspect"),
         metrics=numeric(metrics),
         files=tuple(p for p in (Path(artifact_dir) / manifest.FILE, recipe_file) if p.is_file()),
+        revision=described.created_at,   # a rebuild (force=true) keeps the id, not the build time
         texts={"sanity.json": json.dumps(sanity, indent=2, sort_keys=True)} if sanity else {})
 
 

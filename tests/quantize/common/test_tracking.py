@@ -8,6 +8,7 @@ import logging
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -216,3 +217,23 @@ def test_a_rebuild_no_longer_suspect_loses_the_suspect_tag(tmp_path):
     (art / "manifest.json").write_text(json.dumps(described))
     assert tracking.from_group({**MLFLOW, "uri": uri, "experiment": "unit"}).log_artifact(art)
     assert "suspect" not in _runs_by_name(uri)["tiny/w4a16_rtn"].data.tags
+
+
+@needs_mlflow
+def test_a_rebuild_under_the_same_id_replaces_the_runs_metrics_and_files(tmp_path):
+    """quantize force=true keeps the artifact id: the run was found, and the
+    first build's metrics and manifest.json stayed."""
+    from mlflow import MlflowClient
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    art = artifact_dir(tmp_path)
+    described = json.loads((art / "manifest.json").read_text())
+    for built_at, total in (("2026-01-01T00:00:00", 4.0), ("2026-01-02T00:00:00", 9.0), ("2026-01-02T00:00:00", 9.0)):
+        rebuilt = {**described, "created_at": built_at, "timings_s": {"total": total}}
+        (art / "manifest.json").write_text(json.dumps(rebuilt))
+        assert tracking.from_group({**MLFLOW, "uri": uri, "experiment": "unit"}).log_artifact(art)
+    [run] = _runs_by_name(uri).values()
+    client = MlflowClient(uri)
+    assert run.data.metrics["time_s.total"] == 9.0
+    assert len(client.get_metric_history(run.info.run_id, "time_s.total")) == 2   # the third write: the same build
+    logged = client.download_artifacts(run.info.run_id, "manifest.json", str(tmp_path))
+    assert json.loads(Path(logged).read_text())["created_at"] == "2026-01-02T00:00:00"
