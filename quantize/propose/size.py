@@ -11,12 +11,17 @@ from quantize.common.provenance import sha256_bytes
 from quantize.common.recipe_edit import WeightScheme, quantization_ignore, quantizes, weight_scheme
 from quantize.common.sensitivity_file import Cell
 
+# What an artifact holds beside its weights, as the model's folder has them:
+# quantize writes the config and the tokenizer's files anew, never a training
+# leftover (optimizer.pt) or a second copy of the weights (pytorch_model.bin).
+CARRIED_FILES = ("config.json", *manifest.MODEL_FILES)
+
 
 @dataclass(frozen=True)
 class ModelWeights:
     """What the model's weight files hold: each tensor's dtype and shape."""
     tensors: dict[str, tuple[str, list[int]]]
-    other_files_bytes: int        # config, tokenizer, ...: an artifact carries them too
+    other_files_bytes: int        # CARRIED_FILES: an artifact carries them too
 
     @classmethod
     def read(cls, model_dir: Path) -> "ModelWeights":
@@ -24,8 +29,8 @@ class ModelWeights:
         for path in weight_files(model_dir):
             header, _ = read_header(path)
             tensors |= {name: (t["dtype"], t["shape"]) for name, t in header.items() if name != "__metadata__"}
-        others = sum(p.stat().st_size for p in Path(model_dir).iterdir() if p.is_file() and p.suffix != ".safetensors")
-        return cls(tensors=tensors, other_files_bytes=others)
+        carried = [Path(model_dir) / name for name in CARRIED_FILES]
+        return cls(tensors=tensors, other_files_bytes=sum(p.stat().st_size for p in carried if p.is_file()))
 
     def linear(self, module: str) -> tuple[int, int, int]:
         """(rows, cols, bytes per value) of a Linear module's weight."""

@@ -182,3 +182,16 @@ def test_auto_skips_a_newer_file_measured_on_other_modules(tmp_path, tiny_model)
     proposal = run(config(tmp_path, tiny_model, results, "kept_dense", 0))
     assert proposal.sensitivity_path == own
     assert proposal.chosen.kl_nats == pytest.approx(0.9)
+
+
+def test_the_size_estimate_counts_only_the_files_an_artifact_carries(tmp_path, tiny_model):
+    """A training leftover (optimizer.pt) or a second copy of the weights
+    (pytorch_model.bin) in the model's folder never reaches the artifact."""
+    import shutil
+    from quantize.propose.size import ModelWeights
+    copy = tmp_path / "with-leftovers"
+    shutil.copytree(tiny_model, copy)
+    (copy / "optimizer.pt").write_bytes(b"\0" * 3_000_000)
+    (copy / "pytorch_model.bin").write_bytes(b"\0" * 2_000_000)
+    assert ModelWeights.read(copy).other_files_bytes == ModelWeights.read(tiny_model).other_files_bytes
+    assert ModelWeights.read(tiny_model).other_files_bytes >= (tiny_model / "config.json").stat().st_size
