@@ -105,9 +105,14 @@ def artifact_parent(path: str | None, artifact_id: str | None, model: str | None
                      tags=clean_tags({"artifact_id": artifact_id, "model": model, "recipe": recipe}))
 
 
+REPORT_AGAIN = ("the report's files are written: once the tracker is back, the same python -m evaluate.report "
+                "command logs them")
+
+
 def report_record(results_dirs: list[Path], files: list[Path]) -> RunRecord:
     """The run of the report of these stores (the sweep's): its files replace the last report's."""
     folders = sorted(str(Path(d).resolve()) for d in results_dirs)
     return RunRecord(key=run_key("report", *folders), name=f"report: {', '.join(Path(d).name for d in folders)}",
                      tags=clean_tags({"kind": "report", "results_dir": ", ".join(folders)}),
-                     files=tuple(p for p in files if Path(p).is_file()), refresh_files=True)
+                     files=tuple(p for p in files if Path(p).is_file()), refresh_files=True,
+                     recovery=REPORT_AGAIN)

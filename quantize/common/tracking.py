@@ -4,8 +4,9 @@ tracker (`tracking=mlflow`: conf/tracking/mlflow.yaml), off by default
 
 The artifacts and the results store stay the source of truth; a tracker gets
 a copy. So logging never fails a job: the first failure is one warning line,
-the tracker stays quiet for the rest of the process, and
-`python -m evaluate.track` back-fills what it missed.
+the tracker stays quiet for the rest of the process, and the warning says
+what logs it later: `python -m evaluate.track` back-fills rows, a rerun of
+quantize or of the report logs an artifact or a report.
 
 What a tracker is sent is a `RunRecord`: a deterministic key, looked up before
 a run is created, so a rerun, a requeued Slurm job or a back-fill never logs a
@@ -36,7 +37,11 @@ log = logging.getLogger("quantbench.tracking")
 KEY_TAG = "quantbench_key"      # the run's deterministic key, as a tag the tracker looks runs up by
 REVISION_TAG = "quantbench_revision"   # what a run's metrics and files are of (an artifact: its build)
 GROUP = "conf/tracking"
-BACKFILL = "python -m evaluate.track results_dir=<results_dir> tracking.uri=<uri>"
+# What recovers a run an outage kept from the tracker, said in the warning (a RunRecord's `recovery`)
+BACKFILL = ("the results store keeps every row and python -m evaluate.track results_dir=<results_dir> "
+            "tracking.uri=<uri> back-fills them")
+QUANTIZE_AGAIN = ("the artifact is built: once the tracker is back, the same python -m quantize command finds it "
+                  "complete and logs its run in full")
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,7 @@ class RunRecord:
     failed: bool = False                                   # the run ends FAILED instead of FINISHED
     refresh_files: bool = False                            # files replace the run's on every write (a report)
     revision: str | None = None                            # another than the run's: metrics and files anew
+    recovery: str = BACKFILL                               # what logs the run after an outage, for the warning
 
 
 @dataclass
@@ -88,15 +94,18 @@ class Tracker(extensions.Configurable):
 
     def log(self, *records: RunRecord | None) -> bool:
         """Write the records (None: nothing to log); see `safely`."""
-        return self.safely(lambda: [self.write(r) for r in records if r is not None])
+        records = [r for r in records if r is not None]
+        return self.safely(lambda: [self.write(r) for r in records],
+                           recovery=records[0].recovery if records else BACKFILL)
 
     def log_artifact(self, artifact_dir: Path) -> bool:
         """The run of the artifact in `artifact_dir` (quantize's: built, or found complete)."""
-        return self.safely(lambda: self.log(artifact_record(artifact_dir)))
+        return self.safely(lambda: self.log(artifact_record(artifact_dir)), recovery=QUANTIZE_AGAIN)
 
-    def safely(self, fn) -> bool:
-        """Run `fn`, which logs; a failure is one warning, and this tracker is
-        quiet from then on. Returns whether it ran to the end."""
+    def safely(self, fn, recovery: str = BACKFILL) -> bool:
+        """Run `fn`, which logs; a failure is one warning that says what logs
+        it later (`recovery`), and this tracker is quiet from then on.
+        Returns whether it ran to the end."""
         if self._quiet:
             return False
         try:
@@ -104,8 +113,8 @@ class Tracker(extensions.Configurable):
             return not self._quiet
         except Exception as e:  # a tracker fails in many ways; none may fail a measurement
             self._quiet = True
-            log.warning("tracking: logging to %s failed (%s); no more tracking in this job, the results store "
-                        "keeps every row and %s back-fills them", self.describe(), one_line(e, limit=200), BACKFILL)
+            log.warning("tracking: logging to %s failed (%s); no more tracking in this job, %s",
+                        self.describe(), one_line(e, limit=200), recovery)
             return False
 
 
@@ -149,6 +158,7 @@ def artifact_record(artifact_dir: Path) -> RunRecord | None:
         metrics=numeric(metrics),
         files=tuple(p for p in (Path(artifact_dir) / manifest.FILE, recipe_file) if p.is_file()),
         revision=described.created_at,   # a rebuild (force=true) keeps the id, not the build time
+        recovery=QUANTIZE_AGAIN,
         texts={"sanity.json": json.dumps(sanity, indent=2, sort_keys=True)} if sanity else {})
 
 

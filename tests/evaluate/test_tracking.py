@@ -3,6 +3,7 @@ MLflow SQLite file (no server): what a measurement's run says after a rerun
 or a back-fill of a store its attempts wrote. tests/test_tracking_server.py
 drives the stages against a real MLflow server."""
 import importlib.util
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -104,3 +105,17 @@ def test_a_folder_uri_takes_a_back_fill(tmp_path, monkeypatch):
         client = MlflowClient(str(uri))
         runs = client.search_runs([client.get_experiment_by_name("unit").experiment_id])
         assert sorted(r.info.run_name for r in runs) == ["tiny/w4a16_rtn", "w4a16_rtn · prefill · hf"]
+
+
+def test_a_failed_report_log_points_to_rerunning_the_report_not_the_back_fill(tmp_path, caplog):
+    """The back-fill the warning named logs rows, never a report's files."""
+    from quantize.common.tracking import Tracker
+
+    class Down(Tracker):
+        def write(self, record):
+            raise ConnectionError("connection refused")
+    (tmp_path / "report.md").write_text("# report")
+    with caplog.at_level(logging.WARNING, logger="quantbench.tracking"):
+        assert Down(name="down").log(tracking.report_record([tmp_path], [tmp_path / "report.md"])) is False
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "python -m evaluate.report" in line and "evaluate.track" not in line

@@ -237,3 +237,11 @@ def test_a_rebuild_under_the_same_id_replaces_the_runs_metrics_and_files(tmp_pat
     assert len(client.get_metric_history(run.info.run_id, "time_s.total")) == 2   # the third write: the same build
     logged = client.download_artifacts(run.info.run_id, "manifest.json", str(tmp_path))
     assert json.loads(Path(logged).read_text())["created_at"] == "2026-01-02T00:00:00"
+
+
+def test_a_failed_artifact_log_points_to_rerunning_quantize_not_the_back_fill(tmp_path, caplog):
+    """The back-fill the warning named logs rows: it cannot recover an artifact that was never evaluated."""
+    with caplog.at_level(logging.WARNING, logger="quantbench.tracking"):
+        assert Broken(name="broken").log_artifact(artifact_dir(tmp_path)) is False
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "python -m quantize" in line and "evaluate.track" not in line
