@@ -18,7 +18,8 @@
 # SERVABLE_ONLY=1 (the default): quantize only the recipes evaluate's engine can
 # serve on this machine (python -m evaluate.capabilities servable=[...]); evaluate
 # records the others as `unsupported` with the reason. Off when a launcher
-# override sends the jobs to other machines; SERVABLE_ONLY=0 quantizes all.
+# override sends the jobs to other machines (slurm_cpu, slurm_gpu, a Ray
+# cluster's address); SERVABLE_ONLY=0 quantizes all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -55,9 +56,26 @@ stage() {
   local rc=$?
   case $rc in 0) ;; 2|130) exit $rc ;; *) status=1 ;; esac
 }
+# The capability check asks this machine's engine: it speaks for the jobs only
+# where the launcher runs them here (slurm_local's node is this machine too).
+runs_here() {
+  local launcher=basic arg
+  for arg in "$@"; do
+    case $arg in
+      hydra/launcher=*) launcher=${arg#hydra/launcher=} ;;
+      *hydra.launcher.ray.init.address=*) case ${arg#*=} in ""|null) ;; *) return 1 ;; esac ;;
+    esac
+  done
+  case $launcher in
+    basic|joblib|local_parallel|submitit_local|local_submitit|ray|ray_local|slurm_local) return 0 ;;
+    *) return 1 ;;
+  esac
+}
 QUANTIZE=$RECIPES
 plan_args=()
-if [ "$SERVABLE_ONLY" = 1 ] && ! printf '%s\n' "$@" | grep -q '^hydra/launcher='; then
+if [ "$SERVABLE_ONLY" = 1 ] && ! runs_here "$@"; then
+  echo "quantizing every recipe: the jobs run on other machines, which may serve what this one cannot"
+elif [ "$SERVABLE_ONLY" = 1 ]; then
   QUANTIZE=$("$PY" -m evaluate.capabilities "servable=[$RECIPES]" "$@") || exit 2
   [ "$QUANTIZE" = "$RECIPES" ] || echo "quantizing only what can be served here: ${QUANTIZE:-none} (SERVABLE_ONLY=0 quantizes all)"
   plan_args=(--servable "$QUANTIZE")

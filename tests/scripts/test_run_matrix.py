@@ -173,3 +173,18 @@ def test_a_failed_stage_still_runs_the_later_ones_and_exits_1(tmp_path):
     out, called = stub_matrix(tmp_path, "cpu", quantize=1)
     assert out.returncode == 1, out.stdout + out.stderr
     assert called[-3:] == ["quantize", "evaluate", "evaluate.report"]
+
+
+@pytest.mark.parametrize("launcher, asks_here", [
+    ([], True), (["hydra/launcher=local_parallel"], True), (["hydra/launcher=local_submitit"], True),
+    (["hydra/launcher=ray_local"], True), (["hydra/launcher=slurm_local"], True),
+    (["hydra/launcher=slurm_gpu"], False), (["hydra/launcher=slurm_cpu"], False),
+    (["hydra/launcher=ray", "hydra.launcher.ray.init.address=head:6379"], False),
+])
+def test_only_launchers_that_run_the_jobs_elsewhere_skip_the_capability_check(tmp_path, launcher, asks_here):
+    """SERVABLE_ONLY asks this machine what it can serve: right for every
+    launcher whose jobs run here, wrong for one that sends them to other nodes."""
+    out, called = stub_matrix(tmp_path, "cpu", *launcher)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert ("evaluate.capabilities" in called) == asks_here
+    assert ("the jobs run on other machines" in out.stdout) != asks_here
