@@ -81,6 +81,9 @@ class MlflowTracker(Tracker):
         if self._client is None:
             for name, value in CLIENT_DEFAULTS.items():
                 os.environ.setdefault(name, value)
+            retries = logging.getLogger("urllib3.connectionpool")
+            if retries.level == logging.NOTSET:   # a server down is one warning line, not one per retry too
+                retries.setLevel(logging.ERROR)
             from mlflow import MlflowClient
             self._client = MlflowClient(tracking_uri=self.uri)
         return self._client

@@ -245,3 +245,25 @@ def test_a_failed_artifact_log_points_to_rerunning_quantize_not_the_back_fill(tm
         assert Broken(name="broken").log_artifact(artifact_dir(tmp_path)) is False
     [line] = [r.getMessage() for r in caplog.records]
     assert "python -m quantize" in line and "evaluate.track" not in line
+
+
+@needs_mlflow
+def test_a_server_that_is_down_is_one_warning_line(monkeypatch, caplog):
+    """urllib3 logged a line per retry as well."""
+    import socket
+    for name, value in (("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0"), ("MLFLOW_HTTP_REQUEST_BACKOFF_JITTER", "0"),
+                        ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")):
+        monkeypatch.setenv(name, value)
+    with socket.socket() as closed:   # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    retries = logging.getLogger("urllib3.connectionpool")
+    before = retries.level
+    retries.setLevel(logging.NOTSET)   # as in a fresh process
+    try:
+        tracker = tracking.from_group({**MLFLOW, "uri": f"http://127.0.0.1:{port}", "experiment": "unit"})
+        with caplog.at_level(logging.WARNING):
+            assert tracker.log(RunRecord(key="k", name="n")) is False
+    finally:
+        retries.setLevel(before)
+    assert [r.name for r in caplog.records] == ["quantbench.tracking"], [r.getMessage() for r in caplog.records]
