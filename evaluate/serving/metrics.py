@@ -18,13 +18,14 @@ key:
 - tpot_ms: (e2el - ttft) / (output tokens - 1), per completed request with at
   least 2 output tokens.
 - itl_ms: gaps between successive streamed chunks, pooled over requests.
-- e2el_ms: end - sent, per completed request.
+- e2el_ms: last token chunk - sent, per completed request (vllm bench's
+  client ends there; the usage chunk and [DONE] follow it).
   For each: mean_, median_, std_ (population std, ddof 0) and p50_, p90_, p99_
   (numpy's linear-interpolation percentile; plus the SLO's percentile, e.g.
   p95_), in ms. With no values at all they are 0, as in vllm bench serve.
 - max_concurrent_requests / max_output_tokens_per_s: the peak, over the
   level's 1-second buckets from the first send, of completed requests in
-  flight (a request counts in every bucket from its send to its end) and of
+  flight (a request counts in every bucket from its send to its last token) and of
   tokens streamed.
 
 Goodput rule (per request, vLLM's): a completed request is good when its
@@ -103,13 +104,13 @@ def peaks(done: list[RequestResult]) -> tuple[int, float]:
     if not done:
         return 0, 0.0
     t0 = min(r.sent for r in done)
-    buckets = int(math.ceil(max(r.end for r in done) - t0)) + 1
+    buckets = int(math.ceil(max(r.last_token for r in done) - t0)) + 1
     tokens, active = np.zeros(buckets), np.zeros(buckets)
     for r in done:
         for t in r.chunk_times:
             if 0 <= int(t - t0) < buckets:
                 tokens[int(t - t0)] += 1
-        active[int(r.sent - t0):int(r.end - t0) + 1] += 1
+        active[int(r.sent - t0):int(r.last_token - t0) + 1] += 1
     return int(active.max()), float(tokens.max())
 
 

@@ -42,11 +42,17 @@ class RequestResult:
         return self.chunk_times[0] - self.sent if self.chunk_times else None
 
     @property
+    def last_token(self) -> float | None:
+        """When the last token chunk arrived: where vllm bench's client ends a
+        request's latency (the usage chunk and [DONE] come after)."""
+        return self.chunk_times[-1] if self.success else None
+
+    @property
     def tpot_s(self) -> float | None:
         """vLLM's rule: (e2el - ttft) / (output tokens - 1); None below 2 tokens."""
         if not self.success or self.generated_tokens < 2:
             return None
-        return (self.end - self.chunk_times[0]) / (self.generated_tokens - 1)
+        return (self.last_token - self.chunk_times[0]) / (self.generated_tokens - 1)
 
     @property
     def itl_s(self) -> list[float]:
@@ -55,7 +61,7 @@ class RequestResult:
 
     @property
     def e2el_s(self) -> float | None:
-        return self.end - self.sent if self.success else None
+        return self.last_token - self.sent if self.success else None
 
     @property
     def send_lag_s(self) -> float | None:

@@ -3,15 +3,16 @@ from evaluate.serving.requests import LevelRun, RequestResult
 
 
 def request(sent: float, ttft: float, gaps: list[float], prompt: int = 8, tokens: int | None = None,
-            scheduled: float | None = None, error: str | None = None) -> RequestResult:
-    """A request sent at `sent`, first chunk `ttft` s later, then one chunk per gap; it ends at its last chunk."""
+            scheduled: float | None = None, error: str | None = None, done_after: float = 0.0) -> RequestResult:
+    """A request sent at `sent`, first chunk `ttft` s later, then one chunk per gap; its [DONE] arrives
+    `done_after` s after its last chunk."""
     if error:
         return RequestResult(sent=sent, scheduled=scheduled, prompt_tokens=prompt, error=error)
     times = [sent + ttft]
     for g in gaps:
         times.append(times[-1] + g)
     return RequestResult(sent=sent, scheduled=scheduled, prompt_tokens=prompt,
-                         output_tokens=len(times) if tokens is None else tokens, chunk_times=times, end=times[-1])
+                         output_tokens=len(times) if tokens is None else tokens, chunk_times=times, end=times[-1] + done_after)
 
 
 def three_requests() -> LevelRun:

@@ -109,6 +109,16 @@ def test_an_empty_or_all_failed_level():
     assert m["request_throughput"] is None and m["slo_attainment"] is None
 
 
+def test_latencies_end_at_the_last_token_not_at_done():
+    """vllm bench's client ends a request at its last token chunk: the usage
+    chunk and [DONE] a server sends after it are not generation time."""
+    late = LevelRun(mode="concurrency", level=1, start=0.0, end=3.0,
+                    results=[request(0.0, 0.5, [0.1, 0.1, 0.1], done_after=2.0)])
+    m = level_metrics(late)
+    assert m["mean_e2el_ms"] == pytest.approx(800) and m["mean_tpot_ms"] == pytest.approx(100)
+    assert m["max_concurrent_requests"] == 1
+
+
 # --- fidelity: vLLM's own calculate_metrics on the same requests -----------------------------------------
 
 def vllm_outputs(run: LevelRun):
@@ -119,7 +129,7 @@ def vllm_outputs(run: LevelRun):
             out.append(RequestFuncOutput(success=False, error=r.error or "", prompt_len=r.prompt_tokens,
                                          start_time=r.sent))
             continue
-        out.append(RequestFuncOutput(success=True, latency=r.end - r.sent, output_tokens=r.output_tokens,
+        out.append(RequestFuncOutput(success=True, latency=r.chunk_times[-1] - r.sent, output_tokens=r.output_tokens,
                                      ttft=r.chunk_times[0] - r.sent, itl=r.itl_s, prompt_len=r.prompt_tokens,
                                      start_time=r.sent))
     return out
@@ -135,7 +145,7 @@ def random_level(seed: int, n: int = 60) -> LevelRun:
             continue
         tokens = int(rng.integers(1, 40))
         results.append(request(t, float(rng.uniform(0.05, 2.0)), list(rng.uniform(0.005, 0.15, tokens - 1)),
-                               prompt=int(rng.integers(16, 512))))
+                               prompt=int(rng.integers(16, 512)), done_after=float(rng.uniform(0, 0.05))))
     end = max(r.end for r in results if r.success) + 0.01
     return LevelRun(mode="concurrency", level=8, start=0.0, end=end, results=results)
 
