@@ -16,6 +16,10 @@
   (same host) or its heartbeat is fresh (another host).
 - Trial numbers: each job gets `++trial_number=<n>`, so the job can write its
   own record (study_file.write_trial_info) and the snapshot joins it.
+- The storage URL stays with the sweeper: a `storage=` or
+  `hydra.sweeper.storage=` on the command line is not passed on to the jobs
+  (their overrides, job files, FAILED.json) nor set as the trials' user
+  attrs, where its password would show.
 - Snapshot: study.json (evaluate/search/study_file.py) after each batch and at
   the end: every trial's number, state, params and values, joined with its
   job's record, the storage URL without its password.
@@ -51,7 +55,7 @@ from typing import Any, Sequence
 import optuna
 from hydra.core.utils import JobReturn, JobStatus
 from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, read_write
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from evaluate.search import storage as storages
@@ -74,6 +78,7 @@ HEARTBEAT_S = 30
 STALE_S = 4 * HEARTBEAT_S      # another host's sweeper counts as gone after this long silent
 RECORD_CLOCK_SLACK_S = 60
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+SWEEPER_ONLY = ("storage", "hydra.sweeper.storage")   # command-line keys no trial job reads
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,7 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
         self.study_name = self.study_name or self.settings.space or self.config.hydra.job.name
         self.url = self.storage or storages.default_url(self.settings.results_dir, self.study_name)
         self.storage = storages.open_storage(self.url)
+        _keep_storage_from_jobs(self.config)
         directions = self._get_directions()
         self.objectives = _objectives(self.settings.objectives, directions)
         study = _load_study(self.study_name, self.storage, directions, self.url)
@@ -165,6 +171,8 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
                           fixed_params: dict) -> Sequence[Sequence[str]]:
         study = trials[0].study
         self._batch_told(study)
+        # the storage URL (password and all) would become each trial's user attr and job override
+        fixed_params = {k: v for k, v in fixed_params.items() if k.lstrip("+~") not in SWEEPER_ONLY}
         overrides = super()._configure_trials(trials, search_space_distributions, fixed_params)
         self.batch = list(trials)
         self._snapshot(study)  # the new batch shows as RUNNING, with its parameters
@@ -196,6 +204,15 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
     def _snapshot(self, study: optuna.Study) -> Path:
         record = snapshot(study, self.settings, self.objectives, self.url, self.target)
         return study_file.write(self.settings.results_dir, record)
+
+
+def _keep_storage_from_jobs(config: DictConfig) -> None:
+    """Drop a hydra.sweeper.storage= override from what the launcher composes
+    each job with: Hydra would save it, password and all, in every job's
+    .hydra/hydra.yaml, and no job opens the study."""
+    overrides = config.hydra.overrides
+    with read_write(overrides):
+        overrides.hydra = [o for o in overrides.hydra if str(o).partition("=")[0].lstrip("+~") not in SWEEPER_ONLY]
 
 
 class _RecordingLauncher:

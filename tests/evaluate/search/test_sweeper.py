@@ -150,6 +150,32 @@ def test_a_failing_trial_is_recorded_the_search_goes_on_and_a_rerun_of_the_finis
     assert Counter((tmp_path / "ledger.txt").read_text().split()) == Counter(["0", "2"])  # nothing ran again
 
 
+def test_a_storage_url_given_on_the_command_line_shows_its_password_nowhere(tmp_path):
+    """`storage=` is a task override, so the plugin made it a fixed param:
+    each trial's user attr (optuna-dashboard shows them) and each job's
+    overrides (the console, .hydra/overrides.yaml, config.yaml, FAILED.json)."""
+    password = "FAKEPW-4d1f"
+    url = f"mysql+pymysql://optuna:{password}@127.0.0.1:9/optuna"   # the toy's sweeper keeps its own SQLite
+    out = run(toy(tmp_path, f"+storage='{url}'", "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=1",
+                  "fail_trials=[1]"), tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert list(tmp_path.glob("sweep/*/.hydra/overrides.yaml")) and list(tmp_path.glob("sweep/*/FAILED.json"))
+    assert password not in out.stdout + out.stderr
+    leaks = [p for p in tmp_path.rglob("*") if p.is_file() and password.encode() in p.read_bytes()]
+    assert not leaks   # study.db holds the user attrs
+    study = optuna.load_study(study_name="toy", storage=db_url(tmp_path))
+    assert all(not any("storage" in key for key in t.user_attrs) for t in study.trials)
+
+    # hydra.sweeper.storage= (SQLite takes no password: the file's name stands for one) stays out of the jobs'
+    # .hydra/hydra.yaml, where Hydra saves its hydra overrides
+    marked = f"sqlite:///{tmp_path / 'res' / 'search' / 'toy' / password}.db"
+    shutil.rmtree(tmp_path / "sweep")
+    out = run(toy(tmp_path, f"hydra.sweeper.storage={marked}", "hydra.sweeper.n_trials=1"), tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert list(tmp_path.glob("sweep/*/.hydra/hydra.yaml"))
+    assert not [p for p in (tmp_path / "sweep").rglob("*") if p.is_file() and password.encode() in p.read_bytes()]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
