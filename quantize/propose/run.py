@@ -77,8 +77,8 @@ def _estimates(config: ProposeConfig, base: RecipeFile, scheme: recipe_edit.Weig
                sens: Sensitivity) -> tuple[list[choose.Estimate], UniformSize]:
     """KL and size for every k, and the base recipe's size they start from."""
     weights = ModelWeights.read(model_dir)
-    uniform = uniform_size(Path(config.artifacts_dir) / config.model.name / config.recipe.name, base.text, weights,
-                           scheme, recipe_edit.quantization_ignore(base.data))
+    uniform = uniform_size(Path(config.artifacts_dir) / config.model.name / config.recipe.name, base.text, model_dir,
+                           weights, scheme, recipe_edit.quantization_ignore(base.data))
     costs = {(c.layer, c.group): dense_cost(c, weights, scheme) for c in sens.cells}
     return choose.estimates(sens, uniform.bytes, costs), uniform
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from quantize.common import manifest
 from quantize.common.checkpoint import DTYPE_BYTES, read_header, weight_files
 from quantize.common.errors import UserError
-from quantize.common.provenance import sha256_bytes
+from quantize.common.provenance import sha256_bytes, sha256_files
 from quantize.common.recipe_edit import WeightScheme, quantization_ignore, quantizes, weight_scheme
 from quantize.common.sensitivity_file import Cell
 
@@ -88,14 +88,30 @@ class UniformSize:
     source: str         # where the number comes from, in words
 
 
-def uniform_size(artifact_dir: Path, recipe_text: str, weights: ModelWeights, scheme: WeightScheme,
+def uniform_size(artifact_dir: Path, recipe_text: str, model_dir: Path, weights: ModelWeights, scheme: WeightScheme,
                  ignore: list[str]) -> UniformSize:
     """The base recipe's artifact size: measured, from its manifest, when an
-    artifact of this very recipe text exists; else estimated."""
+    artifact of this very recipe text and these very weights exists; else estimated."""
     found = manifest.read(artifact_dir, fix="delete it or pass artifacts_dir=<another folder>")
-    if found and found.recipe.sha256 == sha256_bytes(recipe_text.encode()) and found.bytes_on_disk.get("total"):
+    same_recipe = found and found.recipe.sha256 == sha256_bytes(recipe_text.encode())
+    if same_recipe and found.bytes_on_disk.get("total") and _of_weights(found, model_dir):
         return UniformSize(float(found.bytes_on_disk["total"]),
                            f"measured: bytes_on_disk of {artifact_dir / manifest.FILE}")
-    why = "no artifact of the base recipe" if not found else "the artifact there was built from another recipe text"
+    if not found:
+        why = "no artifact of the base recipe"
+    elif not same_recipe:
+        why = "the artifact there was built from another recipe text"
+    elif not found.bytes_on_disk.get("total"):
+        why = "the artifact there records no bytes_on_disk"
+    else:
+        why = "the artifact there was built from other weights of that model name"
     return UniformSize(estimated_uniform_bytes(weights, scheme, ignore),
                        f"estimated from the model's parameter count ({why} at {artifact_dir})")
+
+
+def _of_weights(found: manifest.Manifest, model_dir: Path) -> bool:
+    """The artifact was built from the model's weights (an artifact folder is
+    named by the model's name, which another checkpoint may share). Hashes
+    every byte, as the manifest does, only when an artifact of the recipe exists."""
+    recorded = found.model.weights_sha256
+    return bool(recorded) and recorded == sha256_files(weight_files(model_dir))

@@ -195,3 +195,22 @@ def test_the_size_estimate_counts_only_the_files_an_artifact_carries(tmp_path, t
     (copy / "pytorch_model.bin").write_bytes(b"\0" * 2_000_000)
     assert ModelWeights.read(copy).other_files_bytes == ModelWeights.read(tiny_model).other_files_bytes
     assert ModelWeights.read(tiny_model).other_files_bytes >= (tiny_model / "config.json").stat().st_size
+
+
+@pytest.mark.parametrize("same_weights", [True, False])
+def test_the_measured_base_size_is_taken_only_from_an_artifact_of_these_weights(tmp_path, tiny_model, store,
+                                                                              same_weights):
+    """The artifact folder is named by the model's name, which another
+    checkpoint may share: its bytes_on_disk are no size of this model's."""
+    from quantize.common import atomic
+    from quantize.common.checkpoint import weight_files
+    from quantize.common.provenance import sha256_bytes, sha256_files
+    recipe = recipes.load(recipe_choices.find("w4a16_gptq"))
+    weights = sha256_files(weight_files(tiny_model)) if same_weights else "0" * 64
+    atomic.write_json(tmp_path / "artifacts" / TINY_NAME / "w4a16_gptq" / "manifest.json", {
+        "artifact_id": "a" * 16, "model": {"name": TINY_NAME, "weights_sha256": weights},
+        "recipe": {"name": "w4a16_gptq", "sha256": sha256_bytes(recipe.text.encode())}, "quantization": {},
+        "bytes_on_disk": {"total": 123_456_789}})
+    uniform = run(config(tmp_path, tiny_model, store, "kept_dense", 0)).uniform
+    assert (uniform.bytes == 123_456_789) is same_weights
+    assert ("measured" if same_weights else "built from other weights") in uniform.source
