@@ -6,12 +6,14 @@ at hand, and each row into its measurement's run. Runs are found by their
 key and steps already logged are skipped, so a second back-fill, or one after
 a sweep that logged live, adds nothing. Unlike a job, whose measurements come
 first, a back-fill that cannot log fails: one line, exit 1."""
+import logging
 import sys
+import tempfile
 from pathlib import Path
 
 import hydra
 
-from evaluate import results, tracking
+from evaluate import results, store_lock, tracking
 from quantize.common.cli_help import print_help_if_asked
 from quantize.common.config import prepare_argv
 from quantize.common.errors import UserError
@@ -21,17 +23,34 @@ from quantize.common.jobs import one_line, run_command
 from quantize.common.paths import CONF_DIR, folder_setting, resolve
 from quantize.common.tracking import Tracker, from_group
 
+log = logging.getLogger("quantbench.tracking")
+
 
 def backfill(results_dir: Path, tracker: Tracker) -> str:
     """Log every row of the store; returns the line saying what was sent."""
     rows = results.read_stores([results_dir]).rows
-    tracking.bind(tracker, results_dir)
+    _bind_locks(tracker, results_dir)
     for record in tracking.measurement_records(rows):
         tracker.write(record)
     artifacts = {r.artifact_id for r in rows if r.artifact_id}
     measurements = {r.measurement_key() for r in rows}
     return (f"{len(rows)} rows of {len(artifacts)} artifact(s), {len(measurements)} measurement run(s), "
             f"from {results_dir} logged to {tracker.describe()}")
+
+
+def _bind_locks(tracker: Tracker, results_dir: Path) -> None:
+    """The store's run locks where this user can make them; else none, with a
+    note: a store this user may only read (another user's, a snapshot) is
+    still back-filled, where every lock file failed the back-fill."""
+    locks = Path(results_dir) / store_lock.LOCKS_DIR
+    try:
+        locks.mkdir(exist_ok=True)
+        tempfile.TemporaryFile(dir=locks).close()   # leaves nothing behind
+    except OSError as e:
+        log.warning("note: cannot make lock files in %s (%s), so this back-fill runs without them: run no other "
+                    "job or back-fill of this store into the same experiment meanwhile", locks, e.strerror or e)
+        return
+    tracking.bind(tracker, results_dir)
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="track", version_base="1.3")

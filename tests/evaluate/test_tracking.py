@@ -119,3 +119,21 @@ def test_a_failed_report_log_points_to_rerunning_the_report_not_the_back_fill(tm
         assert Down(name="down").log(tracking.report_record([tmp_path], [tmp_path / "report.md"])) is False
     [line] = [r.getMessage() for r in caplog.records]
     assert "python -m evaluate.report" in line and "evaluate.track" not in line
+
+
+def test_a_store_this_user_may_only_read_is_back_filled_without_locks(tmp_path, monkeypatch, caplog):
+    """Every write took a lock file in the store: the back-fill failed on the first."""
+    store = sharded_store(tmp_path)
+    real_mkdir = Path.mkdir
+
+    def read_only(path, *args, **kwargs):   # what a read-only store answers (root ignores chmod)
+        if store in (path, *path.parents):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_mkdir(path, *args, **kwargs)
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    with caplog.at_level(logging.WARNING, logger="quantbench.tracking"):
+        track.backfill(store, mlflow_tracker(tmp_path))
+    [run] = measurement_runs(tmp_path)
+    assert run.info.status == "FINISHED" and not (store / "locks").exists()
+    [note] = [r.getMessage() for r in caplog.records]
+    assert note.startswith(f"note: cannot make lock files in {store / 'locks'} (Permission denied)")
