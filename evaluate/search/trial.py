@@ -160,6 +160,8 @@ def ran_before(recorded: str | None, module: str, command: list[str], ignore: tu
         return False
 
     def kept(args: list[str]) -> list[str]:
+        # the entry writes `engine.args.X=v` as `++engine.args.X=v` (open_pass_through_keys)
+        args = [a.lstrip("+") for a in args]
         return [a for a in args if a.partition("=")[0] not in ignore]
     return kept(shlex.split(recorded.rpartition(f"python -m {module} ")[2])) == \
         kept(expand_path_shorthands(command[3:]))

@@ -81,3 +81,15 @@ def test_studies_that_calibrate_differently_build_a_recipe_into_two_artifacts():
     assert len(names) == 3 and all(n.startswith("search-3454374c") for n in names)
     assert artifact_name(fewer, "search-3454374c") == artifact_name(
         SimpleNamespace(seed=0, quantize_overrides=["calibration.num_samples=16"]), "search-3454374c")
+
+
+def test_a_stage_that_set_an_engine_arg_ran_before_as_its_entry_recorded_it(tmp_path):
+    """evaluate records `engine.args.X=v` as `++engine.args.X=v`: the
+    accuracy-only evaluate of a point measured before is not started again."""
+    from quantize.common.config import expand_path_shorthands, open_pass_through_keys
+    command = ["python", "-m", "evaluate", f"model={tmp_path}", "engine=vllm", "scenario=none",
+               "engine.args.max_num_seqs=8"]
+    recorded = "cd /x && python -m evaluate " + " ".join(open_pass_through_keys(expand_path_shorthands(command[3:])))
+    assert "++engine.args.max_num_seqs=8" in recorded
+    assert ran_before(recorded, "evaluate", command)
+    assert not ran_before(recorded, "evaluate", command[:-1] + ["engine.args.max_num_seqs=4"])
