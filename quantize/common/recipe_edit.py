@@ -15,9 +15,10 @@ import yaml
 from quantize.common.errors import UserError
 
 # vLLM serves these Linears of one decoder layer as one fused matrix (its
-# models' packed_modules_mapping: qkv_proj, gate_up_proj), which must have a
-# single scheme: a module kept dense takes its fused siblings along.
-FUSED_SHARDS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+# models' packed_modules_mapping: qkv_proj, gate_up_proj, and DeepSeek-V2/V3's
+# fused_qkv_a_proj of MLA when q_lora_rank is set), which must have a single
+# scheme: a module kept dense takes its fused siblings along.
+FUSED_SHARDS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"), ("q_a_proj", "kv_a_proj_with_mqa"))
 
 # A modifier quantizes when its arguments give a scheme, prunes when they give a
 # sparsity; smoothing modifiers (SmoothQuant, AWQ without a scheme) only rescale

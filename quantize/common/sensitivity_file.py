@@ -67,7 +67,7 @@ class Sensitivity:
 
     def kept_dense(self, k: int) -> list[Cell]:
         """The cells to keep dense for k: the k most sensitive, each with the
-        other shards of its fused matrix (q/k/v, gate/up), which vLLM loads
+        other shards of its fused matrix (q/k/v, gate/up, MLA's q_a/kv_a), which vLLM loads
         with a single scheme, so a recipe that keeps only one of them dense
         does not serve. Most sensitive first, each cell once."""
         from quantize.common.recipe_edit import fused_siblings

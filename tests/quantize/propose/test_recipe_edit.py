@@ -100,6 +100,14 @@ def test_fused_siblings_are_the_other_shards_of_vllms_fused_matrices():
     assert fused_siblings("model.layers.3.mlp.down_proj") == fused_siblings("self_attn.o_proj") == []
 
 
+def test_mlas_compressed_q_and_kv_projections_are_one_fused_matrix_in_vllm():
+    """DeepSeek-V2/V3 with q_lora_rank: vLLM loads q_a_proj and
+    kv_a_proj_with_mqa as fused_qkv_a_proj, and refuses them with two schemes."""
+    assert fused_siblings("model.layers.3.self_attn.kv_a_proj_with_mqa") == ["model.layers.3.self_attn.q_a_proj"]
+    assert fused_siblings("self_attn.q_a_proj") == ["self_attn.kv_a_proj_with_mqa"]
+    assert fused_siblings("self_attn.kv_b_proj") == fused_siblings("self_attn.q_b_proj") == []
+
+
 def test_kept_dense_cells_take_their_fused_siblings_along():
     from quantize.common.sensitivity_file import Cell, Sensitivity
     kl = {"self_attn.v_proj": 0.5, "mlp.down_proj": 0.3, "self_attn.q_proj": 0.1, "self_attn.k_proj": 0.05,
