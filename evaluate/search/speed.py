@@ -1,11 +1,12 @@
 """Cost control: a trial's speed is measured only for a kernel path this host
-has not measured yet. Two artifacts of one base model share a kernel path when
+has not measured yet with the trial's evaluate setup. Two artifacts of one base model share a kernel path when
 their checkpoints have the same quantization format, weight and activation
 schemes (bits, type, strategy, group size, dynamic) and 2:4 pattern: the
 engine runs the same kernels on the same shapes. SmoothQuant strength, GPTQ
 dampening and the values themselves change accuracy, not the kernel; kept-dense
 modules change which Linear layers run dense (a small share for small k)."""
 from dataclasses import dataclass
+from typing import Callable
 
 from evaluate.analysis.groups import mean_std, numeric_metrics
 from evaluate.results import Row
@@ -53,19 +54,24 @@ def speed_rows(rows: list[Row], engine: str, scenario: str) -> list[Row]:
     return [r for r in rows if r.kind == "speed" and r.ok and r.engine == engine and r.scenario == scenario]
 
 
-def measured_before(rows: list[Row], manifest_fields: dict, engine: str, scenario: str, host: Host) -> str | None:
+def measured_before(rows: list[Row], manifest_fields: dict, engine: str, scenario: str, host: Host,
+                    same_setup: Callable[[Row], bool]) -> str | None:
     """The artifact id whose speed at (engine, scenario) this host measured
-    for the same kernel path, first measured first; None if there is none."""
+    for the same kernel path with the trial's own evaluate setup
+    (`same_setup`: its engine args and env, runs ...), first measured first;
+    None if there is none."""
     key = kernel_path(manifest_fields)
     for row in speed_rows(rows, engine, scenario):
-        if row.manifest and host.ran(row) and kernel_path(row.manifest) == key:
+        if row.manifest and host.ran(row) and same_setup(row) and kernel_path(row.manifest) == key:
             return row.artifact_id
     return None
 
 
-def mean_of(rows: list[Row], artifact_id: str, engine: str, scenario: str, metric: str, host: Host) -> float | None:
-    """Mean of `metric` over this host's ok runs of the artifact at (engine, scenario)."""
+def mean_of(rows: list[Row], artifact_id: str, engine: str, scenario: str, metric: str, host: Host,
+            same_setup: Callable[[Row], bool]) -> float | None:
+    """Mean of `metric` over this host's ok runs of the artifact at (engine,
+    scenario) with the trial's evaluate setup (never across setups)."""
     values = [numeric_metrics(r).get(metric) for r in speed_rows(rows, engine, scenario)
-              if r.artifact_id == artifact_id and host.ran(r)]
+              if r.artifact_id == artifact_id and host.ran(r) and same_setup(r)]
     values = [v for v in values if v is not None]
     return mean_std(values)[0] if values else None

@@ -19,6 +19,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from evaluate import results, scenarios, store_lock
 from evaluate.search import kept_dense, speed, study_file
@@ -32,6 +33,7 @@ from quantize.common.paths import PROJECT_ROOT
 log = logging.getLogger("quantbench.search")
 MB = 1e6
 SCENARIO_KEYS = ("scenario", "scenario.path")   # accuracy rows do not depend on them
+MODEL_KEYS = ("model", "model.path", "model.name")   # a kernel path's speed is shared across its artifacts
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,8 @@ def _measure_speed(config: SearchConfig, number: int, built: Built, scenario: st
     fields = built.manifest.row_fields()
     key = ("search speed", config.engine, scenario, repr(speed.kernel_path(fields)))
     with store_lock.measurement(config.results_dir, key, f"the speed of {built.recipe}'s kernel path"):
-        reused = speed.measured_before(results.read(config.results_dir), fields, config.engine, scenario, host)
+        reused = speed.measured_before(results.read(config.results_dir), fields, config.engine, scenario, host,
+                                       same_speed_setup(config, built.artifact_dir))
         if not reused:
             _run_stage("evaluate", evaluate_command(config, built.artifact_dir, measure_speed=True), config, number)
     return reused
@@ -150,6 +153,14 @@ def evaluate_command(config: SearchConfig, artifact_dir: Path, measure_speed: bo
             f"results_dir={config.results_dir.resolve()}", *config.evaluate_overrides]
 
 
+def same_speed_setup(config: SearchConfig, artifact_dir: Path) -> Callable[[results.Row], bool]:
+    """Whether a row was measured by this trial's speed evaluate command but
+    for its model: rows of other engine args or env, runs or evaluate settings
+    are neither reused nor averaged in."""
+    command = evaluate_command(config, artifact_dir, measure_speed=True)
+    return lambda row: ran_before(row.repro, "evaluate", command, ignore=MODEL_KEYS)
+
+
 def ran_before(recorded: str | None, module: str, command: list[str], ignore: tuple[str, ...] = ()) -> bool:
     """Whether a recorded command (a manifest's `command`, a row's `repro`)
     ran `python -m <module>` with this command's arguments, as its entry
@@ -198,7 +209,8 @@ def objective_value(name: str, rows: list[results.Row], config: SearchConfig, bu
             raise UserError(f"evaluate wrote no {name} for {built.artifact_dir} in {config.results_dir}; "
                             "see the evaluate log of this trial")
         return float(accuracy[-1].metrics[name])
-    value = speed.mean_of(rows, speed_source, config.engine, scenario, name, host)
+    value = speed.mean_of(rows, speed_source, config.engine, scenario, name, host,
+                          same_speed_setup(config, built.artifact_dir))
     if value is None:
         raise UserError(f"no {name} at scenario {scenario} on engine {config.engine} for artifact {speed_source} "
                         f"in {config.results_dir}; see the evaluate log of this trial")

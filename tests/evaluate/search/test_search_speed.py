@@ -9,6 +9,7 @@ from evaluate.search.trial import ran_before
 
 HOST = speed.Host(hardware={"cpu": "X", "cpu_count": 2}, versions={"torch": "2.9", "vllm": "0.11"})
 W4 = {"weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 64}, "activations": None}
+ANY_SETUP = lambda row: True   # noqa: E731  (the evaluate setup is tested on its own below)
 W8A8 = {"weights": {"num_bits": 8, "type": "int", "strategy": "channel"},
         "activations": {"num_bits": 8, "type": "int", "strategy": "token", "dynamic": True}}
 
@@ -27,7 +28,7 @@ def row(artifact_id: str, manifest: dict, throughput: float = 10.0, **changes) -
 
 def test_the_first_artifact_of_the_same_kernel_path_is_reused():
     rows = [row("w8", fields(W8A8, "int-quantized")), row("first", fields()), row("second", fields())]
-    assert speed.measured_before(rows, fields(), "vllm", "interactive", HOST) == "first"
+    assert speed.measured_before(rows, fields(), "vllm", "interactive", HOST, ANY_SETUP) == "first"
 
 
 @pytest.mark.parametrize("other", [
@@ -37,7 +38,7 @@ def test_the_first_artifact_of_the_same_kernel_path_is_reused():
     fields(base="other base weights"),                                 # another model
 ])
 def test_another_kernel_path_is_measured(other):
-    assert speed.measured_before([row("a", other)], fields(), "vllm", "interactive", HOST) is None
+    assert speed.measured_before([row("a", other)], fields(), "vllm", "interactive", HOST, ANY_SETUP) is None
 
 
 @pytest.mark.parametrize("changes", [
@@ -46,15 +47,15 @@ def test_another_kernel_path_is_measured(other):
     {"versions": {"torch": "2.9", "vllm": "0.12"}},                     # another vLLM measures anew
 ])
 def test_rows_of_another_setup_are_not_reused(changes):
-    assert speed.measured_before([row("a", fields(), **changes)], fields(), "vllm", "interactive", HOST) is None
+    assert speed.measured_before([row("a", fields(), **changes)], fields(), "vllm", "interactive", HOST, ANY_SETUP) is None
 
 
 def test_a_twin_node_counts_as_this_host_and_the_mean_is_over_its_runs():
     rows = [row("a", fields(), 10.0, hardware={"hostname": "b", **HOST.hardware}), row("a", fields(), 14.0),
             row("a", fields(), 99.0, engine="hf")]
-    assert speed.measured_before(rows, fields(), "vllm", "interactive", HOST) == "a"
-    assert speed.mean_of(rows, "a", "vllm", "interactive", "output_throughput", HOST) == pytest.approx(12.0)
-    assert speed.mean_of(rows, "b", "vllm", "interactive", "output_throughput", HOST) is None
+    assert speed.measured_before(rows, fields(), "vllm", "interactive", HOST, ANY_SETUP) == "a"
+    assert speed.mean_of(rows, "a", "vllm", "interactive", "output_throughput", HOST, ANY_SETUP) == pytest.approx(12.0)
+    assert speed.mean_of(rows, "b", "vllm", "interactive", "output_throughput", HOST, ANY_SETUP) is None
 
 
 def test_a_stage_ran_before_only_with_the_same_arguments_as_its_entry_rewrites_them(tmp_path):
@@ -93,3 +94,29 @@ def test_a_stage_that_set_an_engine_arg_ran_before_as_its_entry_recorded_it(tmp_
     assert "++engine.args.max_num_seqs=8" in recorded
     assert ran_before(recorded, "evaluate", command)
     assert not ran_before(recorded, "evaluate", command[:-1] + ["engine.args.max_num_seqs=4"])
+
+
+def test_speed_is_reused_and_averaged_only_over_runs_of_the_trials_own_evaluate_setup(tmp_path):
+    """A run measured with other engine args (a manual run, another study's
+    evaluate_overrides) is neither reused nor averaged in."""
+    from types import SimpleNamespace
+    from quantize.common.config import expand_path_shorthands, open_pass_through_keys
+    from evaluate.search.trial import evaluate_command, same_speed_setup
+
+    def config(overrides):
+        return SimpleNamespace(engine="vllm", scenario_arg="interactive", accuracy="austen",
+                               results_dir=tmp_path / "res", evaluate_overrides=overrides)
+
+    def measured_by(cfg, artifact, throughput):
+        (tmp_path / artifact).mkdir(exist_ok=True)
+        args = evaluate_command(cfg, tmp_path / artifact, measure_speed=True)[3:]
+        repro = "cd /x && python -m evaluate " + " ".join(open_pass_through_keys(expand_path_shorthands(args)))
+        return row(artifact, fields(), throughput, repro=repro)
+
+    mine, other = config(["engine.args.max_num_seqs=8"]), config(["engine.args.max_num_seqs=1"])
+    rows = [measured_by(other, "manual", 10.0), measured_by(mine, "trial-1", 40.0), measured_by(other, "trial-1", 12.0)]
+    (tmp_path / "trial-2").mkdir()
+    same = same_speed_setup(mine, tmp_path / "trial-2")
+    assert speed.measured_before(rows, fields(), "vllm", "interactive", HOST, same) == "trial-1"
+    assert speed.mean_of(rows, "trial-1", "vllm", "interactive", "output_throughput", HOST, same) == 40.0
+    assert speed.measured_before(rows[:1], fields(), "vllm", "interactive", HOST, same) is None
