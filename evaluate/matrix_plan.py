@@ -91,16 +91,39 @@ def plan(request: Request) -> MatrixPlan:
     config.check_group_options([f"recipe={','.join(request.quantize + request.evaluate)}", *both, *evaluate_only])
     prepare = lambda argv: config.open_pass_through_keys(config.expand_path_shorthands(argv))  # noqa: E731
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        quantize = [compose("quantize", prepare(both + [f"recipe={name}"])) for name in request.quantize]
+        shared = lambda name: prepare(both + [f"recipe={name}"])  # noqa: E731
+        quantize = [_compose("quantize", shared(name), shared(name)) for name in request.quantize]
         q_jobs = [_quantize_job(str(c.model.name), str(c.recipe.name), resolve(str(c.artifact_dir))) for c in quantize]
-        typed = [EvaluateConfig.from_cfg(compose("evaluate", hardware.with_default(
-                 prepare(both + evaluate_only + [f"recipe={name}"])))) for name in request.evaluate]
+        typed = [EvaluateConfig.from_cfg(_compose("evaluate", hardware.with_default(
+                 prepare(both + evaluate_only + [f"recipe={name}"])), shared(name))) for name in request.evaluate]
     stored = results.read(resolve(request.results_dir))
     built = {j.recipe for j in q_jobs}
     return MatrixPlan(quantize=q_jobs, evaluate=[_evaluate_job(c, stored, request.servable, built) for c in typed],
                       scenario=request.scenario,
                       scenario_count=len(scenarios.resolve(typed[0].scenario)) if typed else 0,
                       runs=request.runs, host=host_kind())
+
+
+BOTH_STAGES = ("scripts/run_matrix.sh gives its extra arguments to both stages: set evaluate's scenario, runs and "
+               "results_dir as SCENARIO=, RUNS=, RESULTS= before the command, and other settings of one stage in a "
+               "run of that stage on its own (python -m {stage} -m ...)")
+
+
+def _compose(stage: str, argv: list[str], shared: list[str]):
+    """The stage's config as the stage composes it; Hydra's error as the
+    stage's own one line, or, for a key only the other stage has (`shared`:
+    the arguments both get), where settings of one stage go."""
+    from hydra import compose
+    from quantize.common import hydra_errors
+    try:
+        return compose(stage, argv)
+    except HydraException as e:
+        unknown = hydra_errors.UNKNOWN_KEY.search(str(e))
+        other = "evaluate" if stage == "quantize" else "quantize"
+        if unknown and unknown.group(1) in hydra_errors.config_values(other, shared, {unknown.group(1)}):
+            raise UserError(f"{unknown.group(1)} is a setting of {other} only (python -m {stage} has no key "
+                            f"{unknown.group(1)}); {BOTH_STAGES.format(stage=other)}") from None
+        raise hydra_errors.as_user_error(e, stage, stage, argv) or UserError(str(e)) from None
 
 
 def _quantize_job(model: str, recipe: str, artifact_dir: Path) -> PlannedJob:

@@ -92,3 +92,27 @@ def test_a_bad_override_is_one_line_and_no_run_file(setup, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "no_such_key" in err and len(err.strip().splitlines()) == 1
     assert not run_file.exists()
+
+
+@pytest.mark.parametrize("override, only_in", [("engine=hf", "evaluate"), ("runs=5", "evaluate"),
+                                               ("results_dir=elsewhere", "evaluate"),
+                                               ("calibration.num_samples=8", "quantize")])
+def test_a_setting_of_one_stage_says_where_it_goes(setup, capsys, override, only_in):
+    """run_matrix.sh gives its extra arguments to both stages: a key of one
+    stage only is one line naming the stage that has it and the way to set it,
+    not Hydra's "Could not override"."""
+    args = ["--quantize", "original", "--evaluate", "original", "--scenario", "cpu", "--runs", "2",
+            "--results-dir", str(setup / "results"), "--run-file", str(setup / "run.json"), override]
+    assert matrix_plan.main(args) == 2
+    err = capsys.readouterr().err
+    key = override.partition("=")[0]
+    assert err.startswith(f"error: {key} is a setting of {only_in} only") and len(err.strip().splitlines()) == 1
+    assert "RUNS=" in err and "Could not override" not in err and "Exception" not in err
+
+
+def test_a_key_of_neither_stage_gets_the_nearest_key(setup, capsys):
+    args = ["--quantize", "original", "--evaluate", "original", "--scenario", "cpu", "--runs", "2",
+            "--results-dir", str(setup / "results"), "--run-file", str(setup / "run.json"), "recipee=x"]
+    assert matrix_plan.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: python -m quantize has no key recipee") and "did you mean recipe?" in err
