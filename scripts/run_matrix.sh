@@ -23,8 +23,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
+presets() { local f list=""; for f in conf/matrix/*.env; do f=${f##*/}; list="$list${list:+, }${f%.env}"; done; echo "$list"; }
 if [ $# -gt 0 ] && [ -f "conf/matrix/$1.env" ]; then
   MATRIX=$1; shift
+elif [ $# -gt 0 ] && [[ $1 != *=* && $1 != [-~]* ]]; then  # not an override (key=value, ~key) nor a flag
+  echo "error: no matrix preset $1 (have: $(presets))" >&2
+  exit 2
 else
   hardware=$("$PY" -m evaluate.hardware) || exit 2
   MATRIX=$([ "$hardware" = cuda ] && echo gpu || echo cpu)

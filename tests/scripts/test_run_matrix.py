@@ -188,3 +188,14 @@ def test_only_launchers_that_run_the_jobs_elsewhere_skip_the_capability_check(tm
     assert out.returncode == 0, out.stdout + out.stderr
     assert ("evaluate.capabilities" in called) == asks_here
     assert ("the jobs run on other machines" in out.stdout) != asks_here
+
+
+def test_a_mistyped_preset_is_one_line_naming_the_presets(tmp_path):
+    """A first argument that is neither a preset nor an override (key=value)
+    was taken as an override and failed later; it is refused before any stage."""
+    presets = ", ".join(sorted(p.stem for p in (ROOT / "conf" / "matrix").glob("*.env")))
+    out, called = stub_matrix(tmp_path, "refernce")
+    assert out.returncode == 2 and called == []
+    assert out.stderr == f"error: no matrix preset refernce (have: {presets})\n"
+    out, called = stub_matrix(tmp_path, "runs_here=1")  # an override: the default preset
+    assert out.returncode == 0 and "evaluate" in called, out.stderr
