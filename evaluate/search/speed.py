@@ -8,9 +8,18 @@ modules change which Linear layers run dense (a small share for small k)."""
 from dataclasses import dataclass
 from typing import Callable
 
+from omegaconf import OmegaConf
+
+from evaluate import precision
 from evaluate.analysis.groups import mean_std, numeric_metrics
+from evaluate.batch import stored_runs
 from evaluate.results import Row
 from quantize.common import provenance
+from quantize.common.paths import CONF_DIR
+
+# evaluate's settings that decide how many timed runs a scenario owes (evaluate.precision.plan)
+RUN_SETTINGS = ("runs", "warmup_runs", "min_runs", "max_runs", "target_ci_pct", "max_warmup_runs",
+                "warmup_tolerance_pct")
 
 
 @dataclass(frozen=True)
@@ -55,16 +64,34 @@ def speed_rows(rows: list[Row], engine: str, scenario: str) -> list[Row]:
 
 
 def measured_before(rows: list[Row], manifest_fields: dict, engine: str, scenario: str, host: Host,
-                    same_setup: Callable[[Row], bool]) -> str | None:
+                    same_setup: Callable[[Row], bool], plan: precision.RunPlan) -> str | None:
     """The artifact id whose speed at (engine, scenario) this host measured
     for the same kernel path with the trial's own evaluate setup
     (`same_setup`: its engine args and env, runs ...), first measured first;
-    None if there is none."""
+    None if there is none. A measurement that still owes runs (`plan`, as
+    evaluate decides them: a run failed or was cut short) does not count:
+    the trial's evaluate measures the missing runs."""
     key = kernel_path(manifest_fields)
+    measurements: dict[tuple, list[Row]] = {}
     for row in speed_rows(rows, engine, scenario):
         if row.manifest and host.ran(row) and same_setup(row) and kernel_path(row.manifest) == key:
-            return row.artifact_id
+            measurements.setdefault(row.measurement_key(), []).append(row)
+    for runs in measurements.values():
+        if not plan.indices(*stored_runs(runs)):
+            return runs[0].artifact_id
     return None
+
+
+def run_plan(evaluate_overrides: list[str]) -> precision.RunPlan:
+    """The timed runs the trial's evaluate owes a scenario: conf/evaluate.yaml's
+    run settings with the evaluate_overrides' on top."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    defaults = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "evaluate.yaml"))
+    settings = {k: v for k, v in defaults.items() if k in RUN_SETTINGS}
+    for override in OverridesParser.create().parse_overrides(list(evaluate_overrides)):
+        if override.key_or_group in RUN_SETTINGS:
+            settings[override.key_or_group] = override.value()
+    return precision.plan(settings)
 
 
 def mean_of(rows: list[Row], artifact_id: str, engine: str, scenario: str, metric: str, host: Host,

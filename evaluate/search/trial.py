@@ -87,7 +87,8 @@ def _measure_speed(config: SearchConfig, number: int, built: Built, scenario: st
     key = ("search speed", config.engine, scenario, repr(speed.kernel_path(fields)))
     with store_lock.measurement(config.results_dir, key, f"the speed of {built.recipe}'s kernel path"):
         reused = speed.measured_before(results.read(config.results_dir), fields, config.engine, scenario, host,
-                                       same_speed_setup(config, built.artifact_dir))
+                                       same_speed_setup(config, built.artifact_dir),
+                                       speed.run_plan(config.evaluate_overrides))
         if not reused:
             _run_stage("evaluate", evaluate_command(config, built.artifact_dir, measure_speed=True), config, number)
     return reused

@@ -9,6 +9,7 @@ from evaluate.search.trial import ran_before
 
 HOST = speed.Host(hardware={"cpu": "X", "cpu_count": 2}, versions={"torch": "2.9", "vllm": "0.11"})
 W4 = {"weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 64}, "activations": None}
+ONE_RUN = speed.run_plan(["runs=1"])
 ANY_SETUP = lambda row: True   # noqa: E731  (the evaluate setup is tested on its own below)
 W8A8 = {"weights": {"num_bits": 8, "type": "int", "strategy": "channel"},
         "activations": {"num_bits": 8, "type": "int", "strategy": "token", "dynamic": True}}
@@ -22,13 +23,13 @@ def fields(scheme=W4, fmt="pack-quantized", base="abc", sparse=None) -> dict:
 def row(artifact_id: str, manifest: dict, throughput: float = 10.0, **changes) -> Row:
     base = Row(kind="speed", status="ok", artifact_id=artifact_id, engine="vllm", scenario="interactive",
                manifest=manifest, hardware={"hostname": "a", **HOST.hardware}, versions=dict(HOST.versions),
-               metrics={"output_throughput": throughput})
+               metrics={"output_throughput": throughput}, run_index=0)
     return base.but(**changes)
 
 
 def test_the_first_artifact_of_the_same_kernel_path_is_reused():
     rows = [row("w8", fields(W8A8, "int-quantized")), row("first", fields()), row("second", fields())]
-    assert speed.measured_before(rows, fields(), "vllm", "interactive", HOST, ANY_SETUP) == "first"
+    assert speed.measured_before(rows, fields(), "vllm", "interactive", HOST, ANY_SETUP, ONE_RUN) == "first"
 
 
 @pytest.mark.parametrize("other", [
@@ -38,7 +39,7 @@ def test_the_first_artifact_of_the_same_kernel_path_is_reused():
     fields(base="other base weights"),                                 # another model
 ])
 def test_another_kernel_path_is_measured(other):
-    assert speed.measured_before([row("a", other)], fields(), "vllm", "interactive", HOST, ANY_SETUP) is None
+    assert speed.measured_before([row("a", other)], fields(), "vllm", "interactive", HOST, ANY_SETUP, ONE_RUN) is None
 
 
 @pytest.mark.parametrize("changes", [
@@ -47,13 +48,13 @@ def test_another_kernel_path_is_measured(other):
     {"versions": {"torch": "2.9", "vllm": "0.12"}},                     # another vLLM measures anew
 ])
 def test_rows_of_another_setup_are_not_reused(changes):
-    assert speed.measured_before([row("a", fields(), **changes)], fields(), "vllm", "interactive", HOST, ANY_SETUP) is None
+    assert speed.measured_before([row("a", fields(), **changes)], fields(), "vllm", "interactive", HOST, ANY_SETUP, ONE_RUN) is None
 
 
 def test_a_twin_node_counts_as_this_host_and_the_mean_is_over_its_runs():
     rows = [row("a", fields(), 10.0, hardware={"hostname": "b", **HOST.hardware}), row("a", fields(), 14.0),
             row("a", fields(), 99.0, engine="hf")]
-    assert speed.measured_before(rows, fields(), "vllm", "interactive", HOST, ANY_SETUP) == "a"
+    assert speed.measured_before(rows, fields(), "vllm", "interactive", HOST, ANY_SETUP, ONE_RUN) == "a"
     assert speed.mean_of(rows, "a", "vllm", "interactive", "output_throughput", HOST, ANY_SETUP) == pytest.approx(12.0)
     assert speed.mean_of(rows, "b", "vllm", "interactive", "output_throughput", HOST, ANY_SETUP) is None
 
@@ -117,6 +118,21 @@ def test_speed_is_reused_and_averaged_only_over_runs_of_the_trials_own_evaluate_
     rows = [measured_by(other, "manual", 10.0), measured_by(mine, "trial-1", 40.0), measured_by(other, "trial-1", 12.0)]
     (tmp_path / "trial-2").mkdir()
     same = same_speed_setup(mine, tmp_path / "trial-2")
-    assert speed.measured_before(rows, fields(), "vllm", "interactive", HOST, same) == "trial-1"
+    assert speed.measured_before(rows, fields(), "vllm", "interactive", HOST, same, ONE_RUN) == "trial-1"
     assert speed.mean_of(rows, "trial-1", "vllm", "interactive", "output_throughput", HOST, same) == 40.0
-    assert speed.measured_before(rows[:1], fields(), "vllm", "interactive", HOST, same) is None
+    assert speed.measured_before(rows[:1], fields(), "vllm", "interactive", HOST, same, ONE_RUN) is None
+
+
+def test_a_measurement_that_still_owes_runs_is_not_reused_until_its_runs_are_measured():
+    """Cut short after run 1 of runs=3 (or two runs failed): the retried trial
+    evaluates again, which measures only the missing runs."""
+    three = speed.run_plan([])   # conf/evaluate.yaml: runs: 3
+    assert three.runs == 3 and speed.run_plan(["runs=auto"]).auto
+    first = row("a", fields(), 15.8, run_index=0)
+    failed = [row("a", fields(), run_index=i, status="failed") for i in (1, 2)]
+    assert speed.measured_before([first, *failed], fields(), "vllm", "interactive", HOST, ANY_SETUP, three) is None
+    complete = [first, row("a", fields(), 31.0, run_index=1), row("a", fields(), 30.0, run_index=2)]
+    assert speed.measured_before(complete, fields(), "vllm", "interactive", HOST, ANY_SETUP, three) == "a"
+    # another artifact of the kernel path measured in full is reused meanwhile
+    other = [row("b", fields(), run_index=i) for i in range(3)]
+    assert speed.measured_before([first, *other], fields(), "vllm", "interactive", HOST, ANY_SETUP, three) == "b"
