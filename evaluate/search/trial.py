@@ -70,7 +70,7 @@ def _measure(config: SearchConfig, number: int, info: dict) -> list[float]:
                                                 evaluate_command(config, built.artifact_dir, True)))
     reused = _measure_speed(config, number, built, scenario, host) if scenario else None
     accuracy_only = evaluate_command(config, built.artifact_dir, measure_speed=False)
-    if (reused or not scenario) and not _accuracy_stored(config, built, accuracy_only, host):
+    if (reused or not scenario) and not _accuracy_stored(config, built, host):
         _run_stage("evaluate", accuracy_only, config, number)
     info["speed"] = f"reused from {reused}" if reused else ("measured" if scenario else "not measured")
     rows = results.read(config.results_dir)
@@ -179,13 +179,21 @@ def ran_before(recorded: str | None, module: str, command: list[str], ignore: tu
         kept(expand_path_shorthands(command[3:]))
 
 
-def _accuracy_stored(config: SearchConfig, built: Built, command: list[str], host: speed.Host) -> bool:
+def _accuracy_stored(config: SearchConfig, built: Built, host: speed.Host) -> bool:
     """This host already measured the artifact's accuracy with this very evaluate command."""
     if not config.accuracy_enabled:
         return True
-    return any(r.kind == "accuracy" and r.ok and r.artifact_id == built.manifest.artifact_id
-               and r.engine == config.engine and host.ran(r) and ran_before(r.repro, "evaluate", command, ignore=SCENARIO_KEYS)
-               for r in results.read(config.results_dir))
+    return bool(accuracy_rows(results.read(config.results_dir), config, built, host))
+
+
+def accuracy_rows(rows: list[results.Row], config: SearchConfig, built: Built, host: speed.Host) -> list[results.Row]:
+    """The artifact's accuracy rows this host measured with this study's
+    evaluate command (not another study's accuracy settings), oldest first."""
+    command = evaluate_command(config, built.artifact_dir, measure_speed=False)
+    found = [r for r in rows if r.kind == "accuracy" and r.ok and r.artifact_id == built.manifest.artifact_id
+             and r.engine == config.engine and host.ran(r)
+             and ran_before(r.repro, "evaluate", command, ignore=SCENARIO_KEYS)]
+    return sorted(found, key=lambda r: r.timestamp or "")
 
 
 def speed_scenario(config: SearchConfig) -> str | None:
@@ -204,8 +212,7 @@ def objective_value(name: str, rows: list[results.Row], config: SearchConfig, bu
     if name in SIZE_METRICS:
         return (built.manifest.bytes_on_disk or {}).get("total", 0) / MB
     if name in ACCURACY_METRICS:
-        accuracy = [r for r in rows if r.kind == "accuracy" and r.ok and r.engine == config.engine
-                    and r.artifact_id == built.manifest.artifact_id and name in r.metrics]
+        accuracy = [r for r in accuracy_rows(rows, config, built, host) if name in r.metrics]
         if not accuracy:
             raise UserError(f"evaluate wrote no {name} for {built.artifact_dir} in {config.results_dir}; "
                             "see the evaluate log of this trial")

@@ -136,3 +136,27 @@ def test_a_measurement_that_still_owes_runs_is_not_reused_until_its_runs_are_mea
     # another artifact of the kernel path measured in full is reused meanwhile
     other = [row("b", fields(), run_index=i) for i in range(3)]
     assert speed.measured_before([first, *other], fields(), "vllm", "interactive", HOST, ANY_SETUP, three) == "b"
+
+
+def test_the_accuracy_objective_is_this_studys_evaluate_commands_newest_row(tmp_path):
+    """Another study measured the same artifact later with other accuracy
+    settings: its row is not this study's value."""
+    from types import SimpleNamespace
+    from quantize.common.config import expand_path_shorthands
+    from evaluate.search.trial import evaluate_command, objective_value
+
+    def config(overrides):
+        return SimpleNamespace(engine="vllm", scenario_arg="interactive", accuracy="austen", accuracy_enabled=True,
+                               results_dir=tmp_path / "res", evaluate_overrides=overrides)
+
+    def measured_by(cfg, recovery, when):
+        repro = "python -m evaluate " + " ".join(expand_path_shorthands(
+            evaluate_command(cfg, tmp_path, measure_speed=False)[3:]))
+        return row("X", fields(), kind="accuracy", repro=repro, timestamp=when, metrics={"recovery_pct": recovery})
+
+    mine, other = config([]), config(["accuracy.num_windows=4"])
+    rows = [measured_by(mine, 91.0, "2026-01-02T00:00:00"), measured_by(mine, 90.0, "2026-01-01T00:00:00"),
+            measured_by(other, 97.3, "2026-01-03T00:00:00")]
+    built = SimpleNamespace(manifest=SimpleNamespace(artifact_id="X"), artifact_dir=tmp_path)
+    assert objective_value("recovery_pct", rows, mine, built, "X", None, HOST) == 91.0
+    assert objective_value("recovery_pct", rows, other, built, "X", None, HOST) == 97.3
