@@ -297,7 +297,7 @@ start() {
         start_slurmd
         say "cluster $CLUSTER up in $((SECONDS - t0))s: partition debug, node $NODE ($(nproc) CPUs, $GPUS GPUs); logs in $LOG"
     fi
-    echo "export SLURM_CONF=$SLURM_CONF"
+    printf 'export SLURM_CONF=%q\n' "$SLURM_CONF"   # %q: a path with a space stays one word under eval
 }
 
 all_up() {
@@ -341,7 +341,7 @@ status() {
         sinfo >&2 || true
         node_up || rc=3
     fi
-    [ $rc = 0 ] && echo "export SLURM_CONF=$SLURM_CONF"
+    [ $rc = 0 ] && printf 'export SLURM_CONF=%q\n' "$SLURM_CONF"
     return $rc
 }
 

@@ -20,6 +20,7 @@ they are mid-scenario when it acts whatever the machine's speed."""
 import importlib.util
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -107,7 +108,7 @@ def cluster(tmp_path_factory):
     assert out.returncode == 0, f"slurm_local.sh start failed:\n{out.stderr}"
     export = out.stdout.strip().splitlines()[-1]
     assert export.startswith("export SLURM_CONF="), out.stdout
-    c = Cluster(env, export.removeprefix("export SLURM_CONF="))
+    c = Cluster(env, shlex.split(export)[1].removeprefix("SLURM_CONF="))  # as eval reads it (printf %q)
     again = subprocess.run(["bash", str(SCRIPT), "start"], env=env, capture_output=True, text=True, timeout=60)
     assert again.returncode == 0 and "already running" in again.stderr  # idempotent
     yield c

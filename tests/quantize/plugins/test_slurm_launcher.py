@@ -65,3 +65,28 @@ def test_a_timeout_over_every_nodes_limit_is_refused(tmp_path, monkeypatch, caps
         check_request({"partition": "debug", "timeout_min": 61})
     assert e.value.code == 2
     assert "set hydra.launcher.timeout_min=60 or less" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("preset", ["slurm_cpu", "slurm_gpu"])
+def test_the_setup_lines_work_in_a_project_path_with_a_space(tmp_path, monkeypatch, preset):
+    """Each job runs the preset's setup lines in bash before Python: in a
+    checkout at /home/a b/quantbench they must still activate its venv and
+    put it on PYTHONPATH."""
+    import subprocess
+
+    from omegaconf import OmegaConf
+
+    from quantize.common import resolvers
+    from quantize.common.paths import CONF_DIR
+    root = tmp_path / "a b" / "quantbench"
+    (root / ".venv" / "bin").mkdir(parents=True)
+    (root / ".venv" / "bin" / "activate").write_text("ACTIVATED=yes\n")
+    monkeypatch.setattr(resolvers, "PROJECT_ROOT", root)
+    resolvers.register_resolvers()
+    setup = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "hydra" / "launcher" / f"{preset}.yaml").setup,
+                                   resolve=True)
+    script = "\n".join([*setup, 'printf "%s\\n%s" "$ACTIVATED" "$PYTHONPATH"'])
+    out = subprocess.run(["bash", "-c", script], env={"PATH": os.environ["PATH"], "PYTHONPATH": "/x"},
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert out.stdout.splitlines() == ["yes", f"{root}:/x"]
