@@ -115,6 +115,7 @@ class WeightScheme:
     symmetric: bool = True
     type: str = "int"
     activation_bits: int = 16      # 16: activations are not quantized
+    targets: tuple[str, ...] = ("Linear",)   # what its config groups with weights target
 
     @property
     def key(self) -> str:
@@ -138,15 +139,18 @@ class WeightScheme:
 
 def weight_scheme(recipe_path: Path) -> WeightScheme | None:
     """The weight scheme of the recipe's first quantization config group, as
-    llm-compressor resolves it (presets included); None when it quantizes no weights."""
+    llm-compressor resolves it (presets included), with the targets of every
+    group that quantizes weights; None when it quantizes no weights."""
     from quantize.common.checkpoint import planned_quantization_config
     planned = planned_quantization_config(recipe_path) or {}
-    for group in (planned.get("config_groups") or {}).values():
-        w, a = group.get("weights") or {}, group.get("input_activations") or {}
-        if w.get("num_bits"):
-            block = w.get("block_structure")
-            return WeightScheme(num_bits=int(w["num_bits"]), strategy=str(w.get("strategy") or "tensor"),
-                                group_size=w.get("group_size"), block_structure=tuple(block) if block else None,
-                                symmetric=bool(w.get("symmetric", True)), type=str(w.get("type") or "int"),
-                                activation_bits=int(a.get("num_bits") or 16))
-    return None
+    with_weights = [g for g in (planned.get("config_groups") or {}).values() if (g.get("weights") or {}).get("num_bits")]
+    if not with_weights:
+        return None
+    w, a = with_weights[0]["weights"], with_weights[0].get("input_activations") or {}
+    block = w.get("block_structure")
+    targets = [t for g in with_weights for t in ([g["targets"]] if isinstance(g.get("targets"), str)
+                                                  else g.get("targets") or ["Linear"])]
+    return WeightScheme(num_bits=int(w["num_bits"]), strategy=str(w.get("strategy") or "tensor"),
+                        group_size=w.get("group_size"), block_structure=tuple(block) if block else None,
+                        symmetric=bool(w.get("symmetric", True)), type=str(w.get("type") or "int"),
+                        activation_bits=int(a.get("num_bits") or 16), targets=tuple(dict.fromkeys(targets)))

@@ -51,17 +51,30 @@ def dense_cost(cell: Cell, weights: ModelWeights, scheme: WeightScheme) -> float
 
 
 def estimated_uniform_bytes(weights: ModelWeights, scheme: WeightScheme, ignore: list[str]) -> float:
-    """The base recipe's artifact: every 2-D weight quantized except embeddings
-    and the modules its `ignore` lists name, plus the model's other files."""
-    from compressed_tensors.utils.match import match_name
+    """The base recipe's artifact: each Linear weight its targets match and its
+    `ignore` lists do not quantized, every other tensor as it is, plus the
+    model's other files."""
     total = float(weights.other_files_bytes)
     for name, (dtype, shape) in weights.tensors.items():
         width = DTYPE_BYTES.get(dtype, 2)
-        module = name.removesuffix(".weight")
-        quantized = (name.endswith(".weight") and len(shape) == 2 and "embed" not in name
-                     and not any(match_name(module, entry) for entry in ignore))
+        quantized = _is_linear_weight(name, shape) and _targeted(name.removesuffix(".weight"), scheme.targets, ignore)
         total += scheme.bytes_per_matrix(shape[0], shape[1], width) if quantized else prod(shape) * width
     return total
+
+
+def _is_linear_weight(name: str, shape: list[int]) -> bool:
+    """From the headers alone: a 2-D weight but the embeddings'."""
+    return name.endswith(".weight") and len(shape) == 2 and "embed" not in name
+
+
+def _targeted(module: str, targets: tuple[str, ...], ignore: list[str]) -> bool:
+    """As compressed-tensors matches a Linear: a target or ignore entry is a
+    module name, a `re:` pattern or a class (Linear: every Linear; another
+    class is no Linear's)."""
+    from compressed_tensors.utils.match import match_name
+    if any(match_name(module, entry) for entry in ignore):
+        return False
+    return any(target == "Linear" or match_name(module, target) for target in targets)
 
 
 def dense_bytes(weights: ModelWeights) -> float:

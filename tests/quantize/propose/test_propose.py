@@ -214,3 +214,19 @@ def test_the_measured_base_size_is_taken_only_from_an_artifact_of_these_weights(
     uniform = run(config(tmp_path, tiny_model, store, "kept_dense", 0)).uniform
     assert (uniform.bytes == 123_456_789) is same_weights
     assert ("measured" if same_weights else "built from other weights") in uniform.source
+
+
+def test_the_size_estimate_quantizes_only_what_the_recipes_targets_match(tmp_path, tiny_model):
+    """A recipe that targets the MLP alone leaves attention at 16 bits."""
+    from quantize.propose.size import ModelWeights, expected_bytes
+    text = yaml.safe_dump({"quant_stage": {"quant_modifiers": {"QuantizationModifier": {
+        "ignore": ["lm_head"], "config_groups": {"group_0": {
+            "targets": ["re:.*mlp\\..*_proj$"],
+            "weights": {"num_bits": 4, "type": "int", "symmetric": False, "strategy": "group", "group_size": 64}}}}}}})
+    recipe = tmp_path / "mlp_only.yaml"
+    recipe.write_text(text)
+    weights = ModelWeights.read(tiny_model)
+    dense_total = sum(2 * math.prod(shape) for _, shape in weights.tensors.values())
+    saved = sum(dense_minus_w4_bytes(tiny_model, m) for m in linear_weights(tiny_model) if ".mlp." in m)
+    assert expected_bytes(tiny_model, recipe, yaml.safe_load(text)) == pytest.approx(
+        dense_total - saved + weights.other_files_bytes)
