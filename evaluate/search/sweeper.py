@@ -73,6 +73,7 @@ INTERRUPTED_ATTR = "interrupted"
 RECOVERED_ATTR = "recovered"
 RETRY_ATTR = "retry_of"
 ERROR_ATTR = "error"
+OBJECTIVES_ATTR = "objectives"  # study user attr: [name, direction, scenario] of each objective
 BUILT_ATTRS = ("artifact_id", "recipe", "artifact_dir")   # trial user attrs from the job's record
 HEARTBEAT_S = 30
 STALE_S = 4 * HEARTBEAT_S      # another host's sweeper counts as gone after this long silent
@@ -144,6 +145,7 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
         directions = self._get_directions()
         self.objectives = _objectives(self.settings.objectives, directions)
         study = _load_study(self.study_name, self.storage, directions, self.url)
+        _check_objectives(study, self.objectives, self.url)
         with _Ownership(study, self.url):
             _name_values(study, self.objectives)
             settled = _settle_interrupted(study, self.settings.results_dir, len(directions))
@@ -343,6 +345,22 @@ def _load_study(name: str, storage, directions: list[str], url: str) -> optuna.S
         raise UserError(f"study {name} in {storages.redact(url)} optimizes {stored}, this search {directions}; "
                         "use another hydra.sweeper.study_name for the new objectives, or the old ones to resume it")
     return study
+
+
+def _check_objectives(study: optuna.Study, objectives: list[study_file.Objective], url: str) -> None:
+    """A stored study must measure the same objectives (name, direction,
+    scenario): its values would be mixed with, and labelled as, the new ones.
+    A new study (or one from before this check) records them."""
+    asked = [[o.name, o.direction, o.scenario] for o in objectives]
+    stored = study.user_attrs.get(OBJECTIVES_ATTR)
+    if stored is None:
+        study.set_user_attr(OBJECTIVES_ATTR, asked)
+    elif stored != asked:
+        def shown(entries) -> str:
+            return ", ".join(f"{n} ({d}{f' at {s}' if s else ''})" for n, d, s in entries)
+        raise UserError(f"study {study.study_name} in {storages.redact(url)} measured {shown(stored)}, this search "
+                        f"{shown(asked)}; use study=<new name> (hydra.sweeper.study_name) for the new objectives, "
+                        "or the old ones to resume it")
 
 
 def _name_values(study: optuna.Study, objectives: list[study_file.Objective]) -> None:

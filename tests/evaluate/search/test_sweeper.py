@@ -176,6 +176,21 @@ def test_a_storage_url_given_on_the_command_line_shows_its_password_nowhere(tmp_
     assert not [p for p in (tmp_path / "sweep").rglob("*") if p.is_file() and password.encode() in p.read_bytes()]
 
 
+@pytest.mark.parametrize("change", ["search.objectives.1.scenario=other", "search.objectives.1.name=gap"])
+def test_a_study_resumed_with_other_objectives_stops_with_one_line(tmp_path, change):
+    """The study's name does not say the scenario: a rerun at another one
+    would mix its values with the first run's, labelled as the new ones."""
+    first = run(toy(tmp_path, "hydra.sweeper.n_trials=1", "hydra.sweeper.n_jobs=1"), tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = run(toy(tmp_path, "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=1", change), tmp_path)
+    line = one_error_line(again)
+    assert "study toy in sqlite:///" in line and "measured loss (minimize), distance (minimize at toy)" in line
+    assert "use study=<new name>" in line
+    assert ledger(tmp_path) == Counter([0])   # no trial ran on the mixed study
+    same = run(toy(tmp_path, "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=1"), tmp_path)
+    assert same.returncode == 0 and ledger(tmp_path) == Counter([0, 1]), same.stderr[-3000:]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
