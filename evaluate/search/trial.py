@@ -204,6 +204,12 @@ def speed_scenario(config: SearchConfig) -> str | None:
     if len(found) != 1:
         raise UserError(f"the search measures speed at one scenario; scenario={config.scenario_arg} holds "
                         f"{len(found)}: pass one (e.g. scenario=interactive)")
+    # the trials measure at scenario=; an objective naming another would be labelled with a scenario not measured
+    for o in config.objectives:
+        if o.scenario and o.scenario != found[0].name:
+            raise UserError(f"objective {o.name} is at scenario {o.scenario}, but the search measures at "
+                            f"scenario={found[0].name}; pass scenario={o.scenario}, or set the objective's "
+                            "scenario to \"${scenario.name}\" in conf/search/" + f"{config.space_name}.yaml")
     return found[0].name
 
 
