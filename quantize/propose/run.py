@@ -7,10 +7,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from quantize.common import atomic, fingerprint, hf_load, hub, recipe_edit
 from quantize.common.checkpoint import check_weight_files, weight_files
 from quantize.common.errors import UserError
-from quantize.common.paths import RECIPES_DIR, resolve
+from quantize.common.paths import CONF_DIR, RECIPES_DIR, resolve
 from quantize.common.recipe_choices import has_preset
 from quantize.common.sensitivity_file import Sensitivity, modules_of
 from quantize.propose import choose
@@ -206,8 +208,14 @@ def _model_args(config: ProposeConfig) -> str:
 
 
 def _model_arg(config: ProposeConfig) -> str:
+    """model= (none for the default model) and model.name= where the name is not
+    the one model= gives by itself: the next commands' files are found by it."""
     from quantize.common.assets import SMOLLM2_DIR
-    return "" if resolve(config.model.path) == SMOLLM2_DIR else f" model={shlex.quote(config.model.path)}"
+    if resolve(config.model.path) == SMOLLM2_DIR:
+        arg, default_name = "", yaml.safe_load((CONF_DIR / "model" / "smollm2_135m.yaml").read_text())["name"]
+    else:
+        arg, default_name = f" model={shlex.quote(config.model.path)}", Path(config.model.path).name
+    return arg if config.model.name == default_name else f"{arg} model.name={shlex.quote(config.model.name)}"
 
 
 def _measure_command(config: ProposeConfig) -> str:

@@ -230,3 +230,17 @@ def test_the_size_estimate_quantizes_only_what_the_recipes_targets_match(tmp_pat
     saved = sum(dense_minus_w4_bytes(tiny_model, m) for m in linear_weights(tiny_model) if ".mlp." in m)
     assert expected_bytes(tiny_model, recipe, yaml.safe_load(text)) == pytest.approx(
         dense_total - saved + weights.other_files_bytes)
+
+
+def test_a_custom_model_name_is_in_every_command_it_suggests(tmp_path, tiny_model, store, capsys):
+    """Files go under the model's name: a command without model.name= would
+    write where this proposal never looks."""
+    custom = ModelChoice("my-tiny", str(tiny_model))
+    with pytest.raises(UserError, match=rf"measure it first: python -m quantize.sensitivity recipe=w4a16_gptq "
+                                        rf"model={tiny_model} model.name=my-tiny"):
+        run(config(tmp_path, tiny_model, tmp_path / "empty", "kept_dense", 1, model=custom))
+    write_sensitivity(store, tiny_model, cells_with_kl(tiny_model, planted_kl), model_name="my-tiny")
+    run(config(tmp_path, tiny_model, store, "kept_dense", 1, model=custom))
+    out = capsys.readouterr().out
+    assert f"python -m quantize recipe={tmp_path / 'recipes' / 'w4a16_gptq_keep1.yaml'} model={tiny_model} " \
+           "model.name=my-tiny" in out
