@@ -13,7 +13,7 @@ from quantize.common import atomic, fingerprint, hf_load, hub, recipe_edit
 from quantize.common.checkpoint import check_weight_files, weight_files
 from quantize.common.errors import UserError
 from quantize.common.paths import CONF_DIR, RECIPES_DIR, resolve
-from quantize.common.recipe_choices import has_preset
+from quantize.common.recipe_choices import find as find_recipe, has_preset
 from quantize.common.sensitivity_file import Sensitivity, modules_of
 from quantize.propose import choose
 from quantize.propose.config import ProposeConfig, Target
@@ -220,7 +220,16 @@ def _model_arg(config: ProposeConfig) -> str:
 
 def _measure_command(config: ProposeConfig) -> str:
     results = "" if Path(config.results_dir) == resolve("results") else f" results_dir={shlex.quote(config.results_dir)}"
-    return f"python -m quantize.sensitivity recipe={config.recipe.name}{_model_arg(config)}{results}"
+    return f"python -m quantize.sensitivity recipe={_recipe_arg(config)}{_model_arg(config)}{results}"
+
+
+def _recipe_arg(config: ProposeConfig) -> str:
+    """The base recipe as `recipe=` selects it: its option name, or its file
+    where no option of that name is that file (recipe=<path>)."""
+    option = find_recipe(config.recipe.name)
+    if option and Path(option.path).resolve() == Path(config.recipe.path).resolve():
+        return config.recipe.name
+    return shlex.quote(config.recipe.path)
 
 
 def _shown(path: Path) -> str:

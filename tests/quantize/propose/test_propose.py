@@ -10,6 +10,7 @@ from quantize import recipe as recipes
 from quantize.common import recipe_choices
 from quantize.common.errors import UserError
 from quantize.common.recipe_edit import WeightScheme
+from quantize.common.paths import RECIPES_DIR
 from quantize.config import ModelChoice
 from quantize.propose.config import ProposeConfig, Target
 from quantize.propose.run import run
@@ -244,3 +245,15 @@ def test_a_custom_model_name_is_in_every_command_it_suggests(tmp_path, tiny_mode
     out = capsys.readouterr().out
     assert f"python -m quantize recipe={tmp_path / 'recipes' / 'w4a16_gptq_keep1.yaml'} model={tiny_model} " \
            "model.name=my-tiny" in out
+
+
+def test_a_base_recipe_given_as_a_file_is_named_by_its_path_in_the_sensitivity_command(tmp_path, tiny_model):
+    """recipe=<stem> of a file outside recipes/ selects nothing."""
+    mine = tmp_path / "elsewhere" / "my_w4.yaml"
+    mine.parent.mkdir()
+    mine.write_text((RECIPES_DIR / "w4a16_gptq.yaml").read_text())
+    with pytest.raises(UserError, match=rf"python -m quantize.sensitivity recipe={mine} model="):
+        run(config(tmp_path, tiny_model, tmp_path / "empty", "kept_dense", 1,
+                   recipe=recipe_choices.RecipeChoice("my_w4", str(mine))))
+    with pytest.raises(UserError, match=r"python -m quantize.sensitivity recipe=w4a16_gptq model="):
+        run(config(tmp_path, tiny_model, tmp_path / "empty", "kept_dense", 1))
