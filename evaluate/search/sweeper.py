@@ -146,6 +146,7 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
         self.objectives = _objectives(self.settings.objectives, directions)
         study = _load_study(self.study_name, self.storage, directions, self.url)
         _check_objectives(study, self.objectives, self.url)
+        _check_distributions(study, self._distributions(arguments), self.url)
         with _Ownership(study, self.url):
             _name_values(study, self.objectives)
             settled = _settle_interrupted(study, self.settings.results_dir, len(directions))
@@ -168,6 +169,14 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
                 raise
             finally:
                 self._batch_told(study)
+
+    def _distributions(self, arguments: list[str]) -> dict:
+        """The search space this sweep will ask for, as the plugin builds it."""
+        from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
+        with warnings.catch_warnings():  # the plugin's pre-3.0 distributions: it warns when it builds them itself
+            warnings.simplefilter("ignore", FutureWarning)
+            distributions, fixed = create_params_from_overrides([*self._parse_sweeper_params_config(), *arguments])
+        return {name: d for name, d in distributions.items() if name not in fixed}   # as the plugin drops them
 
     def _configure_trials(self, trials: list[Trial], search_space_distributions: dict,
                           fixed_params: dict) -> Sequence[Sequence[str]]:
@@ -361,6 +370,29 @@ def _check_objectives(study: optuna.Study, objectives: list[study_file.Objective
         raise UserError(f"study {study.study_name} in {storages.redact(url)} measured {shown(stored)}, this search "
                         f"{shown(asked)}; use study=<new name> (hydra.sweeper.study_name) for the new objectives, "
                         "or the old ones to resume it")
+
+
+def _check_distributions(study: optuna.Study, distributions: dict, url: str) -> None:
+    """A stored study's params must keep their choices: Optuna raises
+    mid-sweep on a categorical param's new choices, leaving its trial RUNNING."""
+    with warnings.catch_warnings():  # the stored pre-3.0 distributions warn as they are read
+        warnings.simplefilter("ignore", FutureWarning)
+        trials = study.get_trials(deepcopy=False)
+    for trial in trials:
+        for name, stored in trial.distributions.items():
+            if name not in distributions:
+                continue
+            try:
+                optuna.distributions.check_distribution_compatibility(stored, distributions[name])
+            except ValueError:
+                raise UserError(f"study {study.study_name} in {storages.redact(url)} was searched with {name} in "
+                                f"{_values(stored)}; use study=<new name> (hydra.sweeper.study_name) or the same "
+                                "choices") from None
+
+
+def _values(distribution) -> str:
+    choices = getattr(distribution, "choices", None)
+    return f"[{', '.join(map(str, choices))}]" if choices is not None else f"[{distribution.low}, {distribution.high}]"
 
 
 def _name_values(study: optuna.Study, objectives: list[study_file.Objective]) -> None:

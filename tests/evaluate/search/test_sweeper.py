@@ -191,6 +191,20 @@ def test_a_study_resumed_with_other_objectives_stops_with_one_line(tmp_path, cha
     assert same.returncode == 0 and ledger(tmp_path) == Counter([0, 1]), same.stderr[-3000:]
 
 
+def test_a_study_resumed_with_other_choices_of_a_param_stops_with_one_line(tmp_path):
+    """Optuna raised "CategoricalDistribution does not support dynamic value
+    space" mid-sweep and left the new trial RUNNING."""
+    first = run(toy(tmp_path, "hydra.sweeper.n_trials=1", "hydra.sweeper.n_jobs=1"), tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = run(toy(tmp_path, "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=1", "k=choice(0,1,5)"), tmp_path)
+    line = one_error_line(again)
+    assert "study toy in sqlite:///" in line and "was searched with k in [0, 1, 2]; use study=<new name>" in line
+    study = optuna.load_study(study_name="toy", storage=db_url(tmp_path))
+    assert [t.state.name for t in study.trials] == ["COMPLETE"]   # no trial asked, none left RUNNING
+    fixed = run(toy(tmp_path, "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=1", "k=1"), tmp_path)
+    assert fixed.returncode == 0 and ledger(tmp_path) == Counter([0, 1]), fixed.stderr[-3000:]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
