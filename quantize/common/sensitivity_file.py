@@ -155,6 +155,33 @@ def read(path: str | Path) -> Sensitivity:
     record = {k: v for k, v in record.items() if k not in ("kind", "version")}
     try:
         cells = [Cell(**c) for c in record.pop("cells")]
-        return Sensitivity(cells=cells, **record)
+        found = Sensitivity(cells=cells, **record)
     except (KeyError, TypeError) as e:
         raise UserError(f"{path} is a damaged sensitivity file ({e}); {fix}") from None
+    wrong = _mistyped(found)
+    if wrong:
+        raise UserError(f"{path} is a damaged sensitivity file ({wrong}); {fix}")
+    return found
+
+
+# The fields the readers compute with, and the types they need.
+FIELD_TYPES = {"model_name": str, "weights_hash": str, "scheme_key": str, "scheme": dict, "text": dict}
+CELL_TYPES = {"layer": int, "group": str, "modules": list, "kl": (int, float), "params": int}
+
+
+def _mistyped(found: Sensitivity) -> str | None:
+    """What in the file is of the wrong type, in words; None when nothing."""
+    def wrong(value, kind) -> bool:
+        return isinstance(value, bool) or not isinstance(value, kind)
+    for name, kind in FIELD_TYPES.items():
+        if wrong(getattr(found, name), kind):
+            return f"{name} is {getattr(found, name)!r}"
+    if found.baseline_kl is not None and wrong(found.baseline_kl, (int, float)):
+        return f"baseline_kl is {found.baseline_kl!r}"
+    for index, cell in enumerate(found.cells):
+        for name, kind in CELL_TYPES.items():
+            if wrong(getattr(cell, name), kind):
+                return f"cells[{index}].{name} is {getattr(cell, name)!r}"
+        if not all(isinstance(m, str) for m in cell.modules):
+            return f"cells[{index}].modules holds {cell.modules!r}"
+    return None

@@ -257,3 +257,16 @@ def test_a_base_recipe_given_as_a_file_is_named_by_its_path_in_the_sensitivity_c
                    recipe=recipe_choices.RecipeChoice("my_w4", str(mine))))
     with pytest.raises(UserError, match=r"python -m quantize.sensitivity recipe=w4a16_gptq model="):
         run(config(tmp_path, tiny_model, tmp_path / "empty", "kept_dense", 1))
+
+
+@pytest.mark.parametrize("field,value", [("kl", "0.4"), ("layer", "1"), ("modules", "model.layers.0.mlp.up_proj")])
+def test_a_sensitivity_file_with_a_field_of_the_wrong_type_is_one_line(tmp_path, tiny_model, store, field, value):
+    import json
+    path = next((store / "sensitivity").glob("*/*/sensitivity.json"))
+    record = json.loads(path.read_text())
+    record["cells"][0][field] = value
+    path.write_text(json.dumps(record))
+    with pytest.raises(UserError, match=rf"is a damaged sensitivity file \(cells\[0\]\.{field} is"):
+        run(config(tmp_path, tiny_model, store, "kept_dense", 1, sensitivity=str(path)))
+    with pytest.raises(UserError, match="no sensitivity file for model"):   # auto passes it over, named
+        run(config(tmp_path, tiny_model, store, "kept_dense", 1))
