@@ -5,7 +5,8 @@ over `Row`s and the analysis' `Group`s.
 
 - A *curve* is one artifact's levels (in one scenario, engine, setup and load
   mode; `synchronous` is concurrency 1), sorted by level; where a level was
-  measured more than once the latest row stands.
+  measured more than once the latest row stands, and only levels sent as the
+  latest was (burstiness, request budget) are in it.
 - Each scenario is judged against one SLO, the latest row's (`Row.slo`, the
   `slo=` the levels ran with); every level is re-judged with it
   (evaluate.serving.slo.judge), so artifacts are compared on one rule.
@@ -16,6 +17,7 @@ over `Row`s and the analysis' `Group`s.
 - Knee: the level with the highest power, request throughput ÷ median E2EL
   (Kleinrock's operating point), when it is not the last level measured.
 """
+import json
 import math
 from dataclasses import dataclass, field
 
@@ -103,13 +105,24 @@ def scenario_slo(rows: list[Row], sc: Scenario) -> SLO | None:
     return None
 
 
+def profile_of(row: Row) -> str:
+    """How a level's requests were sent, but for the level itself (burstiness,
+    max_requests, max_seconds): levels of one curve share it."""
+    return json.dumps({k: v for k, v in (row.load or {}).items() if k not in ("level", "mode")}, sort_keys=True)
+
+
 def curves(serving: list[Group], slos: dict[Scenario, SLO | None]) -> list[Curve]:
+    """Per group and mode, the levels of the latest load profile: a rerun with
+    another burstiness or request budget replaces the curve rather than
+    mixing its levels with the older ones."""
     out = []
     for g in serving:
         by_mode: dict[str, dict[float, Row]] = {}
-        for r in sorted(g.runs, key=lambda r: r.timestamp or ""):
+        runs = sorted(g.runs, key=lambda r: r.timestamp or "")
+        latest = {level_of(r)[0]: profile_of(r) for r in runs if level_of(r)}
+        for r in runs:
             key = level_of(r)
-            if key:
+            if key and profile_of(r) == latest[key[0]]:
                 by_mode.setdefault(key[0], {})[key[1]] = r  # the latest row of a level stands
         slo = slos.get(g.scenario)
         for mode in MODES:

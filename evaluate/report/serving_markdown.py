@@ -94,7 +94,7 @@ def render_serving(analysis: ServingAnalysis | None, speed: list[Group], accurac
     for sc in scs:
         slo = analysis.slos[sc]
         out += ["", f"SLO for {sc.name}: " + (slo.describe() + f" (a level needs ≥ {slo.min_requests()} "
-                                               "completed requests)" if slo else "none stated (slo=none): levels "
+                                               "requests sent)" if slo else "none stated (slo=none): levels "
                                                "are measured, not judged")]
         for c in [c for c in cs if c.scenario == sc]:
             mode = "" if c.mode == "concurrency" else " · rate"

@@ -6,6 +6,7 @@ order, missing cells), the capacity/speed/accuracy join, the recommendation
 none qualifies -> why), and speed tables that ignore serving rows."""
 import pytest
 
+from evaluate.analysis.load_levels import curves, groups
 from evaluate.report import build_report
 from evaluate.report.formatting import MISSING
 from evaluate.results import Row
@@ -74,6 +75,18 @@ def recommendation(md: str) -> str:
 
 # --- level tables ---------------------------------------------------------------------------------------
 
+def test_a_curve_holds_the_levels_of_its_latest_load_profile_only(tmp_path):
+    """Rate levels sent with burstiness 1, then a rerun at 0.25 (its own rows:
+    the load is in the key): one curve mixed the two profiles' levels."""
+    def rate_row(level, burstiness, minute):
+        row = serving_row("original", level, mode="rate")
+        return row.but(load=row.load | {"profile": "rate", "burstiness": burstiness},
+                       timestamp=f"2026-11-22T11:{minute:02d}:00+00:00")
+    rows = [rate_row(1.0, 1.0, 0), rate_row(2.0, 1.0, 1), rate_row(2.0, 0.25, 2), rate_row(4.0, 0.25, 3)]
+    curve, = curves(groups(rows), {})
+    assert [(lvl.level, lvl.row.load["burstiness"]) for lvl in curve.levels] == [(2.0, 0.25), (4.0, 0.25)]
+
+
 def test_level_tables_per_artifact_in_level_order(tmp_path):
     rows = [serving_row("original", c) for c in (8, 1, 16, 4, 2)]  # appended out of order
     md, _ = report(tmp_path, rows + accuracy_rows())
@@ -91,7 +104,7 @@ def test_level_tables_per_artifact_in_level_order(tmp_path):
     assert table[3]["Verdict"] == "fail: p90 TPOT 110.0 ms > 100 ms"
     assert "Achieved / offered" not in four       # closed loop: no offered rate
     assert "SLO for chat: interactive_cpu: p90 TTFT ≤ 2000 ms, TPOT ≤ 100 ms; accuracy ≥ 95 % recovery " \
-           "(a level needs ≥ 100 completed requests)" in md
+           "(a level needs ≥ 100 requests sent)" in md
 
 
 def test_missing_metrics_unresolved_and_client_bound_levels(tmp_path):
