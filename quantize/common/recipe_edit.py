@@ -19,6 +19,10 @@ from quantize.common.errors import UserError
 # fused_qkv_a_proj of MLA when q_lora_rank is set), which must have a single
 # scheme: a module kept dense takes its fused siblings along.
 FUSED_SHARDS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"), ("q_a_proj", "kv_a_proj_with_mqa"))
+# vLLM runs the routed experts of a MoE block as one FusedMoE layer with the
+# scheme of expert 0's gate/up/down (all three must agree): an expert's Linear
+# kept dense takes every expert Linear of its block along.
+EXPERT_LINEAR = re.compile(r"^(?P<block>(?:.*\.)?experts)\.\d+\.[^.]+$")
 
 # A modifier quantizes when its arguments give a scheme, prunes when they give a
 # sparsity; smoothing modifiers (SmoothQuant, AWQ without a scheme) only rescale
@@ -59,6 +63,16 @@ def fused_siblings(name: str) -> list[str]:
     parent, _, leaf = name.rpartition(".")
     shards = next((s for s in FUSED_SHARDS if leaf in s), ())
     return [f"{parent}.{other}" if parent else other for other in shards if other != leaf]
+
+
+def expert_siblings(name: str, names: list[str]) -> list[str]:
+    """The other routed-expert Linears among `names` of the MoE block `name`
+    belongs to (names alike: full or within their layer); none outside one."""
+    block = EXPERT_LINEAR.match(name)
+    if not block:
+        return []
+    return [other for other in names if other != name and (found := EXPERT_LINEAR.match(other))
+            and found["block"] == block["block"]]
 
 
 def dense_keeping_modifiers(data: dict) -> dict[str, dict]:

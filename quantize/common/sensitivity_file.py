@@ -67,15 +67,17 @@ class Sensitivity:
 
     def kept_dense(self, k: int) -> list[Cell]:
         """The cells to keep dense for k: the k most sensitive, each with the
-        other shards of its fused matrix (q/k/v, gate/up, MLA's q_a/kv_a), which vLLM loads
-        with a single scheme, so a recipe that keeps only one of them dense
-        does not serve. Most sensitive first, each cell once."""
-        from quantize.common.recipe_edit import fused_siblings
+        other shards of its fused matrix (q/k/v, gate/up, MLA's q_a/kv_a) and,
+        for a routed expert, every expert Linear of its MoE block, which vLLM
+        loads with a single scheme, so a recipe that keeps only one of them
+        dense does not serve. Most sensitive first, each cell once."""
+        from quantize.common.recipe_edit import expert_siblings, fused_siblings
         self.most_sensitive_modules(k)   # k in range, or one line saying which k are
         by_name = {(c.layer, c.group): c for c in self.cells}
         kept: dict[tuple[int, str], Cell] = {}
         for cell in self.ranked()[:k]:
-            for group in [cell.group, *fused_siblings(cell.group)]:
+            of_layer = [c.group for c in self.cells if c.layer == cell.layer]
+            for group in [cell.group, *fused_siblings(cell.group), *expert_siblings(cell.group, of_layer)]:
                 if (cell.layer, group) in by_name:
                     kept.setdefault((cell.layer, group), by_name[(cell.layer, group)])
         return list(kept.values())

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from quantize.common.errors import UserError
-from quantize.common.recipe_edit import WeightScheme, fused_siblings, weight_scheme, with_kept_dense
+from quantize.common.recipe_edit import WeightScheme, expert_siblings, fused_siblings, weight_scheme, with_kept_dense
 from tests.conftest import RECIPES_DIR
 
 KEPT = ["model.layers.1.mlp.down_proj", "model.layers.0.self_attn.q_proj"]
@@ -121,3 +121,18 @@ def test_kept_dense_cells_take_their_fused_siblings_along():
                      ["self_attn.v_proj", "self_attn.q_proj", "self_attn.k_proj", "mlp.down_proj",
                       "mlp.gate_proj", "mlp.up_proj"]]
     assert sens.most_sensitive_modules(1) == ["model.layers.0.self_attn.v_proj"]   # unchanged: the ranking alone
+
+
+def test_a_kept_expert_takes_every_expert_of_its_moe_block_along():
+    """vLLM runs a block's routed experts as one FusedMoE with one scheme
+    (taken from expert 0): one expert dense alone does not load."""
+    from quantize.common.sensitivity_file import Cell, Sensitivity
+    experts = [f"mlp.experts.{e}.{p}" for e in range(2) for p in ("gate_proj", "up_proj", "down_proj")]
+    kl = {"mlp.experts.1.down_proj": 0.5, "self_attn.o_proj": 0.3, "mlp.shared_experts.up_proj": 0.01}
+    cells = [Cell(layer=layer, group=g, modules=[f"model.layers.{layer}.{g}"], kl=kl.get(g, 0.001) / (layer + 1),
+                  params=1) for layer in (0, 1) for g in [*experts, "self_attn.o_proj", "mlp.shared_experts.up_proj"]]
+    sens = Sensitivity(model_name="m", model_path="", weights_hash="0" * 64, recipe="r", scheme_key="s", scheme={},
+                       text={}, cells=cells)
+    kept = [(c.layer, c.group) for c in sens.kept_dense(1)]
+    assert kept[0] == (0, "mlp.experts.1.down_proj") and sorted(kept) == sorted((0, g) for g in experts)
+    assert expert_siblings("mlp.shared_experts.up_proj", experts + ["mlp.shared_experts.up_proj"]) == []
