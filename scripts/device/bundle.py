@@ -239,9 +239,11 @@ def receive(chunk_dirs: list[Path], stash: Path) -> dict:
     warm machine). Returns the stash's state: which parts it holds."""
     stash.mkdir(parents=True, exist_ok=True)
     for folder in chunk_dirs:
-        info = _chunk_info(folder)
-        part = info["parts"][info["this"] - 1]
+        info, part = _chunk_info(folder)
         data_path = folder / part["name"]
+        if not data_path.is_file():
+            raise BundleError(f"{folder} lacks its part {part['name']} (a broken transfer): carry "
+                              f"{folder.name} again")
         if _sha256(data_path) != part["sha256"]:
             raise BundleError(f"{data_path} does not match its sha256 (a broken transfer): carry "
                               f"{folder.name} again")
@@ -296,12 +298,20 @@ def join(stash: Path, into: Path) -> dict:
     return {"bytes": info["bytes"], "sha256": info["sha256"], "parts": len(info["parts"])}
 
 
-def _chunk_info(folder: Path) -> dict:
+def _chunk_info(folder: Path) -> tuple[dict, dict]:
+    """The chunk's info and the entry of the part it carries."""
     path = folder / CHUNK_INFO
     if not path.is_file():
         raise BundleError(f"{folder} holds no {CHUNK_INFO}: it is not a chunk made by "
                           "'python3 scripts/device/bundle.py split'")
-    return json.loads(path.read_text())
+    try:   # a transfer cut short leaves a truncated file
+        info = json.loads(path.read_text())
+        part = info["parts"][info["this"] - 1]
+        if not {"name", "sha256"} <= part.keys() or "sha256" not in info:
+            raise KeyError("sha256")
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        raise BundleError(f"{path} is truncated or damaged (a broken transfer): carry {folder.name} again") from None
+    return info, part
 
 
 def _check_same_bundle(stash: Path, info: dict) -> None:

@@ -196,6 +196,23 @@ def test_a_chunk_damaged_in_transfer_is_refused_on_arrival(chunks, tmp_path):
     assert not list((tmp_path / "stash").glob("bundle.tar.gz.part*"))
 
 
+@pytest.mark.parametrize("damage", ["part-missing", "info-truncated"])
+def test_a_chunk_cut_short_in_transfer_is_one_line_naming_the_chunk_to_carry_again(chunks, tmp_path, damage):
+    _, out = chunks
+    folder = out / "chunk-2"
+    if damage == "part-missing":
+        part, = folder.glob("bundle.tar.gz.part*")
+        part.unlink()
+    else:
+        info = folder / "CHUNK.json"
+        info.write_text(info.read_text()[:40])
+    proc = run("receive", str(folder), "--stash", str(tmp_path / "stash"))
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bundle: ") and lines[0].endswith("carry chunk-2 again")
+    assert not list((tmp_path / "stash").glob("bundle.tar.gz.part*"))
+
+
 def test_parts_of_an_older_preparation_are_dropped_not_mixed_in(chunks, tmp_path):
     src, out = chunks
     stash = tmp_path / "stash"
