@@ -283,7 +283,9 @@ install_bundle() {
     # shellcheck disable=SC2086
     "$INSTALL_PY" -m pip install --quiet --no-index --no-deps --no-compile --no-warn-conflicts $INSTALL_FLAGS \
         --target "$SITE" "$W"/bundle/wheels/*.whl || return 1
-    cp -r "$W/bundle/cache" "$QUANTBENCH_CACHE.new" && rm -rf "$QUANTBENCH_CACHE" && mv "$QUANTBENCH_CACHE.new" "$QUANTBENCH_CACHE"
+    # a .new left by an interrupted call would take the copy inside it
+    rm -rf "$QUANTBENCH_CACHE.new" && cp -r "$W/bundle/cache" "$QUANTBENCH_CACHE.new" && rm -rf "$QUANTBENCH_CACHE" \
+        && mv "$QUANTBENCH_CACHE.new" "$QUANTBENCH_CACHE" || return 1
     echo "$state" >"$SITE/.bundle-sha256"
     echo "installed $(ls "$W"/bundle/wheels/*.whl | wc -l) wheels into $SITE ($(du -sh "$SITE" | cut -f1)):"
     sed -n '1p' "$W/bundle/PREPARED.txt"

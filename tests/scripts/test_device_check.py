@@ -115,6 +115,42 @@ def test_receive_keeps_each_carried_chunk_in_the_stash_for_the_next_call(tmp_pat
     assert proc.stdout.strip() == f"bundle: {tmp_path / 'stash'} holds part(s) [1, 2] of 2; missing: none"
 
 
+def install_bundle(tmp_path: Path, with_cache: bool) -> subprocess.CompletedProcess:
+    """scripts/device_check.sh's install_bundle alone, on a small bundle already in the stash;
+    a stand-in for the image's Python answers the wheels' pip install."""
+    src = tmp_path / "bundle"
+    (src / "wheels").mkdir(parents=True)
+    (src / "wheels" / "x-1.0-py3-none-any.whl").write_bytes(b"wheel")
+    (src / "PREPARED.txt").write_text("prepared for the test\n")
+    if with_cache:
+        (src / "cache" / "corpus").mkdir(parents=True)
+        (src / "cache" / "corpus" / "novel.txt").write_text("It is a truth universally acknowledged.")
+    for command in (["split", str(src), str(tmp_path / "chunks")],
+                    ["receive", str(tmp_path / "chunks" / "chunk-1"), "--stash", str(tmp_path / "stash")]):
+        done = subprocess.run([sys.executable, str(DEVICE / "bundle.py"), *command], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    image_python = tmp_path / "image-python"
+    image_python.write_text('#!/bin/sh\nwhile [ $# -gt 0 ]; do [ "$1" = --target ] && mkdir -p "$2"; shift; done\n')
+    image_python.chmod(0o755)
+    function = re.search(r"^install_bundle\(\) \{.*?^\}", SCRIPT.read_text(), re.M | re.S).group(0)
+    env = {**os.environ, "BUNDLE": str(tmp_path / "no-chunks"), "STASH": str(tmp_path / "stash"), "DRY": "0",
+           "HERE": str(DEVICE), "W": str(tmp_path / "w"), "SITE": str(tmp_path / "site"), "INSTALL_FLAGS": "",
+           "INSTALL_PY": str(image_python), "QUANTBENCH_CACHE": str(tmp_path / "cache")}
+    return subprocess.run(["bash", "-c", f"{function}\ninstall_bundle"], env=env, capture_output=True, text=True)
+
+
+def test_installing_the_bundle_replaces_the_cache_and_stamps_the_site_only_when_the_cache_is_in_place(tmp_path):
+    proc = install_bundle(tmp_path / "a", with_cache=False)
+    assert proc.returncode == 1
+    assert not (tmp_path / "a" / "site" / ".bundle-sha256").exists()   # the next call installs again
+    (tmp_path / "b" / "cache.new" / "corpus").mkdir(parents=True)   # what an interrupted call leaves
+    proc = install_bundle(tmp_path / "b", with_cache=True)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(str(p.relative_to(tmp_path / "b" / "cache")) for p in (tmp_path / "b" / "cache").rglob("*")) == [
+        "corpus", "corpus/novel.txt"]
+    assert (tmp_path / "b" / "site" / ".bundle-sha256").is_file()
+
+
 def test_the_check_refuses_a_machine_it_cannot_run_on(tmp_path):
     """Without a GPU it points to --dry-run; with one but no bundle, to --prepare.
     Either way one line, exit 2, before any step."""
