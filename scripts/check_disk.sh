@@ -5,6 +5,8 @@
 # leaves a broken venv; this says so before anything is written.
 set -euo pipefail
 need_gib=$1; what=$2; dir=${3:-.}
+# A venv under a folder not made yet: the disk is the nearest existing ancestor's.
+while [ ! -e "$dir" ]; do dir=$(dirname "$dir"); done
 read -r free_kib mount < <(df -Pk "$dir" | awk 'NR == 2 { print $4, $6 }')
 free_gib=$((free_kib / 1024 / 1024))
 if [ "$free_gib" -lt "$need_gib" ]; then
