@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv-mlflow}
 STAMP=$VENV/.quantbench-installed
 want=$( (cat requirements/mlflow-server.txt scripts/setup_mlflow.sh) | sha256sum | cut -c1-16)
-if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ] || ! "$VENV/bin/python" -c '' 2>/dev/null; then
     bash scripts/check_disk.sh 2 "installing $VENV (the MLflow server)" "$(dirname "$VENV")"
     # an interrupted `python -m venv` leaves no pip; a removed base Python, a dangling bin/python
     if [ -f "$VENV/pyvenv.cfg" ] && ! "$VENV/bin/python" -m pip --version >/dev/null 2>&1; then

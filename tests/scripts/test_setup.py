@@ -298,3 +298,15 @@ def test_setup_rebuilds_an_interrupted_venv_instead_of_failing_on_its_missing_pi
     assert "recreating it" in out.stdout
     assert "pip install" in (venv / "calls.log").read_text() and (venv / ".quantbench-installed").is_file()
 
+
+def test_a_stamped_venv_whose_python_no_longer_runs_is_rebuilt(checkout, tmp_path):
+    """A pyenv version removed under the venv: bin/python dangles, the stamp still matches."""
+    copy, env = checkout
+    venv = tmp_path / "venv"
+    assert run_setup(copy, env, "setup.sh", "--no-assets").returncode == 0
+    assert run_setup(copy, env, "setup.sh", "--no-assets").stdout == ""   # stamped: nothing to do
+    (venv / "bin" / "python").unlink()
+    (venv / "bin" / "python").symlink_to(tmp_path / "removed-pyenv-version" / "python3")
+    out = run_setup(copy, env, "setup.sh", "--no-assets")
+    assert out.returncode == 0, out.stderr
+    assert "recreating it" in out.stdout and (venv / "bin" / "python").resolve().is_file()
