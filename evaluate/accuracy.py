@@ -226,7 +226,7 @@ def score(passed: dict, target, config: AccuracyConfig) -> Scores:
         "recovery_pct": 100 * ref_ppl / ppl,
         "lastword_recovery_pct": 100 * acc / ref_acc if ref_acc else None,
         "scored_tokens": scored, "lastword_items": len(items), "top_k": int(config.top_k),
-        "reference_dtype": str(ref.dtype).removeprefix("torch."),
+        "reference": str(ref_path), "reference_dtype": str(ref.dtype).removeprefix("torch."),
     }
     columns = dict(zip(SAMPLE_COLUMNS, (list(c) for c in zip(*per_window))))
     return Scores(metrics, columns | {"item_hits": [int(h) for h in art_hits],
@@ -259,8 +259,11 @@ def reference_path(target, config: AccuracyConfig) -> Path:
         path = Path(target.manifest.model.path)
     elif target.base_model:
         path = target.base_model
+    elif target.config.get("quantization_config"):  # its own scores would match it exactly
+        raise UserError(f"{target.path} is already quantized, so it cannot be its own reference; pass "
+                        "accuracy.reference=<its unquantized checkpoint> or accuracy=none")
     else:
-        path = target.path  # a plain checkpoint is its own reference
+        path = target.path  # a plain dense checkpoint is its own reference
     if not (path / "config.json").is_file():
         raise UserError(f"reference model {path} not found; set accuracy.reference=<unquantized checkpoint dir>")
     hf_load.refuse_model_code(path)

@@ -211,6 +211,19 @@ def test_a_value_that_failed_deep_in_the_job_is_one_line_before_it(tiny_model, t
     assert_refused_before_any_work(tiny_model, tmp_path, arg, expect)
 
 
+def test_a_quantized_checkpoint_without_a_manifest_is_not_its_own_accuracy_reference(checkpoint, tmp_path):
+    """It was scored against itself: recovery 100 %, KL 0, whatever the quantization did."""
+    config = json.loads((checkpoint / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "compressed-tensors", "format": "pack-quantized",
+                                     "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+                                         "num_bits": 4, "type": "int", "strategy": "group", "group_size": 64,
+                                         "symmetric": True}}}}
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    assert_refused_before_any_work(checkpoint, tmp_path, "accuracy=austen verify=false",
+                                   "is already quantized, so it cannot be its own reference; pass "
+                                   "accuracy.reference=<its unquantized checkpoint> or accuracy=none")
+
+
 def test_cuda_for_engine_hf_on_a_machine_without_it_is_one_line(tiny_model, tmp_path):
     import torch
     if torch.cuda.is_available():

@@ -47,7 +47,8 @@ def test_legacy_checkpoint_is_served_and_decoded_correctly(fmt, tmp_path, tokeni
     res = tmp_path / "results"
     verdict, _ = serve_verdict(legacy)
     if not verdict:  # this host lacks the int4 kernel: the user gets the capability answer
-        out = run_cli("evaluate", f"model={legacy}", "scenario=interactive", f"results_dir={res}", cwd=tmp_path)
+        out = run_cli("evaluate", f"model={legacy}", "scenario=interactive", f"accuracy.reference={decoded}",
+                      f"results_dir={res}", cwd=tmp_path)
         assert out.returncode == 2 and verdict.reason in out.stderr.strip().splitlines()[-1], out.stderr[-2000:]
         assert not results.read(res)
         pytest.skip(f"capability layer: {verdict.reason}")
