@@ -36,7 +36,7 @@ STAMP=$VENV/.quantbench-installed
 choose_target
 
 print_plan() {
-    local t
+    local t refusal
     echo "quantbench setup plan (nothing is installed or created)"
     echo "this machine: $machine_target: $machine_why"
     echo "chosen: $target: $target_why"
@@ -45,6 +45,11 @@ print_plan() {
     for t in $TARGETS; do
         echo
         if [ "$t" = "$target" ]; then echo "target $t  <- chosen"; else echo "target $t"; fi
+        refusal=$( (check_keep_torch "$t") 2>&1 || true)
+        if [ -n "$refusal" ]; then   # what the run would say before installing anything
+            echo "  installs nothing: $refusal (exit 2)"
+            continue
+        fi
         if [ "$t" = cuda ] && [ -n "$KEEP_TORCH_VLLM" ]; then
             echo "  1. pip install -r requirements/common.txt vllm==$KEEP_TORCH_VLLM, in a venv that sees the machine's torch (QUANTBENCH_VLLM)"
         else
@@ -68,19 +73,23 @@ print_plan() {
     echo "MLflow server env (.venv-mlflow, scripts/setup_mlflow.sh, either target): requirements/mlflow-server.txt" \
          "($(requirement_lines requirements/mlflow-server.txt | paste -sd ' ' -))"
 }
-# On a CUDA machine whose Python has a CUDA torch other than requirements/cuda.txt's:
-# the vLLM release that pins that torch, so the image's torch can stay.
+# On a CUDA machine whose Python has a CUDA torch: the vLLM release that pins
+# that torch, so the image's torch can stay (even one of requirements/cuda.txt's
+# version: the cuda target would download it again).
 print_machine_torch() {
-    local torch cuda pinned offer
+    local torch cuda pinned offer again=""
     [ "$target" = cuda ] || return 0
     read -r torch cuda <<<"$(machine_torch)"
     [ -n "$torch" ] || { echo "this machine's ${PYTHON:-python3}: no torch"; return 0; }
     echo "this machine's ${PYTHON:-python3}: torch $torch (CUDA $cuda)"
     pinned=$(requirement_lines requirements/cuda.txt | sed -n 's/^torch==\([^,]*\).*/\1/p')
-    [ "$cuda" != None ] && [ "${torch%%+*}" != "$pinned" ] || return 0
+    [ "$cuda" != None ] || return 0
+    [ "${torch%%+*}" != "$pinned" ] || again=" again"
     offer=$(vllm_for_torch "$torch")
     if [ -n "$offer" ]; then
-        echo "  to keep it instead of installing torch $pinned: QUANTBENCH_VLLM=$offer bash scripts/setup.sh" \
+        # the same PYTHON: the run checks the torch of the Python the plan asked
+        echo "  to keep it instead of installing torch $pinned$again:" \
+             "${PYTHON:+PYTHON=$(printf %q "$PYTHON") }QUANTBENCH_VLLM=$offer bash scripts/setup.sh" \
              "(vLLM $offer pins torch==${torch%%+*}, requirements/vllm-torch-pins.tsv)"
     else
         echo "  no vLLM release pins torch ${torch%%+*} (requirements/vllm-torch-pins.tsv): the cuda target installs torch $pinned"

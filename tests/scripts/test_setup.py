@@ -173,8 +173,9 @@ def test_plan_offers_the_vllm_release_that_pins_the_machines_cuda_torch(gpu_imag
     out = plan(gpu_image)
     assert out.returncode == 0, out.stderr
     assert "this machine's" in out.stdout and "torch 2.11.0+cu130 (CUDA 13.0)" in out.stdout
-    assert ("to keep it instead of installing torch 2.13.0: QUANTBENCH_VLLM=0.26.0 bash scripts/setup.sh "
-            "(vLLM 0.26.0 pins torch==2.11.0, requirements/vllm-torch-pins.tsv)") in out.stdout
+    # with the PYTHON the plan asked: the run checks that Python's torch
+    assert (f"to keep it instead of installing torch 2.13.0: PYTHON={gpu_image['PYTHON']} QUANTBENCH_VLLM=0.26.0 "
+            "bash scripts/setup.sh (vLLM 0.26.0 pins torch==2.11.0, requirements/vllm-torch-pins.tsv)") in out.stdout
     # the default stays requirements/cuda.txt's pins
     assert "torch==2.13.0,!=2.13.0+cpu" in target_block(out.stdout, "cuda")
     kept = plan({**gpu_image, "QUANTBENCH_VLLM": "0.26.0"})
@@ -184,11 +185,34 @@ def test_plan_offers_the_vllm_release_that_pins_the_machines_cuda_torch(gpu_imag
     assert not (tmp_path / "venv").exists()
 
 
-def test_a_machine_torch_that_cuda_txt_pins_or_a_cpu_torch_gets_no_offer(gpu_image, tmp_path):
-    for answer in ("2.13.0+cu130 13.0", "2.11.0+cpu None"):
-        py = executable(tmp_path / "python-x", f"#!/bin/sh\necho '{answer}'\n")
-        out = plan({**gpu_image, "PYTHON": str(py)})
-        assert out.returncode == 0 and "QUANTBENCH_VLLM" not in out.stdout, out.stdout
+def test_a_cpu_torch_gets_no_offer_and_one_of_cuda_txts_version_is_offered_instead_of_a_second_download(
+        gpu_image, tmp_path):
+    py = executable(tmp_path / "python-x", "#!/bin/sh\necho '2.11.0+cpu None'\n")
+    out = plan({**gpu_image, "PYTHON": str(py)})
+    assert out.returncode == 0 and "QUANTBENCH_VLLM" not in out.stdout, out.stdout
+    pinned = next(r for r in requirement_lines("cuda.txt") if r.startswith("torch==")).split("==")[1].split(",")[0]
+    py = executable(tmp_path / "python-x", f"#!/bin/sh\necho '{pinned}+cu130 13.0'\n")
+    out = plan({**gpu_image, "PYTHON": str(py)})
+    assert out.returncode == 0, out.stderr
+    offer = re.search(r"QUANTBENCH_VLLM=(\S+) bash scripts/setup.sh", out.stdout)
+    assert offer and f"instead of installing torch {pinned} again" in out.stdout
+    kept = subprocess.run(["bash", "-c", f"source {TARGET_SH}; check_keep_torch cuda"], cwd=ROOT, text=True,
+                          env={**gpu_image, "PYTHON": str(py), "QUANTBENCH_VLLM": offer.group(1)}, capture_output=True)
+    assert kept.returncode == 0 and kept.stderr == ""   # the offered release is one the run accepts
+
+
+@pytest.mark.parametrize("env, refused", [
+    ({"QUANTBENCH_VLLM": "0.27.0"}, "cuda"),
+    ({"QUANTBENCH_VLLM": "0.26.0", "QUANTBENCH_TARGET": "cpu"}, "cpu"),
+], ids=["release-that-pins-another-torch", "cpu-target"])
+def test_the_plan_shows_the_runs_refusal_of_quantbench_vllm_instead_of_an_install(gpu_image, env, refused):
+    run = subprocess.run(["bash", str(SETUP)], env={**gpu_image, **env},
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2
+    out = plan({**gpu_image, **env})
+    assert out.returncode == 0, out.stderr
+    block = target_block(out.stdout, refused)
+    assert f"installs nothing: {run.stderr.strip()} (exit 2)" in block and "pip install" not in block
 
 
 @pytest.mark.parametrize("env, message", [
