@@ -544,6 +544,11 @@ case "${1:-}" in
     -h | --help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option '$1' (--prepare, --receive, --dry-run, --help)" ;;
 esac
+# One option at most (two for --prepare --no-vllm): a typo after --dry-run would
+# otherwise start its run of up to 40 minutes unnoticed.
+extra=$([ "$MODE" = prepare ] && echo 3 || echo 2)
+[ $# -lt "$extra" ] || die "unknown option '${!extra}' after ${*:1:extra-1} (the check's settings are" \
+                           "environment variables: --help)"
 PLAN=${DEVICE_CHECK_PLAN:-vllm}
 case "$PLAN" in vllm | hf) ;; *) die "DEVICE_CHECK_PLAN=$PLAN is not a plan; use vllm or hf" ;; esac
 case "${DEVICE_CHECK_SCENARIO:-reference}" in

@@ -65,6 +65,19 @@ def test_an_unknown_option_fails_in_one_line():
     assert proc.stderr.strip().splitlines() == ["device_check: DEVICE_CHECK_PLAN=gpu is not a plan; use vllm or hf"]
 
 
+@pytest.mark.parametrize("args", [("--dry-run", "--bogus"), ("--receive", "--bogus"),
+                                  ("--prepare", "--no-vllm", "--bogus")])
+def test_an_unknown_option_after_a_command_fails_in_one_line_before_any_run(args, tmp_path):
+    """A typo after --dry-run must not start its run of up to 40 minutes."""
+    proc = run_script(*args, env={"DEVICE_CHECK_WORK": str(tmp_path / "w"), "DEVICE_CHECK_BUDGET_S": "0",
+                                  "DEVICE_STASH": str(tmp_path / "stash"), "DEVICE_BUNDLE": str(tmp_path / "b")})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"device_check: unknown option '--bogus' after {' '.join(args[:-1])} (the check's settings are "
+        "environment variables: --help)"]
+    assert not (tmp_path / "w").exists() and not (tmp_path / "b").exists()
+
+
 @pytest.mark.parametrize("variable, value, answer", [
     ("DEVICE_CHECK_SHAPE", "70b", "is not a shape of the vllm plan; use 1b (the default) or 8b "
                                   "(a Llama-3-8B-shaped model)"),
