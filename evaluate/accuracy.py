@@ -149,22 +149,26 @@ class Reference:
             return logits.argmax(dim=-1).tolist()
 
 
+# The most tokens a last-word target takes after its context.
+WORD_TOKENS = 16
+
+
 def needed_len(config: AccuracyConfig) -> int:
     """Context the engine needs for the accuracy requests: each prompt plus
     one generated token (last-word prompts end in a word of up to 16 tokens)."""
-    return max(int(config.window_len) + 1, int(config.lastword.context_tokens) + 16)
+    return max(int(config.window_len) + 1, int(config.lastword.context_tokens) + WORD_TOKENS)
 
 
 def validate(config: AccuracyConfig, target, max_model_len: int | None = None) -> None:
     """Checks that need no engine, so bad input fails before anything starts."""
-    if target.max_context and int(config.window_len) > target.max_context:
-        raise UserError(f"accuracy.window_len={config.window_len} exceeds the model's context "
-                        f"({target.max_context} tokens); lower it")
-    if max_model_len and needed_len(config) > int(max_model_len):
-        raise UserError(f"the accuracy requests need {needed_len(config)} tokens but engine.args.max_model_len is "
-                        f"{max_model_len}; raise it to at least {needed_len(config)}, lower accuracy.window_len, "
-                        f"or pass accuracy=none")
     check_sizes(config)
+    needed = needed_len(config)
+    if target.max_context and needed > target.max_context:
+        raise UserError(f"the accuracy requests need {needed} tokens, which exceeds the model's context "
+                        f"({target.max_context} tokens); {_shrink(config, target.max_context)}")
+    if max_model_len and needed > int(max_model_len):
+        raise UserError(f"the accuracy requests need {needed} tokens but engine.args.max_model_len is "
+                        f"{max_model_len}; raise it to at least {needed}, or {_shrink(config, int(max_model_len))}")
     held_out_text(config.text, config.books)
     reference_path(target, config)
     machine.check_device("accuracy.reference_device", config.reference_device or "cpu")
@@ -173,6 +177,16 @@ def validate(config: AccuracyConfig, target, max_model_len: int | None = None) -
 # The pass's sizes and the least each takes (a window is a prompt and the token it predicts).
 LEAST = {"num_windows": 1, "window_len": 2, "top_k": 1, "lastword.num_items": 1, "lastword.min_words": 1,
          "lastword.context_tokens": 1}
+
+
+def _shrink(config: AccuracyConfig, limit: int) -> str:
+    """What to lower so that every accuracy request fits `limit` tokens."""
+    if limit <= WORD_TOKENS:
+        return f"pass accuracy=none ({limit} tokens are too few for the last-word task)"
+    fixes = [f"accuracy.window_len to at most {limit - 1}"] if int(config.window_len) >= limit else []
+    if int(config.lastword.context_tokens) + WORD_TOKENS > limit:
+        fixes.append(f"accuracy.lastword.context_tokens to at most {limit - WORD_TOKENS}")
+    return f"lower {' and '.join(fixes)}, or pass accuracy=none"
 
 
 def check_sizes(config: AccuracyConfig) -> None:

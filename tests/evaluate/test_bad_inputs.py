@@ -365,6 +365,21 @@ def test_report_and_rerun_skip_logic_work_on_a_store_with_foreign_lines(tiny_mod
 
 # ---------------------------------------------------------------- impossible length
 
+@pytest.mark.parametrize("arg,fix", [
+    # a window is its tokens and one more: vLLM refused a window of the whole context after every speed run
+    ("accuracy.window_len={positions}", "lower accuracy.window_len to at most {last_window}"),
+    # a last-word prompt is its context and the word: engine=hf scored it past the model's positions
+    ("accuracy.lastword.context_tokens={positions}", "lower accuracy.lastword.context_tokens to at most {last_context}"),
+    ("engine.args.max_model_len=300 accuracy.window_len=256 accuracy.lastword.context_tokens=300",
+     "raise it to at least 316, or lower accuracy.lastword.context_tokens to at most 284"),
+])
+def test_accuracy_requests_longer_than_the_context_fail_before_the_speed_runs(tiny_model, tmp_path, arg, fix):
+    positions = json.loads((tiny_model / "config.json").read_text())["max_position_embeddings"]
+    sizes = dict(positions=positions, last_window=positions - 1, last_context=positions - 16)
+    assert_refused_before_any_work(tiny_model, tmp_path, "accuracy=austen " + arg.format(**sizes),
+                                   fix.format(**sizes) + ", or pass accuracy=none")
+
+
 def test_max_model_len_below_the_accuracy_windows_fails_before_the_speed_runs(tiny_model, tmp_path):
     res = tmp_path / "res"
     out = evaluate(tiny_model, res, "engine.args.max_model_len=256", cwd=tmp_path)
