@@ -42,6 +42,7 @@ from quantize.common.checkpoint import weight_files
 from quantize.common.errors import UserError
 from quantize.common.extensions import Configurable
 from quantize.common.heldout import held_out_text, windows
+from quantize.common.jobs import one_line
 from quantize.common.paths import CACHE_DIR, resolve
 from quantize.common.settings import flag, shown
 
@@ -169,9 +170,26 @@ def validate(config: AccuracyConfig, target, max_model_len: int | None = None) -
     if max_model_len and needed > int(max_model_len):
         raise UserError(f"the accuracy requests need {needed} tokens but engine.args.max_model_len is "
                         f"{max_model_len}; raise it to at least {needed}, or {_shrink(config, int(max_model_len))}")
-    held_out_text(config.text, config.books)
+    if config.text == "austen" and not config.books:
+        raise UserError("accuracy.books is empty; name at least one held-out book, e.g. accuracy.books=[persuasion]")
+    text = held_out_text(config.text, config.books)
     reference_path(target, config)
     machine.check_device("accuracy.reference_device", config.reference_device or "cpu")
+    check_text_holds_the_pass(config, text, target.path if target.built else target.base_model)
+
+
+def check_text_holds_the_pass(config: AccuracyConfig, text: str, tokenizer_dir: Path) -> None:
+    """The held-out text holds the windows and last-word paragraphs asked
+    for: cut here as the pass cuts them (the tokens are cached: ~0.1 s for
+    SmolLM2 once its tokenizer is loaded), so too few fail before the speed
+    runs, not after them."""
+    lastword_passages(text, int(config.lastword.num_items), int(config.lastword.min_words), seed=0)  # seed: which, not how many
+    try:
+        tokenizer = hf_load.tokenizer(tokenizer_dir)
+    except (OSError, ValueError) as e:
+        raise UserError(f"the tokenizer of {tokenizer_dir} does not load ({one_line(e)}); the accuracy pass "
+                        "needs it: add its tokenizer files, or pass accuracy=none") from None
+    windows(tokenizer, text, int(config.num_windows), int(config.window_len))
 
 
 # The pass's sizes and the least each takes (a window is a prompt and the token it predicts).

@@ -380,6 +380,19 @@ def test_accuracy_requests_longer_than_the_context_fail_before_the_speed_runs(ti
                                    fix.format(**sizes) + ", or pass accuracy=none")
 
 
+@pytest.mark.parametrize("arg,expect", [
+    # each failed in the accuracy pass, after every speed run
+    ("accuracy.books=[]", "accuracy.books is empty; name at least one held-out book"),
+    ("accuracy.num_windows=100000", "lower accuracy.num_windows (100000) or accuracy.window_len"),
+    ("accuracy.lastword.num_items=5000", "paragraphs qualify for the last-word task; lower "
+                                         "accuracy.lastword.num_items (5000) or accuracy.lastword.min_words"),
+    ("accuracy.lastword.min_words=1000", "paragraphs qualify for the last-word task"),
+])
+def test_a_held_out_text_too_short_for_the_accuracy_pass_fails_before_the_speed_runs(tiny_model, tmp_path, arg,
+                                                                                       expect):
+    assert_refused_before_any_work(tiny_model, tmp_path, "accuracy=austen " + arg, expect)
+
+
 def test_max_model_len_below_the_accuracy_windows_fails_before_the_speed_runs(tiny_model, tmp_path):
     res = tmp_path / "res"
     out = evaluate(tiny_model, res, "engine.args.max_model_len=256", cwd=tmp_path)
