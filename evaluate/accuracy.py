@@ -19,7 +19,8 @@ reference: the artifact's unquantized base model run in transformers.
   item is a paragraph of at least `min_words` words whose last word is
   alphabetic; the model sees the paragraph (last `context_tokens` tokens)
   without that word, and is right when greedy decoding would produce every
-  token of " <word>" (teacher-forced rank 1 for each of them).
+  token the word has after it in the whole paragraph, as lm-eval cuts a
+  continuation (teacher-forced rank 1 for each of them).
 - recovery_pct: reference perplexity / artifact perplexity x 100;
   lastword_recovery_pct: artifact / reference last-word accuracy x 100.
 """
@@ -49,6 +50,8 @@ from quantize.common.settings import flag, shown
 log = logging.getLogger("quantbench.accuracy")
 
 WORD = re.compile(r"^(.*\S)\s+([A-Za-z]+)[\W_]*$", re.S)
+# The most tokens a last-word target takes after its context (needed_len).
+WORD_TOKENS = 16
 
 
 @dataclass
@@ -105,13 +108,28 @@ def lastword_passages(text: str, n: int, min_words: int, seed: int) -> list[tupl
 
 
 def lastword_items(tokenizer, text: str, n: int, min_words: int, context_tokens: int, seed: int):
-    """(prompt token ids, number of target tokens at its end) per item."""
+    """(prompt token ids, number of target tokens at its end) per item: the
+    last `context_tokens` of the context (fewer for a word over WORD_TOKENS,
+    so that the prompt fits needed_len), then the word's tokens."""
     items = []
     for context, word in lastword_passages(text, n, min_words, seed):
-        context_ids = tokenizer(context, add_special_tokens=False)["input_ids"][-context_tokens:]
-        target = tokenizer(" " + word, add_special_tokens=False)["input_ids"]
-        items.append((context_ids + target, len(target)))
+        context_ids, target = _split_last_word(tokenizer, context, word)
+        keep = context_tokens - max(len(target) - WORD_TOKENS, 0)
+        items.append((context_ids[max(len(context_ids) - keep, 0):] + target, len(target)))
     return items
+
+
+def _split_last_word(tokenizer, context: str, word: str) -> tuple[list[int], list[int]]:
+    """The context's tokens, and the word's as they follow it in the whole
+    paragraph (as lm-eval cuts a continuation): tokenized alone, " word"
+    gains a token under a SentencePiece normalizer that prepends "▁" itself.
+    Where the paragraph's tokens do not start with the context's, the word
+    is tokenized alone."""
+    context_ids = tokenizer(context, add_special_tokens=False)["input_ids"]
+    whole = tokenizer(context + " " + word, add_special_tokens=False)["input_ids"]
+    if len(whole) > len(context_ids) and whole[:len(context_ids)] == context_ids:
+        return context_ids, whole[len(context_ids):]
+    return context_ids, tokenizer(" " + word, add_special_tokens=False)["input_ids"]
 
 
 class Reference:
@@ -148,10 +166,6 @@ class Reference:
         with torch.inference_mode():
             logits = self.model(torch.tensor([ids], device=self.device), logits_to_keep=n + 1).logits[0, :-1]
             return logits.argmax(dim=-1).tolist()
-
-
-# The most tokens a last-word target takes after its context.
-WORD_TOKENS = 16
 
 
 def needed_len(config: AccuracyConfig) -> int:

@@ -217,3 +217,53 @@ def test_the_row_keeps_the_values_its_metrics_sum(kept, ref_dir, reference, tmp_
     assert sum(s["item_hits"]) / len(ITEMS) == pytest.approx(m["lastword_accuracy"])
     assert sum(s["item_reference_hits"]) / len(ITEMS) == pytest.approx(m["reference_lastword_accuracy"])
     assert m["reference"] == str(ref_dir)  # which model the figures are against
+
+
+# The last-word items: the word's tokens are the ones it has after its context.
+
+def sentencepiece_tokenizer(folder: Path, words: list[str]):
+    """A Llama-2/Mistral-style tokenizer.json (SentencePiece BPE as HF exports
+    it: normalizer Prepend("▁") + Replace(" ", "▁"), no pre-tokenizer) that
+    knows "▁<word>" for each of `words`; anything else is spelled out."""
+    import json as _json
+    from tokenizers import Tokenizer, decoders, models, normalizers
+    from quantize.common import hf_load
+    vocab, merges = {"<unk>": 0, "<s>": 1, "</s>": 2, "▁": 3, "▁▁": 4}, [("▁", "▁")]
+    for ch in sorted(set("".join(words) + "abcdefghijklmnopqrstuvwxyz")):
+        vocab.setdefault(ch, len(vocab))
+    for w in words:
+        merged = "▁"
+        for ch in w:
+            merges.append((merged, ch))
+            merged += ch
+            vocab.setdefault(merged, len(vocab))
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>"))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.Strip(" ", 1, 0)])
+    folder.mkdir()
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(_json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}))
+    return hf_load.tokenizer(folder)
+
+
+PARAGRAPHS = ["Shall I take any message", "Will you take the taste", "I shall take it to our incomprehensibilities"]
+
+
+@pytest.mark.parametrize("which", ["sentencepiece", "smollm2"])
+def test_a_last_word_has_the_tokens_it_has_after_its_context(which, tokenizer_dir, tmp_path):
+    """Tokenized alone, " message" was "▁▁" + its letters under a SentencePiece
+    normalizer: a target the text never holds, so no model got it right. A
+    word spelled out in many tokens takes context tokens, not more room."""
+    from evaluate.accuracy import WORD_TOKENS, lastword_items
+    from quantize.common import hf_load
+    tok = (sentencepiece_tokenizer(tmp_path / "sp", ["Shall", "I", "take", "any", "message", "the", "it"])
+           if which == "sentencepiece" else hf_load.tokenizer(tokenizer_dir))
+    context_tokens = 8
+    items = lastword_items(tok, "\n\n".join(PARAGRAPHS), len(PARAGRAPHS), 1, context_tokens, seed=0)
+    wholes = [tok(p, add_special_tokens=False)["input_ids"] for p in PARAGRAPHS]
+    contexts = [tok(p.rsplit(" ", 1)[0], add_special_tokens=False)["input_ids"] for p in PARAGRAPHS]
+    for prompt, n in items:
+        (i,) = [i for i, whole in enumerate(wholes) if whole[-len(prompt):] == prompt]  # the paragraph's own tokens
+        assert prompt[-n:] == wholes[i][len(contexts[i]):]  # the word's, as they follow its context
+        assert len(prompt) <= context_tokens + WORD_TOKENS
