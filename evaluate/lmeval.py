@@ -100,13 +100,13 @@ def venv_python(config: LmEvalConfig) -> Path:
 def validate(config: LmEvalConfig, model: str) -> dict:
     """Fail before any engine starts; returns the lm-eval environment's
     versions. `model`: lm-eval's model name, also the package it needs."""
+    hf_load.check_setting((config.model_args or {}).get("trust_remote_code"), "lm_eval.model_args.trust_remote_code")
     if not list(config.tasks or []):
         raise UserError("lm_eval.tasks is empty; name lm-eval tasks, e.g. lm_eval.tasks=[gsm8k]")
     if BUNDLED_TASK in config.tasks and config.austen_lastword is None:
         raise UserError(f"lm_eval.tasks names {BUNDLED_TASK}, whose settings come with its preset; pass "
                         f"lm_eval={BUNDLED_TASK} lm_eval.tasks=[{','.join(config.tasks)}]")
     _check_counts(config)
-    hf_load.check_setting((config.model_args or {}).get("trust_remote_code"), "lm_eval.model_args.trust_remote_code")
     if "pretrained" in (config.model_args or {}):
         raise UserError("lm_eval.model_args.pretrained: lm-eval is given the artifact under test; remove it "
                         "(~lm_eval.model_args.pretrained) and choose the model with model= and recipe=")
