@@ -142,6 +142,8 @@ class HttpEngine:
         one measurement: its row is recorded failed)."""
         try:
             return asyncio.run(client.prompt_logprobs_all(self.base_url, self.model, prompts, k))
+        except client.NoPromptLogprobs as e:  # no failure to look for in its log
+            raise RunsFailed(f"{self.base_url}: {e}") from e
         except (RuntimeError, aiohttp.ClientError, asyncio.TimeoutError) as e:
             self._raise_if_dead(isinstance(e, aiohttp.ClientConnectionError))
             raise RunsFailed(f"the server at {self.base_url} failed the accuracy pass ({first_line(e)}); its log "

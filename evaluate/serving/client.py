@@ -135,8 +135,22 @@ async def prompt_logprobs_all(base_url: str, model: str, prompts: list[list[int]
                 if resp.status != 200:
                     raise RuntimeError(f"prompt logprobs: HTTP {resp.status} from {client.url}: "
                                        f"{(await resp.text())[:300]}")
-                positions = (await resp.json())["choices"][0]["prompt_logprobs"]
+                positions = given_prompt_logprobs(await resp.json())
             return [None if pos is None else {int(t): (v["logprob"], v["rank"]) for t, v in pos.items()}
                     for pos in positions]
 
         return list(await asyncio.gather(*(one(p) for p in prompts)))
+
+
+class NoPromptLogprobs(RuntimeError):
+    """The server answered without prompt logprobs: it is not vLLM's."""
+
+
+def given_prompt_logprobs(reply) -> list:
+    """The reply's `prompt_logprobs`: a server other than vLLM's ignores the
+    parameter, and its reply holds none."""
+    choices = reply.get("choices") if isinstance(reply, dict) else None
+    positions = choices[0].get("prompt_logprobs") if choices and isinstance(choices[0], dict) else None
+    if not isinstance(positions, list):
+        raise NoPromptLogprobs("the server gives no prompt_logprobs (vLLM's OpenAI server does); pass accuracy=none")
+    return positions

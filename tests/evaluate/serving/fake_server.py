@@ -9,7 +9,7 @@ highest concurrency meeting a TPOT bound T is floor((T - fixed) / per_active).
 
     python tests/evaluate/serving/fake_server.py --port 0 [--fixed-ms 5] [--per-active-ms 2]
         [--die-after N] [--fail-from N --fail-to M] [--stall-from N --stall-to M] [--break-from N --break-to M]
-        [--spawn-child] [--exit-at-start] [--models-delay S]
+        [--spawn-child] [--exit-at-start] [--models-delay S] [--no-prompt-logprobs]
 
 It prints `port <n>` once listening. Endpoints: /health, /version,
 /v1/models, /v1/completions (streamed, with usage; or prompt_logprobs without
@@ -20,7 +20,8 @@ inclusive) get HTTP 500. --stall-from/--stall-to: those requests stream one
 token, then nothing more while the connection stays open. --break-from/--break-to: those requests stream
 one token, then the server drops the connection. --spawn-child: starts a child process in the same
 process group (as vLLM's engine core is), whose pid /stats reports. --models-delay S: /v1/models answers
-after S seconds (after the first answer: a server busy under load)."""
+after S seconds (after the first answer: a server busy under load). --no-prompt-logprobs: the parameter is
+ignored, as OpenAI-compatible servers other than vLLM's do."""
 import argparse
 import asyncio
 import json
@@ -53,6 +54,8 @@ class Fake:
         if self.args.fail_from is not None and self.args.fail_from <= n <= self.args.fail_to:
             return web.json_response({"error": {"message": "injected failure"}}, status=500)
         prompt, out_len = body["prompt"], int(body["max_tokens"])
+        if body.get("prompt_logprobs") is not None and self.args.no_prompt_logprobs:
+            return web.json_response({"choices": [{"index": 0, "text": "x", "logprobs": None}]})
         if body.get("prompt_logprobs") is not None:
             return web.json_response({"choices": [{"text": "x", "prompt_logprobs": [None] + [
                 {str(t): {"logprob": -1.0, "rank": 1}} for t in prompt[1:]]}]})
@@ -121,6 +124,7 @@ def parse(argv=None):
     p.add_argument("--models-delay", type=float, default=0.0)
     p.add_argument("--spawn-child", action="store_true")
     p.add_argument("--exit-at-start", action="store_true")
+    p.add_argument("--no-prompt-logprobs", action="store_true")
     # what vLLM's server is also given (VllmServerEngine passes them; ignored here)
     p.add_argument("--model", default=None)
     args, _ = p.parse_known_args(argv)

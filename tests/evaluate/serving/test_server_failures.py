@@ -73,6 +73,20 @@ def test_a_stream_cut_off_fails_its_run_and_the_same_command_measures_only_it(tm
 
 
 @pytest.mark.needs_vllm
+def test_a_server_without_prompt_logprobs_fails_the_accuracy_pass_in_one_line(tmp_path, tiny_model, fake_server):
+    """A server other than vLLM's ignores `prompt_logprobs`: the pass ended in a bare KeyError."""
+    server = fake_server("--fixed-ms", "2", "--no-prompt-logprobs")
+    proc = evaluate(tmp_path, tiny_model, *on_openai(server), "accuracy=austen", "accuracy.num_windows=1",
+                    "accuracy.window_len=64", "accuracy.lastword.num_items=2")
+    assert proc.returncode == ExitCode.RUNS_FAILED, tail(proc)
+    accuracy = next(r for r in rows(tmp_path) if r["kind"] == "accuracy")
+    assert accuracy["status"] == "failed"
+    assert accuracy["reason"].endswith("the server gives no prompt_logprobs (vLLM's OpenAI server does); "
+                                       "pass accuracy=none")
+    assert accuracy["reason"] in one_error_line(proc)
+    assert {r["status"] for r in rows(tmp_path) if r["kind"] == "speed"} == {"ok"}  # the speed runs are measured
+
+
 def test_a_server_that_dies_mid_scenario_records_a_failed_row_per_owed_run(tmp_path, tiny_model):
     """The server evaluate started exits when request 3 (run 1) arrives: 0 is its start-up warm-up."""
     proc = evaluate(tmp_path, tiny_model, "engine=fake_server", *SHAPE, "runs=4",
