@@ -116,11 +116,16 @@ def inline_svg(svg: str, name: str) -> str:
 
 
 def slug(sc: Scenario, all_scenarios: list[Scenario]) -> str:
-    """File-name part for a scenario: its name, plus its shape if the name repeats."""
-    name = sc.name
-    if sum(s.name == sc.name for s in all_scenarios) > 1:
+    """File-name part for a scenario: its name, plus its shape if the name
+    repeats as a file name ("chat.v2" and "chat_v2" are both chat_v2)."""
+    name = _file_name(sc.name)
+    if sum(_file_name(s.name) == name for s in all_scenarios) > 1:
         name += f"_bs{sc.batch_size}_in{sc.input_len}_out{sc.output_len}"
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
+    return name
+
+
+def _file_name(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)
 
 
 def label_points(ax, points: list[tuple[str, float, float]]) -> list:

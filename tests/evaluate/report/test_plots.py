@@ -191,3 +191,12 @@ def test_spread_keeps_order_and_gap():
     ys = [pos[i] for i in sorted(range(5), key=lambda i: heights[i])]
     assert all(b - a >= 0.05 - 1e-9 for a, b in zip(ys, ys[1:]))
     assert max(ys) <= 1.0 and pos[2] == 0.49
+
+
+def test_two_scenarios_whose_names_clean_to_one_file_name_get_a_file_each():
+    # "chat.v2" and "chat_v2" both became throughput_chat_v2.png: one plot overwrote the other
+    from evaluate.report.figures import slug
+    from evaluate.scenarios import Scenario
+    a, b = Scenario("chat.v2", 1, 128, 64), Scenario("chat_v2", 8, 128, 64)
+    assert slug(a, [a, b]) != slug(b, [a, b])
+    assert slug(a, [a]) == "chat_v2"
