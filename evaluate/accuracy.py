@@ -83,7 +83,10 @@ class AccuracyConfig(Configurable):
         if not flag("accuracy.enabled", values.get("enabled", False)):   # enabled= is no "false"
             return None
         values = dict(values)
-        if isinstance(values.get("lastword"), dict):
+        if "lastword" in values and not isinstance(values["lastword"], dict):
+            raise UserError(f"accuracy.lastword={shown(values['lastword'])}: pass its settings "
+                            "(num_items, min_words, context_tokens), or accuracy=none for no accuracy pass")
+        if "lastword" in values:
             values["lastword"] = LastWordConfig.from_config(values["lastword"], "accuracy.lastword")
         return cls.from_config(values, "accuracy")
 

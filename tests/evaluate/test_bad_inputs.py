@@ -201,6 +201,9 @@ def test_the_vllm_cpu_variables_quantbench_reads_are_checked_as_the_config_is_re
     ("accuracy=austen accuracy.top_k=-1", "accuracy.top_k=-1: pass an integer >= 1"),
     ("accuracy=austen accuracy.lastword.num_items=-1", "accuracy.lastword.num_items=-1: pass an integer >= 1"),
     ("accuracy=austen accuracy.reference_device=zzz", "accuracy.reference_device=zzz is not a device"),
+    # an AttributeError ('NoneType' object has no attribute 'num_items')
+    ("accuracy=austen accuracy.lastword=null", "accuracy.lastword=null: pass its settings (num_items, min_words, "
+                                               "context_tokens), or accuracy=none"),
     # an unexpected ValueError (int('zzz')) for every engine
     ("engine.args.max_model_len=zzz", "engine.args.max_model_len=zzz: pass an integer >= 1, or null for the longest"),
     ("engine.args.max_model_len=-1", "engine.args.max_model_len=-1: pass an integer >= 1"),
