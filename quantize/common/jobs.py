@@ -20,8 +20,8 @@ from quantize.common.errors import DiskFull, Interrupted, OneLineError, first_li
 log = logging.getLogger("quantbench")
 
 FAILURE_FILE = "FAILED.json"
-# A Slurm job warned that its time limit is near (submitit raises in the job).
-TIME_LIMIT = ("time limit: Slurm is about to stop the job (hydra.launcher.timeout_min); completed "
+# A submitit job (Slurm or local) warned that its time limit is near (submitit raises in the job).
+TIME_LIMIT = ("time limit: the launcher is about to stop the job (hydra.launcher.timeout_min); completed "
               "results are kept, rerun the sweep to resume or raise hydra.launcher.timeout_min")
 INTERRUPTED = ("interrupted (Ctrl-C): what was complete is kept and nothing half-written; rerun the same "
                "command to do the rest")
@@ -193,7 +193,8 @@ def _record_failure(message: str, trace: str, exit_code: int) -> None:
 
 def write_failure(job_dir, message: str, trace: str, overrides, exit_code: int = 1) -> None:
     """The FAILED.json that `FailureSummary` lists; also written by the Slurm
-    launcher for a job that Slurm ended (time limit, scancel, node failure).
+    and local submitit launchers for a job that ended without a result (time
+    limit, scancel, node failure, killed by a signal).
     `exit_code`: the job's exit on its own (2: bad input, answered in one line; 1: a failure)."""
     with open(os.path.join(job_dir, FAILURE_FILE), "w") as f:
         json.dump({"error": message, "traceback": trace, "overrides": list(overrides), "exit_code": exit_code},

@@ -13,7 +13,7 @@ launcher submits the same way and then:
 - waits for every job; a job Slurm ended becomes a FAILED.json in its Hydra job
   dir ("time limit", "cancelled", ...), exactly like a job that failed in Python
   (quantize.common.jobs), so the other jobs' results are kept and `FailureSummary`
-  lists it and exits 1;
+  lists it and exits 1 (quantbench_launchers.collect, shared with the local launcher);
 - gives evaluate jobs their own results shard (`results_per_process=true`)
   unless the command line sets it: jobs of one sweep may run on several nodes
   writing to one shared folder, where appends from different hosts can tear.
@@ -25,14 +25,9 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional
 
-from hydra.core.singleton import Singleton
-from hydra.core.utils import JobReturn, JobStatus, filter_overrides
-from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
-from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as _PluginSlurmLauncher
-from omegaconf import OmegaConf
+from hydra_plugins.quantbench_launchers.collect import CollectingLauncher
 
 log = logging.getLogger(__name__)
 
@@ -52,110 +47,37 @@ ENDED_BY_SLURM = {
 }
 
 
-class SlurmLauncher(_PluginSlurmLauncher):
+class SlurmLauncher(CollectingLauncher):
+    _EXECUTOR = "slurm"
+    _KIND = "Slurm"
 
-    def __call__(self, *args, **kwargs) -> JobReturn:
-        """In the Slurm job. submitit answers Slurm's time-limit warning by
-        raising UncompletedJobError wherever the job is; raised inside an import
-        or a library's broad `except`, it can surface as some other error. A job
-        that was warned and then failed is recorded as what it is: time limit."""
-        import signal
-        import submitit
-        warned = []
-        sig = submitit.JobEnvironment._usr_sig()
-        previous = signal.getsignal(sig)
-
-        def on_warning(signum, frame):
-            warned.append(signum)
-            if callable(previous):
-                previous(signum, frame)  # submitit: requeue when preempted, raise on time limit
-
-        signal.signal(sig, on_warning)
-        ret = super().__call__(*args, **kwargs)
-        out = ret.hydra_cfg.hydra.runtime.output_dir if ret.hydra_cfg is not None else None
-        failed = Path(str(out)) / "FAILED.json" if out else None
-        if warned and failed is not None and failed.is_file():
-            import json
-            from quantize.common.jobs import TIME_LIMIT
-            info = json.loads(failed.read_text())
-            if not info["error"].startswith("time limit"):
-                record(failed.parent, TIME_LIMIT, f"{info['error']}\n{info['traceback']}", info["overrides"])
-        return ret
-
-    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        import submitit
-
-        assert self.config is not None
+    def _prepare(self, job_overrides: List[List[str]]) -> List[List[str]]:
         check_request(self.params)
         self.params = warn_in_time(self.params)
-        job_overrides = [self._with_shard(list(o)) for o in job_overrides]
+        return [self._with_shard(o) for o in job_overrides]
 
-        # As the plugin's launch(): executor, parameters, sweep dir, one array.
-        init_keys = {"submitit_folder", "max_num_timeout"}
-        executor = submitit.AutoExecutor(cluster=self._EXECUTOR, folder=self.params["submitit_folder"],
-                                         slurm_max_num_timeout=self.params.get("max_num_timeout", 0))
-        base = set(OmegaConf.structured(BaseQueueConf).keys())
-        executor.update_parameters(**{k if k in base else f"{self._EXECUTOR}_{k}": v
-                                      for k, v in self.params.items() if k not in init_keys})
-        sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        log.info(f"Submitit '{self._EXECUTOR}' sweep output dir : {sweep_dir}")
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        args = []
-        for n, overrides in enumerate(job_overrides):
-            idx = initial_job_idx + n
-            log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
-            args.append((overrides, "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state()))
-        try:
-            jobs = executor.map_array(self, *zip(*args))
-        except Exception as e:  # sbatch refused: bad account, QOS, partition limits, ...
-            refused(e)
-        log.info("submitted Slurm job(s) %s", ", ".join(j.job_id for j in jobs))
-
-        returns = []
-        for (overrides, _, idx, _, _), job in zip(args, jobs):
-            returns.append(self._collect(job, overrides, idx))
-        return returns
+    def _refused(self, error: Exception) -> None:  # sbatch refused: bad account, QOS, partition limits, ...
+        refused(error)
 
     def _with_shard(self, overrides: List[str]) -> List[str]:
         if SHARD_KEY in self.config and not any(o.lstrip("+~").startswith(SHARD_KEY + "=") for o in overrides):
             return overrides + [f"{SHARD_KEY}=true"]
         return overrides
 
-    def _collect(self, job, overrides: List[str], idx: int) -> JobReturn:
-        """The job's own JobReturn, or a recorded failure when Slurm ended it."""
-        from submitit.core.utils import FailedJobError, UncompletedJobError
-        job.wait()
+    def _has_result(self, job) -> bool:
+        return ended_by_slurm(job.state) is None or job.paths.result_pickle.exists()
+
+    def _why_ended(self, job, error: Exception) -> str:
         state = job.state.upper()
-        reason = next((k for k in ENDED_BY_SLURM if state.startswith(k)), None)
-        try:
-            if reason is None or job.paths.result_pickle.exists():
-                return job.results()[0]
-            error: Exception = UncompletedJobError(f"Slurm job {job.job_id} ended {state} without a result")
-        except (UncompletedJobError, FailedJobError) as e:
-            error = e
-            reason = reason or "FAILED"
+        reason = ended_by_slurm(state) or "FAILED"
         if reason == "FAILED" and stopped_by_warning(job.job_id, error):
             reason = "WARNED"
-        message = ENDED_BY_SLURM[reason].format(state=state, **self.params)
-        message += (f"; Slurm job {job.job_id}, log {job.paths.stderr}; completed results are kept, "
-                    "rerun the sweep to resume")
-        job_dir = self._job_dir(overrides, idx)
-        log.error("job #%d failed: %s", idx, message)
-        record(job_dir, message, str(error), overrides)
-        ret = JobReturn(overrides=overrides, working_dir=str(job_dir), status=JobStatus.COMPLETED)
-        ret.return_value = None
-        return ret
+        return ENDED_BY_SLURM[reason].format(state=state, **self.params)
 
-    def _job_dir(self, overrides: List[str], idx: int) -> Path:
-        """Where Hydra puts this job's output (hydra.sweep.dir / hydra.sweep.subdir)."""
-        sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        try:
-            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-            cfg.hydra.job.num = idx
-            return sweep_dir / str(cfg.hydra.sweep.subdir)
-        except Exception as e:  # an interpolation only a running job can resolve
-            log.warning("job dir of #%d: %s; using %s", idx, e, sweep_dir / str(idx))
-            return sweep_dir / str(idx)
+
+def ended_by_slurm(state: str) -> Optional[str]:
+    """The ENDED_BY_SLURM key of a job state that ended it without a result, if any."""
+    return next((k for k in ENDED_BY_SLURM if state.upper().startswith(k)), None)
 
 
 def warn_in_time(params: dict) -> dict:
@@ -182,17 +104,6 @@ def stopped_by_warning(job_id: str, error: Exception) -> bool:
     sig = int(submitit.JobEnvironment._usr_sig())
     out = subprocess.run(["sacct", "-n", "-P", "-o", "ExitCode", "-j", job_id], capture_output=True, text=True)
     return out.returncode == 0 and any(code.strip().endswith(f":{sig}") for code in out.stdout.split())
-
-
-def record(job_dir: Path, message: str, trace: str, overrides: List[str]) -> None:
-    """FAILED.json in the job's dir; a job that never started also gets the
-    .hydra/overrides.yaml Hydra would have written, so the summary counts it."""
-    from quantize.common.jobs import write_failure
-    hydra_dir = job_dir / ".hydra"
-    if not hydra_dir.is_dir():
-        hydra_dir.mkdir(parents=True)
-        (hydra_dir / "overrides.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(list(overrides))))
-    write_failure(job_dir, message, trace, overrides)
 
 
 def fail(message: str) -> None:

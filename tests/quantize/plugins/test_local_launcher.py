@@ -1,0 +1,67 @@
+"""hydra/launcher=local_submitit, end to end on a tiny Hydra app: a job killed
+by a signal is recorded as failed and the rest of the sweep finishes."""
+import json
+import subprocess
+import sys
+import textwrap
+
+from quantize.common.paths import CONF_DIR
+from tests.conftest import quantize_env
+
+APP = '''
+import os
+import signal
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+
+from quantize.common.jobs import run_job
+
+
+def work(cfg):
+    if cfg.action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)  # as the out-of-memory killer or kill -9 would
+    Path(HydraConfig.get().runtime.output_dir, "done.txt").write_text(cfg.action)
+
+
+@hydra.main(version_base=None, config_path=".", config_name="app")
+def main(cfg):
+    return run_job(work, cfg)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def write_app(folder):
+    (folder / "app.py").write_text(APP)
+    (folder / "app.yaml").write_text(textwrap.dedent(f"""\
+        action: ok
+        hydra:
+          searchpath: ["file://{CONF_DIR}"]
+          sweep:
+            subdir: ${{hydra.job.num}}_${{action}}
+          callbacks:
+            failure_summary:
+              _target_: quantize.common.jobs.FailureSummary
+        """))
+
+
+def test_a_job_killed_by_a_signal_fails_alone(tmp_path):
+    write_app(tmp_path)
+    sweep = tmp_path / "sweep"
+    out = subprocess.run([sys.executable, "app.py", "-m", "action=first,kill,last", "hydra/launcher=local_submitit",
+                          f"hydra.sweep.dir={sweep}"], cwd=tmp_path, env=quantize_env(),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "1 of 3 job(s) failed" in out.stderr, out.stderr[-3000:]
+    summary = [line for line in out.stderr.splitlines() if line.startswith("  ")]
+    assert len(summary) == 1 and "action=kill" in summary[0] and "killed" in summary[0]
+    (failed,) = sweep.glob("*/FAILED.json")
+    assert failed.parent.name == "1_kill"
+    info = json.loads(failed.read_text())
+    assert info["error"].startswith("killed") and info["overrides"] == ["action=kill"]
+    for name in ("0_first", "2_last"):
+        assert (sweep / name / "done.txt").read_text() == name.split("_")[1]
