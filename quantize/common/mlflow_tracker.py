@@ -100,7 +100,7 @@ class MlflowTracker(Tracker):
         found = client.get_experiment_by_name(self.experiment)
         if found is None:
             try:
-                return client.create_experiment(self.experiment)
+                return client.create_experiment(self.experiment, artifact_location=self._artifact_location())
             except MlflowException:
                 found = client.get_experiment_by_name(self.experiment)  # created by another job meanwhile
                 if found is None:
@@ -109,6 +109,16 @@ class MlflowTracker(Tracker):
             raise UserError(f"MLflow experiment {self.experiment!r} is deleted; restore it or pass "
                             "tracking.experiment=<another name>")
         return found.experiment_id
+
+    def _artifact_location(self) -> str | None:
+        """Where a new experiment keeps its files: beside a SQLite store, in
+        `mlruns/<experiment>/` (MLflow's default is ./mlruns of whichever
+        folder a job ran in, so one experiment's files were spread over each
+        job's folder); None (the server's or store's own choice) for other stores."""
+        if not self.uri.startswith("sqlite:///"):
+            return None
+        database = Path(self.uri.removeprefix("sqlite:///")).absolute()
+        return (database.parent / "mlruns" / self.experiment).as_uri()
 
     def _parent(self, parent: RunRecord) -> str:
         """The parent's run id, written once per process: created, or completed

@@ -150,6 +150,19 @@ def test_mlflow_on_a_sqlite_file_logs_each_run_and_step_once(tmp_path):
         "manifest.json", "recipe.yaml", "sanity.json"]
 
 
+@needs_mlflow
+def test_a_sqlite_stores_files_are_kept_beside_it_not_in_each_jobs_folder(tmp_path, monkeypatch):
+    """MLflow's default put them in ./mlruns of whichever folder a job ran in
+    (this suite's own runs left an mlruns/ in the project)."""
+    job_folder, store = tmp_path / "job", tmp_path / "store"
+    job_folder.mkdir(), store.mkdir()
+    monkeypatch.chdir(job_folder)
+    tracker = tracking.from_group({**MLFLOW, "uri": f"sqlite:///{store / 'mlflow.db'}", "experiment": "unit"})
+    assert tracker.log(tracking.artifact_record(artifact_dir(tmp_path)))
+    assert list(job_folder.iterdir()) == []
+    assert sorted(p.name for p in store.glob("mlruns/*/*/artifacts/*")) == ["manifest.json", "recipe.yaml", "sanity.json"]
+
+
 def test_the_tracking_group_is_in_every_entry_config():
     for entry in ("quantize", "evaluate", "report", "track"):
         text = (ROOT / "conf" / f"{entry}.yaml").read_text()
