@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from evaluate import results, scenarios, store_lock
+from evaluate import hardware, results, scenarios, store_lock
 from evaluate.search import kept_dense, speed, study_file
 from evaluate.search.config import ACCURACY_METRICS, SIZE_METRICS, SearchConfig
 from quantize.common import atomic, manifest
@@ -149,9 +149,13 @@ def quantize_command(config: SearchConfig, recipe_path: Path, artifact_dir: Path
 
 
 def evaluate_command(config: SearchConfig, artifact_dir: Path, measure_speed: bool) -> list[str]:
-    return [sys.executable, "-m", "evaluate", f"model={artifact_dir}", f"engine={config.engine}",
+    """With this machine's hardware profile named as evaluate's entry adds it
+    (`hardware=cuda` on a GPU): the command is then the one its rows record,
+    which is how the trial finds them (`ran_before`)."""
+    args = [f"model={artifact_dir}", f"engine={config.engine}",
             f"scenario={config.scenario_arg if measure_speed else 'none'}", f"accuracy={config.accuracy}",
             f"results_dir={config.results_dir.resolve()}", *config.evaluate_overrides]
+    return [sys.executable, "-m", "evaluate", *hardware.with_default(args)]
 
 
 def same_speed_setup(config: SearchConfig, artifact_dir: Path) -> Callable[[results.Row], bool]:

@@ -160,3 +160,26 @@ def test_the_accuracy_objective_is_this_studys_evaluate_commands_newest_row(tmp_
     built = SimpleNamespace(manifest=SimpleNamespace(artifact_id="X"), artifact_dir=tmp_path)
     assert objective_value("recovery_pct", rows, mine, built, "X", None, HOST) == 91.0
     assert objective_value("recovery_pct", rows, other, built, "X", None, HOST) == 97.3
+
+
+def test_on_a_gpu_host_a_trial_finds_the_rows_its_own_evaluate_wrote(tmp_path, monkeypatch):
+    """evaluate's entry adds hardware=cuda to what its rows record on a GPU
+    host: the trial's command left it out, so no row was ever its own and every
+    trial with a speed or accuracy objective failed there."""
+    from types import SimpleNamespace
+    from evaluate import hardware
+    from quantize.common.config import expand_path_shorthands, open_pass_through_keys
+    from evaluate.search.trial import SCENARIO_KEYS, evaluate_command, ran_before, same_speed_setup
+    monkeypatch.setattr("quantize.common.machine.gpus", lambda: {"cuda": ((9, 0),)})
+    cfg = SimpleNamespace(engine="vllm", scenario_arg="interactive", accuracy="austen",
+                          results_dir=tmp_path / "res", evaluate_overrides=["engine.args.max_num_seqs=8"])
+    (tmp_path / "a").mkdir()
+    for speed_too in (True, False):
+        launched = evaluate_command(cfg, tmp_path / "a", measure_speed=speed_too)[3:]
+        as_recorded = hardware.with_default(open_pass_through_keys(expand_path_shorthands(launched)))
+        repro = "cd /x && python -m evaluate " + " ".join(as_recorded)
+        assert "hardware=cuda" in repro
+        if speed_too:
+            assert same_speed_setup(cfg, tmp_path / "a")(row("a", fields(), 40.0, repro=repro))
+        else:
+            assert ran_before(repro, "evaluate", evaluate_command(cfg, tmp_path / "a", False), ignore=SCENARIO_KEYS)
