@@ -34,13 +34,15 @@ def test_outside_a_hydra_job_there_is_no_command():
     assert job_command("quantize") is None
 
 
-@pytest.mark.parametrize("stage", ["quantize", "evaluate"])
-def test_sweeps_started_in_one_second_get_a_sweep_dir_each(stage):
+@pytest.mark.parametrize("stage, overrides", [("quantize", ["recipe=original"]), ("evaluate", ["recipe=original"]),
+                                               ("sensitivity", ["recipe=w4a16_gptq"]), ("propose", ["recipe=w4a16_gptq"]),
+                                               ("search", [])])
+def test_sweeps_started_in_one_second_get_a_sweep_dir_each(stage, overrides):
     """FailureSummary lists the FAILED.json files of its sweep dir: two sweeps
     started in the same second must not share one, or each reports the
     other's failures."""
     register()
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        dirs = [str(compose(stage, overrides=["recipe=original"], return_hydra_config=True).hydra.sweep.dir)
+        dirs = [str(compose(stage, overrides=overrides, return_hydra_config=True).hydra.sweep.dir)
                 for _ in range(2)]
     assert dirs[0] != dirs[1] and dirs[0].startswith(f"logs/{stage}-multirun/")
