@@ -52,6 +52,7 @@ class Job:
     load: LoadProfile | None = None      # the load profile (conf/load/); None: batch timed runs
     slo: SLO | None = None               # the SLO the serving rows are judged against
     failed: list[str] = field(default_factory=list)  # the reasons of the failed rows this job recorded
+    recorded: list[Row] = field(default_factory=list)  # the rows this job recorded, oldest first
 
     def speed_row(self, s: Scenario, run_index: int | None) -> Row:
         return self.base.but(kind="speed", **s.as_row(), run_index=run_index)
@@ -77,7 +78,9 @@ class Job:
         recorded = _record(self.store, row, status, **fields)
         if status == "failed":
             self.failed.append(fields.get("reason") or "no reason given")
-        tracking.log_rows(self.config.tracker, [recorded])  # after the store: it holds the row either way
+        # after the store: it holds the row either way; its run's status counts this job's earlier rows
+        tracking.log_rows(self.config.tracker, [recorded], earlier=self.recorded)
+        self.recorded.append(recorded)
 
     def guarded(self, row: Row, fn):
         """Run fn; on failure record a failed row (the sweep summary and the

@@ -27,19 +27,23 @@ def bind(tracker: Tracker | None, results_dir: Path) -> Tracker | None:
     return tracker
 
 
-def log_rows(tracker: Tracker | None, rows: list[Row]) -> bool:
-    """Each row into its measurement's run; rows already logged add nothing."""
+def log_rows(tracker: Tracker | None, rows: list[Row], earlier: list[Row] = ()) -> bool:
+    """Each row into its measurement's run; rows already logged add nothing.
+    `earlier`: rows logged before of the same measurements (a job's own, as it
+    logs one row at a time), whose status counts as in a back-fill."""
     if tracker is None or not rows:
         return True
-    return tracker.safely(lambda: tracker.log(*measurement_records(rows)))
+    return tracker.safely(lambda: tracker.log(*measurement_records(rows, earlier)))
 
 
-def measurement_records(rows: list[Row]) -> list[RunRecord]:
+def measurement_records(rows: list[Row], earlier: list[Row] = ()) -> list[RunRecord]:
     """Each row's record, its run's status from all the rows given of its
-    measurement: replayed in store order (shard by shard), a failed row of a
-    first attempt may come after the ok row of the retry that fixed it."""
-    outcome = {key: _outcome(measured) for key, measured in _by_measurement(rows).items()}
-    return [measurement_record(r, outcome[r.measurement_key()]) for r in rows]
+    measurement (`earlier` ones too): replayed in store order (shard by
+    shard), a failed row of a first attempt may come after the ok row of the
+    retry that fixed it; logged live, a failed run 1 still fails the
+    measurement after run 2 succeeds."""
+    grouped = _by_measurement([*earlier, *rows])
+    return [measurement_record(r, _outcome(grouped[r.measurement_key()])) for r in rows]
 
 
 def _by_measurement(rows: list[Row]) -> dict[tuple, list[Row]]:

@@ -78,6 +78,19 @@ def test_a_measurement_that_later_succeeded_loses_the_reason_of_its_failure(tmp_
     assert run.info.status == "FINISHED" and run.data.tags["status"] == "ok" and "reason" not in run.data.tags
 
 
+def test_logged_live_a_failed_run_still_fails_its_measurement_after_a_later_run_succeeds(tmp_path):
+    """A job logs one row at a time: run 1 failed, run 2 ok ended FINISHED
+    with the reason removed, where a back-fill of the same store says FAILED."""
+    store = tmp_path / "results"
+    tracker = tracking.bind(mlflow_tracker(tmp_path), store)
+    rows = [speed_row(0, "ok", 1), speed_row(1, "failed", 2, "RuntimeError: OOM"), speed_row(2, "ok", 3)]
+    for n, row in enumerate(rows):
+        assert tracking.log_rows(tracker, [row], earlier=rows[:n])
+    [run] = measurement_runs(tmp_path)
+    assert run.info.status == "FAILED" and run.data.tags["reason"] == "RuntimeError: OOM"
+    assert [r.failed for r in tracking.measurement_records(rows)] == [True] * 3   # as the back-fill sees it
+
+
 def test_a_sweeps_artifact_that_cannot_be_opened_is_a_failed_run_too(tmp_path):
     """Its failed row was in the store only: the tracker never got it."""
     res = tmp_path / "results"
