@@ -74,7 +74,9 @@ def _open(path: Path, fix: str) -> int | None:
     None where it is another user's file this one may not write (the work
     goes on unlocked, as where the file system has no locks)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.parent.is_dir():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _share_folder_like_parent(path.parent)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as e:
         if e.errno in (errno.EACCES, errno.EPERM) and path.is_file():
@@ -83,6 +85,19 @@ def _open(path: Path, fix: str) -> int | None:
                         f"for this user, or {fix}") from None
     _share_like_folder(fd, path.parent)
     return fd
+
+
+def _share_folder_like_parent(folder: Path) -> None:
+    """A lock folder made here writable by whoever may write its parent (a
+    shared store's group), whatever the umask (022 makes it 0755): else only
+    its first user could make lock files in it."""
+    try:
+        own, parent = os.stat(folder), os.stat(folder.parent).st_mode
+        share = (0o070 if parent & 0o020 else 0) | (0o007 if parent & 0o002 else 0)
+        if own.st_uid == os.geteuid() and own.st_mode & share != share:
+            os.chmod(folder, (own.st_mode | share) & 0o7777)
+    except OSError as e:  # the folder still works for this user
+        log.debug("cannot share the lock folder %s: %s", folder, e)
 
 
 def _share_like_folder(fd: int, folder: Path) -> None:

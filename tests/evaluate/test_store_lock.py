@@ -138,6 +138,24 @@ def test_a_lock_file_is_writable_by_whoever_may_write_its_folder(tmp_path, folde
     assert hold.locked and mode & 0o022 == shared and mode & 0o600 == 0o600
 
 
+@pytest.mark.parametrize("store_mode, shared", [(0o2775, 0o020), (0o755, 0)])
+def test_the_lock_folder_a_job_makes_is_writable_by_whoever_may_write_the_store(tmp_path, store_mode, shared):
+    """Under umask 022 the store's locks/ came out 0755 inside a 2775 shared
+    store: its first user's lock files were shared, but nobody else could
+    make one, and the second user's evaluate stopped before any engine."""
+    store = tmp_path / "store"
+    store.mkdir()
+    store.chmod(store_mode)
+    old_umask = os.umask(0o022)
+    try:
+        with store_lock.measurement(store, KEY, "scenario a") as hold:
+            pass
+    finally:
+        os.umask(old_umask)
+    mode = store_lock.lock_path(store, KEY).parent.stat().st_mode & 0o777
+    assert hold.locked and mode & 0o022 == shared and mode & 0o700 == 0o700
+
+
 # Started as root (the interpreter lives in root's home), then user nobody: lock key
 # argv[2:] in store argv[1], print whether it locked; warnings go to stderr.
 OTHER_USER = """
