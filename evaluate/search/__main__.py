@@ -95,7 +95,10 @@ def one_value_each(overrides: list[str]) -> tuple[list[str], dict[str, str]]:
             plain_overrides.append(text)
             continue
         value = override.value()
-        first = str(value.start) if isinstance(value, IntervalSweep) else next(override.sweep_string_iterator())
+        first = str(value.start) if isinstance(value, IntervalSweep) else next(override.sweep_string_iterator(), None)
+        if first is None:   # range(5,1): no value to search
+            raise UserError(f"{text} gives no value to search; give it one at least, e.g. "
+                            f"{override.get_key_element()}=range(1,5)")
         plain_overrides.append(f"{override.get_key_element()}={first}")
         swept[override.key_or_group] = text.partition("=")[2]
     return plain_overrides, swept

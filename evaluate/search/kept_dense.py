@@ -44,8 +44,7 @@ def find(results_dir: Path, model_name: str, model_path: str, scheme: str, choic
     candidates = [p for p in sensitivity_file.find(results_dir) if p.parent.parent.name == model_name]
     # a trial quantizes every Linear but lm_head: a file measured with another
     # ignore list (a proposed recipe's) lacks cells and does not rank them
-    read = [(s, p) for s, p in ((sensitivity_file.read(p), p) for p in candidates)
-            if s.modules() == sensitivity_file.USUAL_MODULES]
+    read = [(s, p) for p, s in sensitivity_file.readable(candidates) if s.modules() == sensitivity_file.USUAL_MODULES]
     if read:
         hashes = _weights_hashes(model_path)
         read = [(s, p) for s, p in read if hashes is None or s.weights_hash in hashes(s.weights_hash)]
@@ -63,7 +62,7 @@ def kept(results_dir: Path, model_name: str, model_path: str, scheme: str, k: in
     if k == 0:
         return KeptDense([], "")
     sensitivity, source = find(results_dir, model_name, model_path, scheme, choice)
-    # kept_dense: with the fused siblings (q/k/v, gate/up) vLLM loads with one scheme
+    # kept_dense: with the siblings vLLM loads with one scheme (q/k/v, gate/up, MLA's q_a/kv_a, a MoE block's experts)
     return KeptDense([m for cell in sensitivity.kept_dense(k) for m in cell.modules], source)
 
 

@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import re
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -117,6 +118,16 @@ def folder_for(results_dir: Path, model_name: str, scheme_key: str, weights_hash
 def find(results_dir: Path) -> list[Path]:
     """Every sensitivity file under a results store, in a stable order."""
     return sorted((Path(results_dir) / "sensitivity").glob(f"*/*/{FILE}"))
+
+
+def readable(paths: list[Path]):
+    """(path, Sensitivity) of each file; a damaged one is named on stderr and
+    passed over, so that it blocks no other model's or scheme's use."""
+    for path in paths:
+        try:
+            yield path, read(path)
+        except UserError as e:
+            print(f"warning: skipped: {e}", file=sys.stderr)
 
 
 def write(folder: Path, sensitivity: Sensitivity) -> Path:

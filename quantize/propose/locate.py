@@ -35,7 +35,7 @@ def sensitivity_for(choice: str, results_dir: Path, model_name: str, weights_has
 def _auto(results_dir: Path, model_name: str, weights_hash: str, scheme: WeightScheme, coverage: dict | None,
           measure_command: str) -> tuple[Path, Sensitivity]:
     folder = Path(results_dir) / "sensitivity" / model_name
-    of_weights = [(p, s) for p, s in _readable(sensitivity_file.find(results_dir))
+    of_weights = [(p, s) for p, s in sensitivity_file.readable(sensitivity_file.find(results_dir))
                   if s.model_name == model_name and s.weights_hash[:HASH_CHARS] == weights_hash[:HASH_CHARS]]
     matching = [(p, s) for p, s in of_weights if same_scheme(s, scheme, coverage)]
     if not matching:
@@ -44,16 +44,6 @@ def _auto(results_dir: Path, model_name: str, weights_hash: str, scheme: WeightS
                         f"{scheme.key} under {folder}{others}; measure it first: {measure_command} "
                         "(or pass sensitivity=<path to sensitivity.json>)")
     return max(matching, key=lambda found: found[1].created)
-
-
-def _readable(paths: list[Path]):
-    """(path, Sensitivity) of each file; a damaged one is named and passed over,
-    so that it blocks no other model's proposal."""
-    for path in paths:
-        try:
-            yield path, sensitivity_file.read(path)
-        except UserError as e:
-            print(f"warning: skipped: {e}", file=sys.stderr)
 
 
 def same_scheme(found: Sensitivity, scheme: WeightScheme, coverage: dict | None) -> bool:

@@ -111,7 +111,8 @@ def header(p: Proposal, sens: Sensitivity, base_text: str, config: ProposeConfig
     c = p.chosen
     lines = [
         f"Proposed mixed precision: recipe {p.base} with the {c.k} most sensitive of {p.groups} module groups "
-        f"kept dense, with their fused siblings (q/k/v, gate/up, q_a/kv_a): {len(p.modules)} modules,",
+        f"kept dense, with the siblings vLLM loads with them (q/k/v, gate/up, q_a/kv_a, a MoE block's experts): "
+        f"{len(p.modules)} modules,",
         f"by the sensitivity file {_shown(p.sensitivity_path)}",
         f"(model {sens.model_name}, weights {sens.weights_hash[:12]}, scheme {sens.scheme_key}: "
         "KL of each group quantized alone).",

@@ -216,6 +216,7 @@ def test_kept_dense_groups_without_a_sensitivity_file_name_the_command(tiny_mode
     (["n_jobs=0", "trial.scheme=choice(w4a16,w8a8)"], "n_jobs=0: pass an integer >= 1"),       # an IndexError
     (["n_trials=abc", "trial.scheme=w4a16,w8a8"], "n_trials=abc: pass an integer >= 1"),      # a TypeError
     (["n_jobs=2.5", "trial.smoothquant=interval(0,0.5)"], "n_jobs=2.5: pass an integer >= 1"),  # a TypeError
+    (["trial.keep_dense=range(5,1)"], "trial.keep_dense=range(5,1) gives no value to search"),   # a StopIteration
     # measured at scenario=interactive, labelled decode_bound in study.json
     (["search.objectives.1.scenario=decode_bound"], "objective output_throughput is at scenario decode_bound, but"),
 ])

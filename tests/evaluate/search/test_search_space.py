@@ -183,6 +183,18 @@ def test_auto_passes_over_a_file_measured_on_other_modules(tiny_model, tmp_path)
         ["model.layers.1.mlp.up_proj"]
 
 
+def test_a_damaged_sensitivity_file_of_another_scheme_blocks_no_trial(tiny_model, tmp_path, capsys):
+    """One mistyped file stopped the pre-sweep check and every trial, though
+    a sound file of the trial's scheme was there (propose passed over it)."""
+    write_sensitivity(tmp_path, tiny_model, {(0, "mlp.up_proj"): 0.1, (1, "mlp.up_proj"): 0.2}, "w4a16-g64-asym")
+    damaged = write_sensitivity(tmp_path, tiny_model, {(0, "mlp.up_proj"): 0.3}, "w8a16-channel-sym")
+    damaged.write_text(damaged.read_text().replace('"kl": 0.3', '"kl": "0.3"'))
+    assert kept_dense.kept(tmp_path, tiny_model.name, str(tiny_model), "w4a16", 1, "auto").modules == \
+        ["model.layers.1.mlp.up_proj"]
+    err = capsys.readouterr().err
+    assert "warning: skipped:" in err and "damaged sensitivity file" in err
+
+
 def test_linear_widths_come_from_the_models_config(tiny_model, tmp_path):
     assert kept_dense.linear_widths(str(tiny_model)) == {128, 256}   # hidden 128 = 4 heads x 32, intermediate 256
     assert kept_dense.linear_widths(str(tmp_path)) == set()
