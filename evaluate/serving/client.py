@@ -18,11 +18,19 @@ from evaluate.serving.requests import RequestResult
 REQUEST_TIMEOUT_S = 3600
 
 
+# Every sampling setting, neutral, as engine=vllm samples: a field left out
+# takes the server's default, which vLLM's server reads from the model's
+# generation_config.json (e.g. top_k 20, repetition_penalty 1.05).
+# top_k -1: "all tokens" to vLLM and to SGLang alike.
+NEUTRAL_SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
+                    "presence_penalty": 0.0, "frequency_penalty": 0.0}
+
+
 def payload(model: str, prompt: list[int], output_len: int, stream: bool = True) -> dict:
     """Exactly `output_len` tokens, sampled as `vllm bench` does (temperature
-    1, top-p 1, EOS ignored)."""
+    1, top-p 1, no top-k, min-p or penalties, EOS ignored)."""
     body = {"model": model, "prompt": prompt, "max_tokens": output_len, "min_tokens": output_len,
-            "ignore_eos": True, "temperature": 1.0, "top_p": 1.0, "stream": stream}
+            "ignore_eos": True, **NEUTRAL_SAMPLING, "stream": stream}
     if stream:
         body["stream_options"] = {"include_usage": True}
     return body

@@ -3,6 +3,7 @@ capability questions as vllm does, its args become the server's flags, and
 the openai engine's address rules."""
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -83,3 +84,12 @@ def test_the_log_line_that_says_why_the_server_stopped(tmp_path):
     log.write_text("INFO a\nINFO b\n")
     assert last_error_line(log) == "INFO b"
     assert last_error_line(tmp_path / "missing.log") == "no log"
+
+
+def test_the_server_ignores_the_models_generation_config_as_engine_vllm_does(tmp_path):
+    """Without `--generation-config vllm` vLLM's server samples with the
+    defaults of the model's generation_config.json, engine=vllm never does."""
+    engine = VllmServerEngine.__new__(VllmServerEngine)
+    engine.args = {"dtype": "bfloat16", "seed": 0}
+    cmd = engine.command(SimpleNamespace(path=tmp_path), "127.0.0.1", 8000)
+    assert cmd[cmd.index("--generation-config") + 1] == "vllm"

@@ -13,7 +13,8 @@ highest concurrency meeting a TPOT bound T is floor((T - fixed) / per_active).
 
 It prints `port <n>` once listening. Endpoints: /health, /version,
 /v1/models, /v1/completions (streamed, with usage; or prompt_logprobs without
-stream), /stats (peak in-flight count, requests seen), POST /reset.
+stream), /stats (peak in-flight count, requests seen, the last request's body
+less its prompt), POST /reset.
 --die-after N: the process exits (code 3) when request N+1 arrives.
 --fail-from/--fail-to: requests with those arrival numbers (0-based,
 inclusive) get HTTP 500. --stall-from/--stall-to: those requests stream one
@@ -41,12 +42,14 @@ class Fake:
         self.seen = 0
         self.child = None
         self.models_answered = 0
+        self.last_request = None  # the last /v1/completions body, less its prompt
 
     def step_s(self) -> float:
         return (self.args.fixed_ms + self.args.per_active_ms * self.active) / 1000
 
     async def completions(self, request: web.Request):
         body = await request.json()
+        self.last_request = {k: v for k, v in body.items() if k != "prompt"}
         n = self.seen
         self.seen += 1
         if self.args.die_after is not None and n >= self.args.die_after:
@@ -89,7 +92,8 @@ class Fake:
 
     async def stats(self, _):
         return web.json_response({"peak_active": self.peak, "requests": self.seen, "pid": os.getpid(),
-                                  "child_pid": self.child.pid if self.child else None})
+                                  "child_pid": self.child.pid if self.child else None,
+                                  "last_request": self.last_request})
 
     async def reset(self, _):
         self.peak, self.seen = 0, 0

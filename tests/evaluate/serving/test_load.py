@@ -289,3 +289,24 @@ def test_a_profile_yaml_with_an_unknown_setting_is_one_line():
     with pytest.raises(UserError, match="'rate_level' is not a setting of Sweep; did you mean rate_levels"):
         build({"_target_": "evaluate.serving.profiles.Sweep", "name": "sweep", "saturation_concurrency": 4,
                "rate_level": 3}, LoadProfile, "conf/load/sweep.yaml")
+
+
+@pytest.mark.needs_vllm
+def test_requests_sample_as_the_in_process_engine_whatever_the_server_defaults(fake_server):
+    """vLLM's server fills every sampling field a request leaves out from the
+    model's generation_config.json (top_k 20, repetition_penalty 1.05, ...),
+    where engine=vllm samples with vLLM's neutral defaults: each is sent."""
+    from vllm import SamplingParams
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+    server = fake_server("--fixed-ms", "1", "--per-active-ms", "0")
+    (r,) = asyncio.run(complete_all(server.base_url, "fake-model", [PROMPT], 2))
+    assert r.success
+    sent = server.stats()["last_request"]
+    in_process = SamplingParams(temperature=1.0, top_p=1.0)  # as VllmEngine._run samples
+    server_defaults = CompletionRequest.__private_attributes__["_DEFAULT_SAMPLING_PARAMS"].default
+    for field in server_defaults:
+        assert field in sent, f"{field} left to the server's default"
+        if field == "top_k":  # 0 and -1 both mean "all tokens"
+            assert sent[field] in (0, -1) and in_process.top_k in (0, -1)
+        else:
+            assert sent[field] == getattr(in_process, field), field
