@@ -34,7 +34,8 @@ class _TimingStreamer:
 
 class HfEngine(Engine):
     name = "hf"
-    speed_env = quantize.common.machine.ISA_CAP_ENV
+    # torch sizes its CPU thread pools from these when it is imported
+    speed_env = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", *quantize.common.machine.ISA_CAP_ENV)
 
     @staticmethod
     def machine():

@@ -253,6 +253,24 @@ def test_speed_variables_exported_in_the_shell_enter_the_setup_identity(clean_en
     assert engines.identity(configured, VllmEngine)["shell_env"] == {"ATEN_CPU_CAPABILITY": "avx2"}
 
 
+def test_threads_exported_in_the_shell_enter_the_setup_identity_of_engine_hf(clean_env, monkeypatch):
+    """transformers' speed follows OMP_NUM_THREADS (and MKL_NUM_THREADS) as vLLM's
+    does: a 1-thread rerun was skipped as done and averaged with 2-thread rows."""
+    from evaluate.engines import base
+    from evaluate.engines.hf import HfEngine
+    cfg = engines.config("hf")
+    threads = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    monkeypatch.setattr(base, "LAUNCH_ENV", base.LAUNCH_ENV - set(threads))
+    plain = engines.identity(cfg, HfEngine)
+    for name, value in threads.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(base, "LAUNCH_ENV", base.LAUNCH_ENV | set(threads))
+    exported = engines.identity(cfg, HfEngine)
+    assert exported["shell_env"] == threads != plain.get("shell_env")
+    assert results.setup_id(exported, {}, {}) != results.setup_id(plain, {}, {})
+    assert threads.items() <= HfEngine.recorded_env({}).items()  # and its rows say so
+
+
 def test_a_shell_value_the_engine_leaves_standing_enters_the_setup_identity(clean_env, monkeypatch):
     """VLLM_CPU_KVCACHE_SPACE: auto yields to a value exported at launch, so that
     value is what runs: it was left out of the id because the config names the
