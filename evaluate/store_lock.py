@@ -55,8 +55,20 @@ def check_writable(results_dir: Path) -> None:
     locks = Path(results_dir) / LOCKS_DIR
     if not locks.exists():
         return  # made at the first measurement, in a store already found writable
+    problem = lock_problem(results_dir)
+    if problem:
+        raise UserError(f"cannot create lock files in {locks} ({problem}); make it a folder this user "
+                        "can write, or pass results_dir=<a directory of your own>")
+
+
+def lock_problem(results_dir: Path, make: bool = False) -> str | None:
+    """Why this user cannot make lock files in the store's lock folder (made
+    first when `make`), or None: a probe file, which leaves nothing behind."""
+    locks = Path(results_dir) / LOCKS_DIR
     try:
-        tempfile.TemporaryFile(dir=locks).close()  # leaves nothing behind
+        if make:
+            locks.mkdir(exist_ok=True)
+        tempfile.TemporaryFile(dir=locks).close()
     except OSError as e:
-        raise UserError(f"cannot create lock files in {locks} ({e.strerror or e}); make it a folder this user "
-                        "can write, or pass results_dir=<a directory of your own>") from None
+        return e.strerror or str(e)
+    return None

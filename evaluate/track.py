@@ -8,7 +8,6 @@ a sweep that logged live, adds nothing. Unlike a job, whose measurements come
 first, a back-fill that cannot log fails: one line, exit 1."""
 import logging
 import sys
-import tempfile
 from pathlib import Path
 
 import hydra
@@ -42,13 +41,11 @@ def _bind_locks(tracker: Tracker, results_dir: Path) -> None:
     """The store's run locks where this user can make them; else none, with a
     note: a store this user may only read (another user's, a snapshot) is
     still back-filled, where every lock file failed the back-fill."""
-    locks = Path(results_dir) / store_lock.LOCKS_DIR
-    try:
-        locks.mkdir(exist_ok=True)
-        tempfile.TemporaryFile(dir=locks).close()   # leaves nothing behind
-    except OSError as e:
+    problem = store_lock.lock_problem(results_dir, make=True)
+    if problem:
         log.warning("note: cannot make lock files in %s (%s), so this back-fill runs without them: run no other "
-                    "job or back-fill of this store into the same experiment meanwhile", locks, e.strerror or e)
+                    "job or back-fill of this store into the same experiment meanwhile",
+                    Path(results_dir) / store_lock.LOCKS_DIR, problem)
         return
     tracking.bind(tracker, results_dir)
 

@@ -239,7 +239,9 @@ def test_two_sweeps_on_one_store_measure_each_run_once(tiny_model, tmp_path):
     scenario = tmp_path / "lock_s.yaml"
     scenario.write_text("name: lock_s\nbatch_size: 1\ninput_len: 16\noutput_len: 4\n")
     res = tmp_path / "res"
-    first = run_cli("evaluate", *evaluate_args(tiny_model, scenario, res, runs=1), cwd=tmp_path)
+    # one setup for the three jobs: engine=hf's thread count is part of it
+    first = run_cli("evaluate", *evaluate_args(tiny_model, scenario, res, runs=1), cwd=tmp_path,
+                    env={"OMP_NUM_THREADS": "1"})
     assert first.returncode == 0, first.stderr[-2000:]
     (lock_file,) = (res / "locks").iterdir()
     held = os.open(lock_file, os.O_RDWR)
