@@ -311,6 +311,10 @@ _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Excep
 # What vLLM's processes raise because another one failed: never the root cause.
 _CONSEQUENCES = ("WorkerProc initialization failed", "Engine core initialization failed",
                  "EngineCore failed to start")
+# A line of a vLLM server's log: its process's prefix, then a record of vLLM's
+# logger ("(Worker pid=7) ERROR 11-29 07:27:56 [core.py:1510] <message>") or raw output.
+_SERVER_LINE = re.compile(r"^(?:\(\S+ pid=\d+\) )?(?:(?P<level>[A-Z]+) \d\d-\d\d [\d:]+ \[[^\]]*\] )?")
+_NO_FAILURE_LEVELS = ("DEBUG", "INFO", "WARNING")   # "... fallback. Exception: ..." is no reason to stop
 
 
 # How vLLM says it rejects a value of engine.args: its config classes validate
@@ -343,10 +347,36 @@ def failure_cause(log_text: str) -> str | None:
     exception a traceback ends with that is not one process reporting another's
     failure. The worker that failed logs first, then the engine core and the
     front end say "see root cause above"; that is the line a result row needs."""
-    for line in log_text.splitlines():
-        if _EXCEPTION_LINE.match(line) and not any(c in line for c in _CONSEQUENCES):
-            return line.strip()
+    for level, message in _messages(log_text):
+        if level not in _NO_FAILURE_LEVELS and _EXCEPTION_LINE.match(message) and not _consequence(message):
+            return message.strip()
     return None
+
+
+def stop_cause(log_text: str) -> str:
+    """The line of a vLLM log that says why it stopped: the root cause
+    (failure_cause), else the last line naming an error that is neither a
+    warning nor another process's failure, else the last line."""
+    cause = failure_cause(log_text)
+    if cause:
+        return cause[-300:]
+    lines = [(level, message.strip()) for level, message in _messages(log_text) if message.strip()]
+    for level, message in reversed(lines):
+        if level not in _NO_FAILURE_LEVELS and not _consequence(message) and (
+                "Error" in message or "error:" in message or "Exception" in message):
+            return message[-300:]
+    return lines[-1][1][-300:] if lines else "empty log"
+
+
+def _messages(log_text: str):
+    """(level or None, message) per line, a server's process prefix removed."""
+    for line in log_text.splitlines():
+        prefix = _SERVER_LINE.match(line)
+        yield prefix["level"], line[prefix.end():]
+
+
+def _consequence(message: str) -> bool:
+    return any(c in message for c in _CONSEQUENCES)
 
 
 def read_log(path) -> str:

@@ -28,7 +28,7 @@ import psutil
 from evaluate import lifeline
 from evaluate.engines.base import EngineStartError
 from evaluate.engines.http import HttpEngine, http_get, is_loopback
-from evaluate.engines.vllm import VllmEngine, read_log, rejected_arg
+from evaluate.engines.vllm import VllmEngine, read_log, rejected_arg, stop_cause
 from quantize.common.errors import UserError
 from quantize.common.settings import flag
 
@@ -70,15 +70,20 @@ def cli_flags(args: dict) -> list[str]:
 
 
 def last_error_line(path: Path) -> str:
-    """The line of a server log that says why it stopped: the last one that
-    names an error, else the last line."""
+    """The line of a server log that says why it stopped (vllm.stop_cause)."""
     if not path.is_file():
         return "no log"
-    lines = [line.strip() for line in read_log(path).splitlines() if line.strip()]
-    for line in reversed(lines):
-        if "Error" in line or "error:" in line or "Exception" in line:
-            return line[-300:]
-    return lines[-1][-300:] if lines else "empty log"
+    return stop_cause(read_log(path))
+
+
+def exit_reason(code: int, log_path: Path) -> str:
+    """Why the server exited with `code`, in words: a signal's kill is not
+    explained by its log (a warning would be quoted as the cause)."""
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else "?"
+        oom = "; e.g. the OOM killer: see dmesg" if -code == signal.SIGKILL else ""
+        return f"was killed by signal {-code} ({name}{oom}) (log: {log_path})"
+    return f"exited with code {code}: {last_error_line(log_path)} (log: {log_path})"
 
 
 def server_log_dir() -> Path:
@@ -152,8 +157,7 @@ class VllmServerEngine(HttpEngine, VllmEngine):
                 rejected = rejected_arg(read_log(self.log_path), args)
                 if rejected:   # bad input: nothing measured, nothing recorded
                     raise UserError(rejected)
-                raise ServerStartError(f"the vLLM server exited with code {code} while starting: "
-                                       f"{last_error_line(self.log_path)} (log: {self.log_path})")
+                raise ServerStartError(f"the vLLM server, while starting, {exit_reason(code, self.log_path)}")
             if http_get(self.root_url + "/health")[0] == 200:
                 return
             if time.perf_counter() > deadline:
@@ -169,7 +173,7 @@ class VllmServerEngine(HttpEngine, VllmEngine):
         code = self.proc.poll()
         if code is None:
             return None
-        return f"the vLLM server exited with code {code}: {last_error_line(self.log_path)} (log: {self.log_path})"
+        return f"the vLLM server {exit_reason(code, self.log_path)}"
 
     def versions(self) -> dict[str, str]:
         return self.server_versions() or super().versions()

@@ -9,7 +9,7 @@ highest concurrency meeting a TPOT bound T is floor((T - fixed) / per_active).
 
     python tests/evaluate/serving/fake_server.py --port 0 [--fixed-ms 5] [--per-active-ms 2]
         [--die-after N] [--fail-from N --fail-to M] [--stall-from N --stall-to M] [--break-from N --break-to M]
-        [--spawn-child] [--exit-at-start] [--models-delay S] [--no-prompt-logprobs]
+        [--spawn-child] [--exit-at-start [--start-log FILE]] [--models-delay S] [--no-prompt-logprobs]
 
 It prints `port <n>` once listening. Endpoints: /health, /version,
 /v1/models, /v1/completions (streamed, with usage; or prompt_logprobs without
@@ -19,7 +19,8 @@ less its prompt), POST /reset.
 --fail-from/--fail-to: requests with those arrival numbers (0-based,
 inclusive) get HTTP 500. --stall-from/--stall-to: those requests stream one
 token, then nothing more while the connection stays open. --break-from/--break-to: those requests stream
-one token, then the server drops the connection. --spawn-child: starts a child process in the same
+one token, then the server drops the connection. --start-log FILE: what --exit-at-start
+writes to stderr before it exits. --spawn-child: starts a child process in the same
 process group (as vLLM's engine core is), whose pid /stats reports. --models-delay S: /v1/models answers
 after S seconds (after the first answer: a server busy under load). --no-prompt-logprobs: the parameter is
 ignored, as OpenAI-compatible servers other than vLLM's do."""
@@ -128,6 +129,7 @@ def parse(argv=None):
     p.add_argument("--models-delay", type=float, default=0.0)
     p.add_argument("--spawn-child", action="store_true")
     p.add_argument("--exit-at-start", action="store_true")
+    p.add_argument("--start-log", default=None)
     p.add_argument("--no-prompt-logprobs", action="store_true")
     # what vLLM's server is also given (VllmServerEngine passes them; ignored here)
     p.add_argument("--model", default=None)
@@ -137,7 +139,8 @@ def parse(argv=None):
 
 async def main(args) -> None:
     if args.exit_at_start:  # a server that cannot start: its log's last error line says why
-        print("ValueError: injected start-up failure", file=sys.stderr, flush=True)
+        text = open(args.start_log).read() if args.start_log else "ValueError: injected start-up failure\n"
+        print(text, end="", file=sys.stderr, flush=True)
         sys.exit(1)
     app, fake = build(args)
     if args.spawn_child:  # stands for vLLM's engine core: same process group, sleeps forever

