@@ -11,7 +11,8 @@ lm-eval's. An engine that starts processes holds a lifeline while it runs:
   polls for this process's death and then ends every process that carries
   the marker: SIGTERM, then SIGKILL after a grace period.
 
-A normal close stops the watchdog; the engine has stopped its processes by then."""
+A normal close stops the watchdog; the engine has stopped its processes by then.
+A close an exception cuts short leaves it running, to end them when this process exits."""
 import contextlib
 import ctypes
 import os
@@ -85,13 +86,18 @@ def hold() -> Iterator[Lifeline]:
     _held += 1
     try:
         yield Lifeline(token, watchdog.pid)
+    except BaseException:
+        # left running: the engine's processes may outlive a stop cut short (a
+        # second Ctrl-C), and the watchdog ends them when this process exits
+        raise
+    else:
+        _stop(watchdog)
     finally:
         _held -= 1
         if outer is None:
             os.environ.pop(MARKER, None)
         else:
             os.environ[MARKER] = outer
-        _stop(watchdog)
 
 
 def _start_watchdog(token: str) -> subprocess.Popen:

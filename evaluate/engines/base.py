@@ -329,8 +329,10 @@ class Engine:
         self._closed = True
         try:
             self.stop()
-        finally:
-            self._scope.close()
+        except BaseException as e:  # stop() did not finish: the lifeline keeps its watchdog (evaluate.lifeline)
+            self._scope.__exit__(type(e), e, e.__traceback__)
+            raise
+        self._scope.close()
 
     def __enter__(self):
         return self

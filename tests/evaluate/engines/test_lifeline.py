@@ -96,6 +96,47 @@ def test_a_normal_close_stops_the_watchdog_and_leaves_other_processes_alone():
             p.wait()
 
 
+
+CUT_SHORT = """
+import subprocess, sys, time
+from types import SimpleNamespace
+sys.path.insert(0, {root!r})
+from evaluate.engines.base import Engine
+
+class Stubborn(Engine):
+    name = "stubborn"
+    starts_processes = True
+
+    def start(self, target, args, max_model_len):
+        self.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop(self):
+        raise KeyboardInterrupt  # a second Ctrl-C while it stops its processes
+
+engine = Stubborn(SimpleNamespace(path="."), {{}}, {{}}, max_model_len=16)
+print(engine.proc.pid, flush=True)
+try:
+    engine.close()
+except KeyboardInterrupt:
+    pass
+"""
+
+
+def test_a_close_cut_short_leaves_the_watchdog_to_end_the_engines_processes():
+    """A second Ctrl-C during Engine.stop() stopped the watchdog as a normal
+    close does: the engine's processes outlived evaluate."""
+    holder = subprocess.run([sys.executable, "-c", CUT_SHORT.format(root=str(ROOT))], capture_output=True,
+                            text=True, env=quantize_env(), timeout=120)
+    assert holder.returncode == 0, holder.stderr
+    engine_process = int(holder.stdout.split()[0])
+    try:
+        assert wait_gone([engine_process], GONE_WITHIN_S) == [], "the engine's process outlived evaluate"
+    finally:
+        if alive([engine_process]):
+            os.kill(engine_process, signal.SIGKILL)
+
+
 def engine_tree_once_ready(proc: subprocess.Popen) -> list[int]:
     """Evaluate's processes (bar itself) once vLLM says it is ready."""
     end = time.monotonic() + HANG_GUARD_S
