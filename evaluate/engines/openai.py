@@ -8,6 +8,7 @@ benchmark is a flood of requests, and pointing one at someone else's server
 by a typo should take an explicit yes."""
 import json
 import logging
+import time
 import urllib.error
 import urllib.request
 from urllib.parse import urlsplit
@@ -20,7 +21,8 @@ from quantize.common.errors import UserError
 
 log = logging.getLogger("quantbench.evaluate")
 ALIVE_TIMEOUT_S = 5.0         # a /models answer later than this is unknown, not a death
-DEAD_AFTER_FAILED_POLLS = 3   # /models errors in a row that mean the server is gone (a refusal: at once)
+DEAD_AFTER_FAILED_POLLS = 3   # /models errors since its last answer that mean the server is gone (a refusal: at once)
+DEAD_AFTER_S = 10.0           # ... spread over at least this long: death-grace loops poll several times a second
 
 def check_base_url(base_url, allow_remote: bool) -> str:
     """The API's base URL (the one /models and /completions hang from), or
@@ -74,21 +76,27 @@ class OpenAIEngine(HttpEngine, Engine):
         self.model = str(self.settings.get("model") or _first_model(body, self.base_url))
         log.info("benchmarking the running server at %s (model %s)", self.base_url, self.model)
 
-    failed_polls = 0    # /models polls in a row that got an error
+    failed_polls = 0                    # /models polls that got an error since its last answer
+    first_failed: float | None = None   # when the first of them did (time.monotonic())
 
     def alive(self) -> str | None:
         """None unless the server is gone: its port refuses connections, or
-        /models failed DEAD_AFTER_FAILED_POLLS polls in a row. A late answer
-        is unknown, not dead: a server saturated by the load answers slowly."""
+        /models failed DEAD_AFTER_FAILED_POLLS polls over DEAD_AFTER_S or more
+        since its last answer. A late answer neither counts nor clears them: a
+        server saturated by the load answers slowly."""
         answer = probe(self.base_url + "/models", ALIVE_TIMEOUT_S)
+        if answer == "ok":
+            self.failed_polls, self.first_failed = 0, None
         if answer in ("ok", "late"):
-            self.failed_polls = 0 if answer == "ok" else self.failed_polls
             return None
+        now = time.monotonic()
         self.failed_polls += 1
-        if answer != "connection refused" and self.failed_polls < DEAD_AFTER_FAILED_POLLS:
+        self.first_failed = self.first_failed if self.first_failed is not None else now
+        failing_s = now - self.first_failed
+        if answer != "connection refused" and (self.failed_polls < DEAD_AFTER_FAILED_POLLS or failing_s < DEAD_AFTER_S):
             return None
         return (f"the server at {self.base_url} stopped answering (/models: {answer}"
-                f"{f', {self.failed_polls} polls in a row' if self.failed_polls > 1 else ''})")
+                f"{f', {self.failed_polls} failed polls over {failing_s:.0f} s since its last answer' if self.failed_polls > 1 else ''})")
 
     def versions(self) -> dict[str, str]:
         return self.server_versions()

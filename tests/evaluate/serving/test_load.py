@@ -182,10 +182,15 @@ def test_a_server_slow_to_list_its_models_is_busy_not_dead(fake_server, monkeypa
 def test_openai_declares_death_on_a_refusal_or_several_failed_polls(fake_server, monkeypatch):
     server = fake_server("--fixed-ms", "2")
     with OpenAIEngine(None, {}, {}, max_model_len=128, settings={"base_url": server.base_url}) as engine:
-        answers = iter(["HTTP 503", "HTTP 503", "ok", "HTTP 503", "late", "HTTP 503", "HTTP 503"])
+        answers = iter(["HTTP 503", "HTTP 503", "ok", "HTTP 503", "late", "HTTP 503", "HTTP 503", "HTTP 503"])
+        clock = iter([0.0, 1.0, 2.0, 3.0, 4.0, 14.0])   # the monotonic time of each failed poll
         monkeypatch.setattr(openai, "probe", lambda url, timeout: next(answers))
-        seen = [engine.alive() for _ in range(7)]
-        assert seen[:6] == [None] * 6 and "HTTP 503, 3 polls in a row" in seen[6]
+        monkeypatch.setattr(openai.time, "monotonic", lambda: next(clock))
+        seen = [engine.alive() for _ in range(8)]
+        # the late answer neither counts nor clears: 3 failures since the ok, but within 2 s of the first
+        # (a death-grace loop polls several times a second) are not yet a death; 4 over 12 s are
+        assert seen[:7] == [None] * 7
+        assert "HTTP 503, 4 failed polls over 12 s since its last answer" in seen[7]
         monkeypatch.undo()
         server.stop()
         assert "connection refused" in engine.alive()
