@@ -141,7 +141,7 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
         self.study_name = self.study_name or self.settings.space or self.config.hydra.job.name
         self.url = self.storage or storages.default_url(self.settings.results_dir, self.study_name)
         self.storage = storages.open_storage(self.url)
-        _keep_storage_from_jobs(self.config)
+        self._keep_storage_from_jobs()
         directions = self._get_directions()
         self.objectives = _objectives(self.settings.objectives, directions)
         study = _load_study(self.study_name, self.storage, directions, self.url)
@@ -216,14 +216,14 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
         record = snapshot(study, self.settings, self.objectives, self.url, self.target)
         return study_file.write(self.settings.results_dir, record)
 
-
-def _keep_storage_from_jobs(config: DictConfig) -> None:
-    """Drop a hydra.sweeper.storage= override from what the launcher composes
-    each job with: Hydra would save it, password and all, in every job's
-    .hydra/hydra.yaml, and no job opens the study."""
-    overrides = config.hydra.overrides
-    with read_write(overrides):
-        overrides.hydra = [o for o in overrides.hydra if str(o).partition("=")[0].lstrip("+~") not in SWEEPER_ONLY]
+    def _keep_storage_from_jobs(self) -> None:
+        """Drop a hydra.sweeper.storage= override from what the launcher composes
+        each job with: Hydra would save it, password and all, in every job's
+        .hydra/hydra.yaml, and no job opens the study."""
+        overrides = self.config.hydra.overrides
+        with read_write(overrides):
+            overrides.hydra = [o for o in overrides.hydra
+                               if str(o).partition("=")[0].lstrip("+~") not in SWEEPER_ONLY]
 
 
 class _RecordingLauncher:
