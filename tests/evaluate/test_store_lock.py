@@ -120,6 +120,17 @@ def test_a_file_system_without_locks_warns_and_measures(tmp_path, monkeypatch, c
     assert "results_dir" in line
 
 
+def lock_under_umask_022(store: Path):
+    """Lock KEY in `store` once with the usual umask (022: new files 0644, folders 0755)."""
+    old_umask = os.umask(0o022)
+    try:
+        with store_lock.measurement(store, KEY, "scenario a") as hold:
+            pass
+    finally:
+        os.umask(old_umask)
+    return hold
+
+
 @pytest.mark.parametrize("folder_mode, shared", [(0o2775, 0o020), (0o777, 0o022), (0o755, 0)])
 def test_a_lock_file_is_writable_by_whoever_may_write_its_folder(tmp_path, folder_mode, shared):
     """Under umask 022 a new file is 0644: a second user of a group-writable
@@ -128,12 +139,7 @@ def test_a_lock_file_is_writable_by_whoever_may_write_its_folder(tmp_path, folde
     locks = tmp_path / "locks"
     locks.mkdir()
     locks.chmod(folder_mode)
-    old_umask = os.umask(0o022)
-    try:
-        with store_lock.measurement(tmp_path, KEY, "scenario a") as hold:
-            pass
-    finally:
-        os.umask(old_umask)
+    hold = lock_under_umask_022(tmp_path)
     mode = store_lock.lock_path(tmp_path, KEY).stat().st_mode & 0o777
     assert hold.locked and mode & 0o022 == shared and mode & 0o600 == 0o600
 
@@ -146,12 +152,7 @@ def test_the_lock_folder_a_job_makes_is_writable_by_whoever_may_write_the_store(
     store = tmp_path / "store"
     store.mkdir()
     store.chmod(store_mode)
-    old_umask = os.umask(0o022)
-    try:
-        with store_lock.measurement(store, KEY, "scenario a") as hold:
-            pass
-    finally:
-        os.umask(old_umask)
+    hold = lock_under_umask_022(store)
     mode = store_lock.lock_path(store, KEY).parent.stat().st_mode & 0o777
     assert hold.locked and mode & 0o022 == shared and mode & 0o700 == 0o700
 

@@ -266,19 +266,25 @@ def test_speed_variables_exported_in_the_shell_enter_the_setup_identity(clean_en
     assert engines.identity(configured, VllmEngine)["shell_env"] == {"ATEN_CPU_CAPABILITY": "avx2"}
 
 
+def identity_without_and_with(engine_class, name: str, exported: dict, monkeypatch) -> tuple[dict, dict]:
+    """engine `name`'s setup identity from a shell that exported none of
+    `exported`, then from one that exported them all at launch."""
+    from evaluate.engines import base
+    cfg = engines.config(name)
+    monkeypatch.setattr(base, "LAUNCH_ENV", base.LAUNCH_ENV - set(exported))
+    plain = engines.identity(cfg, engine_class)
+    for key, value in exported.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(base, "LAUNCH_ENV", base.LAUNCH_ENV | set(exported))
+    return plain, engines.identity(cfg, engine_class)
+
+
 def test_threads_exported_in_the_shell_enter_the_setup_identity_of_engine_hf(clean_env, monkeypatch):
     """transformers' speed follows OMP_NUM_THREADS (and MKL_NUM_THREADS) as vLLM's
     does: a 1-thread rerun was skipped as done and averaged with 2-thread rows."""
-    from evaluate.engines import base
     from evaluate.engines.hf import HfEngine
-    cfg = engines.config("hf")
     threads = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    monkeypatch.setattr(base, "LAUNCH_ENV", base.LAUNCH_ENV - set(threads))
-    plain = engines.identity(cfg, HfEngine)
-    for name, value in threads.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setattr(base, "LAUNCH_ENV", base.LAUNCH_ENV | set(threads))
-    exported = engines.identity(cfg, HfEngine)
+    plain, exported = identity_without_and_with(HfEngine, "hf", threads, monkeypatch)
     assert exported["shell_env"] == threads != plain.get("shell_env")
     assert results.setup_id(exported, {}, {}) != results.setup_id(plain, {}, {})
     assert threads.items() <= HfEngine.recorded_env({}).items()  # and its rows say so
@@ -306,16 +312,10 @@ def test_a_shell_value_the_engine_leaves_standing_enters_the_setup_identity(clea
 def test_cudas_sampler_and_gemm_switches_exported_in_the_shell_are_recorded(clean_env, monkeypatch):
     """scripts/device_check.sh exports VLLM_USE_FLASHINFER_SAMPLER=0 and VLLM_USE_DEEP_GEMM=0 (the
     bundle carries neither library): rows measured so must say it, and be another setup."""
-    from evaluate.engines import base
     from evaluate.engines.vllm import VllmEngine
-    cfg = engines.config("vllm")
     switches = {"VLLM_USE_FLASHINFER_SAMPLER": "0", "VLLM_USE_DEEP_GEMM": "0"}
-    monkeypatch.setattr(base, "LAUNCH_ENV", base.LAUNCH_ENV - set(switches))
-    plain = engines.identity(cfg, VllmEngine)
-    for name, value in switches.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setattr(base, "LAUNCH_ENV", base.LAUNCH_ENV | set(switches))
-    assert engines.identity(cfg, VllmEngine)["shell_env"] == switches != plain.get("shell_env")
+    plain, exported = identity_without_and_with(VllmEngine, "vllm", switches, monkeypatch)
+    assert exported["shell_env"] == switches != plain.get("shell_env")
     assert switches.items() <= VllmEngine.recorded_env({}).items()
 
 
