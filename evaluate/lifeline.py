@@ -86,11 +86,8 @@ def hold() -> Iterator[Lifeline]:
     _held += 1
     try:
         yield Lifeline(token, watchdog.pid)
-    except BaseException:
-        # left running: the engine's processes may outlive a stop cut short (a
-        # second Ctrl-C), and the watchdog ends them when this process exits
-        raise
-    else:
+        # reached only when the block ends normally: one an exception cuts short (a
+        # second Ctrl-C in a stop) leaves the watchdog to end the engine's processes
         _stop(watchdog)
     finally:
         _held -= 1
