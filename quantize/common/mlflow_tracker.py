@@ -147,7 +147,8 @@ class MlflowTracker(Tracker):
         those the record clears are deleted. Returns whether the run is of
         another revision (a rebuild): its files are then replaced, and its
         metrics are to be logged anew."""
-        held = self.client().get_run(run_id).data
+        run = self.client().get_run(run_id)
+        held = run.data
         rebuilt = bool(record.revision) and held.tags.get(REVISION_TAG) != record.revision
         self._batch(run_id, params={k: v for k, v in record.params.items() if k not in held.params},
                     tags=_tags(record))
@@ -155,6 +156,7 @@ class MlflowTracker(Tracker):
             self.client().delete_tag(run_id, key)
         if record.refresh_files or rebuilt:
             self._files(run_id, record)
+            self._drop_stale(run_id, run.info.artifact_uri, record)
         elif record.files or record.texts:
             self._files(run_id, record, skip={a.path for a in self.client().list_artifacts(run_id)})
         return rebuilt
@@ -176,6 +178,19 @@ class MlflowTracker(Tracker):
         for name, text in record.texts.items():
             if name not in skip:
                 client.log_text(run_id, text, name)
+
+    def _drop_stale(self, run_id: str, artifact_uri: str, record: RunRecord) -> None:
+        """Delete the run's files that the record does not hold (a plot the
+        last report wrote and this one did not): a replaced run's files are
+        the record's, not a mix of two writes. MlflowClient deletes no
+        artifact; the run's artifact store does (a server's proxy too)."""
+        kept = {Path(p).name for p in record.files} | set(record.texts)
+        stale = [a.path for a in self.client().list_artifacts(run_id) if a.path not in kept]
+        if stale:
+            from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+            store = get_artifact_repository(artifact_uri, tracking_uri=self.uri)
+            for path in stale:
+                store.delete_artifacts(path)
 
     def _metrics(self, run_id: str, metrics: tuple[Metric, ...], every: bool) -> None:
         """The metrics of each step the run lacks (`every`: all of them, the

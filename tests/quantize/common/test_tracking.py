@@ -280,3 +280,23 @@ def test_a_server_that_is_down_is_one_warning_line(monkeypatch, caplog):
     finally:
         retries.setLevel(before)
     assert [r.name for r in caplog.records] == ["quantbench.tracking"], [r.getMessage() for r in caplog.records]
+
+
+@needs_mlflow
+def test_a_refreshed_runs_files_are_exactly_the_latest_writes(tmp_path):
+    """A report's run kept the plots an earlier report wrote and the latest
+    did not, beside the latest's: the run showed a mix of two reports."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    first, second = tmp_path / "first", tmp_path / "second"
+    for folder, names in ((first, ("report.md", "old_plot.png")), (second, ("report.md", "new_plot.png"))):
+        folder.mkdir()
+        for name in names:
+            (folder / name).write_text(f"{folder.name} {name}")
+    for folder in (first, second):
+        report = RunRecord(key="r1", name="report", files=tuple(sorted(folder.iterdir())), refresh_files=True)
+        assert tracking.from_group({**MLFLOW, "uri": uri, "experiment": "unit"}).log(report)
+    [run] = _runs_by_name(uri).values()
+    assert _files(uri, run) == ["new_plot.png", "report.md"]
+    from mlflow import MlflowClient
+    logged = MlflowClient(uri).download_artifacts(run.info.run_id, "report.md", str(tmp_path / "down"))
+    assert Path(logged).read_text() == "second report.md"
