@@ -45,6 +45,7 @@ from quantize.common.extensions import Configurable
 from quantize.common.heldout import held_out_text, windows
 from quantize.common.jobs import one_line
 from quantize.common.paths import CACHE_DIR, resolve
+from quantize.common.provenance import sha256_bytes
 from quantize.common.settings import flag, shown
 
 log = logging.getLogger("quantbench.accuracy")
@@ -91,8 +92,19 @@ class AccuracyConfig(Configurable):
         return cls.from_config(values, "accuracy")
 
     def as_dict(self) -> dict:
-        """The group as rows record it (`accuracy_config`)."""
-        return dataclasses.asdict(self)
+        """The group as rows record it (`accuracy_config`), with the local
+        text's content hash (text_identity)."""
+        return dataclasses.asdict(self) | text_identity(self.text, self.books)
+
+
+def text_identity(text: str, books: list[str], key: str = "accuracy.text") -> dict:
+    """What a row records of its held-out text beyond its name: for a local
+    file, the hash of what it holds (`text_sha256`), so an edited file is
+    measured anew where its path alone took the old rows as complete. Austen's
+    books are fixed, and rows of them keep the key they had."""
+    if text == "austen":
+        return {}
+    return {"text_sha256": sha256_bytes(held_out_text(text, books, key).encode())}
 
 
 def lastword_passages(text: str, n: int, min_words: int, seed: int) -> list[tuple[str, str]]:

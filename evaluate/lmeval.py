@@ -85,10 +85,15 @@ class LmEvalConfig(Configurable):
 
     def as_dict(self) -> dict:
         """The group as rows record it (`lm_eval_config`): a preset without the
-        bundled task's settings records none."""
+        bundled task's settings records none; the bundled task's local text
+        adds its content hash (accuracy.text_identity)."""
         out = dataclasses.asdict(self)
-        if self.austen_lastword is None:
+        bundled = self.austen_lastword
+        if bundled is None:
             del out["austen_lastword"]
+        elif BUNDLED_TASK in self.tasks:
+            out["austen_lastword"] |= accuracy.text_identity(bundled.text, bundled.books,
+                                                             "lm_eval.austen_lastword.text")
         return out
 
 

@@ -1,6 +1,7 @@
 """evaluate/accuracy.py: the KL divergence on the partition {each returned
 token, everything else}, from the engine's top-k logprobs and the reference's
 full distribution, against a direct computation."""
+import json
 import math
 import os
 import shutil
@@ -267,3 +268,68 @@ def test_a_last_word_has_the_tokens_it_has_after_its_context(which, tokenizer_di
         (i,) = [i for i, whole in enumerate(wholes) if whole[-len(prompt):] == prompt]  # the paragraph's own tokens
         assert prompt[-n:] == wholes[i][len(contexts[i]):]  # the word's, as they follow its context
         assert len(prompt) <= context_tokens + WORD_TOKENS
+
+
+# A local held-out text is one measurement while it holds the same text:
+# the row's key is its content's hash, the path is kept for display.
+
+def accuracy_config(text: str):
+    from evaluate.accuracy import AccuracyConfig
+    return AccuracyConfig.from_group({"name": "mine", "enabled": True, "text": text, "books": [], "num_windows": 2,
+                                      "window_len": 16, "top_k": 5,
+                                      "lastword": {"num_items": 2, "min_words": 3, "context_tokens": 8}})
+
+
+def accuracy_row(config):
+    from evaluate.results import Row
+    return Row(kind="accuracy", artifact_id="a1", scenario=config.name, run_index=0, seed=0,
+               accuracy_config=config.as_dict())
+
+
+def test_an_edited_local_text_is_measured_anew(tmp_path):
+    """The key held the file's path alone: a rerun after the text was edited
+    took the rows of the old text as complete, and the report set them
+    beside rows measured on the new one."""
+    from evaluate.results import Row
+    text = tmp_path / "held_out.txt"
+    text.write_text("The first version of the text.\n")
+    config = accuracy_config(str(text))
+    before = accuracy_row(config)
+    assert accuracy_row(config).run_key() == before.run_key()   # unchanged text: complete, not measured again
+    text.write_text("The second version of the text.\n")
+    after = accuracy_row(config)
+    assert after.run_key() != before.run_key()
+    assert after.accuracy_config["text"] == str(text)
+    stored = Row.from_dict(json.loads(json.dumps(before.to_dict())))
+    assert stored.run_key() == before.run_key()                 # as the store gives it back
+    older = {k: v for k, v in before.accuracy_config.items() if k != "text_sha256"}   # a row from before the hash
+    assert Row.from_dict(before.to_dict() | {"accuracy_config": older}).run_key() != after.run_key()
+
+
+def test_austen_rows_keep_their_key():
+    """The bundled books do not change: their rows stored before the hash stay complete."""
+    config = accuracy_config("austen")
+    assert "text_sha256" not in config.as_dict() and config.as_dict()["text"] == "austen"
+
+
+@pytest.mark.extended
+def test_a_rerun_after_the_local_text_was_edited_measures_accuracy_again(tiny_model, tmp_path):
+    """The same job, run three times: a second run with the text unchanged
+    has nothing to do; after an edit, the accuracy row is measured again."""
+    import random
+
+    from evaluate import results
+    from tests.conftest import run_cli
+    words = "the lady said her sister walked to the house one morning and never thought of it".split()
+    paragraph = lambda rng: " ".join(rng.choice(words) for _ in range(40)) + " friendship."
+    text = tmp_path / "held_out.txt"
+    args = [f"model={tiny_model}", "engine=hf", "scenario=none", f"accuracy.text={text}", "accuracy.num_windows=1",
+            "accuracy.window_len=32", "accuracy.lastword.num_items=2", "accuracy.lastword.min_words=3",
+            "accuracy.lastword.context_tokens=8", f"results_dir={tmp_path / 'res'}"]
+    for seed, expect in ((0, "appended"), (0, "nothing to do"), (1, "appended")):
+        rng = random.Random(seed)
+        text.write_text("\n\n".join(paragraph(rng) for _ in range(8)))
+        out = run_cli("evaluate", *args, cwd=tmp_path)
+        assert out.returncode == 0 and expect in out.stdout + out.stderr, out.stderr[-2000:]
+    rows = [r for r in results.read(tmp_path / "res") if r.kind == "accuracy"]
+    assert len(rows) == 2 and rows[0].accuracy_config["text_sha256"] != rows[1].accuracy_config["text_sha256"]

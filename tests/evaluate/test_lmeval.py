@@ -209,3 +209,18 @@ def test_the_batch_sizes_lm_eval_takes_pass(size):
                                           "venv": "/nonexistent"})
     with pytest.raises(UserError, match="no lm-eval environment"):   # the next check: the counts passed
         lmeval.validate(cfg, "vllm")
+
+
+def test_the_bundled_task_on_an_edited_local_text_is_measured_anew(tmp_path):
+    """lm_eval.austen_lastword.text=<file> was keyed by the path: an edited
+    file's old scores were taken as complete."""
+    text = tmp_path / "paragraphs.txt"
+    text.write_text("One paragraph of a text.\n")
+    cfg = lmeval.LmEvalConfig.from_group({"name": "austen_lastword", "tasks": ["austen_lastword"], "enabled": True,
+                                          "austen_lastword": {"text": str(text), "books": [], "num_items": 2,
+                                                              "min_words": 3}})
+    key = lambda: lmeval.row(results.Row(kind="speed", seed=0), cfg, "austen_lastword", "vllm").run_key()
+    before = key()
+    assert key() == before
+    text.write_text("Another paragraph of a text.\n")
+    assert key() != before
