@@ -150,3 +150,15 @@ def test_a_store_this_user_may_only_read_is_back_filled_without_locks(tmp_path, 
     assert run.info.status == "FINISHED" and not (store / "locks").exists()
     [note] = [r.getMessage() for r in caplog.records]
     assert note.startswith(f"note: cannot make lock files in {store / 'locks'} (Permission denied)")
+
+
+def test_a_back_fill_of_a_file_says_results_dir_must_be_a_folder(tmp_path):
+    """It said "no results in <file>; run python -m evaluate first", as of an empty store."""
+    rows = sharded_store(tmp_path) / "results-node1-100.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "evaluate.track", f"results_dir={rows}",
+                           f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"], cwd=tmp_path, env=quantize_env(),
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [f"error: results_dir={rows} is a file, not a folder; pass "
+                                                "results_dir=<the folder python -m evaluate wrote its rows to>"]
+    assert not (tmp_path / "mlflow.db").exists()
