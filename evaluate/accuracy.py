@@ -202,16 +202,18 @@ def validate(config: AccuracyConfig, target, max_model_len: int | None = None) -
     if config.text == "austen" and not config.books:
         raise UserError("accuracy.books is empty; name at least one held-out book, e.g. accuracy.books=[persuasion]")
     text = held_out_text(config.text, config.books)
-    reference_path(target, config)
+    reference = reference_path(target, config)
     machine.check_device("accuracy.reference_device", config.reference_device or "cpu")
-    check_text_holds_the_pass(config, text, target.path if target.built else target.base_model)
+    tokenizer_dir = target.path if target.built else target.base_model
+    tokenizer = check_text_holds_the_pass(config, text, tokenizer_dir)
+    check_same_vocabulary(reference, tokenizer_dir, tokenizer)
 
 
-def check_text_holds_the_pass(config: AccuracyConfig, text: str, tokenizer_dir: Path) -> None:
+def check_text_holds_the_pass(config: AccuracyConfig, text: str, tokenizer_dir: Path):
     """The held-out text holds the windows and last-word paragraphs asked
     for: cut here as the pass cuts them (the tokens are cached: ~0.1 s for
     SmolLM2 once its tokenizer is loaded), so too few fail before the speed
-    runs, not after them."""
+    runs, not after them. Returns the tokenizer."""
     lastword_passages(text, int(config.lastword.num_items), int(config.lastword.min_words), seed=0)  # seed: which, not how many
     try:
         tokenizer = hf_load.tokenizer(tokenizer_dir)
@@ -219,6 +221,29 @@ def check_text_holds_the_pass(config: AccuracyConfig, text: str, tokenizer_dir: 
         raise UserError(f"the tokenizer of {tokenizer_dir} does not load ({one_line(e)}); the accuracy pass "
                         "needs it: add its tokenizer files, or pass accuracy=none") from None
     windows(tokenizer, text, int(config.num_windows), int(config.window_len))
+    return tokenizer
+
+
+def check_same_vocabulary(reference: Path, tokenizer_dir: Path, tokenizer) -> None:
+    """The reference scores the artifact's token ids, so an id must stand for
+    the same text in both: another vocabulary gave an IndexError after the
+    speed runs, or a KL between unrelated tokens. A reference without
+    tokenizer files is checked by its config's vocab_size alone."""
+    if reference.resolve() == Path(tokenizer_dir).resolve():
+        return
+    try:
+        same = hf_load.tokenizer(reference).get_vocab() == tokenizer.get_vocab()
+    except (OSError, ValueError):
+        same = _vocab_size(reference) == _vocab_size(tokenizer_dir)
+    if not same:
+        raise UserError(f"accuracy reference {reference} has another vocabulary than {tokenizer_dir}, so their "
+                        "token ids cannot be compared; set accuracy.reference=<the unquantized checkpoint it was "
+                        "made from> or pass accuracy=none")
+
+
+def _vocab_size(model_dir: Path) -> int | None:
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    return config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
 
 
 # The pass's sizes and the least each takes (a window is a prompt and the token it predicts).

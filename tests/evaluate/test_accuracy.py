@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from evaluate.accuracy import _partition_kl
+from quantize.common.errors import UserError
 
 P = [0.40, 0.25, 0.15, 0.10, 0.06, 0.04]   # reference distribution over a 6-token vocabulary
 Q = [0.30, 0.30, 0.20, 0.05, 0.10, 0.05]   # the artifact's
@@ -333,3 +334,47 @@ def test_a_rerun_after_the_local_text_was_edited_measures_accuracy_again(tiny_mo
         assert out.returncode == 0 and expect in out.stdout + out.stderr, out.stderr[-2000:]
     rows = [r for r in results.read(tmp_path / "res") if r.kind == "accuracy"]
     assert len(rows) == 2 and rows[0].accuracy_config["text_sha256"] != rows[1].accuracy_config["text_sha256"]
+
+
+# The reference scores the artifact's token ids: its vocabulary must be the artifact's.
+
+@pytest.fixture()
+def artifact(tiny_model, tmp_path):
+    """A plain dense checkpoint (a copy of the tiny model) opened as evaluate opens it."""
+    from evaluate.target import from_path
+    return from_path(shutil.copytree(tiny_model, tmp_path / "artifact"))
+
+
+def austen_config(reference: Path):
+    from evaluate.accuracy import AccuracyConfig
+    return AccuracyConfig.from_group({"name": "austen", "enabled": True, "text": "austen", "books": ["persuasion"],
+                                      "num_windows": 2, "window_len": 16, "top_k": 5, "reference": str(reference),
+                                      "lastword": {"num_items": 2, "min_words": 30, "context_tokens": 8}})
+
+
+def test_a_reference_with_another_vocabulary_is_refused_before_any_engine_starts(artifact, tmp_path):
+    """Token ids of one vocabulary were scored in another's distributions: an
+    IndexError after the speed runs (a smaller vocabulary) or a KL between
+    unrelated tokens."""
+    from evaluate import accuracy
+    from quantize.common.tiny_model import build_tiny_llama
+    sentencepiece_tokenizer(tmp_path / "sp", ["the", "and"])
+    other = build_tiny_llama(tmp_path / "other", tmp_path / "sp")
+    with pytest.raises(UserError, match=rf"^accuracy reference {other} has another vocabulary than {artifact.path}, "
+                                        r"so their token ids cannot be compared; set accuracy.reference=<the "
+                                        r"unquantized checkpoint it was made from> or pass accuracy=none$"):
+        accuracy.validate(austen_config(other), artifact)
+    for name in ("tokenizer.json", "tokenizer_config.json"):   # no tokenizer: its config's vocab_size tells
+        (other / name).unlink()
+    with pytest.raises(UserError, match="has another vocabulary"):
+        accuracy.validate(austen_config(other), artifact)
+
+
+def test_a_reference_with_the_same_vocabulary_passes(artifact, tmp_path, tokenizer_dir):
+    from evaluate import accuracy
+    from quantize.common.tiny_model import build_tiny_llama
+    other = build_tiny_llama(tmp_path / "other", tokenizer_dir, seed=1)   # other weights, the artifact's tokenizer
+    accuracy.validate(austen_config(other), artifact)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (other / name).unlink()
+    accuracy.validate(austen_config(other), artifact)
