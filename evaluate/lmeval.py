@@ -34,12 +34,13 @@ from quantize.common.errors import UserError
 from quantize.common.extensions import Configurable
 from quantize.common.heldout import held_out_text
 from quantize.common.paths import PROJECT_ROOT, resolve
-from quantize.common.provenance import PACKAGES
+from quantize.common.provenance import PACKAGES, sha256_bytes, sha256_json
 from quantize.common.settings import flag, is_integer, shown
 
 log = logging.getLogger("quantbench.lm_eval")
 
 BUNDLED_TASK = "austen_lastword"
+TASK_FILES = (".yaml", ".yml", ".py")   # what lm-eval reads of an include_path folder as task definitions
 LM_EVAL_DEFAULT_SEEDS = (0, 1234, 1234, 1234)   # lm_eval/_cli/run.py, default_seed_string
 # Versions of the lm-eval environment, recorded in every row: the tracked
 # packages (quantize.common.provenance.PACKAGES), read there by this script.
@@ -86,7 +87,7 @@ class LmEvalConfig(Configurable):
     def as_dict(self) -> dict:
         """The group as rows record it (`lm_eval_config`): a preset without the
         bundled task's settings records none; the bundled task's local text
-        adds its content hash (accuracy.text_identity)."""
+        and the include_path task files add their content's hash."""
         out = dataclasses.asdict(self)
         bundled = self.austen_lastword
         if bundled is None:
@@ -94,7 +95,21 @@ class LmEvalConfig(Configurable):
         elif BUNDLED_TASK in self.tasks:
             out["austen_lastword"] |= accuracy.text_identity(bundled.text, bundled.books,
                                                              "lm_eval.austen_lastword.text")
+        if self.include_path:
+            out["include_path_sha256"] = task_files_sha256(self.include_path)
         return out
+
+
+def task_files_sha256(folders: list[str]) -> str:
+    """The hash of the task files (YAML, Python) under the include_path
+    folders, by folder and relative path: an edited task is measured anew,
+    where the folders' paths alone took the old scores as complete."""
+    files = []
+    for i, folder in enumerate(folders):
+        root = resolve(folder)
+        files += [(i, str(f.relative_to(root)), sha256_bytes(f.read_bytes()))
+                  for f in sorted(root.rglob("*")) if f.suffix in TASK_FILES and f.is_file()]
+    return sha256_json(files)
 
 
 def venv_python(config: LmEvalConfig) -> Path:

@@ -224,3 +224,23 @@ def test_the_bundled_task_on_an_edited_local_text_is_measured_anew(tmp_path):
     assert key() == before
     text.write_text("Another paragraph of a text.\n")
     assert key() != before
+
+
+def test_an_edited_include_path_task_is_measured_anew(tmp_path):
+    """The key held the include_path folders' paths alone: editing a task's
+    YAML (or the Python it names) reused the old task's scores."""
+    folder = _user_task(tmp_path / "my_tasks")
+    cfg = lmeval.LmEvalConfig.from_group({"name": "hub", "tasks": ["my_capitals"], "enabled": True,
+                                          "include_path": [str(folder)]})
+    key = lambda: lmeval.row(results.Row(kind="speed", seed=0), cfg, "my_capitals", "vllm").run_key()
+    before = key()
+    (folder / "notes.txt").write_text("not a task file")
+    assert key() == before
+    task = folder / "my_capitals.yaml"
+    task.write_text(task.read_text().replace("doc_to_target: ' {{a}}'", "doc_to_target: '{{a}}'"))
+    edited = key()
+    assert edited != before
+    (folder / "utils.py").write_text("def process_docs(dataset):\n    return dataset\n")
+    assert key() != edited
+    plain = lmeval.LmEvalConfig.from_group({"name": "hub", "tasks": ["gsm8k"], "enabled": True})
+    assert "include_path_sha256" not in plain.as_dict()   # rows without include_path keep their key
