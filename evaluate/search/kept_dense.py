@@ -40,14 +40,14 @@ def find(results_dir: Path, model_name: str, model_path: str, scheme: str, choic
                         f"(after `{MEASURE}`) or a path, or search trial.keep_dense=0")
     if choice != "auto":
         path = Path(choice)
-        return sensitivity_file.read(path), str(path)
+        return _named(path, results_dir, model_name, model_path), str(path)
     candidates = [p for p in sensitivity_file.find(results_dir) if p.parent.parent.name == model_name]
     # a trial quantizes every Linear but lm_head: a file measured with another
     # ignore list (a proposed recipe's) lacks cells and does not rank them
     read = [(s, p) for p, s in sensitivity_file.readable(candidates) if s.modules() == sensitivity_file.USUAL_MODULES]
     if read:
         hashes = _weights_hashes(model_path)
-        read = [(s, p) for s, p in read if hashes is None or s.weights_hash in hashes(s.weights_hash)]
+        read = [(s, p) for s, p in read if _of_weights(s, hashes)]
     if not read:
         where = Path(results_dir) / "sensitivity" / model_name
         raise UserError(f"keep_dense > 0 needs the sensitivity of {model_name} (none for these weights, measured on "
@@ -56,6 +56,28 @@ def find(results_dir: Path, model_name: str, model_path: str, scheme: str, choic
                         "trial.keep_dense=0")
     sensitivity, path = next(((s, p) for s, p in read if s.scheme_key.startswith(scheme)), read[0])
     return sensitivity, str(Path(path).relative_to(results_dir))
+
+
+def _named(path: Path, results_dir: Path, model_name: str, model_path: str) -> sensitivity_file.Sensitivity:
+    """The file `sensitivity=<path>` names, held to what auto asks of one: it
+    ranked the searched model's layers by another model's (or another
+    coverage's) cells."""
+    found = sensitivity_file.read(path)
+    measure = f"`{MEASURE} model=<the model> results_dir={results_dir}`"
+    if not _of_weights(found, _weights_hashes(model_path)):
+        raise UserError(f"sensitivity={path} was measured on other weights ({found.model_name}, "
+                        f"{found.weights_hash[:12]}) than model {model_name} ({model_path}); pass the file of this "
+                        f"model, sensitivity=auto, or measure it: {measure}")
+    if found.modules() != sensitivity_file.USUAL_MODULES:
+        raise UserError(f"sensitivity={path} was measured with scheme {found.scheme_key} on other modules than "
+                        f"a trial quantizes (every Linear but lm_head); pass sensitivity=auto or the file of "
+                        f"{measure}")
+    return found
+
+
+def _of_weights(sensitivity: sensitivity_file.Sensitivity, hashes) -> bool:
+    """Whether the file was measured on the model's weights (`hashes`: _weights_hashes's; None: cannot tell)."""
+    return hashes is None or sensitivity.weights_hash in hashes(sensitivity.weights_hash)
 
 
 def kept(results_dir: Path, model_name: str, model_path: str, scheme: str, k: int, choice: str) -> KeptDense:

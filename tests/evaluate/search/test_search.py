@@ -200,6 +200,19 @@ def test_kept_dense_groups_without_a_sensitivity_file_name_the_command(tiny_mode
     assert "one scenario" in one_error_line(fixed)   # past the sensitivity check, to the next one
 
 
+def test_a_named_sensitivity_file_of_another_models_weights_stops_the_search_before_its_first_trial(tiny_model,
+                                                                                                      tmp_path):
+    """It was used as it was: the trials kept dense what another model's file ranked."""
+    from tests.evaluate.search.test_search_space import write_sensitivity
+    res = tmp_path / "results"
+    other = write_sensitivity(tmp_path / "elsewhere", tiny_model, {(0, "mlp.up_proj"): 0.1, (1, "mlp.up_proj"): 0.2},
+                              weights_hash="0" * 64)
+    line = one_error_line(run_cli("evaluate.search", f"model={tiny_model}", "engine=hf", f"sensitivity={other}",
+                                  f"results_dir={res}", cwd=tmp_path))
+    assert line.startswith(f"error: sensitivity={other} was measured on other weights") and SENSITIVITY_COMMAND in line
+    assert not (res / "search").exists()
+
+
 @pytest.mark.parametrize("args,says", [
     (["scenario=cpu"], "one scenario"),                        # a set: the speed objective needs one
     (["accuracy=none"], "recovery_pct needs an accuracy measurement"),

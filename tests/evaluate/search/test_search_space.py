@@ -165,6 +165,20 @@ def test_a_file_of_other_weights_or_none_at_all_names_the_sensitivity_command(ti
     assert kept_dense.kept(tmp_path, tiny_model.name, str(tiny_model), "w4a16", 0, "auto").modules == []
 
 
+def test_a_named_file_of_other_weights_or_modules_is_one_line_as_under_auto(tiny_model, tmp_path):
+    """sensitivity=<path> was read as it was: a file measured on another
+    model's weights ranked the searched model's layers."""
+    other = write_sensitivity(tmp_path / "elsewhere", tiny_model, {(0, "mlp.up_proj"): 0.1}, weights_hash="0" * 64)
+    with pytest.raises(UserError, match=rf"^sensitivity={re.escape(str(other))} was measured on other weights "
+                                        r"\(tiny-llama, 000000000000\) than model tiny-llama .*sensitivity=auto"):
+        kept_dense.kept(tmp_path, tiny_model.name, str(tiny_model), "w4a16", 1, str(other))
+    proposed = write_sensitivity(tmp_path / "elsewhere", tiny_model, {(0, "mlp.up_proj"): 0.1},
+                                 "w8a8-channel-sym-m3fea1c")
+    with pytest.raises(UserError, match="on other modules than a trial quantizes"):
+        kept_dense.kept(tmp_path, tiny_model.name, str(tiny_model), "w4a16", 1, str(proposed.parent))
+    assert kept_dense.kept(tmp_path, tiny_model.name, str(tiny_model), "w4a16", 0, str(other)).modules == []
+
+
 def test_auto_prefers_the_file_of_the_trials_scheme_family(tiny_model, tmp_path):
     write_sensitivity(tmp_path, tiny_model, {(0, "mlp.up_proj"): 0.1, (1, "mlp.up_proj"): 0.2}, "w4a16-g64-asym")
     write_sensitivity(tmp_path, tiny_model, {(0, "mlp.up_proj"): 0.2, (1, "mlp.up_proj"): 0.1}, "w8a8-channel")
