@@ -7,9 +7,13 @@
   first (user attr `retry_of` on the new trial), and runs only the trials the
   target still lacks. A left-RUNNING trial whose job had finished (its record
   holds its values: a batch's first jobs, or Slurm jobs that ran on) is
-  completed with those values instead (user attr `recovered`). Finished
-  trials (COMPLETE, PRUNED, FAIL other than interrupted) count towards the
-  target; so a trial that fails on its own is not retried.
+  completed with those values instead (user attr `recovered`). A trial whose
+  job was ended from outside (the launcher's time limit, scancel, preemption,
+  a lost node, a kill signal: user attr `killed`) is FAIL in its run and, on
+  the next, run again first like an interrupted one: once, as a retry that is
+  ended so again counts as failed. Finished trials (COMPLETE, PRUNED, FAIL
+  other than interrupted or killed) count towards the target; so a trial that
+  fails on its own is not retried.
 - One sweeper per study at a time: the running one names itself in the
   study's user attr `sweeper` (host, pid, heartbeat every 30 s); another one
   started on the same study refuses with one line while that process lives
@@ -70,6 +74,7 @@ log = logging.getLogger(__name__)
 TRIAL_KEY = "trial_number"     # the job's override: ++trial_number=<n>
 OWNER_ATTR = "sweeper"         # study user attr: the sweeper running the study now
 INTERRUPTED_ATTR = "interrupted"
+KILLED_ATTR = "killed"
 RECOVERED_ATTR = "recovered"
 RETRY_ATTR = "retry_of"
 ERROR_ATTR = "error"
@@ -80,6 +85,11 @@ STALE_S = 4 * HEARTBEAT_S      # another host's sweeper counts as gone after thi
 RECORD_CLOCK_SLACK_S = 60
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 SWEEPER_ONLY = ("storage", "hydra.sweeper.storage")   # command-line keys no trial job reads
+# How a job's error begins when it was ended from outside, not by its trial's
+# config: the words quantbench's submitit launchers (hydra_plugins.quantbench_launchers:
+# slurm.ENDED_BY_SLURM, local) and quantize.common.jobs.TIME_LIMIT open with.
+# Slurm's "out of memory" and a non-zero exit are the trial's own.
+ENDED_FROM_OUTSIDE = ("time limit", "cancelled", "preempted", "node failure", "deadline", "killed")
 
 
 @dataclass(frozen=True)
@@ -194,7 +204,7 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
         numbers = {t.number for t in self.batch}
         states = [t.state for t in study.get_trials(deepcopy=False) if t.number in numbers]
         if states and self.progress and all(state.is_finished() for state in states):  # not when stopped mid-batch
-            log.info(self.progress.line(len(_finished(study)), [state.name for state in states],
+            log.info(self.progress.line(len(_finished(study, killed=True)), [state.name for state in states],
                                         sorted(numbers)))
         self.batch = []
         self._snapshot(study)
@@ -207,6 +217,8 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
             error = job_error(ret, len(self.objectives))
             if error:
                 trial.set_user_attr(ERROR_ATTR, error)
+                if error.startswith(ENDED_FROM_OUTSIDE):   # run again first on the next run (_settle_killed)
+                    trial.set_user_attr(KILLED_ATTR, error)
             built = study_file.read_trial_info(self.settings.results_dir, self.study_name, trial.number)
             for key in BUILT_ATTRS:
                 if built.get(key):
@@ -258,7 +270,8 @@ def job_error(ret: JobReturn, n_objectives: int) -> str | None:
 
 def _failure_file_error(ret: JobReturn) -> str | None:
     try:
-        folder = Path(ret.hydra_cfg.hydra.runtime.output_dir)
+        # a job the launcher recorded (it ended without a result) brings no config back, only its folder
+        folder = Path(ret.working_dir if ret.hydra_cfg is None else ret.hydra_cfg.hydra.runtime.output_dir)
         return json.loads((folder / FAILURE_FILE).read_text())["error"]
     except (AttributeError, OSError, ValueError, KeyError, TypeError):
         return None
@@ -402,17 +415,31 @@ def _name_values(study: optuna.Study, objectives: list[study_file.Objective]) ->
         study.set_metric_names([o.name for o in objectives])
 
 
-def _finished(study: optuna.Study) -> list[FrozenTrial]:
-    """The trials that count towards n_trials (an interrupted one is run again instead)."""
-    return [t for t in study.get_trials(deepcopy=False, states=FINISHED)
-            if not t.user_attrs.get(INTERRUPTED_ATTR)]
+def _finished(study: optuna.Study, killed: bool = False) -> list[FrozenTrial]:
+    """The trials that count towards n_trials (an interrupted one, or one
+    killed, is run again instead); `killed`: count those killed in this run
+    too (its own progress: only the next run queues them again)."""
+    trials = study.get_trials(deepcopy=False)
+    queued = {t.user_attrs.get(RETRY_ATTR) for t in trials}
+    return [t for t in trials if t.state in FINISHED and not t.user_attrs.get(INTERRUPTED_ATTR)
+            and (not _killed_and_retried(t, trials) or (killed and t.number not in queued))]
+
+
+def _killed_and_retried(trial: FrozenTrial, trials: list[FrozenTrial]) -> bool:
+    """Whether a trial was ended from outside and is run again (once: not
+    when the trial it retried was ended so too)."""
+    if trial.state != TrialState.FAIL or not trial.user_attrs.get(KILLED_ATTR):
+        return False
+    retried = trial.user_attrs.get(RETRY_ATTR)
+    return retried is None or not any(t.number == retried and t.user_attrs.get(KILLED_ATTR) for t in trials)
 
 
 @dataclass(frozen=True)
 class Settled:
-    """What became of the trials a dead sweeper left RUNNING."""
+    """What became of the trials a dead sweeper left RUNNING, and of those ended from outside."""
     recovered: list[int]    # their jobs had finished: values taken from the jobs' records
     requeued: list[int]     # FAIL (interrupted); their parameters run again first
+    killed: list[int]       # FAIL, their jobs ended from outside (KILLED_ATTR); their parameters run again first
 
 
 def _settle_interrupted(study: optuna.Study, results_dir: Path, n_objectives: int) -> Settled:
@@ -438,7 +465,20 @@ def _settle_interrupted(study: optuna.Study, results_dir: Path, n_objectives: in
         if trial.params:  # asked but never configured: nothing to repeat
             study.enqueue_trial(trial.params, user_attrs={RETRY_ATTR: trial.number})
         requeued.append(trial.number)
-    return Settled(recovered, requeued)
+    return Settled(recovered, requeued, _settle_killed(study))
+
+
+def _settle_killed(study: optuna.Study) -> list[int]:
+    """Queue the parameters of each trial ended from outside (the launcher's
+    time limit, scancel, a kill) that runs again and is not queued yet: its
+    job may have been cut short by no fault of its config, and a rerun costs
+    only what its stages lack."""
+    trials = study.get_trials(deepcopy=False)
+    queued = {t.user_attrs.get(RETRY_ATTR) for t in trials}
+    killed = [t for t in trials if _killed_and_retried(t, trials) and t.number not in queued]
+    for trial in killed:
+        study.enqueue_trial(trial.params, user_attrs={RETRY_ATTR: trial.number})
+    return [t.number for t in killed]
 
 
 def _finished_values(info: dict, n_objectives: int) -> list[float] | None:
@@ -469,6 +509,9 @@ def _log_start(study: optuna.Study, url: str, target: int, done: int, settled: S
         notes += f"; trial(s) {_numbers(settled.recovered)} had finished: values from their jobs' records"
     if settled.requeued:
         notes += f"; interrupted trial(s) {_numbers(settled.requeued)} run again first"
+    if settled.killed:
+        notes += (f"; trial(s) {_numbers(settled.killed)}, ended from outside (time limit, cancelled, killed), "
+                  "run again first")
     log.info("%s: resumed with %d of %d trial(s) finished, %d to run%s", where, done, target, to_run, notes)
 
 

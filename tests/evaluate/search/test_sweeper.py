@@ -150,6 +150,51 @@ def test_a_failing_trial_is_recorded_the_search_goes_on_and_a_rerun_of_the_finis
     assert Counter((tmp_path / "ledger.txt").read_text().split()) == Counter(["0", "2"])  # nothing ran again
 
 
+def test_a_trial_killed_from_outside_runs_again_once_on_the_next_run(tmp_path):
+    """A trial whose job was ended from outside (here kill -9 under the
+    submitit launcher; on Slurm the time limit, scancel, preemption) was FAIL
+    for good, as a trial whose config fails, and its error read "the job
+    returned nothing". Now the next run retries it first, once."""
+    def search(*overrides: str) -> subprocess.CompletedProcess:
+        out = run(toy(tmp_path, "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=1", "sleep_s=0",
+                      "hydra/launcher=local_submitit", *overrides), tmp_path)
+        assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-3000:]
+        shutil.rmtree(tmp_path / "sweep")   # each rerun has a new sweep folder
+        return out
+
+    def trials() -> dict:
+        return {t.number: t for t in study_file.read(study_file.path_for(tmp_path / "res", "toy")).trials}
+
+    search("kill_trials=[0,1]")
+    first = trials()
+    assert {n: t.state for n, t in first.items()} == {0: "FAIL", 1: "FAIL"}
+    assert all(t.error.startswith("killed: the job's process ended without a result") for t in first.values())
+
+    again = search("kill_trials=[3]")   # trial 1's retry is killed too
+    assert ("resumed with 0 of 2 trial(s) finished, 2 to run; trial(s) 0, 1, ended from outside "
+            "(time limit, cancelled, killed), run again first") in again.stdout + again.stderr
+    second = trials()
+    assert {n: t.state for n, t in second.items()} == {0: "FAIL", 1: "FAIL", 2: "COMPLETE", 3: "FAIL"}
+    assert (second[2].params, second[3].params) == (first[0].params, first[1].params)
+
+    last = search()   # a retry ended from outside again counts as failed
+    assert "2 of 2 trial(s) finished, 0 to run" in last.stdout + last.stderr
+    assert ledger(tmp_path) == Counter([2])
+
+
+def test_the_errors_of_a_job_ended_from_outside_are_the_launchers_own_but_out_of_memory_and_a_failed_exit():
+    """The sweeper tells them by how the launchers begin them: a new or
+    reworded one would be FAIL for good again, unnoticed."""
+    from evaluate.search.sweeper import ENDED_FROM_OUTSIDE
+    from hydra_plugins.quantbench_launchers import local, slurm
+    from quantize.common import jobs
+    own = {"OUT_OF_MEMORY", "FAILED"}   # the trial's: it asked for more memory, or its job failed
+    outside = [m for k, m in slurm.ENDED_BY_SLURM.items() if k not in own] + [local.TIME_LIMIT, local.KILLED,
+                                                                               jobs.TIME_LIMIT]
+    assert all(m.startswith(ENDED_FROM_OUTSIDE) for m in outside)
+    assert not any(slurm.ENDED_BY_SLURM[k].startswith(ENDED_FROM_OUTSIDE) for k in own)
+
+
 def test_a_storage_url_given_on_the_command_line_shows_its_password_nowhere(tmp_path):
     """`storage=` is a task override, so the plugin made it a fixed param:
     each trial's user attr (optuna-dashboard shows them) and each job's

@@ -11,6 +11,8 @@ With hold_trial, trial N's job writes <hold_dir>/waiting and runs on only
 once <hold_dir>/go exists: a test that kills the search meanwhile knows which
 trial it cut short, whatever the host's speed.
 """
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -38,6 +40,8 @@ def _trial(cfg) -> list[float]:
     if cfg.get("hold_trial") is not None and number == int(cfg.hold_trial):
         _hold(Path(cfg.hold_dir))
     time.sleep(float(cfg.sleep_s))
+    if number in list(cfg.kill_trials):
+        os.kill(os.getpid(), signal.SIGKILL)   # as a scheduler's kill or the out-of-memory killer would
     if number in list(cfg.fail_trials):
         raise UserError(f"toy trial {number} fails on purpose; drop it from fail_trials")
     x, k = float(cfg.x), int(cfg.k)
