@@ -14,7 +14,7 @@ from evaluate.serving.requests import RequestResult
 
 # Generous per-request cap: a request queued behind a saturated CPU server can
 # take minutes; the load level's own max_seconds bounds the whole level, and a
-# stream that stops sending fails after the engine's stall_timeout_s.
+# stream that stops sending fails after the engine's stall_timeout_s (_StallWatch).
 REQUEST_TIMEOUT_S = 3600
 
 
@@ -47,11 +47,40 @@ def broken(result: RequestResult, how: str) -> str:
     return f"the server closed the stream after {len(result.chunk_times)} token(s) ({how})"[:300]
 
 
+class _StallWatch:
+    """Cancels the running request, marked stalled, once it has been silent
+    for the client's stall_timeout_s: since its last token, or, with none
+    yet, since the last token of any request of the client (it is queued at
+    the server while others stream). Checked when due and put off while
+    tokens come, so streaming costs no work per token."""
+
+    def __init__(self, client: "Client", result: RequestResult):
+        self.client, self.result, self.task = client, result, asyncio.current_task()
+        self.loop = asyncio.get_running_loop()
+        self.handle = self.loop.call_later(client.stall_timeout_s, self.check)
+
+    def check(self) -> None:
+        r = self.result
+        since = r.chunk_times[-1] if r.chunk_times else max(r.sent, self.client.last_token)
+        left = since + self.client.stall_timeout_s - time.perf_counter()
+        if left > 0:
+            self.handle = self.loop.call_later(left, self.check)
+        elif not self.task.done():
+            r.stalled = True
+            self.task.cancel()
+
+    def stop(self) -> None:
+        self.handle.cancel()
+
+
 class Client:
     """An aiohttp session against one OpenAI-compatible server. Use as
     `async with Client(base_url, model) as c: await c.complete(...)`.
-    `stall_timeout_s`: a streamed completion that sends nothing for that long
-    (before its first token too) fails as stalled; None: no bound but the total."""
+    `stall_timeout_s`: a streamed completion fails as stalled after that long
+    without a token of its own once it has one; before its first token it is
+    queued at the server (as `vllm bench serve` waits for it), and fails only
+    once no request of this client got a token for that long either: the
+    server is silent to all. None: no bound but the total."""
 
     def __init__(self, base_url: str, model: str, timeout_s: float = REQUEST_TIMEOUT_S,
                  stall_timeout_s: float | None = None):
@@ -60,6 +89,7 @@ class Client:
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self.stall_timeout_s = stall_timeout_s
         self.session: aiohttp.ClientSession | None = None
+        self.last_token = 0.0  # when any request of this client last got a token (perf_counter)
 
     async def __aenter__(self) -> "Client":
         # limit=0: no connection pool cap, so the client never queues requests
@@ -73,20 +103,20 @@ class Client:
 
     async def complete(self, prompt: list[int], output_len: int, scheduled: float | None = None) -> RequestResult:
         result = RequestResult(sent=time.perf_counter(), scheduled=scheduled, prompt_tokens=len(prompt))
-        # aiohttp's sock_read: the longest wait for the next bytes, the first ones included
-        timeout = aiohttp.ClientTimeout(total=self.timeout.total, sock_read=self.stall_timeout_s)
+        watch = None if self.stall_timeout_s is None else _StallWatch(self, result)
         try:
-            async with self.session.post(self.url, json=payload(self.model, prompt, output_len),
-                                         timeout=timeout) as resp:
+            async with self.session.post(self.url, json=payload(self.model, prompt, output_len)) as resp:
                 if resp.status != 200:
                     text = (await resp.text())[:300].replace("\n", " ")
                     result.error, result.status = f"HTTP {resp.status}: {text}", resp.status
                     return result
                 await self._read_stream(resp, result)
-        except asyncio.CancelledError:  # the level's drain time ran out: the result still counts, as failed
-            result.error = "cancelled: still running when the level's time was up"
-        except aiohttp.ServerTimeoutError:  # sock_read ran out: the server holds the stream open, silent
-            result.error, result.stalled = stalled(self.stall_timeout_s), True
+        except asyncio.CancelledError:
+            if result.stalled:  # cancelled by its _StallWatch: this request only, its caller goes on
+                asyncio.current_task().uncancel()
+                result.error = stalled(self.stall_timeout_s)
+            else:  # the level's drain time ran out: the result still counts, as failed
+                result.error = "cancelled: still running when the level's time was up"
         except aiohttp.ClientPayloadError as e:  # the connection was cut mid-response: the server may have died
             result.error, result.broken = broken(result, f"{type(e).__name__}: {e}"), True
             result.connection_lost = True
@@ -94,6 +124,8 @@ class Client:
             result.error = f"{type(e).__name__}: {e}"[:300] or type(e).__name__
             result.connection_lost = isinstance(e, aiohttp.ClientConnectionError)
         finally:
+            if watch:
+                watch.stop()
             if result.error is None and result.end is None:
                 result.error, result.broken = broken(result, "no [DONE]"), True
         return result
@@ -119,6 +151,7 @@ class Client:
                 return
             if chunk.get("choices"):
                 result.chunk_times.append(now)
+                self.last_token = now
             usage = chunk.get("usage")
             if usage:
                 result.prompt_tokens = usage.get("prompt_tokens", result.prompt_tokens)

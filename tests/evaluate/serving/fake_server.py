@@ -9,6 +9,7 @@ highest concurrency meeting a TPOT bound T is floor((T - fixed) / per_active).
 
     python tests/evaluate/serving/fake_server.py --port 0 [--fixed-ms 5] [--per-active-ms 2]
         [--die-after N] [--fail-from N --fail-to M] [--stall-from N --stall-to M] [--break-from N --break-to M]
+        [--max-active N]
         [--spawn-child] [--exit-at-start [--start-log FILE]] [--models-delay S] [--no-prompt-logprobs]
 
 It prints `port <n>` once listening. Endpoints: /health, /version,
@@ -19,13 +20,15 @@ less its prompt), POST /reset.
 --fail-from/--fail-to: requests with those arrival numbers (0-based,
 inclusive) get HTTP 500. --stall-from/--stall-to: those requests stream one
 token, then nothing more while the connection stays open. --break-from/--break-to: those requests stream
-one token, then the server drops the connection. --start-log FILE: what --exit-at-start
+one token, then the server drops the connection. --max-active N: at most N requests stream at once, the
+others wait, silent after their headers, until one ends (vLLM's max_num_seqs). --start-log FILE: what --exit-at-start
 writes to stderr before it exits. --spawn-child: starts a child process in the same
 process group (as vLLM's engine core is), whose pid /stats reports. --models-delay S: /v1/models answers
 after S seconds (after the first answer: a server busy under load). --no-prompt-logprobs: the parameter is
 ignored, as OpenAI-compatible servers other than vLLM's do."""
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -44,6 +47,7 @@ class Fake:
         self.child = None
         self.models_answered = 0
         self.last_request = None  # the last /v1/completions body, less its prompt
+        self.slots = asyncio.Semaphore(args.max_active) if args.max_active else contextlib.nullcontext()
 
     def step_s(self) -> float:
         return (self.args.fixed_ms + self.args.per_active_ms * self.active) / 1000
@@ -63,11 +67,15 @@ class Fake:
         if body.get("prompt_logprobs") is not None:
             return web.json_response({"choices": [{"text": "x", "prompt_logprobs": [None] + [
                 {str(t): {"logprob": -1.0, "rank": 1}} for t in prompt[1:]]}]})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)  # vLLM's server answers with its headers before the request is scheduled
+        async with self.slots:
+            return await self.stream(request, resp, n, prompt, out_len)
+
+    async def stream(self, request, resp, n: int, prompt: list[int], out_len: int):
         self.active += 1
         self.peak = max(self.peak, self.active)
         try:
-            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-            await resp.prepare(request)
             for i in range(out_len):
                 if i == 1 and self.args.stall_from is not None and self.args.stall_from <= n <= self.args.stall_to:
                     await asyncio.sleep(3600)  # a stalled engine: the stream stays open, silent
@@ -126,6 +134,7 @@ def parse(argv=None):
     p.add_argument("--stall-to", type=int, default=None)
     p.add_argument("--break-from", type=int, default=None)
     p.add_argument("--break-to", type=int, default=None)
+    p.add_argument("--max-active", type=int, default=None)
     p.add_argument("--models-delay", type=float, default=0.0)
     p.add_argument("--spawn-child", action="store_true")
     p.add_argument("--exit-at-start", action="store_true")

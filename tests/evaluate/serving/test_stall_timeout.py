@@ -57,3 +57,26 @@ def test_the_stall_timeout_changes_no_setup():
     config = engines.config("vllm_server")
     assert config["stall_timeout_s"] == 30
     assert engines.identity(config) == engines.identity({k: v for k, v in config.items() if k != "stall_timeout_s"})
+
+
+def test_a_request_queued_at_the_server_is_served_not_stalled(fake_server):
+    """The server streams one request at a time (vLLM's max_num_seqs): the
+    second waits ~1.5 s for its first token while the first streams, and
+    succeeds with that wait in its TTFT, as `vllm bench serve` records it; the
+    stall rule took it for a stalled stream."""
+    server = fake_server("--fixed-ms", "150", "--per-active-ms", "0", "--max-active", "1")
+    prompts = load.level_prompts(0, 1, 2, 8, 49152)
+    run = load.run_level(server.base_url, "fake-model", Level("concurrency", 2), prompts, 10, 30.0, 10.0,
+                         server.alive, server.proc.pid, stall_timeout_s=1)
+    assert [r.error for r in run.results] == [None, None]
+    assert max(r.chunk_times[0] - r.sent for r in run.results) > 1.4
+
+
+def test_a_server_silent_to_every_request_stalls_the_queued_ones_too(fake_server):
+    """Request 0 stalls after its first token while holding the only slot:
+    no request gets a token any more, so request 1, queued without one,
+    fails as stalled as well instead of waiting for ever."""
+    server = fake_server("--fixed-ms", "2", "--max-active", "1", "--stall-from", "0", "--stall-to", "0")
+    results = asyncio.run(complete_all(server.base_url, "fake-model", [[1] * 8, [2] * 8], 4, stall_timeout_s=1))
+    assert [(r.stalled, len(r.chunk_times)) for r in results] == [(True, 1), (True, 0)]
+    assert all(r.error.startswith("stalled: no token for 1 s;") for r in results)
