@@ -45,9 +45,10 @@ def serving_row(job, s, level: Level | None) -> Row:
     """The row of one level of scenario `s` (level None: the profile as a
     whole, for rows that say why nothing ran)."""
     p = job.load
+    # drain_seconds decides which late requests complete and which fail, so it is part of the level's key
     load = {"profile": p.name, "mode": level.mode if level else None, "level": level.level if level else None,
             "burstiness": level.burstiness if level else None, "max_requests": p.max_requests,
-            "max_seconds": p.max_seconds}
+            "max_seconds": p.max_seconds, "drain_seconds": p.drain()}
     return job.base.but(kind="serving", scenario=s.name, batch_size=None, input_len=s.input_len,
                         output_len=s.output_len, run_index=0, load=load,
                         slo=job.slo.as_dict() if job.slo else None)
@@ -123,7 +124,9 @@ def _run_level(job, engine, s, row: Row) -> dict | None:
     """One level: its row (ok with metrics, or failed and the profile goes on)."""
     p, load = job.load, row.load
     level = Level(load["mode"], load["level"], load["burstiness"])
-    key = zlib.crc32(json.dumps(load, sort_keys=True).encode())
+    # the prompts and arrivals follow the level, not its drain: levels apart in drain alone send the same requests
+    drawn = {k: v for k, v in load.items() if k != "drain_seconds"}
+    key = zlib.crc32(json.dumps(drawn, sort_keys=True).encode())
     vocab = int(job.target.config.get("vocab_size") or 10000)
     prompts = level_prompts(int(job.seed), key, level_requests(p.max_requests), s.input_len, vocab)
     try:

@@ -64,7 +64,7 @@ def test_a_level_per_row_and_a_rerun_measures_nothing_again(tmp_path, tiny_model
     r = got[0]
     assert r["batch_size"] is None and (r["input_len"], r["output_len"]) == (128, 64)
     assert r["load"] == {"profile": "concurrency", "mode": "concurrency", "level": 1, "burstiness": None,
-                         "max_requests": 4, "max_seconds": 30}
+                         "max_requests": 4, "max_seconds": 30, "drain_seconds": 30}
     assert METRIC_KEYS <= set(r["metrics"]) and r["metrics"]["completed"] == 4
     assert r["engine_version"] == "fake-1" and r["engine_startup"]["server_ready_s"] >= 0
     again = evaluate(tmp_path, tiny_model, *args, fake_flags=["--fixed-ms", "5"])
@@ -130,6 +130,25 @@ def test_openai_engine_benchmarks_a_running_server(tmp_path, tiny_model, fake_se
     assert server.stats()["requests"] == 3
 
 
+def test_a_level_records_its_drain_and_another_drain_measures_it_anew(tmp_path, tiny_model, fake_server):
+    """The drain decides which late requests complete and which fail: a rerun
+    with another drain took the level as complete. A row from before the
+    drain was recorded ran with a drain unknown now: it is measured anew."""
+    server = fake_server("--fixed-ms", "2")
+    args = ("engine=openai", f"engine.base_url={server.base_url}", "load=synchronous", "load.max_requests=2")
+    first = evaluate(tmp_path, tiny_model, *args, "load.drain_seconds=5")
+    assert first.returncode == 0, tail(first)
+    (old,) = rows(tmp_path)
+    assert old["load"]["drain_seconds"] == 5
+    del old["load"]["drain_seconds"]   # as rows were written before
+    (tmp_path / "results" / "results.jsonl").write_text(json.dumps(old) + "\n")
+    for drain in (5, 0):
+        proc = evaluate(tmp_path, tiny_model, *args, f"load.drain_seconds={drain}")
+        assert proc.returncode == 0 and "nothing to do" not in proc.stdout + proc.stderr, tail(proc)
+    assert [r["load"].get("drain_seconds") for r in rows(tmp_path)] == [None, 5, 0]
+    assert server.stats()["requests"] == 3 * 2
+
+
 @pytest.mark.extended
 def test_a_profile_from_outside_conf_runs_its_levels_and_resumes(tmp_path, tiny_model, fake_server):
     """One module and one YAML on the search path add a profile: no list in evaluate names it."""
@@ -139,7 +158,7 @@ def test_a_profile_from_outside_conf_runs_its_levels_and_resumes(tmp_path, tiny_
     assert proc.returncode == 0, tail(proc)
     assert [(r["status"], r["load"]) for r in rows(tmp_path)] == [
         ("ok", {"profile": "staircase", "mode": "concurrency", "level": level, "burstiness": None,
-                "max_requests": 3, "max_seconds": 30}) for level in (1, 3, 5)]
+                "max_requests": 3, "max_seconds": 30, "drain_seconds": 10}) for level in (1, 3, 5)]
     again = evaluate(tmp_path, tiny_model, *args)
     assert again.returncode == 0 and "nothing to do" in again.stdout + again.stderr
     assert len(rows(tmp_path)) == 3
