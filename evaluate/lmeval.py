@@ -17,11 +17,13 @@ import dataclasses
 import json
 import logging
 import os
+import queue
 import re
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +44,7 @@ log = logging.getLogger("quantbench.lm_eval")
 BUNDLED_TASK = "austen_lastword"
 TASK_FILES = (".yaml", ".yml", ".py")   # what lm-eval reads of an include_path folder as task definitions
 LM_EVAL_DEFAULT_SEEDS = (0, 1234, 1234, 1234)   # lm_eval/_cli/run.py, default_seed_string
+STOP_GRACE_S = 10.0   # a stopped lm-eval's SIGTERM -> SIGKILL
 # Versions of the lm-eval environment, recorded in every row: the tracked
 # packages (quantize.common.provenance.PACKAGES), read there by this script.
 VERSIONS_PROBE = ("import json, sys\nfrom importlib import metadata as m\nout = {}\n"
@@ -71,6 +74,7 @@ class LmEvalConfig(Configurable):
     include_path: list[str] = field(default_factory=list)
     model_args: dict = field(default_factory=dict)
     austen_lastword: BundledTaskConfig | None = None
+    stall_timeout_s: float | None = 1800  # no output for this long: lm-eval is stopped as hung; None: no limit
     enabled: bool = True
 
     @classmethod
@@ -87,8 +91,10 @@ class LmEvalConfig(Configurable):
     def as_dict(self) -> dict:
         """The group as rows record it (`lm_eval_config`): a preset without the
         bundled task's settings records none; the bundled task's local text
-        and the include_path task files add their content's hash."""
+        and the include_path task files add their content's hash. The stall
+        limit says how long to wait, not what is measured: left out."""
         out = dataclasses.asdict(self)
+        del out["stall_timeout_s"]
         bundled = self.austen_lastword
         if bundled is None:
             del out["austen_lastword"]
@@ -164,6 +170,9 @@ def _check_counts(config: LmEvalConfig) -> None:
     size = config.batch_size
     if not ((is_integer(size) and size >= 1) or (isinstance(size, str) and re.fullmatch(r"auto(:[1-9]\d*)?", size))):
         raise UserError(f"lm_eval.batch_size={shown(size)}: pass an integer >= 1, auto or auto:N")
+    if config.stall_timeout_s is not None and not 0 < config.stall_timeout_s <= threading.TIMEOUT_MAX:
+        raise UserError(f"lm_eval.stall_timeout_s={shown(config.stall_timeout_s)}: pass seconds > 0, "
+                        "or null for no limit")
 
 
 def needs_hub(tasks: list[str] | None) -> bool:
@@ -223,24 +232,68 @@ def run(config: LmEvalConfig, target, model: str, args: dict, tasks: list[str], 
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         if not needs_hub(list(config.tasks)):  # nothing to download: fail fast instead of retrying a hub
             env.setdefault("HF_HUB_OFFLINE", "1")
-        status, last = _stream(cmd, cwd=scratch, env=env)
+        status, last = _stream(cmd, cwd=scratch, env=env, stall_s=config.stall_timeout_s)
         _check_exit(status, last, scratch / "out")
         return _parse(scratch / "out", tasks)
 
 
-def _stream(cmd: list[str], cwd: Path, env: dict) -> tuple[int, str]:
-    """Run lm-eval with its output in this job's log; its exit status and last error line."""
+def _stream(cmd: list[str], cwd: Path, env: dict, stall_s: float | None) -> tuple[int, str]:
+    """Run lm-eval with its output in this job's log; its exit status and last
+    error line. No output for `stall_s` seconds (progress bars count) is a
+    hang, e.g. a wedged vLLM inside it, that held the job until Slurm killed
+    it: lm-eval's process group is stopped and that is the error. The group
+    is stopped too when this job ends meanwhile (Ctrl-C, SIGTERM): in a
+    session of its own, lm-eval no longer gets a terminal's Ctrl-C itself."""
     log.info("running %s", " ".join(cmd))
     tail = deque(maxlen=20)
+    lines = queue.Queue()
     with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, errors="replace") as proc:
-        for line in proc.stdout:
-            line = line.rstrip()
-            if line.strip():
-                tail.append(line)
-                log.info("lm-eval | %s", line)
+                          text=True, errors="replace", start_new_session=True) as proc:
+        pump = threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True)
+        pump.start()
+        try:
+            while (line := lines.get(timeout=stall_s)) is not None:
+                if line.strip():
+                    tail.append(line.rstrip())
+                    log.info("lm-eval | %s", line.rstrip())
+        except queue.Empty:
+            exited = proc.poll() is not None   # a process it started held the output open: its status counts
+            _stop_group(proc, pump)
+            if not exited:
+                raise RuntimeError(f"lm-eval printed nothing for {stall_s:g} s and was stopped as hung (its last "
+                                   f"line: {tail[-1].strip() if tail else 'none'}); raise lm_eval.stall_timeout_s "
+                                   "if it needs longer, or set it to null for no limit") from None
+            log.warning("lm-eval exited, but processes it started printed nothing for %g s: stopped", stall_s)
+        except BaseException:
+            _stop_group(proc, pump)
+            raise
     last = next((l for l in reversed(tail) if "Error" in l), tail[-1] if tail else "")
     return proc.returncode, last.strip()
+
+
+def _pump(stream, lines: queue.Queue) -> None:
+    """lm-eval's output lines into `lines`, then None at its end."""
+    try:
+        for line in stream:
+            lines.put(line)
+    except (OSError, ValueError):  # closed under it by a stop
+        pass
+    lines.put(None)
+
+
+def _stop_group(proc: subprocess.Popen, pump: threading.Thread) -> None:
+    """SIGTERM to lm-eval's process group (its vLLM engine core with it), then
+    SIGKILL to what is left after STOP_GRACE_S."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+    pump.join(timeout=STOP_GRACE_S)  # the pipe ends with its last writer
 
 
 def _check_exit(status: int, last: str, out_dir: Path) -> None:

@@ -6,6 +6,7 @@ import json
 import math
 import re
 import subprocess
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -129,7 +130,7 @@ def _last_word_log_perplexity(model_dir, n: int) -> float:
     return -total / n
 
 
-def fake_lm_eval(tmp_path, then: str):
+def fake_lm_eval(tmp_path, then: str, stall_timeout_s: float | None = None):
     """An lm-eval environment whose `python -m lm_eval` writes (or not) a
     results file for task `t`, then ends with the shell command `then`."""
     python = tmp_path / "venv" / "bin" / "python"
@@ -143,8 +144,48 @@ while [ "$1" != --output_path ]; do shift; done
     python.chmod(0o755)
     cfg = lmeval.LmEvalConfig.from_group({"name": "fake", "venv": str(python.parents[1]), "tasks": ["t"],
                                           "batch_size": 1, "num_fewshot": None, "limit": None,
-                                          "apply_chat_template": False, "include_path": [], "enabled": True})
+                                          "apply_chat_template": False, "include_path": [], "enabled": True,
+                                          "stall_timeout_s": stall_timeout_s})
     return lambda args={}, seed=0: lmeval.run(cfg, SimpleNamespace(path=str(tmp_path)), "vllm", args, ["t"], seed)
+
+
+def test_an_lm_eval_that_prints_nothing_for_the_stall_limit_is_stopped_with_its_processes(tmp_path):
+    """A hung lm-eval (a wedged vLLM inside it) held the job until Slurm
+    killed it. Its process group is stopped, its vLLM with it."""
+    import psutil
+    run = fake_lm_eval(tmp_path, f"echo loading; sleep 300 & echo $! > {tmp_path}/child; wait", stall_timeout_s=1)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"^lm-eval printed nothing for 1 s and was stopped as hung \(its last "
+                                           r"line: loading\); raise lm_eval.stall_timeout_s if it needs longer, "
+                                           r"or set it to null for no limit$"):
+        run()
+    assert time.monotonic() - start < 30
+    child = int((tmp_path / "child").read_text())   # the sleep lm-eval waited on, in its process group
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_process_lm_eval_left_holding_its_output_is_stopped_and_the_results_kept(tmp_path, caplog):
+    """lm-eval exited after writing its results; a process it started (an
+    engine core stuck in shutdown) kept the output open and the job waiting."""
+    import psutil
+    run = fake_lm_eval(tmp_path, f"WRITE; sleep 300 & echo $! > {tmp_path}/child; exit 0", stall_timeout_s=1)
+    assert run()["t"]["metrics"] == {"acc": 0.5}
+    assert "lm-eval exited, but processes it started printed nothing for 1 s: stopped" in caplog.text
+    child = int((tmp_path / "child").read_text())
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+
+
+def test_an_lm_eval_that_keeps_printing_runs_past_the_stall_limit(tmp_path):
+    """The limit is on silence, not on the whole run."""
+    run = fake_lm_eval(tmp_path, "for i in 1 2 3 4 5 6; do echo step $i; sleep 0.5; done; WRITE", stall_timeout_s=2)
+    assert run()["t"]["metrics"] == {"acc": 0.5}
+
+
+def test_the_stall_limit_is_not_part_of_the_rows_key():
+    """How long to wait changes nothing measured: rows stored before it existed stay complete."""
+    rows = [lmeval.row(results.Row(kind="speed", seed=0), lmeval.LmEvalConfig.from_group(
+        {"name": "hub", "tasks": ["gsm8k"], "enabled": True, "stall_timeout_s": s}), "gsm8k", "vllm") for s in (60, None)]
+    assert "stall_timeout_s" not in rows[0].lm_eval_config and rows[0].run_key() == rows[1].run_key()
 
 
 def test_a_crash_in_shutdown_after_the_results_keeps_them(tmp_path, caplog):
@@ -195,6 +236,7 @@ def test_one_name_where_a_list_belongs_is_one_line(values, message):
     ({"num_fewshot": -1}, r"^lm_eval.num_fewshot=-1: pass an integer >= 0"),
     ({"batch_size": "abc"}, r"^lm_eval.batch_size=abc: pass an integer >= 1, auto or auto:N$"),
     ({"batch_size": 0}, r"^lm_eval.batch_size=0: "),
+    ({"stall_timeout_s": 0}, r"^lm_eval.stall_timeout_s=0: pass seconds > 0, or null for no limit$"),
     ({"model_args": {"pretrained": "/other"}}, r"^lm_eval.model_args.pretrained: lm-eval is given the artifact"),
 ])
 def test_settings_lm_eval_would_fail_on_after_the_speed_runs_are_refused_first(values, message):
