@@ -26,9 +26,10 @@ SUMMARY_FIELDS = ("scenario", "batch_size", "input_len", "output_len", "model_na
                   "speedup_vs_original", "speedup_ci95_low", "speedup_ci95_high", "speedup_verdict", "dtype",
                   "baseline_dtype", "setup_id", "store", "usd_per_hour", "usd_per_1m_output_tokens",
                   "gpu_weights_bytes", "gpu_kv_cache_bytes", "serving_note")
-SERVING_FIELDS = ("timestamp", "scenario", "input_len", "output_len", "model_name", "recipe", "artifact_id", "engine",
-                  "setup_id", "model_bytes", "profile", "mode", "level", "burstiness", "max_requests", "max_seconds",
-                  "slo")
+SERVING_ROW_FIELDS = ("timestamp", "scenario", "input_len", "output_len", "model_name", "recipe", "artifact_id",
+                      "engine", "setup_id", "model_bytes")
+SERVING_LOAD_FIELDS = ("profile", "mode", "level", "burstiness", "max_requests", "max_seconds", "drain_seconds")
+SERVING_FIELDS = (*SERVING_ROW_FIELDS, *SERVING_LOAD_FIELDS, "slo")
 SEARCH_FIELDS = ("study", "trial", "recipe", "artifact_id", "on_front", "speed", "repro", "params", "recipe_path",
                  "artifact_dir", "wall_s", "study_file")
 RUN_FIELDS = ("timestamp", "kind", "scenario", "batch_size", "input_len", "output_len", "model_name", "recipe",
@@ -137,8 +138,8 @@ def serving_records(rows: list[Row]) -> list[dict]:
     out = []
     for r in ok:
         load = r.load or {}
-        rec = {k: getattr(r, k) for k in SERVING_FIELDS[:10]}
-        rec |= {k: load.get(k) for k in SERVING_FIELDS[10:16]}
+        rec = {k: getattr(r, k) for k in SERVING_ROW_FIELDS}
+        rec |= {k: load.get(k) for k in SERVING_LOAD_FIELDS}
         rec["slo"] = (r.slo or {}).get("name")
         rec.update({k: r.metrics.get(k) for k in keys})
         out.append(rec)

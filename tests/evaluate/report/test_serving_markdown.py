@@ -48,7 +48,8 @@ def serving_row(recipe: str, c: float, mode: str = "concurrency", slo: SLO | Non
     return base_row(recipe, kind="serving", scenario=scenario, input_len=input_len, output_len=output_len,
                     engine=engine, setup_id=setup, run_index=0,
                     load={"profile": "concurrency", "mode": mode, "level": None if mode == "synchronous" else c,
-                          "burstiness": None, "max_requests": 120, "max_seconds": 600},
+                          "burstiness": None, "max_requests": 120, "max_seconds": 600,
+                          "drain_seconds": 30},
                     slo=slo.as_dict() if slo else {"name": "none"}, metrics=level_metrics(recipe, c, slo=slo, **kw))
 
 
@@ -255,6 +256,7 @@ def test_serving_csv_has_one_line_per_level(tmp_path):
     assert (first["recipe"], first["mode"], first["level"], first["slo"]) == ("original", "concurrency", "1",
                                                                               "interactive_cpu")
     assert float(first["p90_tpot_ms"]) == pytest.approx(40.0) and first["valid"] == "True"
+    assert (first["max_seconds"], first["drain_seconds"]) == ("600", "30")  # the drain decides which requests count
     _, paths = report(tmp_path / "plain", main_rows())
     assert "serving.csv" not in {p.name for p in paths}
 
