@@ -1,6 +1,7 @@
 """Edits of an llm-compressor recipe that keep it a normal recipe: keeping
-modules dense (out of every quantization and pruning modifier), and the
-weight scheme a recipe quantizes with.
+modules dense (out of every quantization and pruning modifier); and what a
+recipe quantizes, with which weight scheme (config_groups, group_of): the one
+answer for the size estimates and for which sensitivity file fits a recipe.
 
 llm-compressor (compressed-tensors' `match_name`) takes an `ignore` entry as an
 exact module name or a `re:` pattern; a decoder layer's module is matched by its
@@ -8,7 +9,6 @@ full name, e.g. `model.layers.3.mlp.down_proj`, by quantization modifiers; the
 pruning modifiers name it with a trailing dot, so they get a pattern (dense_ignore)."""
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import yaml
 
@@ -88,24 +88,6 @@ def dense_keeping_modifiers(data: dict) -> dict[str, dict]:
     return found
 
 
-def quantizes(data: dict) -> bool:
-    return bool(_quantizing(data))
-
-
-def quantization_ignore(data: dict) -> list[str]:
-    """Every entry of the quantization modifiers' `ignore` lists, in order."""
-    entries = []
-    for args in _quantizing(data):
-        ignore = args.get("ignore") or []
-        entries += [ignore] if isinstance(ignore, str) else list(ignore)
-    return list(dict.fromkeys(entries))
-
-
-def _quantizing(data: dict) -> list[dict]:
-    return [parent[name] for _, parent, name in _modifiers(data)
-            if isinstance(parent[name], dict) and any(k in parent[name] for k in QUANTIZING_ARGS)]
-
-
 def _modifiers(node, path: str = ""):
     """(dotted path, the mapping holding it, modifier name) of each modifier in a
     recipe's stage/group nesting."""
@@ -129,7 +111,6 @@ class WeightScheme:
     symmetric: bool = True
     type: str = "int"
     activation_bits: int = 16      # 16: activations are not quantized
-    targets: tuple[str, ...] = ("Linear",)   # what its config groups with weights target
 
     @property
     def key(self) -> str:
@@ -151,20 +132,94 @@ class WeightScheme:
         return rows * cols * self.num_bits / 8 + n * per_group
 
 
-def weight_scheme(recipe_path: Path) -> WeightScheme | None:
-    """The weight scheme of the recipe's first quantization config group, as
-    llm-compressor resolves it (presets included), with the targets of every
-    group that quantizes weights; None when it quantizes no weights."""
-    from quantize.common.checkpoint import planned_quantization_config
-    planned = planned_quantization_config(recipe_path) or {}
-    with_weights = [g for g in (planned.get("config_groups") or {}).values() if (g.get("weights") or {}).get("num_bits")]
-    if not with_weights:
+@dataclass(frozen=True)
+class ConfigGroup:
+    """One config group of a quantization modifier: the modules it takes (its
+    targets, but its modifier's ignore list) and how (compressed-tensors
+    QuantizationArgs as the recipe gives them; weights None: it leaves them)."""
+    modifier: str                  # the modifier's dotted path in the recipe
+    weights: object
+    input_activations: object      # None: 16-bit activations
+    targets: tuple[str, ...]
+    ignore: tuple[str, ...]
+
+    @property
+    def scheme(self) -> WeightScheme | None:
+        """How the group stores its weights; None where it leaves them."""
+        if self.weights is None:
+            return None
+        w = self.weights.model_dump(mode="json")
+        acts = self.input_activations.model_dump(mode="json") if self.input_activations is not None else {}
+        block = w.get("block_structure")
+        return WeightScheme(num_bits=int(w["num_bits"]), strategy=str(w.get("strategy") or "tensor"),
+                            group_size=w.get("group_size"), block_structure=tuple(block) if block else None,
+                            symmetric=bool(w.get("symmetric", True)), type=str(w.get("type") or "int"),
+                            activation_bits=int(acts.get("num_bits") or 16))
+
+
+def config_groups(data: dict, recipe: str) -> list[ConfigGroup]:
+    """Every config group of the recipe's quantization modifiers, in recipe
+    order, as llm-compressor resolves a modifier's arguments (its config_groups,
+    or a preset `scheme` over its targets); one compressed-tensors does not know
+    is a one-line error naming `recipe`."""
+    found = []
+    for path, parent, name in _modifiers(data):
+        args = parent[name]
+        if not (isinstance(args, dict) and any(k in args for k in QUANTIZING_ARGS)):
+            continue
+        try:
+            built = _schemes(args)
+        except (KeyError, TypeError, ValueError) as e:
+            first = " ".join(str(e).split())[:200]
+            raise UserError(f"recipe {recipe}: {name}'s scheme is not one compressed-tensors knows ({first}); "
+                            "fix the recipe") from None
+        ignore = tuple(_as_list(args.get("ignore")))
+        found += [ConfigGroup(path, s.weights, s.input_activations, tuple(s.targets), ignore) for s in built]
+    return found
+
+
+def _schemes(args: dict) -> list:
+    from compressed_tensors.quantization import QuantizationScheme
+    from compressed_tensors.quantization.quant_scheme import preset_name_to_scheme
+    if "config_groups" in args:
+        return [QuantizationScheme(**group) for group in (args["config_groups"] or {}).values()]
+    targets = _as_list(args.get("targets") or ["Linear"])
+    if isinstance(args["scheme"], str):
+        return [preset_name_to_scheme(args["scheme"], targets)]
+    return [preset_name_to_scheme(preset, _as_list(t)) for preset, t in args["scheme"].items()]  # {PRESET: targets}
+
+
+def _as_list(entries) -> list:
+    return [entries] if isinstance(entries, str) else list(entries or [])
+
+
+def weight_scheme(groups: list[ConfigGroup]) -> WeightScheme | None:
+    """The scheme of the first group that quantizes weights (the one a
+    sensitivity file of the recipe is measured with); None when none does."""
+    return next((g.scheme for g in groups if g.weights is not None), None)
+
+
+def group_of(module: str, groups: list[ConfigGroup]) -> ConfigGroup | None:
+    """The group that takes the Linear named `module` (its full name), as
+    compressed-tensors picks one: in a modifier whose ignore list misses it, the
+    group of its most specific target (an exact name, then a pattern in sorted
+    order, then the class Linear; of two groups with one target, the later);
+    a later modifier's over an earlier one's, which it is applied over. None
+    when no group takes it."""
+    if not groups:
         return None
-    w, a = with_weights[0]["weights"], with_weights[0].get("input_activations") or {}
-    block = w.get("block_structure")
-    targets = [t for g in with_weights for t in ([g["targets"]] if isinstance(g.get("targets"), str)
-                                                  else g.get("targets") or ["Linear"])]
-    return WeightScheme(num_bits=int(w["num_bits"]), strategy=str(w.get("strategy") or "tensor"),
-                        group_size=w.get("group_size"), block_structure=tuple(block) if block else None,
-                        symmetric=bool(w.get("symmetric", True)), type=str(w.get("type") or "int"),
-                        activation_bits=int(a.get("num_bits") or 16), targets=tuple(dict.fromkeys(targets)))
+    from compressed_tensors.utils.match import match_name
+
+    def matches(entry: str) -> bool:
+        return entry == "Linear" or match_name(module, entry)
+
+    taken = None
+    for modifier in dict.fromkeys(g.modifier for g in groups):
+        own = [g for g in groups if g.modifier == modifier]
+        if any(matches(entry) for entry in own[0].ignore):
+            continue
+        by_target = {target: g for g in own for target in g.targets}
+        named = sorted((t for t in by_target if t != "Linear" and matches(t)), key=lambda t: ("re:" in t, t))
+        hits = named + [t for t in by_target if t == "Linear"]
+        taken = by_target[hits[0]] if hits else taken
+    return taken

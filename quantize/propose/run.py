@@ -36,12 +36,12 @@ class Proposal:
 
 
 def run(config: ProposeConfig) -> Proposal:
-    model_dir = _model_dir(config.model.path)  # before the recipe's scheme, which imports llm-compressor (~5 s)
-    base, scheme = _base_recipe(config)
+    model_dir = _model_dir(config.model.path)  # before the recipe's scheme, which imports compressed-tensors (~5 s)
+    base, groups, scheme = _base_recipe(config)
     weights_hash = fingerprint.compute(weight_files(model_dir)).sha256
     sens_path, sens = sensitivity_for(config.sensitivity, Path(config.results_dir), config.model.name, weights_hash,
                                       scheme, _coverage(base), _measure_command(config))
-    options, uniform = _estimates(config, base, scheme, model_dir, sens)
+    options, uniform = _estimates(config, base, groups, model_dir, sens)
     chosen = _choose(options, config.target)
     name = config.name or f"{config.recipe.name}_keep{chosen.k}"
     modules = choose.kept_modules(sens, chosen.k)
@@ -54,14 +54,16 @@ def run(config: ProposeConfig) -> Proposal:
     return proposal
 
 
-def _base_recipe(config: ProposeConfig) -> tuple[RecipeFile, recipe_edit.WeightScheme]:
-    """The base recipe and the weight scheme it quantizes with; one that quantizes no weights is refused."""
+def _base_recipe(config: ProposeConfig) -> tuple[RecipeFile, list[recipe_edit.ConfigGroup], recipe_edit.WeightScheme]:
+    """The base recipe, its config groups and the weight scheme it quantizes
+    with; one that quantizes no weights is refused."""
     base = load(config.recipe)
-    scheme = recipe_edit.weight_scheme(base.path) if recipe_edit.quantizes(base.data) else None
+    groups = recipe_edit.config_groups(base.data, base.name)
+    scheme = recipe_edit.weight_scheme(groups)
     if scheme is None:
         raise UserError(f"recipe={config.recipe.name} quantizes nothing, so no group can be kept dense; "
                         "start from a recipe that quantizes weights (e.g. recipe=w4a16_gptq)")
-    return base, scheme
+    return base, groups, scheme
 
 
 def _coverage(base: RecipeFile) -> dict | None:
@@ -75,13 +77,13 @@ def _coverage(base: RecipeFile) -> dict | None:
     return modules_of(measured.targets, measured.ignore)
 
 
-def _estimates(config: ProposeConfig, base: RecipeFile, scheme: recipe_edit.WeightScheme, model_dir: Path,
+def _estimates(config: ProposeConfig, base: RecipeFile, groups: list[recipe_edit.ConfigGroup], model_dir: Path,
                sens: Sensitivity) -> tuple[list[choose.Estimate], UniformSize]:
     """KL and size for every k, and the base recipe's size they start from."""
     weights = ModelWeights.read(model_dir)
     uniform = uniform_size(Path(config.artifacts_dir) / config.model.name / config.recipe.name, base.text, model_dir,
-                           weights, scheme, recipe_edit.quantization_ignore(base.data))
-    costs = {(c.layer, c.group): dense_cost(c, weights, scheme) for c in sens.cells}
+                           weights, groups)
+    costs = {(c.layer, c.group): dense_cost(c, weights, groups) for c in sens.cells}
     return choose.estimates(sens, uniform.bytes, costs), uniform
 
 

@@ -8,7 +8,7 @@ from quantize.common import manifest
 from quantize.common.checkpoint import DTYPE_BYTES, read_header, weight_files
 from quantize.common.errors import UserError
 from quantize.common.provenance import sha256_bytes, sha256_files
-from quantize.common.recipe_edit import WeightScheme, quantization_ignore, quantizes, weight_scheme
+from quantize.common.recipe_edit import ConfigGroup, WeightScheme, config_groups, group_of
 from quantize.common.sensitivity_file import Cell
 
 # What an artifact holds beside its weights, as the model's folder has them:
@@ -41,24 +41,27 @@ class ModelWeights:
         return shape[0], prod(shape[1:]), DTYPE_BYTES.get(dtype, 2)
 
 
-def dense_cost(cell: Cell, weights: ModelWeights, scheme: WeightScheme) -> float:
-    """Bytes a cell's modules add kept dense instead of quantized."""
+def dense_cost(cell: Cell, weights: ModelWeights, groups: list[ConfigGroup]) -> float:
+    """Bytes a cell's modules add kept dense instead of quantized, each with
+    the scheme of the group that takes it (none: it was dense already)."""
     total = 0.0
     for module in cell.modules:
         rows, cols, width = weights.linear(module)
-        total += rows * cols * width - scheme.bytes_per_matrix(rows, cols, width)
+        scheme = _scheme_of(module, groups)
+        if scheme:
+            total += rows * cols * width - scheme.bytes_per_matrix(rows, cols, width)
     return total
 
 
-def estimated_uniform_bytes(weights: ModelWeights, scheme: WeightScheme, ignore: list[str]) -> float:
-    """The base recipe's artifact: each Linear weight its targets match and its
-    `ignore` lists do not quantized, every other tensor as it is, plus the
-    model's other files."""
+def estimated_uniform_bytes(weights: ModelWeights, groups: list[ConfigGroup]) -> float:
+    """The recipe's artifact: each Linear weight with the scheme of the config
+    group that takes it (recipe_edit.group_of), every other tensor as it is,
+    plus the model's other files."""
     total = float(weights.other_files_bytes)
     for name, (dtype, shape) in weights.tensors.items():
         width = DTYPE_BYTES.get(dtype, 2)
-        quantized = _is_linear_weight(name, shape) and _targeted(name.removesuffix(".weight"), scheme.targets, ignore)
-        total += scheme.bytes_per_matrix(shape[0], shape[1], width) if quantized else prod(shape) * width
+        scheme = _scheme_of(name.removesuffix(".weight"), groups) if _is_linear_weight(name, shape) else None
+        total += scheme.bytes_per_matrix(shape[0], shape[1], width) if scheme else prod(shape) * width
     return total
 
 
@@ -67,32 +70,17 @@ def _is_linear_weight(name: str, shape: list[int]) -> bool:
     return name.endswith(".weight") and len(shape) == 2 and "embed" not in name
 
 
-def _targeted(module: str, targets: tuple[str, ...], ignore: list[str]) -> bool:
-    """As compressed-tensors matches a Linear: a target or ignore entry is a
-    module name, a `re:` pattern or a class (Linear: every Linear; another
-    class is no Linear's)."""
-    from compressed_tensors.utils.match import match_name
-    if any(match_name(module, entry) for entry in ignore):
-        return False
-    return any(target == "Linear" or match_name(module, target) for target in targets)
-
-
-def dense_bytes(weights: ModelWeights) -> float:
-    """The model as it is: every tensor at its stored width, and its other files."""
-    return weights.other_files_bytes + sum(prod(shape) * DTYPE_BYTES.get(dtype, 2)
-                                           for dtype, shape in weights.tensors.values())
+def _scheme_of(module: str, groups: list[ConfigGroup]) -> WeightScheme | None:
+    group = group_of(module, groups)
+    return group.scheme if group else None
 
 
 def expected_bytes(model_dir: Path, recipe_path: Path, recipe_data: dict) -> float:
     """The artifact a recipe makes of the model (quantize checks the disk has
-    room for it): its weights quantized with the recipe's weight scheme, but
-    those it ignores; as they are where it quantizes none (the baseline, a
-    KV-cache-only or pruning-only recipe)."""
-    weights = ModelWeights.read(model_dir)
-    scheme = weight_scheme(recipe_path) if quantizes(recipe_data) else None
-    if scheme is None:
-        return dense_bytes(weights)
-    return estimated_uniform_bytes(weights, scheme, quantization_ignore(recipe_data))
+    room for it): estimated_uniform_bytes of its config groups, so the model as
+    it is where it quantizes no weights (the baseline, a KV-cache-only or
+    pruning-only recipe)."""
+    return estimated_uniform_bytes(ModelWeights.read(model_dir), config_groups(recipe_data, str(recipe_path)))
 
 
 @dataclass(frozen=True)
@@ -101,8 +89,8 @@ class UniformSize:
     source: str         # where the number comes from, in words
 
 
-def uniform_size(artifact_dir: Path, recipe_text: str, model_dir: Path, weights: ModelWeights, scheme: WeightScheme,
-                 ignore: list[str]) -> UniformSize:
+def uniform_size(artifact_dir: Path, recipe_text: str, model_dir: Path, weights: ModelWeights,
+                 groups: list[ConfigGroup]) -> UniformSize:
     """The base recipe's artifact size: measured, from its manifest, when an
     artifact of this very recipe text and these very weights exists; else estimated."""
     found = manifest.read(artifact_dir, fix="delete it or pass artifacts_dir=<another folder>")
@@ -118,7 +106,7 @@ def uniform_size(artifact_dir: Path, recipe_text: str, model_dir: Path, weights:
         why = "the artifact there records no bytes_on_disk"
     else:
         why = "the artifact there was built from other weights of that model name"
-    return UniformSize(estimated_uniform_bytes(weights, scheme, ignore),
+    return UniformSize(estimated_uniform_bytes(weights, groups),
                        f"estimated from the model's parameter count ({why} at {artifact_dir})")
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from quantize import recipe as recipes
 from quantize.common.errors import UserError
 from quantize.common.provenance import sha256_json
+from quantize.common.recipe_edit import config_groups
 from quantize.common.sensitivity_file import USUAL_MODULES, modules_of
 
 APPLIED = ("weights only: round-to-nearest fake quantization with min-max scales on the scheme's grid; "
@@ -49,52 +50,33 @@ class WeightScheme:
 
 
 def from_recipe(recipe: recipes.RecipeFile) -> WeightScheme:
-    """The one weight scheme of the recipe's quantization modifier; a recipe
-    without one (the baseline, pruning only, KV cache only) is a one-line error."""
+    """The one weight scheme of the recipe's config groups (recipe_edit, as
+    propose sizes them), over the modules they take: their targets but one
+    ignore list. A recipe that quantizes no weights (the baseline, pruning only,
+    KV cache only), or more than that says, is a one-line error."""
     if recipe.is_baseline:
         raise UserError(f"recipe {recipe.name} quantizes nothing (the baseline); pass a quantizing recipe, "
                         "e.g. recipe=w4a16_gptq")
-    found = [(name, args) for name, args in _quantization_modifiers(recipe.data)]
-    schemes = [scheme for name, args in found for scheme in _schemes(name, args, recipe)]
-    with_weights = [s for s in schemes if s.weights is not None]
+    groups = config_groups(recipe.data, recipe.name)
+    with_weights = [g for g in groups if g.weights is not None]
     if not with_weights:
         raise UserError(f"recipe {recipe.name} ({recipe.path}) has no weight quantization scheme "
                         "(config_groups with weights, or scheme: <preset>); pass a recipe that quantizes weights")
-    if len({s.weights.model_dump_json() for s in with_weights}) > 1:
+    if len({g.weights.model_dump_json() for g in with_weights}) > 1:
         raise UserError(f"recipe {recipe.name} quantizes weights with {len(with_weights)} different schemes; "
                         "sensitivity measures one scheme: pass a recipe with a single weight scheme")
-    scheme = with_weights[0]
-    if str(scheme.weights.strategy) not in SUPPORTED_STRATEGIES:
-        raise UserError(f"recipe {recipe.name}: weight strategy {scheme.weights.strategy} is not measured "
+    if len(with_weights) < len(groups):
+        raise UserError(f"recipe {recipe.name} has a config group that quantizes no weights; sensitivity measures "
+                        "recipes whose config groups all quantize weights: pass one")
+    if len({g.ignore for g in groups}) > 1:
+        raise UserError(f"recipe {recipe.name}'s quantization modifiers have different ignore lists; sensitivity "
+                        "measures one set of modules (targets but one ignore list): pass a recipe with one")
+    first = with_weights[0]
+    if str(first.weights.strategy) not in SUPPORTED_STRATEGIES:
+        raise UserError(f"recipe {recipe.name}: weight strategy {first.weights.strategy} is not measured "
                         f"(sensitivity fake-quantizes {', '.join(SUPPORTED_STRATEGIES)}); pass another recipe")
-    return scheme
-
-
-def _quantization_modifiers(data: dict):
-    """(name, args) of each modifier that declares a quantization scheme."""
-    for _, name, args in recipes._walk_modifiers(data):
-        if isinstance(args, dict) and ("config_groups" in args or "scheme" in args):
-            yield name, args
-
-
-def _schemes(name: str, args: dict, recipe: recipes.RecipeFile) -> list[WeightScheme]:
-    from compressed_tensors.quantization import QuantizationScheme
-    from compressed_tensors.quantization.quant_scheme import preset_name_to_scheme
-    ignore = list(args.get("ignore") or [])
-    targets = args.get("targets") or ["Linear"]
-    targets = [targets] if isinstance(targets, str) else list(targets)
-    try:
-        if "config_groups" in args:
-            built = [QuantizationScheme(**group) for group in (args["config_groups"] or {}).values()]
-        elif isinstance(args["scheme"], str):
-            built = [preset_name_to_scheme(args["scheme"], targets)]
-        else:  # {PRESET: [targets]}
-            built = [preset_name_to_scheme(preset, list(t)) for preset, t in args["scheme"].items()]
-    except (KeyError, TypeError, ValueError) as e:
-        first = " ".join(str(e).split())[:200]
-        raise UserError(f"recipe {recipe.name}: {name}'s scheme is not one compressed-tensors knows ({first}); "
-                        "fix the recipe") from None
-    return [WeightScheme(s.weights, s.input_activations, list(s.targets), ignore) for s in built]
+    targets = list(dict.fromkeys(t for g in with_weights for t in g.targets))
+    return WeightScheme(first.weights, first.input_activations, targets, list(first.ignore))
 
 
 def fake_quantize(weight, args):

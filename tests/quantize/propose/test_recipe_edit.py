@@ -7,7 +7,8 @@ import pytest
 import yaml
 
 from quantize.common.errors import UserError
-from quantize.common.recipe_edit import WeightScheme, expert_siblings, fused_siblings, weight_scheme, with_kept_dense
+from quantize.common.recipe_edit import (WeightScheme, config_groups, expert_siblings, fused_siblings, weight_scheme,
+                                        with_kept_dense)
 from tests.conftest import RECIPES_DIR
 
 KEPT = ["model.layers.1.mlp.down_proj", "model.layers.0.self_attn.q_proj"]
@@ -76,13 +77,18 @@ def test_llm_compressor_matches_the_full_module_names():
     assert not match_name("model.layers.1.mlp.down_proj", "mlp.down_proj")
 
 
-def test_weight_scheme_as_llm_compressor_resolves_it():
-    assert weight_scheme(RECIPES_DIR / "w4a16_gptq.yaml") == WeightScheme(
-        num_bits=4, strategy="group", group_size=64, symmetric=False, type="int")
-    fp8 = weight_scheme(RECIPES_DIR / "fp8_dynamic.yaml")
+def scheme_of(recipe: str) -> WeightScheme | None:
+    return weight_scheme(config_groups(yaml.safe_load((RECIPES_DIR / f"{recipe}.yaml").read_text()), recipe))
+
+
+def test_the_weight_scheme_of_a_config_group_or_a_preset():
+    assert scheme_of("w4a16_gptq") == WeightScheme(num_bits=4, strategy="group", group_size=64, symmetric=False,
+                                                   type="int")
+    fp8 = scheme_of("fp8_dynamic")
     assert (fp8.num_bits, fp8.type, fp8.strategy, fp8.activation_bits, fp8.key) == (
         8, "float", "channel", 8, "w8a8-fp8-channel-sym")
-    assert weight_scheme(RECIPES_DIR / "w4a16_gptq.yaml").key == "w4a16-g64-asym"
+    assert scheme_of("w4a16_gptq").key == "w4a16-g64-asym"
+    assert scheme_of("original") is None
 
 
 def test_bytes_per_matrix_counts_values_scales_and_zero_points():
