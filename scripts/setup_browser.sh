@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Debian's chromium and chromedriver, for the browser test of report.html
 # (tests/evaluate/report/test_html.py). Idempotent: nothing to do when both are
-# on PATH. As root it installs them with apt-get (refreshing the package lists
-# only when they lack the packages or are stale); otherwise it says the browser
+# on PATH. As root it installs them (scripts/apt_install.sh); otherwise it says the browser
 # tests will be skipped and exits 0. Selenium itself is a pinned Python package
 # (requirements/common.txt), driving this chromedriver: it downloads nothing.
 set -euo pipefail
@@ -16,19 +15,9 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
     exit 0
 fi
 
-log=${TMPDIR:-/tmp}/setup_browser-apt.log
-install() {
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >>"$log" 2>&1
-}
-echo "setup-browser: installing ${PACKAGES[*]} (apt log: $log)"
-: >"$log"
-# The lists already here usually hold both; refresh them only when they do not
-# (a fresh image) or when they are stale (a download 404s).
-if ! install; then
-    apt-get update -qq >>"$log" 2>&1 || { echo "setup-browser: apt-get update failed; see $log" >&2; exit 1; }
-    install || { echo "setup-browser: apt-get install ${PACKAGES[*]} failed; see $log" >&2; exit 1; }
-fi
+echo "setup-browser: installing ${PACKAGES[*]}"
+bash "$(dirname "$0")/apt_install.sh" setup-browser "${PACKAGES[@]}"
 for binary in chromium chromedriver; do
-    command -v "$binary" >/dev/null || { echo "setup-browser: $binary still missing after apt-get; see $log" >&2; exit 1; }
+    command -v "$binary" >/dev/null || { echo "setup-browser: $binary still missing after apt-get install ${PACKAGES[*]}" >&2; exit 1; }
 done
 echo "setup-browser: $(chromium --version 2>/dev/null | head -1), $(chromedriver --version 2>/dev/null | head -1)"

@@ -59,17 +59,9 @@ install() {
         die "missing $missing; as root run: apt-get install -y ${PACKAGES[*]} (or bash scripts/slurm_local.sh install)"
     fi
     command -v apt-get >/dev/null || die "missing $missing and no apt-get here; install Slurm 22.05+, slurmdbd and MariaDB by hand"
-    # Package scripts must not start the system-wide services: the cluster runs from $DIR.
-    local policy=/usr/sbin/policy-rc.d made_policy=""
-    if [ ! -e $policy ]; then
-        printf '#!/bin/sh\nexit 101\n' > $policy && chmod 755 $policy && made_policy=1
-    fi
     say "installing ${PACKAGES[*]} (missing: $missing)"
-    local rc=0
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        "${PACKAGES[@]}"; } >"${TMPDIR:-/tmp}/slurm_local-apt.log" 2>&1 || rc=$?
-    [ -n "$made_policy" ] && rm -f $policy
-    [ $rc = 0 ] || die "apt-get failed (rc $rc); see ${TMPDIR:-/tmp}/slurm_local-apt.log"
+    # Package scripts must not start the system-wide services: the cluster runs from $DIR.
+    bash "$ROOT/scripts/apt_install.sh" --no-service-start slurm_local "${PACKAGES[@]}" || exit 1
     missing=$(missing_binaries)
     [ -z "$missing" ] || die "still missing after apt-get: $missing"
     say "installed"
