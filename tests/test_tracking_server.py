@@ -171,6 +171,23 @@ def test_the_report_logs_its_files_to_the_sweeps_run(sweep):
     assert report.data.tags["results_dir"] == str(sweep.results.resolve())
 
 
+def test_a_second_report_leaves_the_server_run_only_its_own_files(server, tmp_path):
+    """Files the server stores (its artifact proxy): the first report's plot
+    that the second did not write stayed beside the second's files."""
+    from evaluate.tracking import report_record
+    from quantize.common.tracking import from_group
+    for name, files in (("first", ("report.md", "old_plot.png")), ("second", ("report.md", "new_plot.png"))):
+        out = tmp_path / name
+        out.mkdir()
+        for file in files:
+            (out / file).write_text(name)
+        tracker = from_group({"_target_": "quantize.common.mlflow_tracker.MlflowTracker", "name": "mlflow",
+                              "uri": server, "experiment": "reports"})
+        assert tracker.log(report_record([tmp_path / "results"], sorted(out.iterdir())))
+    [run] = runs_of(server, "reports").values()
+    assert sorted(a.path for a in client(server).list_artifacts(run.info.run_id)) == ["new_plot.png", "report.md"]
+
+
 def test_a_backfill_adds_nothing_to_a_tracked_store_and_rebuilds_it_elsewhere(sweep, tmp_path):
     before = shape(sweep.uri)
     for _ in range(2):
