@@ -64,11 +64,7 @@ def _quantize(config: QuantizeConfig) -> Path:
     check = verify.mode(config.verify)
     model_dir = _model_dir(config.model.path)
     recipe = recipes.load(config.recipe)
-    if not recipe.is_baseline:  # the calibration's quick checks first: llm-compressor imports for ~5 s
-        calibration.check(config.calibration)
-        calibration.check_held_out(config.calibration, config.sanity)
-        recipes.check_with_llmcompressor(recipe)
-        smoothquant_check.check(recipe, model_dir)
+    needs_data = not recipe.is_baseline and _check_recipe(config, recipe, model_dir)
     out = resolve(config.artifact_dir)
     # Before minutes of calibration: an output dir with a corrupt manifest is
     # only replaced when asked to.
@@ -80,7 +76,7 @@ def _quantize(config: QuantizeConfig) -> Path:
 
     with timer.phase("load tokenizer and calibration"):
         tokenizer = _load_tokenizer(model_dir)
-        calib = None if recipe.is_baseline else calibration.build(config.calibration, tokenizer, config.seed)
+        calib = calibration.build(config.calibration, tokenizer, config.seed) if needs_data else None
     identity = _identity(config, model_dir, recipe, calib, _calibration_dtype(config, model_dir, recipe))
     inputs = Inputs(config, model_dir, recipe, calib, identity, manifest.artifact_id(**identity))
     if existing:
@@ -97,6 +93,20 @@ def _quantize(config: QuantizeConfig) -> Path:
         with disk.room_to_write(out, f"artifact {inputs.artifact_id}"):
             _build(inputs, tokenizer, out, timer, check)
     return out
+
+
+def _check_recipe(config: QuantizeConfig, recipe: recipes.RecipeFile, model_dir: Path) -> bool:
+    """A quantizing recipe's checks, the calibration's quick ones first
+    (llm-compressor imports for ~5 s); returns whether it needs calibration data."""
+    calibration.check(config.calibration)
+    needs_data = recipes.check_with_llmcompressor(recipe)
+    if needs_data:
+        calibration.check_held_out(config.calibration, config.sanity)
+    else:
+        log.info("recipe %s needs no calibration data: no text is read, and calibration.* and seed "
+                 "are not part of its artifact id", recipe.name)
+    smoothquant_check.check(recipe, model_dir)
+    return needs_data
 
 
 def _complete_manifest(config: QuantizeConfig, out: Path) -> Manifest | None:
@@ -203,7 +213,8 @@ def _quantize_and_save(model, tokenizer, inputs: Inputs, tmp: Path,
             model.to(getattr(torch, calib_dtype))
             zeros_before = _linear_zeros(model) if recipe.prunes else None
             base = _sanity_before(model, tokenizer, inputs.config.sanity)
-            _oneshot(model, tokenizer, recipe, inputs.calib, inputs.config.seed)
+            # a data-free recipe's id leaves the seed out: one seed for all its builds
+            _oneshot(model, tokenizer, recipe, inputs.calib, inputs.identity["seed"] or 0)
             changed = count_changed_modules(model, zeros_before)
             _check_changed(changed, model, recipe, inputs.config.model.name)
             if base:  # before saving: save_pretrained compresses the modules in place
@@ -318,7 +329,8 @@ def _calibration_dtype(config: QuantizeConfig, model_dir: Path, recipe: recipes.
 
 def _identity(config: QuantizeConfig, model_dir: Path, recipe: recipes.RecipeFile,
               calib: calibration.CalibrationSet | None, calibration_dtype: str | None) -> dict:
-    """Everything that determines an artifact's bytes (manifest.artifact_id hashes it)."""
+    """Everything that determines an artifact's bytes (manifest.artifact_id hashes it); `calib`
+    None: the baseline or a data-free recipe, whose bytes no calibration or seed changes."""
     return {
         "model_weights_sha256": sha256_files(weight_files(model_dir)),
         "model_config_sha256": manifest.config_sha256(_read_config(model_dir)),
@@ -339,6 +351,9 @@ def _oneshot(model, tokenizer, recipe, calib, seed: int) -> None:
     if "AWQModifier" in recipe.modifiers:
         allow_awq_without_accelerator()
     torch.manual_seed(seed)
+    data = {} if calib is None else {  # None: a recipe whose modifiers all run without data
+        "dataset": calib.to_dataset(), "num_calibration_samples": len(calib.samples),
+        "max_seq_length": max(len(s) for s in calib.samples), "shuffle_calibration_samples": False}
     try:
         oneshot(
             model=model,
@@ -346,10 +361,7 @@ def _oneshot(model, tokenizer, recipe, calib, seed: int) -> None:
             # its text as read once, not its file: the manifest's recipe and id are that text's,
             # and a file edited during a sweep would otherwise be applied unrecorded
             recipe=recipe.text,
-            dataset=calib.to_dataset(),
-            num_calibration_samples=len(calib.samples),
-            max_seq_length=max(len(s) for s in calib.samples),
-            shuffle_calibration_samples=False,
+            **data,
         )
     except (ValueError, TypeError, KeyError) as e:
         # llm-compressor reports recipe/model mismatches (no matching layers,

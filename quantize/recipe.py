@@ -57,15 +57,21 @@ def load(choice: RecipeChoice) -> RecipeFile:
     return RecipeFile(name=choice.name, path=path, text=text, data=data)
 
 
-def check_with_llmcompressor(recipe: RecipeFile) -> None:
+def check_with_llmcompressor(recipe: RecipeFile) -> bool:
     """Parse with llm-compressor itself, so typos in modifier names or
-    arguments fail before the model is loaded (importing it takes ~5 s)."""
+    arguments fail before the model is loaded (importing it takes ~5 s).
+    Returns whether the recipe needs calibration data: whether a modifier
+    says so (`requires_calibration_data`, the flag by which oneshot runs a
+    modifier without data). Dynamic activations and weight-only
+    round-to-nearest need none; SmoothQuant, GPTQ, AWQ, SparseGPT, static
+    activation or KV-cache scales do."""
     from llmcompressor.recipe import Recipe
     try:
-        Recipe.create_instance(recipe.text)   # the text read once: the one hashed, recorded and applied
+        parsed = Recipe.create_instance(recipe.text)   # the text read once: the one hashed, recorded and applied
     except Exception as e:  # pydantic / registry errors: all mean "recipe rejected"
         first = " ".join(str(e).split())[:300]
         raise UserError(f"llm-compressor rejected recipe {recipe.path}: {first}") from None
+    return any(m.requires_calibration_data for m in parsed.modifiers)
 
 
 def check_group_sizes(recipe: RecipeFile, model) -> None:

@@ -197,6 +197,8 @@ def artifact_id(*, model_weights_sha256: str, recipe_sha256: str, calibration_sh
     """Hash of everything that determines an artifact's bytes: same inputs,
     same id, so a rerun is skipped. `versions` None for the baseline (saved,
     not computed); else only the libraries that change the bytes count.
+    `calibration_sha256` and `seed` None for the baseline and for a recipe
+    that needs no calibration data (pipeline: oneshot gets none).
     `model_config_sha256` None: the id of scheme 1; `model_files_sha256`
     None: of scheme 2 or 1 (ID_SCHEME)."""
     inputs = {
@@ -219,7 +221,12 @@ def id_as_recorded(recorded: Manifest, identity: dict) -> str:
     `recorded` manifest was written with, to compare with the id it records."""
     scheme = recorded.id_scheme or 1
     newer = {"model_config_sha256": 2, "model_files_sha256": 3}   # the scheme that added each
-    return artifact_id(**{k: v for k, v in identity.items() if scheme >= newer.get(k, 1)})
+    inputs = {k: v for k, v in identity.items() if scheme >= newer.get(k, 1)}
+    if inputs["calibration_sha256"] is None and inputs["versions"] is not None and recorded.calibration:
+        # A data-free recipe, built when its id still hashed the calibration and
+        # seed it was given though they changed no byte: the recorded ones stand.
+        inputs |= {"calibration_sha256": recorded.calibration.get("sha256"), "seed": recorded.seed}
+    return artifact_id(**inputs)
 
 
 def config_differences(saved: dict, base: dict) -> list[str]:

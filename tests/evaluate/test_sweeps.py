@@ -33,16 +33,16 @@ def manifests(art):
 
 
 def test_one_failing_job_does_not_stop_the_sweep(tiny, tmp_path):
-    """w4a16_rtn needs more calibration windows than exist; original needs none."""
+    """w8a8_smooth_ptq needs more calibration windows than exist; original needs none."""
     art, sweep = tmp_path / "art", tmp_path / "sweep"
-    out = quantize("-m", "recipe=w4a16_rtn,original", f"model={tiny}", f"artifacts_dir={art}",
+    out = quantize("-m", "recipe=w8a8_smooth_ptq,original", f"model={tiny}", f"artifacts_dir={art}",
                    "calibration.num_samples=1000000", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     assert out.returncode == 1
-    assert "1 of 2 job(s) failed" in out.stderr and "recipe=w4a16_rtn" in out.stderr
+    assert "1 of 2 job(s) failed" in out.stderr and "recipe=w8a8_smooth_ptq" in out.stderr
     assert set(manifests(art)) == {"original"}
     (failed,) = list(sweep.glob("*/FAILED.json"))
     info = json.loads(failed.read_text())
-    assert "num_samples" in info["error"] and "recipe=w4a16_rtn" in info["overrides"]
+    assert "num_samples" in info["error"] and "recipe=w8a8_smooth_ptq" in info["overrides"]
     assert (failed.parent / ".hydra" / "overrides.yaml").is_file()  # each job's config is kept
 
 

@@ -33,8 +33,11 @@ def with_recipe(filename: str, text: str):
     return lambda tmp, tiny: [f"recipe={write(tmp / filename, text)}", f"model={tiny}", *SMALL_CALIB]
 
 
+CALIBRATED = "w8a8_smooth_ptq"  # a recipe that reads calibration text (w4a16_rtn reads none)
+
+
 def with_calibration(make_path):
-    return lambda tmp, tiny: ["recipe=w4a16_rtn", f"model={tiny}", *SMALL_CALIB,
+    return lambda tmp, tiny: [f"recipe={CALIBRATED}", f"model={tiny}", *SMALL_CALIB,
                               f"calibration={make_path(tmp)}"]
 
 
@@ -61,7 +64,8 @@ CASES = {
         ["small.txt", "calibration.num_samples=8", "lower num_samples or max_seq_len"]),
     # the sanity check would score text the model was calibrated on, and pass a broken artifact
     "calibration_on_a_held_out_book": (
-        lambda tmp, tiny: ["recipe=w4a16_rtn", f"model={tiny}", *SMALL_CALIB, "calibration.books=[emma,persuasion]"],
+        lambda tmp, tiny: [f"recipe={CALIBRATED}", f"model={tiny}", *SMALL_CALIB,
+                           "calibration.books=[emma,persuasion]"],
         ["calibration.books and sanity.books share persuasion", "calibrate on other books", "sanity.enabled=false"]),
     "group_size_does_not_divide": (
         with_recipe("w4_g48.yaml", w4_rtn_recipe(48)),

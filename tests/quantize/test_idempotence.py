@@ -7,7 +7,8 @@ import pytest
 from tests.conftest import (SMALL_CALIB, TINY_NAME, Artifact, check_ok, file_sha256, last_line,
                       run_quantize)
 
-RECIPE = "w4a16_rtn"  # the fastest calibrated recipe
+RECIPE = "w4a16_rtn"  # the fastest quantizing recipe
+CALIBRATED = "w8a8_smooth_ptq"  # the fastest recipe that calibrates on data
 
 
 def snapshot(art_dir):
@@ -45,10 +46,15 @@ def test_rerun_with_same_inputs_skips(local):
     assert art.manifest == manifest
 
 
-def test_other_calibration_without_force_is_refused(local):
-    art, rerun, _ = local
+def test_other_calibration_without_force_is_refused(build_artifact, tiny_model, tmp_path):
+    """Of a recipe that calibrates on data (w4a16_rtn needs none: tests/quantize/test_data_free.py)."""
+    session = build_artifact(CALIBRATED)
+    art = Artifact(CALIBRATED, tmp_path / CALIBRATED, session.proc)
+    shutil.copytree(session.dir, art.dir)
+    (tmp_path / "cwd").mkdir()
     before, manifest = snapshot(art.dir), art.manifest
-    proc = rerun("seed=1")
+    proc = run_quantize(f"recipe={CALIBRATED}", f"model={tiny_model}", *SMALL_CALIB, f"artifact_dir={art.dir}",
+                        "seed=1", cwd=tmp_path / "cwd")
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
     line = last_line(proc.stderr)

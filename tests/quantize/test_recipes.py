@@ -11,6 +11,7 @@ import yaml
 
 from tests.conftest import (MAX_SEQ_LEN, NUM_SAMPLES, TINY_NAME, file_sha256, recipe_source,
                       sha256_files_by_hand, shipped_recipes, sparse_recipes, w4_rtn_recipe)
+from tests.quantize.test_data_free import DATA_FREE
 
 RECIPES = shipped_recipes()
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -144,8 +145,9 @@ def test_manifest_provenance(build_artifact, tiny_model, recipe):
     assert m["recipe"]["name"] == recipe
     assert m["recipe"]["sha256"] == file_sha256(source)
 
-    if recipe == "original":
-        assert m["calibration"] is None  # the baseline is saved as is
+    if recipe in ("original", *DATA_FREE):
+        # the baseline is saved as is; a data-free recipe's modifiers read no text
+        assert m["calibration"] is None and m["seed"] is None
     else:
         cal = m["calibration"]
         assert cal["source"] == "austen" and cal["name"] == "austen"
