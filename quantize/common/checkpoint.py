@@ -115,9 +115,10 @@ def planned_quantization_config(recipe_path: Path) -> dict | None:
     if not configs:
         return None
     merged = configs[0] | {"config_groups": {}}
+    groups = merged["config_groups"]
     for config in configs:
-        merged["config_groups"] |= {f"group_{len(merged['config_groups'])}": group
-                                    for group in config.get("config_groups", {}).values()}
+        for group in config.get("config_groups", {}).values():
+            groups[f"group_{len(groups)}"] = group   # renamed: every modifier numbers its own from group_0
         merged["kv_cache_scheme"] = merged.get("kv_cache_scheme") or config.get("kv_cache_scheme")
     return merged
 

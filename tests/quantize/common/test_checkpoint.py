@@ -39,3 +39,29 @@ def test_no_kv_cache_key_without_a_kv_scheme(tmp_path):
          "kv_cache_scheme": None}
     summary = quantization_summary(write_config(tmp_path, q))
     assert summary.kv_cache is None and "kv_cache" not in summary.to_dict()
+
+
+TWO_GROUPS = """
+quant_stage:
+  quant_modifiers:
+    QuantizationModifier:
+      ignore: [lm_head]
+      config_groups:
+        group_0:
+          targets: [Linear]
+          weights: {num_bits: 4, type: int, symmetric: true, strategy: group, group_size: 64}
+        group_1:
+          targets: ["re:.*down_proj$"]
+          weights: {num_bits: 8, type: int, symmetric: true, strategy: channel}
+"""
+
+
+def test_the_planned_config_keeps_every_group_of_a_modifier(tmp_path):
+    """Capability planning reads the planned groups: a modifier's second group
+    (down_proj at int8 beside int4 elsewhere) must not replace its first."""
+    from quantize.common.checkpoint import planned_quantization_config
+    recipe = tmp_path / "two_groups.yaml"
+    recipe.write_text(TWO_GROUPS)
+    groups = planned_quantization_config(recipe)["config_groups"]
+    assert [(g["targets"], g["weights"]["num_bits"]) for g in groups.values()] == [
+        (["Linear"], 4), (["re:.*down_proj$"], 8)]
