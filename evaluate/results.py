@@ -333,7 +333,12 @@ def read_stores(results_dirs: list[Path]) -> StoreRead:
     Store, and its setup ids end in `@<store name>`: the hostname is not part
     of a setup id, so twin machines' rows would otherwise be averaged
     together, and a speed-up could divide one store's rows by the other's."""
-    found = {d: read_store(d) if d.is_dir() else StoreRead() for d in dict.fromkeys(Path(d) for d in results_dirs)}
+    dirs = list(dict.fromkeys(Path(d) for d in results_dirs))
+    for d in dirs:
+        if d.exists() and not d.is_dir():   # read as an empty store, it said "run python -m evaluate first"
+            raise UserError(f"results_dir={d} is a file, not a folder; pass results_dir=<the folder "
+                            "python -m evaluate wrote its rows to>")
+    found = {d: read_store(d) if d.is_dir() else StoreRead() for d in dirs}
     if not found:
         raise UserError("results_dir= names no folder; pass results_dir=<folder>, or results_dir=a,b for several")
     several = len(found) > 1

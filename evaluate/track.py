@@ -27,9 +27,6 @@ log = logging.getLogger("quantbench.tracking")
 
 def backfill(results_dir: Path, tracker: Tracker) -> str:
     """Log every row of the store; returns the line saying what was sent."""
-    if results_dir.exists() and not results_dir.is_dir():   # read as a store, it said "no results in <file>"
-        raise UserError(f"results_dir={results_dir} is a file, not a folder; pass results_dir=<the folder "
-                        "python -m evaluate wrote its rows to>")
     rows = results.read_stores([results_dir]).rows
     _bind_locks(tracker, results_dir)
     for record in tracking.measurement_records(rows):

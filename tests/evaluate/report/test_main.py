@@ -54,3 +54,14 @@ def test_no_results_exits_2_with_one_line(tmp_path, capsys, make_dir):
     assert main([f"results_dir={empty}", f"out_dir={tmp_path / 'out'}"]) == 2
     assert capsys.readouterr().err.splitlines() == [f"error: no results in {empty}; run python -m evaluate first"]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_results_file_is_one_line_saying_pass_the_folder(tmp_path, capsys):
+    """A rows file given as results_dir= said "no results in <file>; run python -m evaluate first"."""
+    rows = tmp_path / "results.jsonl"
+    rows.write_text("")
+    assert main([f"results_dir={rows}", f"out_dir={tmp_path / 'out'}"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: results_dir={rows} is a file, not a folder; pass results_dir=<the folder python -m evaluate "
+        "wrote its rows to>"]
+    assert not (tmp_path / "out").exists()
