@@ -62,12 +62,13 @@ def artifacts(work: Path) -> list[str]:
     out = []
     for m in sorted((work / "artifacts").glob("*/*/manifest.json")):
         d = json.loads(m.read_text())
-        cal = d.get("calibration") or {}
+        cal = d.get("calibration")   # null: a recipe that reads no calibration data (fp8_dynamic, w4a16_rtn)
+        calibrated = (f"calibration {cal.get('num_samples')}x{cal.get('max_seq_len')} tokens in "
+                      f"{d.get('calibration_dtype')}" if cal else "no calibration data")
         timings = ", ".join(f"{k} {v:.1f} s" for k, v in (d.get("timings_s") or {}).items()
                             if isinstance(v, (int, float)))
         out.append(f"- artifact `{m.parent.parent.name}/{m.parent.name}`: {gib((d.get('bytes_on_disk') or {}).get('total'))}"
-                   f" on disk, calibration {cal.get('num_samples')}x{cal.get('max_seq_len')} tokens in "
-                   f"{d.get('calibration_dtype')}; {timings}")
+                   f" on disk, {calibrated}; {timings}")
     return out
 
 

@@ -211,6 +211,11 @@ def test_the_summary_tables_the_steps_and_lists_what_they_made(tmp_path):
     (art / "manifest.json").write_text(json.dumps({
         "calibration": {"num_samples": 64, "max_seq_len": 512}, "calibration_dtype": "bfloat16",
         "timings_s": {"oneshot": 16.7, "total": 30.2}, "bytes_on_disk": {"total": 3 * 2**30}}))
+    data_free = tmp_path / "artifacts" / "llama-1b-random" / "fp8_dynamic"
+    data_free.mkdir()
+    (data_free / "manifest.json").write_text(json.dumps({
+        "calibration": None, "calibration_dtype": "bfloat16", "timings_s": {"total": 9.0},
+        "bytes_on_disk": {"total": 2**30}}))
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "results.jsonl").write_text(json.dumps({
         "kind": "speed", "status": "ok", "model_name": "llama-1b-random", "recipe": "w4a16_gptq",
@@ -226,6 +231,7 @@ def test_the_summary_tables_the_steps_and_lists_what_they_made(tmp_path):
     assert rows["build_1b"][:4] == ["0", "12.5", "2600", "3100"]
     assert rows["quantize_8b_w4a16_gptq"] == ["124", "240.0", "-", "-", "timed out at 240 s"]
     assert "3.00 GiB on disk, calibration 64x512 tokens in bfloat16; oneshot 16.7 s, total 30.2 s" in out.stdout
+    assert "`llama-1b-random/fp8_dynamic`: 1.00 GiB on disk, no calibration data; total 9.0 s" in out.stdout
     assert "[hf on cuda in bfloat16]: output_throughput 49" in out.stdout
     assert "## Failed tests\n\n- FAILED tests/test_x.py::test_y - AssertionError: no\n" in out.stdout
     assert "test_z" not in out.stdout
