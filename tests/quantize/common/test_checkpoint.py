@@ -3,6 +3,7 @@ of a checkpoint's quantization, read from config.json alone."""
 import json
 
 from quantize.common.checkpoint import quantization_summary
+from tests.conftest import w4_rtn_recipe
 
 W8A8 = {"weights": {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel"},
         "input_activations": {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "token",
@@ -41,15 +42,7 @@ def test_no_kv_cache_key_without_a_kv_scheme(tmp_path):
     assert summary.kv_cache is None and "kv_cache" not in summary.to_dict()
 
 
-TWO_GROUPS = """
-quant_stage:
-  quant_modifiers:
-    QuantizationModifier:
-      ignore: [lm_head]
-      config_groups:
-        group_0:
-          targets: [Linear]
-          weights: {num_bits: 4, type: int, symmetric: true, strategy: group, group_size: 64}
+TWO_GROUPS = w4_rtn_recipe(64) + """\
         group_1:
           targets: ["re:.*down_proj$"]
           weights: {num_bits: 8, type: int, symmetric: true, strategy: channel}
