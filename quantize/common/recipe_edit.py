@@ -181,12 +181,17 @@ def config_groups(data: dict, recipe: str) -> list[ConfigGroup]:
 def _schemes(args: dict) -> list:
     from compressed_tensors.quantization import QuantizationScheme
     from compressed_tensors.quantization.quant_scheme import preset_name_to_scheme
-    if "config_groups" in args:
-        return [QuantizationScheme(**group) for group in (args["config_groups"] or {}).values()]
+    if args.get("config_groups") is not None:
+        return [QuantizationScheme(**group) for group in args["config_groups"].values()]
+    scheme = args.get("scheme")
     targets = _as_list(args.get("targets") or ["Linear"])
-    if isinstance(args["scheme"], str):
-        return [preset_name_to_scheme(args["scheme"], targets)]
-    return [preset_name_to_scheme(preset, _as_list(t)) for preset, t in args["scheme"].items()]  # {PRESET: targets}
+    if scheme is None:   # e.g. a KV-cache-only modifier: llm-compressor's one group, quantizing no weights
+        return [QuantizationScheme(targets=targets)]
+    if isinstance(scheme, str):
+        return [preset_name_to_scheme(scheme, targets)]
+    if not isinstance(scheme, dict):
+        raise TypeError(f"scheme: {scheme!r} is neither a preset name nor {{PRESET: targets}}")
+    return [preset_name_to_scheme(preset, _as_list(t)) for preset, t in scheme.items()]  # {PRESET: targets}
 
 
 def _as_list(entries) -> list:

@@ -43,7 +43,11 @@ TWO_SCHEMES = recipe_text({"group_0": {"targets": ["Linear"], "weights": W4},
 # down_proj's own group quantizes its input alone: its weights stay dense.
 ACTS_ONLY = recipe_text({"group_0": {"targets": ["Linear"], "weights": W4},
                          "group_1": {"targets": ["re:.*down_proj$"], "input_activations": A8_TOKEN}})
-MADE = {"two_groups": TWO_GROUPS, "two_schemes": TWO_SCHEMES, "acts_only": ACTS_ONLY}
+# A KV cache alone, its scheme written out as null: no group quantizes weights.
+KV_ONLY = yaml.safe_dump({"quant_stage": {"quant_modifiers": {"QuantizationModifier": {
+    "ignore": ["lm_head"], "scheme": None,
+    "kv_cache_scheme": {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "tensor", "dynamic": False}}}}})
+MADE = {"two_groups": TWO_GROUPS, "two_schemes": TWO_SCHEMES, "acts_only": ACTS_ONLY, "kv_only": KV_ONLY}
 
 
 def load(tmp_path, name: str, text: str) -> recipes.RecipeFile:
@@ -161,6 +165,15 @@ def test_the_size_estimate_gives_each_module_its_own_groups_scheme(tmp_path, tin
     assert proposal.uniform.bytes == pytest.approx(expected)
     kept = proposal.chosen.size_bytes - proposal.uniform.bytes
     assert kept == pytest.approx(2 * rows * cols - w_bytes(rows, cols, W8))
+
+
+def test_a_recipe_whose_scheme_is_null_sizes_its_weights_dense(tmp_path, tiny_model):
+    """A KV-cache-only recipe written with `scheme: null` (llm-compressor takes
+    it): the size estimate, and so quantize's disk check, was an AttributeError."""
+    recipe = load(tmp_path, "kv_only", KV_ONLY)
+    weights = ModelWeights.read(tiny_model)
+    dense = sum(2 * math.prod(shape) for _, shape in weights.tensors.values())
+    assert expected_bytes(tiny_model, recipe.path, recipe.data) == pytest.approx(dense + weights.other_files_bytes)
 
 
 def test_sensitivity_refuses_what_one_targets_and_ignore_list_cannot_say(tmp_path):
