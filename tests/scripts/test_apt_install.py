@@ -73,3 +73,23 @@ def test_a_failed_install_names_its_log_and_keeps_apts_status(tmp_path):
     assert line.startswith("setup-x: error: apt-get install pkg-a failed (rc 100); see ")
     log = Path(line.rsplit("see ", 1)[1])
     assert "Unable to locate package pkg-a" in log.read_text()
+
+
+def test_a_daemon_a_package_starts_does_not_hold_the_lock(tmp_path):
+    """A package's script may start a daemon (invoke-rc.d on a host without
+    systemd); inheriting the lock, it made the next setup wait 30 min."""
+    env = fake_apt(tmp_path, lists=True)
+    apt = tmp_path / "bin" / "apt-get"
+    apt.write_text(apt.read_text() + "(setsid sleep 30 >/dev/null 2>&1 &)\n")
+    assert subprocess.run(["bash", str(SCRIPT), "one", "pkg-a"], env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, timeout=60).returncode == 0
+    second = subprocess.run(["bash", str(SCRIPT), "two", "pkg-b"], env=env, stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=60)
+    assert second.returncode == 0 and "waiting for another install" not in second.stderr, second.stderr
+
+
+def test_the_lock_folder_is_made_when_missing(tmp_path):
+    env = fake_apt(tmp_path, lists=True) | {"QB_APT_LOCK": str(tmp_path / "run" / "lock" / "apt.lock")}
+    done = subprocess.run(["bash", str(SCRIPT), "setup-x", "pkg-a"], env=env, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=60)
+    assert done.returncode == 0, done.stderr
