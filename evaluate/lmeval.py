@@ -14,6 +14,7 @@ prediction (metrics acc and perplexity of the last word) on held-out Austen
 paragraphs, written as a local lm-eval task at run time.
 """
 import dataclasses
+import fnmatch
 import json
 import logging
 import os
@@ -89,33 +90,84 @@ class LmEvalConfig(Configurable):
         return cls.from_config(values, "lm_eval")
 
     def as_dict(self) -> dict:
-        """The group as rows record it (`lm_eval_config`): a preset without the
-        bundled task's settings records none; the bundled task's local text
-        and the include_path task files add their content's hash. The stall
-        limit says how long to wait, not what is measured: left out."""
+        """The group as set (a preset without the bundled task's settings has none)."""
         out = dataclasses.asdict(self)
+        if self.austen_lastword is None:
+            del out["austen_lastword"]
+        return out
+
+    def recorded(self, task: str) -> dict:
+        """What `task`'s row records of the group (`lm_eval_config`): the
+        content hashes of what that task reads and nothing another task reads,
+        so adding or editing one task leaves the others' rows complete. The
+        bundled task adds its local text's hash; a task defined under
+        include_path adds the hash of those folders' task files. The stall
+        limit says how long to wait, not what is measured: left out."""
+        out = self.as_dict()
         del out["stall_timeout_s"]
         bundled = self.austen_lastword
-        if bundled is None:
-            del out["austen_lastword"]
-        elif BUNDLED_TASK in self.tasks:
+        if task == BUNDLED_TASK and bundled is not None:
             out["austen_lastword"] |= accuracy.text_identity(bundled.text, bundled.books,
                                                              "lm_eval.austen_lastword.text")
-        if self.include_path:
+        if self.include_path and defined_under(self.include_path, task):
             out["include_path_sha256"] = task_files_sha256(self.include_path)
         return out
 
 
+def task_files(folders: list[str]) -> list[Path]:
+    """The task files (YAML, Python) under the include_path folders."""
+    return [f for folder in folders for f in sorted(resolve(folder).rglob("*"))
+            if f.suffix in TASK_FILES and f.is_file()]
+
+
 def task_files_sha256(folders: list[str]) -> str:
-    """The hash of the task files (YAML, Python) under the include_path
-    folders, by folder and relative path: an edited task is measured anew,
-    where the folders' paths alone took the old scores as complete."""
+    """The hash of the task files under the include_path folders, by folder
+    and relative path: an edited task is measured anew, where the folders'
+    paths alone took the old scores as complete."""
     files = []
     for i, folder in enumerate(folders):
         root = resolve(folder)
-        files += [(i, str(f.relative_to(root)), sha256_bytes(f.read_bytes()))
-                  for f in sorted(root.rglob("*")) if f.suffix in TASK_FILES and f.is_file()]
+        files += [(i, str(f.relative_to(root)), sha256_bytes(f.read_bytes())) for f in task_files([folder])]
     return sha256_json(files)
+
+
+class _TaskYaml(yaml.SafeLoader):
+    """lm-eval's task YAMLs as plain data: `!function utils.x` reads as None."""
+
+
+_TaskYaml.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+def defined_under(folders: list[str], task: str) -> bool:
+    """Whether the include_path folders define `task` (a task, group or tag
+    of theirs, which lm-eval takes over a hub task of that name; `task` may be
+    a pattern). A YAML that does not parse could define anything: True."""
+    names = set()
+    for f in task_files(folders):
+        if f.suffix == ".py":
+            continue
+        try:
+            docs = list(yaml.load_all(f.read_text(errors="replace"), Loader=_TaskYaml))
+        except yaml.YAMLError:
+            return True
+        for doc in docs:
+            names |= _task_names(doc)
+    return any(fnmatch.fnmatchcase(name, task) for name in names)
+
+
+def _task_names(doc) -> set[str]:
+    """The task, group and tag names a task YAML defines (a group's `task:`
+    list may hold task definitions of its own)."""
+    if not isinstance(doc, dict):
+        return set()
+    names = set()
+    for key in ("task", "group", "tag"):
+        for value in doc.get(key) if isinstance(doc.get(key), list) else [doc.get(key)]:
+            if isinstance(value, str):
+                names.add(value)
+            elif isinstance(value, dict):
+                names |= _task_names(value)
+    return names
 
 
 def venv_python(config: LmEvalConfig) -> Path:
@@ -194,7 +246,7 @@ def row(base, config: LmEvalConfig, task: str, engine: str):
     are not taken as complete."""
     return base.but(kind="lm_eval", engine=engine, scenario=label(config, task), dataset=task,
                     batch_size=None, input_len=None, output_len=None, run_index=0,
-                    lm_eval_config=config.as_dict() | {"seeds": seeds(base.seed)})
+                    lm_eval_config=config.recorded(task) | {"seeds": seeds(base.seed)})
 
 
 def seeds(seed: int) -> str:

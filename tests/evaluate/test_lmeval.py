@@ -285,4 +285,41 @@ def test_an_edited_include_path_task_is_measured_anew(tmp_path):
     (folder / "utils.py").write_text("def process_docs(dataset):\n    return dataset\n")
     assert key() != edited
     plain = lmeval.LmEvalConfig.from_group({"name": "hub", "tasks": ["gsm8k"], "enabled": True})
-    assert "include_path_sha256" not in plain.as_dict()   # rows without include_path keep their key
+    assert "include_path_sha256" not in plain.recorded("gsm8k")   # rows without include_path keep their key
+
+
+def _key(cfg, task):
+    return lmeval.row(results.Row(kind="speed", seed=0), cfg, task, "vllm").run_key()
+
+
+def test_a_hub_tasks_key_does_not_depend_on_the_bundled_task_being_listed(tmp_path):
+    """The bundled task's local text was hashed into every task's key when it
+    was listed: adding austen_lastword re-measured gsm8k."""
+    text = tmp_path / "paragraphs.txt"
+    text.write_text("One paragraph of a text.\n")
+    cfg = lambda tasks: lmeval.LmEvalConfig.from_group(
+        {"name": "austen_lastword", "tasks": tasks, "enabled": True,
+         "austen_lastword": {"text": str(text), "books": [], "num_items": 2, "min_words": 3}})
+    assert _key(cfg(["gsm8k"]), "gsm8k") == _key(cfg(["gsm8k", "austen_lastword"]), "gsm8k")
+    before = _key(cfg(["gsm8k", "austen_lastword"]), "austen_lastword")
+    text.write_text("Another paragraph of a text.\n")
+    assert _key(cfg(["gsm8k", "austen_lastword"]), "austen_lastword") != before
+
+
+def test_editing_an_include_path_task_leaves_the_other_tasks_rows_complete(tmp_path):
+    """include_path_sha256 was in every task's key: editing one YAML of
+    include_path re-measured the hub tasks (hours on a CPU)."""
+    folder = _user_task(tmp_path / "my_tasks")
+    (folder / "group.yaml").write_text("group: my_group\ntask:\n  - task: my_nested\n    process_docs: "
+                                       "!function utils.process_docs\n  - my_capitals\n")
+    cfg = lmeval.LmEvalConfig.from_group({"name": "hub", "tasks": ["gsm8k", "my_capitals", "my_group", "my_nested"],
+                                          "enabled": True, "include_path": [str(folder)]})
+    before = {task: _key(cfg, task) for task in cfg.tasks}
+    task = folder / "my_capitals.yaml"
+    task.write_text(task.read_text() + "# edited\n")
+    after = {task: _key(cfg, task) for task in cfg.tasks}
+    assert after["gsm8k"] == before["gsm8k"]
+    assert all(after[t] != before[t] for t in ("my_capitals", "my_group", "my_nested"))
+    assert "include_path_sha256" in cfg.recorded("my_capit*")   # a pattern lm-eval expands
+    (folder / "broken.yaml").write_text("task: [unclosed\n")   # could define any task: all carry the hash
+    assert "include_path_sha256" in cfg.recorded("gsm8k")
