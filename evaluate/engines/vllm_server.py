@@ -141,7 +141,7 @@ def process_name(pids: list) -> str:
     """`pid 123 (nginx)` for the first of `pids`, where it may be seen."""
     pid = next((p for p in pids if p is not None), None)
     if pid is None:
-        return "a process of another user" if pids else "a process that has let go of it since"
+        return "a process of another user"
     try:
         return f"pid {pid} ({psutil.Process(pid).name()})"
     except psutil.Error:
@@ -237,16 +237,7 @@ class VllmServerEngine(HttpEngine, VllmEngine):
         while True:
             code = self.proc.poll()
             if code is not None:
-                text = read_from(self.log_path, self.log_offset)
-                rejected = rejected_arg(text, args)
-                if rejected:   # bad input: nothing measured, nothing recorded
-                    raise UserError(rejected)
-                if bind_failed(text):
-                    holder = process_name(port_holders(port, self.proc.pid, listening=False)[1])
-                    raise PortTaken(f"another process ({holder}) took port {port} before the vLLM server bound it: "
-                                    f"the server {exit_reason(code, self.log_path, self.log_offset)}")
-                raise ServerStartError(f"the vLLM server, while starting, "
-                                       f"{exit_reason(code, self.log_path, self.log_offset)}")
+                raise self._start_failure(code, args, port)
             if http_get(self.root_url + "/health")[0] == 200:
                 ours, others = port_holders(port, self.proc.pid)
                 if others:
@@ -258,6 +249,21 @@ class VllmServerEngine(HttpEngine, VllmEngine):
                 raise ServerStartError(f"the vLLM server was not healthy after {timeout_s:g} s; raise "
                                        f"engine.startup_timeout_s or see its log: {self.log_path}")
             time.sleep(HEALTH_POLL_S)
+
+    def _start_failure(self, code: int, args: dict, port: int) -> Exception:
+        """Why the server exited while starting. A port taken only where
+        another process holds `port`: vLLM binds other ports too, and their
+        'Address already in use' is the server's own failure, not retried."""
+        text = read_from(self.log_path, self.log_offset)
+        rejected = rejected_arg(text, args)
+        if rejected:   # bad input: nothing measured, nothing recorded
+            return UserError(rejected)
+        why = exit_reason(code, self.log_path, self.log_offset)
+        others = port_holders(port, self.proc.pid, listening=False)[1] if bind_failed(text) else []
+        if others:
+            return PortTaken(f"another process ({process_name(others)}) took port {port} before the vLLM server "
+                             f"bound it: the server {why}")
+        return ServerStartError(f"the vLLM server, while starting, {why}")
 
     def _warm_up(self) -> None:
         """One short request: the first one pays for lazy initialisation."""

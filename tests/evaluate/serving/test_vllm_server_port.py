@@ -76,9 +76,9 @@ def choose_first(monkeypatch, *ports: int) -> None:
     monkeypatch.setattr(vllm_server, "free_port", lambda host: chosen.pop(0) if chosen else real(host))
 
 
-def start_engine(tmp_path, cls=FakeServerEngine):
+def start_engine(tmp_path, cls=FakeServerEngine, **settings):
     return cls(SimpleNamespace(path=tmp_path), {"dtype": "bfloat16"}, {}, max_model_len=256,
-               settings={"log_dir": str(tmp_path), "startup_timeout_s": HANG_GUARD_S})
+               settings={"log_dir": str(tmp_path), "startup_timeout_s": HANG_GUARD_S, **settings})
 
 
 def stats(root_url: str) -> dict:
@@ -198,3 +198,16 @@ def test_the_rows_record_the_ld_preload_the_servers_engine_runs_with(tmp_path, m
 ])
 def test_the_engine_core_is_told_from_the_servers_other_processes(cmdline, core):
     assert vllm_server.is_engine_core(cmdline) is core
+
+
+def test_an_address_in_use_of_another_port_is_the_servers_own_failure_not_a_taken_port(tmp_path):
+    """vLLM binds more than its API port (its engine's, torch's): an
+    'Address already in use' in its log, while no other process holds the
+    API port, is reported as the server's failure, and not started again."""
+    start_log = tmp_path / "start.log"
+    start_log.write_text("starting\nOSError: [Errno 98] Address already in use\n")
+    with pytest.raises(vllm_server.ServerStartError) as e:
+        start_engine(tmp_path, fake_flags=["--exit-at-start", "--start-log", str(start_log)])
+    assert not isinstance(e.value, PortTaken)
+    assert "exited with code 1: OSError: [Errno 98] Address already in use" in str(e.value)
+    assert (tmp_path / "vllm_server.log").read_text().count("starting") == 1, "the server was started again"
