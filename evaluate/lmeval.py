@@ -299,43 +299,50 @@ def _stream(cmd: list[str], cwd: Path, env: dict, stall_s: float | None) -> tupl
     log.info("running %s", " ".join(cmd))
     tail = deque(maxlen=20)
     lines = queue.Queue()
-    with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, errors="replace", start_new_session=True) as proc:
-        pump = threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True)
-        pump.start()
-        try:
-            while (line := lines.get(timeout=stall_s)) is not None:
-                if line.strip():
-                    tail.append(line.rstrip())
-                    log.info("lm-eval | %s", line.rstrip())
-        except queue.Empty:
-            exited = proc.poll() is not None   # a process it started held the output open: its status counts
-            _stop_group(proc, pump)
-            if not exited:
-                raise RuntimeError(f"lm-eval printed nothing for {stall_s:g} s and was stopped as hung (its last "
-                                   f"line: {tail[-1].strip() if tail else 'none'}); raise lm_eval.stall_timeout_s "
-                                   "if it needs longer, or set it to null for no limit") from None
-            log.warning("lm-eval exited, but processes it started printed nothing for %g s: stopped", stall_s)
-        except BaseException:
-            _stop_group(proc, pump)
-            raise
+    # Not `with Popen`: its exit closes the pipe, which waits for the pump's
+    # read, and waits for the process; either can block for good after a stop.
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, errors="replace", start_new_session=True)
+    pump = threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True)
+    pump.start()
+    try:
+        while (line := lines.get(timeout=stall_s)) is not None:
+            if line.strip():
+                tail.append(line.rstrip())
+                log.info("lm-eval | %s", line.rstrip())
+        proc.wait()   # its output ended: it has exited
+    except queue.Empty:
+        exited = proc.poll() is not None   # a process it started held the output open: its status counts
+        _stop_group(proc, pump)
+        if not exited:
+            raise RuntimeError(f"lm-eval printed nothing for {stall_s:g} s and was stopped as hung (its last "
+                               f"line: {tail[-1].strip() if tail else 'none'}); raise lm_eval.stall_timeout_s "
+                               "if it needs longer, or set it to null for no limit") from None
+        log.warning("lm-eval exited, but processes it started printed nothing for %g s: stopped", stall_s)
+    except BaseException:
+        _stop_group(proc, pump)
+        raise
     last = next((l for l in reversed(tail) if "Error" in l), tail[-1] if tail else "")
     return proc.returncode, last.strip()
 
 
 def _pump(stream, lines: queue.Queue) -> None:
-    """lm-eval's output lines into `lines`, then None at its end."""
+    """lm-eval's output lines into `lines`, then None at its end. The pump
+    owns the pipe and closes it: a process outside lm-eval's group (or one
+    the kernel cannot kill yet) may hold it open long after a stop, and the
+    job does not wait for that."""
     try:
-        for line in stream:
-            lines.put(line)
-    except (OSError, ValueError):  # closed under it by a stop
-        pass
-    lines.put(None)
+        with stream:
+            for line in stream:
+                lines.put(line)
+    finally:
+        lines.put(None)
 
 
 def _stop_group(proc: subprocess.Popen, pump: threading.Thread) -> None:
     """SIGTERM to lm-eval's process group (its vLLM engine core with it), then
-    SIGKILL to what is left after STOP_GRACE_S."""
+    SIGKILL to what is left after STOP_GRACE_S. Bounded: what outlives the
+    SIGKILL (a process stuck in a driver) is logged and left behind."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
@@ -346,6 +353,10 @@ def _stop_group(proc: subprocess.Popen, pump: threading.Thread) -> None:
         except subprocess.TimeoutExpired:
             pass
     pump.join(timeout=STOP_GRACE_S)  # the pipe ends with its last writer
+    if proc.poll() is None:
+        log.warning("lm-eval (pid %d) outlived SIGKILL (stuck in a driver?): left behind", proc.pid)
+    elif pump.is_alive():
+        log.warning("a process outside lm-eval's process group holds its output: left behind")
 
 
 def _check_exit(status: int, last: str, out_dir: Path) -> None:

@@ -175,6 +175,40 @@ def test_a_process_lm_eval_left_holding_its_output_is_stopped_and_the_results_ke
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
 
 
+@pytest.mark.parametrize("holder, unkillable", [("setsid sleep 20 &", False), ("", True)])
+def test_a_stopped_lm_eval_does_not_hold_the_job_while_something_keeps_its_output_open(
+        tmp_path, monkeypatch, caplog, holder, unkillable):
+    """The stop closed lm-eval's output, which waited for the read in flight,
+    so the job waited for every holder of that pipe: a process in a session
+    of its own (holder), or one SIGKILL does not end (a GPU process stuck in
+    the driver, played by a killpg that does nothing)."""
+    import os
+    monkeypatch.setattr(lmeval, "STOP_GRACE_S", 0.5)
+    killpg = os.killpg
+    if unkillable:
+        monkeypatch.setattr(lmeval.os, "killpg", lambda pid, sig: None)
+    run = fake_lm_eval(tmp_path, f"echo $$ > {tmp_path}/lm_eval; {holder} echo $! > {tmp_path}/child; "
+                                 "echo loading; sleep 20", stall_timeout_s=1)
+    start = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError, match="stopped as hung"):
+            run()
+        assert time.monotonic() - start < 10
+        assert ("outlived SIGKILL" if unkillable else "outside lm-eval's process group") in caplog.text
+    finally:   # what the test left running
+        _kill(killpg, tmp_path / "lm_eval")
+        if holder:
+            _kill(os.kill, tmp_path / "child")
+
+
+def _kill(kill, pid_file):
+    import signal
+    try:
+        kill(int(pid_file.read_text()), signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def test_an_lm_eval_that_keeps_printing_runs_past_the_stall_limit(tmp_path):
     """The limit is on silence, not on the whole run."""
     run = fake_lm_eval(tmp_path, "for i in 1 2 3 4 5 6; do echo step $i; sleep 0.5; done; WRITE", stall_timeout_s=2)
