@@ -29,6 +29,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 import yaml
 
 from evaluate import accuracy
@@ -46,6 +47,9 @@ BUNDLED_TASK = "austen_lastword"
 TASK_FILES = (".yaml", ".yml", ".py")   # what lm-eval reads of an include_path folder as task definitions
 LM_EVAL_DEFAULT_SEEDS = (0, 1234, 1234, 1234)   # lm_eval/_cli/run.py, default_seed_string
 STOP_GRACE_S = 10.0   # a stopped lm-eval's SIGTERM -> SIGKILL
+# CPU share of one core below which a silent lm-eval's group counts as idle:
+# a deadlocked one uses none, and this leaves out idle threads' wake-ups.
+BUSY_CPU_SHARE = 0.001
 # Versions of the lm-eval environment, recorded in every row: the tracked
 # packages (quantize.common.provenance.PACKAGES), read there by this script.
 VERSIONS_PROBE = ("import json, sys\nfrom importlib import metadata as m\nout = {}\n"
@@ -75,7 +79,7 @@ class LmEvalConfig(Configurable):
     include_path: list[str] = field(default_factory=list)
     model_args: dict = field(default_factory=dict)
     austen_lastword: BundledTaskConfig | None = None
-    stall_timeout_s: float | None = 1800  # no output for this long: lm-eval is stopped as hung; None: no limit
+    stall_timeout_s: float | None = 1800  # no output nor CPU for this long: lm-eval is stopped as hung; None: no limit
     enabled: bool = True
 
     @classmethod
@@ -291,9 +295,9 @@ def run(config: LmEvalConfig, target, model: str, args: dict, tasks: list[str], 
 
 def _stream(cmd: list[str], cwd: Path, env: dict, stall_s: float | None) -> tuple[int, str]:
     """Run lm-eval with its output in this job's log; its exit status and last
-    error line. No output for `stall_s` seconds (progress bars count) is a
-    hang, e.g. a wedged vLLM inside it, that held the job until Slurm killed
-    it: lm-eval's process group is stopped and that is the error. The group
+    error line. No output (progress bars count) and no CPU used for `stall_s`
+    seconds is a hang, e.g. a wedged vLLM inside it, that held the job until
+    Slurm killed it: lm-eval's process group is stopped and that is the error. The group
     is stopped too when this job ends meanwhile (Ctrl-C, SIGTERM): in a
     session of its own, lm-eval no longer gets a terminal's Ctrl-C itself."""
     log.info("running %s", " ".join(cmd))
@@ -306,24 +310,57 @@ def _stream(cmd: list[str], cwd: Path, env: dict, stall_s: float | None) -> tupl
     pump = threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True)
     pump.start()
     try:
-        while (line := lines.get(timeout=stall_s)) is not None:
-            if line.strip():
-                tail.append(line.rstrip())
-                log.info("lm-eval | %s", line.rstrip())
+        _relay(proc, lines, tail, stall_s)
         proc.wait()   # its output ended: it has exited
     except queue.Empty:
         exited = proc.poll() is not None   # a process it started held the output open: its status counts
         _stop_group(proc, pump)
         if not exited:
-            raise RuntimeError(f"lm-eval printed nothing for {stall_s:g} s and was stopped as hung (its last "
-                               f"line: {tail[-1].strip() if tail else 'none'}); raise lm_eval.stall_timeout_s "
-                               "if it needs longer, or set it to null for no limit") from None
+            raise RuntimeError(f"lm-eval printed nothing and used no CPU for {stall_s:g} s and was stopped as "
+                               f"hung (its last line: {tail[-1].strip() if tail else 'none'}); raise "
+                               "lm_eval.stall_timeout_s if it needs longer, or set it to null for no limit") from None
         log.warning("lm-eval exited, but processes it started printed nothing for %g s: stopped", stall_s)
     except BaseException:
         _stop_group(proc, pump)
         raise
     last = next((l for l in reversed(tail) if "Error" in l), tail[-1] if tail else "")
     return proc.returncode, last.strip()
+
+
+def _relay(proc: subprocess.Popen, lines: queue.Queue, tail: deque, stall_s: float | None) -> None:
+    """lm-eval's output lines into the log (and `tail`) until it ends.
+    queue.Empty when it printed nothing for `stall_s` seconds while its
+    process group used no CPU (or had exited): on a CPU host a vLLM
+    generation can go long without moving a progress bar, but it computes,
+    where a deadlocked lm-eval sleeps."""
+    cpu = _group_cpu_s(proc.pid)
+    while True:
+        try:
+            line = lines.get(timeout=stall_s)
+        except queue.Empty:
+            before, cpu = cpu, _group_cpu_s(proc.pid)
+            if proc.poll() is None and cpu - before >= BUSY_CPU_SHARE * stall_s:
+                continue
+            raise
+        if line is None:
+            return
+        if line.strip():
+            tail.append(line.rstrip())
+            log.info("lm-eval | %s", line.rstrip())
+
+
+def _group_cpu_s(pgid: int) -> float:
+    """CPU seconds used so far by the processes of process group `pgid`, with
+    the children they waited for."""
+    total = 0.0
+    for p in psutil.process_iter():
+        try:
+            if os.getpgid(p.pid) == pgid:
+                t = p.cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
+        except (OSError, psutil.Error):   # gone meanwhile
+            pass
+    return total
 
 
 def _pump(stream, lines: queue.Queue) -> None:

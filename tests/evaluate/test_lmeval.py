@@ -155,7 +155,7 @@ def test_an_lm_eval_that_prints_nothing_for_the_stall_limit_is_stopped_with_its_
     import psutil
     run = fake_lm_eval(tmp_path, f"echo loading; sleep 300 & echo $! > {tmp_path}/child; wait", stall_timeout_s=1)
     start = time.monotonic()
-    with pytest.raises(RuntimeError, match=r"^lm-eval printed nothing for 1 s and was stopped as hung \(its last "
+    with pytest.raises(RuntimeError, match=r"^lm-eval printed nothing and used no CPU for 1 s and was stopped as hung \(its last "
                                            r"line: loading\); raise lm_eval.stall_timeout_s if it needs longer, "
                                            r"or set it to null for no limit$"):
         run()
@@ -212,6 +212,14 @@ def _kill(kill, pid_file):
 def test_an_lm_eval_that_keeps_printing_runs_past_the_stall_limit(tmp_path):
     """The limit is on silence, not on the whole run."""
     run = fake_lm_eval(tmp_path, "for i in 1 2 3 4 5 6; do echo step $i; sleep 0.5; done; WRITE", stall_timeout_s=2)
+    assert run()["t"]["metrics"] == {"acc": 0.5}
+
+
+def test_an_lm_eval_that_computes_without_printing_runs_past_the_stall_limit(tmp_path):
+    """vLLM's generation on a CPU host can go long without moving a progress
+    bar: a silent process group that keeps using CPU is not hung."""
+    busy = "end=$((SECONDS+5)); while [ $SECONDS -lt $end ]; do :; done"
+    run = fake_lm_eval(tmp_path, f"echo loading; {busy}; WRITE", stall_timeout_s=2)
     assert run()["t"]["metrics"] == {"acc": 0.5}
 
 
