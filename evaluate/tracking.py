@@ -113,10 +113,14 @@ REPORT_AGAIN = ("the report's files are written: once the tracker is back, the s
                 "command logs them")
 
 
-def report_record(results_dirs: list[Path], files: list[Path]) -> RunRecord:
-    """The run of the report of these stores (the sweep's): its files replace the last report's."""
+def report_record(results_dirs: list[Path], out_dir: Path, files: list[Path]) -> RunRecord:
+    """The run of the report of these stores (the sweep's) written to out_dir:
+    its files replace the last such report's. Another out_dir (another layout,
+    say) is another run, so neither report deletes the other's files."""
     folders = sorted(str(Path(d).resolve()) for d in results_dirs)
-    return RunRecord(key=run_key("report", *folders), name=f"report: {', '.join(Path(d).name for d in folders)}",
-                     tags=clean_tags({"kind": "report", "results_dir": ", ".join(folders)}),
+    out = str(Path(out_dir).resolve())
+    return RunRecord(key=run_key("report", *folders, "->", out),
+                     name=f"report: {', '.join(Path(d).name for d in folders)} -> {Path(out).name}",
+                     tags=clean_tags({"kind": "report", "results_dir": ", ".join(folders), "out_dir": out}),
                      files=tuple(p for p in files if Path(p).is_file()), refresh_files=True,
                      recovery=REPORT_AGAIN)

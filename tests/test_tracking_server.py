@@ -173,19 +173,24 @@ def test_the_report_logs_its_files_to_the_sweeps_run(sweep):
 
 def test_a_second_report_leaves_the_server_run_only_its_own_files(server, tmp_path):
     """Files the server stores (its artifact proxy): the first report's plot
-    that the second did not write stayed beside the second's files."""
+    that the second did not write stayed beside the second's files. A report
+    to another out_dir (another layout) is a run of its own, left whole."""
     from evaluate.tracking import report_record
     from quantize.common.tracking import from_group
-    for name, files in (("first", ("report.md", "old_plot.png")), ("second", ("report.md", "new_plot.png"))):
+    for out_dir, name, files in (("reports", "first", ("report.md", "old_plot.png")),
+                                 ("tables", "tables", ("batch_table.md",)),
+                                 ("reports", "second", ("report.md", "new_plot.png"))):
         out = tmp_path / name
         out.mkdir()
         for file in files:
             (out / file).write_text(name)
         tracker = from_group({"_target_": "quantize.common.mlflow_tracker.MlflowTracker", "name": "mlflow",
                               "uri": server, "experiment": "reports"})
-        assert tracker.log(report_record([tmp_path / "results"], sorted(out.iterdir())))
-    [run] = runs_of(server, "reports").values()
-    assert sorted(a.path for a in client(server).list_artifacts(run.info.run_id)) == ["new_plot.png", "report.md"]
+        assert tracker.log(report_record([tmp_path / "results"], tmp_path / out_dir, sorted(out.iterdir())))
+    runs = {run.info.run_name: run for run in runs_of(server, "reports").values()}
+    files = {name: sorted(a.path for a in client(server).list_artifacts(run.info.run_id)) for name, run in runs.items()}
+    assert files == {"report: results -> reports": ["new_plot.png", "report.md"],
+                     "report: results -> tables": ["batch_table.md"]}
 
 
 def test_a_backfill_adds_nothing_to_a_tracked_store_and_rebuilds_it_elsewhere(sweep, tmp_path):

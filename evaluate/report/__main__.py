@@ -120,7 +120,7 @@ def _hydra_main(cfg) -> None:
         report = report_config(plain(cfg), search_dirs(HydraConfig.get().searchpath))
         paths = write_report(report)
         if report.tracker:  # a copy: the files in out_dir are the report
-            report.tracker.log(report_record(report.results_dirs, paths))
+            report.tracker.log(report_record(report.results_dirs, report.out_dir, paths))
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         _exit_code[0] = e.exit_code

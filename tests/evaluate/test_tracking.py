@@ -129,7 +129,7 @@ def test_a_failed_report_log_points_to_rerunning_the_report_not_the_back_fill(tm
             raise ConnectionError("connection refused")
     (tmp_path / "report.md").write_text("# report")
     with caplog.at_level(logging.WARNING, logger="quantbench.tracking"):
-        assert Down(name="down").log(tracking.report_record([tmp_path], [tmp_path / "report.md"])) is False
+        assert Down(name="down").log(tracking.report_record([tmp_path], tmp_path, [tmp_path / "report.md"])) is False
     [line] = [r.getMessage() for r in caplog.records]
     assert "python -m evaluate.report" in line and "evaluate.track" not in line
 
