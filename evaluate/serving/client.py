@@ -48,14 +48,14 @@ def broken(result: RequestResult, how: str) -> str:
 
 
 class _StallWatch:
-    """Cancels the running request, marked stalled, once it has been silent
+    """Cancels a request's exchange, marked stalled, once it has been silent
     for the client's stall_timeout_s: since its last token, or, with none
     yet, since the last token of any request of the client (it is queued at
     the server while others stream). Checked when due and put off while
     tokens come, so streaming costs no work per token."""
 
-    def __init__(self, client: "Client", result: RequestResult):
-        self.client, self.result, self.task = client, result, asyncio.current_task()
+    def __init__(self, client: "Client", result: RequestResult, exchange: asyncio.Task):
+        self.client, self.result, self.exchange = client, result, exchange
         self.loop = asyncio.get_running_loop()
         self.handle = self.loop.call_later(client.stall_timeout_s, self.check)
 
@@ -65,9 +65,9 @@ class _StallWatch:
         left = since + self.client.stall_timeout_s - time.perf_counter()
         if left > 0:
             self.handle = self.loop.call_later(left, self.check)
-        elif not self.task.done():
-            r.stalled = True
-            self.task.cancel()
+        elif not self.exchange.done():
+            self.result.stalled = True
+            self.exchange.cancel()
 
     def stop(self) -> None:
         self.handle.cancel()
@@ -103,17 +103,13 @@ class Client:
 
     async def complete(self, prompt: list[int], output_len: int, scheduled: float | None = None) -> RequestResult:
         result = RequestResult(sent=time.perf_counter(), scheduled=scheduled, prompt_tokens=len(prompt))
-        watch = None if self.stall_timeout_s is None else _StallWatch(self, result)
+        # the exchange is a task of its own: a stall cancels it, never this caller
+        exchange = asyncio.ensure_future(self._exchange(prompt, output_len, result))
+        watch = None if self.stall_timeout_s is None else _StallWatch(self, result, exchange)
         try:
-            async with self.session.post(self.url, json=payload(self.model, prompt, output_len)) as resp:
-                if resp.status != 200:
-                    text = (await resp.text())[:300].replace("\n", " ")
-                    result.error, result.status = f"HTTP {resp.status}: {text}", resp.status
-                    return result
-                await self._read_stream(resp, result)
+            await exchange
         except asyncio.CancelledError:
-            if result.stalled:  # cancelled by its _StallWatch: this request only, its caller goes on
-                asyncio.current_task().uncancel()
+            if result.stalled:  # cancelled by its _StallWatch
                 result.error = stalled(self.stall_timeout_s)
             else:  # the level's drain time ran out: the result still counts, as failed
                 result.error = "cancelled: still running when the level's time was up"
@@ -129,6 +125,15 @@ class Client:
             if result.error is None and result.end is None:
                 result.error, result.broken = broken(result, "no [DONE]"), True
         return result
+
+    async def _exchange(self, prompt: list[int], output_len: int, result: RequestResult) -> None:
+        """One request and its stream, into `result`; a failure raises."""
+        async with self.session.post(self.url, json=payload(self.model, prompt, output_len)) as resp:
+            if resp.status != 200:
+                text = (await resp.text())[:300].replace("\n", " ")
+                result.error, result.status = f"HTTP {resp.status}: {text}", resp.status
+                return
+            await self._read_stream(resp, result)
 
     async def _read_stream(self, resp, result: RequestResult) -> None:
         """Server-sent events: a `data: {...}` line per chunk, then `data: [DONE]`.

@@ -80,3 +80,26 @@ def test_a_server_silent_to_every_request_stalls_the_queued_ones_too(fake_server
     results = asyncio.run(complete_all(server.base_url, "fake-model", [[1] * 8, [2] * 8], 4, stall_timeout_s=1))
     assert [(r.stalled, len(r.chunk_times)) for r in results] == [(True, 1), (True, 0)]
     assert all(r.error.startswith("stalled: no token for 1 s;") for r in results)
+
+
+class _TaskWithoutUncancel(asyncio.tasks._PyTask):
+    """A task as Python 3.10 (which the project supports) has it: no uncancel()."""
+
+    def __getattribute__(self, name):
+        if name == "uncancel":
+            raise AttributeError("'Task' object has no attribute 'uncancel'")
+        return super().__getattribute__(name)
+
+
+async def _on_tasks_without_uncancel(coro):
+    asyncio.get_running_loop().set_task_factory(lambda loop, c, **kw: _TaskWithoutUncancel(c, loop=loop, **kw))
+    return await asyncio.ensure_future(coro)
+
+
+def test_a_stall_is_a_failed_request_on_python_3_10_too(fake_server):
+    """Python 3.10's tasks have no uncancel(): a stalled request is still a
+    failed request, never an AttributeError out of the client."""
+    server = fake_server("--fixed-ms", "2", "--stall-from", "0", "--stall-to", "0")
+    (r,) = asyncio.run(_on_tasks_without_uncancel(
+        complete_all(server.base_url, "fake-model", [[1] * 8], 4, stall_timeout_s=1)))
+    assert r.stalled and r.error.startswith("stalled: no token for 1 s;")
