@@ -13,8 +13,10 @@ import aiohttp
 from evaluate.serving.requests import RequestResult
 
 # Generous per-request cap: a request queued behind a saturated CPU server can
-# take minutes; the load level's own max_seconds bounds the whole level, and a
-# stream that stops sending fails after the engine's stall_timeout_s (_StallWatch).
+# take minutes. A server silent to every request fails them after the engine's
+# stall_timeout_s (_StallWatch); one stream stuck while others get tokens ends
+# with the level (max_seconds + drain) or, in a batch, stall_timeout_s after
+# the others' last token, and this cap bounds it in any case.
 REQUEST_TIMEOUT_S = 3600
 
 
@@ -48,11 +50,13 @@ def broken(result: RequestResult, how: str) -> str:
 
 
 class _StallWatch:
-    """Cancels a request's exchange, marked stalled, once it has been silent
-    for the client's stall_timeout_s: since its last token, or, with none
-    yet, since the last token of any request of the client (it is queued at
-    the server while others stream). Checked when due and put off while
-    tokens come, so streaming costs no work per token."""
+    """Cancels a request's exchange, marked stalled, once the server has been
+    silent to every request of the client for its stall_timeout_s: since the
+    request was sent or since the last token of any request, whichever is
+    later. One clock for all: a request queued for its first token, or
+    preempted back into the queue after some (vLLM under KV-cache pressure),
+    waits while the others stream, as `vllm bench serve` waits for it.
+    Checked when due and put off while tokens come: no work per token."""
 
     def __init__(self, client: "Client", result: RequestResult, exchange: asyncio.Task):
         self.client, self.result, self.exchange = client, result, exchange
@@ -60,8 +64,7 @@ class _StallWatch:
         self.handle = self.loop.call_later(client.stall_timeout_s, self.check)
 
     def check(self) -> None:
-        r = self.result
-        since = r.chunk_times[-1] if r.chunk_times else max(r.sent, self.client.last_token)
+        since = max(self.result.sent, self.client.last_token)
         left = since + self.client.stall_timeout_s - time.perf_counter()
         if left > 0:
             self.handle = self.loop.call_later(left, self.check)
@@ -76,11 +79,10 @@ class _StallWatch:
 class Client:
     """An aiohttp session against one OpenAI-compatible server. Use as
     `async with Client(base_url, model) as c: await c.complete(...)`.
-    `stall_timeout_s`: a streamed completion fails as stalled after that long
-    without a token of its own once it has one; before its first token it is
-    queued at the server (as `vllm bench serve` waits for it), and fails only
-    once no request of this client got a token for that long either: the
-    server is silent to all. None: no bound but the total."""
+    `stall_timeout_s`: a streamed completion fails as stalled once no request
+    of this client got a token for that long (the server is silent to all);
+    while others get tokens it may be queued or preempted at the server, and
+    waits as `vllm bench serve` does. None: no bound but the total."""
 
     def __init__(self, base_url: str, model: str, timeout_s: float = REQUEST_TIMEOUT_S,
                  stall_timeout_s: float | None = None):

@@ -16,7 +16,7 @@ class RequestResult:
     end: float | None = None            # when the response completed
     error: str | None = None            # None: success
     connection_lost: bool = False       # refused, reset or cut off: the server may have died
-    stalled: bool = False               # no bytes for the engine's stall_timeout_s: the server hangs
+    stalled: bool = False               # no token to any request for the engine's stall_timeout_s: the server hangs
     status: int | None = None           # the HTTP status of a response that was not 200
     broken: bool = False                # the stream ended before [DONE]: cut off mid-response
 

@@ -8,8 +8,8 @@ of concurrency c, TTFT and TPOT are therefore fixed + per_active * c, so the
 highest concurrency meeting a TPOT bound T is floor((T - fixed) / per_active).
 
     python tests/evaluate/serving/fake_server.py --port 0 [--fixed-ms 5] [--per-active-ms 2]
-        [--die-after N] [--fail-from N --fail-to M] [--stall-from N --stall-to M] [--break-from N --break-to M]
-        [--max-active N]
+        [--die-after N] [--fail-from N --fail-to M] [--stall-from N --stall-to M [--stall-s S]]
+        [--break-from N --break-to M] [--max-active N]
         [--spawn-child] [--exit-at-start [--start-log FILE]] [--models-delay S] [--no-prompt-logprobs]
 
 It prints `port <n>` once listening. Endpoints: /health, /version,
@@ -19,7 +19,8 @@ less its prompt), POST /reset.
 --die-after N: the process exits (code 3) when request N+1 arrives.
 --fail-from/--fail-to: requests with those arrival numbers (0-based,
 inclusive) get HTTP 500. --stall-from/--stall-to: those requests stream one
-token, then nothing more while the connection stays open. --break-from/--break-to: those requests stream
+token, then nothing more while the connection stays open (--stall-s S: for S seconds, then the rest, as a
+request vLLM preempts under KV-cache pressure is). --break-from/--break-to: those requests stream
 one token, then the server drops the connection. --max-active N: at most N requests stream at once, the
 others wait, silent after their headers, until one ends (vLLM's max_num_seqs). --start-log FILE: what --exit-at-start
 writes to stderr before it exits. --spawn-child: starts a child process in the same
@@ -78,7 +79,7 @@ class Fake:
         try:
             for i in range(out_len):
                 if i == 1 and self.args.stall_from is not None and self.args.stall_from <= n <= self.args.stall_to:
-                    await asyncio.sleep(3600)  # a stalled engine: the stream stays open, silent
+                    await asyncio.sleep(self.args.stall_s)  # a stalled engine: the stream stays open, silent
                 if i == 1 and self.args.break_from is not None and self.args.break_from <= n <= self.args.break_to:
                     request.transport.close()  # a crashed worker, a proxy timeout: cut off mid-response
                     return resp
@@ -132,6 +133,7 @@ def parse(argv=None):
     p.add_argument("--fail-to", type=int, default=None)
     p.add_argument("--stall-from", type=int, default=None)
     p.add_argument("--stall-to", type=int, default=None)
+    p.add_argument("--stall-s", type=float, default=3600.0)
     p.add_argument("--break-from", type=int, default=None)
     p.add_argument("--break-to", type=int, default=None)
     p.add_argument("--max-active", type=int, default=None)

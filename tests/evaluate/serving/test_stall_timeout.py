@@ -3,6 +3,7 @@ after the engine's `stall_timeout_s`, with a one-line reason naming that
 setting, instead of waiting up to an hour: a batch scenario's run fails and
 the next one runs; a load level's request fails and the level goes on."""
 import asyncio
+import time
 
 import pytest
 
@@ -80,6 +81,29 @@ def test_a_server_silent_to_every_request_stalls_the_queued_ones_too(fake_server
     results = asyncio.run(complete_all(server.base_url, "fake-model", [[1] * 8, [2] * 8], 4, stall_timeout_s=1))
     assert [(r.stalled, len(r.chunk_times)) for r in results] == [(True, 1), (True, 0)]
     assert all(r.error.startswith("stalled: no token for 1 s;") for r in results)
+
+
+def test_a_request_preempted_after_its_first_token_waits_while_others_stream(fake_server):
+    """One of two requests gets a token, then none for 1.5 s (vLLM preempts
+    it back into its queue under KV-cache pressure) while the other streams
+    a token every 0.1 s: it is served, as `vllm bench serve` waits for it;
+    judged by its own silence it failed as stalled after 1 s."""
+    server = fake_server("--fixed-ms", "100", "--per-active-ms", "0", "--stall-from", "1", "--stall-to", "1",
+                         "--stall-s", "1.5")
+    results = asyncio.run(complete_all(server.base_url, "fake-model", [[1] * 8, [2] * 8], 20, stall_timeout_s=1))
+    assert [r.error for r in results] == [None, None]
+    assert max(max(b - a for a, b in zip(r.chunk_times, r.chunk_times[1:])) for r in results) > 1.4
+
+
+def test_a_stuck_stream_of_a_batch_fails_once_the_others_are_done(fake_server):
+    """The stuck request waits while the other streams (~1.5 s), then fails
+    as stalled stall_timeout_s after the server's last token: bounded."""
+    server = fake_server("--fixed-ms", "100", "--per-active-ms", "0", "--stall-from", "0", "--stall-to", "0")
+    start = time.perf_counter()
+    results = asyncio.run(complete_all(server.base_url, "fake-model", [[1] * 8, [2] * 8], 15, stall_timeout_s=1))
+    took = time.perf_counter() - start
+    assert sorted((r.stalled, r.error is None) for r in results) == [(False, True), (True, False)]
+    assert 2.4 < took < 10
 
 
 class _TaskWithoutUncancel(asyncio.tasks._PyTask):
