@@ -29,10 +29,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
 import yaml
 
-from evaluate import accuracy
+from evaluate import accuracy, process_group
 from quantize.common import hf_load
 from quantize.common.errors import UserError
 from quantize.common.extensions import Configurable
@@ -333,12 +332,12 @@ def _relay(proc: subprocess.Popen, lines: queue.Queue, tail: deque, stall_s: flo
     process group used no CPU (or had exited): on a CPU host a vLLM
     generation can go long without moving a progress bar, but it computes,
     where a deadlocked lm-eval sleeps."""
-    cpu = _group_cpu_s(proc.pid)
+    cpu = process_group.cpu_seconds(proc.pid)
     while True:
         try:
             line = lines.get(timeout=stall_s)
         except queue.Empty:
-            before, cpu = cpu, _group_cpu_s(proc.pid)
+            before, cpu = cpu, process_group.cpu_seconds(proc.pid)
             if proc.poll() is None and cpu - before >= BUSY_CPU_SHARE * stall_s:
                 continue
             raise
@@ -347,20 +346,6 @@ def _relay(proc: subprocess.Popen, lines: queue.Queue, tail: deque, stall_s: flo
         if line.strip():
             tail.append(line.rstrip())
             log.info("lm-eval | %s", line.rstrip())
-
-
-def _group_cpu_s(pgid: int) -> float:
-    """CPU seconds used so far by the processes of process group `pgid`, with
-    the children they waited for."""
-    total = 0.0
-    for p in psutil.process_iter():
-        try:
-            if os.getpgid(p.pid) == pgid:
-                t = p.cpu_times()
-                total += t.user + t.system + t.children_user + t.children_system
-        except (OSError, psutil.Error):   # gone meanwhile
-            pass
-    return total
 
 
 def _pump(stream, lines: queue.Queue) -> None:
@@ -377,21 +362,14 @@ def _pump(stream, lines: queue.Queue) -> None:
 
 
 def _stop_group(proc: subprocess.Popen, pump: threading.Thread) -> None:
-    """SIGTERM to lm-eval's process group (its vLLM engine core with it), then
-    SIGKILL to what is left after STOP_GRACE_S. Bounded: what outlives the
-    SIGKILL (a process stuck in a driver) is logged and left behind."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
+    """Stops lm-eval's process group, its vLLM engine core with it
+    (process_group.stop). Bounded: what outlives the SIGKILL (a process stuck
+    in a driver), or a process outside the group holding the output, is logged
+    and left behind."""
+    left = process_group.stop(proc, STOP_GRACE_S, kill_grace_s=STOP_GRACE_S)
     pump.join(timeout=STOP_GRACE_S)  # the pipe ends with its last writer
-    if proc.poll() is None:
-        log.warning("lm-eval (pid %d) outlived SIGKILL (stuck in a driver?): left behind", proc.pid)
+    if left:
+        log.warning("lm-eval's processes %s outlived SIGKILL (stuck in a driver?): left behind", left)
     elif pump.is_alive():
         log.warning("a process outside lm-eval's process group holds its output: left behind")
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import psutil
 
-from evaluate import lifeline
+from evaluate import lifeline, process_group
 from evaluate.engines.base import EngineStartError
 from evaluate.engines.http import HttpEngine, http_get, is_loopback
 from evaluate.engines.vllm import VllmEngine, rejected_arg, stop_cause
@@ -122,7 +122,7 @@ def port_holders(port: int, pgid: int, listening: bool = True) -> tuple[list, li
     def holds(c) -> bool:
         return bool(c.laddr) and c.laddr.port == port and (
             c.status == psutil.CONN_LISTEN if listening else c.status != psutil.CONN_TIME_WAIT)
-    members = set(group_members(pgid))
+    members = set(process_group.members(pgid))
     try:
         pids = {c.pid for c in psutil.net_connections(kind="tcp") if holds(c)}
     except psutil.Error:  # the system's sockets need root here (not on Linux): the group's own do not
@@ -317,25 +317,9 @@ class VllmServerEngine(HttpEngine, VllmEngine):
         proc = getattr(self, "proc", None)
         if proc is None:
             return
-        for sig, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 5.0)):
-            if not group_members(proc.pid):
-                break
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            end = time.monotonic() + grace
-            while time.monotonic() < end and group_members(proc.pid):
-                proc.poll()  # reap the leader, or it stays a zombie member
-                time.sleep(0.1)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        left = group_members(proc.pid)
+        left = process_group.stop(proc, STOP_GRACE_S)
         if left:
-            log.warning("the vLLM server's processes %s outlived SIGKILL (uninterruptible?)", left)
+            log.warning("the vLLM server's processes %s outlived SIGKILL (uninterruptible?): left behind", left)
 
 
 def is_engine_core(cmdline: list[str]) -> bool:
@@ -351,7 +335,7 @@ def is_engine_core(cmdline: list[str]) -> bool:
 def engine_core(pgid: int) -> psutil.Process | None:
     """The oldest engine core of the server's group (the workers it spawns come after it)."""
     cores = []
-    for pid in group_members(pgid):
+    for pid in process_group.members(pgid):
         try:
             p = psutil.Process(pid)
             if pid != pgid and is_engine_core(p.cmdline()):
@@ -361,13 +345,3 @@ def engine_core(pgid: int) -> psutil.Process | None:
     return min(cores, key=lambda c: c[0])[1] if cores else None
 
 
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group."""
-    out = []
-    for p in psutil.process_iter(["pid", "status"]):
-        try:
-            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
-                out.append(p.pid)
-        except (ProcessLookupError, psutil.Error):
-            pass
-    return out

@@ -16,7 +16,8 @@ import psutil
 import pytest
 
 from tests.conftest import quantize_env
-from evaluate.engines.vllm_server import ServerStartError, group_members
+from evaluate.engines.vllm_server import ServerStartError
+from evaluate.process_group import members as group_members
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
