@@ -300,7 +300,8 @@ check() {
         budget=${DEVICE_CHECK_BUDGET_S:-2400}
         CAP_SCALE=${DEVICE_CHECK_CAP_SCALE:-4}   # a shared 2-core machine is slow; the budget still bounds it
         RESERVE_S=${DEVICE_CHECK_RESERVE_S:-120}
-        IMAGE_PY=${DEVICE_IMAGE_PYTHON:-$ROOT/.venv-device-image/bin/python}
+        # only a finished stand-in (its stamp): an interrupted install's python lacks the image's packages
+        IMAGE_PY=${DEVICE_IMAGE_PYTHON:-$(bash "$HERE/image_venv.sh" --path || echo "finished stand-in")}
         SITE=$W/site-py312   # installable for the device's Python (3.12); the steps use this machine's
     else
         nvidia-smi -L >/dev/null 2>&1 || die "no NVIDIA GPU here (nvidia-smi -L failed): use --dry-run on a CPU machine"

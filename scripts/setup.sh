@@ -112,8 +112,7 @@ fi
 
 check_keep_torch "$target"
 want="$(venv_kind "$target") $KEEP_TORCH_VLLM $( (cat requirements/common.txt "requirements/$target.txt" requirements/no-deps.txt scripts/setup.sh scripts/target.sh) | sha256sum | cut -c1-16)"
-# The stamp counts only while the venv's python runs (a removed pyenv version leaves it dangling).
-if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ] || ! "$VENV/bin/python" -c '' 2>/dev/null; then
+if ! venv_installed "$VENV" "$STAMP" "$want"; then
     echo "setup: target $target: $target_why"
     bash scripts/check_disk.sh "$(target_need_gib "$target")" \
         "installing $VENV ($target target, $(target_venv_gib "$target") GiB) and the model" "$(dirname "$VENV")"

@@ -16,7 +16,7 @@ choose_target
 check_keep_torch "$target"
 
 want="$(venv_kind "$target") $KEEP_TORCH_VLLM $( (cat requirements/lmeval.txt "requirements/$target.txt" scripts/setup_lmeval.sh scripts/target.sh) | sha256sum | cut -c1-16)"
-if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ] || ! "$VENV/bin/python" -c '' 2>/dev/null; then
+if ! venv_installed "$VENV" "$STAMP" "$want"; then
     bash scripts/check_disk.sh "$(target_need_gib "$target")" "installing $VENV ($target target)"
     make_venv "$VENV" "$(venv_kind "$target")"
     rm -f "$STAMP"

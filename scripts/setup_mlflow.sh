@@ -7,14 +7,15 @@
 #   bash scripts/setup_mlflow.sh    then  .venv-mlflow/bin/mlflow server --host 127.0.0.1 ...
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/target.sh   # the stamp
 
 VENV=${VENV:-.venv-mlflow}
 STAMP=$VENV/.quantbench-installed
 want=$( (cat requirements/mlflow-server.txt scripts/setup_mlflow.sh) | sha256sum | cut -c1-16)
-if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ] || ! "$VENV/bin/python" -c '' 2>/dev/null; then
+if ! venv_installed "$VENV" "$STAMP" "$want"; then
     bash scripts/check_disk.sh 2 "installing $VENV (the MLflow server)" "$(dirname "$VENV")"
     # an interrupted `python -m venv` leaves no pip; a removed base Python, a dangling bin/python
-    if [ -f "$VENV/pyvenv.cfg" ] && ! "$VENV/bin/python" -m pip --version >/dev/null 2>&1; then
+    if [ -f "$VENV/pyvenv.cfg" ] && ! venv_runs_pip "$VENV"; then
         echo "setup-mlflow: $VENV is a venv whose python cannot run pip; recreating it"
         rm -rf "$VENV"
     fi

