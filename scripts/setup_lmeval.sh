@@ -17,7 +17,7 @@ check_keep_torch "$target"
 
 want="$(venv_kind "$target") $KEEP_TORCH_VLLM $( (cat requirements/lmeval.txt "requirements/$target.txt" scripts/setup_lmeval.sh scripts/target.sh) | sha256sum | cut -c1-16)"
 if ! venv_installed "$VENV" "$STAMP" "$want"; then
-    bash scripts/check_disk.sh "$(target_need_gib "$target")" "installing $VENV ($target target)"
+    check_install_disk "installing $VENV ($target target)" "$VENV" "$(target_venv_gib "$target")" "$(target_download_gib "$target")"
     make_venv "$VENV" "$(venv_kind "$target")"
     rm -f "$STAMP"
     echo "setup-lmeval: installing lm-eval and the $target target's vLLM into $VENV (a few minutes the first time)"

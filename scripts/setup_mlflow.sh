@@ -7,13 +7,13 @@
 #   bash scripts/setup_mlflow.sh    then  .venv-mlflow/bin/mlflow server --host 127.0.0.1 ...
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/target.sh   # the stamp
+source scripts/target.sh   # the stamp and the disk check
 
 VENV=${VENV:-.venv-mlflow}
 STAMP=$VENV/.quantbench-installed
 want=$( (cat requirements/mlflow-server.txt scripts/setup_mlflow.sh) | sha256sum | cut -c1-16)
 if ! venv_installed "$VENV" "$STAMP" "$want"; then
-    bash scripts/check_disk.sh 2 "installing $VENV (the MLflow server)" "$(dirname "$VENV")"
+    check_install_disk "installing $VENV (the MLflow server)" "$VENV" 1 0.5
     # an interrupted `python -m venv` leaves no pip; a removed base Python, a dangling bin/python
     if [ -f "$VENV/pyvenv.cfg" ] && ! venv_runs_pip "$VENV"; then
         echo "setup-mlflow: $VENV is a venv whose python cannot run pip; recreating it"

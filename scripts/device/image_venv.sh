@@ -11,7 +11,7 @@
 #                                              # (or only an unfinished one: the dry run skips its imports)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source scripts/target.sh   # the stamp, as the other venvs'
+source scripts/target.sh   # the stamp and the disk check, as the other venvs'
 VENV=${DEVICE_IMAGE_VENV:-.venv-device-image}
 STAMP=$VENV/.image-installed
 # Pulled in by packages of image.txt (typer) but absent from the image
@@ -41,7 +41,7 @@ if [ -z "$python312" ]; then
     exit 2
 fi
 echo "image_venv: $python312 ($("$python312" -V 2>&1))"
-bash scripts/check_disk.sh 10 "installing $VENV (the GPU image's stand-in, about 6 GiB)" .
+check_install_disk "installing $VENV (the GPU image's stand-in)" "$VENV" 6 2
 rm -rf "$VENV"
 "$python312" -m venv "$VENV"
 echo "image_venv: installing scripts/device/image.txt into $VENV (torch 2.11.0 with CUDA libraries: a few minutes)"

@@ -5,21 +5,37 @@ from pathlib import Path
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "check_disk.sh"
 
 
-def run(need_gib: int, *dir: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT), str(need_gib), "installing .venv", *dir], capture_output=True, text=True)
+def run(*pairs, env: dict | None = None) -> subprocess.CompletedProcess:
+    """pairs: GiB, folder, GiB, folder, ..."""
+    return subprocess.run(["bash", str(SCRIPT), "installing .venv", *map(str, pairs)], capture_output=True, text=True,
+                          env=env)
 
 
-def test_too_little_space_is_one_line_naming_the_fix():
-    out = run(10**9)  # a billion GiB: more than any disk has
+def test_too_little_space_is_one_line_naming_the_folder_the_need_and_the_fix():
+    out = run(10**9, ".")  # a billion GiB: more than any disk has
     assert out.returncode == 1
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1
-    assert "installing .venv needs about 1000000000 GiB" in lines[0] and "free some space" in lines[0]
+    assert "installing .venv needs about 1000000000 GiB free on " in lines[0]
+    assert "(. 1000000000 GiB) but it has " in lines[0] and "free some space" in lines[0]
 
 
 def test_enough_space_passes_silently():
-    out = run(0)
+    out = run(0, ".", 0.5, "/tmp")
     assert out.returncode == 0 and out.stderr == "" and out.stdout == ""
+
+
+def test_folders_on_one_disk_add_up(tmp_path):
+    df = tmp_path / "bin" / "df"
+    df.parent.mkdir()
+    df.write_text("#!/bin/sh\necho 'Filesystem 1024-blocks Used Available Capacity Mounted on'\n"
+                  "echo 'fake 2097152 1048576 1048576 50% /fake'\n")   # 1 GiB free
+    df.chmod(0o755)
+    env = {"PATH": f"{df.parent}:/usr/bin:/bin"}
+    assert run(0.6, tmp_path, env=env).returncode == 0 and run(0.6, "/tmp", env=env).returncode == 0
+    out = run(0.6, tmp_path, 0.6, "/tmp", env=env)
+    assert out.returncode == 1
+    assert f"needs about 1.2 GiB free on /fake ({tmp_path} 0.6 GiB, /tmp 0.6 GiB) but it has 1.0 GiB" in out.stderr
 
 
 def test_a_folder_not_made_yet_is_measured_on_its_nearest_existing_parent(tmp_path):
@@ -28,4 +44,10 @@ def test_a_folder_not_made_yet_is_measured_on_its_nearest_existing_parent(tmp_pa
     assert run(0, not_yet).returncode == 0 and run(0, not_yet).stderr == ""
     out = run(10**9, not_yet)
     assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1 and "free some space" in out.stderr
+    assert f"({not_yet} 1000000000 GiB)" in out.stderr
     assert not (tmp_path / "new").exists()
+
+
+def test_a_missing_folder_argument_is_a_usage_line():
+    out = run(3)
+    assert out.returncode == 2 and out.stderr.startswith("check_disk: usage:")

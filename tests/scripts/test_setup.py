@@ -412,3 +412,55 @@ def test_a_stamped_image_stand_in_whose_python_no_longer_runs_is_not_finished(im
     assert out.returncode == 0 and "up to date" not in out.stdout, out.stdout + out.stderr
     assert image_venv(copy, env, "--path").returncode == 0
 
+
+# ---- the disk check measures each folder setup fills, not only the venv's
+
+SPLIT_DF = '''#!/bin/sh
+# df -Pk DIR: DIR under $SMALL_DISK is on /small with 0.1 GiB free, the rest on /fake with plenty
+for d; do :; done
+echo 'Filesystem 1024-blocks Used Available Capacity Mounted on'
+case "$(realpath -m "$d")/" in
+    "$SMALL_DISK"/*) echo 'small 1000000 900000 100000 90% /small' ;;
+    *) echo 'fake 1000000000 0 1000000000 0% /fake' ;;
+esac
+'''
+
+
+@pytest.mark.parametrize("where", ["cache-env", "cache-symlink", "pip-cache", "tmpdir", "venv-symlink"])
+def test_setup_refuses_in_one_line_when_a_folder_it_fills_is_on_a_full_disk(checkout, tmp_path, where):
+    """The model's cache, pip's cache and TMPDIR can sit on another disk than the venv (.cache a
+    symlink, QUANTBENCH_CACHE, PIP_CACHE_DIR, VENV a symlink): each is measured on its own disk."""
+    copy, env = checkout
+    small = tmp_path / "small"
+    (small / "folder").mkdir(parents=True)
+    executable(tmp_path / "bin" / "df", SPLIT_DF)
+    env = {**env, "SMALL_DISK": str(small)}
+    folder = str(small / "folder")
+    if where == "cache-env":
+        env["QUANTBENCH_CACHE"] = folder
+    elif where == "cache-symlink":
+        (copy / ".cache").symlink_to(small / "folder")
+        folder = ".cache"
+    elif where == "pip-cache":
+        env["PIP_CACHE_DIR"] = folder
+    elif where == "tmpdir":
+        env["TMPDIR"] = folder
+    else:
+        (tmp_path / "venv").symlink_to(small / "folder")
+        folder = str(tmp_path / "venv")
+    out = run_setup(copy, env)
+    assert out.returncode == 1, out.stdout + out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert re.search(rf"needs about [\d.]+ GiB free on /small \({re.escape(folder)} [\d.]+ GiB\) but it has 0\.1 GiB", line), line
+    assert "free some space" in line
+    assert not (small / "folder" / "pyvenv.cfg").exists() and not (tmp_path / "venv" / "calls.log").exists()
+
+
+def test_the_folders_setup_fills_on_one_disk_add_up(checkout, tmp_path):
+    copy, env = checkout
+    executable(tmp_path / "bin" / "df", SPLIT_DF)
+    out = run_setup(copy, {**env, "SMALL_DISK": "", "QUANTBENCH_TARGET": "cpu"})   # every folder on /small
+    assert out.returncode == 1
+    assert "installing " + str(tmp_path / "venv") + " (cpu target) and the model needs about 6.6 GiB free on /small" in out.stderr
+    no_model = run_setup(copy, {**env, "SMALL_DISK": "", "QUANTBENCH_TARGET": "cpu"}, "setup.sh", "--no-assets")
+    assert "(cpu target) needs about 6.1 GiB free on /small" in no_model.stderr
