@@ -2,6 +2,7 @@
 `python -m quantize.sensitivity` wrote for this model's weights and the base
 recipe's weight scheme."""
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from quantize.common import sensitivity_file
@@ -13,13 +14,22 @@ HASH_CHARS = 12   # the folder name's share of the weights hash
 SCHEME_FIELDS = ("num_bits", "type", "symmetric", "strategy", "group_size")
 
 
+@dataclass(frozen=True)
+class Fitting:
+    """The sensitivity file that fits the base recipe, as `python -m
+    quantize.sensitivity` records it: its scheme key (with -m<hash> for other
+    modules than the usual) and the modules it covers (modules_of); both None
+    when the sensitivity cannot measure the recipe."""
+    key: str | None
+    coverage: dict | None
+
+
 def sensitivity_for(choice: str, results_dir: Path, model_name: str, weights_hash: str, scheme: WeightScheme,
-                    coverage: dict | None, measure_command: str) -> tuple[Path, Sensitivity]:
-    """`choice` "auto" or a path; the file, checked to be of these weights.
-    `coverage`: the modules the recipe quantizes (sensitivity_file.modules_of),
-    None when the sensitivity cannot measure its scheme."""
+                    fitting: Fitting, measure_command: str) -> tuple[Path, Sensitivity]:
+    """`choice` "auto" or a path; the file, checked to be of these weights."""
+    coverage = fitting.coverage
     if choice == "auto":
-        return _auto(results_dir, model_name, weights_hash, scheme, coverage, measure_command)
+        return _auto(results_dir, model_name, weights_hash, scheme, fitting, measure_command)
     path = Path(choice)
     found = sensitivity_file.read(path)
     if found.weights_hash[:HASH_CHARS] != weights_hash[:HASH_CHARS]:
@@ -32,16 +42,16 @@ def sensitivity_for(choice: str, results_dir: Path, model_name: str, weights_has
     return path, found
 
 
-def _auto(results_dir: Path, model_name: str, weights_hash: str, scheme: WeightScheme, coverage: dict | None,
+def _auto(results_dir: Path, model_name: str, weights_hash: str, scheme: WeightScheme, fitting: Fitting,
           measure_command: str) -> tuple[Path, Sensitivity]:
     folder = Path(results_dir) / "sensitivity" / model_name
     of_weights = [(p, s) for p, s in sensitivity_file.readable(sensitivity_file.find(results_dir))
                   if s.model_name == model_name and s.weights_hash[:HASH_CHARS] == weights_hash[:HASH_CHARS]]
-    matching = [(p, s) for p, s in of_weights if same_scheme(s, scheme, coverage)]
+    matching = [(p, s) for p, s in of_weights if same_scheme(s, scheme, fitting.coverage)]
     if not matching:
         others = f" (only for other schemes: {', '.join(s.scheme_key for _, s in of_weights)})" if of_weights else ""
         raise UserError(f"no sensitivity file for model {model_name} (weights {weights_hash[:HASH_CHARS]}) and scheme "
-                        f"{scheme.key} under {folder}{others}; measure it first: {measure_command} "
+                        f"{fitting.key or scheme.key} under {folder}{others}; measure it first: {measure_command} "
                         "(or pass sensitivity=<path to sensitivity.json>)")
     return max(matching, key=lambda found: found[1].created)
 

@@ -17,7 +17,7 @@ from quantize.common.recipe_choices import find as find_recipe, has_preset
 from quantize.common.sensitivity_file import Sensitivity, modules_of
 from quantize.propose import choose
 from quantize.propose.config import ProposeConfig, Target
-from quantize.propose.locate import sensitivity_for
+from quantize.propose.locate import Fitting, sensitivity_for
 from quantize.propose.size import ModelWeights, UniformSize, dense_cost, uniform_size
 from quantize.recipe import RecipeFile, check_with_llmcompressor, load
 
@@ -40,7 +40,7 @@ def run(config: ProposeConfig) -> Proposal:
     base, groups, scheme = _base_recipe(config)
     weights_hash = fingerprint.compute(weight_files(model_dir)).sha256
     sens_path, sens = sensitivity_for(config.sensitivity, Path(config.results_dir), config.model.name, weights_hash,
-                                      scheme, _coverage(base), _measure_command(config))
+                                      scheme, _fitting(base), _measure_command(config))
     options, uniform = _estimates(config, base, groups, model_dir, sens)
     chosen = _choose(options, config.target)
     name = config.name or f"{config.recipe.name}_keep{chosen.k}"
@@ -66,15 +66,15 @@ def _base_recipe(config: ProposeConfig) -> tuple[RecipeFile, list[recipe_edit.Co
     return base, groups, scheme
 
 
-def _coverage(base: RecipeFile) -> dict | None:
-    """The modules the base recipe quantizes, as its sensitivity file records
-    them; None when the sensitivity cannot measure its scheme."""
+def _fitting(base: RecipeFile) -> Fitting:
+    """The key and modules of the base recipe's sensitivity file, as the
+    sensitivity measures the recipe."""
     from quantize.sensitivity.scheme import from_recipe
     try:
         measured = from_recipe(base)
     except UserError:
-        return None
-    return modules_of(measured.targets, measured.ignore)
+        return Fitting(key=None, coverage=None)
+    return Fitting(key=measured.key, coverage=modules_of(measured.targets, measured.ignore))
 
 
 def _estimates(config: ProposeConfig, base: RecipeFile, groups: list[recipe_edit.ConfigGroup], model_dir: Path,

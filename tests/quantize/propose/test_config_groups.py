@@ -189,3 +189,15 @@ def test_sensitivity_refuses_what_one_targets_and_ignore_list_cannot_say(tmp_pat
         schemes.from_recipe(load(tmp_path, "two_modifiers", two_modifiers))
     with pytest.raises(UserError, match="a config group that quantizes no weights"):
         schemes.from_recipe(load(tmp_path, "acts_only", ACTS_ONLY))
+
+
+def test_no_file_names_the_key_a_file_of_the_recipes_modules_has(tmp_path, tiny_model):
+    """A recipe that quantizes other modules than every Linear has a key with
+    -m<hash>: the folder `python -m quantize.sensitivity` writes is named by it."""
+    recipe = load(tmp_path, "two_groups", TWO_GROUPS)
+    key = schemes.from_recipe(recipe).key
+    assert key.startswith("w4a16-g64-asym-m")
+    with pytest.raises(UserError, match=rf"and scheme {key} under .*measure it first: "
+                                        rf"python -m quantize.sensitivity recipe={recipe.path} "):
+        run(config(tmp_path, tiny_model, recipe, tmp_path / "empty"))
+
