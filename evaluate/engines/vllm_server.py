@@ -234,8 +234,11 @@ class VllmServerEngine(HttpEngine, VllmEngine):
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
             self.log_offset = out.tell()   # where this start's lines begin (a new port's start appends)
+            # SPT_NOENV: vLLM titles its processes (setproctitle), which otherwise
+            # overwrites their environ, the one record of what the engine core ran with
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True, preexec_fn=lifeline.die_with_parent)
+                                         env={**os.environ, "SPT_NOENV": "1"}, start_new_session=True,
+                                         preexec_fn=lifeline.die_with_parent)
         self.server_pid = self.proc.pid
 
     def _wait_healthy(self, timeout_s: float, args: dict, port: int) -> None:
@@ -298,6 +301,8 @@ class VllmServerEngine(HttpEngine, VllmEngine):
         try:
             environ = core.environ()
         except psutil.Error:
+            return None
+        if not environ:   # overwritten by its process title after all: unknown, not empty
             return None
         keys = dict.fromkeys((*(self.speed_env or ()), *self.env))
         return {k: environ[k] for k in keys if k in environ}

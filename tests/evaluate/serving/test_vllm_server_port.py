@@ -185,7 +185,9 @@ from multiprocessing import resource_tracker
 if __name__ == "__main__":
     resource_tracker.ensure_running()
     os.environ["LD_PRELOAD"] = sys.argv[1]
-    mp.get_context("spawn").Process(target=time.sleep, args=(3600,), daemon=True).start()
+    # the engine core titles itself as vLLM's does (setproctitle), which clobbers its environ unless told not to
+    core = "import setproctitle, time; setproctitle.setproctitle('VLLM::EngineCore'); time.sleep(3600)"
+    mp.get_context("spawn").Process(target=exec, args=(core,), daemon=True).start()
     sys.argv = sys.argv[2:]
     runpy.run_path(sys.argv[0], run_name="__main__")
 """
@@ -280,3 +282,15 @@ def test_a_server_binds_its_held_port_as_vllm_does(options):
             server.setsockopt(socket.SOL_SOCKET, option, 1)
         server.bind(held.getsockname())
         server.listen()
+
+
+def test_an_engine_core_environ_overwritten_by_its_title_is_unknown_not_empty(monkeypatch):
+    """An empty environ (setproctitle clobbered it) would record no speed
+    variables over evaluate's own: it means "not readable"."""
+    class Core:
+        def environ(self):
+            return {}
+    engine = vllm_server.VllmServerEngine.__new__(vllm_server.VllmServerEngine)
+    engine.proc = type("Proc", (), {"pid": os.getpid()})()
+    monkeypatch.setattr(vllm_server, "engine_core", lambda pgid: Core())
+    assert engine._engine_env() is None
