@@ -19,9 +19,10 @@ class Fitting:
     """The sensitivity file that fits the base recipe, as `python -m
     quantize.sensitivity` records it: its scheme key (with -m<hash> for other
     modules than the usual) and the modules it covers (modules_of); both None
-    when the sensitivity cannot measure the recipe."""
+    when the sensitivity cannot measure the recipe, `unmeasured` saying why."""
     key: str | None
     coverage: dict | None
+    unmeasured: str | None = None
 
 
 def sensitivity_for(choice: str, results_dir: Path, model_name: str, weights_hash: str, scheme: WeightScheme,
@@ -35,7 +36,7 @@ def sensitivity_for(choice: str, results_dir: Path, model_name: str, weights_has
     if found.weights_hash[:HASH_CHARS] != weights_hash[:HASH_CHARS]:
         raise UserError(f"sensitivity file {path} was measured on other weights ({found.model_name}, "
                         f"{found.weights_hash[:HASH_CHARS]}) than model {model_name} ({weights_hash[:HASH_CHARS]}); "
-                        f"pass the model it was measured on, or measure this one: {measure_command}")
+                        f"pass the model it was measured on, or {_measure_hint(fitting, measure_command)}")
     if not same_scheme(found, scheme, coverage):
         print(f"warning: sensitivity file {path} was measured with scheme {found.scheme_key}, the recipe quantizes "
               f"with {scheme.key}{_other_modules(found, coverage)}; the ranking is a guide only", file=sys.stderr)
@@ -48,12 +49,26 @@ def _auto(results_dir: Path, model_name: str, weights_hash: str, scheme: WeightS
     of_weights = [(p, s) for p, s in sensitivity_file.readable(sensitivity_file.find(results_dir))
                   if s.model_name == model_name and s.weights_hash[:HASH_CHARS] == weights_hash[:HASH_CHARS]]
     matching = [(p, s) for p, s in of_weights if same_scheme(s, scheme, fitting.coverage)]
+    if not matching and fitting.unmeasured:
+        found = f" (files of these weights: {', '.join(str(p) for p, _ in of_weights)})" if of_weights else ""
+        raise UserError(f"no sensitivity file fits: {fitting.unmeasured}, which the sensitivity does not measure; "
+                        f"pass sensitivity=<path to sensitivity.json> of model {model_name} (weights "
+                        f"{weights_hash[:HASH_CHARS]}) measured with a recipe of one weight scheme, as a guide"
+                        f"{found}; {_measure_hint(fitting, measure_command)}")
     if not matching:
         others = f" (only for other schemes: {', '.join(s.scheme_key for _, s in of_weights)})" if of_weights else ""
         raise UserError(f"no sensitivity file for model {model_name} (weights {weights_hash[:HASH_CHARS]}) and scheme "
-                        f"{fitting.key or scheme.key} under {folder}{others}; measure it first: {measure_command} "
+                        f"{fitting.key} under {folder}{others}; measure it first: {measure_command} "
                         "(or pass sensitivity=<path to sensitivity.json>)")
     return max(matching, key=lambda found: found[1].created)
+
+
+def _measure_hint(fitting: Fitting, measure_command: str) -> str:
+    """How to get a file: `measure_command` measures the recipe itself, or, one
+    the sensitivity cannot measure, a recipe of one weight scheme whose file is a guide."""
+    if fitting.unmeasured:
+        return f"measure one of a single-scheme recipe: {measure_command}"
+    return f"measure this one: {measure_command}"
 
 
 def same_scheme(found: Sensitivity, scheme: WeightScheme, coverage: dict | None) -> bool:

@@ -22,6 +22,9 @@ from quantize.propose.size import ModelWeights, UniformSize, dense_cost, uniform
 from quantize.recipe import RecipeFile, check_with_llmcompressor, load
 
 
+GUIDE_RECIPE = "w4a16_gptq"   # one weight scheme over every Linear: the sensitivity measures it
+
+
 @dataclass(frozen=True)
 class Proposal:
     name: str
@@ -39,8 +42,9 @@ def run(config: ProposeConfig) -> Proposal:
     model_dir = _model_dir(config.model.path)  # before the recipe's scheme, which imports compressed-tensors (~5 s)
     base, groups, scheme = _base_recipe(config)
     weights_hash = fingerprint.compute(weight_files(model_dir)).sha256
+    fitting = _fitting(base)
     sens_path, sens = sensitivity_for(config.sensitivity, Path(config.results_dir), config.model.name, weights_hash,
-                                      scheme, _fitting(base), _measure_command(config))
+                                      scheme, fitting, _measure_command(config, measurable=not fitting.unmeasured))
     options, uniform = _estimates(config, base, groups, model_dir, sens)
     chosen = _choose(options, config.target)
     name = config.name or f"{config.recipe.name}_keep{chosen.k}"
@@ -72,8 +76,8 @@ def _fitting(base: RecipeFile) -> Fitting:
     from quantize.sensitivity.scheme import from_recipe
     try:
         measured = from_recipe(base)
-    except UserError:
-        return Fitting(key=None, coverage=None)
+    except UserError as e:   # its first clause says why, e.g. "recipe r quantizes weights with 2 different schemes"
+        return Fitting(key=None, coverage=None, unmeasured=str(e).split("; ")[0])
     return Fitting(key=measured.key, coverage=modules_of(measured.targets, measured.ignore))
 
 
@@ -221,9 +225,12 @@ def _model_arg(config: ProposeConfig) -> str:
     return arg if config.model.name == default_name else f"{arg} model.name={shlex.quote(config.model.name)}"
 
 
-def _measure_command(config: ProposeConfig) -> str:
+def _measure_command(config: ProposeConfig, measurable: bool) -> str:
+    """Measures the base recipe's file; one the sensitivity cannot measure, a
+    shipped recipe of one weight scheme, whose file propose takes as a guide."""
     results = "" if Path(config.results_dir) == resolve("results") else f" results_dir={shlex.quote(config.results_dir)}"
-    return f"python -m quantize.sensitivity recipe={_recipe_arg(config)}{_model_arg(config)}{results}"
+    recipe = _recipe_arg(config) if measurable else GUIDE_RECIPE
+    return f"python -m quantize.sensitivity recipe={recipe}{_model_arg(config)}{results}"
 
 
 def _recipe_arg(config: ProposeConfig) -> str:

@@ -201,3 +201,24 @@ def test_no_file_names_the_key_a_file_of_the_recipes_modules_has(tmp_path, tiny_
                                         rf"python -m quantize.sensitivity recipe={recipe.path} "):
         run(config(tmp_path, tiny_model, recipe, tmp_path / "empty"))
 
+
+def test_a_recipe_sensitivity_cannot_measure_is_told_what_file_to_pass(tmp_path, tiny_model):
+    """Two weight schemes: no file fits, and measuring the recipe itself is
+    refused; the error names a command that measures a file to pass as a guide."""
+    import re
+    recipe = load(tmp_path, "two_schemes", TWO_SCHEMES)
+    with pytest.raises(UserError) as refused:
+        run(config(tmp_path, tiny_model, recipe, tmp_path / "empty"))
+    message = str(refused.value)
+    assert f"recipe={recipe.path}" not in message and "2 different schemes" in message
+    assert "sensitivity=<path" in message
+    suggested = re.search(r"python -m quantize\.sensitivity recipe=(\S+)", message).group(1)
+    schemes.from_recipe(recipes.load(recipe_choices.find(suggested)))   # one sensitivity measures
+    guide = write_sensitivity(tmp_path / "results", tiny_model, cells_with_kl(tiny_model, top_down_proj))
+    with pytest.raises(UserError, match=rf"files of these weights: {guide}"):   # auto names it, to pass
+        run(config(tmp_path, tiny_model, recipe, tmp_path / "results"))
+    other = write_sensitivity(tmp_path / "results", tiny_model, cells_with_kl(tiny_model, top_down_proj),
+                              weights_hash="0" * 64)
+    with pytest.raises(UserError, match="measured on other weights") as refused:
+        run(config(tmp_path, tiny_model, recipe, tmp_path / "results", sensitivity=str(other)))
+    assert f"recipe={recipe.path}" not in str(refused.value)
