@@ -102,17 +102,21 @@ class LmEvalConfig(Configurable):
     def recorded(self, task: str) -> dict:
         """What `task`'s row records of the group (`lm_eval_config`): the
         content hashes of what that task reads and nothing another task reads,
-        so adding or editing one task leaves the others' rows complete. The
-        bundled task adds its local text's hash; a task defined under
-        include_path adds the hash of those folders' task files. The stall
-        limit says how long to wait, not what is measured: left out."""
+        so adding or editing one task leaves the others' rows complete. Only
+        the bundled task records its settings (and its local text's hash);
+        only a task defined under include_path records those folders (and
+        their task files' hash): the others record `include_path: []`, as a
+        run without include_path always has, so their rows match those. The
+        stall limit says how long to wait, not what is measured: left out."""
         out = self.as_dict()
         del out["stall_timeout_s"]
-        bundled = self.austen_lastword
+        bundled = out.pop("austen_lastword", None)
         if task == BUNDLED_TASK and bundled is not None:
-            out["austen_lastword"] |= accuracy.text_identity(bundled.text, bundled.books,
-                                                             "lm_eval.austen_lastword.text")
-        if self.include_path and defined_under(self.include_path, task):
+            out["austen_lastword"] = bundled | accuracy.text_identity(bundled["text"], bundled["books"],
+                                                                      "lm_eval.austen_lastword.text")
+        own = bool(self.include_path) and defined_under(self.include_path, task)
+        out["include_path"] = list(self.include_path) if own else []
+        if own:
             out["include_path_sha256"] = task_files_sha256(self.include_path)
         return out
 

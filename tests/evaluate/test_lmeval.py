@@ -10,6 +10,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from tests.conftest import run_cli
 from evaluate import lmeval, results
@@ -365,3 +366,46 @@ def test_editing_an_include_path_task_leaves_the_other_tasks_rows_complete(tmp_p
     assert "include_path_sha256" in cfg.recorded("my_capit*")   # a pattern lm-eval expands
     (folder / "broken.yaml").write_text("task: [unclosed\n")   # could define any task: all carry the hash
     assert "include_path_sha256" in cfg.recorded("gsm8k")
+
+
+# lm_eval_config of a gsm8k row as lm_eval=hub stored it before rows hashed task files (no include_path)
+OLD_HUB_GSM8K = {"name": "hub", "tasks": ["gsm8k"], "venv": None, "num_fewshot": 5, "limit": None,
+                 "batch_size": "auto", "apply_chat_template": False, "include_path": [], "model_args": {},
+                 "enabled": True, "seeds": "0,1234,1234,1234"}
+
+
+@pytest.mark.parametrize("change", ["none", "include_path", "austen_preset", "austen_num_items"])
+def test_a_hub_tasks_stored_row_stays_complete_whatever_include_path_and_the_bundled_task_hold(tmp_path, change):
+    """Every task's key held the include_path folders and the bundled task's
+    settings: adding a folder of one's own tasks, switching to
+    lm_eval=austen_lastword or editing its num_items re-measured gsm8k (hours
+    on a CPU). A gsm8k row stored by an older version stays complete too."""
+    hub = yaml.safe_load((PROJECT_ROOT / "conf/lm_eval/hub.yaml").read_text())
+    austen = yaml.safe_load((PROJECT_ROOT / "conf/lm_eval/austen_lastword.yaml").read_text())
+    austen = {k: v for k, v in austen.items() if k != "defaults"} | {"num_fewshot": 5}
+    group = {"none": hub,
+             "include_path": hub | {"include_path": [str(_user_task(tmp_path / "my_tasks"))],
+                                    "tasks": ["gsm8k", "my_capitals"]},
+             "austen_preset": hub | austen | {"tasks": ["gsm8k", "austen_lastword"]},
+             "austen_num_items": hub | austen | {"austen_lastword": austen["austen_lastword"] | {"num_items": 8}},
+             }[change]
+    base = results.Row(kind="speed", seed=0, artifact_id="a1", recipe="w4a16", engine="vllm", setup_id="s1",
+                       lm_eval_versions={"lm_eval": "0.4.9"})
+    new = lmeval.row(base, lmeval.LmEvalConfig.from_group(group), "gsm8k", "vllm")
+    old = lmeval.row(base, lmeval.LmEvalConfig.from_group(hub), "gsm8k", "vllm").but(
+        lm_eval_config=OLD_HUB_GSM8K, status="ok", metrics={"exact_match": 0.4})
+    results.append(tmp_path / "results.jsonl", old)
+    assert [r.run_key() for r in results.read(tmp_path) if r.ok] == [new.run_key()]
+    assert "austen_lastword" not in new.lm_eval_config and new.lm_eval_config["include_path"] == []
+
+
+def test_the_bundled_tasks_stored_row_on_austen_stays_complete():
+    """austen_lastword's row keeps its settings: the row lm_eval=austen_lastword
+    stored before rows hashed task files is still its key."""
+    hub = yaml.safe_load((PROJECT_ROOT / "conf/lm_eval/hub.yaml").read_text())
+    austen = yaml.safe_load((PROJECT_ROOT / "conf/lm_eval/austen_lastword.yaml").read_text())
+    group = hub | {k: v for k, v in austen.items() if k != "defaults"}
+    stored = {k: v for k, v in group.items() if k != "stall_timeout_s"} | {"seeds": "0,1234,1234,1234"}
+    new = lmeval.row(results.Row(kind="speed", seed=0), lmeval.LmEvalConfig.from_group(group), "austen_lastword", "vllm")
+    assert new.measured_with() == new.but(lm_eval_config=stored).measured_with()
+    assert stored["austen_lastword"]["num_items"] == 256 and stored["include_path"] == []
