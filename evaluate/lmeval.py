@@ -25,6 +25,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,7 @@ STOP_GRACE_S = 10.0   # a stopped lm-eval's SIGTERM -> SIGKILL
 # CPU share of one core below which a silent lm-eval's group counts as idle:
 # a deadlocked one uses none, and this leaves out idle threads' wake-ups.
 BUSY_CPU_SHARE = 0.001
+CPU_SCAN_S = 1.0   # the CPU baseline is read at most this often while lm-eval prints
 # Versions of the lm-eval environment, recorded in every row: the tracked
 # packages (quantize.common.provenance.PACKAGES), read there by this script.
 VERSIONS_PROBE = ("import json, sys\nfrom importlib import metadata as m\nout = {}\n"
@@ -336,20 +338,67 @@ def _relay(proc: subprocess.Popen, lines: queue.Queue, tail: deque, stall_s: flo
     process group used no CPU (or had exited): on a CPU host a vLLM
     generation can go long without moving a progress bar, but it computes,
     where a deadlocked lm-eval sleeps."""
-    cpu = process_group.cpu_seconds(proc.pid)
+    silence = _Silence(proc, stall_s)
     while True:
         try:
-            line = lines.get(timeout=stall_s)
+            line = lines.get(timeout=silence.wait_s())
         except queue.Empty:
-            before, cpu = cpu, process_group.cpu_seconds(proc.pid)
-            if proc.poll() is None and cpu - before >= BUSY_CPU_SHARE * stall_s:
-                continue
-            raise
+            if silence.stalled():
+                raise
+            continue
         if line is None:
             return
+        silence.output()
         if line.strip():
             tail.append(line.rstrip())
             log.info("lm-eval | %s", line.rstrip())
+
+
+class _Silence:
+    """How long lm-eval has been silent, and the CPU its process group used
+    meanwhile. The CPU baseline is read again after output, at most once per
+    CPU_SCAN_S (a scan walks every process): a window that followed output
+    compared against CPU used before it, and a hang was stopped a limit late."""
+
+    def __init__(self, proc: subprocess.Popen, stall_s: float | None):
+        self.proc, self.stall_s = proc, stall_s
+        self.window_end = time.monotonic() + (stall_s or 0)
+        self._rescan()
+
+    def _rescan(self) -> None:
+        self.cpu, self.cpu_at, self.stale = process_group.cpu_seconds(self.proc.pid), time.monotonic(), False
+
+    def output(self) -> None:
+        """A line came: a new silent window starts, with a new baseline."""
+        if self.stall_s is None:
+            return
+        now = time.monotonic()
+        self.window_end = now + self.stall_s
+        if now - self.cpu_at >= CPU_SCAN_S:
+            self._rescan()
+        else:
+            self.stale = True   # read at the next CPU_SCAN_S, if the silence lasts until then
+
+    def wait_s(self) -> float | None:
+        """How long to wait for the next line before looking again."""
+        if self.stall_s is None:
+            return None
+        until = min(self.window_end, self.cpu_at + CPU_SCAN_S) if self.stale else self.window_end
+        return max(0.0, until - time.monotonic())
+
+    def stalled(self) -> bool:
+        """At the window's end: whether lm-eval is hung (silent, and its
+        group used no CPU, or it has exited); if not, another window starts."""
+        now = time.monotonic()
+        if now < self.window_end:   # the baseline's rescan after output is due
+            self._rescan()
+            return False
+        used, since = process_group.cpu_seconds(self.proc.pid) - self.cpu, now - self.cpu_at
+        if self.proc.poll() is None and used >= BUSY_CPU_SHARE * since:
+            self.window_end = now + self.stall_s
+            self._rescan()
+            return False
+        return True
 
 
 def _pump(stream, lines: queue.Queue) -> None:

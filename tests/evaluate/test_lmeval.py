@@ -224,6 +224,19 @@ def test_an_lm_eval_that_computes_without_printing_runs_past_the_stall_limit(tmp
     assert run()["t"]["metrics"] == {"acc": 0.5}
 
 
+def test_a_hang_after_output_is_stopped_one_limit_after_the_last_line(tmp_path):
+    """The CPU baseline was read only at the end of a silent window, so the
+    first window after output counted the CPU used before it as busy: a hang
+    right after computing and printing was stopped two limits late."""
+    compute = ("end=$((SECONDS+4)); while [ $SECONDS -lt $end ]; do for i in $(seq 5000); do :; done; "
+               f"echo step; date +%s.%N > {tmp_path}/last; done")
+    run = fake_lm_eval(tmp_path, f"{compute}; sleep 60", stall_timeout_s=3)
+    with pytest.raises(RuntimeError, match="stopped as hung"):
+        run()
+    silent = time.time() - float((tmp_path / "last").read_text())
+    assert 3 <= silent < 4.5   # one limit (and the stop), not two
+
+
 def test_the_stall_limit_is_not_part_of_the_rows_key():
     """How long to wait changes nothing measured: rows stored before it existed stay complete."""
     rows = [lmeval.row(results.Row(kind="speed", seed=0), lmeval.LmEvalConfig.from_group(
