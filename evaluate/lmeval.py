@@ -50,6 +50,11 @@ STOP_GRACE_S = 10.0   # a stopped lm-eval's SIGTERM -> SIGKILL
 # CPU share of one core below which a silent lm-eval's group counts as idle:
 # a deadlocked one uses none, and this leaves out idle threads' wake-ups.
 BUSY_CPU_SHARE = 0.001
+# Silent windows a CPU-computing lm-eval may use CPU through: a hang can spin
+# too (vLLM's shared-memory readers loop on sched_yield). 4 x the 30 min
+# default is 2 h without a progress bar moving, well past the silent stretches
+# of vLLM's batch generation on a CPU host; a longer one raises the limit.
+CPU_SILENT_WINDOWS = 4
 CPU_SCAN_S = 1.0   # the CPU baseline is read at most this often while lm-eval prints
 # Versions of the lm-eval environment, recorded in every row: the tracked
 # packages (quantize.common.provenance.PACKAGES), read there by this script.
@@ -80,7 +85,7 @@ class LmEvalConfig(Configurable):
     include_path: list[str] = field(default_factory=list)
     model_args: dict = field(default_factory=dict)
     austen_lastword: BundledTaskConfig | None = None
-    stall_timeout_s: float | None = 1800  # no output nor CPU for this long: lm-eval is stopped as hung; None: no limit
+    stall_timeout_s: float | None = 1800  # no output this long: stopped as hung (_Silence); None: no limit
     enabled: bool = True
 
     @classmethod
@@ -272,9 +277,12 @@ def model_args(engine_model_args: dict, config: LmEvalConfig) -> dict:
     return args
 
 
-def run(config: LmEvalConfig, target, model: str, args: dict, tasks: list[str], seed: int) -> dict:
+def run(config: LmEvalConfig, target, model: str, args: dict, tasks: list[str], seed: int, *,
+        on_cpu: bool) -> dict:
     """Run lm-eval's `model` with `args` on `tasks` (in the caller's environment);
-    returns {task: {"metrics": ..., "n_samples": ..., ...}}."""
+    returns {task: {"metrics": ..., "n_samples": ..., ...}}. `on_cpu`: its
+    engine computes on the CPU (no GPU), where a silent lm-eval using CPU is
+    still at work (_Silence)."""
     with tempfile.TemporaryDirectory(prefix="quantbench-lm-eval-") as scratch:
         scratch = Path(scratch)
         cmd = [str(venv_python(config)), "-m", "lm_eval", "--model", model,
@@ -293,18 +301,19 @@ def run(config: LmEvalConfig, target, model: str, args: dict, tasks: list[str], 
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         if not needs_hub(list(config.tasks)):  # nothing to download: fail fast instead of retrying a hub
             env.setdefault("HF_HUB_OFFLINE", "1")
-        status, last = _stream(cmd, cwd=scratch, env=env, stall_s=config.stall_timeout_s)
+        status, last = _stream(cmd, cwd=scratch, env=env, stall_s=config.stall_timeout_s, on_cpu=on_cpu)
         _check_exit(status, last, scratch / "out")
         return _parse(scratch / "out", tasks)
 
 
-def _stream(cmd: list[str], cwd: Path, env: dict, stall_s: float | None) -> tuple[int, str]:
+def _stream(cmd: list[str], cwd: Path, env: dict, stall_s: float | None, on_cpu: bool) -> tuple[int, str]:
     """Run lm-eval with its output in this job's log; its exit status and last
-    error line. No output (progress bars count) and no CPU used for `stall_s`
-    seconds is a hang, e.g. a wedged vLLM inside it, that held the job until
-    Slurm killed it: lm-eval's process group is stopped and that is the error. The group
-    is stopped too when this job ends meanwhile (Ctrl-C, SIGTERM): in a
-    session of its own, lm-eval no longer gets a terminal's Ctrl-C itself."""
+    error line. No output (progress bars count) for `stall_s` seconds is a
+    hang (_Silence has the rules), e.g. a wedged vLLM inside it, that held the
+    job until Slurm killed it: lm-eval's process group is stopped and that is
+    the error. The group is stopped too when this job ends meanwhile (Ctrl-C,
+    SIGTERM): in a session of its own, lm-eval no longer gets a terminal's
+    Ctrl-C itself."""
     log.info("running %s", " ".join(cmd))
     tail = deque(maxlen=20)
     lines = queue.Queue()
@@ -315,15 +324,15 @@ def _stream(cmd: list[str], cwd: Path, env: dict, stall_s: float | None) -> tupl
     pump = threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True)
     pump.start()
     try:
-        _relay(proc, lines, tail, stall_s)
+        _relay(proc, lines, tail, _Silence(proc, stall_s, on_cpu))
         proc.wait()   # its output ended: it has exited
-    except queue.Empty:
+    except _Stalled as stall:
         exited = proc.poll() is not None   # a process it started held the output open: its status counts
         _stop_group(proc, pump)
         if not exited:
-            raise RuntimeError(f"lm-eval printed nothing and used no CPU for {stall_s:g} s and was stopped as "
-                               f"hung (its last line: {tail[-1].strip() if tail else 'none'}); raise "
-                               "lm_eval.stall_timeout_s if it needs longer, or set it to null for no limit") from None
+            raise RuntimeError(f"lm-eval {stall} and was stopped as hung (its last line: "
+                               f"{tail[-1].strip() if tail else 'none'}); raise lm_eval.stall_timeout_s if it "
+                               "needs longer, or set it to null for no limit") from None
         log.warning("lm-eval exited, but processes it started printed nothing for %g s: stopped", stall_s)
     except BaseException:
         _stop_group(proc, pump)
@@ -332,19 +341,19 @@ def _stream(cmd: list[str], cwd: Path, env: dict, stall_s: float | None) -> tupl
     return proc.returncode, last.strip()
 
 
-def _relay(proc: subprocess.Popen, lines: queue.Queue, tail: deque, stall_s: float | None) -> None:
-    """lm-eval's output lines into the log (and `tail`) until it ends.
-    queue.Empty when it printed nothing for `stall_s` seconds while its
-    process group used no CPU (or had exited): on a CPU host a vLLM
-    generation can go long without moving a progress bar, but it computes,
-    where a deadlocked lm-eval sleeps."""
-    silence = _Silence(proc, stall_s)
+class _Stalled(Exception):
+    """lm-eval is taken as hung; the message says by which rule."""
+
+
+def _relay(proc: subprocess.Popen, lines: queue.Queue, tail: deque, silence: "_Silence") -> None:
+    """lm-eval's output lines into the log (and `tail`) until it ends;
+    _Stalled when `silence` takes it as hung."""
     while True:
         try:
             line = lines.get(timeout=silence.wait_s())
         except queue.Empty:
-            if silence.stalled():
-                raise
+            if stall := silence.stalled():
+                raise _Stalled(stall) from None
             continue
         if line is None:
             return
@@ -355,15 +364,24 @@ def _relay(proc: subprocess.Popen, lines: queue.Queue, tail: deque, stall_s: flo
 
 
 class _Silence:
-    """How long lm-eval has been silent, and the CPU its process group used
-    meanwhile. The CPU baseline is read again after output, at most once per
-    CPU_SCAN_S (a scan walks every process): a window that followed output
-    compared against CPU used before it, and a hang was stopped a limit late."""
+    """Whether a silent lm-eval is hung. Where its engine computes on a GPU,
+    `stall_s` without output is: a wedged GPU keeps the CPU busy (a hung
+    kernel's synchronize spins, so do NCCL waits), so CPU use there is no sign
+    of progress. On a CPU, where vLLM's batch generation can go long without
+    moving a progress bar, a window of `stall_s` in which the process group
+    used CPU starts another, up to CPU_SILENT_WINDOWS in a row (a hang can
+    spin on a CPU too); one with no CPU used is a hang (a deadlock sleeps).
+    The CPU baseline is read again after output, at most once per CPU_SCAN_S
+    (a scan walks every process): a window that followed output compared
+    against CPU used before it, and a hang was stopped a limit late."""
 
-    def __init__(self, proc: subprocess.Popen, stall_s: float | None):
-        self.proc, self.stall_s = proc, stall_s
+    def __init__(self, proc: subprocess.Popen, stall_s: float | None, on_cpu: bool):
+        self.proc, self.stall_s, self.on_cpu = proc, stall_s, on_cpu
         self.window_end = time.monotonic() + (stall_s or 0)
-        self._rescan()
+        self.windows = 0   # silent windows since the last output
+        self.cpu, self.cpu_at, self.stale = 0.0, time.monotonic(), False
+        if on_cpu:
+            self._rescan()
 
     def _rescan(self) -> None:
         self.cpu, self.cpu_at, self.stale = process_group.cpu_seconds(self.proc.pid), time.monotonic(), False
@@ -373,7 +391,9 @@ class _Silence:
         if self.stall_s is None:
             return
         now = time.monotonic()
-        self.window_end = now + self.stall_s
+        self.window_end, self.windows = now + self.stall_s, 0
+        if not self.on_cpu:   # its CPU time counts for nothing
+            return
         if now - self.cpu_at >= CPU_SCAN_S:
             self._rescan()
         else:
@@ -386,19 +406,27 @@ class _Silence:
         until = min(self.window_end, self.cpu_at + CPU_SCAN_S) if self.stale else self.window_end
         return max(0.0, until - time.monotonic())
 
-    def stalled(self) -> bool:
-        """At the window's end: whether lm-eval is hung (silent, and its
-        group used no CPU, or it has exited); if not, another window starts."""
+    def stalled(self) -> str | None:
+        """At the window's end: why lm-eval is hung (it may have exited,
+        leaving a process that holds its output), or None: another window
+        starts."""
         now = time.monotonic()
         if now < self.window_end:   # the baseline's rescan after output is due
             self._rescan()
-            return False
+            return None
+        self.windows += 1
+        if not self.on_cpu:
+            return (f"printed nothing for {self.stall_s:g} s (its engine is on a GPU, where a hang "
+                    "keeps using CPU, so silence alone counts)")
         used, since = process_group.cpu_seconds(self.proc.pid) - self.cpu, now - self.cpu_at
-        if self.proc.poll() is None and used >= BUSY_CPU_SHARE * since:
-            self.window_end = now + self.stall_s
-            self._rescan()
-            return False
-        return True
+        if used < BUSY_CPU_SHARE * since or self.proc.poll() is not None:
+            return f"printed nothing and used no CPU for {self.stall_s:g} s"
+        if self.windows >= CPU_SILENT_WINDOWS:
+            return (f"printed nothing for {self.windows * self.stall_s:g} s ({CPU_SILENT_WINDOWS} x "
+                    "lm_eval.stall_timeout_s, the most a CPU-busy lm-eval may stay silent)")
+        self.window_end = now + self.stall_s
+        self._rescan()
+        return None
 
 
 def _pump(stream, lines: queue.Queue) -> None:

@@ -384,7 +384,8 @@ def _run_lm_eval(job: Job, tasks: list[str]) -> None:
         log.info("lm-eval: tasks %s on %s", ", ".join(tasks), job.target.path)
         rows = {t: job.lm_eval_row(t) for t in tasks}
         try:
-            scores = lmeval.run(lm_eval_cfg, job.target, model.name, args, tasks, job.seed)
+            scores = lmeval.run(lm_eval_cfg, job.target, model.name, args, tasks, job.seed,
+                                on_cpu=not (job.base.machine or {}).get("cuda"))   # the machine the engine decided on
         except Exception as e:
             for r in rows.values():
                 job.record(r, "failed", reason=one_line(e))

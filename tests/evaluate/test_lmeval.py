@@ -131,9 +131,10 @@ def _last_word_log_perplexity(model_dir, n: int) -> float:
     return -total / n
 
 
-def fake_lm_eval(tmp_path, then: str, stall_timeout_s: float | None = None):
+def fake_lm_eval(tmp_path, then: str, stall_timeout_s: float | None = None, on_cpu: bool = True):
     """An lm-eval environment whose `python -m lm_eval` writes (or not) a
-    results file for task `t`, then ends with the shell command `then`."""
+    results file for task `t`, then ends with the shell command `then`; its
+    engine on the CPU or on a GPU."""
     python = tmp_path / "venv" / "bin" / "python"
     python.parent.mkdir(parents=True)
     results = {"results": {"t": {"alias": "t", "acc,none": 0.5, "sample_len": 4}}, "n-samples": {"t": {"effective": 4}}}
@@ -147,7 +148,8 @@ while [ "$1" != --output_path ]; do shift; done
                                           "batch_size": 1, "num_fewshot": None, "limit": None,
                                           "apply_chat_template": False, "include_path": [], "enabled": True,
                                           "stall_timeout_s": stall_timeout_s})
-    return lambda args={}, seed=0: lmeval.run(cfg, SimpleNamespace(path=str(tmp_path)), "vllm", args, ["t"], seed)
+    return lambda args={}, seed=0: lmeval.run(cfg, SimpleNamespace(path=str(tmp_path)), "vllm", args, ["t"], seed,
+                                              on_cpu=on_cpu)
 
 
 def test_an_lm_eval_that_prints_nothing_for_the_stall_limit_is_stopped_with_its_processes(tmp_path):
@@ -235,6 +237,33 @@ def test_a_hang_after_output_is_stopped_one_limit_after_the_last_line(tmp_path):
         run()
     silent = time.time() - float((tmp_path / "last").read_text())
     assert 3 <= silent < 4.5   # one limit (and the stop), not two
+
+
+BUSY = "end=$((SECONDS+{})); while [ $SECONDS -lt $end ]; do :; done"
+
+
+def test_a_silent_lm_eval_on_a_gpu_is_stopped_though_it_uses_cpu(tmp_path):
+    """A wedged GPU keeps the CPU busy (a hung kernel's synchronize spins, so
+    do NCCL waits): counting CPU time as life kept such an lm-eval running."""
+    run = fake_lm_eval(tmp_path, f"echo loading; {BUSY.format(15)}; WRITE", stall_timeout_s=1, on_cpu=False)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=re.escape(
+            "lm-eval printed nothing for 1 s (its engine is on a GPU, where a hang keeps using CPU, so silence "
+            "alone counts) and was stopped as hung (its last line: loading); raise lm_eval.stall_timeout_s")):
+        run()
+    assert time.monotonic() - start < 8
+
+
+def test_a_silent_lm_eval_on_a_cpu_that_keeps_using_cpu_is_stopped_after_4_limits(tmp_path):
+    """A hang can spin on a CPU host too (vLLM's shared-memory readers loop on
+    sched_yield): CPU use alone kept a silent lm-eval running for good."""
+    run = fake_lm_eval(tmp_path, f"echo loading; {BUSY.format(20)}; WRITE", stall_timeout_s=1.5)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=re.escape(
+            "lm-eval printed nothing for 6 s (4 x lm_eval.stall_timeout_s, the most a CPU-busy lm-eval may stay "
+            "silent) and was stopped as hung (its last line: loading); raise lm_eval.stall_timeout_s")):
+        run()
+    assert 6 <= time.monotonic() - start < 14
 
 
 def test_the_stall_limit_is_not_part_of_the_rows_key():
