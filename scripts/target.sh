@@ -112,9 +112,14 @@ target_download_gib() { case "$1" in cpu) echo 1 ;; cuda) echo 3 ;; esac; }
 check_install_disk() {
     local what=$1 venv=$2 venv_gib=$3 download_gib=$4 cache=()
     shift 4
-    case "${PIP_NO_CACHE_DIR:-}" in
-        "" | 0 | false | no | off) cache=("$download_gib" "${PIP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/pip}") ;;
-    esac
+    # pip turns its cache off for any PIP_NO_CACHE_DIR, even 0 or false; without
+    # HOME (a bare job) it finds the home folder as the passwd entry gives it
+    local home=${HOME:-$(getent passwd "$(id -u)" 2>/dev/null | cut -d: -f6)}
+    local caches=${XDG_CACHE_HOME:-${home:+$home/.cache}}
+    local pip_cache=${PIP_CACHE_DIR:-${caches:+$caches/pip}}
+    if [ -z "${PIP_NO_CACHE_DIR:-}" ] && [ -n "$pip_cache" ]; then
+        cache=("$download_gib" "$pip_cache")
+    fi
     bash scripts/check_disk.sh "$what" "$venv_gib" "$venv" ${cache[@]+"${cache[@]}"} "$download_gib" "${TMPDIR:-/tmp}" "$@"
 }
 

@@ -51,3 +51,32 @@ def test_a_folder_not_made_yet_is_measured_on_its_nearest_existing_parent(tmp_pa
 def test_a_missing_folder_argument_is_a_usage_line():
     out = run(3)
     assert out.returncode == 2 and out.stderr.startswith("check_disk: usage:")
+
+
+def folders_checked(tmp_path, env: dict) -> list[str]:
+    """The folders target.sh's check_install_disk hands to check_disk.sh (a
+    stand-in that prints them), under exactly the environment `env`."""
+    root = tmp_path / "project"
+    (root / "scripts").mkdir(parents=True, exist_ok=True)
+    (root / "scripts" / "check_disk.sh").write_text('shift; while [ $# -gt 0 ]; do echo "$2"; shift 2; done\n')
+    target = SCRIPT.parent / "target.sh"
+    out = subprocess.run(["bash", "-c", f'set -euo pipefail; source "{target}"; '
+                          'check_install_disk "installing .venv" venv 4 1'],
+                         cwd=root, env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+def test_pip_cache_is_checked_where_pip_keeps_it_even_without_home(tmp_path):
+    """Without HOME (a bare job), set -u stopped setup; pip finds the home
+    folder from the passwd entry, and so does the check."""
+    import pwd, os
+    home = pwd.getpwuid(os.getuid()).pw_dir
+    assert folders_checked(tmp_path, {}) == ["venv", f"{home}/.cache/pip", "/tmp"]
+    assert folders_checked(tmp_path, {"XDG_CACHE_HOME": "/x", "TMPDIR": "/t"}) == ["venv", "/x/pip", "/t"]
+
+
+def test_any_pip_no_cache_dir_turns_the_cache_check_off(tmp_path):
+    """pip disables its cache for PIP_NO_CACHE_DIR=0 or false too."""
+    for value in ("1", "0", "false", "off"):
+        assert folders_checked(tmp_path, {"HOME": "/h", "PIP_NO_CACHE_DIR": value}) == ["venv", "/tmp"]
