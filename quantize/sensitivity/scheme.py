@@ -62,8 +62,9 @@ def from_recipe(recipe: recipes.RecipeFile) -> WeightScheme:
     if not with_weights:
         raise UserError(f"recipe {recipe.name} ({recipe.path}) has no weight quantization scheme "
                         "(config_groups with weights, or scheme: <preset>); pass a recipe that quantizes weights")
-    if len({g.weights.model_dump_json() for g in with_weights}) > 1:
-        raise UserError(f"recipe {recipe.name} quantizes weights with {len(with_weights)} different schemes; "
+    distinct = {g.weights.model_dump_json() for g in with_weights}
+    if len(distinct) > 1:
+        raise UserError(f"recipe {recipe.name} quantizes weights with {len(distinct)} different schemes; "
                         "sensitivity measures one scheme: pass a recipe with a single weight scheme")
     if len(with_weights) < len(groups):
         raise UserError(f"recipe {recipe.name} has a config group that quantizes no weights; sensitivity measures "

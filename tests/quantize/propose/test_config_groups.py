@@ -179,6 +179,11 @@ def test_a_recipe_whose_scheme_is_null_sizes_its_weights_dense(tmp_path, tiny_mo
 def test_sensitivity_refuses_what_one_targets_and_ignore_list_cannot_say(tmp_path):
     with pytest.raises(UserError, match="2 different schemes"):
         schemes.from_recipe(load(tmp_path, "two_schemes", TWO_SCHEMES))
+    three_groups = recipe_text({"attention": {"targets": [ATTENTION], "weights": W4},
+                                "mlp": {"targets": [MLP], "weights": W4},
+                                "down": {"targets": ["re:.*down_proj$"], "weights": W8}})
+    with pytest.raises(UserError, match="2 different schemes"):   # schemes counted, not groups
+        schemes.from_recipe(load(tmp_path, "three_groups", three_groups))
     two_modifiers = yaml.safe_dump({
         "attention_stage": {"modifiers": {"QuantizationModifier": {
             "ignore": ["lm_head", "model.layers.0.self_attn.q_proj"],
