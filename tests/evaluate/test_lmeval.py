@@ -441,6 +441,19 @@ def test_a_hub_tasks_stored_row_stays_complete_whatever_include_path_and_the_bun
     assert "austen_lastword" not in new.lm_eval_config and new.lm_eval_config["include_path"] == []
 
 
+def test_gsm8k_beside_the_shipped_austen_preset_is_another_measurement():
+    """The preset is 0-shot where hub is 5-shot: its gsm8k is not hub's row."""
+    hub = yaml.safe_load((PROJECT_ROOT / "conf/lm_eval/hub.yaml").read_text())
+    austen = yaml.safe_load((PROJECT_ROOT / "conf/lm_eval/austen_lastword.yaml").read_text())
+    austen = {k: v for k, v in austen.items() if k != "defaults"}
+    base = results.Row(kind="speed", seed=0, artifact_id="a1", recipe="w4a16", engine="vllm", setup_id="s1",
+                       lm_eval_versions={"lm_eval": "0.4.9"})
+    of = {name: lmeval.row(base, lmeval.LmEvalConfig.from_group(group), "gsm8k", "vllm")
+          for name, group in (("hub", hub), ("austen", hub | austen | {"tasks": ["gsm8k", "austen_lastword"]}))}
+    assert of["hub"].run_key() != of["austen"].run_key()
+    assert (of["hub"].lm_eval_config["num_fewshot"], of["austen"].lm_eval_config["num_fewshot"]) == (5, 0)
+
+
 def test_the_bundled_tasks_stored_row_on_austen_stays_complete():
     """austen_lastword's row keeps its settings: the row lm_eval=austen_lastword
     stored before rows hashed task files is still its key."""
