@@ -379,11 +379,13 @@ def _consequence(message: str) -> bool:
     return any(c in message for c in _CONSEQUENCES)
 
 
-def read_log(path) -> str:
-    """A log file's text; "" where there is none (no path, gone, unreadable)."""
+def read_log(path, offset: int = 0) -> str:
+    """A log file's text from byte `offset` on (what one start wrote to a log
+    others appended to); "" where there is none (no path, gone, unreadable)."""
     if not path:
         return ""
     with suppress(OSError), open(path, errors="replace") as f:
+        f.seek(offset)   # a byte position from the binary writer's tell(): a line's start
         return f.read()
     return ""
 

@@ -34,7 +34,7 @@ import psutil
 from evaluate import lifeline, process_group
 from evaluate.engines.base import EngineStartError
 from evaluate.engines.http import HttpEngine, http_get, is_loopback
-from evaluate.engines.vllm import VllmEngine, rejected_arg, stop_cause
+from evaluate.engines.vllm import VllmEngine, read_log, rejected_arg, stop_cause
 from quantize.common.errors import UserError
 from quantize.common.settings import flag
 
@@ -87,21 +87,11 @@ def cli_flags(args: dict) -> list[str]:
     return flags
 
 
-def read_from(path: Path, offset: int) -> str:
-    """A log's text from byte `offset` on (what one start of the server wrote); "" where there is none."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
 def last_error_line(path: Path, offset: int = 0) -> str:
     """The line of a server log (from byte `offset`) that says why it stopped (vllm.stop_cause)."""
     if not path.is_file():
         return "no log"
-    return stop_cause(read_from(path, offset))
+    return stop_cause(read_log(path, offset))
 
 
 def exit_reason(code: int, log_path: Path, offset: int = 0) -> str:
@@ -268,7 +258,7 @@ class VllmServerEngine(HttpEngine, VllmEngine):
         another process holds `port`: vLLM binds other ports too, and their
         'Address already in use' is the server's own failure, not retried."""
         self.reserved.close()   # not a holder of the port to report
-        text = read_from(self.log_path, self.log_offset)
+        text = read_log(self.log_path, self.log_offset)
         rejected = rejected_arg(text, args)
         if rejected:   # bad input: nothing measured, nothing recorded
             return UserError(rejected)
@@ -340,13 +330,10 @@ def is_engine_core(cmdline: list[str]) -> bool:
 def engine_core(pgid: int) -> psutil.Process | None:
     """The oldest engine core of the server's group (the workers it spawns come after it)."""
     cores = []
-    for pid in process_group.members(pgid):
+    for p in process_group.processes(pgid):
         try:
-            p = psutil.Process(pid)
-            if pid != pgid and is_engine_core(p.cmdline()):
+            if p.pid != pgid and is_engine_core(p.cmdline()):
                 cores.append((p.create_time(), p))
         except psutil.Error:
             pass
     return min(cores, key=lambda c: c[0])[1] if cores else None
-
-
