@@ -11,7 +11,8 @@ import signal
 import sys
 import threading
 import traceback
-from typing import Callable, NoReturn
+from contextlib import contextmanager
+from typing import Callable, Iterator, NoReturn
 
 from hydra.experimental.callback import Callback
 
@@ -38,15 +39,14 @@ def run_job(fn, cfg, needs_hub: bool = False):
 
     `needs_hub`: the job downloads from the Hugging Face hub (hub calibration
     sets, lm-eval hub tasks); other jobs default to HF_HUB_OFFLINE=1 so they
-    never wait on the network. A value the user set always wins."""
-    if not needs_hub:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    never wait on the network, for that job only. A value the user set always wins."""
     # SIGTERM (kill, Slurm preemption) unwinds like an exception, so `finally`
     # blocks shut engines down instead of orphaning their worker processes.
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        return fn(cfg)
+        with offline_unless_set(not needs_hub):
+            return fn(cfg)
     except (Exception, KeyboardInterrupt) as e:
         failure = as_one_line(e)
         keep_trace(e)
@@ -55,6 +55,38 @@ def run_job(fn, cfg, needs_hub: bool = False):
         log.error("job failed: %s", failure)
         _record_failure(str(failure), traceback.format_exc(), failure.exit_code)
         return None
+
+
+@contextmanager
+def offline_unless_set(offline: bool) -> Iterator[None]:
+    """HF_HUB_OFFLINE=1 for this block if `offline` and no one set it, put
+    back as it was after it, in os.environ and in the hub libraries loaded
+    meanwhile: a later job of the same process (a sweep, a reused worker)
+    must not inherit one job's value."""
+    set_here = offline and "HF_HUB_OFFLINE" not in os.environ
+    if set_here:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+    _sync_offline()
+    try:
+        yield
+    finally:
+        if set_here:
+            os.environ.pop("HF_HUB_OFFLINE", None)
+        _sync_offline()
+
+
+def _sync_offline() -> None:
+    """The loaded hub libraries keep the offline flag as read at their import:
+    read it again from os.environ, as they do."""
+    def true(value: str | None) -> bool:
+        return (value or "").upper() in ("1", "ON", "YES", "TRUE")
+    hub = true(os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE"))
+    if "huggingface_hub.constants" in sys.modules:
+        sys.modules["huggingface_hub.constants"].HF_HUB_OFFLINE = hub
+    if "datasets.config" in sys.modules:
+        own = os.environ.get("HF_DATASETS_OFFLINE")
+        datasets = sys.modules["datasets.config"]
+        datasets.HF_HUB_OFFLINE = datasets.HF_DATASETS_OFFLINE = hub if own is None else true(own)
 
 
 def as_one_line(e: BaseException) -> OneLineError:

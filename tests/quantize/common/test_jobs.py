@@ -1,6 +1,7 @@
 """quantize/common/jobs.py: the command that reruns a job."""
 import os
 import shlex
+import signal
 
 import pytest
 
@@ -8,7 +9,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 
 from quantize.common.config import register
-from quantize.common.jobs import job_command
+from quantize.common.jobs import job_command, run_job
 from quantize.common.paths import CONF_DIR
 
 
@@ -46,3 +47,36 @@ def test_sweeps_started_in_one_second_get_a_sweep_dir_each(stage, overrides):
         dirs = [str(compose(stage, overrides=overrides, return_hydra_config=True).hydra.sweep.dir)
                 for _ in range(2)]
     assert dirs[0] != dirs[1] and dirs[0].startswith(f"logs/{stage}-multirun/")
+
+
+@pytest.fixture
+def keep_sigterm():
+    """run_job installs its SIGTERM handler (main thread): not for the test process."""
+    handler = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, handler)
+
+
+def test_a_jobs_offline_default_ends_with_it_so_a_later_hub_job_of_the_sweep_is_online(monkeypatch, keep_sigterm):
+    """In one process (an in-process sweep, a reused worker), a job that needs
+    no hub must not leave HF_HUB_OFFLINE=1 behind, in os.environ or in the hub
+    library that read it, for a later job that downloads."""
+    from huggingface_hub import constants
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    seen = []
+    for needs_hub in (False, True):
+        run_job(lambda cfg: seen.append((os.environ.get("HF_HUB_OFFLINE"), constants.HF_HUB_OFFLINE)), None,
+                needs_hub=needs_hub)
+    assert seen == [("1", True), (None, False)]
+    assert "HF_HUB_OFFLINE" not in os.environ
+
+
+def test_offline_the_user_chose_stays_for_every_job(monkeypatch, keep_sigterm):
+    from huggingface_hub import constants
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    seen = []
+    run_job(lambda cfg: seen.append((os.environ["HF_HUB_OFFLINE"], constants.HF_HUB_OFFLINE)), None)
+    assert seen == [("0", False)] and os.environ["HF_HUB_OFFLINE"] == "0"
