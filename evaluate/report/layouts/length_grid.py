@@ -6,10 +6,14 @@ down the side, per metric the engines side by side:
 - ms per token: mean end-to-end latency ÷ mean (prompt + generated) tokens per request;
 - ms per output token: mean end-to-end latency ÷ mean generated tokens per request.
 Each cell is the level of that column with the highest request throughput
-(its peak; client-bound levels left out), and the table says which level it was."""
+(its peak; client-bound levels left out), and the table says which level it was.
+The levels are those of "Serving under load" (load_levels.curves: the latest
+load profile, the latest row of a level), so a replaced curve or an older row
+of a repeated level never shows here."""
 from dataclasses import dataclass
 
-from evaluate.analysis.groups import Group, aggregate
+from evaluate.analysis.groups import Group
+from evaluate.analysis.load_levels import Curve, ServingAnalysis
 from evaluate.report.formatting import MISSING, fmt_fixed, md_table
 from evaluate.report.layouts import MarkdownLayout
 from evaluate.report.layouts.common import result_label
@@ -32,10 +36,10 @@ def values(row: Row) -> dict[str, float | None]:
             "ms per token": per_req(inp + out), "ms per output token": per_req(out)}
 
 
-def peak(g: Group, shape: tuple[int, int]) -> Row | None:
-    """The row of g at that input/output length with the highest request throughput."""
-    rows = [r for r in g.runs if (r.input_len, r.output_len) == shape and r.metrics.get("valid") is not False
-            and isinstance(r.metrics.get("request_throughput"), (int, float))]
+def peak(curves: list[Curve], shape: tuple[int, int]) -> Row | None:
+    """The level of these curves at that input/output length with the highest request throughput."""
+    rows = [lv.row for c in curves if (c.scenario.input_len, c.scenario.output_len) == shape for lv in c.levels
+            if lv.metrics.get("valid") is not False and lv.get("request_throughput") is not None]
     return max(rows, key=lambda r: r.metrics["request_throughput"], default=None)
 
 
@@ -52,30 +56,26 @@ class LengthGrid(MarkdownLayout):
     needs_speed = False   # rendered from serving rows
 
     def body(self, analysis) -> str:
-        return render(analysis.rows, analysis.speed)
+        return render(analysis.serving)
 
 
-def render(rows: list[Row], speed: list[Group]) -> str:
-    serving = [r for r in rows if r.kind == "serving" and r.ok and r.input_len is not None
-               and r.output_len is not None]
-    if not serving:
+def render(serving: ServingAnalysis | None) -> str:
+    shaped = [c for c in (serving.curves if serving else [])
+              if c.scenario.input_len is not None and c.scenario.output_len is not None]
+    if not shaped:
         return ("No serving results: run python -m evaluate engine=vllm_server load=... (and engine=openai "
                 "engine.base_url=... for another server) first.")
     # one column per identity, whatever scenario names the rows carry: the lengths are the rows
-    cols: dict[tuple, Group] = {}
-    for g in aggregate(serving, "serving"):
-        if g.identity in cols:
-            cols[g.identity].runs.extend(g.runs)
-        else:
-            cols[g.identity] = Group(g.scenario, g.model_name, g.recipe, g.artifact_id, g.engine, g.setup_id,
-                                     g.quant_format, g.model_bytes, list(g.runs))
-    columns = list(cols.values())
+    cols: dict[tuple, list[Curve]] = {}
+    for c in shaped:
+        cols.setdefault(c.group.identity, []).append(c)
+    columns: list[Group] = [curves[0].group for curves in cols.values()]
     labels = [result_label(c, columns) for c in columns]
-    shapes = sorted({(r.input_len, r.output_len) for r in serving})
+    shapes = sorted({(c.scenario.input_len, c.scenario.output_len) for c in shaped})
     heads = ["Input length", "Output length"] + [f"{name} · {label}" for name, _ in METRICS for label in labels]
     table, used = [], []
     for shape in shapes:
-        picked = [peak(c, shape) for c in columns]
+        picked = [peak(curves, shape) for curves in cols.values()]
         used += [f"- {shape[0]} → {shape[1]}, {label}: {level_text(r)}" for label, r in zip(labels, picked) if r]
         vals = [values(r) if r else {} for r in picked]
         table.append([str(shape[0]), str(shape[1])]

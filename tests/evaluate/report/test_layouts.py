@@ -149,6 +149,29 @@ def test_context_table_without_batch_1(tmp_path):
     assert "No batch-1 speed results" in md and "|" not in md
 
 
+# --- length_grid ------------------------------------------------------------------------------------------
+
+def stamped(rows: list[Row], day: int) -> list[Row]:
+    return [r.but(timestamp=f"2026-11-{day}T10:0{i}:00+00:00") for i, r in enumerate(rows)]
+
+
+def test_length_grid_shows_the_levels_serving_under_load_shows(tmp_path):
+    """A faster older curve replaced by a rerun with another request budget, and a
+    level measured twice: the grid takes the latest profile's latest rows, as
+    "Serving under load" does, not the highest of every row ever written."""
+    from .test_serving_markdown import LEVELS, level_metrics, serving_row
+    old = stamped([serving_row("original", c, tput_scale=1.5) for c in LEVELS], 20)
+    new = stamped([serving_row("original", c) for c in LEVELS], 22)
+    new = [r.but(load={**r.load, "max_requests": 200}) for r in new]
+    rows = old + new + stamped([serving_row("original", 2, engine="openai", setup="tgi-1", tput_scale=s)
+                               for s in (3.0, 1.0)], 23)   # concurrency 2 twice: the second stands
+    md = report(tmp_path, rows, "length_grid")["length_grid.md"]
+    ((_, (row,)),) = tables(md)
+    assert row["req/s · original · vllm_server"] == f"{level_metrics('original', 16)['request_throughput']:.3f}"
+    assert row["req/s · original · openai"] == f"{level_metrics('original', 2)['request_throughput']:.3f}"
+    assert "- 128 → 64, original · vllm_server: concurrency 16" in md
+
+
 # --- oneline -----------------------------------------------------------------------------------------------
 
 REPRO = "python -m evaluate recipe=original scenario=bs1 engine.args.kv_cache_dtype=fp8"
