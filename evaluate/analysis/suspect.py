@@ -26,7 +26,9 @@ class Suspect:
     recipe: str
     family: str
     reasons: list[str] = field(default_factory=list)
-    top1_agreement: float | None = None   # measured by evaluate (mean of its runs), if any
+    # measured by evaluate (mean of its runs), if any: of the accuracy group
+    # behind the first reason, so the figures shown are those the reason judged
+    top1_agreement: float | None = None
     recovery_pct: float | None = None
 
 
@@ -61,16 +63,25 @@ def judge(first: Row, rows: list[Row], accuracy: list[Group], config: sanity_rul
     marked = manifest_mark(rows)
     if marked:
         suspect.reasons.append(f"quantize's sanity check: {marked}")
+    shown = None   # the first group that gave a reason; with none (a manifest mark alone), the first group
     for group in accuracy:
-        suspect.top1_agreement = group.mean("top1_agreement")
-        suspect.recovery_pct = group.mean("recovery_pct")
-        interval = recovery_interval(group)
-        half = None if interval is None else (interval[1] - interval[0]) / 2
-        for reason in (sanity_rules.top1_reason(suspect.top1_agreement, name, config),
-                       sanity_rules.recovery_reason(suspect.recovery_pct, half, config)):
-            if reason and reason not in suspect.reasons:
-                suspect.reasons.append(f"{reason} ({group.engine}, {group.scenario.name})")
+        for reason in accuracy_reasons(group, name, config):
+            if reason not in suspect.reasons:
+                suspect.reasons.append(reason)
+                shown = shown or group
+    shown = shown or (accuracy[0] if accuracy else None)
+    if shown:
+        suspect.top1_agreement, suspect.recovery_pct = shown.mean("top1_agreement"), shown.mean("recovery_pct")
     return suspect
+
+
+def accuracy_reasons(group: Group, family: str, config: sanity_rules.SanityConfig) -> list[str]:
+    """Why one accuracy group (engine, eval set) says the artifact is broken, each naming the group."""
+    interval = recovery_interval(group)
+    half = None if interval is None else (interval[1] - interval[0]) / 2
+    found = (sanity_rules.top1_reason(group.mean("top1_agreement"), family, config),
+             sanity_rules.recovery_reason(group.mean("recovery_pct"), half, config))
+    return [f"{reason} ({group.engine}, {group.scenario.name})" for reason in found if reason]
 
 
 def recovery_interval(group: Group) -> tuple[float, float] | None:

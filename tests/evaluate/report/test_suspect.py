@@ -81,6 +81,17 @@ def test_repeating_an_accuracy_run_does_not_make_an_artifact_suspect(tmp_path):
         assert SUSPECT_TITLE not in sections(md) and "w4a16_gptq" in sections(md)["Ranking"], name
 
 
+def test_the_suspect_line_shows_the_figures_of_the_measurement_that_failed(tmp_path):
+    """Measured on two engines, one below the floor: the line's figures are that
+    engine's, not those of whichever group came last (the sound one)."""
+    rows = main_rows() + [accuracy_row("w4a16_gptq", 0.31, 80.0),
+                          accuracy_row("w4a16_gptq", 0.90, 98.0, engine="hf", setup_id="hf-1")]
+    section = assert_only_in_suspects(report(tmp_path, rows), "w4a16_gptq")
+    (line,) = [line for line in section.splitlines() if line.startswith("- **w4a16_gptq**")]
+    assert "; top-1 agreement 0.310, recovery 80.0 %): top-1 agreement with the base 0.310 < 0.55" in line
+    assert line.endswith("(vllm, pride_and_prejudice)") and "0.900" not in line
+
+
 def test_a_manifest_marked_suspect_is_not_ranked_without_accuracy_rows(tmp_path):
     folder = tmp_path / "w4a16_gptq"
     folder.mkdir()
