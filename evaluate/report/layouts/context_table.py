@@ -59,12 +59,22 @@ def columns(groups: list[Group]) -> list[Group]:
 def table(groups: list[Group], missed: list[Row]) -> str:
     """Input lengths that only have skipped or failed rows stay as rows of MISSING."""
     cols = columns(groups)
-    cell_of = {}
+    cell_of = {(g.scenario.input_len, g.scenario.name, g.identity): cell(g) for g in groups}
+    names: dict[int, set[str]] = {}   # input length -> the scenarios measured at it
     for g in groups:
-        cell_of.setdefault((g.scenario.input_len, g.identity), cell(g))
-    lengths = sorted({g.scenario.input_len for g in groups} | {r.input_len for r in missed})
-    return md_table(["Input length"] + [result_label(c, cols) for c in cols],
-                    [[n] + [cell_of.get((n, c.identity), MISSING) for c in cols] for n in lengths])
+        names.setdefault(g.scenario.input_len, set()).add(g.scenario.name)
+    lines = []
+    for n in sorted(set(names) | {r.input_len for r in missed}):
+        for name in sorted(names.get(n, ())) or [None]:
+            lines.append([length_label(n, name, names.get(n, ()))]
+                         + [cell_of.get((n, name, c.identity), MISSING) for c in cols])
+    return md_table(["Input length"] + [result_label(c, cols) for c in cols], lines)
+
+
+def length_label(n: int, name: str | None, names) -> str:
+    """The input length; with the scenario's name when two scenarios of one
+    shape were measured (e.g. the ladders' bs1 and ctx128), each on its own line."""
+    return f"{n} ({name})" if len(names) > 1 else str(n)
 
 
 def cell(g: Group) -> str:

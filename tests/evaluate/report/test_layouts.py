@@ -144,6 +144,19 @@ def test_context_table_splits_memory_into_weights_and_kv_where_the_engine_report
     assert "(here 1 GiB, 2 GiB)" in md  # the reported KV sizes, not the configured VLLM_CPU_KVCACHE_SPACE
 
 
+@pytest.mark.parametrize("order", [("bs1", "ctx128"), ("ctx128", "bs1")])
+def test_context_table_names_the_scenarios_of_one_shape(tmp_path, order):
+    """The batch ladder's bs1 and the context ladder's ctx128 are both batch 1, 128 in,
+    16 out: one line each, named, whichever was written first."""
+    runs = {"bs1": 0, "ctx128": 2}   # 30 and 32 tok/s
+    rows = [ladder_row("original", 1, 128, runs[name], scenario=name) for name in order]
+    rows.append(ladder_row("original", 1, 512, 0, scenario="ctx512"))
+    md = report(tmp_path, rows, "context_table")["context_table.md"]
+    ((_, table),) = tables(md)
+    assert [(r["Input length"], r["original · vllm"].split(" · ")[0]) for r in table] == [
+        ("128 (bs1)", "30.00 tok/s"), ("128 (ctx128)", "32.00 tok/s"), ("512", "30.00 tok/s")]
+
+
 def test_context_table_without_batch_1(tmp_path):
     md = report(tmp_path, [ladder_row("original", 8, 128, 0)], "context_table")["context_table.md"]
     assert "No batch-1 speed results" in md and "|" not in md
