@@ -2,13 +2,15 @@
 min_new_tokens = max_new_tokens so EOS never ends a request early."""
 import logging
 import time
-from contextlib import suppress
+from contextlib import contextmanager, suppress
+from typing import Iterator
 
 from evaluate.formats import DENSE, YES, Verdict
 from evaluate.engines.base import Engine
 from evaluate.metrics import RequestTiming
 import quantize.common.machine
 from quantize.common.dtypes import fast_faithful_dtype, requested_dtype
+from quantize.common.errors import UserError
 
 log = logging.getLogger("quantbench.evaluate")
 
@@ -32,10 +34,37 @@ class _TimingStreamer:
         pass
 
 
+# The one thread variable engine.env may set: torch.set_num_threads applies it
+# (to OpenMP's and MKL's pools both) in the running process.
+THREADS = "OMP_NUM_THREADS"
+
+
 class HfEngine(Engine):
     name = "hf"
     # torch sizes its CPU thread pools from these when it is imported
-    speed_env = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", *quantize.common.machine.ISA_CAP_ENV)
+    speed_env = (THREADS, "MKL_NUM_THREADS", *quantize.common.machine.ISA_CAP_ENV)
+
+    @classmethod
+    def check_settings(cls, settings: dict, env: dict) -> None:
+        """The engine runs in this process, where torch has started: its other
+        speed variables would be recorded but never read."""
+        for key in cls.speed_env:
+            if key != THREADS and env.get(key) is not None:
+                raise UserError(f"engine.env.{key}: engine=hf runs in this process, where torch reads {key} only "
+                                f"as it starts; export it in the shell instead ({key}=... python -m evaluate ...)")
+        threads = env.get(THREADS)
+        if threads is not None and not (str(threads).isdigit() and int(threads) > 0):
+            raise UserError(f"engine.env.{THREADS}={threads}: pass a count of threads > 0, e.g. "
+                            f"engine.env.{THREADS}=4, or null for torch's own")
+
+    @classmethod
+    @contextmanager
+    def environment(cls, env: dict, args: dict | None = None, places: dict | None = None) -> Iterator[dict]:
+        """Engine.environment, and torch's thread count from engine.env's
+        OMP_NUM_THREADS for the engine's lifetime (torch read the variable
+        when it was imported, before any engine config was known)."""
+        with super().environment(env, args, places) as recorded, _torch_threads(env.get(THREADS)):
+            yield recorded
 
     @staticmethod
     def machine():
@@ -165,6 +194,21 @@ class HfEngine(Engine):
 
     def stop(self) -> None:
         del self.model
+
+
+@contextmanager
+def _torch_threads(count) -> Iterator[None]:
+    """torch's intra-op threads set to `count` (None: as they are), and put back after."""
+    if count is None:
+        yield
+        return
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(count))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def top_k_positions(log_probs, targets: list[int], k: int) -> list[dict]:

@@ -1,9 +1,14 @@
 """engine=hf's prompt logprobs, read from the device in one piece
-(evaluate.engines.hf.top_k_positions), give what element-by-element reads gave."""
+(evaluate.engines.hf.top_k_positions), give what element-by-element reads gave;
+its thread count from engine.env."""
 import pytest
 import torch
 
-from evaluate.engines.hf import top_k_positions
+from tests.conftest import run_cli
+from tests.evaluate.pipeline_fixtures import scen  # noqa: F401  (fixture)
+from evaluate import engines, results
+from evaluate.engines.hf import HfEngine, top_k_positions
+from quantize.common.errors import UserError
 
 
 def element_wise(lp, targets, k):
@@ -36,3 +41,39 @@ def test_one_transfer_gives_the_element_wise_values(k):
 
 def test_a_one_token_prompt_has_no_positions():
     assert top_k_positions(torch.zeros(0, 10), [], 3) == []
+
+
+def test_a_sweep_over_omp_threads_measures_each_count_and_says_so(tiny_model, tmp_path, scen):
+    """torch read OMP_NUM_THREADS when it was imported, before the job set
+    engine.env: rows labelled 1 and 2 threads were measured alike."""
+    res = tmp_path / "res"
+    out = run_cli("evaluate", "-m", f"model={tiny_model}", "engine=hf", scen["test_tiny_a"], "runs=1",
+                  "accuracy=none", "+engine.env.OMP_NUM_THREADS=1,2", f"results_dir={res}", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = results.read(res)
+    assert sorted((r.engine_env["OMP_NUM_THREADS"], r.engine_env["torch_num_threads"]) for r in rows) == [
+        ("1", 1), ("2", 2)]
+    assert len({r.setup_id for r in rows}) == 2
+
+
+def test_the_thread_count_lasts_the_engines_lifetime():
+    before = torch.get_num_threads()
+    count = 2 if before == 1 else 1
+    with HfEngine.environment({"OMP_NUM_THREADS": count}) as recorded:
+        assert torch.get_num_threads() == count and recorded["OMP_NUM_THREADS"] == str(count)
+    assert torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize("key", ["MKL_NUM_THREADS", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA"])
+def test_a_variable_torch_reads_only_at_start_is_refused_not_recorded_as_applied(key):
+    cfg = {**engines.config("hf"), "env": {key: "1"}}
+    with pytest.raises(UserError) as e:
+        engines.build(cfg)
+    assert str(e.value) == (f"engine.env.{key}: engine=hf runs in this process, where torch reads {key} only "
+                            f"as it starts; export it in the shell instead ({key}=... python -m evaluate ...)")
+
+
+@pytest.mark.parametrize("value", [0, "two", -1])
+def test_a_thread_count_that_is_no_count_is_refused(value):
+    with pytest.raises(UserError, match=r"engine.env.OMP_NUM_THREADS=.*: pass a count of threads > 0"):
+        engines.build({**engines.config("hf"), "env": {"OMP_NUM_THREADS": value}})
