@@ -185,7 +185,7 @@ def _inline(data: dict) -> list[Scenario]:
     if not isinstance(inline, list) or not all(isinstance(d, dict) for d in inline):
         raise UserError(f"scenario {data.get('name')}: scenarios must be a list of mappings of name, "
                         f"batch_size, input_len and output_len, not {inline!r}")
-    return [_from_dict(d) for d in inline]
+    return [_from_dict(d, f"scenario {shown(d.get('name'))} of set {data.get('name')}") for d in inline]
 
 
 def _unique(set_name, found: list[Scenario]) -> list[Scenario]:
@@ -201,7 +201,12 @@ def _unique(set_name, found: list[Scenario]) -> list[Scenario]:
 def load(name: str, near: Path | None = None) -> Scenario:
     """One scenario: a name (a file in folder `near`, then in conf/scenario/)
     or a path to a YAML file."""
-    return _from_dict(_load(name, near))
+    path = _find(str(name), near)
+    data = _read(path)
+    if _is_set_data(data):
+        raise UserError(f"{path} is a scenario set, and a set includes single scenarios; include the "
+                        "scenarios it lists instead, or run it on its own (scenario=<its path>)")
+    return _from_dict(data, str(path))
 
 
 def _all_single() -> list[str]:
@@ -211,16 +216,11 @@ def _all_single() -> list[str]:
 
 def _is_single(data: dict) -> bool:
     """One scenario's YAML: no set keys, and no `_target_` but OneScenario's."""
-    single = f"{__name__}.{OneScenario.__name__}"
-    return not _is_set_data(data) and data.get(extensions.TARGET, single) == single
+    return not _is_set_data(data) and data.get(extensions.TARGET, _SINGLE) == _SINGLE
 
 
 def _known() -> str:
     return ", ".join(sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml") if p.stem != FILE_OPTION))
-
-
-def _load(name: str, near: Path | None = None) -> dict:
-    return _read(_find(str(name), near))
 
 
 def _find(name: str, near: Path | None) -> Path:
@@ -251,9 +251,18 @@ def _read(path: Path) -> dict:
 
 
 SHAPE_KEYS = ("batch_size", "input_len", "output_len")
+_SINGLE = f"{__name__}.{OneScenario.__name__}"  # the `_target_` a single scenario's YAML may name
 
 
-def _from_dict(d: dict) -> Scenario:
+def _from_dict(d: dict, where: str = "scenario") -> Scenario:
+    """One scenario's mapping (a file, an include, a set's own entry), checked
+    as a file chosen alone is: a key OneScenario does not take (a typo, a
+    setting of another tool) is refused in its words, not dropped."""
+    known = {"name", *SHAPE_KEYS}
+    if d.get(extensions.TARGET) == _SINGLE:
+        d = {k: v for k, v in d.items() if k != extensions.TARGET}
+    if set(d) - known:
+        OneScenario.from_config(d, where)  # raises, naming the first unknown key
     if not is_name(d.get("name")):
         raise UserError(f"scenario {d} has no name; give it one (`name:` in its file, or scenario.name=<text>)")
     missing = [key for key in SHAPE_KEYS if d.get(key) is None]

@@ -210,3 +210,31 @@ def test_the_file_option_without_a_path_names_the_fix():
     with pytest.raises(UserError, match="scenario=file needs a path") as e:
         scenario_cfg("scenario=file")
     one_line_error(e)
+
+
+def test_an_unknown_key_of_a_sets_scenario_is_refused_as_in_a_file_chosen_alone(tmp_path):
+    """A typo in a set's own scenarios or in an included file was dropped
+    without a word (the scenario ran with another shape, or the setting was
+    ignored); the same file chosen alone refuses it."""
+    (tmp_path / "x.yaml").write_text("name: x\nbatch_size: 1\ninput_len: 8\noutput_len: 2\nnum_prompts: 100\n")
+    (tmp_path / "inc.yaml").write_text("name: inc\ninclude: [x]\n")
+    (tmp_path / "own.yaml").write_text("name: own\nscenarios:\n"
+                                       "  - {name: y, batch_size: 1, input_len: 8, outptu_len: 2, output_len: 4}\n")
+    alone = f"{tmp_path / 'x.yaml'}: 'num_prompts' is not a setting of OneScenario; it takes name, batch_size, " \
+            "input_len, output_len"
+    for file, message in (("x.yaml", alone), ("inc.yaml", alone),
+                          ("own.yaml", "scenario y of set own: 'outptu_len' is not a setting of OneScenario; "
+                                       "did you mean output_len?")):
+        with pytest.raises(UserError) as e:
+            scenarios.resolve(scenario_cfg(f"scenario={tmp_path / file}"))
+        assert one_line_error(e) == message
+
+
+def test_an_included_file_may_name_its_class_and_a_set_is_no_include(tmp_path):
+    (tmp_path / "x.yaml").write_text(f"_target_: evaluate.scenarios.OneScenario\n{TINY}")
+    (tmp_path / "pair.yaml").write_text("name: pair\ninclude: [x]\n")
+    (tmp_path / "outer.yaml").write_text("name: outer\ninclude: [pair]\n")
+    assert scenarios.resolve(scenario_cfg(f"scenario={tmp_path / 'pair.yaml'}")) == [Scenario("my_tiny", 2, 32, 16)]
+    with pytest.raises(UserError) as e:
+        scenarios.resolve(scenario_cfg(f"scenario={tmp_path / 'outer.yaml'}"))
+    assert one_line_error(e).startswith(f"{tmp_path / 'pair.yaml'} is a scenario set, and a set includes single")
