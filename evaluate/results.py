@@ -206,8 +206,19 @@ def setup_id(engine_cfg: dict, versions: dict, hardware: dict) -> str:
     return sha256_json({
         "engine": engine_cfg,
         "versions": setup_versions(versions),
-        "hardware": {k: v for k, v in hardware.items() if k != "hostname"},
+        "hardware": machine_of(hardware),
     })[:12]
+
+
+def machine_of(hardware: dict | None) -> dict:
+    """The hardware that identifies a machine: all but the hostname, so the
+    twin nodes of a cluster are one machine."""
+    return {k: v for k, v in (hardware or {}).items() if k != "hostname"}
+
+
+def machine_id(hardware: dict | None) -> str:
+    """A short id of the machine (machine_of) a row was measured on."""
+    return sha256_json(machine_of(hardware))[:12]
 
 
 def shard_path(results_dir: Path, shard: bool = False) -> Path:

@@ -1,5 +1,5 @@
-"""The answer the report opens with: per scenario, model and store (each
-store is its own machine), the fastest artifact whose accuracy recovery
+"""The answer the report opens with: per scenario, model, store and machine
+(Group.machine: a store of a cluster's jobs may hold several), the fastest artifact whose accuracy recovery
 meets the floor (default 95 %), and the runner-up. The floor applies to the
 recovery's point estimate (accuracy_bounds.Recovery: the pick says where its
 interval reaches below the floor). The original counts as its own accuracy
@@ -34,7 +34,7 @@ class Passed:
 
 @dataclass
 class Choice:
-    """One scenario's answer for one model on one store's machine."""
+    """One scenario's answer for one model on one machine of one store."""
     scenario: Scenario
     model_name: str
     floor_pct: float
@@ -46,6 +46,7 @@ class Choice:
     store: Store | None = None               # where the report reads several
     measured: list[Passed] = field(default_factory=list)      # every artifact with a recovery, fastest first
     no_accuracy: list[Group] = field(default_factory=list)    # every artifact without one
+    machine: str | None = None               # Group.machine of its artifacts
 
     @property
     def front(self) -> list[Passed]:
@@ -67,14 +68,16 @@ class Choice:
 
 
 def choose(speed: list[Group], accuracy: list[Group], floor_pct: float = ACCURACY_FLOOR_PCT) -> list[Choice]:
-    """The answer for every scenario, model and store of the speed groups:
-    scenario by scenario, each's models and stores in order of appearance."""
+    """The answer for every scenario, model, store and machine of the speed
+    groups: scenario by scenario, the rest in order of appearance. Never one
+    answer for two machines: what is fastest on one may not be on the other."""
     blocks: dict[tuple, list[Group]] = {}
     for sc in scenarios(speed):
         for g in speed:
             if g.scenario == sc and g.mean(SPEED):
-                blocks.setdefault((sc, g.model_name, g.store), []).append(g)
-    return [choose_one(sc, model, gs, accuracy, floor_pct, store) for (sc, model, store), gs in blocks.items()]
+                blocks.setdefault((sc, g.model_name, g.store, g.machine), []).append(g)
+    return [choose_one(sc, model, gs, accuracy, floor_pct, store, machine)
+            for (sc, model, store, machine), gs in blocks.items()]
 
 
 def recovery_of(accuracy: list[Group], g: Group) -> Recovery | None:
@@ -84,8 +87,8 @@ def recovery_of(accuracy: list[Group], g: Group) -> Recovery | None:
 
 
 def choose_one(sc: Scenario, model: str, groups: list[Group], accuracy: list[Group], floor_pct: float,
-               store: Store | None = None) -> Choice:
-    choice = Choice(sc, model, floor_pct, None, store=store)
+               store: Store | None = None, machine: str | None = None) -> Choice:
+    choice = Choice(sc, model, floor_pct, None, store=store, machine=machine)
     passed = []
     for g in by_throughput(groups):
         found = recovery_of(accuracy, g)

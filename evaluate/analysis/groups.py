@@ -11,7 +11,7 @@ from evaluate import engines
 from evaluate.analysis.significance import Comparison, Contrast, Estimate, Verdict
 from evaluate.engines import Engine
 from evaluate.metrics import t95
-from evaluate.results import Kind, Row, Store
+from evaluate.results import Kind, Row, Store, machine_id
 from evaluate.scenarios import Scenario
 from quantize.common.errors import UserError
 from quantize.common.manifest import checkpoint_id_before_config, checkpoint_id_of
@@ -101,6 +101,12 @@ class Group:
     def store(self) -> Store | None:
         """The store its rows came from, where the report reads several."""
         return self.runs[0].store if self.runs else None
+
+    @property
+    def machine(self) -> str | None:
+        """The machine its rows were measured on (results.machine_id): a store
+        of a cluster's jobs may hold several."""
+        return machine_id(self.runs[0].hardware) if self.runs else None
 
     def estimate(self, metric: str = SPEED) -> Estimate | None:
         """The mean of `metric` as the significance rule takes it; None where never measured."""

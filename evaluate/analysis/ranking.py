@@ -1,6 +1,6 @@
 """The rankings: per scenario (mean output throughput) and overall (the
-geometric mean of the speed-ups over one scenario set), each per model and
-store, each as letters of the one significance rule (significance.letters):
+geometric mean of the speed-ups over one scenario set), each per model,
+store and machine (Group.machine), each as letters of the one significance rule (significance.letters):
 entries that share a letter do not differ, entries with none in common do.
 No tiers of neighbours, so nothing chains."""
 from dataclasses import dataclass, field
@@ -20,29 +20,30 @@ class Ranked:
 
 @dataclass
 class ScenarioRanking:
-    """One scenario's groups of one model (and store), fastest first."""
+    """One scenario's groups of one model (and store and machine), fastest first."""
     scenario: Scenario
     model_name: str
     store: Store | None
     ranked: list[Ranked]
     untested: list[Group]     # a single run: the rule cannot compare it, so it has no place
+    machine: str | None = None
 
 
 def rank_scenarios(speed: list[Group]) -> list[ScenarioRanking]:
-    """Per scenario, then model and store (in order of appearance), the groups
-    with a mean output throughput: those the rule can test, lettered."""
+    """Per scenario, then model, store and machine (in order of appearance),
+    the groups with a mean output throughput: those the rule can test, lettered."""
     blocks: dict[tuple, list[Group]] = {}
     for sc in scenarios(speed):
         for g in speed:
             if g.scenario == sc and g.mean(SPEED):
-                blocks.setdefault((sc, g.model_name, g.store), []).append(g)
+                blocks.setdefault((sc, g.model_name, g.store, g.machine), []).append(g)
     out = []
-    for (scenario, model, store), gs in blocks.items():
+    for (scenario, model, store, machine), gs in blocks.items():
         ordered = by_throughput(gs)
         tested = [g for g in ordered if testable(g)]
         marks = letters(tested, lambda a, b: compare_groups(a, b).verdict.differs)
         out.append(ScenarioRanking(scenario, model, store, [Ranked(g, m) for g, m in zip(tested, marks)],
-                                   [g for g in ordered if not testable(g)]))
+                                   [g for g in ordered if not testable(g)], machine))
     return out
 
 
@@ -94,28 +95,29 @@ class Incomplete:
 
 @dataclass
 class OverallRanking:
-    """The overall of one model (and store): every entry over the same scenarios."""
+    """The overall of one model (and store and machine): every entry over the same scenarios."""
     model_name: str
     store: Store | None
     scenarios: list[Scenario]
     ranked: list[Overall]                     # best first, lettered
     untested: list[Overall] = field(default_factory=list)        # a scenario with one run: no interval
     incomplete: list[Incomplete] = field(default_factory=list)
+    machine: str | None = None
 
 
 def rank_overall(speed: list[Group]) -> list[OverallRanking]:
-    """Per model and store, the geometric mean of each recipe's speed-ups
+    """Per model, store and machine, the geometric mean of each recipe's speed-ups
     over every scenario where any recipe there has one, flagged speed-ups
     included; a recipe that lacks one of those scenarios is named apart, as
     averaging it over fewer would compare it on other ground."""
     blocks: dict[tuple, list[Group]] = {}
     for g in speed:
         if g.speedup is not None:
-            blocks.setdefault((g.model_name, g.store), []).append(g)
-    return [overall_of(model, store, gs) for (model, store), gs in blocks.items()]
+            blocks.setdefault((g.model_name, g.store, g.machine), []).append(g)
+    return [overall_of(model, store, gs, machine) for (model, store, machine), gs in blocks.items()]
 
 
-def overall_of(model: str, store: Store | None, groups: list[Group]) -> OverallRanking:
+def overall_of(model: str, store: Store | None, groups: list[Group], machine: str | None = None) -> OverallRanking:
     scs = list(dict.fromkeys(g.scenario for g in groups))
     per: dict[tuple, dict[Scenario, Group]] = {}
     for g in groups:
@@ -131,7 +133,7 @@ def overall_of(model: str, store: Store | None, groups: list[Group]) -> OverallR
     ranked = [o for o in entries if o.testable]
     for o, mark in zip(ranked, letters(ranked, lambda a, b: a.contrast.minus(b.contrast).compare().verdict.differs)):
         o.letters = mark
-    return OverallRanking(model, store, scs, ranked, [o for o in entries if not o.testable], incomplete)
+    return OverallRanking(model, store, scs, ranked, [o for o in entries if not o.testable], incomplete, machine)
 
 
 def speedup_contrast(g: Group) -> Contrast:

@@ -45,32 +45,33 @@ class TpotPick:
 
 @dataclass
 class Recommendation:
-    """One serving scenario's picks for one model and store (each store its
-    own machine, as the offline answer has them); no capacity picks without an SLO."""
+    """One serving scenario's picks for one model, store and machine (as the
+    offline answer has them); no capacity picks without an SLO."""
     scenario: Scenario
     model_name: str
     store: Store | None
     slo: SLO | None
     capacity: list[CapacityPick]
     tpot: TpotPick
+    machine: str | None = None
 
 
 def recommend(analysis: ServingAnalysis, accuracy: list[Group]) -> list[Recommendation]:
     """The picks of every serving scenario, in the analysis' scenario order,
-    then per model and store in order of appearance: one store's readers are
-    never pointed at an artifact measured on another store's machine."""
+    then per model, store and machine in order of appearance: no reader is
+    pointed at an artifact measured on another machine."""
     out = []
     for sc in analysis.scenarios:
         slo = analysis.slos[sc]
         blocks: dict[tuple, list[Curve]] = {}
         for c in analysis.curves:
             if c.scenario == sc:
-                blocks.setdefault((c.group.model_name, c.group.store), []).append(c)
-        for (model, store), here in blocks.items():
+                blocks.setdefault((c.group.model_name, c.group.store, c.group.machine), []).append(c)
+        for (model, store, machine), here in blocks.items():
             capacity = [] if slo is None else [
                 recommend_capacity([c for c in here if c.mode == mode], accuracy, slo)
                 for mode in MODES if any(c.mode == mode for c in here)]
-            out.append(Recommendation(sc, model, store, slo, capacity, recommend_tpot(here, accuracy, slo)))
+            out.append(Recommendation(sc, model, store, slo, capacity, recommend_tpot(here, accuracy, slo), machine))
     return out
 
 

@@ -1,8 +1,9 @@
 """report.md's first section, "What to use on this machine": the choices of
 evaluate.analysis.choice as a table (one per store where the report reads
-several: each is its own machine), what was faster but left out and why,
-where serving rows exist the serving recommendation, and where the stores
-hold recipe searches the point each one recommends."""
+several, one per machine where a store holds rows of several), what was
+faster but left out and why, where serving rows exist the serving
+recommendation, and where the stores hold recipe searches the point each
+one recommends."""
 from evaluate.analysis import Analysis
 from evaluate.analysis.choice import ACCURACY_FLOOR_PCT, Choice, SPEED, choose
 from evaluate.analysis.cost import Prices
@@ -17,7 +18,7 @@ from evaluate.report.labels import labels
 from evaluate.report.search_files import StudyEntry, studies
 from evaluate.report.search_markdown import search_answer
 from evaluate.report.serving_markdown import recommendation_lines
-from evaluate.report.stores_markdown import store_heading
+from evaluate.report.stores_markdown import several_machines, store_heading
 
 TITLE = "## What to use on this machine"
 # The answer's columns a narrow screen may leave out (report.html, under 1000 px): the Summary has them.
@@ -34,11 +35,12 @@ def render_answer(analysis: Analysis, floor_pct: float = ACCURACY_FLOOR_PCT,
     out = [TITLE, ""]
     if choices:
         names = labels(analysis.speed)
-        stores = list(dict.fromkeys(c.store for c in choices))
-        out.append(intro(floor_pct, several=len(stores) > 1))
-        for store in stores:
-            mine = [c for c in choices if c.store == store]
-            out += ["", store_heading(store, analysis.rows)] * (len(stores) > 1) + [
+        places = list(dict.fromkeys((c.store, c.machine) for c in choices))
+        machines = several_machines(analysis.speed)
+        out.append(intro(floor_pct, several=len(places) > 1, machines=machines))
+        for store, machine in places:
+            mine = [c for c in choices if (c.store, c.machine) == (store, machine)]
+            out += ["", store_heading(store, analysis.rows, machine if machines else None)] * (len(places) > 1) + [
                 "", answer_table(mine, names, prices)]
             left_out = [line for c in mine for line in left_out_lines(c, names)]
             out += [""] + left_out if left_out else []
@@ -51,14 +53,18 @@ def render_answer(analysis: Analysis, floor_pct: float = ACCURACY_FLOOR_PCT,
     if analysis.serving:
         serving_names = labels(analysis.serving.groups)
         out += ["", UNDER_LOAD, "", "From the serving rows (see *Serving under load* for every level):"]
-        out += recommendation_lines(recommend(analysis.serving, analysis.accuracy), serving_names, prices)
+        out += recommendation_lines(recommend(analysis.serving, analysis.accuracy), analysis.serving.groups,
+                                    serving_names, prices)
     from_search = search_answer(studies(analysis.results_dirs, analysis.suspect_ids) if searches is None else searches, floor_pct)
     return "\n".join(out + ([""] + from_search if from_search else []))
 
 
-def intro(floor_pct: float, several: bool) -> str:
-    """What the table answers, and how the floor and the original's recovery are taken."""
-    return (f"Per scenario{' and store (each its own machine)' if several else ''}, the fastest artifact (mean "
+def intro(floor_pct: float, several: bool, machines: bool = False) -> str:
+    """What the table answers (per store, or per machine where a store holds
+    several), and how the floor and the original's recovery are taken."""
+    per = (" and machine (the hardware its rows recorded, hostname aside)" if machines
+           else " and store (each its own machine)" if several else "")
+    return (f"Per scenario{per}, the fastest artifact (mean "
             f"output throughput) whose accuracy recovery is at least {floor_pct:g} % (`accuracy_floor_pct=`; "
             "*Accuracy* says what recovery is), and the runner-up. The floor applies to the recovery's point "
             "estimate; ⚠ marks a pick whose 95% interval reaches below it. The original counts as its own "

@@ -31,7 +31,7 @@ from evaluate.report.search_files import sensitivities, studies
 from evaluate.report.search_markdown import render_search, render_sensitivity
 from evaluate.report.search_plots import png_files
 from evaluate.report.serving_markdown import render_serving
-from evaluate.report.stores_markdown import hardware_lines, render_across_stores, shared_rows_lines
+from evaluate.report.stores_markdown import hardware_lines, place_names, render_across_stores, shared_rows_lines
 from evaluate.report.config import OutputFormat, ReportConfig
 from evaluate.results import Refused, Row
 
@@ -350,13 +350,14 @@ def render_ranking(analysis: Analysis, plots: list[Plot] = ()) -> str:
     names = labels(speed)
     several = block_names(speed)
     for k, ranking in enumerate(analysis.rankings):
-        out += ["", f"**{ranking.scenario.heading()}**{several(ranking.model_name, ranking.store)}", ""]
+        out += ["", f"**{ranking.scenario.heading()}**{several(ranking.model_name, ranking.store, ranking.machine)}",
+                ""]
         out += ranking_lines(ranking, names)
         following = analysis.rankings[k + 1:k + 2]
         if not following or following[0].scenario != ranking.scenario:
             out += figure_markdown(plots, (RANKING, ranking.scenario))
     for overall in analysis.overall:
-        out += ["", f"**Overall**{several(overall.model_name, overall.store)}: geometric mean of the speed-ups vs "
+        out += ["", f"**Overall**{several(overall.model_name, overall.store, overall.machine)}: geometric mean of the speed-ups vs "
                 f"original over {', '.join(s.name for s in overall.scenarios)} (every scenario with a speed-up "
                 "here, flagged ones included), with its 95% interval:", ""]
         out += overall_lines(overall, names)
@@ -366,12 +367,12 @@ def render_ranking(analysis: Analysis, plots: list[Plot] = ()) -> str:
 
 
 def block_names(groups: list[Group]):
-    """What names a ranking's model and store, where there are several of either."""
+    """What names a ranking's model, store and machine, where there are several of any."""
     models = len({g.model_name for g in groups}) > 1
-    stores = len({g.store for g in groups}) > 1
+    where = place_names(groups)
 
-    def name(model: str, store) -> str:
-        return (f" — {model}" if models else "") + (f" — store {store.name}" if stores and store else "")
+    def name(model: str, store, machine) -> str:
+        return (f" — {model}" if models else "") + "".join(f" — {part}" for part in where(store, machine))
     return name
 
 

@@ -22,6 +22,7 @@ from evaluate.report.labels import labels
 from evaluate.report.palette import recipe_colours
 from evaluate.report.serving_plots import goodput_figure, latency_figure
 from evaluate.report.speed_plots import overview_figure, pareto_figure, throughput_figure
+from evaluate.report.stores_markdown import machine_labels
 
 SUMMARY, RANKING, SERVING = "summary", "ranking", "serving"
 
@@ -87,6 +88,7 @@ def speed_plots(analysis: Analysis, floor_pct: float, wanted: str | None, colour
     names, scs = labels(analysis.speed), scenarios(speed)
     pareto_scs = [pareto_scenario(speed, wanted)] if wanted else scs
     choices = choose(analysis.speed, analysis.accuracy, floor_pct)
+    machines = machine_labels(speed)
     plots = []
     for sc in scs:
         mine = [r for r in analysis.rankings if r.scenario == sc]
@@ -95,7 +97,7 @@ def speed_plots(analysis: Analysis, floor_pct: float, wanted: str | None, colour
             f"Mean output throughput (tok/s) of each artifact in {sc.name}, fastest on top, on a linear axis from 0 "
             "with its 95 % interval as whiskers; bars that share a letter do not differ by the rule in Method and "
             "setups (grey: a single run, not ranked).",
-            (RANKING, sc), lambda mine=mine, sc=sc: throughput_figure(mine, names, colours, sc)))
+            (RANKING, sc), lambda mine=mine, sc=sc: throughput_figure(mine, names, colours, sc, machines)))
         measured = [c for c in choices if c.scenario == sc and c.measured]
         if sc in pareto_scs and measured:
             plots.append(Plot(
@@ -104,12 +106,12 @@ def speed_plots(analysis: Analysis, floor_pct: float, wanted: str | None, colour
                 "the solid line the Pareto front (no artifact is both faster and more accurate than a point on it), "
                 f"the dashed line the {floor_pct:g} % floor and the ring the answer's pick; whiskers are 95 % "
                 "intervals.",
-                (SUMMARY, sc), lambda measured=measured, sc=sc: pareto_figure(measured, names, colours, sc)))
+                (SUMMARY, sc), lambda measured=measured, sc=sc: pareto_figure(measured, names, colours, sc, machines)))
     plots.append(Plot(
         "throughput", "Output throughput per scenario",
         "Mean output throughput (tok/s) per scenario, one panel each on its own linear axis from 0, whiskers the "
         "95 % interval of the mean and letters as in the Ranking; a recipe has the same colour in every plot.",
-        (SUMMARY, None), lambda: overview_figure(analysis.rankings, names, colours)))
+        (SUMMARY, None), lambda: overview_figure(analysis.rankings, names, colours, machines)))
     return plots
 
 

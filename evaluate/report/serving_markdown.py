@@ -11,6 +11,7 @@ from evaluate.report.cost_markdown import level_cost_text
 from evaluate.report.formatting import MISSING, fmt_fixed, fmt_number, mb, md_table, short
 from evaluate.report.labels import labels
 from evaluate.report.plots import SERVING, Plot, figure_markdown
+from evaluate.report.stores_markdown import place_names
 from evaluate.scenarios import Scenario
 from evaluate.serving.slo import SLO, SloCheck
 
@@ -136,12 +137,15 @@ def join_table(serving: list[Group], cs: list[Curve], speed: list[Group], accura
             "level measured, which did not.\n\n" + md_table(heads, table))
 
 
-def recommendation_lines(recommendations: list[Recommendation], names: dict, prices: Prices = Prices()) -> list[str]:
-    """The serving recommendation, per scenario (report.md opens with it, in "What to use on this machine")."""
+def recommendation_lines(recommendations: list[Recommendation], groups: list[Group], names: dict,
+                         prices: Prices = Prices()) -> list[str]:
+    """The serving recommendation, per scenario (report.md opens with it, in "What to use on this
+    machine"), each named by its model, store and machine where `groups` (the serving groups) have several."""
     out = []
-    models, stores = len({r.model_name for r in recommendations}) > 1, len({r.store for r in recommendations}) > 1
+    models = len({r.model_name for r in recommendations}) > 1
+    place = place_names(groups)
     for r in recommendations:
-        where = [r.model_name] * models + ([f"store {r.store.name}"] if stores and r.store else [])
+        where = [r.model_name] * models + place(r.store, r.machine)
         out += ["", f"**{r.scenario.heading()}**" + (f" ({', '.join(where)})" if where else ""), ""]
         if r.slo is None:
             out.append("No SLO stated for these levels (slo=none), so no artifact can be said to sustain a load: "

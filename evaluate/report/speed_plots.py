@@ -63,13 +63,16 @@ def throughput_bars(ax, rankings: list[ScenarioRanking], names: dict, colours: d
     ax.grid(axis="x", alpha=0.3)
 
 
-def block_title(model_name: str, store, several: bool) -> str:
-    """A panel's model and store, where a figure holds several (each lettered on its own)."""
-    return f"\n{model_name}" + (f", store {store.name}" if store else "") if several else ""
+def block_title(model_name: str, store, several: bool, machine: str | None = None) -> str:
+    """A panel's model, store and machine (its name in stores_markdown.machine_labels, where a
+    store holds several), where a figure holds several panels (each lettered on its own)."""
+    where = (f", store {store.name}" if store else "") + (f", machine {machine}" if machine else "")
+    return f"\n{model_name}" + where if several else ""
 
 
-def throughput_figure(rankings: list[ScenarioRanking], names: dict, colours: dict[str, str], sc: Scenario):
-    """One scenario's Ranking as bars with letters, a panel per model and store:
+def throughput_figure(rankings: list[ScenarioRanking], names: dict, colours: dict[str, str], sc: Scenario,
+                      machines: dict[str, str]):
+    """One scenario's Ranking as bars with letters, a panel per model, store and machine:
     letters are given within one, so bars of two panels never share a scale of them."""
     plt = pyplot()
     several = len(rankings) > 1
@@ -78,7 +81,8 @@ def throughput_figure(rankings: list[ScenarioRanking], names: dict, colours: dic
                              gridspec_kw={"height_ratios": heights} if several else None)
     for ax, ranking in zip(axes[:, 0], rankings):
         throughput_bars(ax, [ranking], names, colours, detail=True)
-        ax.set_title(sc.heading() + block_title(ranking.model_name, ranking.store, several), fontsize=10)
+        ax.set_title(sc.heading() + block_title(ranking.model_name, ranking.store, several,
+                                                machines.get(ranking.machine)), fontsize=10)
     axes[-1, 0].set_xlabel(f"{THROUGHPUT_AXIS}: mean, whiskers its 95 % interval\n"
                            "[letters]: bars that share a letter do not differ (the rule in Method and setups)")
     if several:
@@ -86,10 +90,11 @@ def throughput_figure(rankings: list[ScenarioRanking], names: dict, colours: dic
     return fig
 
 
-def overview_figure(rankings: list[ScenarioRanking], names: dict, colours: dict[str, str]):
-    """Every scenario's bars, a panel each (and per model and store) on its own linear axis."""
+def overview_figure(rankings: list[ScenarioRanking], names: dict, colours: dict[str, str],
+                    machines: dict[str, str]):
+    """Every scenario's bars, a panel each (and per model, store and machine) on its own linear axis."""
     plt = pyplot()
-    several = len({(r.model_name, r.store) for r in rankings}) > 1
+    several = len({(r.model_name, r.store, r.machine) for r in rankings}) > 1
     columns = min(PANEL_COLUMNS, len(rankings))
     rows = math.ceil(len(rankings) / columns)
     tallest = max(len(ranked_entries([r])) for r in rankings)
@@ -97,7 +102,8 @@ def overview_figure(rankings: list[ScenarioRanking], names: dict, colours: dict[
     for ax, ranking in zip(axes.flat, rankings):
         throughput_bars(ax, [ranking], names, colours, detail=False)
         ax.set_title(ranking.scenario.tick().replace("\n", ": ")
-                     + block_title(ranking.model_name, ranking.store, several), fontsize=9)
+                     + block_title(ranking.model_name, ranking.store, several, machines.get(ranking.machine)),
+                     fontsize=9)
         ax.set_xlabel(f"{THROUGHPUT_AXIS}, 95 % interval", fontsize=LABEL_FONT)
     for ax in list(axes.flat)[len(rankings):]:
         ax.set_visible(False)
@@ -109,8 +115,9 @@ def marker_area(model_bytes: int | None, biggest_mb: float) -> float:
     return MARKER_AREA[0] + MARKER_AREA[1] * (mb(model_bytes) or 0) / biggest_mb
 
 
-def pareto_figure(choices: list[Choice], names: dict, colours: dict[str, str], sc: Scenario):
-    """Speed against accuracy recovery, a panel per model and store (`choices` of one scenario
+def pareto_figure(choices: list[Choice], names: dict, colours: dict[str, str], sc: Scenario,
+                  machines: dict[str, str]):
+    """Speed against accuracy recovery, a panel per model, store and machine (`choices` of one scenario
     with a recovery measured)."""
     plt = pyplot()
     biggest = max((mb(p.group.model_bytes) or 0 for c in choices for p in c.measured), default=0) or 1.0
@@ -126,7 +133,8 @@ def pareto_figure(choices: list[Choice], names: dict, colours: dict[str, str], s
     several = len(choices) > 1
     for ax, c in zip(axes[:, 0], choices):
         pareto_panel(ax, c, names, colours, biggest, legend_at=-PARETO_XLABEL_IN / axes_in)
-        ax.set_title(sc.heading() + block_title(c.model_name, c.store, several), fontsize=10)
+        ax.set_title(sc.heading() + block_title(c.model_name, c.store, several, machines.get(c.machine)),
+                     fontsize=10)
     return fig
 
 

@@ -1,13 +1,15 @@
 """What report.md says about the machines: the hardware lines, tied to
 their store's name where the report reads several (`results_dir=a,b`), the
-heading of each store's answer, the warning when two stores hold the same
+heading of each store's (or machine's) answer, what names a block of one
+store and machine, the warning when two stores hold the same
 rows, and *Across stores*: the same artifact on each machine, as a ratio."""
 import json
+from typing import Callable
 
 from evaluate.analysis.groups import SPEED, Group, scenarios
 from evaluate.analysis.stores import AcrossStores, SharedRows, across_stores, shared_rows
 from evaluate.report.formatting import MISSING, fmt_fixed, header, interval_text, md_table, short, speed_verdict
-from evaluate.results import Row, Store
+from evaluate.results import Row, Store, machine_id, machine_of
 
 ACROSS_TITLE = "## Across stores"
 
@@ -59,10 +61,47 @@ def shared_text(s: SharedRows) -> str:
             "store?), so where they agree they compare a machine with itself; check `results_dir=`.")
 
 
-def store_heading(store: Store | None, rows: list[Row]) -> str:
-    """A store's part of the answer: its name and its machine(s)."""
-    machines = "; ".join(machine_text(hw) for hw in hardware_of([r for r in rows if r.store == store]))
-    return f"### Store {store.name if store else MISSING}" + (f": {machines}" if machines else "")
+def store_heading(store: Store | None, rows: list[Row], machine: str | None = None) -> str:
+    """A store's part of the answer, or that of one `machine` (Group.machine)
+    of it: its name and its machine(s), by host."""
+    mine = [r for r in rows if r.store == store and (machine is None or machine_id(r.hardware) == machine)]
+    machines = "; ".join(machine_text(hw) for hw in hardware_of(mine))
+    title = f"Store {store.name}" if store else ("Machine" if machine else f"Store {MISSING}")
+    return f"### {title}" + (f": {machines}" if machines else "")
+
+
+def several_machines(groups: list[Group]) -> bool:
+    """Whether a store holds the groups of more than one machine (a cluster's jobs on unlike nodes)."""
+    return len({(g.store, g.machine) for g in groups}) > len({g.store for g in groups})
+
+
+def place_names(groups: list[Group]) -> Callable[[Store | None, str | None], list[str]]:
+    """What names a block's store and machine among the groups': `store a`
+    where there are several stores, `machine <CPU, accelerators>` where a
+    store holds several machines; nothing where neither."""
+    stores = len({g.store for g in groups}) > 1
+    machines = machine_labels(groups)
+
+    def name(store: Store | None, machine: str | None) -> list[str]:
+        return ([f"store {store.name}"] if stores and store else []) + (
+            [f"machine {machines[machine]}"] if machine in machines else [])
+    return name
+
+
+def machine_labels(groups: list[Group]) -> dict[str, str]:
+    """Group.machine -> its name, where a store holds several machines; empty where none does."""
+    if not several_machines(groups):
+        return {}
+    return machine_names({g.machine: g.runs[0].hardware for g in groups if g.runs})
+
+
+def machine_names(hardware: dict[str, dict]) -> dict[str, str]:
+    """Each machine (id -> its hardware) in the fewest words that tell it from the others, no hostname."""
+    for text in (machine_text, hardware_text):
+        names = {m: text(machine_of(hw)) for m, hw in hardware.items()}
+        if len(set(names.values())) == len(names):
+            return names
+    return {m: f"{hardware_text(machine_of(hw))} (id {m})" for m, hw in hardware.items()}
 
 
 def render_across_stores(speed: list[Group]) -> str:

@@ -17,6 +17,7 @@ from evaluate.results import Row
 
 from .rows import ENGINE_ARGS, ENGINE_ENV, HARDWARE, VERSIONS, main_rows, store
 from .test_main_cli import report_cli
+from .test_serving_markdown import LAW, LEVELS, accuracy_rows, serving_row
 
 OTHER_CPU = {**HARDWARE, "hostname": "bench-2", "cpu": "Intel Xeon Platinum 8488C", "cpu_isa": ["avx2", "amx"]}
 TWIN = {**HARDWARE, "hostname": "bench-2"}   # the same machine but for its name: the same setup_id
@@ -174,6 +175,59 @@ def test_two_machines_get_one_answer_each_and_a_ratio_per_artifact(tmp_path):
     assert all(line.split(" | ")[-1].startswith("2.00x (") and line.endswith(", faster |") for line in lines)
     ranking = report.split("## Ranking\n", 1)[1].split("\n## ", 1)[0]
     assert "**Overall** — store a:" in ranking and "**Overall** — store b:" in ranking
+
+
+def one_store_of_two_machines() -> list[Row]:
+    """A cluster's jobs on two kinds of node writing one folder: on the fixture's
+    machine w8a8 is the fastest artifact that keeps its accuracy, on OTHER_CPU
+    w4a16 is (twice as fast there, and 96 % of the accuracy)."""
+    other = [row if row.recipe != "w4a16_gptq" else faster
+             for row, faster in zip(on_machine(OTHER_CPU), on_machine(OTHER_CPU, 2.0))]
+    accuracy = next(r for r in other if r.kind == "accuracy" and r.recipe == "w8a8_smooth_ptq")
+    w4a16 = on_machine(OTHER_CPU)[-1].but(recipe="w4a16_gptq", artifact_id="0123456789abcdef",
+                                          kind="accuracy", scenario=accuracy.scenario, run_index=accuracy.run_index,
+                                          metrics={**accuracy.metrics, "recovery_pct": 96.0})
+    return on_machine(HARDWARE) + other + [w4a16]
+
+
+def test_one_store_of_two_machines_gets_one_answer_per_machine(tmp_path):
+    store(tmp_path / "results", one_store_of_two_machines())
+    build_report(tmp_path / "results", tmp_path / "out", "t", outputs=("markdown",))
+    report = (tmp_path / "out" / "report.md").read_text()
+    answers = answer_tables(report)
+    assert list(answers) == [f"Machine: `bench-1`, {HARDWARE['cpu']}, no accelerator",
+                             f"Machine: `bench-2`, {OTHER_CPU['cpu']}, no accelerator"]
+    picks = [{row["Use"].split(" (")[0] for row in table.values()} for table in answers.values()]
+    assert picks == [{"**w8a8_smooth_ptq"}, {"**w4a16_gptq"}]   # each machine's own winner
+    ranking = report.split("## Ranking\n", 1)[1].split("\n## ", 1)[0]
+    blocks = ranking.split("\n**")[1:]
+    titles = [b.split("\n", 1)[0] for b in blocks]
+    assert titles.count(f"interactive (batch_size=1, input_len=128, output_len=64)** — machine {HARDWARE['cpu']}, "
+                        "no accelerator") == 1
+    assert sum(t.startswith(f"Overall** — machine {OTHER_CPU['cpu']}") for t in titles) == 1
+    for block in blocks[:-2]:   # letters within one machine: three artifacts, three places
+        entries = [line for line in block.splitlines() if line[:1].isdigit()]
+        assert len(entries) == 3 and entries[0].startswith("1. [a] ")
+
+
+def test_one_store_of_twin_nodes_reads_as_one_machine(tmp_path):
+    store(tmp_path / "results", on_machine(HARDWARE) + on_machine(TWIN))
+    build_report(tmp_path / "results", tmp_path / "out", "t", outputs=("markdown",))
+    report = (tmp_path / "out" / "report.md").read_text()
+    answer = report.split("## What to use on this machine\n", 1)[1].split("\n## ", 1)[0]
+    assert "### " not in answer.split("### Under load")[0] and answer.count("| Scenario |") == 1
+    assert "— machine" not in report
+
+
+def test_one_store_of_two_machines_gets_a_serving_recommendation_per_machine(tmp_path):
+    here = accuracy_rows() + [serving_row(r, c) for r in LAW for c in LEVELS]
+    there = [serving_row(r, c).but(hardware=OTHER_CPU, setup_id="srv-2") for r in LAW for c in LEVELS]
+    store(tmp_path / "results", here + there)
+    build_report(tmp_path / "results", tmp_path / "out", "t", outputs=("markdown",))
+    under_load = (tmp_path / "out" / "report.md").read_text().split("### Under load\n", 1)[1].split("\n## ", 1)[0]
+    titles = [line for line in under_load.splitlines() if line.startswith("**chat")]
+    assert titles == [f"**chat (input_len=128, output_len=64)** (machine {cpu}, no accelerator)"
+                      for cpu in (HARDWARE["cpu"], OTHER_CPU["cpu"])]
 
 
 def test_two_stores_that_hold_the_same_rows_are_named(tmp_path):
