@@ -7,6 +7,7 @@ an `http://` server (several jobs at once: use one), `sqlite:///<file>` or a
 folder. mlflow-skinny (requirements/common.txt) is enough for the client;
 the server is the full package (scripts/setup_mlflow.sh)."""
 import importlib.util
+import json
 import logging
 import os
 import time
@@ -20,6 +21,9 @@ log = logging.getLogger("quantbench.tracking")
 MISSING = ("tracking=mlflow needs the mlflow-skinny package; install it with bash scripts/setup.sh "
            "(requirements/common.txt), or pass tracking=none")
 PARENT_TAG = "mlflow.parentRunId"   # how MLflow nests a run under another
+# The names of the files this tool logged to a run: only those are replaced,
+# never a file a user attached to the run by hand.
+FILES_TAG = "quantbench_files"
 # MLflow's batch limits (mlflow.utils.validation)
 PARAMS_PER_BATCH, METRICS_PER_BATCH = 100, 1000
 # The client's defaults a job changes (a user's own setting wins): a server that
@@ -138,6 +142,7 @@ class MlflowTracker(Tracker):
         log.info("tracking: run %s (%s) in %s", record.name, run_id, self.describe())
         self._batch(run_id, params=record.params)
         self._files(run_id, record)
+        self._own_files(run_id, _names(record))
         return run_id, True
 
     def _complete(self, run_id: str, record: RunRecord) -> bool:
@@ -156,9 +161,11 @@ class MlflowTracker(Tracker):
             self.client().delete_tag(run_id, key)
         if record.refresh_files or rebuilt:
             self._files(run_id, record)
-            self._drop_stale(run_id, run.info.artifact_uri, record)
+            self._drop_stale(run_id, run.info.artifact_uri, record, _logged_here(held.tags))
+            self._own_files(run_id, _names(record))
         elif record.files or record.texts:
             self._files(run_id, record, skip={a.path for a in self.client().list_artifacts(run_id)})
+            self._own_files(run_id, _names(record) | (_logged_here(held.tags) or set()))
         return rebuilt
 
     def _batch(self, run_id: str, params: dict | None = None, tags: dict | None = None) -> None:
@@ -179,13 +186,20 @@ class MlflowTracker(Tracker):
             if name not in skip:
                 client.log_text(run_id, text, name)
 
-    def _drop_stale(self, run_id: str, artifact_uri: str, record: RunRecord) -> None:
-        """Delete the run's files that the record does not hold (a plot the
-        last report wrote and this one did not): a replaced run's files are
-        the record's, not a mix of two writes. MlflowClient deletes no
+    def _own_files(self, run_id: str, names: set[str]) -> None:
+        if names:
+            self._batch(run_id, tags={FILES_TAG: json.dumps(sorted(names))})
+
+    def _drop_stale(self, run_id: str, artifact_uri: str, record: RunRecord, ours: set[str] | None) -> None:
+        """Delete the files this tool logged to the run that the record does
+        not hold (a plot the last report wrote and this one did not): a
+        replaced run's files are the record's, not a mix of two writes. A file
+        a user attached stays; `ours` None (a run logged before FILES_TAG
+        existed) takes every file for the tool's. MlflowClient deletes no
         artifact; the run's artifact store does (a server's proxy too)."""
-        kept = {Path(p).name for p in record.files} | set(record.texts)
-        stale = [a.path for a in self.client().list_artifacts(run_id) if a.path not in kept]
+        kept = _names(record)
+        stale = [a.path for a in self.client().list_artifacts(run_id)
+                 if a.path not in kept and (ours is None or a.path in ours)]
         if stale:
             from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
             store = get_artifact_repository(artifact_uri, tracking_uri=self.uri)
@@ -205,6 +219,19 @@ class MlflowTracker(Tracker):
 
     def _steps_logged(self, run_id: str, key: str) -> set[int]:
         return {m.step for m in self.client().get_metric_history(run_id, key)}
+
+
+def _names(record: RunRecord) -> set[str]:
+    """The names the record's files and texts have in its run."""
+    return {Path(p).name for p in record.files} | set(record.texts)
+
+
+def _logged_here(tags: dict) -> set[str] | None:
+    """The names FILES_TAG says this tool logged; None if the run has no such tag."""
+    try:
+        return set(json.loads(tags[FILES_TAG]))
+    except (KeyError, ValueError, TypeError):
+        return None
 
 
 def _tags(record: RunRecord) -> dict:

@@ -162,3 +162,21 @@ def test_a_back_fill_of_a_file_says_results_dir_must_be_a_folder(tmp_path):
     assert proc.stderr.strip().splitlines() == [f"error: results_dir={rows} is a file, not a folder; pass "
                                                 "results_dir=<the folder python -m evaluate wrote its rows to>"]
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_a_report_logged_again_replaces_its_own_files_and_keeps_one_a_user_attached(tmp_path):
+    """Refreshing a report's run deleted every file the new report lacked,
+    a file a user had attached to the run by hand too."""
+    from mlflow import MlflowClient
+    tracker = mlflow_tracker(tmp_path)
+    for name, files in (("first", ("report.md", "old_plot.png")), ("second", ("report.md", "new_plot.png"))):
+        out = tmp_path / name
+        out.mkdir()
+        for file in files:
+            (out / file).write_text(name)
+        assert tracker.log(tracking.report_record([tmp_path / "results"], tmp_path / "reports", sorted(out.iterdir())))
+        if name == "first":
+            run_id = tracker.find(tracking.report_record([tmp_path / "results"], tmp_path / "reports", []).key)
+            MlflowClient(tracker.uri).log_text(run_id, "why w4a16 was picked", "notes.txt")
+    files = sorted(a.path for a in MlflowClient(tracker.uri).list_artifacts(run_id))
+    assert files == ["new_plot.png", "notes.txt", "report.md"]
