@@ -177,7 +177,7 @@ def _tokenize_records(records, config: CalibrationConfig, tokenizer) -> list[lis
     """One sample per record: its `text_field` value(s), each cut to max_seq_len tokens."""
     fields, seq = config.text_field, config.max_seq_len
     out = []
-    for rec in records:
+    for number, rec in enumerate(records, 1):
         if not isinstance(rec, dict):
             raise UserError("calibration records must be JSON objects with a "
                             f"{list(fields)} field; fix the data or set calibration.text_field")
@@ -185,15 +185,25 @@ def _tokenize_records(records, config: CalibrationConfig, tokenizer) -> list[lis
         if missing:
             raise UserError(f"calibration record lacks field(s) {missing}; set calibration.text_field "
                             f"to one of {sorted(rec)}")
-        text = "\n".join(_render(rec[f], tokenizer) for f in fields)
+        # A null field is no text, as an empty string is: a record with no text left is skipped (_pick).
+        text = "\n".join(_render(rec[f], tokenizer, f, number) for f in fields if rec[f] is not None)
         out.append(tokenizer(text, add_special_tokens=False, truncation=True, max_length=seq)["input_ids"])
     return out
 
 
-def _render(value, tokenizer) -> str:
-    """Chat `messages` go through the model's chat template; strings pass through."""
-    if isinstance(value, list) and value and isinstance(value[0], dict):
+def _render(value, tokenizer, field: str, number: int) -> str:
+    """Chat `messages` go through the model's chat template; strings pass
+    through. Anything else (a number, a list of strings) is refused: its
+    Python spelling is not text anyone meant to calibrate on."""
+    if isinstance(value, list) and all(isinstance(m, dict) for m in value):
+        if not value:
+            return ""
         if tokenizer.chat_template:
             return tokenizer.apply_chat_template(value, tokenize=False)
         return "\n".join(str(m.get("content", "")) for m in value)
-    return str(value)
+    if not isinstance(value, str):
+        shown = json.dumps(value, default=str)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        raise UserError(f"calibration record {number} has {type(value).__name__} {shown} in field {field!r}, "
+                        "not text; make it a string (or null to skip the record), or set calibration.text_field")
+    return value
