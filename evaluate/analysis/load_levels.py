@@ -135,10 +135,18 @@ def curves(serving: list[Group], slos: dict[Scenario, SLO | None]) -> list[Curve
 
 # --- accuracy and offline speed beside the serving numbers ----------------------------------------------
 
+def same_place(candidates: list[Group], g: Group) -> list[Group]:
+    """The candidates measured in g's store and on g's machine (Group.machine):
+    what stands beside g's serving numbers, never another machine's figure."""
+    return [c for c in candidates if (c.store, c.machine) == (g.store, g.machine)]
+
+
 def accuracy_for(accuracy: list[Group], g: Group) -> Group | None:
     """The artifact's accuracy group: measured in the same setup if there is
-    one, else in any (a serving engine rarely measures accuracy itself)."""
-    same = sorted((a for a in accuracy if a.artifact_id == g.artifact_id), key=lambda a: a.scenario.name)
+    one, else in any of its store and machine (a serving engine rarely
+    measures accuracy itself)."""
+    same = sorted(same_place([a for a in accuracy if a.artifact_id == g.artifact_id], g),
+                  key=lambda a: a.scenario.name)
     return next((a for a in same if a.setup_id == g.setup_id), same[0] if same else None)
 
 
@@ -163,8 +171,9 @@ def floor_miss(accuracy: list[Group], g: Group, slo: SLO | None) -> str | None:
 
 def offline_speed(speed: list[Group], g: Group, sc: Scenario) -> Group | None:
     """The artifact's speed group in scenario sc: the serving setup's, else the
-    in-process engine of the same family (vllm for vllm_server), else any."""
-    same = [s for s in speed if s.artifact_id == g.artifact_id and s.scenario == sc]
+    in-process engine of the same family (vllm for vllm_server), else any; of
+    its store and machine only."""
+    same = same_place([s for s in speed if s.artifact_id == g.artifact_id and s.scenario == sc], g)
     return (next((s for s in same if s.setup_id == g.setup_id), None)
             or next((s for s in same if g.engine.startswith(s.engine)), None)
             or (same[0] if same else None))

@@ -13,11 +13,12 @@ import pytest
 from evaluate import results
 from evaluate.report import build_report
 from evaluate.report.__main__ import modernise
+from evaluate.report.formatting import MISSING
 from evaluate.results import Row
 
-from .rows import ENGINE_ARGS, ENGINE_ENV, HARDWARE, VERSIONS, main_rows, store
+from .rows import ENGINE_ARGS, ENGINE_ENV, HARDWARE, VERSIONS, main_rows, md_tables, speed_run, store
 from .test_main_cli import report_cli
-from .test_serving_markdown import LAW, LEVELS, accuracy_rows, serving_row
+from .test_serving_markdown import LAW, LEVELS, accuracy_rows, recommendation, serving_row
 
 OTHER_CPU = {**HARDWARE, "hostname": "bench-2", "cpu": "Intel Xeon Platinum 8488C", "cpu_isa": ["avx2", "amx"]}
 TWIN = {**HARDWARE, "hostname": "bench-2"}   # the same machine but for its name: the same setup_id
@@ -228,6 +229,37 @@ def test_one_store_of_two_machines_gets_a_serving_recommendation_per_machine(tmp
     titles = [line for line in under_load.splitlines() if line.startswith("**chat")]
     assert titles == [f"**chat (input_len=128, output_len=64)** (machine {cpu}, no accelerator)"
                       for cpu in (HARDWARE["cpu"], OTHER_CPU["cpu"])]
+
+
+def serving_beside(md: str) -> list[dict]:
+    """The rows of *Serving under load*'s capacity, speed and accuracy table."""
+    return md_tables(md, "Serving under load")["Capacity, speed and accuracy"]
+
+
+@pytest.mark.parametrize("apart", ["stores", "machines"])
+def test_serving_shows_offline_speed_and_accuracy_of_its_own_machine_only(tmp_path, apart):
+    """Store (or machine) b served w4a16 but measured neither its offline speed nor its accuracy:
+    a's figures stood beside b's levels, and a's 90 % recovery kept b's w4a16 from the pick."""
+    served = ("original", "w4a16_gptq")
+    a = (accuracy_rows(served) + [speed_run(r, "interactive", i) for r in served for i in range(3)]
+         + [serving_row(r, c) for r in served for c in LEVELS])
+    b = [serving_row(r, c).but(hardware=OTHER_CPU, setup_id="srv-2") for r in served for c in LEVELS]
+    if apart == "stores":
+        store(tmp_path / "a", a)
+        store(tmp_path / "b", b)
+        build_report([tmp_path / "a", tmp_path / "b"], tmp_path / "out", "t", outputs=("markdown",))
+    else:
+        store(tmp_path / "results", a + b)
+        build_report(tmp_path / "results", tmp_path / "out", "t", outputs=("markdown",))
+    md = (tmp_path / "out" / "report.md").read_text()
+    table = serving_beside(md)
+    assert len(table) == 4
+    for row in table[:2]:   # a's own
+        assert row["Offline interactive (tok/s)"] != MISSING and row["Perplexity"] != MISSING
+    for row in table[2:]:
+        assert row["Offline interactive (tok/s)"] == MISSING and row["Perplexity"] == MISSING
+    second = recommendation(md).split("**chat (input_len=128, output_len=64)**")[2]
+    assert "90.2 %" not in second and "w4a16_gptq" in second and "no accuracy row" in second
 
 
 def test_two_stores_that_hold_the_same_rows_are_named(tmp_path):
