@@ -150,18 +150,29 @@ def _pick(samples: list[list[int]], n: int, seed: int, what: str) -> list[list[i
 def _from_file(config: CalibrationConfig, tokenizer, seed: int) -> list[list[int]]:
     n, seq = config.num_samples, config.max_seq_len
     path = resolve(config.path)  # check() made sure it exists and has a known suffix
+    text = _read_text(path)
     if path.suffix == ".txt":
-        return _windows(tokenizer, path.read_text(), n, seq, seed, what=f"calibration file {path}")
+        return _windows(tokenizer, text, n, seq, seed, what=f"calibration file {path}")
     try:
         if path.suffix == ".jsonl":
-            records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            records = [json.loads(line) for line in text.splitlines() if line.strip()]
         else:
-            records = json.loads(path.read_text())
+            records = json.loads(text)
     except json.JSONDecodeError as e:
         raise UserError(f"calibration file {path} is not valid JSON ({e}); fix the file") from None
     if not isinstance(records, list):
         raise UserError(f"calibration file {path} must hold a list of records (or one JSON object per line)")
     return _pick(_tokenize_records(records, config, tokenizer), n, seed, what=f"calibration file {path}")
+
+
+def _read_text(path) -> str:
+    """The file as UTF-8, whatever the machine's locale says."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"calibration file {path} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset "
+                        f"{e.start}); convert it, e.g. iconv -f latin1 -t utf-8 {path.name} > "
+                        f"utf8{path.suffix}") from None
 
 
 def _hub_records(config: CalibrationConfig):

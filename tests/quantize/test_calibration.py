@@ -78,3 +78,18 @@ def test_chat_messages_without_a_template_give_their_contents(tmp_path):
     tok = WordTokenizer()
     calib = calibration.build(config(data, 2, text_field="messages"), tok, seed=0)
     assert texts(calib, tok) == ["hi there hello", "hi there hello"]
+
+
+@pytest.mark.parametrize("name, content", [
+    ("latin1.txt", "Mr. Darcy's café, Émile's naïve remark. " * 40),
+    ("latin1.jsonl", '{"text": "café au lait"}\n{"text": "crème brûlée"}\n'),
+    ("latin1.json", '[{"text": "café au lait"}, {"text": "crème brûlée"}]')])
+def test_a_file_that_is_not_utf8_is_refused_in_one_line(tmp_path, name, content):
+    data = tmp_path / name
+    data.write_bytes(content.encode("latin-1"))
+    with pytest.raises(UserError) as e:
+        calibration.build(config(data, 1), WordTokenizer(), seed=0)
+    message = str(e.value)
+    assert f"calibration file {data} is not UTF-8 text (byte 0xe9 at offset" in message
+    assert "iconv -f latin1 -t utf-8" in message and "\n" not in message
+
