@@ -24,8 +24,8 @@ from evaluate.serving.profiles import LoadProfile
 from evaluate.serving.slo import SLO
 from evaluate.target import Target
 from quantize.common import hf_load, provenance
-from quantize.common.errors import RunsFailed, UserError
-from quantize.common.jobs import in_multirun, job_command, one_line
+from quantize.common.errors import DiskFull, EngineDied, Interrupted, RunsFailed, UserError, is_no_room
+from quantize.common.jobs import in_multirun, interrupted, job_command, keep_trace, one_line
 from quantize.common.paths import resolve
 from quantize.common.settings import is_integer
 
@@ -82,14 +82,18 @@ class Job:
         tracking.log_rows(self.config.tracker, [recorded], earlier=self.recorded)
         self.recorded.append(recorded)
 
-    def guarded(self, row: Row, fn):
+    def guarded(self, row: Row, what: str, fn):
         """Run fn; on failure record a failed row (the sweep summary and the
-        report show it) and re-raise."""
+        report show it), then re-raise a failure that ends the job, or go on
+        (None) past one of `what`'s own."""
         try:
             return fn()
         except Exception as e:
             self.record(row, "failed", reason=one_line(e))
-            raise
+            if _ends_job(e):
+                raise
+            _went_on(what, e)
+            return None
 
 
 def run(config: EvaluateConfig) -> None:
@@ -340,7 +344,7 @@ def _evaluate_in_engine(job: Job, todo: dict, with_accuracy: bool) -> None:
             if with_accuracy:
                 row = job.accuracy_row()
                 if _owed_now(job, row, "accuracy pass", held.enter_context(_lock(job, row, "accuracy pass"))):
-                    logprob_pass = job.guarded(row, lambda: accuracy.engine_pass(
+                    logprob_pass = job.guarded(row, "accuracy pass", lambda: accuracy.engine_pass(
                         engine, job.accuracy_cfg, _tokenizer(job), job.seed))
         finally:
             engine.close()  # before the accuracy reference loads: no competition for cores or memory
@@ -350,19 +354,49 @@ def _evaluate_in_engine(job: Job, todo: dict, with_accuracy: bool) -> None:
 
 def _measure_scenarios(job: Job, engine: Engine, todo: dict, with_accuracy: bool) -> None:
     """Each scenario under its lock, measuring what the store still lacks
-    once this process holds it. A failure that ends the job (the engine
-    died) leaves a failed row for every run still owed: the scenario records
-    its own, the ones after it are recorded here."""
+    once this process holds it. A scenario that fails on its own (a CUDA OOM
+    at its batch size, a request refused) leaves its failed rows and the
+    next goes on. A failure that ends the job (_ends_job) leaves a failed row
+    for every run still owed: the scenario records its own, the ones after
+    it are recorded here."""
     for i, (s, pending) in enumerate(todo.items()):
         with _lock(job, job.scenario_row(s), f"scenario {s.name}") as hold:
             pending = _still_pending(job, s, pending, hold)
             if not pending.owed:
                 continue
+            failed = len(job.failed)
             try:
                 pending.measure(job, engine, s)
             except Exception as e:
-                _record_owed(job, dict(list(todo.items())[i + 1:]), with_accuracy, one_line(e))
-                raise
+                if _ends_job(e):
+                    _record_owed(job, dict(list(todo.items())[i + 1:]), with_accuracy, one_line(e))
+                    raise
+                if len(job.failed) == failed:  # it failed before recording any row: one stands for it
+                    job.record(job.scenario_row(s), "failed", reason=one_line(e))
+                _went_on(f"scenario {s.name}", e)
+
+
+# Text of the device errors after which every later kernel fails alike (an
+# illegal memory access, a device-side assert, a lost GPU); an out-of-memory
+# one leaves the device usable.
+DEVICE_LOST = ("CUDA error", "HIP error")
+
+
+def _ends_job(e: Exception) -> bool:
+    """Whether nothing more can be measured after `e`: the engine died (its
+    core, its server, a stall), the device is lost, there is no room for the
+    rows, or Ctrl-C. Anything else is the failure of one measurement alone."""
+    text = str(e)
+    device_lost = any(t in text for t in DEVICE_LOST) and "out of memory" not in text
+    return isinstance(e, (EngineDied, DiskFull, Interrupted)) or interrupted() or is_no_room(e) or device_lost
+
+
+def _went_on(what: str, e: Exception) -> None:
+    """One line for a failure of `what` alone (its trace in the log file):
+    the job goes on, ends non-zero (RunsFailed) once the rest is measured,
+    and a rerun measures the failed rows again."""
+    keep_trace(e)
+    log.error("%s failed: %s; going on", what, one_line(e))
 
 
 def _record_owed(job: Job, todo: dict, with_accuracy: bool, reason: str) -> None:
@@ -451,7 +485,9 @@ def _start_engine(job: Job, with_accuracy: bool) -> Engine:
 
 def _score_accuracy(job: Job, logprob_pass: dict) -> None:
     row = job.accuracy_row()
-    scores = job.guarded(row, lambda: accuracy.score(logprob_pass, job.target, job.accuracy_cfg))
+    scores = job.guarded(row, "accuracy scoring", lambda: accuracy.score(logprob_pass, job.target, job.accuracy_cfg))
+    if scores is None:
+        return
     job.record(row, "ok", metrics=scores.metrics, accuracy_samples=scores.samples)
     metrics = scores.metrics
     log.info("accuracy: perplexity %.2f (reference %.2f), KL %.4f nats, top-1 agreement %.3f, "

@@ -118,3 +118,64 @@ def test_engine_start_failure_records_a_failed_row_per_measurement(eval_artifact
     assert all(r.engine == "hf" and r.status == "failed" for r in rows)
     assert all(r.reason.startswith("engine start-up failed: ") for r in rows)
     assert all("\n" not in r.reason for r in rows)
+
+
+def _failing_batch(size: int, kind: str, accuracy: bool = False) -> dict:
+    """run_cli's host and env for an engine=hf whose runs of `size` requests
+    (and accuracy pass, if `accuracy`) fail with `kind` (tests/hosts/failing_hf_runs)."""
+    return {"host": "failing_hf_runs", "env": {"QUANTBENCH_TEST_FAIL_BATCH": str(size), "QUANTBENCH_TEST_FAIL_AS": kind,
+                                                "QUANTBENCH_TEST_FAIL_ACCURACY": "1" if accuracy else "0"}}
+
+
+def test_a_scenario_that_fails_on_its_own_leaves_its_rows_failed_and_the_job_goes_on(eval_artifacts, tmp_path,
+                                                                                      scen):
+    """A CUDA out-of-memory error at one batch size (test_tiny_a's, the first
+    scenario) fails that scenario alone: its row is failed with the error's
+    line, the next scenario and the accuracy pass are measured, and the job
+    exits 4 naming the failure. The same command then measures only it."""
+    res = tmp_path / "results"
+    args = ("evaluate", f"model={eval_artifacts['original']}", "engine=hf", scen["test_pair"], "runs=1",
+            f"results_dir={res}")
+    out = run_cli(*args, cwd=tmp_path, **_failing_batch(1, "oom"))
+    assert out.returncode == 4, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines()[-1].startswith(
+        "error: 1 run(s) failed while the others were measured (the first: OutOfMemoryError: CUDA out of memory.")
+    rows = {(r.kind, r.scenario): r for r in results.read(res)}
+    assert {k: r.status for k, r in rows.items()} == {
+        ("speed", "test_tiny_a"): "failed", ("speed", "test_tiny_b"): "ok", ("accuracy", "austen"): "ok"}
+    failed = rows[("speed", "test_tiny_a")]
+    assert failed.run_index == 0 and failed.reason.startswith("OutOfMemoryError: CUDA out of memory.")
+    assert "\n" not in failed.reason
+
+    again = run_cli(*args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    new = results.read(res)[len(rows):]
+    assert [(r.scenario, r.run_index, r.status) for r in new] == [("test_tiny_a", 0, "ok")]
+
+
+def test_a_lost_device_ends_the_job_with_a_failed_row_for_every_scenario_it_owed(eval_artifacts, tmp_path, scen):
+    """A CUDA error after which every kernel fails (an illegal memory access)
+    at the first scenario ends the job: the scenario after it is recorded
+    failed with the same line, never run on the lost device."""
+    res = tmp_path / "results"
+    out = run_cli("evaluate", f"model={eval_artifacts['original']}", "engine=hf", scen["test_pair"], "runs=1",
+                  "accuracy=none", f"results_dir={res}", cwd=tmp_path, **_failing_batch(1, "device_lost"))
+    assert out.returncode == 1
+    assert "CUDA error: an illegal memory access was encountered" in out.stderr.strip().splitlines()[-1]
+    rows = results.read(res)
+    assert [(r.scenario, r.status) for r in rows] == [("test_tiny_a", "failed"), ("test_tiny_b", "failed")]
+    assert all(r.reason == "RuntimeError: CUDA error: an illegal memory access was encountered" for r in rows)
+
+
+def test_an_accuracy_pass_that_fails_on_its_own_ends_the_job_as_failed_runs(eval_artifacts, tmp_path, scen):
+    """A CUDA out-of-memory error in the accuracy pass fails its row alone:
+    the job goes on (to lm-eval, when asked) and ends as runs that failed,
+    exit 4, not as an unexpected error."""
+    res = tmp_path / "results"
+    out = run_cli("evaluate", f"model={eval_artifacts['original']}", "engine=hf", scen["test_tiny_a"], "runs=1",
+                  f"results_dir={res}", cwd=tmp_path, **_failing_batch(0, "oom", accuracy=True))
+    assert out.returncode == 4, out.stderr[-2000:]
+    assert "(the first: OutOfMemoryError: CUDA out of memory." in out.stderr.strip().splitlines()[-1]
+    rows = {r.kind: r for r in results.read(res)}
+    assert {kind: r.status for kind, r in rows.items()} == {"speed": "ok", "accuracy": "failed"}
+    assert rows["accuracy"].reason.startswith("OutOfMemoryError: CUDA out of memory.")
