@@ -44,6 +44,7 @@ from quantize.common.errors import UserError
 from quantize.common.extensions import Configurable
 from quantize.common.heldout import held_out_text, windows
 from quantize.common.jobs import one_line
+from quantize.common.model_config import is_quantized
 from quantize.common.paths import CACHE_DIR, resolve
 from quantize.common.provenance import sha256_bytes
 from quantize.common.settings import flag, shown
@@ -345,7 +346,7 @@ def reference_path(target, config: AccuracyConfig) -> Path:
         path = Path(target.manifest.model.path)
     elif target.base_model:
         path = target.base_model
-    elif target.config.get("quantization_config"):  # its own scores would match it exactly
+    elif is_quantized(target.config):  # its own scores would match it exactly
         raise UserError(f"{target.path} is already quantized, so it cannot be its own reference; pass "
                         "accuracy.reference=<its unquantized checkpoint> or accuracy=none")
     else:

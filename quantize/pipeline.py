@@ -18,6 +18,7 @@ from quantize.common.dtypes import checkpoint_dtype, compute_dtype
 from quantize.common.errors import UserError
 from quantize.common.jobs import job_command
 from quantize.common.manifest import Manifest, ModelInfo, RecipeInfo
+from quantize.common.model_config import is_quantized
 from quantize.common.paths import resolve
 from quantize.common.provenance import dir_bytes, hardware, sha256_files, versions
 from quantize.config import QuantizeConfig
@@ -273,6 +274,9 @@ def _model_dir(path) -> Path:
         raise UserError(f"model {model_dir} is not a Hugging Face checkpoint (no config.json); "
                         "pass model=<preset> (see conf/model/), model=<local checkpoint dir> or model=<hub owner/name>")
     hf_load.refuse_model_code(model_dir)
+    if is_quantized(_read_config(model_dir)):  # "original" would be it, and a recipe would quantize it twice
+        raise UserError(f"model {model_dir} is already quantized (its config.json has a quantization_config); "
+                        "pass model=<its full-precision checkpoint>, the one it was quantized from")
     if not weight_files(model_dir):
         raise UserError(f"model {model_dir} has no *.safetensors weights; only safetensors "
                         "checkpoints are loaded (convert .bin weights first)")

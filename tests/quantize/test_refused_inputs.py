@@ -1,0 +1,41 @@
+"""Inputs `python -m quantize` refuses before it loads the model: exit 2, one
+`error:` line naming the fix, no traceback, nothing written."""
+import json
+import shutil
+from pathlib import Path
+
+from tests.conftest import SMALL_CALIB, last_line, run_quantize, tail
+
+
+def assert_refused(proc, arts: Path, *words: str) -> str:
+    """The one error line, after checking how the run ended and that `arts` stayed unwritten."""
+    assert proc.returncode == 2, tail(proc)
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    line = last_line(proc.stderr)
+    assert [l for l in proc.stderr.splitlines() if l.startswith("error:")] == [line], proc.stderr[-3000:]
+    for word in words:
+        assert word in line, f"{word!r} not in: {line}"
+    assert not arts.exists(), f"wrote into the artifacts dir: {sorted(arts.rglob('*'))}"
+    return line
+
+
+def copy_with_config(tiny: Path, dest: Path, **changes) -> Path:
+    """A copy of the tiny model whose config.json has `changes` applied."""
+    shutil.copytree(tiny, dest)
+    config = json.loads((dest / "config.json").read_text())
+    (dest / "config.json").write_text(json.dumps(config | changes))
+    return dest
+
+
+PACKED_W4 = {"quant_method": "compressed-tensors", "format": "pack-quantized",
+             "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int"}}}}
+
+
+def test_an_already_quantized_model_is_refused_as_the_base(tmp_path, workdir, tiny_model):
+    """Saved as `original` it would be the report's baseline; a recipe would quantize it twice."""
+    quantized = copy_with_config(tiny_model, tmp_path / "w4", quantization_config=PACKED_W4)
+    arts = tmp_path / "artifacts"
+    for recipe in ("original", "w4a16_rtn"):
+        proc = run_quantize(f"recipe={recipe}", f"model={quantized}", *SMALL_CALIB, f"artifacts_dir={arts}",
+                            cwd=workdir)
+        assert_refused(proc, arts, str(quantized), "already quantized", "model=<its full-precision checkpoint>")
