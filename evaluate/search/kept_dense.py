@@ -6,6 +6,7 @@ from pathlib import Path
 
 from evaluate.search.space import KeptDense
 from quantize.common import fingerprint, sensitivity_file
+from quantize.common.checkpoint import weight_files
 from quantize.common.errors import UserError
 from quantize.common.provenance import sha256_files
 
@@ -92,7 +93,7 @@ def _weights_hashes(model_path: str):
     """A matcher of a file's weights_hash against the model's weights (the
     sampled fingerprint, else the full SHA-256, computed only if needed);
     None when the model's weights are not local files."""
-    weights = sorted(Path(model_path).glob("*.safetensors"))
+    weights = weight_files(Path(model_path))
     if not weights:
         return None
     sampled = fingerprint.compute(weights).sha256

@@ -11,8 +11,27 @@ from quantize.common.errors import UserError
 from quantize.common.manifest import Quantization, Scheme
 
 
+INDEX = "model.safetensors.index.json"
+
+
 def weight_files(model_dir: Path) -> list[Path]:
-    return sorted(Path(model_dir).glob("*.safetensors"))
+    """The safetensors files a loader reads: those the index names where
+    there is one (a hub repo may ship a second, consolidated copy of the
+    weights beside its shards), else every *.safetensors in the folder."""
+    model_dir = Path(model_dir)
+    index = model_dir / INDEX
+    if not index.is_file():
+        return sorted(model_dir.glob("*.safetensors"))
+    try:
+        names = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        raise UserError(f"{index} is not a safetensors index (a JSON object with a weight_map); "
+                        "re-copy or re-download the checkpoint") from None
+    missing = [name for name in names if not (model_dir / name).is_file()]
+    if missing:
+        raise UserError(f"{model_dir} lacks {len(missing)} weight file(s) its {INDEX} names "
+                        f"({', '.join(missing[:3])}); re-copy or re-download the checkpoint")
+    return [model_dir / name for name in names]
 
 
 # Bytes per element of each safetensors dtype (bit-packed types never appear here).
