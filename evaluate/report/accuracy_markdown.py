@@ -6,19 +6,31 @@ import json
 
 from evaluate.analysis.accuracy_bounds import RESAMPLES, STATISTICS, Recovery
 from evaluate.analysis.groups import BASELINE, Group, accuracy_keys, scenarios
+from evaluate.analysis.significance import on_its_side
 from evaluate.report.formatting import MISSING, fmt_number, header, label, mb, md_table, fmt_fixed, short, unit
 from evaluate.report.labels import in_table, labels
 
 RECOVERY_HEADER = f"{label('recovery_pct')} (%, 95% CI)"
 
 
-def recovery_cell(found: Recovery | None) -> str:
+def recovery_cell(found: Recovery | None, floor_pct: float | None = None) -> str:
     """`97.0 (96.1–97.8)`: the recovery and its interval over the windows;
-    the original without a row of its own is 100 by definition."""
+    the original without a row of its own is 100 by definition. Beside a
+    verdict on `floor_pct`, each figure stays on its side of the floor."""
     if found is None:
         return MISSING
-    text = f"{found.pct:.1f}" + (f" ({found.interval[0]:.1f}–{found.interval[1]:.1f})" if found.interval else "")
+    text = pct_text(found.pct, floor_pct) + (f" ({recovery_interval_text(found.interval, floor_pct)})"
+                                             if found.interval else "")
     return text if found.measured else f"{text} (by definition)"
+
+
+def recovery_interval_text(interval: tuple[float, float], floor_pct: float | None = None) -> str:
+    """A recovery's 95 % interval, each bound on its side of `floor_pct` where one is given."""
+    return f"{pct_text(interval[0], floor_pct)}–{pct_text(interval[1], floor_pct)}"
+
+
+def pct_text(x: float, floor_pct: float | None) -> str:
+    return f"{x:.1f}" if floor_pct is None else on_its_side(x, floor_pct, 1)
 
 
 def figure_cell(g: Group, metric: str) -> str:

@@ -10,7 +10,7 @@ from evaluate.analysis.cost import Prices
 from evaluate.analysis.groups import Group
 from evaluate.analysis.significance import Verdict, on_its_side
 from evaluate.analysis.recommendation import recommend
-from evaluate.report.accuracy_markdown import RECOVERY_HEADER, recovery_cell
+from evaluate.report.accuracy_markdown import RECOVERY_HEADER, recovery_cell, recovery_interval_text
 from evaluate.report.conditions_markdown import condition_lines
 from evaluate.report.cost_markdown import COST_HEADER, cost_cell, cost_sentence
 from evaluate.report.formatting import MISSING, fmt_fixed, header, interval_text, mb, md_table, speedup_text
@@ -93,7 +93,7 @@ def pick_cells(c: Choice, names: dict) -> list[str]:
 
 
 def pick_recovery(c: Choice) -> str:
-    text = recovery_cell(c.pick.recovery)
+    text = recovery_cell(c.pick.recovery, c.floor_pct)
     return text + (f" ⚠ interval below {c.floor_pct:g} %" if c.floor_in_interval else "")
 
 
@@ -119,15 +119,16 @@ def runner_up_text(c: Choice, names: dict) -> str:
         c.vs_runner_up.verdict, "")
 
 
-def interval_note(interval: tuple[float, float] | None) -> str:
-    return f" (95% CI {interval[0]:.1f}–{interval[1]:.1f})" if interval else ""
+def interval_note(interval: tuple[float, float] | None, floor_pct: float) -> str:
+    return f" (95% CI {recovery_interval_text(interval, floor_pct)})" if interval else ""
 
 
 def left_out_lines(c: Choice, names: dict) -> list[str]:
     """The artifacts faster than the pick that are not the answer, and why."""
     where = c.scenario.name + (f", {c.model_name}" if c.model_name else "")
     out = [f"- {where}: {names[p.group.identity]} is faster ({fmt_fixed(p.group.mean(SPEED))} tok/s) but keeps "
-           f"{on_its_side(p.recovery_pct, c.floor_pct, 1)} % of the accuracy{interval_note(p.recovery.interval)}, "
+           f"{on_its_side(p.recovery_pct, c.floor_pct, 1)} % of the accuracy"
+           f"{interval_note(p.recovery.interval, c.floor_pct)}, "
            "below the floor" for p in c.below_floor]
     out += [f"- {where}: {names[g.identity]} is faster ({fmt_fixed(g.mean(SPEED))} tok/s) but its accuracy was "
             "not measured (python -m evaluate accuracy=austen)" for g in c.unmeasured]

@@ -402,7 +402,7 @@ def overall_entry(o: Overall, names: dict) -> str:
     ci = f" (95% interval {interval_text(o.interval)})" if o.testable else ""
     dtypes = "".join(f"; {dtypes_text('original', base, names[o.identity], ours)}" for base, ours in o.dtype_pairs)
     flagged = f"; ⚠ flagged in {', '.join(g.scenario.name for g in o.flagged)}" if o.flagged else ""
-    return f"{names[o.identity]} — {o.speedup:.2f}x{ci}{dtypes}{flagged}"
+    return f"{names[o.identity]} — {speedup_text(o.speedup)}{ci}{dtypes}{flagged}"
 
 
 def run_metrics(row: Row) -> dict[str, float]:

@@ -8,7 +8,8 @@ from typing import Callable
 
 from evaluate.analysis.groups import SPEED, Group, scenarios
 from evaluate.analysis.stores import AcrossStores, SharedRows, across_stores, shared_rows
-from evaluate.report.formatting import MISSING, fmt_fixed, header, interval_text, md_table, short, speed_verdict
+from evaluate.report.formatting import (
+    MISSING, fmt_fixed, header, interval_text, md_table, short, speed_verdict, speedup_text)
 from evaluate.results import Row, Store, machine_id, machine_of
 
 ACROSS_TITLE = "## Across stores"
@@ -136,4 +137,4 @@ def ratio_cell(ratio) -> str:
     if ratio is None:
         return MISSING
     ci = f" ({interval_text(ratio.interval)})" if ratio.interval else ""
-    return f"{ratio.ratio:.2f}x{ci}, {speed_verdict(ratio.verdict)}"
+    return f"{speedup_text(ratio.ratio)}{ci}, {speed_verdict(ratio.verdict)}"
