@@ -1,14 +1,16 @@
 """Suspect artifacts: those whose accuracy says they are no longer their base
-model. An artifact is suspect when its manifest says so (quantize's sanity
-check), when its measured top-1 agreement (the accuracy rows) is below its
-format family's floor, or when its accuracy recovery exceeds 100 % by more
-than the measurement's interval. The rules and thresholds are
-quantize.common.sanity_rules' (conf/sanity/default.yaml), shared with quantize. Suspect
+model. An artifact is suspect when quantize's sanity check says so (its
+recorded numbers judged again with the report's floors), when its measured
+top-1 agreement (the accuracy rows) is below its format family's floor, or
+when its accuracy recovery exceeds 100 % by more than the measurement's
+interval. The rules and thresholds are quantize.common.sanity_rules'
+(conf/sanity/default.yaml), shared with quantize. Suspect
 artifacts' rows enter no group (`analysis.analyse` leaves them out), so they
 are never ranked, on a Pareto front or recommended; the report names them
 in a section of their own."""
 import json
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 
 from evaluate.analysis import accuracy_bounds
@@ -16,6 +18,7 @@ from evaluate.analysis.groups import BASELINE, Group, aggregate
 from evaluate.results import Row
 from quantize.common import sanity_rules
 from quantize.common.manifest import FILE as MANIFEST_FILE
+from quantize.common.settings import is_number
 
 
 @dataclass
@@ -57,10 +60,9 @@ def first_rows(rows: list[Row]) -> dict[str, Row]:
 def judge(first: Row, rows: list[Row], accuracy: list[Group], config: sanity_rules.SanityConfig) -> Suspect:
     """The artifact's reasons to be suspect (none: it is not)."""
     recorded = next((r.manifest for r in rows if r.manifest), None) or {}
-    name = sanity_rules.family(recorded.get("quantization"), bool((recorded.get("sparsity") or {}).get(
-        "all_layers_hold_pattern")))
+    name = sanity_rules.family(recorded.get("quantization"), holds_2_4(recorded))
     suspect = Suspect(first.artifact_id, first.model_name or "?", first.recipe or "?", name)
-    marked = manifest_mark(rows)
+    marked = manifest_mark(rows, config)
     if marked:
         suspect.reasons.append(f"quantize's sanity check: {marked}")
     shown = None   # the first group that gave a reason; with none (a manifest mark alone), the first group
@@ -92,20 +94,44 @@ def recovery_interval(group: Group) -> tuple[float, float] | None:
     return found or group.interval("recovery_pct")
 
 
-def manifest_mark(rows: list[Row]) -> str | None:
-    """The `suspect` reason the artifact's manifest records: as the rows repeat
-    it, else as the artifact folder's manifest.json holds it (rows repeat only
-    some manifest fields)."""
-    for row in rows:
-        mark = (row.manifest or {}).get("suspect")
-        if mark:
-            return str(mark.get("reason") if isinstance(mark, dict) else mark)
-    paths = dict.fromkeys(Path(r.artifact_path) / MANIFEST_FILE for r in rows if r.artifact_path)
-    for path in paths:
+def manifest_mark(rows: list[Row], config: sanity_rules.SanityConfig) -> str | None:
+    """Quantize's sanity verdict with the report's floors: its recorded
+    checks.sanity numbers judged again by quantize's own rule, so
+    `sanity.floors.w4=0.5` clears (or a higher floor adds) a mark set at build
+    time. The numbers as the rows repeat them, else as the artifact folder's
+    manifest.json holds them; a mark recorded without numbers (older rows, the
+    folder not on this machine) stands as written."""
+    marks = []
+    for fields in chain((r.manifest for r in rows if r.manifest), folder_manifests(rows)):
+        numbers = sanity_numbers(fields)
+        if numbers is not None:
+            suspect = sanity_rules.judge(dict(numbers), fields.get("quantization"), holds_2_4(fields), config)
+            return suspect["reason"] if suspect else None
+        marks.append(fields.get("suspect"))
+    mark = next((m for m in marks if m), None)
+    return str(mark.get("reason") if isinstance(mark, dict) else mark) if mark else None
+
+
+def folder_manifests(rows: list[Row]):
+    """The artifact folders' manifest.json (each read only when reached)."""
+    for path in dict.fromkeys(Path(r.artifact_path) / MANIFEST_FILE for r in rows if r.artifact_path):
         try:
-            mark = json.loads(path.read_text()).get("suspect")
-        except (OSError, ValueError, AttributeError):
+            found = json.loads(path.read_text())
+        except (OSError, ValueError):
             continue  # a store read on another machine: the artifact is not here
-        if mark:
-            return str(mark.get("reason") if isinstance(mark, dict) else mark)
+        if isinstance(found, dict):
+            yield found
+
+
+def sanity_numbers(fields: dict) -> dict | None:
+    """checks.sanity as measured (rows repeat it as `sanity`); None when not recorded or skipped."""
+    numbers = fields.get("sanity") or (fields.get("checks") or {}).get("sanity")
+    if isinstance(numbers, dict) and "skipped" not in numbers and is_number(numbers.get("top1_agreement")):
+        return numbers
     return None
+
+
+def holds_2_4(fields: dict) -> bool:
+    """The 2:4 pattern as the rows repeat it (`sparsity`), else as the manifest's checks hold it."""
+    sparsity = fields.get("sparsity") or (fields.get("checks") or {}).get("sparsity") or {}
+    return bool(sparsity.get("all_layers_hold_pattern"))

@@ -153,6 +153,8 @@ class Manifest:
             out["sparsity"] = {k: self.sparsity[k] for k in ("measured_sparsity", "all_layers_hold_pattern")}
         if full.get("suspect"):  # quantize's sanity check: the report reads it from the rows anywhere
             out["suspect"] = full["suspect"]
+        if (self.checks or {}).get("sanity"):  # its numbers: the report judges them with its own floors
+            out["sanity"] = self.checks["sanity"]
         return out
 
 
