@@ -11,6 +11,8 @@ from quantize.common.paths import resolve
 from quantize.common.provenance import sha256_bytes
 
 PRUNING_MODIFIERS = ("SparseGPTModifier", "WandaPruningModifier", "MagnitudePruningModifier")
+# The unquantized baseline's name: the report measures every recipe's speed-up and recovery against it.
+BASELINE = "original"
 
 
 @dataclass
@@ -54,6 +56,9 @@ def load(choice: RecipeChoice) -> RecipeFile:
         data = {}
     elif not isinstance(data, dict):
         raise UserError(f"recipe {path} must be a YAML mapping of stages/modifiers")
+    if data and choice.name == BASELINE:
+        raise UserError(f"recipe {path} changes the model, but its name {BASELINE!r} is the unquantized baseline's, "
+                        "which the report compares every recipe with; rename the file or pass recipe.name=<another name>")
     return RecipeFile(name=choice.name, path=path, text=text, data=data)
 
 

@@ -4,7 +4,7 @@ import json
 import shutil
 from pathlib import Path
 
-from tests.conftest import SMALL_CALIB, last_line, run_quantize, tail
+from tests.conftest import SMALL_CALIB, last_line, recipe_source, run_quantize, tail
 
 
 def assert_refused(proc, arts: Path, *words: str) -> str:
@@ -39,3 +39,14 @@ def test_an_already_quantized_model_is_refused_as_the_base(tmp_path, workdir, ti
         proc = run_quantize(f"recipe={recipe}", f"model={quantized}", *SMALL_CALIB, f"artifacts_dir={arts}",
                             cwd=workdir)
         assert_refused(proc, arts, str(quantized), "already quantized", "model=<its full-precision checkpoint>")
+
+
+def test_a_quantizing_recipe_named_original_is_refused(tmp_path, workdir, tiny_model):
+    """Saved as `original`, it would be the report's speed-up and accuracy baseline."""
+    copy = tmp_path / "mine" / "original.yaml"
+    copy.parent.mkdir()
+    copy.write_text(recipe_source("w4a16_rtn").read_text())
+    arts = tmp_path / "artifacts"
+    for args in ([f"recipe={copy}"], ["recipe=w4a16_rtn", "recipe.name=original"]):
+        proc = run_quantize(*args, f"model={tiny_model}", *SMALL_CALIB, f"artifacts_dir={arts}", cwd=workdir)
+        assert_refused(proc, arts, "'original' is the unquantized baseline's", "recipe.name=<another name>")
