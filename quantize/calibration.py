@@ -123,8 +123,7 @@ def build(config: CalibrationConfig, tokenizer, seed: int) -> CalibrationSet:
     elif config.source == "file":
         samples = _from_file(config, tokenizer, seed)
     else:  # hub
-        samples = _pick(_tokenize_records(_hub_records(config), config, tokenizer), n, seed,
-                        what=f"hub dataset {config.dataset}")
+        samples = _pick(_hub_records(config), config, tokenizer, seed, what=f"hub dataset {config.dataset}")
     return CalibrationSet(samples=samples, spec=dict(config.spec))
 
 
@@ -139,12 +138,22 @@ def _windows(tokenizer, text: str, n: int, seq: int, seed: int, what: str) -> li
     return [ids[i * seq:(i + 1) * seq] for i in starts]
 
 
-def _pick(samples: list[list[int]], n: int, seed: int, what: str) -> list[list[int]]:
-    samples = [s for s in samples if s]
-    if len(samples) < n:
-        raise UserError(f"{what} has {len(samples)} non-empty samples, fewer than "
-                        f"calibration.num_samples={n}; lower num_samples or supply more data")
-    return [samples[i] for i in sorted(random.Random(seed).sample(range(len(samples)), n))]
+def _pick(records, config: CalibrationConfig, tokenizer, seed: int, what: str) -> list[list[int]]:
+    """num_samples records drawn in a seeded random order, kept in the data's
+    order. Only drawn records are rendered and tokenized (a hub split holds
+    ~200k chats); one with no text is passed over for the next."""
+    n = config.num_samples
+    order = list(range(len(records)))
+    random.Random(seed).shuffle(order)
+    chosen = {}
+    for i in order:
+        ids = _tokenize_record(records[i], i + 1, config, tokenizer)
+        if ids:
+            chosen[i] = ids
+            if len(chosen) == n:
+                return [chosen[k] for k in sorted(chosen)]
+    raise UserError(f"{what} has {len(chosen)} non-empty samples, fewer than "
+                    f"calibration.num_samples={n}; lower num_samples or supply more data")
 
 
 def _from_file(config: CalibrationConfig, tokenizer, seed: int) -> list[list[int]]:
@@ -162,7 +171,7 @@ def _from_file(config: CalibrationConfig, tokenizer, seed: int) -> list[list[int
         raise UserError(f"calibration file {path} is not valid JSON ({e}); fix the file") from None
     if not isinstance(records, list):
         raise UserError(f"calibration file {path} must hold a list of records (or one JSON object per line)")
-    return _pick(_tokenize_records(records, config, tokenizer), n, seed, what=f"calibration file {path}")
+    return _pick(records, config, tokenizer, seed, what=f"calibration file {path}")
 
 
 def _read_text(path) -> str:
@@ -184,22 +193,19 @@ def _hub_records(config: CalibrationConfig):
                         "access use calibration=austen or calibration=<local .txt/.jsonl>") from None
 
 
-def _tokenize_records(records, config: CalibrationConfig, tokenizer) -> list[list[int]]:
-    """One sample per record: its `text_field` value(s), each cut to max_seq_len tokens."""
-    fields, seq = config.text_field, config.max_seq_len
-    out = []
-    for number, rec in enumerate(records, 1):
-        if not isinstance(rec, dict):
-            raise UserError("calibration records must be JSON objects with a "
-                            f"{list(fields)} field; fix the data or set calibration.text_field")
-        missing = [f for f in fields if f not in rec]
-        if missing:
-            raise UserError(f"calibration record lacks field(s) {missing}; set calibration.text_field "
-                            f"to one of {sorted(rec)}")
-        # A null field is no text, as an empty string is: a record with no text left is skipped (_pick).
-        text = "\n".join(_render(rec[f], tokenizer, f, number) for f in fields if rec[f] is not None)
-        out.append(tokenizer(text, add_special_tokens=False, truncation=True, max_length=seq)["input_ids"])
-    return out
+def _tokenize_record(rec, number: int, config: CalibrationConfig, tokenizer) -> list[int]:
+    """The record's `text_field` value(s) as one sample, cut to max_seq_len tokens."""
+    fields = config.text_field
+    if not isinstance(rec, dict):
+        raise UserError("calibration records must be JSON objects with a "
+                        f"{list(fields)} field; fix the data or set calibration.text_field")
+    missing = [f for f in fields if f not in rec]
+    if missing:
+        raise UserError(f"calibration record lacks field(s) {missing}; set calibration.text_field "
+                        f"to one of {sorted(rec)}")
+    # A null field is no text, as an empty string is: a record with no text left is passed over (_pick).
+    text = "\n".join(_render(rec[f], tokenizer, f, number) for f in fields if rec[f] is not None)
+    return tokenizer(text, add_special_tokens=False, truncation=True, max_length=config.max_seq_len)["input_ids"]
 
 
 def _render(value, tokenizer, field: str, number: int) -> str:

@@ -7,6 +7,7 @@ import pytest
 from quantize import calibration
 from quantize.calibration import CalibrationConfig
 from quantize.common.errors import UserError
+from quantize.common.provenance import sha256_json
 
 
 class WordTokenizer:
@@ -93,3 +94,50 @@ def test_a_file_that_is_not_utf8_is_refused_in_one_line(tmp_path, name, content)
     assert f"calibration file {data} is not UTF-8 text (byte 0xe9 at offset" in message
     assert "iconv -f latin1 -t utf-8" in message and "\n" not in message
 
+
+
+def hub_config(n: int, **values) -> CalibrationConfig:
+    return CalibrationConfig.from_config({"source": "hub", "dataset": "someone/chats", "split": "train",
+                                          "num_samples": n, "max_seq_len": 16, "text_field": "messages", **values})
+
+
+@pytest.fixture
+def hub_chats(monkeypatch):
+    """A 5,000-chat hub split (every 4th chat empty) served without network."""
+    import datasets
+    rows = [{"messages": [] if i % 4 == 3 else [{"role": "user", "content": f"question {i}"},
+                                                 {"role": "assistant", "content": f"answer {i}"}]}
+            for i in range(5000)]
+    split = datasets.Dataset.from_list(rows)
+    asked = []
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kw: asked.append((args, kw)) or split)
+    return asked
+
+
+def test_only_the_drawn_hub_records_are_tokenized(hub_chats):
+    tok = WordTokenizer()
+    calib = calibration.build(hub_config(8), tok, seed=0)
+    assert hub_chats == [(("someone/chats", None), {"split": "train"})]
+    assert 8 <= tok.calls < 30  # the 8 kept and the few empty chats drawn on the way, not 5,000
+    numbers = [int(t.split()[1]) for t in texts(calib, tok)]
+    assert len(set(numbers)) == 8 and numbers == sorted(numbers)  # distinct, in the split's order
+    assert all(n % 4 != 3 for n in numbers)
+    # the manifest's record is that of the samples used
+    record = calib.describe()
+    assert (record["num_samples"], record["num_tokens"]) == (8, 8 * 4)
+    assert record["sha256"] == sha256_json(calib.samples)
+
+
+def test_the_draw_is_the_same_for_a_seed_and_another_for_another_seed(hub_chats):
+    tok = WordTokenizer()
+    first, again = (texts(calibration.build(hub_config(8), tok, seed=0), tok) for _ in range(2))
+    other = texts(calibration.build(hub_config(8), tok, seed=1), tok)
+    assert first == again and first != other
+
+
+def test_a_file_with_too_few_texts_says_how_many_it_has(tmp_path):
+    data = write_jsonl(tmp_path / "c.jsonl", [{"text": "one"}, {"text": ""}, {"text": "two"}])
+    tok = WordTokenizer()
+    with pytest.raises(UserError, match="has 2 non-empty samples, fewer than calibration.num_samples=3"):
+        calibration.build(config(data, 3), tok, seed=0)
+    assert tok.calls == 3
