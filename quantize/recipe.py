@@ -56,6 +56,9 @@ def load(choice: RecipeChoice) -> RecipeFile:
         data = {}
     elif not isinstance(data, dict):
         raise UserError(f"recipe {path} must be a YAML mapping of stages/modifiers")
+    if not data and choice.name != BASELINE:  # the "matched no module" guard never runs on it
+        raise UserError(f"recipe {path} holds no modifiers: saved as {choice.name!r} it would be an unquantized copy "
+                        f"passing for a quantized recipe; add its modifiers, or pass recipe={BASELINE} for the baseline")
     if data and choice.name == BASELINE:
         raise UserError(f"recipe {path} changes the model, but its name {BASELINE!r} is the unquantized baseline's, "
                         "which the report compares every recipe with; rename the file or pass recipe.name=<another name>")

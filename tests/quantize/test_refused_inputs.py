@@ -50,3 +50,14 @@ def test_a_quantizing_recipe_named_original_is_refused(tmp_path, workdir, tiny_m
     for args in ([f"recipe={copy}"], ["recipe=w4a16_rtn", "recipe.name=original"]):
         proc = run_quantize(*args, f"model={tiny_model}", *SMALL_CALIB, f"artifacts_dir={arts}", cwd=workdir)
         assert_refused(proc, arts, "'original' is the unquantized baseline's", "recipe.name=<another name>")
+
+
+def test_a_recipe_without_modifiers_under_another_name_is_refused(tmp_path, workdir, tiny_model):
+    """It would save the dense model as `my_w4`, ranked as a quantized recipe."""
+    arts = tmp_path / "artifacts"
+    for text in ("# int4 weights, to be written\n", "", "{}\n"):
+        empty = tmp_path / "my_w4.yaml"
+        empty.write_text(text)
+        proc = run_quantize(f"recipe={empty}", f"model={tiny_model}", *SMALL_CALIB, f"artifacts_dir={arts}",
+                            cwd=workdir)
+        assert_refused(proc, arts, str(empty), "holds no modifiers", "'my_w4'", "recipe=original")
