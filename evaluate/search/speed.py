@@ -10,7 +10,7 @@ from typing import Callable
 
 from omegaconf import OmegaConf
 
-from evaluate import precision
+from evaluate import engines, precision, results
 from evaluate.analysis.groups import mean_std, numeric_metrics
 from evaluate.batch import stored_runs
 from evaluate.results import Row
@@ -36,6 +36,29 @@ class Host:
 
     def ran(self, row: Row) -> bool:
         return _machine(row.hardware) == self.hardware and provenance.setup_versions(row.versions) == self.versions
+
+
+def evaluate_setup(evaluate_args: list[str], host: Host) -> str:
+    """The setup as configured that `python -m evaluate <evaluate_args>`
+    records on this host (its rows' comparison_id), computed by evaluate's
+    own code: its engine config composed from the arguments as its entry
+    reads them, with the speed variables exported in this shell, which the
+    trial's evaluate inherits (engines.identity)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
+
+    from quantize.common.config import expand_path_shorthands, open_pass_through_keys, register
+    register()
+    args = open_pass_through_keys(expand_path_shorthands(list(evaluate_args)))
+    running = get_gh_backup()  # a trial is a Hydra job itself: its own composition is put back after
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+            engine_cfg = engines.build(compose("evaluate", overrides=args).engine)
+    finally:
+        restore_gh_from_backup(running)
+    return results.setup_id(engines.identity(engine_cfg, engine_cfg.engine), host.versions, host.hardware)
 
 
 def _machine(hardware: dict) -> dict:
@@ -67,7 +90,8 @@ def measured_before(rows: list[Row], manifest_fields: dict, engine: str, scenari
                     same_setup: Callable[[Row], bool], plan: precision.RunPlan) -> str | None:
     """The artifact id whose speed at (engine, scenario) this host measured
     for the same kernel path with the trial's own evaluate setup
-    (`same_setup`: its engine args and env, runs ...), first measured first;
+    (`same_setup`: its engine args and env, those exported in the shell too,
+    runs ...), first measured first;
     None if there is none. A measurement that still owes runs (`plan`, as
     evaluate decides them: a run failed or was cut short) does not count:
     the trial's evaluate measures the missing runs."""

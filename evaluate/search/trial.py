@@ -87,7 +87,7 @@ def _measure_speed(config: SearchConfig, number: int, built: Built, scenario: st
     key = ("search speed", config.engine, scenario, repr(speed.kernel_path(fields)))
     with store_lock.measurement(config.results_dir, key, f"the speed of {built.recipe}'s kernel path"):
         reused = speed.measured_before(results.read(config.results_dir), fields, config.engine, scenario, host,
-                                       same_speed_setup(config, built.artifact_dir),
+                                       same_speed_setup(config, built.artifact_dir, host),
                                        speed.run_plan(config.evaluate_overrides))
         if not reused:
             _run_stage("evaluate", evaluate_command(config, built.artifact_dir, measure_speed=True), config, number)
@@ -158,12 +158,16 @@ def evaluate_command(config: SearchConfig, artifact_dir: Path, measure_speed: bo
     return [sys.executable, "-m", "evaluate", *hardware.with_default(args)]
 
 
-def same_speed_setup(config: SearchConfig, artifact_dir: Path) -> Callable[[results.Row], bool]:
+def same_speed_setup(config: SearchConfig, artifact_dir: Path, host: speed.Host) -> Callable[[results.Row], bool]:
     """Whether a row was measured by this trial's speed evaluate command but
-    for its model: rows of other engine args or env, runs or evaluate settings
-    are neither reused nor averaged in."""
+    for its model, in the setup it runs in here: rows of other engine args or
+    env (exported in the shell too), runs or evaluate settings are neither
+    reused nor averaged in. A row from before rows recorded their setup as
+    configured (comparison_id) is judged by its command alone."""
     command = evaluate_command(config, artifact_dir, measure_speed=True)
-    return lambda row: ran_before(row.repro, "evaluate", command, ignore=MODEL_KEYS)
+    setup = speed.evaluate_setup(command[3:], host)
+    return lambda row: ran_before(row.repro, "evaluate", command, ignore=MODEL_KEYS) and \
+        row.comparison_id in (setup, None)
 
 
 def ran_before(recorded: str | None, module: str, command: list[str], ignore: tuple[str, ...] = ()) -> bool:
@@ -228,7 +232,7 @@ def objective_value(name: str, rows: list[results.Row], config: SearchConfig, bu
                             "see the evaluate log of this trial")
         return float(accuracy[-1].metrics[name])
     value = speed.mean_of(rows, speed_source, config.engine, scenario, name, host,
-                          same_speed_setup(config, built.artifact_dir))
+                          same_speed_setup(config, built.artifact_dir, host))
     if value is None:
         raise UserError(f"no {name} at scenario {scenario} on engine {config.engine} for artifact {speed_source} "
                         f"in {config.results_dir}; see the evaluate log of this trial")

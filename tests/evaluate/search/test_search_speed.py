@@ -117,7 +117,7 @@ def test_speed_is_reused_and_averaged_only_over_runs_of_the_trials_own_evaluate_
     mine, other = config(["engine.args.max_num_seqs=8"]), config(["engine.args.max_num_seqs=1"])
     rows = [measured_by(other, "manual", 10.0), measured_by(mine, "trial-1", 40.0), measured_by(other, "trial-1", 12.0)]
     (tmp_path / "trial-2").mkdir()
-    same = same_speed_setup(mine, tmp_path / "trial-2")
+    same = same_speed_setup(mine, tmp_path / "trial-2", HOST)
     assert speed.measured_before(rows, fields(), "vllm", "interactive", HOST, same, ONE_RUN) == "trial-1"
     assert speed.mean_of(rows, "trial-1", "vllm", "interactive", "output_throughput", HOST, same) == 40.0
     assert speed.measured_before(rows[:1], fields(), "vllm", "interactive", HOST, same, ONE_RUN) is None
@@ -180,6 +180,63 @@ def test_on_a_gpu_host_a_trial_finds_the_rows_its_own_evaluate_wrote(tmp_path, m
         repro = "cd /x && python -m evaluate " + " ".join(as_recorded)
         assert "hardware=cuda" in repro
         if speed_too:
-            assert same_speed_setup(cfg, tmp_path / "a")(row("a", fields(), 40.0, repro=repro))
+            assert same_speed_setup(cfg, tmp_path / "a", HOST)(row("a", fields(), 40.0, repro=repro))
         else:
             assert ran_before(repro, "evaluate", evaluate_command(cfg, tmp_path / "a", False), ignore=SCENARIO_KEYS)
+
+
+def trial_config(tmp_path, engine="vllm", overrides=()):
+    from types import SimpleNamespace
+    return SimpleNamespace(engine=engine, scenario_arg="interactive", accuracy="none", results_dir=tmp_path / "res",
+                           evaluate_overrides=list(overrides))
+
+
+def exported(monkeypatch, values: dict) -> None:
+    """A shell that exported `values` (and no other thread variable) when quantbench started."""
+    from evaluate.engines import base
+    for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(base, "LAUNCH_ENV", (base.LAUNCH_ENV - {"OMP_NUM_THREADS", "MKL_NUM_THREADS"}) | set(values))
+
+
+def test_runs_measured_with_other_threads_exported_in_the_shell_are_neither_reused_nor_averaged(tmp_path, monkeypatch):
+    """The row's command is the same, but the shell exported OMP_NUM_THREADS=1
+    for one: evaluate gave it another setup, and the search took its runs
+    for this trial's (the mean of a 1-thread and a 2-thread run)."""
+    from evaluate.search.trial import evaluate_command, same_speed_setup
+    cfg = trial_config(tmp_path)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    args = evaluate_command(cfg, tmp_path / "a", measure_speed=True)[3:]
+    repro = "cd /x && python -m evaluate " + " ".join(args)
+    exported(monkeypatch, {"OMP_NUM_THREADS": "1"})
+    one_thread = speed.evaluate_setup(args, HOST)
+    exported(monkeypatch, {})
+    plain = speed.evaluate_setup(args, HOST)
+    assert one_thread != plain
+    rows = [row("a", fields(), 10.0, repro=repro, comparison_id=one_thread),
+            row("a", fields(), 30.0, repro=repro, comparison_id=plain)]
+    same = same_speed_setup(cfg, tmp_path / "b", HOST)
+    assert speed.mean_of(rows, "a", "vllm", "interactive", "output_throughput", HOST, same) == 30.0
+    assert speed.measured_before(rows[:1], fields(), "vllm", "interactive", HOST, same, ONE_RUN) is None
+    assert speed.measured_before(rows[1:], fields(), "vllm", "interactive", HOST, same, ONE_RUN) == "a"
+
+
+def test_the_trials_setup_is_the_one_its_evaluate_records(tiny_model, tmp_path, monkeypatch):
+    """Computed by evaluate's own code, not a copy of it: a row the trial's
+    evaluate command wrote carries the setup the trial looks for."""
+    import subprocess
+    from tests.conftest import quantize_env
+    from evaluate import results
+    from evaluate.search.trial import evaluate_command
+    exported(monkeypatch, {"OMP_NUM_THREADS": "1"})
+    cfg = trial_config(tmp_path, "hf", ["runs=1", "engine.args.max_model_len=128"])
+    (tmp_path / "interactive.yaml").write_text("name: interactive\nbatch_size: 1\ninput_len: 8\noutput_len: 2\n")
+    cfg.scenario_arg = str(tmp_path / "interactive.yaml")
+    command = evaluate_command(cfg, tiny_model, measure_speed=True)
+    out = subprocess.run(command, cwd=tmp_path, env=quantize_env(), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    written = {r.comparison_id for r in results.read(cfg.results_dir)}
+    assert written == {speed.evaluate_setup(command[3:], speed.Host.here())}
