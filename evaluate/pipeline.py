@@ -111,10 +111,7 @@ def run(config: EvaluateConfig) -> None:
     _track_stored(job)
     stored = [r for r in results.read(store.parent) if r.ok] if config.skip_completed else []
     done = {r.run_key() for r in stored}
-    for s in unfit:
-        reason = f"needs {s.max_len} tokens, max_model_len is {job.limit}"
-        job.record(job.scenario_row(s), "skipped", reason=reason)
-        log.warning("skipping scenario %s: %s", s.name, reason)
+    _skip(job, unfit)
     todo = {s: _pending(job, s, stored) for s in job.fit}
     todo = {s: pending for s, pending in todo.items() if pending.owed}
     accuracy_todo = job.accuracy_cfg is not None and job.accuracy_row().run_key() not in done
@@ -136,6 +133,20 @@ def run(config: EvaluateConfig) -> None:
         raise RunsFailed(f"{len(job.failed)} run(s) failed while the others were measured (the first: "
                          f"{job.failed[0]}); they are recorded failed in {store}: once the cause is fixed, the "
                          "same command measures only them")
+
+
+def _skip(job: Job, unfit: list[Scenario]) -> None:
+    """A `skipped` row for each scenario too long for the context, once per
+    setup: a rerun says why again but appends no second row."""
+    if not unfit:
+        return
+    known = results.completed_keys(job.store.parent, statuses=("skipped",))
+    for s in unfit:
+        reason = f"needs {s.max_len} tokens, max_model_len is {job.limit}"
+        row = job.scenario_row(s)
+        if row.run_key() not in known:
+            job.record(row, "skipped", reason=reason)
+        log.warning("skipping scenario %s: %s", s.name, reason)
 
 
 def _track_stored(job: Job) -> None:

@@ -107,21 +107,27 @@ def test_a_scenario_file_that_does_not_exist_is_one_line_naming_the_fix(eval_art
 
 
 def test_scenario_longer_than_context_is_skipped_with_reason_in_a_set(eval_artifacts, tmp_path, scen):
-    """In a scenario set, a scenario the model cannot hold is recorded as skipped.
-    The set includes one scenario by name (next to it) and one by path."""
+    """In a scenario set, a scenario the model cannot hold is recorded as
+    skipped, once: a rerun (nothing left to do) appends no second row. The
+    set includes one scenario by name (next to it) and one by path."""
     d = tmp_path / "my_scenarios"
     d.mkdir()
     tiny_a = scen["test_tiny_a"].split("=", 1)[1]
     (d / "test_too_long.yaml").write_text("name: test_too_long\nbatch_size: 1\ninput_len: 4096\noutput_len: 8\n")
     (d / "test_set_long.yaml").write_text(f"name: test_set_long\ninclude: [test_too_long, {tiny_a}]\n")
-    out = run_cli("evaluate", f"model={eval_artifacts['original']}", "engine=hf",
-                  f"scenario={d / 'test_set_long.yaml'}", "runs=1", "accuracy=none", f"results_dir={tmp_path}",
-                  cwd=tmp_path)
+    args = ("evaluate", f"model={eval_artifacts['original']}", "engine=hf", f"scenario={d / 'test_set_long.yaml'}",
+            "runs=1", "accuracy=none", f"results_dir={tmp_path}")
+    out = run_cli(*args, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = {r.scenario: r for r in results.read(tmp_path)}
     assert rows["test_too_long"].status == "skipped"
     assert "max_model_len is 1024" in rows["test_too_long"].reason
     assert rows["test_tiny_a"].status == "ok"
+    again = run_cli(*args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "skipping scenario test_too_long: needs 4104 tokens" in again.stdout + again.stderr
+    assert [(r.scenario, r.status) for r in results.read(tmp_path)] == [("test_too_long", "skipped"),
+                                                                         ("test_tiny_a", "ok")]
 
 
 @pytest.mark.extended
