@@ -76,17 +76,43 @@ def _looks_like_path(value: str) -> bool:
 
 def check_group_options(argv: list[str]) -> None:
     """An unknown `group=<name>` becomes one line naming the choices (Hydra's
-    own error is a screenful); sweeps (`a,b`) are checked name by name."""
+    own error is a screenful); sweeps (`a,b`) are checked name by name, and a
+    sweep mixing names and paths is refused (see _refuse_names_with_paths)."""
     roots = [CONF_DIR] + search_path_dirs(argv)
     for arg in argv:
         key, sep, value = arg.partition("=")
-        if not sep or key.startswith("hydra") or not is_group(key, roots) or _looks_like_path(value.split(",")[0]):
+        if not sep or key.startswith("hydra") or not is_group(key, roots):
             continue
+        items = value.split(",")
+        names = [item for item in items if not _looks_like_path(item)]
         known = group_options(key, roots)
-        unknown = [name for name in value.split(",") if name not in known and name != "null"]
+        unknown = [name for name in names if name not in known and name != "null"]
         if unknown:
             print(f"error: unknown {key} {unknown[0]!r}; choose from {shown_options(key, roots)}", file=sys.stderr)
             raise SystemExit(2)
+        if key in PATH_GROUPS and names and len(names) < len(items):
+            _refuse_names_with_paths(key, items)
+
+
+def _refuse_names_with_paths(key: str, items: list[str]) -> None:
+    """`recipe=w4a16_rtn,u/my.yaml`: a sweep is over the group's options (names)
+    or over the path option's paths; Hydra cannot take both in one list."""
+    as_paths = [item if _looks_like_path(item) else _option_file(key, item) for item in items]
+    fix = f"give every {key} as a path" + (f" ({key}={','.join(as_paths)})" if all(as_paths) else "")
+    print(f"error: {key}={','.join(items)} mixes option names and paths, which one sweep cannot take; {fix}, "
+          "or sweep the names and the paths in two runs", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _option_file(key: str, name: str) -> str | None:
+    """The file behind `recipe=<name>` (relative to the working directory where
+    it is under it); None for other groups' options, which are not one file."""
+    from quantize.common.recipe_choices import find
+    choice = find(name) if key == "recipe" else None
+    if choice is None:
+        return None
+    path = Path(choice.path)
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
 
 def open_pass_through_keys(argv: list[str]) -> list[str]:

@@ -82,3 +82,40 @@ def test_a_sweep_of_paths_sweeps_the_path_option(tmp_path, monkeypatch):
 @pytest.mark.parametrize("arg", ["recipe=original,w4a16_gptq", "model=smollm2_135m,./a", "model=./a,"])
 def test_a_sweep_that_is_not_all_paths_stays_hydras(arg):
     assert expand_path_shorthands([arg]) == [arg]
+
+
+@pytest.mark.parametrize("order", ["name first", "path first"])
+def test_a_sweep_mixing_recipe_names_and_paths_is_one_line_naming_the_paths(order, tmp_path, monkeypatch, capsys):
+    """`-m recipe=w4a16_rtn,u/my_w4.yaml` said "unknown recipe 'u/my_w4.yaml'",
+    the other order Hydra's "Could not find 'recipe/u/my_w4.yaml'": a sweep is
+    over names or over paths; the line gives the list as paths, which works."""
+    from quantize.common.config import check_group_options
+    from quantize.common.paths import PROJECT_ROOT
+    monkeypatch.chdir(tmp_path)
+    items = ["w4a16_rtn", "u/my_w4.yaml"] if order == "name first" else ["u/my_w4.yaml", "w4a16_rtn"]
+    with pytest.raises(SystemExit) as e:
+        check_group_options([f"recipe={','.join(items)}"])
+    assert e.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    shipped = str(PROJECT_ROOT / "recipes" / "w4a16_rtn.yaml")
+    suggested = ",".join(shipped if item == "w4a16_rtn" else item for item in items)
+    assert line.startswith(f"error: recipe={','.join(items)} mixes option names and paths")
+    assert f"give every recipe as a path (recipe={suggested})" in line
+    assert expand_path_shorthands([f"recipe={suggested}"])[0] == "recipe=file"   # the suggestion is a path sweep
+
+
+def test_the_cli_refuses_a_mixed_sweep_before_hydra(tmp_path):
+    from tests.conftest import run_quantize
+    (tmp_path / "u").mkdir()
+    (tmp_path / "u" / "my_w4.yaml").write_text("quant_stage: {}\n")
+    proc = run_quantize("-m", "recipe=u/my_w4.yaml,w4a16_rtn", "model=smollm2_135m", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "mixes option names and paths" in proc.stderr and "Could not find" not in proc.stderr
+    assert not (tmp_path / "multirun").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["u"]
+
+
+def test_a_mixed_model_sweep_is_refused_too(capsys):
+    from quantize.common.config import check_group_options
+    with pytest.raises(SystemExit):
+        check_group_options(["model=smollm2_135m,/tmp/some/checkpoint"])
+    assert "give every model as a path, or sweep the names and the paths in two runs" in capsys.readouterr().err
