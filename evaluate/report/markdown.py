@@ -31,9 +31,11 @@ from evaluate.report.search_files import sensitivities, studies
 from evaluate.report.search_markdown import render_search, render_sensitivity
 from evaluate.report.search_plots import png_files
 from evaluate.report.serving_markdown import render_serving
-from evaluate.report.stores_markdown import hardware_lines, place_names, render_across_stores, shared_rows_lines
+from evaluate.report.stores_markdown import (
+    hardware_lines, place_names, render_across_stores, setup_hardware_text, shared_rows_lines)
 from evaluate.report.config import OutputFormat, ReportConfig
 from evaluate.results import Refused, Row
+from quantize.common.provenance import setup_versions
 
 SPEED = "output_throughput"
 SUSPECT_TITLE = "Suspect artifacts (not ranked)"
@@ -249,19 +251,30 @@ def defaults_lines(rows: list[Row]) -> list[str]:
 
 
 def setup_lines(rows: list[Row]) -> list[str]:
-    """One line per (setup, engine, args, env) with the recipes measured in it.
-    A row that never reached an engine (skipped, failed) records the args as
-    configured, not as the engine resolved them, so a setup that measured
-    anything is shown from its measured rows only."""
+    """One line per (setup, engine, args, env, versions, hardware) with the
+    recipes measured in it: the versions and hardware its id hashes, so each
+    setup id is tied to its machine. A row that never reached an engine
+    (skipped, failed) records the args as configured, not as the engine
+    resolved them, so a setup that measured anything is shown from its
+    measured rows only."""
     measured = {r.setup_id for r in rows if r.ok}
     combos: dict[tuple, set] = {}
     for r in rows:
         if r.setup_id in measured and not r.ok:
             continue
-        key = (r.setup_id or MISSING, r.engine or "?", inline_json(r.engine_args), inline_json(r.engine_env))
+        key = (r.setup_id or MISSING, r.engine or "?", inline_json(r.engine_args), inline_json(r.engine_env),
+               setup_machine_text(r))
         combos.setdefault(key, set()).add(r.recipe or "?")
-    return [f"  - `{setup}` {engine}: args {args}, env {env} (recipes: {', '.join(sorted(recipes))})"
-            for (setup, engine, args, env), recipes in sorted(combos.items())]
+    return [f"  - `{setup}` {engine}: args {args}, env {env}{machine} (recipes: {', '.join(sorted(recipes))})"
+            for (setup, engine, args, env, machine), recipes in sorted(combos.items())]
+
+
+def setup_machine_text(row: Row) -> str:
+    """`, versions …, on <hardware>`: what the row's setup id hashes beside
+    its engine; nothing for what the row did not record."""
+    versions = setup_versions(row.versions)
+    return ((f", versions `{', '.join(f'{k} {v}' for k, v in sorted(versions.items()))}`" if versions else "")
+            + (f", on {setup_hardware_text(row.hardware)}" if row.hardware else ""))
 
 
 def capability_text(facts: dict) -> str:

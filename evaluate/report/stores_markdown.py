@@ -28,6 +28,12 @@ def hardware_text(hw: dict) -> str:
     return host + "; ".join(parts)
 
 
+def setup_hardware_text(hw: dict) -> str:
+    """The hardware a setup id hashes, in words: hardware_text without the
+    host, so a setup line reads as the `- Hardware:` line of its machine."""
+    return hardware_text(machine_of(hw))
+
+
 def machine_text(hw: dict) -> str:
     """The machine in a few words: host, CPU, accelerators."""
     accelerators = ", ".join(hw.get("accelerators") or []) or "no accelerator"

