@@ -16,6 +16,7 @@ from quantize.common.paths import resolve
 from quantize.common import fingerprint, hf_load, manifest
 from quantize.common.fingerprint import WeightsFingerprint
 from quantize.common.manifest import Manifest
+from quantize.common.model_config import context_length
 from quantize.common.checkpoint import check_weight_files, planned_quantization_config, weight_files
 from quantize.common.provenance import sha256_files
 from quantize.common.settings import shown
@@ -252,24 +253,6 @@ def refuse_model_code(config: TargetConfig) -> None:
     path = _artifact_dir(config) if config.recipe_name is not None else resolve(config.model_path)
     if (path / "config.json").is_file():
         hf_load.refuse_model_code(path)
-
-
-def context_length(config: dict) -> int | None:
-    """The longest sequence the model's positions cover: max_position_embeddings,
-    or what a rope scaling declared in config.json stretches them to (its
-    factor times original_max_position_embeddings, else times
-    max_position_embeddings). None where config.json does not say."""
-    text = config if "max_position_embeddings" in config else config.get("text_config") or {}
-    positions = text.get("max_position_embeddings")
-    if not isinstance(positions, int):
-        return None
-    scaling = text.get("rope_scaling") or text.get("rope_parameters")
-    if not isinstance(scaling, dict) or (scaling.get("rope_type") or scaling.get("type")) in (None, "default"):
-        return positions
-    factor, original = scaling.get("factor"), scaling.get("original_max_position_embeddings")
-    if not isinstance(factor, (int, float)) or factor <= 1:
-        return positions
-    return max(positions, int((original if isinstance(original, int) else positions) * factor))
 
 
 def _target_dir(config: TargetConfig) -> Path:

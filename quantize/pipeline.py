@@ -18,7 +18,7 @@ from quantize.common.dtypes import checkpoint_dtype, compute_dtype
 from quantize.common.errors import UserError
 from quantize.common.jobs import job_command
 from quantize.common.manifest import Manifest, ModelInfo, RecipeInfo
-from quantize.common.model_config import is_quantized
+from quantize.common.model_config import context_length, is_quantized
 from quantize.common.paths import resolve
 from quantize.common.provenance import dir_bytes, hardware, sha256_files, versions
 from quantize.config import QuantizeConfig
@@ -103,11 +103,22 @@ def _check_recipe(config: QuantizeConfig, recipe: recipes.RecipeFile, model_dir:
     needs_data = recipes.check_with_llmcompressor(recipe)
     if needs_data:
         calibration.check_held_out(config.calibration, config.sanity)
+        _check_positions(config, model_dir)
     else:
         log.info("recipe %s needs no calibration data: no text is read, and calibration.* and seed "
                  "are not part of its artifact id", recipe.name)
     smoothquant_check.check(recipe, model_dir)
     return needs_data
+
+
+def _check_positions(config: QuantizeConfig, model_dir: Path) -> None:
+    """Calibration windows longer than the model's positions crash oneshot
+    (learned positions) or calibrate on positions the model never serves (RoPE)."""
+    seq, positions = config.calibration.max_seq_len, context_length(_read_config(model_dir))
+    if positions is not None and seq > positions:
+        raise UserError(f"calibration.max_seq_len={seq} is longer than the {positions} positions model "
+                        f"{config.model.name} covers (its config.json); pass calibration.max_seq_len={positions} "
+                        "or less")
 
 
 def _complete_manifest(config: QuantizeConfig, out: Path) -> Manifest | None:

@@ -61,3 +61,12 @@ def test_a_recipe_without_modifiers_under_another_name_is_refused(tmp_path, work
         proc = run_quantize(f"recipe={empty}", f"model={tiny_model}", *SMALL_CALIB, f"artifacts_dir={arts}",
                             cwd=workdir)
         assert_refused(proc, arts, str(empty), "holds no modifiers", "'my_w4'", "recipe=original")
+
+
+def test_calibration_windows_longer_than_the_model_positions_are_refused(tmp_path, workdir, tiny_model):
+    """Learned positions (OPT) crashed oneshot with an IndexError; RoPE calibrated on positions never served."""
+    short = copy_with_config(tiny_model, tmp_path / "short", max_position_embeddings=256)
+    arts = tmp_path / "artifacts"
+    proc = run_quantize("recipe=w8a8_smooth_ptq", f"model={short}", "calibration.num_samples=2",
+                        "calibration.max_seq_len=512", f"artifacts_dir={arts}", cwd=workdir)
+    assert_refused(proc, arts, "calibration.max_seq_len=512", "256 positions", "calibration.max_seq_len=256")
