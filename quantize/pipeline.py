@@ -20,7 +20,7 @@ from quantize.common.jobs import job_command
 from quantize.common.manifest import Manifest, ModelInfo, RecipeInfo
 from quantize.common.model_config import context_length, is_quantized
 from quantize.common.paths import resolve
-from quantize.common.provenance import dir_bytes, hardware, sha256_files, versions
+from quantize.common.provenance import artifact_versions, dir_bytes, hardware, sha256_files, versions
 from quantize.config import QuantizeConfig
 
 log = logging.getLogger("quantbench.quantize")
@@ -130,26 +130,74 @@ def _skipped(existing: Manifest, inputs: Inputs, out: Path, hold: file_lock.Hold
     """A complete artifact of these inputs is skipped, under the id its
     manifest records; one of other inputs is one line: it is never replaced
     unasked."""
-    other = _other_inputs(existing, inputs, out)
+    other, keys = _other_inputs(existing, inputs, out)
     if other:
+        suffix = next((suffix for k, suffix in SWEPT_DIR_SUFFIX.items() if k in keys), None)
+        each = (f"a folder per point, e.g. artifact_dir='${{artifacts_dir}}/${{model.name}}/${{recipe.name}}{suffix}'"
+                if suffix else "artifact_dir=<new dir>")
         raise UserError(f"{out} holds artifact {existing.artifact_id} built from {other}; "
-                        "pass force=true to replace it, or artifact_dir=<new dir> to keep both")
+                        f"pass force=true to replace it, or {each} to keep both")
     by = f", built by {hold.holder} while this process waited {hold.waited_s:.1f} s" if hold and hold.waited else ""
     log.info("artifact %s is complete at %s%s: skipping (force=true rebuilds)", existing.artifact_id, out, by)
     return out
 
 
-def _other_inputs(existing: Manifest, inputs: Inputs, out: Path) -> str | None:
-    """What differs between the inputs `existing` was built from and these;
-    None: nothing. A manifest of id scheme 1 hashed no config.json: the
-    artifact's own config.json is compared with the model's instead."""
+# An input a sweep varies that the default artifact_dir does not name: the
+# part of a per-point artifact_dir that tells its points apart (docs/sweeps.md);
+# the seed first, as it changes the calibration tokens too.
+SWEPT_DIR_SUFFIX = {"seed": "-seed${seed}", "calibration_dtype": "-${calibration_dtype}",
+                    "calibration_sha256": "-${calibration.name}"}
+# The inputs artifact_id hashes, as the refusal names them; the last two only
+# from id schemes 2 and 3 on (recorded as None before).
+INPUT_NAMES = {"model_weights_sha256": "model weights", "recipe_sha256": "recipe",
+               "calibration_sha256": "calibration tokens", "seed": "seed", "calibration_dtype": "calibration_dtype", "model_config_sha256": "model config.json",
+               "model_files_sha256": "model tokenizer/chat template/generation config"}
+
+
+def _other_inputs(existing: Manifest, inputs: Inputs, out: Path) -> tuple[str | None, list[str]]:
+    """What differs between the inputs `existing` was built from and these,
+    and the keys of those inputs; None: nothing. A manifest of id scheme 1
+    hashed no config.json: the artifact's own config.json is compared with the
+    model's instead."""
     if manifest.id_as_recorded(existing, inputs.identity) != existing.artifact_id:
-        return "other inputs"
+        differing = _differing_inputs(existing, inputs)
+        shown = "; ".join(text for _, text in differing)
+        return (f"other inputs ({shown})" if shown else "other inputs"), [key for key, _ in differing]
     if existing.id_scheme is None:
         differing = manifest.config_differences(_saved_config(out), _read_config(inputs.model_dir))
         if differing:
-            return f"a config.json with other {', '.join(differing[:5])}"
-    return None
+            return f"a config.json with other {', '.join(differing[:5])}", ["model_config_sha256"]
+    return None, []
+
+
+def _differing_inputs(existing: Manifest, inputs: Inputs) -> list[tuple[str, str]]:
+    """(key, "name: recorded -> now") of each hashed input that differs from
+    what the manifest records, hashes cut to 12 characters."""
+    model, recipe, now = existing.model, existing.recipe, inputs.identity
+    recorded = {"model_weights_sha256": model.weights_sha256, "recipe_sha256": recipe.sha256,
+                "calibration_sha256": (existing.calibration or {}).get("sha256"), "seed": existing.seed,
+                "calibration_dtype": existing.calibration_dtype, "model_config_sha256": model.config_sha256,
+                "model_files_sha256": model.files_sha256}
+    if now["calibration_sha256"] is None and now["versions"] is not None and existing.calibration:
+        now = now | {k: recorded[k] for k in ("calibration_sha256", "seed")}  # they stand (id_as_recorded)
+    paths = {"model_weights_sha256": (model.path, str(inputs.model_dir)),
+             "recipe_sha256": (recipe.source, str(inputs.recipe.path))}
+    out = []
+    for key, name in INPUT_NAMES.items():
+        if recorded[key] == now[key] or (recorded[key] is None and key.startswith("model_")):
+            continue
+        then_from, now_from = paths.get(key, (None, None))
+        where = f" ({then_from} -> {now_from})" if then_from != now_from else ""
+        out.append((key, f"{name} {_short(recorded[key])} -> {_short(now[key])}{where}"))
+    if now["versions"] is not None:
+        then, current = artifact_versions(existing.versions or {}), artifact_versions(now["versions"])
+        out += [("versions", f"{name} {then[name]} -> {v}") for name, v in current.items() if then[name] != v]
+    return out
+
+
+def _short(value) -> str:
+    """A sha256 cut to 12 characters; other values as they are."""
+    return value[:12] if isinstance(value, str) and len(value) == 64 else str(value)
 
 
 def _read_config(checkpoint: Path) -> dict:

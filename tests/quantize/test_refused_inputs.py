@@ -70,3 +70,32 @@ def test_calibration_windows_longer_than_the_model_positions_are_refused(tmp_pat
     proc = run_quantize("recipe=w8a8_smooth_ptq", f"model={short}", "calibration.num_samples=2",
                         "calibration.max_seq_len=512", f"artifacts_dir={arts}", cwd=workdir)
     assert_refused(proc, arts, "calibration.max_seq_len=512", "256 positions", "calibration.max_seq_len=256")
+
+
+def test_an_artifact_of_another_seed_or_dtype_names_what_differs_and_a_folder_per_point(tmp_path, workdir, tiny_model):
+    """Neither input is in the default folder name: a sweep over one collides, and the line says which
+    differs and the artifact_dir that keeps each point apart."""
+    arts = tmp_path / "artifacts"
+    calibrated = ("recipe=w8a8_smooth_ptq", f"model={tiny_model}", "calibration.num_samples=2",
+                  "calibration.max_seq_len=64", f"artifacts_dir={arts}")
+    first = run_quantize(*calibrated, "seed=0", "calibration_dtype=float32", cwd=workdir)
+    assert first.returncode == 0, tail(first)
+    built = arts / "tiny-llama" / "w8a8_smooth_ptq"
+    before = {p: p.stat().st_mtime_ns for p in built.rglob("*")}
+    for change, words in (("seed=1", ["seed 0 -> 1", "artifact_dir='${artifacts_dir}/${model.name}/${recipe.name}"
+                                                    "-seed${seed}'"]),
+                          ("calibration_dtype=bfloat16", ["calibration_dtype float32 -> bfloat16", "-${calibration_dtype}'"])):
+        seed = "seed=0" if change.startswith("calibration_dtype") else change
+        dtype = change if change.startswith("calibration_dtype") else "calibration_dtype=float32"
+        proc = run_quantize(*calibrated, seed, dtype, cwd=workdir)
+        assert proc.returncode == 2, tail(proc)
+        line = last_line(proc.stderr)
+        assert line.startswith(f"error: {built} holds artifact "), line
+        for word in words:
+            assert word in line, f"{word!r} not in: {line}"
+        assert {p: p.stat().st_mtime_ns for p in built.rglob("*")} == before
+    # the folder the line proposes, as typed: each point gets its own
+    pattern = line.split("artifact_dir=", 1)[1].split(" ", 1)[0].strip("'")
+    apart = run_quantize(*calibrated, "seed=0", "calibration_dtype=bfloat16", f"artifact_dir={pattern}", cwd=workdir)
+    assert apart.returncode == 0, tail(apart)
+    assert (arts / "tiny-llama" / "w8a8_smooth_ptq-bfloat16" / "manifest.json").is_file()
