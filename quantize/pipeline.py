@@ -1,7 +1,6 @@
 """model + recipe + calibration -> artifact directory (checkpoint, recipe.yaml,
 manifest.json), written atomically and skipped when already complete."""
 import dataclasses
-import json
 import logging
 import time
 from contextlib import contextmanager
@@ -14,10 +13,11 @@ from quantize.common import disk, file_lock, fingerprint, hf_load, manifest, moe
 from quantize.common.atomic import build_turn, staging_dir
 from quantize.common.checkpoint import (check_complete, check_weight_files, ignore_unquantized,
                                         linear_subclasses_as_linear, quantization_summary, weight_files)
-from quantize.common.dtypes import checkpoint_dtype, compute_dtype
+from quantize.common.dtypes import compute_dtype, config_dtype
 from quantize.common.errors import UserError
 from quantize.common.jobs import job_command
 from quantize.common.manifest import Manifest, ModelInfo, RecipeInfo
+from quantize.common import model_config as model_configs
 from quantize.common.model_config import context_length, is_quantized
 from quantize.common.paths import resolve
 from quantize.common.provenance import artifact_versions, dir_bytes, hardware, sha256_files, versions
@@ -31,6 +31,7 @@ class Inputs:
     """What one artifact is built from, and the id they hash to."""
     config: QuantizeConfig
     model_dir: Path
+    model_config: dict  # its config.json, read once
     recipe: recipes.RecipeFile
     calib: calibration.CalibrationSet | None
     identity: dict
@@ -63,23 +64,24 @@ def _quantize(config: QuantizeConfig) -> Path:
     """The artifact of `config`: skipped when complete, else built under its build lock."""
     timer = Timer()
     check = verify.mode(config.verify)
-    model_dir = _model_dir(config.model.path)
+    model_dir, model_config = _model(config.model.path)
     recipe = recipes.load(config.recipe)
-    needs_data = not recipe.is_baseline and _check_recipe(config, recipe, model_dir)
+    needs_data = not recipe.is_baseline and _check_recipe(config, recipe, model_dir, model_config)
     out = resolve(config.artifact_dir)
     # Before minutes of calibration: an output dir with a corrupt manifest is
     # only replaced when asked to.
     existing = _complete_manifest(config, out)
     if existing is None and config.memory_check:  # a build follows: will the model fit?
-        _check_memory(config, model_dir, recipe)
+        _check_memory(config, model_dir, model_config, recipe)
     if existing is None and config.disk_check:  # ... and will the artifact?
         _check_disk(model_dir, recipe, out)
 
     with timer.phase("load tokenizer and calibration"):
         tokenizer = _load_tokenizer(model_dir)
         calib = calibration.build(config.calibration, tokenizer, config.seed) if needs_data else None
-    identity = _identity(config, model_dir, recipe, calib, _calibration_dtype(config, model_dir, recipe))
-    inputs = Inputs(config, model_dir, recipe, calib, identity, manifest.artifact_id(**identity))
+    identity = _identity(config, model_dir, model_config, recipe, calib,
+                         _calibration_dtype(config, model_config, recipe))
+    inputs = Inputs(config, model_dir, model_config, recipe, calib, identity, manifest.artifact_id(**identity))
     if existing:
         return _skipped(existing, inputs, out)
     # One build of an artifact at a time: a second quantize of it waits here,
@@ -96,14 +98,14 @@ def _quantize(config: QuantizeConfig) -> Path:
     return out
 
 
-def _check_recipe(config: QuantizeConfig, recipe: recipes.RecipeFile, model_dir: Path) -> bool:
+def _check_recipe(config: QuantizeConfig, recipe: recipes.RecipeFile, model_dir: Path, model_config: dict) -> bool:
     """A quantizing recipe's checks, the calibration's quick ones first
     (llm-compressor imports for ~5 s); returns whether it needs calibration data."""
     calibration.check(config.calibration)
     needs_data = recipes.check_with_llmcompressor(recipe)
     if needs_data:
         calibration.check_held_out(config.calibration, config.sanity)
-        _check_positions(config, model_dir)
+        _check_positions(config, model_config)
     else:
         log.info("recipe %s needs no calibration data: no text is read, and calibration.* and seed "
                  "are not part of its artifact id", recipe.name)
@@ -111,10 +113,10 @@ def _check_recipe(config: QuantizeConfig, recipe: recipes.RecipeFile, model_dir:
     return needs_data
 
 
-def _check_positions(config: QuantizeConfig, model_dir: Path) -> None:
+def _check_positions(config: QuantizeConfig, model_config: dict) -> None:
     """Calibration windows longer than the model's positions crash oneshot
     (learned positions) or calibrate on positions the model never serves (RoPE)."""
-    seq, positions = config.calibration.max_seq_len, context_length(_read_config(model_dir))
+    seq, positions = config.calibration.max_seq_len, context_length(model_config)
     if positions is not None and seq > positions:
         raise UserError(f"calibration.max_seq_len={seq} is longer than the {positions} positions model "
                         f"{config.model.name} covers (its config.json); pass calibration.max_seq_len={positions} "
@@ -150,7 +152,8 @@ SWEPT_DIR_SUFFIX = {"seed": "-seed${seed}", "calibration_dtype": "-${calibration
 # The inputs artifact_id hashes, as the refusal names them; the last two only
 # from id schemes 2 and 3 on (recorded as None before).
 INPUT_NAMES = {"model_weights_sha256": "model weights", "recipe_sha256": "recipe",
-               "calibration_sha256": "calibration tokens", "seed": "seed", "calibration_dtype": "calibration_dtype", "model_config_sha256": "model config.json",
+               "calibration_sha256": "calibration tokens", "seed": "seed", "calibration_dtype": "calibration_dtype",
+               "model_config_sha256": "model config.json",
                "model_files_sha256": "model tokenizer/chat template/generation config"}
 
 
@@ -164,7 +167,7 @@ def _other_inputs(existing: Manifest, inputs: Inputs, out: Path) -> tuple[str | 
         shown = "; ".join(text for _, text in differing)
         return (f"other inputs ({shown})" if shown else "other inputs"), [key for key, _ in differing]
     if existing.id_scheme is None:
-        differing = manifest.config_differences(_saved_config(out), _read_config(inputs.model_dir))
+        differing = manifest.config_differences(_saved_config(out), inputs.model_config)
         if differing:
             return f"a config.json with other {', '.join(differing[:5])}", ["model_config_sha256"]
     return None, []
@@ -200,15 +203,11 @@ def _short(value) -> str:
     return value[:12] if isinstance(value, str) and len(value) == 64 else str(value)
 
 
-def _read_config(checkpoint: Path) -> dict:
-    return json.loads((checkpoint / "config.json").read_text())
-
-
 def _saved_config(artifact_dir: Path) -> dict:
     """The artifact's config.json; {} when unreadable (evaluate names that in one line)."""
     try:
-        return _read_config(artifact_dir)
-    except (OSError, ValueError):
+        return model_configs.read(artifact_dir)
+    except (OSError, UserError):
         return {}
 
 
@@ -324,6 +323,11 @@ def _sanity_after(base: sanity.Measure, model) -> dict:
 
 
 def _model_dir(path) -> Path:
+    return _model(path)[0]
+
+
+def _model(path) -> tuple[Path, dict]:
+    """The checkpoint folder of `model=` and its config.json, checked before anything loads."""
     from quantize.common import hub
     from quantize.common.assets import SMOLLM2_DIR, ensure_default_model
     model_dir = hub.download(str(path)) if hub.is_repo_id(str(path)) else resolve(path)
@@ -332,15 +336,16 @@ def _model_dir(path) -> Path:
     if not (model_dir / "config.json").is_file():
         raise UserError(f"model {model_dir} is not a Hugging Face checkpoint (no config.json); "
                         "pass model=<preset> (see conf/model/), model=<local checkpoint dir> or model=<hub owner/name>")
+    model_config = model_configs.read(model_dir)
     hf_load.refuse_model_code(model_dir)
-    if is_quantized(_read_config(model_dir)):  # "original" would be it, and a recipe would quantize it twice
+    if is_quantized(model_config):  # "original" would be it, and a recipe would quantize it twice
         raise UserError(f"model {model_dir} is already quantized (its config.json has a quantization_config); "
                         "pass model=<its full-precision checkpoint>, the one it was quantized from")
     if not weight_files(model_dir):
         raise UserError(f"model {model_dir} has no *.safetensors weights; only safetensors "
                         "checkpoints are loaded (convert .bin weights first)")
     check_weight_files(weight_files(model_dir))
-    return model_dir
+    return model_dir, model_config
 
 
 def _load_tokenizer(model_dir: Path):
@@ -358,14 +363,14 @@ def _load_model(model_dir: Path):
     return model
 
 
-def _check_memory(config: QuantizeConfig, model_dir: Path, recipe: recipes.RecipeFile) -> None:
+def _check_memory(config: QuantizeConfig, model_dir: Path, model_config: dict, recipe: recipes.RecipeFile) -> None:
     """From the safetensors headers, before the tokenizer, the calibration set
     and the weight hash: a model too big for this machine's free memory fails
     in milliseconds, instead of in an OOM kill minutes later."""
     from quantize.common import memory_check
     # The model is loaded in its checkpoint's dtype, then cast to the calibration dtype.
-    held = memory_check.wider(str(checkpoint_dtype(model_dir)).removeprefix("torch."),
-                              _calibration_dtype(config, model_dir, recipe))
+    held = memory_check.wider(str(config_dtype(model_config)).removeprefix("torch."),
+                              _calibration_dtype(config, model_config, recipe))
     hessians = any(m in memory_check.HESSIAN_MODIFIERS for m in recipe.modifiers)
     gpu = not recipe.is_baseline and memory_check.on_gpu()  # the baseline is only loaded and saved
     need = memory_check.check(model_dir, held, on_gpu=gpu, hessians=hessians)
@@ -383,20 +388,20 @@ def _check_disk(model_dir: Path, recipe: recipes.RecipeFile, out: Path) -> None:
     log.info("disk: the artifact's %s fits on the disk of %s", disk.size(need), out)
 
 
-def _calibration_dtype(config: QuantizeConfig, model_dir: Path, recipe: recipes.RecipeFile) -> str | None:
+def _calibration_dtype(config: QuantizeConfig, model_config: dict, recipe: recipes.RecipeFile) -> str | None:
     """Name of the dtype oneshot runs in (see quantize/common/dtypes.py)."""
     if recipe.is_baseline:
         return None
-    return str(compute_dtype(checkpoint_dtype(model_dir), config.calibration_dtype)).removeprefix("torch.")
+    return str(compute_dtype(config_dtype(model_config), config.calibration_dtype)).removeprefix("torch.")
 
 
-def _identity(config: QuantizeConfig, model_dir: Path, recipe: recipes.RecipeFile,
+def _identity(config: QuantizeConfig, model_dir: Path, model_config: dict, recipe: recipes.RecipeFile,
               calib: calibration.CalibrationSet | None, calibration_dtype: str | None) -> dict:
     """Everything that determines an artifact's bytes (manifest.artifact_id hashes it); `calib`
     None: the baseline or a data-free recipe, whose bytes no calibration or seed changes."""
     return {
         "model_weights_sha256": sha256_files(weight_files(model_dir)),
-        "model_config_sha256": manifest.config_sha256(_read_config(model_dir)),
+        "model_config_sha256": manifest.config_sha256(model_config),
         "model_files_sha256": sha256_files(p for name in manifest.MODEL_FILES if (p := model_dir / name).is_file()),
         "recipe_sha256": recipe.sha256,
         "calibration_sha256": calib.sha256 if calib else None,
@@ -472,7 +477,7 @@ def _manifest(inputs: Inputs, tmp: Path, timer: Timer, checks: dict) -> Manifest
     config, model_dir, recipe, calib, identity = (inputs.config, inputs.model_dir, inputs.recipe, inputs.calib,
                                                   inputs.identity)
     weights = weight_files(tmp)
-    model_config = _read_config(model_dir)
+    model_config = inputs.model_config
     quantization = quantization_summary(tmp)
     return Manifest(
         artifact_id=inputs.artifact_id,

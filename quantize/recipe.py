@@ -47,7 +47,11 @@ def load(choice: RecipeChoice) -> RecipeFile:
     path = resolve(choice.path)
     if not path.is_file():
         raise UserError(f"recipe file {path} does not exist; pass recipe=<name> or recipe=<path to yaml>")
-    text = path.read_text()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"recipe {path} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); "
+                        "save it as UTF-8") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

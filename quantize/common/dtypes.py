@@ -24,8 +24,12 @@ def fast_faithful_dtype(checkpoint: str, on_cpu: bool, cpu_native_half: bool) ->
 
 def checkpoint_dtype(model_dir: Path):
     """The dtype a Hugging Face checkpoint's config.json declares (float32 if none)."""
+    return config_dtype(json.loads((Path(model_dir) / "config.json").read_text()))
+
+
+def config_dtype(config: dict):
+    """The dtype a config.json's object declares (float32 if none)."""
     import torch
-    config = json.loads((Path(model_dir) / "config.json").read_text())
     return getattr(torch, config.get("dtype") or config.get("torch_dtype") or "float32")
 
 

@@ -1,4 +1,21 @@
 """What both stages ask of a checkpoint's config.json."""
+import json
+from pathlib import Path
+
+from quantize.common.errors import UserError
+
+
+def read(checkpoint: Path) -> dict:
+    """config.json's object; one line for a file that holds none (truncated, a list, not UTF-8)."""
+    path = Path(checkpoint) / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise UserError(f"{path} is corrupt (not valid JSON: {e}); re-copy or re-create the checkpoint") from None
+    if not isinstance(config, dict):
+        raise UserError(f"{path} holds a JSON {type(config).__name__}, not the object of a model config; "
+                        "re-copy or re-create the checkpoint")
+    return config
 
 
 def is_quantized(config: dict) -> bool:

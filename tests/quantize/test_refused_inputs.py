@@ -99,3 +99,29 @@ def test_an_artifact_of_another_seed_or_dtype_names_what_differs_and_a_folder_pe
     apart = run_quantize(*calibrated, "seed=0", "calibration_dtype=bfloat16", f"artifact_dir={pattern}", cwd=workdir)
     assert apart.returncode == 0, tail(apart)
     assert (arts / "tiny-llama" / "w8a8_smooth_ptq-bfloat16" / "manifest.json").is_file()
+
+
+def test_a_recipe_file_that_is_not_utf8_is_refused(tmp_path, workdir, tiny_model):
+    latin1 = tmp_path / "w4_latin1.yaml"
+    latin1.write_bytes(recipe_source("w4a16_rtn").read_bytes() + "# réglé pour le modèle\n".encode("latin-1"))
+    arts = tmp_path / "artifacts"
+    proc = run_quantize(f"recipe={latin1}", f"model={tiny_model}", *SMALL_CALIB, f"artifacts_dir={arts}", cwd=workdir)
+    assert_refused(proc, arts, str(latin1), "is not UTF-8 text", "save it as UTF-8")
+
+
+def test_a_config_json_that_holds_no_object_is_refused(tmp_path, workdir, tiny_model):
+    """Truncated, it crashed the memory check; a JSON list crashed on .get."""
+    arts = tmp_path / "artifacts"
+    whole = (tiny_model / "config.json").read_text()
+    for name, text, words in (("truncated", whole[:len(whole) // 2], ["is corrupt (not valid JSON"]),
+                              ("a-list", "[" + whole + "]", ["holds a JSON list", "not the object of a model config"]),
+                              ("latin1", None, ["is corrupt"])):
+        model = copy_with_config(tiny_model, tmp_path / name)
+        if text is None:
+            (model / "config.json").write_bytes(whole.replace('"llama"', '"llamà"').encode("latin-1"))
+        else:
+            (model / "config.json").write_text(text)
+        for recipe in ("original", "w4a16_rtn"):
+            proc = run_quantize(f"recipe={recipe}", f"model={model}", *SMALL_CALIB, f"artifacts_dir={arts}",
+                                cwd=workdir)
+            assert_refused(proc, arts, str(model / "config.json"), "re-copy or re-create the checkpoint", *words)
