@@ -25,7 +25,7 @@ from evaluate.serving.slo import SLO
 from evaluate.target import Target
 from quantize.common import hf_load, provenance
 from quantize.common.errors import DiskFull, EngineDied, Interrupted, RunsFailed, UserError, is_no_room
-from quantize.common.jobs import in_multirun, interrupted, job_command, keep_trace, one_line
+from quantize.common.jobs import in_multirun, interrupted, job_command, keep_trace, one_line, time_limit_reached
 from quantize.common.paths import resolve
 from quantize.common.settings import is_integer
 
@@ -396,10 +396,12 @@ DEVICE_LOST = ("CUDA error", "HIP error")
 def _ends_job(e: Exception) -> bool:
     """Whether nothing more can be measured after `e`: the engine died (its
     core, its server, a stall), the device is lost, there is no room for the
-    rows, or Ctrl-C. Anything else is the failure of one measurement alone."""
+    rows, Ctrl-C, or the launcher's time-limit warning (the job has its grace
+    period left to record what it owed). Anything else is the failure of one measurement alone."""
     text = str(e)
     device_lost = any(t in text for t in DEVICE_LOST) and "out of memory" not in text
-    return isinstance(e, (EngineDied, DiskFull, Interrupted)) or interrupted() or is_no_room(e) or device_lost
+    return (isinstance(e, (EngineDied, DiskFull, Interrupted)) or interrupted() or is_no_room(e) or device_lost
+            or time_limit_reached(e))
 
 
 def _went_on(what: str, e: Exception) -> None:

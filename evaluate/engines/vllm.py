@@ -748,9 +748,12 @@ class VllmEngine(Engine):
         sweep goes on, instead of waiting for ever."""
         limit = float(self.settings.get("stall_timeout_s") or STALL_TIMEOUT_S)
 
+        runs = []  # the run's task, to cancel should the wait end from outside
+
         async def watched():
             progress = _Progress()  # the silence counts from here, once the run is on the loop
             task = asyncio.ensure_future(work(progress))
+            runs.append(task)
             while True:
                 idle = time.monotonic() - progress.last
                 if idle >= limit:
@@ -762,7 +765,24 @@ class VllmEngine(Engine):
                     return task.result()
 
         with _engine_core_alive():
-            return self.loop.run_until_complete(watched())
+            watch = self.loop.create_task(watched())
+            try:
+                return self.loop.run_until_complete(watch)
+            except BaseException:
+                if not watch.done():  # raised into the loop from outside, not by the run's own end
+                    self._abandon([watch, *runs])
+                raise
+
+    def _abandon(self, tasks: list) -> None:
+        """Cancel a run an error raised into the loop from outside ended (a
+        signal handler's: the launcher's time limit, Ctrl-C): its requests
+        would stay pending, and the next run_until_complete would go on with
+        them beside its own. Only the run's tasks: vLLM keeps its own on the loop."""
+        pending = [t for t in tasks if not t.done()]
+        for task in pending:
+            task.cancel()  # vLLM aborts the requests of a cancelled generate()
+        if pending:
+            self.loop.run_until_complete(asyncio.wait(pending, timeout=ABORT_GRACE_S))
 
     async def _run(self, prompts, output_len, progress, stream=True):
         from vllm import SamplingParams

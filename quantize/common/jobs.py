@@ -99,7 +99,7 @@ def as_one_line(e: BaseException) -> OneLineError:
     if is_no_room(e):
         return DiskFull(f"no room to write: {first_line(e)}; free some space (df -h shows where), or write to "
                         "another disk (artifacts_dir=, results_dir=)")
-    if type(e).__name__ == "UncompletedJobError" and submitit_timed_out(str(e)):
+    if time_limit_reached(e):
         return OneLineError(TIME_LIMIT)
     where = log_file()
     return OneLineError(f"{type(e).__name__}: {first_line(e)} (unexpected: its trace is in "
@@ -199,11 +199,15 @@ def describe_error(e: BaseException) -> str:
     """What a failure says in a result row: its own line, or its type and text."""
     if isinstance(e, OneLineError):
         return str(e)
-    # submitit raises this inside a Slurm job when Slurm's warning signal comes
-    # near the time limit and the job may not be requeued (max_num_timeout=0).
-    if type(e).__name__ == "UncompletedJobError" and submitit_timed_out(str(e)):
+    if time_limit_reached(e):
         return TIME_LIMIT
     return f"{type(e).__name__}: {e}"
+
+
+def time_limit_reached(e: BaseException) -> bool:
+    """submitit raised this inside a Slurm job: Slurm's warning signal came
+    near the time limit and the job may not be requeued (max_num_timeout=0)."""
+    return type(e).__name__ == "UncompletedJobError" and submitit_timed_out(str(e))
 
 
 def submitit_timed_out(text: str) -> bool:

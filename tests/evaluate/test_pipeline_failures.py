@@ -179,3 +179,12 @@ def test_an_accuracy_pass_that_fails_on_its_own_ends_the_job_as_failed_runs(eval
     rows = {r.kind: r for r in results.read(res)}
     assert {kind: r.status for kind, r in rows.items()} == {"speed": "ok", "accuracy": "failed"}
     assert rows["accuracy"].reason.startswith("OutOfMemoryError: CUDA out of memory.")
+
+
+def test_the_launchers_time_limit_warning_ends_the_job_where_a_scenarios_own_failure_goes_on():
+    """submitit's warning near a Slurm time limit is a RuntimeError: it was
+    taken for one scenario's failure, and the job measured on past it."""
+    from submitit.core.utils import UncompletedJobError
+    from evaluate.pipeline import _ends_job
+    assert _ends_job(UncompletedJobError("Job not requeued because: timed-out and not checkpointable."))
+    assert not _ends_job(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"))

@@ -3,6 +3,7 @@ _until_done_or_stalled) on plain coroutines: silence past
 engine.stall_timeout_s ends the run as a dead engine, output keeps it going
 however long it takes. tests/test_failure_lines.py stops a real engine core."""
 import asyncio
+import signal
 
 import pytest
 
@@ -57,3 +58,36 @@ def test_the_default_applies_where_the_config_has_none(engine, monkeypatch):
 
     with pytest.raises(EngineDied, match="no output for 0.2 s"):
         engine._until_done_or_stalled(silent)
+
+
+def test_an_error_raised_into_a_run_from_outside_cancels_it_before_the_next_run(engine):
+    """submitit's time-limit warning raises from a signal handler wherever the
+    main thread is: the run's requests stayed pending on the loop, and the
+    next run_until_complete went on with them beside its own."""
+    ticks = []
+
+    async def endless(progress):
+        while True:
+            await asyncio.sleep(0.02)
+            progress.tick()
+            ticks.append(1)
+
+    def time_limit(signum, frame):
+        raise RuntimeError("Job not requeued because: timed-out and not checkpointable.")
+
+    before = signal.signal(signal.SIGALRM, time_limit)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(RuntimeError, match="timed-out"):
+            engine._until_done_or_stalled(endless)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+    ticked = len(ticks)
+
+    async def next_run(progress):
+        await asyncio.sleep(0.3)
+        return "next"
+
+    assert engine._until_done_or_stalled(next_run) == "next"
+    assert len(ticks) == ticked   # the first run did not go on during the second
