@@ -15,7 +15,8 @@ class ExitCode(IntEnum):
     FAILED = 1           # anything not foreseen below (a bug, most likely): the trace is in the log
     BAD_INPUT = 2        # bad input, answered before any work; nothing written
     ENGINE_DIED = 3      # the engine (vLLM's engine core, a server) died mid-run; owed runs recorded failed
-    RUNS_FAILED = 4      # runs the server failed (HTTP errors, broken or stalled streams); the others measured
+    RUNS_FAILED = 4      # runs that failed on their own (a server's HTTP errors or stalled streams, a CUDA OOM
+                         # at one batch size); the others measured
     DISK_FULL = 5        # no room for the artifact or the rows; nothing half-written kept
     INTERRUPTED = 130    # Ctrl-C (SIGINT), 128 + 2 as shells report it; what was complete is kept
 
