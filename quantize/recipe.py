@@ -6,13 +6,11 @@ from pathlib import Path
 import yaml
 
 from quantize.common.errors import UserError
-from quantize.common.recipe_choices import RecipeChoice
+from quantize.common.recipe_choices import BASELINE, RecipeChoice
 from quantize.common.paths import resolve
 from quantize.common.provenance import sha256_bytes
 
 PRUNING_MODIFIERS = ("SparseGPTModifier", "WandaPruningModifier", "MagnitudePruningModifier")
-# The unquantized baseline's name: the report measures every recipe's speed-up and recovery against it.
-BASELINE = "original"
 
 
 @dataclass

@@ -15,8 +15,7 @@ from evaluate.results import Kind, Row, Store, machine_id
 from evaluate.scenarios import Scenario
 from quantize.common.errors import UserError
 from quantize.common.manifest import checkpoint_id_before_config, checkpoint_id_of
-
-BASELINE = "original"
+from quantize.common.recipe_choices import BASELINE
 ACCURACY_HEADLINE = ("recovery_pct", "perplexity", "kl_divergence", "top1_agreement")
 SPEED = "output_throughput"
 # A speed-up is flagged (⚠) when the runs of either side vary more than this

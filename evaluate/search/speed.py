@@ -32,10 +32,10 @@ class Host:
 
     @classmethod
     def here(cls) -> "Host":
-        return cls(_machine(provenance.hardware()), provenance.setup_versions(provenance.versions()))
+        return cls(results.machine_of(provenance.hardware()), provenance.setup_versions(provenance.versions()))
 
     def ran(self, row: Row) -> bool:
-        return _machine(row.hardware) == self.hardware and provenance.setup_versions(row.versions) == self.versions
+        return results.machine_of(row.hardware) == self.hardware and provenance.setup_versions(row.versions) == self.versions
 
 
 def evaluate_setup(evaluate_args: list[str], host: Host) -> str:
@@ -59,10 +59,6 @@ def evaluate_setup(evaluate_args: list[str], host: Host) -> str:
     finally:
         restore_gh_from_backup(running)
     return results.setup_id(engines.identity(engine_cfg, engine_cfg.engine), host.versions, host.hardware)
-
-
-def _machine(hardware: dict) -> dict:
-    return {k: v for k, v in (hardware or {}).items() if k != "hostname"}
 
 
 def kernel_path(manifest_fields: dict) -> tuple:

@@ -14,6 +14,8 @@ from quantize.common.resolvers import register_resolvers
 PRESETS_DIR = CONF_DIR / "recipe"
 # The preset behind `recipe=<path to yaml>`, not an option of its own.
 FILE_OPTION = "file"
+# The unquantized recipe: the report's baseline for every speed-up and recovery.
+BASELINE = "original"
 
 
 @dataclass(frozen=True)
