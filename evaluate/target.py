@@ -1,7 +1,6 @@
 """What is being evaluated: a quantbench artifact (with manifest) or any plain
 Hugging Face checkpoint (GPTQ/AWQ/compressed-tensors/dense), with an identity
 that every result row carries."""
-import json
 import logging
 import time
 from dataclasses import dataclass, field, replace
@@ -16,7 +15,9 @@ from quantize.common.paths import resolve
 from quantize.common import fingerprint, hf_load, manifest
 from quantize.common.fingerprint import WeightsFingerprint
 from quantize.common.manifest import Manifest
+from quantize.common import model_config
 from quantize.common.model_config import context_length
+from quantize.common.recipe_choices import BASELINE
 from quantize.common.checkpoint import check_weight_files, planned_quantization_config, weight_files
 from quantize.common.provenance import sha256_files
 from quantize.common.settings import shown
@@ -172,15 +173,15 @@ def planned(config: TargetConfig, not_built: NotBuilt) -> Target | None:
     None when it cannot tell (no model on disk, a recipe that does not load)."""
     model_dir = resolve(config.model_path)
     try:
-        model_config = json.loads((model_dir / "config.json").read_text())
+        planned_config = model_config.read(model_dir)
         q = planned_quantization_config(resolve(config.recipe_path))
     except Exception:  # quantize reports these itself, in its own words
         return None
     if q:
-        model_config["quantization_config"] = q
+        planned_config["quantization_config"] = q
     return Target(path=_artifact_dir(config), artifact_id=None, model_name=str(config.model_name),
                   recipe=str(config.recipe_name), quant_format="not built", model_bytes=0,
-                  max_context=context_length(model_config), config=model_config,
+                  max_context=context_length(planned_config), config=planned_config,
                   not_built=not_built, base_model=model_dir)
 
 
@@ -198,10 +199,7 @@ def from_path(path: Path, name: str | None = None) -> Target:
     weights = weight_files(path)
     if not weights:
         raise UserError(f"{path} has no *.safetensors weights; only safetensors checkpoints are served")
-    try:
-        config = json.loads(config_file.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UserError(f"{config_file} is corrupt (not valid JSON: {e}); re-copy or re-create the checkpoint") from None
+    config = model_config.read(path)
     recorded = manifest.read(path, fix=f"rebuild the artifact with `python -m quantize ... force=true` "
                                         f"or delete {path / 'manifest.json'} to serve it as a plain checkpoint")
     check_weight_files(weights)
@@ -215,7 +213,7 @@ def from_path(path: Path, name: str | None = None) -> Target:
     # A plain checkpoint: its identity is the hash of its weights and config.json.
     weights_sha256 = sha256_files(weights)
     return Target(artifact_id=manifest.checkpoint_id(weights_sha256, config), model_name=name or path.name,
-                  recipe="original" if not q else "external",
+                  recipe=BASELINE if not q else "external",
                   quant_format=q.get("format") or q.get("quant_method") or "dense",
                   id_before_config=manifest.checkpoint_id_before_config(weights_sha256), **common)
 

@@ -64,6 +64,19 @@ def test_evaluate_rejects_a_corrupt_manifest(checkpoint, tmp_path, content, expe
     assert not res.exists() or not any(res.iterdir())
 
 
+@pytest.mark.parametrize("content, expect", [
+    ('{"model_type": "lla', "is corrupt (not valid JSON"),   # truncated
+    ("[]", "holds a JSON list, not the object of a model config"),
+])
+def test_evaluate_rejects_a_config_json_that_holds_no_object(checkpoint, tmp_path, content, expect):
+    """A config.json holding a JSON list failed as "unexpected" ('list' object has no attribute 'get')."""
+    (checkpoint / "config.json").write_text(content)
+    res = tmp_path / "res"
+    out = evaluate(checkpoint, res, cwd=tmp_path)
+    assert_one_line_error(out, "config.json", expect, "re-copy or re-create the checkpoint")
+    assert not res.exists() or not any(res.iterdir())
+
+
 def test_evaluate_rejects_a_truncated_safetensors_file(checkpoint, tmp_path):
     truncate(checkpoint / "model.safetensors")
     res = tmp_path / "res"
