@@ -268,7 +268,8 @@ def _quantize_and_save(model, tokenizer, inputs: Inputs, tmp: Path,
     else:
         import torch
         saved_dtype, calib_dtype = model.dtype, inputs.identity["calibration_dtype"]
-        with timer.phase(f"oneshot (calibrate + quantize in {calib_dtype})"):
+        what = "calibrate + quantize" if inputs.calib is not None else "quantize, no calibration data"
+        with timer.phase(f"oneshot ({what} in {calib_dtype})"):
             model.to(getattr(torch, calib_dtype))
             zeros_before = _linear_zeros(model) if recipe.prunes else None
             base = _sanity_before(model, tokenizer, inputs.config.sanity)

@@ -65,6 +65,8 @@ def test_another_seed_and_calibration_find_the_data_free_artifact_complete(built
     root, art = built
     first, before = json.loads((art / "manifest.json").read_text()), files(art)
     assert first["calibration"] is None and first["seed"] is None, first["calibration"]
+    assert [k for k in first["timings_s"] if k.startswith("oneshot")] == ["oneshot (quantize, no calibration data in "
+                                                                          f"{first['calibration_dtype']})"]
     proc = rerun(tiny_model, art, "seed=7", "calibration.num_samples=1000000", "calibration.max_seq_len=32",
                  cwd=root / "cwd")
     assert proc.returncode == 0, tail(proc)
