@@ -113,13 +113,16 @@ def manifest_mark(rows: list[Row], config: sanity_rules.SanityConfig) -> str | N
 
 
 def folder_manifests(rows: list[Row]):
-    """The artifact folders' manifest.json (each read only when reached)."""
+    """The artifact folders' manifest.json (each read only when reached), only
+    where the folder still holds the rows' artifact: one rebuilt since (force,
+    a sweep into the same folder) holds another artifact's numbers."""
+    ids = {r.artifact_id for r in rows if r.artifact_id}
     for path in dict.fromkeys(Path(r.artifact_path) / MANIFEST_FILE for r in rows if r.artifact_path):
         try:
             found = json.loads(path.read_text())
         except (OSError, ValueError):
             continue  # a store read on another machine: the artifact is not here
-        if isinstance(found, dict):
+        if isinstance(found, dict) and found.get("artifact_id") in ids:
             yield found
 
 

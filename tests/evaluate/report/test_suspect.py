@@ -95,7 +95,8 @@ def test_the_suspect_line_shows_the_figures_of_the_measurement_that_failed(tmp_p
 def test_a_manifest_marked_suspect_is_not_ranked_without_accuracy_rows(tmp_path):
     folder = tmp_path / "w4a16_gptq"
     folder.mkdir()
-    (folder / "manifest.json").write_text(json.dumps({"suspect": {"reason": "top-1 agreement 0.2 < 0.55"}}))
+    (folder / "manifest.json").write_text(json.dumps({"artifact_id": ARTIFACTS["w4a16_gptq"][0],
+                                                       "suspect": {"reason": "top-1 agreement 0.2 < 0.55"}}))
     rows = [r.but(artifact_path=str(folder)) if r.recipe == "w4a16_gptq" else r for r in main_rows()]
     section = assert_only_in_suspects(report(tmp_path, rows), "w4a16_gptq")
     assert "quantize's sanity check: top-1 agreement 0.2 < 0.55" in section

@@ -82,3 +82,28 @@ def test_a_skipped_sanity_check_marks_nothing(tmp_path):
     skipped = fields | {"sanity": {"skipped": "RuntimeError: no forward"}}
     md = report(tmp_path, with_fields(skipped))
     assert SUSPECT_TITLE not in md and "w4a16_gptq" in md["Ranking"]
+
+
+def rebuilt_folder(tmp_path, top1: float):
+    """The artifact folder rebuilt since the rows were written (force=true, a
+    sweep into one folder): it now holds another artifact measuring `top1`."""
+    full, _ = quantized_fields(top1)
+    folder = tmp_path / "w4a16_gptq"
+    folder.mkdir()
+    (folder / "manifest.json").write_text(json.dumps(full | {"artifact_id": "f" * 16}))
+    return folder
+
+
+def test_a_folder_rebuilt_since_does_not_clear_the_rows_mark(tmp_path):
+    _, fields = quantized_fields(0.40)
+    older = {k: v for k, v in fields.items() if k != "sanity"}
+    md = report(tmp_path, with_fields(older, rebuilt_folder(tmp_path, 0.90)))
+    assert "quantize's sanity check: top-1 agreement with the base 0.400 < 0.55" in md[SUSPECT_TITLE]
+    assert "w4a16_gptq" not in md["Ranking"]
+
+
+def test_a_folder_rebuilt_since_does_not_mark_the_rows_artifact(tmp_path):
+    _, fields = quantized_fields(0.90)
+    older = {k: v for k, v in fields.items() if k != "sanity"}
+    md = report(tmp_path, with_fields(older, rebuilt_folder(tmp_path, 0.40)))
+    assert SUSPECT_TITLE not in md and "w4a16_gptq" in md["Ranking"]
