@@ -138,16 +138,18 @@ def _windows(tokenizer, text: str, n: int, seq: int, seed: int, what: str) -> li
     return [ids[i * seq:(i + 1) * seq] for i in starts]
 
 
-def _pick(records, config: CalibrationConfig, tokenizer, seed: int, what: str) -> list[list[int]]:
+def _pick(records, config: CalibrationConfig, tokenizer, seed: int, what: str,
+          labels: list[str] | None = None) -> list[list[int]]:
     """num_samples records drawn in a seeded random order, kept in the data's
     order. Only drawn records are rendered and tokenized (a hub split holds
-    ~200k chats); one with no text is passed over for the next."""
+    ~200k chats); one with no text is passed over for the next. `labels[i]`
+    names record i in a refusal (default: its 1-based number)."""
     n = config.num_samples
     order = list(range(len(records)))
     random.Random(seed).shuffle(order)
     chosen = {}
     for i in order:
-        ids = _tokenize_record(records[i], i + 1, config, tokenizer)
+        ids = _tokenize_record(records[i], labels[i] if labels else str(i + 1), config, tokenizer)
         if ids:
             chosen[i] = ids
             if len(chosen) == n:
@@ -162,16 +164,26 @@ def _from_file(config: CalibrationConfig, tokenizer, seed: int) -> list[list[int
     text = _read_text(path)
     if path.suffix == ".txt":
         return _windows(tokenizer, text, n, seq, seed, what=f"calibration file {path}")
+    if path.suffix == ".jsonl":
+        lines = [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+        records = [_json(path, line, f" on line {number}") for number, line in lines]
+        labels = [f"on line {number}" for number, _ in lines]   # the file's line, blank lines counted
+    else:
+        records = _json(path, text, "")
+        if not isinstance(records, list):
+            raise UserError(f"calibration file {path} must hold a list of records (or one JSON object per line)")
+        labels = [str(i + 1) for i in range(len(records))]
+    # Every record is checked before any is drawn: a bad one is refused whatever the seed draws.
+    for rec, label in zip(records, labels):
+        _record_values(rec, label, config)
+    return _pick(records, config, tokenizer, seed, what=f"calibration file {path}", labels=labels)
+
+
+def _json(path, text: str, at: str):
     try:
-        if path.suffix == ".jsonl":
-            records = [json.loads(line) for line in text.splitlines() if line.strip()]
-        else:
-            records = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as e:
-        raise UserError(f"calibration file {path} is not valid JSON ({e}); fix the file") from None
-    if not isinstance(records, list):
-        raise UserError(f"calibration file {path} must hold a list of records (or one JSON object per line)")
-    return _pick(records, config, tokenizer, seed, what=f"calibration file {path}")
+        raise UserError(f"calibration file {path} is not valid JSON{at} ({e}); fix the file") from None
 
 
 def _read_text(path) -> str:
@@ -193,34 +205,49 @@ def _hub_records(config: CalibrationConfig):
                         "access use calibration=austen or calibration=<local .txt/.jsonl>") from None
 
 
-def _tokenize_record(rec, number: int, config: CalibrationConfig, tokenizer) -> list[int]:
+def _tokenize_record(rec, where: str, config: CalibrationConfig, tokenizer) -> list[int]:
     """The record's `text_field` value(s) as one sample, cut to max_seq_len tokens."""
-    fields = config.text_field
-    if not isinstance(rec, dict):
-        raise UserError("calibration records must be JSON objects with a "
-                        f"{list(fields)} field; fix the data or set calibration.text_field")
-    missing = [f for f in fields if f not in rec]
-    if missing:
-        raise UserError(f"calibration record lacks field(s) {missing}; set calibration.text_field "
-                        f"to one of {sorted(rec)}")
-    # A null field is no text, as an empty string is: a record with no text left is passed over (_pick).
-    text = "\n".join(_render(rec[f], tokenizer, f, number) for f in fields if rec[f] is not None)
+    text = "\n".join(_render(value, tokenizer) for value in _record_values(rec, where, config))
     return tokenizer(text, add_special_tokens=False, truncation=True, max_length=config.max_seq_len)["input_ids"]
 
 
-def _render(value, tokenizer, field: str, number: int) -> str:
-    """Chat `messages` go through the model's chat template; strings pass
-    through. Anything else (a number, a list of strings) is refused: its
-    Python spelling is not text anyone meant to calibrate on."""
-    if isinstance(value, list) and all(isinstance(m, dict) for m in value):
-        if not value:
-            return ""
-        if tokenizer.chat_template:
-            return tokenizer.apply_chat_template(value, tokenize=False)
-        return "\n".join(str(m.get("content", "")) for m in value)
-    if not isinstance(value, str):
-        shown = json.dumps(value, default=str)
-        shown = shown if len(shown) <= 40 else shown[:37] + "..."
-        raise UserError(f"calibration record {number} has {type(value).__name__} {shown} in field {field!r}, "
-                        "not text; make it a string (or null to skip the record), or set calibration.text_field")
-    return value
+def _record_values(rec, where: str, config: CalibrationConfig) -> list:
+    """The record's non-null `text_field` values, each a string or chat
+    messages; anything else is refused in one line naming the record (`where`).
+    A null field is no text, as an empty string is: a record with no text
+    left is passed over (_pick)."""
+    fields = config.text_field
+    if not isinstance(rec, dict):
+        raise UserError(f"calibration record {where} is {_shown(rec)}, not a JSON object with a {list(fields)} "
+                        "field; fix the data or set calibration.text_field")
+    missing = [f for f in fields if f not in rec]
+    if missing:
+        raise UserError(f"calibration record {where} lacks field(s) {missing}; set calibration.text_field "
+                        f"to one of {sorted(rec)}")
+    for f in fields:
+        # A number or a list of strings: its Python spelling is not text anyone meant to calibrate on.
+        if not (rec[f] is None or isinstance(rec[f], str) or _is_chat(rec[f])):
+            raise UserError(f"calibration record {where} has {_shown(rec[f])} in field {f!r}, not text; make it "
+                            "a string (or null to skip the record), or set calibration.text_field")
+    return [rec[f] for f in fields if rec[f] is not None]
+
+
+def _is_chat(value) -> bool:
+    return isinstance(value, list) and all(isinstance(m, dict) for m in value)
+
+
+def _shown(value) -> str:
+    """A value as a refusal names it: its type and the start of its JSON."""
+    shown = json.dumps(value, default=str)
+    return f"{type(value).__name__} {shown if len(shown) <= 40 else shown[:37] + '...'}"
+
+
+def _render(value, tokenizer) -> str:
+    """Chat `messages` go through the model's chat template; strings pass through."""
+    if not _is_chat(value):
+        return value
+    if not value:
+        return ""
+    if tokenizer.chat_template:
+        return tokenizer.apply_chat_template(value, tokenize=False)
+    return "\n".join(str(m.get("content", "")) for m in value)

@@ -68,8 +68,39 @@ def test_a_value_that_is_not_text_is_refused_naming_record_and_field(tmp_path, v
     with pytest.raises(UserError) as e:
         calibration.build(config(data, 2, text_field="body"), WordTokenizer(), seed=0)
     message = str(e.value)
-    assert f"calibration record 3 has {shown} in field 'body', not text" in message
+    assert f"calibration record on line 3 has {shown} in field 'body', not text" in message
     assert "make it a string" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("bad, refusal", [
+    ({"text": 12345}, "calibration record on line 7 has int 12345 in field 'text', not text"),
+    ({"body": "x"}, "calibration record on line 7 lacks field(s) ['text']; set calibration.text_field to one of ['body']"),
+    ("not an object", 'calibration record on line 7 is str "not an object", not a JSON object with a [\'text\'] field')])
+def test_a_bad_record_is_refused_whichever_records_the_seed_draws(tmp_path, bad, refusal):
+    """Three of ten records are drawn; the bad one (on line 7: a blank line
+    above it) is refused for every seed, drawn or not, naming its line."""
+    records = [{"text": f"line {i}"} for i in range(10)]
+    records[5] = bad
+    data = tmp_path / "c.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" + ("\n" if i == 2 else "") for i, r in enumerate(records)))
+    for seed in range(8):
+        with pytest.raises(UserError) as e:
+            calibration.build(config(data, 3), WordTokenizer(), seed=seed)
+        assert refusal in str(e.value), seed
+
+
+def test_a_json_list_names_the_record_by_its_number(tmp_path):
+    data = tmp_path / "c.json"
+    data.write_text(json.dumps([{"text": "a"}, {"text": "b"}, ["x"], {"text": "c"}]))
+    with pytest.raises(UserError, match=r"calibration record 3 is list \["):
+        calibration.build(config(data, 1), WordTokenizer(), seed=0)
+
+
+def test_invalid_jsonl_names_the_files_line(tmp_path):
+    data = tmp_path / "c.jsonl"
+    data.write_text('{"text": "a"}\n\n{"text": oops}\n')
+    with pytest.raises(UserError, match=r"c.jsonl is not valid JSON on line 3 \("):
+        calibration.build(config(data, 1), WordTokenizer(), seed=0)
 
 
 def test_chat_messages_without_a_template_give_their_contents(tmp_path):
