@@ -96,11 +96,17 @@ def check_group_options(argv: list[str]) -> None:
 
 def _refuse_names_with_paths(key: str, items: list[str]) -> None:
     """`recipe=w4a16_rtn,u/my.yaml`: a sweep is over the group's options (names)
-    or over the path option's paths; Hydra cannot take both in one list."""
+    or over the path option's paths; Hydra cannot take both in one list. The
+    list as paths is offered only where every name has a file (recipes): a
+    calibration or model preset has none, so two runs it is."""
+    names = [item for item in items if not _looks_like_path(item)]
+    paths = [item for item in items if _looks_like_path(item)]
+    fix = f"sweep the names and the paths in two runs ({key}={','.join(names)}, then {key}={','.join(paths)})"
     as_paths = [item if _looks_like_path(item) else _option_file(key, item) for item in items]
-    fix = f"give every {key} as a path" + (f" ({key}={','.join(as_paths)})" if all(as_paths) else "")
-    print(f"error: {key}={','.join(items)} mixes option names and paths, which one sweep cannot take; {fix}, "
-          "or sweep the names and the paths in two runs", file=sys.stderr)
+    if all(as_paths):
+        fix = f"give every {key} as a path ({key}={','.join(as_paths)}), or {fix}"
+    print(f"error: {key}={','.join(items)} mixes option names and paths, which one sweep cannot take; {fix}",
+          file=sys.stderr)
     raise SystemExit(2)
 
 

@@ -100,7 +100,7 @@ def test_a_sweep_mixing_recipe_names_and_paths_is_one_line_naming_the_paths(orde
     shipped = str(PROJECT_ROOT / "recipes" / "w4a16_rtn.yaml")
     suggested = ",".join(shipped if item == "w4a16_rtn" else item for item in items)
     assert line.startswith(f"error: recipe={','.join(items)} mixes option names and paths")
-    assert f"give every recipe as a path (recipe={suggested})" in line
+    assert f"give every recipe as a path (recipe={suggested}), or sweep the names and the paths in two runs" in line
     assert expand_path_shorthands([f"recipe={suggested}"])[0] == "recipe=file"   # the suggestion is a path sweep
 
 
@@ -114,8 +114,18 @@ def test_the_cli_refuses_a_mixed_sweep_before_hydra(tmp_path):
     assert not (tmp_path / "multirun").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["u"]
 
 
-def test_a_mixed_model_sweep_is_refused_too(capsys):
+@pytest.mark.parametrize("key, names, paths", [("model", "smollm2_135m", "/tmp/some/checkpoint"),
+                                                ("calibration", "austen", "/data/chat.jsonl")])
+def test_a_mixed_preset_sweep_is_refused_with_two_runs_not_paths(key, names, paths, capsys):
+    """A model or calibration preset has no file to give instead of its name:
+    the only fix the line offers is two runs, each of which is one sweep."""
     from quantize.common.config import check_group_options
-    with pytest.raises(SystemExit):
-        check_group_options(["model=smollm2_135m,/tmp/some/checkpoint"])
-    assert "give every model as a path, or sweep the names and the paths in two runs" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        check_group_options([f"{key}={names},{paths}"])
+    assert e.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith(f"mixes option names and paths, which one sweep cannot take; sweep the names and the "
+                         f"paths in two runs ({key}={names}, then {key}={paths})")
+    assert "as a path" not in line
+    for run in (names, paths):   # each run the line names is accepted
+        check_group_options([f"{key}={run}"])
