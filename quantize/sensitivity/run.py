@@ -11,6 +11,7 @@ from quantize.common.checkpoint import weight_files
 from quantize.common.dtypes import checkpoint_dtype, compute_dtype
 from quantize.common.errors import UserError
 from quantize.common.heldout import held_out_text, windows
+from quantize.common.model_config import context_length
 from quantize.common.paths import resolve
 from quantize.common.progress import duration
 from quantize.common.provenance import hardware, sha256_bytes, versions
@@ -25,7 +26,8 @@ SHOWN = 10  # most sensitive cells printed at the end
 def run(config: SensitivityConfig) -> Path:
     """Measure (or find) the sensitivity file; return its JSON's path."""
     start = time.perf_counter()
-    model_dir = pipeline._model_dir(config.model.path)
+    model_dir, model_config = pipeline._model(config.model.path)
+    _check_positions(config, model_config)
     recipe = recipes.load(config.recipe)
     scheme = schemes.from_recipe(recipe)
     if set(recipe.modifiers) != {"QuantizationModifier"}:
@@ -52,6 +54,15 @@ def run(config: SensitivityConfig) -> Path:
     path = sensitivity_file.write(folder, result)
     _summary(result, folder)
     return path
+
+
+def _check_positions(config: SensitivityConfig, model_config: dict) -> None:
+    """A window longer than the model's positions scores positions it never
+    serves, and the file would still steer propose and search."""
+    length, positions = config.text.window_len, context_length(model_config)
+    if positions is not None and length > positions:
+        raise UserError(f"text.window_len={length} is longer than the {positions} positions model "
+                        f"{config.model.name} covers (its config.json); pass text.window_len={positions} or less")
 
 
 def _text_record(text_config: TextConfig, text: str) -> dict:

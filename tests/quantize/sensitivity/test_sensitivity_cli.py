@@ -93,3 +93,17 @@ def test_bad_input_is_one_line_and_writes_nothing(tiny_model, tmp_path, args, sa
     assert proc.returncode == 2, tail(proc)
     assert len(errors) == 1 and said in errors[0], tail(proc)
     assert not results.exists()
+
+
+def test_a_window_longer_than_the_models_context_is_one_line_and_writes_nothing(tiny_model, tmp_path):
+    """The tiny model covers 1024 positions: a window of 1025 tokens would be
+    scored on positions it never learned, and the file would serve propose."""
+    results = tmp_path / "results"
+    proc = run_cli("quantize.sensitivity", "recipe=w4a16_rtn", f"model={tiny_model}", f"results_dir={results}",
+                   "text.num_windows=1", "text.window_len=1025", cwd=tmp_path, timeout=300)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2, tail(proc)
+    assert len(errors) == 1, tail(proc)
+    assert "text.window_len=1025 is longer than the 1024 positions" in errors[0], errors
+    assert "text.window_len=1024 or less" in errors[0], errors
+    assert not results.exists()
