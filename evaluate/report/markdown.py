@@ -35,6 +35,7 @@ from evaluate.report.stores_markdown import (
     hardware_lines, place_names, render_across_stores, setup_hardware_text, shared_rows_lines)
 from evaluate.report.config import OutputFormat, ReportConfig
 from evaluate.results import Refused, Row
+from quantize.common.machine import half_text
 from quantize.common.provenance import setup_versions
 
 SPEED = "output_throughput"
@@ -279,7 +280,7 @@ def setup_machine_text(row: Row) -> str:
 
 def capability_text(facts: dict) -> str:
     """The facts the engine decided from (see `python -m evaluate.capabilities`)."""
-    parts = [f"bf16/fp16 {'native' if facts.get('cpu_native_half') else 'emulated on this CPU'}"]
+    parts = [half_text(bool(facts.get("cpu_native_half")), facts.get("cpu_native_fp16"))]
     if facts.get("cuda"):
         parts.insert(0, "CUDA " + ", ".join(f"sm{a}{b}" for a, b in facts["cuda"]))
     if facts.get("vllm_library"):

@@ -1,25 +1,26 @@
 """Which dtype to compute in when the checkpoint's own dtype would be slow.
 
 `auto` everywhere in quantbench (calibration, the accuracy reference, the hf
-engine) means the checkpoint's dtype, except float32 for a bf16/fp16
-checkpoint computed on a CPU without fast half-precision matmul."""
+engine) means the checkpoint's dtype, except float32 for a bf16 or fp16
+checkpoint computed on a CPU that does not multiply that dtype in hardware."""
 import json
 from pathlib import Path
+from typing import Collection
 
-from quantize.common.machine import detect
-
-HALF = ("bfloat16", "float16")
+from quantize.common.machine import HALF, detect
 
 
-def cpu_has_native_half() -> bool:
-    """Whether this CPU multiplies bf16/fp16 in hardware (see quantize.common.machine)."""
+def cpu_native_half() -> frozenset:
+    """The half-precision dtypes this CPU multiplies in hardware (see quantize.common.machine)."""
     return detect().cpu_native_half
 
 
-def fast_faithful_dtype(checkpoint: str, on_cpu: bool, cpu_native_half: bool) -> str:
-    """The checkpoint's dtype name, except float32 for half precision on a CPU
-    without native half-precision matmul (same numbers, several times faster)."""
-    return "float32" if checkpoint in HALF and on_cpu and not cpu_native_half else checkpoint
+def fast_faithful_dtype(checkpoint: str, on_cpu: bool, cpu_native_half: Collection[str]) -> str:
+    """The checkpoint's dtype name, except float32 for a half-precision dtype
+    the CPU does not multiply natively (Machine.cpu_native_half): the same
+    numbers, several times faster. Not the other half dtype: bf16 holds
+    fewer mantissa bits than fp16, and fp16 a narrower range than bf16."""
+    return "float32" if checkpoint in HALF and on_cpu and checkpoint not in cpu_native_half else checkpoint
 
 
 def checkpoint_dtype(model_dir: Path):
@@ -57,4 +58,4 @@ def compute_dtype(checkpoint, requested: str = "auto", device: str | None = None
         return dtype
     on_cpu = str(device).startswith("cpu") if device else not torch.accelerator.is_available()
     name = str(checkpoint).removeprefix("torch.")
-    return getattr(torch, fast_faithful_dtype(name, on_cpu, on_cpu and cpu_has_native_half()))
+    return getattr(torch, fast_faithful_dtype(name, on_cpu, cpu_native_half() if on_cpu else frozenset()))

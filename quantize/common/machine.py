@@ -16,7 +16,8 @@ from typing import Mapping, Protocol
 
 # CPU flags that change which kernels and dtypes are fast (names as in /proc/cpuinfo).
 ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile",
-             "asimd", "bf16", "sve")
+             "avx512_fp16", "amx_fp16", "asimd", "bf16", "sve")
+HALF = ("bfloat16", "float16")
 # Variables that cap the instructions torch (ATen and inductor's C++), MKL and
 # oneDNN use below what the CPU has (scripts/as_avx2_host.sh sets them): they
 # change speed, so rows record them.
@@ -56,15 +57,21 @@ class Machine:
         return self.arch.lower() in X86
 
     @property
-    def cpu_native_half(self) -> bool:
-        """bf16/fp16 matmul in the CPU's hardware. x86 without AVX512-BF16 or AMX
-        converts through float32 (measured on AVX2: bf16 linear 17 GFLOPS vs 147
-        in fp32); ARM needs the bf16 extension; other architectures are trusted."""
+    def cpu_native_half(self) -> frozenset:
+        """The half-precision dtypes (of HALF) the CPU multiplies in hardware;
+        the others convert through float32 and are slower than it. x86: bf16
+        with AVX512-BF16 or AMX (measured on AVX2: bf16 linear 17 GFLOPS vs
+        147 in fp32), fp16 with AVX512-FP16 or AMX-FP16, which every CPU with
+        AMX has (Sapphire Rapids on); AMD Zen 4/5 has AVX512-BF16 but not
+        AVX512-FP16 (measured: fp16 linear 15.6 GFLOPS, fp32 51.5, bf16 120).
+        ARM: both with the bf16 extension; other architectures are trusted."""
         if self.x86:
-            return bool(self.isa & {"avx512_bf16", "amx_bf16"})
+            native = {"bfloat16": self.isa & {"avx512_bf16", "amx_bf16"},
+                      "float16": self.isa & {"avx512_fp16", "amx_fp16", "amx_tile"}}
+            return frozenset(name for name, flags in native.items() if flags)
         if self.arch.lower() in ("aarch64", "arm64"):
-            return "bf16" in self.isa
-        return True
+            return frozenset(HALF) if "bf16" in self.isa else frozenset()
+        return frozenset(HALF)
 
     @property
     def min_cuda_capability(self) -> tuple | None:
@@ -77,16 +84,29 @@ class Machine:
             gpus = ", ".join(f"{n} (sm{a}{b})" for n, (a, b) in zip(self.gpu_names or ["GPU"] * len(self.cuda), self.cuda))
             return f"CUDA: {gpus}{engines}"
         isa = " ".join(f for f in ISA_FLAGS if f in self.isa) or "no SIMD flags seen"
-        half = "native" if self.cpu_native_half else "emulated (float32 is faster)"
-        return f"{self.arch} CPU, ISA {isa}; bf16/fp16 {half}{engines}"
+        native = self.cpu_native_half
+        return f"{self.arch} CPU, ISA {isa}; {half_text('bfloat16' in native, 'float16' in native)}{engines}"
 
     def facts(self) -> dict:
         """JSON-able, for result rows: the machine's, then each engine's own keys."""
         out = {"arch": self.arch, "isa": sorted(self.isa), "cuda": [list(c) for c in self.cuda],
-               "cpu_native_half": self.cpu_native_half, "numa_nodes": self.numa_nodes}
+               # bf16: rows written before fp16 was told apart held this one flag, decided from the bf16 ISA
+               "cpu_native_half": "bfloat16" in self.cpu_native_half,
+               "cpu_native_fp16": "float16" in self.cpu_native_half, "numa_nodes": self.numa_nodes}
         for engine in self.engines.values():
             out |= engine.facts()
         return out
+
+
+def half_text(bf16: bool, fp16: bool | None) -> str:
+    """Which half-precision dtypes are native, for the machine line and the
+    report; `fp16` None: not recorded (rows written before it was told apart)."""
+    slow = "emulated (float32 is faster)"
+    if fp16 is None:
+        return f"bf16 {'native' if bf16 else slow}"
+    if bf16 == fp16:
+        return f"bf16/fp16 {'native' if bf16 else slow}"
+    return f"{'bf16' if bf16 else 'fp16'} native, {'fp16' if bf16 else 'bf16'} {slow}"
 
 
 def cpu_flags() -> set[str]:
@@ -140,13 +160,27 @@ def _torch_x86_isa() -> frozenset:
     import torch
     queries = {"avx2": "_is_avx2_supported", "avx512f": "_is_avx512_supported",
                "avx512_vnni": "_is_vnni_supported", "avx512_bf16": "_is_avx512_bf16_supported",
-               "amx_tile": "_is_amx_tile_supported"}
+               "amx_tile": "_is_amx_tile_supported", "amx_fp16": "_is_amx_fp16_supported"}
     isa = {flag for flag, query in queries.items() if getattr(torch.cpu, query, lambda: False)()}
     if "amx_tile" in isa:
         isa |= {"amx_bf16", "amx_int8"}
     if "avx512f" not in isa:
         isa.discard("avx512_vnni")  # torch's VNNI query also answers for AVX-VNNI
+    # every CPU with AVX512-FP16 has AVX512-BF16 too, so a host faked without
+    # it (tests/hosts) is asked no further
+    if "avx512_bf16" in isa and _onednn_fp16():
+        isa.add("avx512_fp16")
     return frozenset(isa)
+
+
+def _onednn_fp16() -> bool:
+    """oneDNN's own fp16 check, which torch's CPU fp16 matmul is dispatched
+    by (torch.cpu has no AVX512-FP16 query)."""
+    import torch
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    except (AttributeError, RuntimeError):  # a torch built without oneDNN
+        return False
 
 
 def gpus() -> dict:

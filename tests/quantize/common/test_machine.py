@@ -32,7 +32,7 @@ def test_no_numa_information_means_one_node(tmp_path, monkeypatch):
 
 def test_the_machine_holds_isa_cuda_and_numa_facts_and_each_engine_adds_its_own():
     bare = machine.Machine("x86_64", frozenset({"avx2"}), cuda=((9, 0),), gpu_names=("H200",))
-    assert set(bare.facts()) == {"arch", "isa", "cuda", "cpu_native_half", "numa_nodes"}
+    assert set(bare.facts()) == {"arch", "isa", "cuda", "cpu_native_half", "cpu_native_fp16", "numa_nodes"}
     assert bare.describe() == "CUDA: H200 (sm90)"
 
     class Probed:
