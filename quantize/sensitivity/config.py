@@ -26,6 +26,8 @@ class TextConfig:
         if text.num_windows < 1 or text.window_len < 2:
             raise UserError(f"text.num_windows={text.num_windows}, text.window_len={text.window_len}: "
                             "set at least 1 window of at least 2 tokens")
+        if text.source == "austen" and not text.books:
+            raise UserError("text.books is empty; name at least one held-out book, e.g. text.books=[persuasion]")
         return text
 
 
