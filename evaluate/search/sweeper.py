@@ -18,6 +18,9 @@
   study's user attr `sweeper` (host, pid, heartbeat every 30 s); another one
   started on the same study refuses with one line while that process lives
   (same host) or its heartbeat is fresh (another host).
+- One name: a job config's `study` names the study (hydra.sweeper.study_name
+  is `${study}`); a sweeper name of its own is refused, as the trial jobs
+  would write their records, recipes and logs under the other.
 - Trial numbers: each job gets `++trial_number=<n>`, so the job can write its
   own record (study_file.write_trial_info) and the snapshot joins it.
 - The storage URL stays with the sweeper: a `storage=` or
@@ -148,7 +151,8 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
     def _sweep(self, arguments: list[str]) -> None:
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # its "created"/"using existing" lines: ours say more
         self.settings = SearchSettings.from_cfg(self.config)
-        self.study_name = self.study_name or self.settings.space or self.config.hydra.job.name
+        fallback = self.settings.space or self.config.hydra.job.name
+        self.study_name = _study_name(self.config, self.study_name, fallback)
         self.url = self.storage or storages.default_url(self.settings.results_dir, self.study_name)
         self.storage = storages.open_storage(self.url)
         self._keep_storage_from_jobs()
@@ -346,6 +350,19 @@ def _versions() -> dict:
     return out
 
 
+def _study_name(cfg: DictConfig, configured: str | None, fallback: str) -> str:
+    """The study's one name: the job config's `study` where it has one, the
+    name each trial job writes its record, recipes and logs under; a sweeper
+    name of its own would split the study from its trials' records."""
+    study = OmegaConf.select(cfg, "study", default=None)
+    if study is None:   # a plain Hydra app
+        return configured or fallback
+    if configured and str(configured) != str(study):
+        raise UserError(f"hydra.sweeper.study_name={configured} differs from study={study}, the name the trials "
+                        f"record under; pass study={configured} instead")
+    return str(study)
+
+
 def _objectives(configured: list[study_file.Objective] | None,
                 directions: list[str]) -> list[study_file.Objective]:
     """search.objectives, checked against the sweeper's directions; unnamed ones without it."""
@@ -365,7 +382,7 @@ def _load_study(name: str, storage, directions: list[str], url: str) -> optuna.S
     stored = [d.name.lower() for d in study.directions]
     if stored != directions:
         raise UserError(f"study {name} in {storages.redact(url)} optimizes {stored}, this search {directions}; "
-                        "use another hydra.sweeper.study_name for the new objectives, or the old ones to resume it")
+                        "use study=<new name> for the new objectives, or the old ones to resume it")
     return study
 
 
@@ -381,7 +398,7 @@ def _check_objectives(study: optuna.Study, objectives: list[study_file.Objective
         def shown(entries) -> str:
             return ", ".join(f"{n} ({d}{f' at {s}' if s else ''})" for n, d, s in entries)
         raise UserError(f"study {study.study_name} in {storages.redact(url)} measured {shown(stored)}, this search "
-                        f"{shown(asked)}; use study=<new name> (hydra.sweeper.study_name) for the new objectives, "
+                        f"{shown(asked)}; use study=<new name> for the new objectives, "
                         "or the old ones to resume it")
 
 
@@ -399,7 +416,7 @@ def _check_distributions(study: optuna.Study, distributions: dict, url: str) -> 
                 optuna.distributions.check_distribution_compatibility(stored, distributions[name])
             except ValueError:
                 raise UserError(f"study {study.study_name} in {storages.redact(url)} was searched with {name} in "
-                                f"{_values(stored)}; use study=<new name> (hydra.sweeper.study_name) or the same "
+                                f"{_values(stored)}; use study=<new name> or the same "
                                 "choices") from None
 
 
@@ -555,7 +572,7 @@ class _Ownership:
             since = other.get("started", "?")
             raise UserError(f"study {self.study.study_name} in {storages.redact(self.url)} is being run by "
                             f"pid {other.get('pid')} on {other.get('host')} (since {since}); one sweeper per "
-                            "study: wait for it, stop it, or use another hydra.sweeper.study_name")
+                            "study: wait for it, stop it, or use study=<new name>")
         self.me["started"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self._claim()
         self.thread.start()

@@ -278,7 +278,11 @@ def bad_input(case: str, tmp_path: Path, port: int) -> tuple[list[str], list[str
         "stored directions": (
             [],
             [f"study toy in {db_url(tmp_path)} optimizes ['maximize', 'minimize'], this search "
-             "['minimize', 'minimize']; use another hydra.sweeper.study_name"]),
+             "['minimize', 'minimize']; use study=<new name>"]),
+        "sweeper's own study name": (  # the jobs would write under study=toy: the sweeper could not find them
+            ["hydra.sweeper.study_name=fresh"],
+            ["hydra.sweeper.study_name=fresh differs from study=toy, the name the trials record under",
+             "pass study=fresh instead"]),
         "objective": (
             ["search.objectives=[{unit: MB}]"],
             ["search.objectives entry {'unit': 'MB'} lacks a name or direction",
@@ -287,7 +291,7 @@ def bad_input(case: str, tmp_path: Path, port: int) -> tuple[list[str], list[str
 
 
 @pytest.mark.parametrize("case", ["unreachable MariaDB", "unwritable folder", "not a URL", "directions", "objective",
-                                  "stored directions"])
+                                  "stored directions", "sweeper's own study name"])
 def test_a_storage_or_setting_that_cannot_work_stops_before_any_trial_with_one_line(tmp_path, case):
     (tmp_path / "a-file").write_text("in the way\n")
     if case == "stored directions":  # a study of the same name made for other objectives
@@ -300,6 +304,8 @@ def test_a_storage_or_setting_that_cannot_work_stops_before_any_trial_with_one_l
     assert "s3cret" not in out.stdout + out.stderr
     assert not (tmp_path / "ledger.txt").exists() and not list(tmp_path.glob("sweep/*/.hydra"))
     assert not list(tmp_path.glob("res/search/*/study.json"))
+    if case == "sweeper's own study name":
+        assert not (tmp_path / "res" / "search").exists()   # refused before a storage was made
 
 
 def returned(value, status=JobStatus.COMPLETED) -> JobReturn:
