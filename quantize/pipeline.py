@@ -134,7 +134,7 @@ def _skipped(existing: Manifest, inputs: Inputs, out: Path, hold: file_lock.Hold
     unasked."""
     other, keys = _other_inputs(existing, inputs, out)
     if other:
-        suffix = next((suffix for k, suffix in SWEPT_DIR_SUFFIX.items() if k in keys), None)
+        suffix = per_point_suffix(keys, existing.calibration, inputs.calib.spec if inputs.calib else None)
         each = (f"a folder per point, e.g. artifact_dir='${{artifacts_dir}}/${{model.name}}/${{recipe.name}}{suffix}'"
                 if suffix else "artifact_dir=<new dir>")
         raise UserError(f"{out} holds artifact {existing.artifact_id} built from {other}; "
@@ -145,16 +145,47 @@ def _skipped(existing: Manifest, inputs: Inputs, out: Path, hold: file_lock.Hold
 
 
 # An input a sweep varies that the default artifact_dir does not name: the
-# part of a per-point artifact_dir that tells its points apart (docs/sweeps.md);
-# the seed first, as it changes the calibration tokens too.
-SWEPT_DIR_SUFFIX = {"seed": "-seed${seed}", "calibration_dtype": "-${calibration_dtype}",
-                    "calibration_sha256": "-${calibration.name}"}
+# part of a per-point artifact_dir that tells its points apart (docs/sweeps.md).
+SWEPT_DIR_SUFFIX = {"seed": "-seed${seed}", "calibration_dtype": "-${calibration_dtype}"}
+# The same for the calibration keys a folder name can hold; its other keys
+# (books, path, text_field, …) are lists or paths: another preset's or file's
+# come with its name, and alone they leave no suffix.
+CALIBRATION_DIR_SUFFIX = {"name": "-${calibration.name}", "num_samples": "-n${calibration.num_samples}",
+                          "max_seq_len": "-len${calibration.max_seq_len}"}
 # The inputs artifact_id hashes, as the refusal names them; the last two only
 # from id schemes 2 and 3 on (recorded as None before).
 INPUT_NAMES = {"model_weights_sha256": "model weights", "recipe_sha256": "recipe",
                "calibration_sha256": "calibration tokens", "seed": "seed", "calibration_dtype": "calibration_dtype",
                "model_config_sha256": "model config.json",
                "model_files_sha256": "model tokenizer/chat template/generation config"}
+
+
+def per_point_suffix(keys: list[str], then: dict | None, now: dict | None) -> str | None:
+    """The suffix naming each differing input (`keys`) in a per-point
+    artifact_dir, from the calibration settings recorded (`then`) and asked
+    (`now`); None where no suffix tells the points apart: another recipe or
+    model, other books, two files of one basename, or the same settings
+    giving other tokens (an edited file)."""
+    if not keys or any(k not in SWEPT_DIR_SUFFIX and k != "calibration_sha256" for k in keys):
+        return None
+    parts = [suffix for k, suffix in SWEPT_DIR_SUFFIX.items() if k in keys]
+    if "calibration_sha256" in keys:
+        own = _calibration_suffix(then or {}, now or {})
+        if own is None or not (own or "seed" in keys):   # the seed alone changes the tokens
+            return None
+        parts.append(own)
+    return "".join(parts)
+
+
+def _calibration_suffix(then: dict, now: dict) -> str | None:
+    """The calibration settings that differ as a folder suffix ("": none
+    differs); None where one differs that no folder name holds."""
+    changed = {k for k in then.keys() | now.keys() if k not in ("num_tokens", "sha256") and then.get(k) != now.get(k)}
+    if "name" in changed:   # another preset's or file's other settings come with its name
+        changed &= CALIBRATION_DIR_SUFFIX.keys()
+    if changed - CALIBRATION_DIR_SUFFIX.keys():
+        return None
+    return "".join(suffix for k, suffix in CALIBRATION_DIR_SUFFIX.items() if k in changed)
 
 
 def _other_inputs(existing: Manifest, inputs: Inputs, out: Path) -> tuple[str | None, list[str]]:

@@ -4,6 +4,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import SMALL_CALIB, last_line, recipe_source, run_quantize, tail
 
 
@@ -99,6 +101,53 @@ def test_an_artifact_of_another_seed_or_dtype_names_what_differs_and_a_folder_pe
     apart = run_quantize(*calibrated, "seed=0", "calibration_dtype=bfloat16", f"artifact_dir={pattern}", cwd=workdir)
     assert apart.returncode == 0, tail(apart)
     assert (arts / "tiny-llama" / "w8a8_smooth_ptq-bfloat16" / "manifest.json").is_file()
+
+
+def test_a_calibration_size_sweep_is_told_a_folder_naming_the_size(tmp_path, workdir, tiny_model):
+    """calibration.num_samples=2,3 keeps the name austen: the line named
+    -${calibration.name}, which collided again; it now names the size, and
+    that folder takes the second point."""
+    arts = tmp_path / "artifacts"
+    calibrated = ("recipe=w8a8_smooth_ptq", f"model={tiny_model}", "calibration.max_seq_len=64",
+                  f"artifacts_dir={arts}")
+    first = run_quantize(*calibrated, "calibration.num_samples=2", cwd=workdir)
+    assert first.returncode == 0, tail(first)
+    proc = run_quantize(*calibrated, "calibration.num_samples=3", cwd=workdir)
+    assert proc.returncode == 2, tail(proc)
+    line = last_line(proc.stderr)
+    suggested = "artifact_dir='${artifacts_dir}/${model.name}/${recipe.name}-n${calibration.num_samples}'"
+    assert suggested in line and "calibration.name" not in line, line
+    apart = run_quantize(*calibrated, "calibration.num_samples=3", suggested.replace("'", ""), cwd=workdir)
+    assert apart.returncode == 0, tail(apart)
+    assert (arts / "tiny-llama" / "w8a8_smooth_ptq-n3" / "manifest.json").is_file()
+
+
+AUSTEN = {"name": "austen", "source": "austen", "books": ["emma"], "num_samples": 2, "max_seq_len": 64}
+CHATS = {"name": "train.jsonl", "source": "file", "path": "/a/train.jsonl", "text_field": "text",
+         "num_samples": 2, "max_seq_len": 64}
+
+
+@pytest.mark.parametrize("keys, now, suffix", [
+    (["seed", "calibration_sha256"], AUSTEN, "-seed${seed}"),
+    (["calibration_dtype"], AUSTEN, "-${calibration_dtype}"),
+    (["seed", "calibration_sha256", "calibration_dtype"], AUSTEN, "-seed${seed}-${calibration_dtype}"),
+    (["calibration_sha256"], AUSTEN | {"num_samples": 4}, "-n${calibration.num_samples}"),
+    (["calibration_sha256"], AUSTEN | {"max_seq_len": 32}, "-len${calibration.max_seq_len}"),
+    (["calibration_sha256"], CHATS, "-${calibration.name}"),           # another preset: its name tells
+    (["seed", "calibration_sha256"], CHATS | {"num_samples": 4}, "-seed${seed}-${calibration.name}-n${calibration.num_samples}"),
+    (["calibration_sha256"], AUSTEN | {"books": ["emma", "persuasion"]}, None),   # a list names no folder
+    (["calibration_sha256"], AUSTEN, None),                            # same settings, other tokens
+    (["recipe_sha256"], AUSTEN, None),
+    (["seed", "versions"], AUSTEN, None)])
+def test_the_per_point_folder_names_what_differs_or_asks_for_a_new_dir(keys, now, suffix):
+    from quantize.pipeline import per_point_suffix
+    assert per_point_suffix(keys, AUSTEN | {"num_tokens": 128, "sha256": "ab" * 32}, now) == suffix
+
+
+@pytest.mark.parametrize("now", [CHATS | {"path": "/b/train.jsonl"}, CHATS | {"text_field": "body"}])
+def test_files_of_one_basename_or_another_field_get_no_suffix_that_collides_again(now):
+    from quantize.pipeline import per_point_suffix
+    assert per_point_suffix(["calibration_sha256"], CHATS, now) is None
 
 
 def test_a_recipe_file_that_is_not_utf8_is_refused(tmp_path, workdir, tiny_model):
