@@ -35,6 +35,7 @@ that passes is the answer: beyond it more load adds queueing, not throughput.
 """
 import math
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 from typing import Callable
 
 from quantize.common.errors import UserError
@@ -104,6 +105,14 @@ class SLO:
         """Requests a level must send (completed + failed) before its pNN is trusted."""
         return math.ceil(round(TAIL_REQUESTS * 100 / (100 - float(self.percentile)), 6))
 
+    def allowed_pct(self) -> Fraction:
+        """The share of requests (%) that may miss a bound, 100 - p, exactly as written (p99.9: 1/10)."""
+        return 100 - Fraction(repr(float(self.percentile)))
+
+    def too_many(self, misses: int, sent: int) -> bool:
+        """More than (100 - p) % of `sent`? Exact, so 10 of 100 is not more than a p90's 10 %."""
+        return misses * 100 > self.allowed_pct() * sent
+
     def describe(self) -> str:
         bounds = ", ".join(f"{m.upper()} ≤ {v:g} ms" for m, v in self.limits().items())
         floor = f"; accuracy ≥ {self.min_recovery_pct:g} % recovery" if self.min_recovery_pct is not None else ""
@@ -122,10 +131,9 @@ def judge(metrics: dict, slo: SLO) -> SloCheck:
     completed = metrics.get("completed") or 0
     failed = metrics.get("failed") or 0
     sent, need = completed + failed, slo.min_requests()
-    allowed = 1 - float(slo.percentile) / 100
-    if failed and failed / sent > allowed:  # first: too many failures fail a level of any size
+    if slo.too_many(failed, sent):  # first: too many failures fail a level of any size
         return SloCheck(False, f"{failed} of {sent} requests failed, more than the "
-                              f"{allowed:.0%} a {p} SLO allows")
+                              f"{float(slo.allowed_pct()):g} % a {p} SLO allows")
     if sent < need:
         return SloCheck(None, f"unresolved: {sent} requests sent, {p} needs at least {need}")
     if metrics.get("valid") is False:

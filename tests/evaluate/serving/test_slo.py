@@ -93,6 +93,17 @@ def test_failed_requests_count_as_misses():
     assert v.passed is False and "12 of 112 requests failed" in v.reason
 
 
+def test_exactly_the_allowed_share_of_failures_is_not_too_many():
+    """10 of 100 failed is the 10 % a p90 SLO allows, not more (no float rounding of 1 - 0.9)."""
+    assert judge(level(completed=90, failed=10), SLO90).passed is True
+    v = judge(level(completed=90, failed=11), SLO90)
+    assert v.passed is False and v.reason == "11 of 101 requests failed, more than the 10 % a p90 SLO allows"
+    slo999 = SLO(name="t", ttft_ms=2000, percentile=99.9)
+    assert judge({"completed": 9990, "failed": 10, "valid": True, "p99.9_ttft_ms": 10.0}, slo999).passed is True
+    v = judge({"completed": 9989, "failed": 11, "valid": True, "p99.9_ttft_ms": 10.0}, slo999)
+    assert v.passed is False and "more than the 0.1 % a p99.9 SLO allows" in v.reason
+
+
 def test_a_failed_request_counts_toward_the_sample_it_needs():
     """A p90 level of exactly 100 requests with one transient failure is
     judged on its latencies, not left unresolved at 99 completed."""
