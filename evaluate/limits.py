@@ -49,15 +49,14 @@ class Limits:
                                 f"{self.batch_size}; lower scenario.batch_size, or pass limits.batch_size="
                                 f"{s.batch_size} to run it on purpose")
 
-    def check_batch_tokens(self, scenarios: list[Scenario], target, args: dict, machine, remote: bool,
-                           kv_itemsize: int) -> None:
+    def check_batch_tokens(self, scenarios: list[Scenario], target, args: dict, machine, engine) -> None:
         """Every batch scenario within limits.batch_tokens (auto: the KV cache
-        that fits beside the weights in MEMORY_SHARE of one rank's memory, at
-        the engine's `kv_itemsize` bytes per element (Engine.kv_itemsize); no
-        bound for a `remote` engine's unknown machine)."""
+        that fits beside the weights in MEMORY_SHARE of one rank's memory, as
+        `engine` holds both (tokens_in_memory); no bound for a remote
+        engine's unknown machine)."""
         allowed = self.batch_tokens
         if allowed == AUTO:
-            allowed = None if remote else tokens_in_memory(target, args, machine, kv_itemsize)
+            allowed = None if engine.remote else tokens_in_memory(target, args, machine, engine)
         for s in scenarios:
             if allowed is not None and s.kv_tokens > allowed:
                 raise UserError(f"scenario {s.name}: batch_size x (input_len + output_len) = {s.kv_tokens} tokens "
@@ -71,18 +70,21 @@ class Limits:
                 f"{MEMORY_SHARE:.0%} of this machine's memory)")
 
 
-def tokens_in_memory(target, args: dict, machine, kv_itemsize: int) -> int | None:
+def tokens_in_memory(target, args: dict, machine, engine) -> int | None:
     """The tokens whose KV cache fits beside the weights in MEMORY_SHARE of
     one rank's memory (a GPU's: its share of the weights and of the KV heads;
-    on a CPU every rank shares this machine's memory, so all of both); None
-    where the model's KV layout or the memory is unknown."""
-    per_token = kv_bytes_per_token(target.config, kv_itemsize, args)
+    on a CPU every rank shares this machine's memory, so all of both), each
+    as `engine` holds it computing in args["dtype"] (Engine.kv_itemsize,
+    Engine.weight_bytes: not the size on disk, which a bf16 checkpoint run
+    in float32 doubles); None where the model's KV layout or the memory is
+    unknown."""
+    per_token = kv_bytes_per_token(target.config, engine.kv_itemsize(target.format, args), args)
     cuda = bool(machine.cuda)
     memory = rank_memory_bytes(cuda)
     if not per_token or not memory:
         return None
-    ranks = parallel.ranks(args)
-    weights, per_token = (target.model_bytes / ranks, per_token) if cuda else (target.model_bytes, per_token * ranks)
+    ranks, held = parallel.ranks(args), engine.weight_bytes(target, args)
+    weights, per_token = (held / ranks, per_token) if cuda else (held, per_token * ranks)
     return max(0, int((MEMORY_SHARE * memory - weights) // per_token))
 
 

@@ -238,8 +238,7 @@ def _plan(config: EvaluateConfig) -> tuple[Job, list[Scenario], Verdict]:
         log.warning("%s", mismatch)
     args["dtype"] = engine.choose_dtype(opened.format, machine, args)
     if not load:
-        config.limits.check_batch_tokens(fit, opened, args, machine, remote=engine.remote,
-                                         kv_itemsize=engine.kv_itemsize(opened.format, args))
+        config.limits.check_batch_tokens(fit, opened, args, machine, engine)
     lm_eval_model, lm_eval_versions = _plan_lm_eval(config, engine, args)
     where = {"versions": provenance.versions(), "hardware": provenance.hardware()}
     verdict = engine.supports(opened.format, machine, args)

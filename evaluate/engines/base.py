@@ -16,7 +16,9 @@ The engine environment (`env` of its config) is set for the instance's
 lifetime and restored by close(): two jobs in one process (a Hydra `-m`
 sweep) never inherit each other's environment.
 """
+import math
 import os
+import struct
 import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -38,6 +40,52 @@ LAUNCH_ENV = frozenset(os.environ)
 
 def user_set(key: str) -> bool:
     return key in LAUNCH_ENV
+
+
+def weights_in_memory(checkpoint, dtype: str | None, decompressed: bool = False) -> int:
+    """Bytes a checkpoint's weights take once loaded to compute in `dtype`,
+    from its safetensors headers (nothing is loaded): floating tensors at
+    `dtype`'s width, quantized ones packed as stored
+    (quantize.common.memory_check.footprint), or with `decompressed` dense
+    in `dtype`. A folder without weights (a recipe not quantized yet) holds none."""
+    from quantize.common.memory_check import footprint
+    held = footprint(checkpoint, dtype).weight_bytes
+    return held + (_decompression_growth(checkpoint, dtype) if decompressed else 0)
+
+
+def _decompression_growth(checkpoint, dtype: str | None) -> int:
+    """What decompressing to dense `dtype` adds to the packed size:
+    compressed-tensors' `weight_packed` becomes a weight of the
+    `weight_shape` stored beside it, an 8-bit `weight` one of its shape."""
+    from quantize.common.checkpoint import read_header, weight_files
+    from quantize.common.memory_check import DTYPE_WIDTH, FLOAT_TENSORS, STORED_WIDTH
+    width = DTYPE_WIDTH.get(dtype, 4)
+    tensors = {}   # name -> (file, header entry, where the file's data starts)
+    for path in weight_files(checkpoint):
+        header, data = read_header(path)
+        tensors |= {name: (path, info, path.stat().st_size - data) for name, info in header.items()
+                    if name != "__metadata__"}
+    growth = 0
+    for name, (path, info, start) in tensors.items():
+        module, _, kind = name.rpartition(".")
+        stored = info["data_offsets"][1] - info["data_offsets"][0]
+        if kind == "weight_packed" and f"{module}.weight_shape" in tensors:
+            shape_file, shape_info, shape_start = tensors[f"{module}.weight_shape"]
+            shape_bytes = shape_info["data_offsets"][1] - shape_info["data_offsets"][0]
+            growth += math.prod(_stored_ints(shape_file, shape_info, shape_start)) * width - stored - shape_bytes
+        elif kind == "weight" and info["dtype"] not in FLOAT_TENSORS:
+            growth += math.prod(info["shape"]) * (width - STORED_WIDTH.get(info["dtype"], 1))
+    return growth
+
+
+def _stored_ints(path, info: dict, data_start: int) -> tuple[int, ...]:
+    """The values of a small integer tensor (a weight_shape), read from its file."""
+    code = {"I64": "q", "I32": "i", "I16": "h", "I8": "b"}[info["dtype"]]
+    begin, end = info["data_offsets"]
+    with open(path, "rb") as f:
+        f.seek(data_start + begin)
+        raw = f.read(end - begin)
+    return struct.unpack(f"<{len(raw) // struct.calcsize(code)}{code}", raw)
 
 
 class EngineStartError(UserError):
@@ -227,6 +275,13 @@ class Engine:
         """Bytes per KV-cache element as this engine stores it for `fmt`: the
         compute dtype's here (transformers keeps its cache unquantized)."""
         return 4 if args.get("dtype") == "float32" else 2
+
+    @classmethod
+    def weight_bytes(cls, target, args: dict) -> int:
+        """Bytes `target`'s weights take in this engine's memory computing in
+        `args["dtype"]`: floating tensors cast to it, quantized ones packed as
+        stored (the format's kernels read them so, as vLLM's do)."""
+        return weights_in_memory(target.path, args.get("dtype"))
 
     @classmethod
     def prepare_env(cls, env: dict, args: dict | None = None) -> dict:

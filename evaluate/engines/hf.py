@@ -6,7 +6,7 @@ from contextlib import contextmanager, suppress
 from typing import Iterator
 
 from evaluate.formats import DENSE, YES, Verdict
-from evaluate.engines.base import Engine
+from evaluate.engines.base import Engine, weights_in_memory
 from evaluate.metrics import RequestTiming
 import quantize.common.machine
 from quantize.common.dtypes import fast_faithful_dtype, requested_dtype
@@ -105,6 +105,14 @@ class HfEngine(Engine):
             note = f"{fmt.kv_cache} KV cache simulated (k/v rounded with the checkpoint's scales, stored unquantized)"
             return verdict.with_note(note)
         return verdict
+
+    @classmethod
+    def weight_bytes(cls, target, args: dict) -> int:
+        """Dense in the compute dtype: transformers decompresses
+        compressed-tensors weights as it loads (GPTQ and AWQ stay packed
+        for gptqmodel's kernels)."""
+        return weights_in_memory(target.path, args.get("dtype"),
+                                 decompressed=target.format.method not in ("gptq", "awq"))
 
     @classmethod
     def kv_quant(cls, fmt, args: dict) -> str:

@@ -53,22 +53,29 @@ def test_an_explicit_limit_allows_the_work_on_purpose(tiny_model, tmp_path):
     assert [r.status for r in results.read(res)] == ["ok"]
 
 
+def held(kv_itemsize: int, weight_bytes: int, remote: bool = False):
+    """An engine that holds KV elements of `kv_itemsize` bytes and weights of `weight_bytes`."""
+    return SimpleNamespace(remote=remote, kv_itemsize=lambda fmt, args: kv_itemsize,
+                           weight_bytes=lambda target, args: weight_bytes)
+
+
 def test_batch_tokens_auto_follow_memory_and_the_models_kv_layout():
     """A 7B-shaped model (128 KiB of KV per token, 14 GB of weights) on a
     machine of 32 GiB: the KV cache beside the weights in 80 % of it holds
     102,903 tokens, so a batch of 128 x 1,024 is refused and 8 x 1,024 is not."""
     target = SimpleNamespace(config={"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-                                     "head_dim": 128}, model_bytes=14 * 10**9)
+                                     "head_dim": 128}, format=None)
     machine, args = SimpleNamespace(cuda=()), {"dtype": "bfloat16"}
+    engine, remote = held(2, 14 * 10**9), held(2, 14 * 10**9, remote=True)
     limits = Limits(runs=None, batch_size=None, batch_tokens="auto")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("evaluate.limits.rank_memory_bytes", lambda cuda: 32 * 2**30)
-        limits.check_batch_tokens([Scenario("fits", 8, 1000, 24)], target, args, machine, remote=False, kv_itemsize=2)
+        limits.check_batch_tokens([Scenario("fits", 8, 1000, 24)], target, args, machine, engine)
         with pytest.raises(UserError, match=r"= 131072 tokens is past limits.batch_tokens=auto \(102903 tokens: the "
                                             r"KV cache that fits beside the weights in 80% of this machine's memory"):
-            limits.check_batch_tokens([Scenario("big", 128, 1000, 24)], target, args, machine, remote=False, kv_itemsize=2)
+            limits.check_batch_tokens([Scenario("big", 128, 1000, 24)], target, args, machine, engine)
         # a server quantbench cannot see: this machine's memory bounds nothing
-        limits.check_batch_tokens([Scenario("big", 128, 1000, 24)], target, args, machine, remote=True, kv_itemsize=2)
+        limits.check_batch_tokens([Scenario("big", 128, 1000, 24)], target, args, machine, remote)
 
 
 def test_batch_tokens_auto_count_the_engines_kv_bytes_and_on_a_cpu_every_rank():
@@ -80,18 +87,18 @@ def test_batch_tokens_auto_count_the_engines_kv_bytes_and_on_a_cpu_every_rank():
     from evaluate.formats import W8A8_INT8, CheckpointFormat
     from evaluate.limits import tokens_in_memory
     target = SimpleNamespace(config={"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-                                     "head_dim": 128}, model_bytes=7 * 10**9)
+                                     "head_dim": 128}, format=None)
     cpu, gpu = SimpleNamespace(cuda=()), SimpleNamespace(cuda=("H100",))
     kv8 = CheckpointFormat(W8A8_INT8, method="compressed-tensors", kv_cache="fp8")
     assert VllmEngine.kv_itemsize(kv8, {"dtype": "bfloat16"}) == 1
     assert VllmEngine.kv_itemsize(CheckpointFormat(W8A8_INT8), {"dtype": "bfloat16"}) == 2
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("evaluate.limits.rank_memory_bytes", lambda cuda: 32 * 2**30)
-        one, fp8 = (tokens_in_memory(target, {"dtype": "bfloat16"}, cpu, size) for size in (2, 1))
+        one, fp8 = (tokens_in_memory(target, {"dtype": "bfloat16"}, cpu, held(size, 7 * 10**9)) for size in (2, 1))
         assert fp8 == pytest.approx(2 * one, abs=2)
-        two_ranks = tokens_in_memory(target, {"dtype": "bfloat16", "tensor_parallel_size": 2}, cpu, 2)
+        two_ranks = tokens_in_memory(target, {"dtype": "bfloat16", "tensor_parallel_size": 2}, cpu, held(2, 7 * 10**9))
         assert two_ranks == one                    # the ranks split the KV heads within one memory
-        on_gpus = tokens_in_memory(target, {"dtype": "bfloat16", "tensor_parallel_size": 2}, gpu, 2)
+        on_gpus = tokens_in_memory(target, {"dtype": "bfloat16", "tensor_parallel_size": 2}, gpu, held(2, 7 * 10**9))
         assert on_gpus > 2 * one                  # each GPU holds half the weights and half the KV heads
 
 
