@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/target.sh   # the stamp and the disk check
 
-VENV=${VENV:-.venv-mlflow}
+# its own variable: VENV names the main venv (scripts/setup.sh), which must not get the full mlflow
+VENV=${MLFLOW_VENV:-.venv-mlflow}
 STAMP=$VENV/.quantbench-installed
 want=$( (cat requirements/mlflow-server.txt scripts/setup_mlflow.sh) | sha256sum | cut -c1-16)
 if ! venv_installed "$VENV" "$STAMP" "$want"; then
