@@ -14,6 +14,7 @@ looks complete, and a finished one is never redone.
 """
 import gzip
 import logging
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from quantize.common import hf_load
 from quantize.common.atomic import staging_dir
+from quantize.common.errors import UserError
 from quantize.common.paths import CACHE_DIR, CORPUS_DIR, MODELS_DIR
 
 log = logging.getLogger("quantbench.assets")
@@ -89,14 +91,23 @@ def ensure_austen() -> Path:
 
 
 def _apt_download(package: str, dest: Path) -> Path:
+    other_way = (f"or copy {AUSTEN_DIR} from a Debian or Ubuntu host that has it (QUANTBENCH_CACHE names the "
+                 "cache folder)")
+    if shutil.which("apt-get") is None:
+        raise UserError(f"the Austen corpus comes from Debian's {package}, and this host has no apt-get; "
+                        f"{other_way}")
+
     def download():
-        return subprocess.run(["apt-get", "download", package], cwd=dest,
-                              capture_output=True, text=True)
+        return subprocess.run(["apt-get", "download", package], cwd=dest, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL)
     if download().returncode != 0:  # package lists may be missing on a fresh machine
-        subprocess.run(["apt-get", "update", "-qq"], check=True, capture_output=True)
-        result = download()
+        update = subprocess.run(["apt-get", "update", "-qq"], capture_output=True, text=True,
+                                stdin=subprocess.DEVNULL)
+        result = download() if update.returncode == 0 else update
         if result.returncode != 0:
-            raise RuntimeError(f"apt-get download {package} failed: {result.stderr.strip()}")
+            why = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise UserError(f"apt-get could not fetch {package} ({why}); run it as root with network to Debian's "
+                            f"mirrors (sudo apt-get update), {other_way}")
     return next(dest.glob(f"{package}_*.deb"))
 
 
@@ -139,4 +150,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     hf_load.detach_stdin()  # nothing may prompt (quantize.common.hf_load)
-    main()
+    try:
+        main()
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
