@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 
 import hydra
 
-from evaluate.formats import DENSE, FP8, W4A16, W8A8_INT8, W8A16, YES, CheckpointFormat, Verdict
+from evaluate.formats import (DENSE, FP8, FP8_BLOCK, FP8_PER_TENSOR, FP8_PER_TOKEN, W4A16, W8A8_INT8, W8A16, YES,
+                              CheckpointFormat, Verdict)
 from evaluate.engines.vllm_kernels import KERNELS_BY_CPU_KIND, VllmKernels
 from quantize.common.errors import UserError
 from quantize.common.hf_load import detach_stdin
@@ -33,7 +34,9 @@ TABLE_FORMATS = (
     CheckpointFormat(W4A16, method="compressed-tensors"),
     CheckpointFormat(W4A16, method="compressed-tensors", zero_point=True),  # as recipes/w4a16_gptq.yaml
     CheckpointFormat(W8A16, method="compressed-tensors", per_channel=True),  # as recipes/w8a16_awq.yaml
-    CheckpointFormat(FP8, method="compressed-tensors"),
+    CheckpointFormat(FP8, method="compressed-tensors", fp8=FP8_PER_TOKEN),   # as recipes/fp8_dynamic.yaml
+    CheckpointFormat(FP8, method="compressed-tensors", fp8=FP8_PER_TENSOR),  # llm-compressor's FP8 preset (static)
+    CheckpointFormat(FP8, method="compressed-tensors", fp8=FP8_BLOCK),       # its FP8_BLOCK preset
     CheckpointFormat(W8A8_INT8, method="compressed-tensors", sparse_24=True),
     CheckpointFormat(W8A8_INT8, method="compressed-tensors", kv_cache="fp8"),  # as recipes/w8a8_kv8.yaml
     # Mixture-of-experts: quantized experts need fused-MoE kernels of their own.

@@ -8,6 +8,13 @@ from dataclasses import dataclass, field
 from quantize.common.moe import is_moe
 
 DENSE, W8A8_INT8, W4A16, W8A16, FP8 = "dense", "w8a8_int8", "w4a16", "w8a16", "fp8"
+# An FP8 checkpoint's strategy: the scale shapes vLLM picks its FP8 kernel by
+# (vllm/model_executor/kernels/linear/__init__.py, init_fp8_linear_kernel).
+# per-tensor: weight and activation scales per-tensor (llm-compressor's FP8
+# preset, static; vLLM's own fp8 format without blocks); per-token: any other
+# scales (FP8_DYNAMIC: per-channel weights, dynamic per-token activations);
+# block: block-scaled weights (FP8_BLOCK); weight-only: activations left in 16 bits.
+FP8_PER_TENSOR, FP8_PER_TOKEN, FP8_BLOCK, FP8_WEIGHT_ONLY = "per-tensor", "per-token", "block", "weight-only"
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,8 @@ class CheckpointFormat:
     kv_cache: str | None = None    # the checkpoint's KV-cache scheme (kv_cache_scheme): "fp8", "fp8 per-head", ...
     zero_point: bool = False       # asymmetric integer weights (a zero point per group or channel)
     per_channel: bool = False      # integer weights scaled per output channel (strategy: channel), not per group
+    # FP8's strategy (FP8_* above; several joined by "+"); None: FP8_PER_TOKEN, the shipped fp8_dynamic's
+    fp8: str | None = None
     # the attention head size (some kernels take only some sizes); None for a format judged alone (the table's)
     head_dim: int | None = field(default=None, compare=False)
     # The checkpoint's compressed-tensors quantization_config as saved, for the
@@ -50,6 +59,8 @@ class CheckpointFormat:
     def label(self) -> str:
         name = {DENSE: f"dense {self.dtype}", W8A8_INT8: "W8A8 int8", W4A16: "W4A16",
                 W8A16: "W8A16", FP8: "FP8"}.get(self.scheme, self.scheme.upper())
+        if self.scheme == FP8 and self.fp8 not in (None, FP8_PER_TOKEN):
+            name += f" {self.fp8}"
         if self.zero_point:
             name += " asym"
         if self.method in ("gptq", "awq"):
@@ -71,12 +82,15 @@ def classify(config: dict, sparse_24: bool = False) -> CheckpointFormat:
     method = q.get("quant_method")
     groups = list((q.get("config_groups") or {}).values())
     zero_point = per_channel = False
+    fp8 = None
     if groups:
         schemes = sorted({_scheme(g.get("weights") or {}, g.get("input_activations")) for g in groups})
         scheme = schemes[0] if len(schemes) == 1 else "+".join(schemes)
         weights = [g.get("weights") or {} for g in groups]
         zero_point = any(w.get("symmetric") is False for w in weights)
         per_channel = any(w.get("type", "int") == "int" and w.get("strategy") == "channel" for w in weights)
+        fp8 = "+".join(sorted({_fp8_strategy(g.get("weights") or {}, g.get("input_activations")) for g in groups
+                               if _scheme(g.get("weights") or {}, None) == FP8})) or None
     elif method in ("gptq", "awq"):
         scheme = _scheme({"num_bits": q.get("bits"), "type": "int"}, None)
         zero_point = q.get("sym") is False if method == "gptq" else q.get("zero_point", True) is not False
@@ -85,9 +99,11 @@ def classify(config: dict, sparse_24: bool = False) -> CheckpointFormat:
         scheme = DENSE  # a sparsity-only config
     else:   # fp8 (vLLM's own FP8 format), bitsandbytes, modelopt ...: never dense, each judged by its own rule
         scheme = FP8 if method == "fp8" else str(method or "unknown")
+        if method == "fp8":  # fp8.py (Fp8LinearMethod): per-tensor weights, activations too on a CPU, or blocks
+            fp8 = FP8_BLOCK if q.get("weight_block_size") else FP8_PER_TENSOR
     saved = q if method == "compressed-tensors" else None
     return CheckpointFormat(scheme=scheme, method=method, zero_point=zero_point, per_channel=per_channel,
-                            quantization_config=saved, **common)
+                            fp8=fp8, quantization_config=saved, **common)
 
 
 def head_dim(config: dict) -> int | None:
@@ -123,3 +139,17 @@ def _scheme(weights: dict, activations: dict | None) -> str:
         return FP8
     act_bits = (activations or {}).get("num_bits") or 16
     return {(8, 8): W8A8_INT8, (4, 16): W4A16, (8, 16): W8A16}.get((bits, act_bits), f"w{bits}a{act_bits}")
+
+
+def _fp8_strategy(weights: dict, activations: dict | None) -> str:
+    """One FP8 config group's strategy, as vLLM's compressed-tensors loader
+    reads it (compressed_tensors.py: _is_fp8_w8a8, else W8A16Fp8, weight-only;
+    compressed_tensors_w8a8_fp8.py: the scale keys it hands the kernel selection)."""
+    acts = activations or {}
+    if acts.get("type") != "float" or (not acts.get("dynamic") and acts.get("strategy", "tensor") != "tensor"):
+        return FP8_WEIGHT_ONLY
+    if weights.get("strategy") == "block":
+        return FP8_BLOCK
+    if weights.get("strategy", "tensor") == "tensor" and not acts.get("dynamic"):
+        return FP8_PER_TENSOR
+    return FP8_PER_TOKEN

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from evaluate import engines
-from evaluate.formats import DENSE, FP8, W4A16, W8A8_INT8, W8A16, CheckpointFormat, Verdict
+from evaluate.formats import DENSE, FP8, FP8_BLOCK, FP8_PER_TENSOR, W4A16, W8A8_INT8, W8A16, CheckpointFormat, Verdict
 from quantize.common import hf_load
 
 # (engine, format) -> (verdict, dtype): the rules to check, given by the
@@ -29,6 +29,8 @@ ROOT_CAUSE = re.compile(r"\b[A-Z]\w*(Error|Exception): .*")
 # llm-compressor preset schemes that need no calibration data, by (scheme, zero point).
 PRESET = {(W8A8_INT8, False): "W8A8", (W4A16, False): "W4A16", (W4A16, True): "W4A16_ASYM",
           (W8A16, False): "W8A16", (FP8, False): "FP8_DYNAMIC"}
+# The other FP8 strategies' presets; FP8's static activation scales are calibrated, as the KV scales are.
+FP8_PRESET = {FP8_PER_TENSOR: "FP8", FP8_BLOCK: "FP8_BLOCK"}
 # KV-cache schemes as recipes write them (recipes/w8a8_kv8.yaml); their static
 # k/v scales are calibrated, on a few random-token samples here.
 KV_SCHEME = {"fp8": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True}}
@@ -82,9 +84,11 @@ def checkpoint(fmt: CheckpointFormat, root: Path, tokenizer_dir: Path) -> Path:
         moe.linearize(model)  # one Linear per expert, as quantize does
     if fmt.sparse_24:
         _prune_2_4(model)
-    recipe = QuantizationModifier(targets="Linear", scheme=PRESET[fmt.scheme, fmt.zero_point], ignore=["lm_head"],
+    scheme = (fmt.scheme == FP8 and FP8_PRESET.get(fmt.fp8)) or PRESET[fmt.scheme, fmt.zero_point]
+    recipe = QuantizationModifier(targets="Linear", scheme=scheme, ignore=["lm_head"],
                                   kv_cache_scheme=KV_SCHEME[fmt.kv_cache] if fmt.kv_cache else None)
-    oneshot(model=model, recipe=recipe, **(_random_calibration(model) if fmt.kv_cache else {}))
+    calibrate = fmt.kv_cache or scheme == "FP8"
+    oneshot(model=model, recipe=recipe, **(_random_calibration(model) if calibrate else {}))
     model.save_pretrained(out, save_compressed=True)
     hf_load.tokenizer(dense).save_pretrained(out)
     return out

@@ -15,7 +15,8 @@ from contextlib import ExitStack, contextmanager, suppress
 from importlib import metadata
 from typing import Iterator
 
-from evaluate.formats import DENSE, FP8, W4A16, W8A8_INT8, W8A16, YES, Verdict
+from evaluate.formats import (DENSE, FP8, FP8_BLOCK, FP8_PER_TOKEN, FP8_WEIGHT_ONLY, W4A16, W8A8_INT8, W8A16, YES,
+                              Verdict)
 from evaluate.engines import parallel, vllm_kernels, vllm_schemes, vllm_startup
 from evaluate.engines.vllm_cuda_rules import BF16, cuda_kv_rule, cuda_rule, machine_release
 from evaluate.engines.base import Engine, EngineStartError, LmEvalModel, user_set
@@ -189,7 +190,7 @@ def _cpu_rule(fmt, machine, args) -> Verdict:
                               "checkpoint has zero points; use engine=hf here, a symmetric recipe "
                               "(weights symmetric: true), or a CUDA GPU")
     if fmt.scheme == FP8:
-        return _fp8_rule(machine)
+        return _fp8_rule(fmt, machine)
     if fmt.scheme not in CPU_OP_FOR:
         return Verdict(False, f"vLLM-CPU has no kernel for {fmt.scheme.upper()}; use engine=hf here")
     op, what = CPU_OP_FOR[fmt.scheme]
@@ -205,23 +206,51 @@ def _cpu_rule(fmt, machine, args) -> Verdict:
     return YES
 
 
-def _fp8_rule(machine) -> Verdict:
-    """vLLM-CPU's own FP8 W8A8 kernel needs AMX-FP8 (scaled_mm/cpu.py); elsewhere it
-    calls torch._scaled_mm (VllmKernels.fp8_gemm says who runs that here). Measured:
-    5-6x slower than bf16 on AVX-512 without AMX; on an AMX host, where oneDNN runs
-    it with reference code, SmolLM2's start-up had not finished after 18 min."""
-    gemm = getattr(machine.engine("vllm"), "fp8_gemm", None)
-    if gemm == "amx_fp8":
-        return YES
+# Why vLLM-CPU has no kernel for an FP8 strategy (vllm_kernels.FP8_KERNELS: where it has none).
+FP8_NO_KERNEL = {
+    FP8_BLOCK: "its FP8 block kernels need AMX tiles, which this CPU lacks (scaled_mm/cpu.py); use engine=hf, "
+               "a CPU with AMX (Sapphire Rapids or newer), or a CUDA GPU",
+    FP8_WEIGHT_ONLY: "it has no FP8 weight-only kernel for any CPU (kernels/linear/__init__.py: "
+                     "_POSSIBLE_WFP8A16_KERNELS); use engine=hf, an FP8 W8A8 recipe (FP8_DYNAMIC), or a CUDA GPU",
+}
+
+
+def _fp8_rule(fmt, machine) -> Verdict:
+    """Each FP8 strategy of the checkpoint gets the kernel vLLM-CPU's own
+    selection picks on this CPU (vllm_kernels.fp8_kernels): none fails the
+    start; vLLM's own CPU kernels serve it; the torch._scaled_mm fallback
+    (scaled_mm/pytorch.py) is as fast as whoever runs that matmul here
+    (VllmKernels.fp8_gemm). Measured: the fallback is 5-6x slower than bf16 on
+    AVX-512 without AMX; on an AMX host, where oneDNN runs it with reference
+    code, SmolLM2's start-up had not finished after 18 min."""
+    kernels = machine.engine("vllm")
+    chosen = vllm_kernels.fp8_kernels(kernels, machine.isa)
+    verdict = YES
+    for strategy in (fmt.fp8 or FP8_PER_TOKEN).split("+"):
+        if strategy not in chosen:
+            continue  # a strategy this table does not know: vLLM's own start says
+        kernel = chosen[strategy]
+        if kernel is None:
+            return Verdict(False, f"vLLM-CPU has no kernel for {fmt.label} here: "
+                                  + FP8_NO_KERNEL.get(strategy, "its kernel selection finds none; use engine=hf"))
+        if kernel in vllm_kernels.TORCH_FP8_KERNELS:
+            verdict = _torch_fp8_rule(getattr(kernels, "fp8_gemm", None))
+            if not verdict:
+                return verdict
+    return verdict
+
+
+def _torch_fp8_rule(gemm: str | None) -> Verdict:
+    """vLLM-CPU's torch._scaled_mm fallback, as fast as who runs it here."""
     if gemm and gemm.startswith("ref"):
-        return Verdict(False, "vLLM-CPU has no FP8 kernel for this CPU (it needs AMX-FP8), and its torch "
+        return Verdict(False, "vLLM-CPU has no FP8 kernel of its own for this checkpoint on this CPU, and its torch "
                               f"fallback runs oneDNN's reference fp8 matmul here ({gemm}: 200-16,000x slower than "
                               "bf16, scripts/bench_fp8_matmul.py); use engine=hf for accuracy, or a CUDA GPU (sm89+)",
                        starts=True)
     if gemm == "unavailable":
-        return Verdict(False, "vLLM-CPU has no FP8 kernel for this CPU (it needs AMX-FP8), and torch's fp8 "
-                              "matmul fails here; use engine=hf for accuracy, or a CUDA GPU (sm89+)")
-    return Verdict(True, "no AMX-FP8: torch fallback, slower than bf16")
+        return Verdict(False, "vLLM-CPU has no FP8 kernel of its own for this checkpoint on this CPU, and torch's "
+                              "fp8 matmul fails here; use engine=hf for accuracy, or a CUDA GPU (sm89+)")
+    return Verdict(True, "vLLM's torch fp8 fallback, slower than bf16")
 
 
 def _scheme_rule(fmt, verdict: Verdict) -> Verdict:

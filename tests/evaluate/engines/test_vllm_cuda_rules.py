@@ -341,7 +341,8 @@ def table_of(kind: str, capsys) -> dict:
 def test_sm80_and_sm90_tables_differ_where_vllm_says(capsys):
     sm80, sm90 = table_of("cuda_sm80", capsys), table_of("cuda_sm90", capsys)
     differ = sorted(row for row, engine in sm80 if sm80[row, engine] != sm90[row, engine])
-    assert differ == ["FP8", "W4A16", "W4A16 MoE", "W4A16 asym", "W8A16", "W8A8 int8 + fp8 KV", "kv"]
+    assert differ == ["FP8", "FP8 block", "FP8 per-tensor", "W4A16", "W4A16 MoE", "W4A16 asym", "W8A16",
+                      "W8A8 int8 + fp8 KV", "kv"]
     assert "weight-only FP8" in sm80["FP8", "vllm"] and sm90["FP8", "vllm"] == "✅ bfloat16"
     assert "Machete" in sm90["W4A16", "vllm"] and "Marlin kernel" in sm80["W4A16", "vllm"]
     assert "Machete" in sm90["W4A16 asym", "vllm"] and "Marlin kernel" in sm80["W4A16 asym", "vllm"]
