@@ -5,6 +5,7 @@ DictConfig."""
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evaluate.search import study_file
 from evaluate.search.space import RecipeSpace, TrialValues
 from evaluate.search.study_file import Objective
 from quantize.common.errors import UserError
@@ -48,7 +49,7 @@ class SearchConfig:
         space = build(values["search"], RecipeSpace, f"conf/search/{space_name}.yaml")
         integer("n_jobs", values.get("n_jobs", 1), 2, minimum=1)   # the sweeper's; checked here, before the sweep
         config = cls(
-            study=str(values["study"]), space=space, space_name=space_name,
+            study=study_file.study_name(values["study"]), space=space, space_name=space_name,
             objectives=objectives(space.objectives, space_name),
             trial=TrialValues.from_values(values.get("trial") or {}),
             trial_number=_int_or_none(values.get("trial_number")),

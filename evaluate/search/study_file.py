@@ -11,6 +11,7 @@ from pathlib import Path
 
 from quantize.common import atomic
 from quantize.common.errors import UserError
+from quantize.common.paths import folder_name
 
 KIND = "quantbench.search"
 VERSION = 1
@@ -58,6 +59,12 @@ class SearchRecord:
 
     def complete(self) -> list[Trial]:
         return [t for t in self.trials if t.state == "COMPLETE" and t.values is not None]
+
+
+def study_name(value) -> str:
+    """study=, checked: each study is one folder under <results_dir>/search
+    (a '/' hid its study.json from find(), '..' wrote outside)."""
+    return folder_name("study", value, "results_dir/search")
 
 
 def path_for(results_dir: Path, study: str) -> Path:

@@ -360,7 +360,7 @@ def _study_name(cfg: DictConfig, configured: str | None, fallback: str) -> str:
     if configured and str(configured) != str(study):
         raise UserError(f"hydra.sweeper.study_name={configured} differs from study={study}, the name the trials "
                         f"record under; pass study={configured} instead")
-    return str(study)
+    return study_file.study_name(study)
 
 
 def _objectives(configured: list[study_file.Objective] | None,

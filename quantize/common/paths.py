@@ -44,13 +44,14 @@ def folder_setting(key: str, value) -> str:
     return text
 
 
-def folder_name(key: str, value) -> str:
+def folder_name(key: str, value, under: str = "artifacts_dir") -> str:
     """A name that is one folder of a path (<artifacts_dir>/<model.name>/<recipe.name>):
-    a '/' or '..' in it wrote outside artifacts_dir, and an empty one dropped a level."""
+    a '/' or '..' in it wrote outside artifacts_dir, and an empty one dropped a level.
+    `under`: the folder the message says it is made in."""
     from quantize.common.errors import UserError
     text = _path_text(key, value, "a folder name", f"my-{key.partition('.')[0]}")
     if not text.strip() or text in (".", "..") or any(c in text for c in "/\\\0"):
-        raise UserError(f"{key}={text!r} is not a folder name: it becomes one folder under artifacts_dir; "
+        raise UserError(f"{key}={text!r} is not a folder name: it becomes one folder under {under}; "
                         f"pass a name without '/', e.g. {key}=my-{key.partition('.')[0]}")
     return text
 

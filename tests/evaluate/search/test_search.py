@@ -232,11 +232,16 @@ def test_a_named_sensitivity_file_of_another_models_weights_stops_the_search_bef
     (["trial.keep_dense=range(5,1)"], "trial.keep_dense=range(5,1) gives no value to search"),   # a StopIteration
     # measured at scenario=interactive, labelled decode_bound in study.json
     (["search.objectives.1.scenario=decode_bound"], "objective output_throughput is at scenario decode_bound, but"),
+    # one folder under results_dir/search: a '/' hid study.json from the report, '..' wrote outside
+    (["study=a/b"], "study='a/b' is not a folder name: it becomes one folder under results_dir/search"),
+    (["study=../escape"], "study='../escape' is not a folder name"),
+    (["study="], "study='' is not a folder name"),   # search/study.json, the trials' records in search/trials/
 ])
 def test_a_search_that_cannot_run_stops_before_its_first_trial(tiny_model, tmp_path, args, says):
     proc = run_cli("evaluate.search", "search=tiny", f"model={tiny_model}", "engine=hf", f"results_dir={tmp_path}",
                    *args, cwd=tmp_path)
     assert says in one_error_line(proc)
+    assert not (tmp_path / "search").exists() and not (tmp_path.parent / "escape").exists()
 
 
 def test_a_format_the_engine_cannot_serve_here_fails_its_trial_before_quantizing(tiny_model, scenario_file, tmp_path):

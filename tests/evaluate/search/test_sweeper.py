@@ -283,6 +283,9 @@ def bad_input(case: str, tmp_path: Path, port: int) -> tuple[list[str], list[str
             ["hydra.sweeper.study_name=fresh"],
             ["hydra.sweeper.study_name=fresh differs from study=toy, the name the trials record under",
              "pass study=fresh instead"]),
+        "study name with a slash": (
+            ["study=a/b"],
+            ["study='a/b' is not a folder name: it becomes one folder under results_dir/search"]),
         "objective": (
             ["search.objectives=[{unit: MB}]"],
             ["search.objectives entry {'unit': 'MB'} lacks a name or direction",
@@ -291,7 +294,7 @@ def bad_input(case: str, tmp_path: Path, port: int) -> tuple[list[str], list[str
 
 
 @pytest.mark.parametrize("case", ["unreachable MariaDB", "unwritable folder", "not a URL", "directions", "objective",
-                                  "stored directions", "sweeper's own study name"])
+                                  "stored directions", "sweeper's own study name", "study name with a slash"])
 def test_a_storage_or_setting_that_cannot_work_stops_before_any_trial_with_one_line(tmp_path, case):
     (tmp_path / "a-file").write_text("in the way\n")
     if case == "stored directions":  # a study of the same name made for other objectives
@@ -304,7 +307,7 @@ def test_a_storage_or_setting_that_cannot_work_stops_before_any_trial_with_one_l
     assert "s3cret" not in out.stdout + out.stderr
     assert not (tmp_path / "ledger.txt").exists() and not list(tmp_path.glob("sweep/*/.hydra"))
     assert not list(tmp_path.glob("res/search/*/study.json"))
-    if case == "sweeper's own study name":
+    if case in ("sweeper's own study name", "study name with a slash"):
         assert not (tmp_path / "res" / "search").exists()   # refused before a storage was made
 
 
