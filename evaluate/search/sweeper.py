@@ -16,8 +16,8 @@
   fails on its own is not retried.
 - One sweeper per study at a time: the running one names itself in the
   study's user attr `sweeper` (host, pid, heartbeat every 30 s); another one
-  started on the same study refuses with one line while that process lives
-  (same host) or its heartbeat is fresh (another host).
+  started on the same study refuses with one line while that heartbeat is
+  fresh and, on the same host, that process lives.
 - One name: a job config's `study` names the study (hydra.sweeper.study_name
   is `${study}`); a sweeper name of its own is refused, as the trial jobs
   would write their records, recipes and logs under the other.
@@ -84,7 +84,7 @@ ERROR_ATTR = "error"
 OBJECTIVES_ATTR = "objectives"  # study user attr: [name, direction, scenario] of each objective
 BUILT_ATTRS = ("artifact_id", "recipe", "artifact_dir")   # trial user attrs from the job's record
 HEARTBEAT_S = 30
-STALE_S = 4 * HEARTBEAT_S      # another host's sweeper counts as gone after this long silent
+STALE_S = 4 * HEARTBEAT_S      # a sweeper counts as gone after this long silent
 RECORD_CLOCK_SLACK_S = 60
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 SWEEPER_ONLY = ("storage", "hydra.sweeper.storage")   # command-line keys no trial job reads
@@ -601,8 +601,11 @@ class _Ownership:
 
 
 def _alive(owner: dict) -> bool:
-    """Whether the sweeper named in the study's `sweeper` attr still runs."""
-    if owner.get("host") == socket.gethostname():
+    """Whether the sweeper named in the study's `sweeper` attr still runs: its
+    heartbeat is fresh and, on this host, its pid lives. A live pid alone is
+    not enough: a sweeper killed with kill -9 leaves its pid to be reused."""
+    fresh = time.time() - float(owner.get("heartbeat") or 0) < STALE_S
+    if fresh and owner.get("host") == socket.gethostname():
         try:
             os.kill(int(owner["pid"]), 0)
         except ProcessLookupError:
@@ -612,4 +615,4 @@ def _alive(owner: dict) -> bool:
         except (KeyError, TypeError, ValueError):
             return False
         return True
-    return time.time() - float(owner.get("heartbeat") or 0) < STALE_S
+    return fresh

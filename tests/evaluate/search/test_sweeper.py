@@ -19,7 +19,8 @@ import pytest
 from hydra.core.utils import JobReturn, JobStatus
 
 from evaluate.search import study_file
-from evaluate.search.sweeper import _alive, _Progress, job_error
+from evaluate.search.sweeper import _alive, _Ownership, _Progress, job_error
+from quantize.common.errors import UserError
 from tests.conftest import quantize_env
 
 # The plugin builds Optuna's pre-3.0 distributions; Optuna 5 only warns.
@@ -335,10 +336,28 @@ def test_progress_counts_the_study_total_and_estimates_from_this_runs_pace(monke
     assert line == "trials 5-6/10 done (#7 COMPLETE, #8 FAIL), elapsed 1 min 0 s, ETA 2 min 0 s"
 
 
-def test_another_hosts_sweeper_counts_as_alive_while_its_heartbeat_is_fresh():
+def test_a_sweeper_counts_as_alive_while_its_heartbeat_is_fresh_and_on_this_host_its_pid_lives():
     assert _alive({"host": "elsewhere", "pid": 1, "heartbeat": time.time() - 10})
     assert not _alive({"host": "elsewhere", "pid": 1, "heartbeat": time.time() - 3600})
-    assert _alive({"host": socket.gethostname(), "pid": os.getpid()})
+    here = socket.gethostname()
+    assert _alive({"host": here, "pid": os.getpid(), "heartbeat": time.time() - 10})
     dead = subprocess.Popen(["true"])
     dead.wait()
-    assert not _alive({"host": socket.gethostname(), "pid": dead.pid})
+    assert not _alive({"host": here, "pid": dead.pid, "heartbeat": time.time() - 10})
+    # killed with kill -9 a day ago, its pid since reused (here: this process): the study can be resumed
+    assert not _alive({"host": here, "pid": os.getpid(), "heartbeat": time.time() - 86400})
+
+
+def test_a_study_whose_dead_sweepers_pid_was_reused_is_claimed(tmp_path):
+    """It refused "is being run by pid ... one sweeper per study" forever."""
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(study_name="s", storage=url)
+    # a live pid not this process's (so not taken for this sweeper's own claim)
+    reused = {"host": socket.gethostname(), "pid": os.getppid(), "heartbeat": 0, "started": "2026-01-01T00:00:00+00:00"}
+    study.set_user_attr("sweeper", reused)
+    with _Ownership(study, url):
+        assert study.user_attrs["sweeper"]["started"] != "2026-01-01T00:00:00+00:00"
+    study.set_user_attr("sweeper", {**reused, "heartbeat": time.time()})   # a live sweeper's: refused
+    with pytest.raises(UserError, match="one sweeper per study: wait for it, stop it, or use study=<new name>"):
+        with _Ownership(study, url):
+            pass
