@@ -37,6 +37,11 @@ Added by quantbench:
 - slo_attainment: good requests / all requests sent, failed ones counting as
   misses (fraction), with slo_attainment_low / _high its 95% Wilson score
   interval; None without an SLO or without requests.
+- slo_<metric>_misses / slo_<metric>_bound_ms, per bound the SLO sets: the
+  requests sent that missed that bound, failed ones counting as misses
+  (count), and the bound (ms). slo.judge fails a level where they are more
+  than (100 - p) % of the requests sent; the pNN above counts completed
+  requests only.
 - offered_rate: the arrival rate asked for (req/s; rate mode only, else None);
   achieved_rate_ratio: request_throughput / offered_rate (fraction). The last
   requests' service time is in the duration too, so a short level reads a
@@ -140,6 +145,7 @@ def level_metrics(run: LevelRun, slo: SLO | None = None) -> dict:
     ci = wilson(good, sent) if limits else None
     m |= {"slo_attainment": good / sent if limits and sent else None,
           "slo_attainment_low": ci[0] if ci else None, "slo_attainment_high": ci[1] if ci else None}
+    m |= slo_misses(run.results, limits)
     offered = float(run.level) if run.mode == "rate" and run.level else None
     achieved = m["request_throughput"]
     m |= {"offered_rate": offered,
@@ -152,6 +158,16 @@ def level_metrics(run: LevelRun, slo: SLO | None = None) -> dict:
     m["valid_reason"] = client_bound(m)
     m["valid"] = m["valid_reason"] is None
     return m
+
+
+def slo_misses(results: list[RequestResult], limits_ms: dict[str, float]) -> dict:
+    """Per SLO bound: the requests sent that missed it, failed ones included
+    (slo_<metric>_misses), and the bound they were counted against (ms)."""
+    out = {}
+    for metric, bound in limits_ms.items():
+        missed = sum(not r.success or (request_values(r)[metric] or 0.0) * 1000 > bound for r in results)
+        out |= {f"slo_{metric}_misses": missed, f"slo_{metric}_bound_ms": bound}
+    return out
 
 
 def client_bound(m: dict) -> str | None:

@@ -22,8 +22,13 @@ The check of one level (`judge`), in this order:
    level is never passed.
 3. Unresolved when the level is not `valid` (the client, not the server, was
    the bottleneck: see metrics.py): it measured the client.
-4. Failed when any `p<p>_<metric>_ms` is above its bound; unresolved when a
-   bounded metric was not measured.
+4. Failed when any `p<p>_<metric>_ms` is above its bound, or when the
+   requests that missed a bound, failed ones included
+   (`slo_<metric>_misses`, counted against that same bound), are more than
+   (100 - p) % of those sent: the pNN is over completed requests only, so
+   failures plus slow completed requests could otherwise exceed the share the
+   SLO allows. Rows without those counts are judged on the pNN alone;
+   unresolved when a bounded metric was not measured.
 5. Passed otherwise.
 
 Search (`search`): the highest concurrency (or request rate) that passes.
@@ -143,8 +148,12 @@ def judge(metrics: dict, slo: SLO) -> SloCheck:
         value = metrics.get(f"{p}_{metric}_ms")
         if not isinstance(value, (int, float)):
             return SloCheck(None, f"unresolved: {p}_{metric}_ms not measured")
+        missed = metrics.get(f"slo_{metric}_misses")
         if value > bound:
             misses.append(f"{p} {metric.upper()} {value:.1f} ms > {bound:g} ms")
+        elif metrics.get(f"slo_{metric}_bound_ms") == bound and isinstance(missed, int) and slo.too_many(missed, sent):
+            misses.append(f"{missed} of {sent} requests missed {metric.upper()} ≤ {bound:g} ms ({failed} failed), "
+                          f"more than the {float(slo.allowed_pct()):g} % a {p} SLO allows")
     if misses:
         return SloCheck(False, "; ".join(misses))
     return SloCheck(True, "meets " + ", ".join(f"{p} {m.upper()} ≤ {b:g} ms" for m, b in slo.limits().items()))

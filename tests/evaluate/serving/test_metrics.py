@@ -50,6 +50,15 @@ def test_goodput_is_per_request_and_attainment_counts_failures_as_misses():
     assert level_metrics(three_requests(), SLO(e2el_ms=10_000))["slo_attainment"] == pytest.approx(2 / 3)
 
 
+def test_misses_per_bound_count_failed_requests():
+    m = level_metrics(three_requests(), SLO(ttft_ms=600, tpot_ms=300))  # r2: TTFT 1000 ms, TPOT 400 ms; r3 failed
+    assert (m["slo_ttft_misses"], m["slo_ttft_bound_ms"]) == (2, 600.0)
+    assert (m["slo_tpot_misses"], m["slo_tpot_bound_ms"]) == (2, 300.0)
+    m = level_metrics(three_requests(), SLO(tpot_ms=500))                 # r3 only
+    assert m["slo_tpot_misses"] == 1 and "slo_ttft_misses" not in m and "slo_e2el_misses" not in m
+    assert not any(k.startswith("slo_") and k.endswith("misses") for k in level_metrics(three_requests()))
+
+
 def test_one_token_request_has_tpot_zero_for_goodput_and_none_in_stats():
     run = LevelRun(mode="synchronous", level=None, start=0, end=2,
                    results=[request(0.0, 0.3, [], tokens=1), request(1.0, 0.2, [0.05])])

@@ -7,9 +7,13 @@ import pytest
 import yaml
 
 from evaluate.serving.load import arrival_offsets
+from evaluate.serving.metrics import level_metrics
+from evaluate.serving.requests import LevelRun
 from evaluate.serving.slo import SLO, judge, search
 from quantize.common.errors import UserError
 from quantize.common.paths import CONF_DIR
+
+from .requests_fixture import request
 
 
 # --- SLO configs ------------------------------------------------------------------------------------------
@@ -102,6 +106,33 @@ def test_exactly_the_allowed_share_of_failures_is_not_too_many():
     assert judge({"completed": 9990, "failed": 10, "valid": True, "p99.9_ttft_ms": 10.0}, slo999).passed is True
     v = judge({"completed": 9989, "failed": 11, "valid": True, "p99.9_ttft_ms": 10.0}, slo999)
     assert v.passed is False and "more than the 0.1 % a p99.9 SLO allows" in v.reason
+
+
+def measured(failed: int, slow: int, fine: int) -> dict:
+    """level_metrics (SLO90) of a level whose requests failed, took 5 s to a first token, or met both bounds."""
+    results = ([request(i, 0, [], error="HTTP 503") for i in range(failed)]
+               + [request(i, 5.0, [0.05] * 15) for i in range(slow)]
+               + [request(i, 0.3, [0.05] * 15) for i in range(fine)])
+    return level_metrics(LevelRun(mode="concurrency", level=4, start=0, end=60, results=results), SLO90)
+
+
+def test_failed_and_slow_requests_together_miss_the_percentile():
+    """9 failed + 8 slow of 100 is 17 % over the TTFT bound, though the pNN of the completed ones meets it."""
+    m = measured(failed=9, slow=8, fine=83)
+    assert m["p90_ttft_ms"] == pytest.approx(300) and m["slo_attainment"] == pytest.approx(0.83)
+    v = judge(m, SLO90)
+    assert v.passed is False
+    assert v.reason == "17 of 100 requests missed TTFT ≤ 2000 ms (9 failed), more than the 10 % a p90 SLO allows"
+    assert judge(measured(failed=9, slow=1, fine=90), SLO90).passed is True     # 10 of 100: the share allowed
+
+
+def test_misses_counted_against_another_bound_or_not_at_all_leave_the_pnn_rule():
+    """Rows stored before the counts, or judged by an SLO of other bounds, are judged on their pNN."""
+    m = measured(failed=9, slow=8, fine=83)
+    old = {k: v for k, v in m.items() if not k.startswith("slo_")}
+    assert judge(old, SLO90).passed is True
+    looser = SLO(name="t", ttft_ms=6000, tpot_ms=100, percentile=90)
+    assert judge(m, looser).passed is True     # 9 failed only, within 10 %: the counts for 2000 ms do not apply
 
 
 def test_a_failed_request_counts_toward_the_sample_it_needs():
