@@ -105,6 +105,7 @@ class SearchSettings:
     model: str                                      # model.name: ""
     objectives: list[study_file.Objective] | None   # search.objectives: one per direction, unnamed
     hardware: dict                                  # hardware: {}
+    study: Any                                      # study: None (the study's one name, checked where used)
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> "SearchSettings":
@@ -119,6 +120,7 @@ class SearchSettings:
             model=str(get("model.name", "") or ""),
             objectives=None if objectives is None else [_objective(plain(o)) for o in objectives],
             hardware=get("hardware", {}) or {},
+            study=get("study", None),
         )
 
 
@@ -152,7 +154,7 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # its "created"/"using existing" lines: ours say more
         self.settings = SearchSettings.from_cfg(self.config)
         fallback = self.settings.space or self.config.hydra.job.name
-        self.study_name = _study_name(self.config, self.study_name, fallback)
+        self.study_name = _study_name(self.settings.study, self.study_name, fallback)
         self.url = self.storage or storages.default_url(self.settings.results_dir, self.study_name)
         self.storage = storages.open_storage(self.url)
         self._keep_storage_from_jobs()
@@ -350,11 +352,10 @@ def _versions() -> dict:
     return out
 
 
-def _study_name(cfg: DictConfig, configured: str | None, fallback: str) -> str:
+def _study_name(study: Any, configured: str | None, fallback: str) -> str:
     """The study's one name: the job config's `study` where it has one, the
     name each trial job writes its record, recipes and logs under; a sweeper
     name of its own would split the study from its trials' records."""
-    study = OmegaConf.select(cfg, "study", default=None)
     if study is None:   # a plain Hydra app
         return configured or fallback
     if configured and str(configured) != str(study):
