@@ -67,6 +67,8 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from evaluate.search import storage as storages
 from evaluate.search import study_file
+from quantize.common import fingerprint
+from quantize.common.checkpoint import weight_files
 from quantize.common.errors import UserError
 from quantize.common.extensions import plain
 from quantize.common.jobs import FAILURE_FILE, one_line
@@ -82,6 +84,10 @@ RECOVERED_ATTR = "recovered"
 RETRY_ATTR = "retry_of"
 ERROR_ATTR = "error"
 OBJECTIVES_ATTR = "objectives"  # study user attr: [name, direction, scenario] of each objective
+IDENTITY_ATTR = "identity"      # study user attr: what the trials measured besides their params (_identity)
+# The job config's keys that change what a trial measures but not its params
+# or the study's default name; a plain Hydra app may lack any of them.
+IDENTITY_KEYS = ("model.path", "seed", "quantize_overrides", "evaluate_overrides")
 BUILT_ATTRS = ("artifact_id", "recipe", "artifact_dir")   # trial user attrs from the job's record
 HEARTBEAT_S = 30
 STALE_S = 4 * HEARTBEAT_S      # a sweeper counts as gone after this long silent
@@ -106,6 +112,7 @@ class SearchSettings:
     objectives: list[study_file.Objective] | None   # search.objectives: one per direction, unnamed
     hardware: dict                                  # hardware: {}
     study: Any                                      # study: None (the study's one name, checked where used)
+    identity: dict                                  # _identity: {}
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> "SearchSettings":
@@ -121,7 +128,20 @@ class SearchSettings:
             objectives=None if objectives is None else [_objective(plain(o)) for o in objectives],
             hardware=get("hardware", {}) or {},
             study=get("study", None),
+            identity=_identity({key: get(key, None) for key in IDENTITY_KEYS}),
         )
+
+
+def _identity(values: dict) -> dict:
+    """The IDENTITY_KEYS the config has; local weights by their fingerprint
+    (`model weights`), so a checkpoint moved to another folder still resumes."""
+    out = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+           for k, v in values.items() if v is not None}
+    weights = weight_files(Path(str(out["model.path"]))) if "model.path" in out else []
+    if weights:
+        del out["model.path"]
+        out["model weights"] = fingerprint.compute(weights).sha256
+    return out
 
 
 def _objective(entry: dict) -> study_file.Objective:
@@ -162,6 +182,7 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
         self.objectives = _objectives(self.settings.objectives, directions)
         study = _load_study(self.study_name, self.storage, directions, self.url)
         _check_objectives(study, self.objectives, self.url)
+        _check_identity(study, self.settings.identity, self.url)
         _check_distributions(study, self._distributions(arguments), self.url)
         with _Ownership(study, self.url):
             _name_values(study, self.objectives)
@@ -401,6 +422,22 @@ def _check_objectives(study: optuna.Study, objectives: list[study_file.Objective
         raise UserError(f"study {study.study_name} in {storages.redact(url)} measured {shown(stored)}, this search "
                         f"{shown(asked)}; use study=<new name> for the new objectives, "
                         "or the old ones to resume it")
+
+
+def _check_identity(study: optuna.Study, identity: dict, url: str) -> None:
+    """A stored study must have measured the same weights with the same seed
+    and stage overrides: its trials would count as this search's, and their
+    front be reported as its answer. A new study (or one from before this
+    check) records them."""
+    stored = study.user_attrs.get(IDENTITY_ATTR)
+    if stored is None:
+        study.set_user_attr(IDENTITY_ATTR, identity)
+        return
+    differ = [k for k in sorted(set(stored) | set(identity)) if stored.get(k) != identity.get(k)]
+    if differ:
+        was = ", ".join("other model weights" if k == "model weights" else f"{k}={stored.get(k)}" for k in differ)
+        raise UserError(f"study {study.study_name} in {storages.redact(url)} was searched with {was}; "
+                        "use study=<new name> for this search, or the same settings to resume it")
 
 
 def _check_distributions(study: optuna.Study, distributions: dict, url: str) -> None:

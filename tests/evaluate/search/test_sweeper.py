@@ -361,3 +361,43 @@ def test_a_study_whose_dead_sweepers_pid_was_reused_is_claimed(tmp_path):
     with pytest.raises(UserError, match="one sweeper per study: wait for it, stop it, or use study=<new name>"):
         with _Ownership(study, url):
             pass
+
+
+def test_a_study_resumed_with_another_seed_stops_with_one_line(tmp_path):
+    """The study's name does not say the seed, the weights or the stages'
+    overrides: a rerun with others reported the first run's front as its own."""
+    first = run(toy(tmp_path, "hydra.sweeper.n_trials=1", "hydra.sweeper.n_jobs=1", "+seed=0"), tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = run(toy(tmp_path, "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=1", "+seed=3"), tmp_path)
+    line = one_error_line(again)
+    assert "study toy in sqlite:///" in line and "was searched with seed=0; use study=<new name>" in line
+    assert ledger(tmp_path) == Counter([0])   # no trial ran on the mixed study
+
+
+def write_weights(folder: Path, value: float) -> Path:
+    from safetensors.numpy import save_file
+    import numpy as np
+    folder.mkdir(parents=True)
+    save_file({"w": np.full((4, 4), value, dtype=np.float32)}, str(folder / "model.safetensors"))
+    return folder
+
+
+def test_a_study_is_identified_by_its_weights_not_their_folder(tmp_path):
+    from evaluate.search.sweeper import _check_identity, _identity
+
+    def identity(path: Path, *overrides: str) -> dict:
+        return _identity({"model.path": str(path), "seed": 0, "evaluate_overrides": list(overrides)})
+    a = write_weights(tmp_path / "a" / "final", 1.0)
+    moved = shutil.copytree(a, tmp_path / "moved" / "final")
+    b = write_weights(tmp_path / "b" / "final", 2.0)
+    assert identity(a) == identity(moved) and "model.path" not in identity(a)
+    assert identity(a) != identity(b)
+    assert identity(tmp_path / "not-local")["model.path"] == str(tmp_path / "not-local")   # a hub id: by its name
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(study_name="s", storage=url)
+    study.enqueue_trial({})   # a study from before identities were recorded resumes, and records this one
+    _check_identity(study, identity(a), url)
+    _check_identity(study, identity(moved), url)
+    with pytest.raises(UserError, match=r"was searched with evaluate_overrides=\[\], other model weights; "
+                                        "use study=<new name>"):
+        _check_identity(study, identity(b, "runs=1"), url)
