@@ -8,8 +8,10 @@ A *level* is one load setting held for a bounded number of requests
   one is sent as soon as one ends);
 - rate: open loop, `level` requests per second on average, arrivals drawn
   from a gamma distribution of shape `burstiness` (1 = Poisson; < 1
-  burstier) and sent against that precomputed schedule whatever the server
-  does; each request records when it was scheduled and when it was sent.
+  burstier), scaled so that the n-th of n requests is due at n/rate (as in
+  vllm bench serve), and sent against that precomputed schedule whatever
+  the server does; each request records when it was scheduled and when it
+  was sent.
 
 When a level's time is up no request is sent any more; those in flight get
 `drain_seconds` more, then are cancelled and count as failed.
@@ -29,6 +31,9 @@ from evaluate.serving.client import Client
 from evaluate.serving.requests import LevelRun, RequestResult
 from quantize.common.errors import EngineDied
 
+# how rate levels lay out their arrivals (arrival_offsets), recorded in their rows' load: a rate row
+# of another layout offered another load, so it is measured anew rather than taken as this level's
+ARRIVALS = "gamma gaps scaled to n/rate"
 ALIVE_POLL_S = 1.0
 DEATH_GRACE_S = 2.0  # a dying server closes its sockets a moment before its exit can be seen
 
@@ -121,11 +126,13 @@ def _closed_loop(client, n: int, prompts, output_len, send_until, results, stop)
 def arrival_offsets(rate: float, burstiness: float, n: int, seed: int) -> np.ndarray:
     """Seconds from the level's start at which each of `n` requests is due:
     gamma-distributed gaps with mean 1/rate (shape `burstiness`; 1 =
-    exponential, i.e. Poisson arrivals); the first request at 0, as in vllm
-    bench serve."""
+    exponential, i.e. Poisson arrivals), the first one before the first
+    request, then scaled so that the n-th is due at exactly n/rate, as vllm
+    bench serve lays out its arrivals: raw gaps would offer up to a quarter
+    more or less than `rate` over a level of a few dozen requests."""
     rng = np.random.default_rng([int(seed), 7])
-    gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n)
-    return np.concatenate([[0.0], np.cumsum(gaps[:-1])])
+    due = np.cumsum(rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n))
+    return due * (n / rate / due[-1])
 
 
 async def _open_loop(client, level: Level, prompts, output_len, t0, send_until, seed, results, stop) -> None:

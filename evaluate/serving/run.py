@@ -16,7 +16,7 @@ import zlib
 
 from evaluate.host_load import HostLoadMeter
 from evaluate.results import Row
-from evaluate.serving.load import Level, ServerDied, level_prompts, level_requests, run_level
+from evaluate.serving.load import ARRIVALS, Level, ServerDied, level_prompts, level_requests, run_level
 from evaluate.serving.metrics import level_metrics
 from evaluate.serving.profiles import LoadProfile
 from evaluate.serving.slo import SLO
@@ -49,6 +49,8 @@ def serving_row(job, s, level: Level | None) -> Row:
     load = {"profile": p.name, "mode": level.mode if level else None, "level": level.level if level else None,
             "burstiness": level.burstiness if level else None, "max_requests": p.max_requests,
             "max_seconds": p.max_seconds, "drain_seconds": p.drain()}
+    if level and level.mode == "rate":  # concurrency rows keep the keys they had
+        load["arrivals"] = ARRIVALS
     return job.base.but(kind="serving", scenario=s.name, batch_size=None, input_len=s.input_len,
                         output_len=s.output_len, run_index=0, load=load,
                         slo=job.slo.as_dict() if job.slo else None)

@@ -88,6 +88,30 @@ def test_a_curve_holds_the_levels_of_its_latest_load_profile_only(tmp_path):
     assert [(lvl.level, lvl.row.load["burstiness"]) for lvl in curve.levels] == [(2.0, 0.25), (4.0, 0.25)]
 
 
+def test_rate_levels_of_the_earlier_arrival_schedule_leave_the_curve():
+    """Rate rows written before arrivals were scaled to n/rate (no `arrivals`
+    in their load) offered another load: a rerun's rows replace their curve."""
+    from types import SimpleNamespace
+
+    from evaluate.serving.load import Level
+    from evaluate.serving.profiles import Rate
+    from evaluate.serving.run import serving_row as level_row
+
+    old = serving_row("original", 1.0, mode="rate")
+    job = SimpleNamespace(load=Rate(name="rate", rates=[2.0, 4.0], max_requests=120, max_seconds=600,
+                                    drain_seconds=30), base=old, slo=CPU_SLO)
+    scenario = SimpleNamespace(name="chat", input_len=128, output_len=64)
+
+    def new(level, minute):
+        return level_row(job, scenario, Level("rate", level, 1.0)).but(
+            status="ok", metrics=old.metrics, timestamp=f"2026-11-22T11:{minute:02d}:00+00:00")
+    before = [old.but(load=old.load | {"profile": "rate", "level": lvl, "burstiness": 1.0},
+                      timestamp=f"2026-11-22T10:0{i}:00+00:00") for i, lvl in enumerate((1.0, 2.0, 4.0))]
+    curve, = curves(groups(before + [new(2.0, 0), new(4.0, 1)]), {})
+    assert [(lvl.level, lvl.row.load.get("arrivals")) for lvl in curve.levels] == [
+        (2.0, "gamma gaps scaled to n/rate"), (4.0, "gamma gaps scaled to n/rate")]
+
+
 def test_level_tables_per_artifact_in_level_order(tmp_path):
     rows = [serving_row("original", c) for c in (8, 1, 16, 4, 2)]  # appended out of order
     md, _ = report(tmp_path, rows + accuracy_rows())
