@@ -14,13 +14,16 @@ reference: the artifact's unquantized base model run in transformers.
   data-processing inequality this is a lower bound of the full-vocabulary KL,
   and it equals it when the returned tokens hold all the mass.
 - top1_agreement: fraction of positions where the artifact's most likely next
-  token equals the reference's.
+  token equals the reference's. A tie at the top (frequent with bf16 logits)
+  agrees when any token tied first in one is tied first in the other, so the
+  order an engine lists tied tokens in never counts.
 - lastword_accuracy: a LAMBADA-style task built from the held-out novels: each
   item is a paragraph of at least `min_words` words whose last word is
   alphabetic; the model sees the paragraph (last `context_tokens` tokens)
   without that word, and is right when greedy decoding would produce every
   token the word has after it in the whole paragraph, as lm-eval cuts a
-  continuation (teacher-forced rank 1 for each of them).
+  continuation (teacher-forced, each of them has its position's top
+  logprob, a tie included).
 - recovery_pct: reference perplexity / artifact perplexity x 100;
   lastword_recovery_pct: artifact / reference last-word accuracy x 100.
 """
@@ -175,13 +178,13 @@ class Reference:
             logits = self.model(torch.tensor([ids], device=self.device)).logits[0, :-1]
             return torch.log_softmax(logits.float(), dim=-1).cpu().numpy()
 
-    def greedy(self, ids: list[int], n: int) -> list[int]:
-        """The most likely token at each of the last n positions of ids, given
-        the tokens before it: the logits' argmax, for only those positions."""
-        import torch
-        with torch.inference_mode():
-            logits = self.model(torch.tensor([ids], device=self.device), logits_to_keep=n + 1).logits[0, :-1]
-            return logits.argmax(dim=-1).tolist()
+    def continues(self, ids: list[int], n: int) -> bool:
+        """Whether greedy decoding gives the last n tokens of ids: each has its
+        position's top log-probability, a tie included. From log_probs' full
+        forward pass, so an engine running the same weights the same way in
+        transformers gets the same values, ties and all."""
+        log_probs = self.log_probs(ids)[-n:]
+        return all(row[token] == row.max() for row, token in zip(log_probs, ids[-n:]))
 
 
 def needed_len(config: AccuracyConfig) -> int:
@@ -301,7 +304,7 @@ def score(passed: dict, target, config: AccuracyConfig) -> Scores:
     per_window = [window_sums(ids, positions, ref_lp) for ids, positions, ref_lp in
                   zip(wins, passed["window_logprobs"], reference_window_log_probs(ref, wins))]
     nll, ref_nll, kl, agree, scored = (sum(column) for column in zip(*per_window))
-    art_hits = [all(pos[tok][1] == 1 for pos, tok in _targets(p, n, lp))
+    art_hits = [all(_is_top(pos, tok) for pos, tok in _targets(p, n, lp))
                 for (p, n), lp in zip(items, passed["item_logprobs"])]
     ref_hits = reference_hits(ref, items)
     ppl, ref_ppl = math.exp(nll / scored), math.exp(ref_nll / scored)
@@ -335,7 +338,7 @@ def window_sums(ids: list[int], positions, ref_lp) -> tuple[float, float, float,
         nll -= q[ids[i]][0]
         ref_nll -= float(p[ids[i]])  # sums in float64, whatever the reference's dtype
         kl += _partition_kl(p, q)
-        agree += int(_top1(q) == int(p.argmax()))
+        agree += int(_agrees(q, p))
     return nll, ref_nll, kl, agree, len(ids) - 1
 
 
@@ -368,8 +371,18 @@ def _partition_kl(p_log: np.ndarray, q: dict) -> float:
     return max(kl, 0.0)
 
 
-def _top1(q: dict) -> int:
-    return min(q, key=lambda t: q[t][1])  # the returned top-k always holds rank 1
+def _is_top(q: dict, token: int) -> bool:
+    """Whether `token` has the top logprob the engine returned (its top-k
+    always holds the top): by value, not rank, since engines break exact ties
+    differently (torch.topk's order; vLLM ranks a tied token after it)."""
+    return q[token][0] == max(v[0] for v in q.values())
+
+
+def _agrees(q: dict, p_log: np.ndarray) -> bool:
+    """Whether a token tied first among the engine's is tied first in the
+    reference too: an artifact identical to its reference always agrees."""
+    best, top = max(v[0] for v in q.values()), p_log.max()
+    return any(logprob == best and p_log[t] == top for t, (logprob, _) in q.items())
 
 
 def _targets(prompt: list[int], n: int, positions):
@@ -400,12 +413,13 @@ def reference_hits(ref: Reference, items) -> list[bool]:
     """Per last-word item, whether the reference gets it right. The same for
     every artifact of one base model, so it is computed once (a forward pass
     per item) and kept in .cache/accuracy/, keyed by everything it depends on."""
-    file = CACHE_DIR / "accuracy" / f"lastword-{_reference_key(ref, items)}.json"
+    # "ties": a tie at the top counts as a hit (files before counted the first tied token only).
+    file = CACHE_DIR / "accuracy" / f"lastword-ties-{_reference_key(ref, items)}.json"
     try:
         return json.loads(file.read_text())["hits"]
     except (OSError, ValueError, KeyError):
         pass
-    hits = [ref.greedy(prompt, n) == prompt[-n:] for prompt, n in items]
+    hits = [ref.continues(prompt, n) for prompt, n in items]
     atomic.write_json(file, {"reference": str(ref.path), "hits": hits})
     return hits
 

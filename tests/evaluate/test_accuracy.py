@@ -81,12 +81,6 @@ def reference(ref_dir):
     return Reference(ref_dir, "cpu")
 
 
-def test_greedy_is_the_argmax_of_the_log_probs_at_the_last_positions(reference):
-    for prompt, n in ITEMS:
-        full = reference.log_probs(prompt)
-        assert reference.greedy(prompt, n) == [int(full[i - 1].argmax()) for i in range(len(prompt) - n, len(prompt))]
-
-
 def test_a_greedy_continuation_is_a_hit(reference, ref_dir, tmp_path, monkeypatch):
     """Items made of the reference's own greedy tokens are all hits; the same
     items with a changed last token are not."""
@@ -94,7 +88,7 @@ def test_a_greedy_continuation_is_a_hit(reference, ref_dir, tmp_path, monkeypatc
     monkeypatch.setattr(accuracy, "CACHE_DIR", tmp_path)
     prompt = [5, 17, 42]
     for _ in range(3):
-        prompt.append(reference.greedy(prompt + [0], 1)[0])
+        prompt.append(int(reference.log_probs(prompt + [0])[-1].argmax()))
     wrong = prompt[:-1] + [(prompt[-1] + 1) % 500]
     assert accuracy.reference_hits(reference, [(prompt, 3), (wrong, 1), (wrong, 3)]) == [True, False, False]
 
@@ -108,14 +102,14 @@ def test_the_reference_hits_are_cached_until_what_they_depend_on_changes(referen
 
     def no_forward(*_):
         raise AssertionError("computed again although cached")
-    monkeypatch.setattr(reference, "greedy", no_forward)
+    monkeypatch.setattr(reference, "continues", no_forward)
     assert accuracy.reference_hits(reference, ITEMS) == first
 
     monkeypatch.undo()  # the real greedy, and a fresh cache folder
     monkeypatch.setattr(accuracy, "CACHE_DIR", tmp_path)
     calls = []
-    real_greedy = reference.greedy
-    monkeypatch.setattr(reference, "greedy", lambda ids, n: calls.append(1) or real_greedy(ids, n))
+    real_continues = reference.continues
+    monkeypatch.setattr(reference, "continues", lambda ids, n: calls.append(1) or real_continues(ids, n))
     accuracy.reference_hits(reference, ITEMS[:2])           # other items
     assert len(calls) == 2
     weights = next(ref_dir.glob("*.safetensors"))
@@ -219,6 +213,84 @@ def test_the_row_keeps_the_values_its_metrics_sum(kept, ref_dir, reference, tmp_
     assert sum(s["item_hits"]) / len(ITEMS) == pytest.approx(m["lastword_accuracy"])
     assert sum(s["item_reference_hits"]) / len(ITEMS) == pytest.approx(m["reference_lastword_accuracy"])
     assert m["reference"] == str(ref_dir)  # which model the figures are against
+
+
+# Exact ties at the top (bf16 logits tie at ~3 % of SmolLM2's positions):
+# engines list tied tokens in an order of their own, which must not count.
+
+def high_id_first(log_probs: np.ndarray, targets: list[int], k: int) -> list[dict]:
+    """An engine's positions where tied tokens are listed highest id first
+    (numpy's argmax takes the lowest) and a token ranks after every token
+    tied with it, as vLLM counts the logprobs >= its own."""
+    out = []
+    for row, target in zip(log_probs, targets):
+        near = np.flatnonzero(row >= np.partition(row, -k)[-k])   # the top k and any tied with the k-th
+        order = sorted(near, key=lambda t: (-row[t], -t))[:k]
+        d = {int(t): (float(row[t]), r + 1) for r, t in enumerate(order)}
+        d.setdefault(target, (float(row[target]), int((row >= row[target]).sum())))
+        out.append(d)
+    return out
+
+
+def test_a_tie_at_the_top_agrees_whichever_tied_token_the_engine_lists_first():
+    from evaluate.accuracy import window_sums
+    p = np.log(np.array([[0.1, 0.3, 0.3, 0.2, 0.1]], dtype=np.float32))   # tokens 1 and 2 tie first
+    for first, second in [(1, 2), (2, 1)]:
+        q = {first: (float(p[0, first]), 1), second: (float(p[0, second]), 2), 3: (float(p[0, 3]), 4)}
+        assert window_sums([0, 3], [None, q], p)[3] == 1
+        assert window_sums([0, 3], [None, {first: q[first], 3: q[3]}], p)[3] == 1   # top_k=1
+    alone = np.log(np.array([[0.1, 0.31, 0.29, 0.2, 0.1]], dtype=np.float32))   # token 1 alone first
+    q = {2: (float(p[0, 2]), 1), 1: (float(p[0, 1]), 2), 3: (float(p[0, 3]), 4)}   # the engine's 1 and 2 tie
+    assert window_sums([0, 3], [None, q], alone)[3] == 1
+    q = {2: (-1.0, 1), 1: (-1.5, 2), 3: (-2.0, 3)}
+    assert window_sums([0, 3], [None, q], alone)[3] == 0   # a real disagreement still counts
+
+
+def test_an_artifact_identical_to_its_reference_agrees_with_it_whatever_its_tie_order(tokenizer_dir, tmp_path,
+                                                                                       monkeypatch):
+    """The reference and an engine running its weights in bf16 (engine=hf,
+    and one that breaks ties the other way): top-1 agreement 1.0 and the
+    reference's last-word accuracy, on windows and items full of ties."""
+    import random
+    from types import SimpleNamespace
+
+    import torch
+
+    from evaluate import accuracy
+    from evaluate.engines.hf import HfEngine
+    from quantize.common import dtypes, hf_load
+    from quantize.common.tiny_model import build_tiny_llama
+    model_dir = build_tiny_llama(tmp_path / "peaked", tokenizer_dir, initializer_range=0.2)  # peaked: bf16 ties
+    monkeypatch.setattr(dtypes, "compute_dtype", lambda *_: torch.bfloat16)   # the reference in bf16 on any CPU
+    monkeypatch.setattr(accuracy, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(accuracy, "_kept_windows", {})
+    ref = accuracy.Reference(model_dir, "cpu")
+    rng = random.Random(0)
+    wins = [[rng.randrange(1000) for _ in range(48)] for _ in range(4)]
+    items = []   # each ends in a token tied first, but not the lowest id of the tie
+    for w in wins:
+        for i, window_row in enumerate(ref.log_probs(w)):
+            row = ref.log_probs(w[:i + 2])[-1] if (window_row == window_row.max()).sum() > 1 else window_row
+            tied = np.flatnonzero(row == row.max())   # as the item's own forward pass gives it
+            if len(tied) > 1:
+                items.append((w[:i + 1] + [int(tied[-1])], 1))
+    assert len(items) >= 3
+
+    hf = SimpleNamespace(model=hf_load.causal_lm(model_dir, dtype=torch.bfloat16).eval(), device="cpu")
+
+    def other_order(prompts, k):
+        with torch.inference_mode():
+            return [[None, *high_id_first(torch.log_softmax(hf.model(torch.tensor([ids])).logits[0, :-1].float(),
+                                                            -1).numpy(), ids[1:], k)] for ids in prompts]
+    config = accuracy.AccuracyConfig("t", "austen", [], len(wins), len(wins[0]), 5,
+                                     accuracy.LastWordConfig(len(items), 1, 48), reference=str(model_dir))
+    for prompt_logprobs in (lambda prompts, k: HfEngine.prompt_logprobs(hf, prompts, k), other_order):
+        passed = {"windows": wins, "items": items, "window_logprobs": prompt_logprobs(wins, 5),
+                  "item_logprobs": prompt_logprobs([p for p, _ in items], 1)}
+        m = accuracy.score(passed, None, config).metrics
+        assert m["reference_dtype"] == "bfloat16" and m["kl_divergence"] == pytest.approx(0, abs=1e-9)
+        assert m["top1_agreement"] == 1.0
+        assert m["lastword_accuracy"] == m["reference_lastword_accuracy"] == 1.0
 
 
 # The last-word items: the word's tokens are the ones it has after its context.
