@@ -360,13 +360,23 @@ def reference_path(target, config: AccuracyConfig) -> Path:
     return path
 
 
+# Engines return float32 logprobs: each is rounded by up to about |logprob| x
+# this, and their normalization by about as much.
+FLOAT32_EPS = float(np.finfo(np.float32).eps)
+
+
 def _partition_kl(p_log: np.ndarray, q: dict) -> float:
     ids = np.fromiter(q.keys(), dtype=np.int64)
     q_in = np.exp(np.array([v[0] for v in q.values()], dtype=np.float64))
+    q_log = np.log(np.maximum(q_in, 1e-300))
     p_in = np.exp(p_log[ids].astype(np.float64))
-    kl = float(np.sum(p_in * (np.log(np.maximum(p_in, 1e-300)) - np.log(np.maximum(q_in, 1e-300)))))
-    p_rest, q_rest = max(1.0 - p_in.sum(), 0.0), max(1.0 - q_in.sum(), 1e-12)
+    kl = float(np.sum(p_in * (np.log(np.maximum(p_in, 1e-300)) - q_log)))
+    p_rest = max(1.0 - p_in.sum(), 0.0)
     if p_rest > 1e-12:
+        # The artifact's rest is known only to the rounding of its returned
+        # mass (~1e-7): where the returned tokens hold nearly all of it, that
+        # rounding decided the term. Its largest value keeps the KL a lower bound.
+        q_rest = max(1.0 - q_in.sum(), 0.0) + FLOAT32_EPS * (1.0 + float(np.sum(q_in * -q_log)))
         kl += p_rest * math.log(p_rest / q_rest)
     return max(kl, 0.0)
 
