@@ -103,7 +103,8 @@ class Row:
     seed: int | None = None            # `seed=`: the prompts' token ids, the last-word passages, lm-eval's --seed
     # serving rows: the load level as run ({"profile", "mode": synchronous |
     # concurrency | rate, "level", "burstiness", "max_requests", "max_seconds",
-    # "drain_seconds"; rows written before 2026-11-29 lack the drain})
+    # "drain_seconds", and for rate levels "arrivals", the schedule; rows
+    # written before 2026-11-29 lack the drain and the schedule})
     # and the SLO it was judged against (conf/slo/)
     load: dict | None = None
     slo: dict | None = None

@@ -30,7 +30,8 @@ SUMMARY_FIELDS = ("scenario", "batch_size", "input_len", "output_len", "model_na
                   "gpu_weights_bytes", "gpu_kv_cache_bytes", "serving_note")
 SERVING_ROW_FIELDS = ("timestamp", "scenario", "input_len", "output_len", "model_name", "recipe", "artifact_id",
                       "engine", "setup_id", "model_bytes")
-SERVING_LOAD_FIELDS = ("profile", "mode", "level", "burstiness", "max_requests", "max_seconds", "drain_seconds")
+SERVING_LOAD_FIELDS = ("profile", "mode", "level", "burstiness", "max_requests", "max_seconds", "drain_seconds",
+                       "arrivals")
 SERVING_FIELDS = (*SERVING_ROW_FIELDS, *SERVING_LOAD_FIELDS, "slo")
 SEARCH_FIELDS = ("study", "trial", "recipe", "artifact_id", "on_front", "speed", "repro", "params", "recipe_path",
                  "artifact_dir", "wall_s", "study_file")

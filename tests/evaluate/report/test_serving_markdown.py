@@ -281,6 +281,7 @@ def test_serving_csv_has_one_line_per_level(tmp_path):
                                                                               "interactive_cpu")
     assert float(first["p90_tpot_ms"]) == pytest.approx(40.0) and first["valid"] == "True"
     assert (first["max_seconds"], first["drain_seconds"]) == ("600", "30")  # the drain decides which requests count
+    assert first["arrivals"] == ""   # a rate level's schedule (load.arrivals); a concurrency level has none
     _, paths = report(tmp_path / "plain", main_rows())
     assert "serving.csv" not in {p.name for p in paths}
 
