@@ -317,6 +317,7 @@ def score(passed: dict, target, config: AccuracyConfig) -> Scores:
         "lastword_recovery_pct": 100 * acc / ref_acc if ref_acc else None,
         "scored_tokens": scored, "lastword_items": len(items), "top_k": int(config.top_k),
         "reference": str(ref_path), "reference_dtype": str(ref.dtype).removeprefix("torch."),
+        "reference_device": ref.device,
     }
     columns = dict(zip(SAMPLE_COLUMNS, (list(c) for c in zip(*per_window))))
     return Scores(metrics, columns | {"item_hits": [int(h) for h in art_hits],

@@ -74,16 +74,16 @@ def render_accuracy(accuracy: list[Group]) -> str:
 
 def definition_lines(groups: list[Group]) -> list[str]:
     """What the eval set's figures are, from what its rows recorded (each
-    distinct accuracy config once)."""
+    distinct accuracy config and reference setup once)."""
     rows = [r for g in groups for r in g.runs]
     configs = {json.dumps(r.accuracy_config, sort_keys=True): r.accuracy_config for r in rows if r.accuracy_config}
     first = next((r.metrics for r in rows if "scored_tokens" in r.metrics), rows[0].metrics if rows else {})
     measured = {k for g in groups for k in g.stats}
     lines = []
     if measured & {"perplexity", "kl_divergence", "top1_agreement", "recovery_pct"}:
-        lines += [f"- Perplexity, KL divergence and top-1 agreement: {windows_text(c, first)}, from the engine's "
-                  f"prompt logprobs{topk_text(first)}, against the reference: {reference_text(c, first)}."
-                  for c in list(configs.values()) or [{}]]
+        lines += [f"- Perplexity, KL divergence and top-1 agreement: {windows_text(c, m)}, from the engine's "
+                  f"prompt logprobs{topk_text(m)}, against the reference: {reference_text(c, m)}."
+                  for c, m in reference_setups(rows) or [({}, first)]]
         lines.append("- Accuracy recovery (%) = the reference's perplexity ÷ the artifact's × 100. The original's "
                      "own row measures the engine against the reference (its own weights), so it shows the "
                      "engine's numerics rather than 100.")
@@ -112,10 +112,30 @@ def topk_text(metrics: dict) -> str:
     return f" (top-{int(k)}; KL exact on the partition {{each returned token, the rest}}: a lower bound)" if k else ""
 
 
+def reference_setups(rows) -> list[tuple[dict, dict]]:
+    """(accuracy config, one of its rows' metrics) per config and reference
+    dtype and device the rows recorded: one config run on a GPU host and on a
+    CPU one meets the base model in other dtypes, which moves the figures."""
+    setups = {}
+    for r in sorted(rows, key=lambda r: "scored_tokens" not in r.metrics):   # rows with every metric first
+        if r.accuracy_config:
+            key = [r.accuracy_config, r.metrics.get("reference_dtype"), reference_device(r.accuracy_config, r.metrics)]
+            setups.setdefault(json.dumps(key, sort_keys=True), (r.accuracy_config, r.metrics))
+    return list(setups.values())
+
+
+def reference_device(config: dict, metrics: dict) -> str | None:
+    """Where the reference ran; rows before it was recorded: their config's
+    device, unless `auto` (the GPU where there was one)."""
+    device = metrics.get("reference_device") or config.get("reference_device")
+    return device if isinstance(device, str) and device != "auto" else None
+
+
 def reference_text(config: dict, metrics: dict) -> str:
     who = f"`{config['reference']}`" if config.get("reference") else "the artifact's unquantized base model"
-    dtype = metrics.get("reference_dtype")
-    return f"{who} in transformers" + (f" ({dtype})" if isinstance(dtype, str) else "")
+    dtype, device = metrics.get("reference_dtype"), reference_device(config, metrics)
+    how = [x for x in (dtype if isinstance(dtype, str) else None, device and f"on {device}") if x]
+    return f"{who} in transformers" + (f" ({', '.join(how)})" if how else "")
 
 
 def items_text(configs: dict, metrics: dict) -> str:

@@ -229,7 +229,7 @@ def test_the_row_keeps_the_values_its_metrics_sum(kept, ref_dir, reference, tmp_
     assert len(s["item_hits"]) == len(s["item_reference_hits"]) == m["lastword_items"] == len(ITEMS)
     assert sum(s["item_hits"]) / len(ITEMS) == pytest.approx(m["lastword_accuracy"])
     assert sum(s["item_reference_hits"]) / len(ITEMS) == pytest.approx(m["reference_lastword_accuracy"])
-    assert m["reference"] == str(ref_dir)  # which model the figures are against
+    assert m["reference"] == str(ref_dir) and m["reference_device"] == "cpu"  # what the figures are against
 
 
 # Exact ties at the top (bf16 logits tie at ~3 % of SmolLM2's positions):

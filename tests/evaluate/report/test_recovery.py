@@ -69,7 +69,8 @@ def test_each_figure_is_defined(md):
     section = md.split("## Accuracy\n", 1)[1].split("\n## ", 1)[0]
     assert ("- Perplexity, KL divergence and top-1 agreement: 8 windows × 512 tokens of the held-out text `austen` "
             "(prideprejudice, persuasion), 4,088 scored tokens, from the engine's prompt logprobs (top-20;") in section
-    assert "against the reference: the artifact's unquantized base model in transformers (float32)." in section
+    assert ("against the reference: the artifact's unquantized base model in transformers (float32, on cpu)."
+            in section)
     assert "Accuracy recovery (%) = the reference's perplexity ÷ the artifact's × 100" in section
     assert ("Last-word accuracy: 64 held-out paragraphs of ≥ 30 words, the last 128 tokens as context" in section
             and "the reference gets 14 of 64 right, so one item moves it by 7.1 points" in section)
@@ -104,6 +105,19 @@ def test_the_floor_applies_to_the_point_estimate_and_says_where_the_interval_rea
     low = float(recovery.split(" (")[1].split("–")[0])
     assert float(recovery.split(" (")[0]) >= 95.0 > low and note == "interval below 95 %"
     assert "The floor applies to the recovery's point estimate" in md
+
+
+def test_each_reference_setup_is_named_with_its_own_dtype_and_device(tmp_path):
+    """Two configs (the reference on a GPU in bf16, on a CPU in float32): each
+    line names its own rows' dtype and device, not the first row's."""
+    gpu = dict(CONFIG, reference_device="cuda")
+    original, w8a8 = (r for r in rows() if r.kind == "accuracy")
+    on_gpu = original.but(accuracy_config=gpu, metrics=original.metrics | {"reference_dtype": "bfloat16"})
+    store(tmp_path / "res", [on_gpu, w8a8.but(metrics=w8a8.metrics | {"reference_device": "cpu"})])
+    build_report(tmp_path / "res", tmp_path / "out", "t", outputs=("markdown",))
+    section = (tmp_path / "out" / "report.md").read_text().split("## Accuracy\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("- Perplexity, KL divergence")]
+    assert [line.rsplit("in transformers ", 1)[1] for line in lines] == ["(bfloat16, on cuda).", "(float32, on cpu)."]
 
 
 def test_rows_without_per_window_values_have_no_interval_and_say_so(tmp_path):
