@@ -61,6 +61,17 @@ CPU_SCAN_S = 1.0   # the CPU baseline is read at most this often while lm-eval p
 VERSIONS_PROBE = ("import json, sys\nfrom importlib import metadata as m\nout = {}\n"
                   "for n in sys.argv[1:]:\n    try:\n        out[n] = m.version(n)\n"
                   "    except m.PackageNotFoundError:\n        pass\nprint(json.dumps(out))")
+# What each name of lm_eval.tasks runs, by lm-eval's own TaskManager (with the
+# include_path folders), as its CLI resolves --tasks: a pattern (fnmatch) or a
+# tag stands for tasks whose scores come back under their own names.
+TASKS_PROBE = """import json, sys
+from lm_eval.tasks import TaskManager
+folders, names = json.loads(sys.argv[1]), sys.argv[2:]
+manager = TaskManager(include_path=folders or None)
+def runs(name):
+    entry = manager.task_index[name]
+    return sorted(entry.tags) if entry.kind.name == "TAG" else [name]
+print(json.dumps({n: sorted({t for m in manager.match_tasks([n]) for t in runs(m)}) for n in names}))"""
 
 
 @dataclass
@@ -221,7 +232,45 @@ def validate(config: LmEvalConfig, model: str) -> dict:
     if "lm_eval" not in found or model not in found:
         raise UserError(f"the lm-eval environment at {python.parents[1]} lacks lm_eval or {model}; "
                         "rerun `bash scripts/setup_lmeval.sh`")
+    _check_task_names(config, python)
     return found
+
+
+def _check_task_names(config: LmEvalConfig, python: Path) -> None:
+    """Each name must be a task or group lm-eval reports under that name: a
+    row is keyed by the name, so a tag or pattern, whose tasks come back under
+    their own names, had no result and took the finished tasks' scores with it."""
+    names = [t for t in config.tasks if t != BUNDLED_TASK]   # written at run time, not indexed yet
+    if names:
+        check_runs(config.tasks, task_runs(python, names, config.include_path or []))
+
+
+def task_runs(python: Path, names: list[str], include_path: list[str]) -> dict[str, list[str]]:
+    """{name: the tasks and groups lm-eval runs for it} ([]: none), by its own TaskManager."""
+    folders = json.dumps([str(resolve(p)) for p in include_path])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([str(python), "-c", TASKS_PROBE, folders, *names], capture_output=True, text=True,
+                         cwd=tempfile.gettempdir(), env=env)
+    if out.returncode:
+        raise UserError(f"lm-eval could not list its tasks ({out.stderr.strip().splitlines()[-1:]}); check the "
+                        "task YAMLs of lm_eval.include_path, or rerun `bash scripts/setup_lmeval.sh`")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def check_runs(tasks: list[str], runs: dict[str, list[str]]) -> None:
+    """One line for a name of `tasks` lm-eval does not know, or runs as other
+    names (`runs`: task_runs'; a name it leaves out is taken as is)."""
+    for name in runs:
+        if not runs[name]:
+            raise UserError(f"lm_eval.tasks: lm-eval has no task named {name}; check the name (`python -m lm_eval "
+                            "ls tasks` in .venv-lmeval), or give the folder of its YAML in lm_eval.include_path")
+    for name in runs:
+        if runs[name] != [name]:
+            listed = [t for n in tasks for t in runs.get(n, [n])]
+            what = "a pattern" if any(c in name for c in "*?[") else "a tag"
+            raise UserError(f"lm_eval.tasks: {name} is {what} lm-eval runs as {', '.join(runs[name])}, whose "
+                            "scores are each a row of its own; name them: "
+                            f"lm_eval.tasks=[{','.join(dict.fromkeys(listed))}]")
 
 
 def _check_counts(config: LmEvalConfig) -> None:
@@ -280,9 +329,9 @@ def model_args(engine_model_args: dict, config: LmEvalConfig) -> dict:
 def run(config: LmEvalConfig, target, model: str, args: dict, tasks: list[str], seed: int, *,
         on_cpu: bool) -> dict:
     """Run lm-eval's `model` with `args` on `tasks` (in the caller's environment);
-    returns {task: {"metrics": ..., "n_samples": ..., ...}}. `on_cpu`: its
-    engine computes on the CPU (no GPU), where a silent lm-eval using CPU is
-    still at work (_Silence)."""
+    returns {task: {"metrics": ..., "n_samples": ..., ...}} of the tasks it
+    returned results for. `on_cpu`: its engine computes on the CPU (no GPU),
+    where a silent lm-eval using CPU is still at work (_Silence)."""
     with tempfile.TemporaryDirectory(prefix="quantbench-lm-eval-") as scratch:
         scratch = Path(scratch)
         cmd = [str(venv_python(config)), "-m", "lm_eval", "--model", model,
@@ -482,8 +531,10 @@ def _parse(out_dir: Path, tasks: list[str]) -> dict:
     data = json.loads(files[-1].read_text())
     parsed = {}
     for task in tasks:
-        if task not in data.get("results", {}):
-            raise RuntimeError(f"lm-eval returned no result for task {task!r}")
+        if task not in data.get("results", {}):   # the caller records it failed; the others keep their scores
+            log.error("lm-eval returned no result for task %r (its results: %s)", task,
+                      ", ".join(data.get("results", {})) or "none")
+            continue
         # a metric is "name,filter"; the other numbers (sample_len, sample_count) are counts, not scores
         metrics = {_metric_name(k): v for k, v in data["results"][task].items()
                    if "," in k and isinstance(v, (int, float)) and not isinstance(v, bool)}

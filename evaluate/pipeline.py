@@ -436,7 +436,10 @@ def _run_lm_eval(job: Job, tasks: list[str]) -> None:
             for r in rows.values():
                 job.record(r, "failed", reason=one_line(e))
             raise
-    for task, score in scores.items():
+    for task in tasks:
+        if (score := scores.get(task)) is None:   # its own failure: the other tasks keep their scores
+            job.record(rows[task], "failed", reason=f"lm-eval returned no result for task {task!r}")
+            continue
         job.record(rows[task], "ok", metrics=score["metrics"], lm_eval=score)
         log.info("lm-eval %s: %s", rows[task].scenario,
                  ", ".join(f"{k} {v:.4g}" for k, v in score["metrics"].items() if "stderr" not in k))

@@ -1,5 +1,6 @@
 """The optional lm-eval path: its own environment, its vLLM backend, rows in
 the results store keyed by artifact id."""
+import contextlib
 import importlib.metadata
 import importlib.util
 import json
@@ -13,6 +14,7 @@ import pytest
 import yaml
 
 from tests.conftest import run_cli
+from tests.evaluate.report.rows import base_row
 from evaluate import lmeval, results
 from quantize.common.errors import UserError
 from quantize.common.paths import PROJECT_ROOT
@@ -131,10 +133,12 @@ def _last_word_log_perplexity(model_dir, n: int) -> float:
     return -total / n
 
 
-def fake_lm_eval(tmp_path, then: str, stall_timeout_s: float | None = None, on_cpu: bool = True):
+def fake_lm_eval(tmp_path, then: str, stall_timeout_s: float | None = None, on_cpu: bool = True,
+                 tasks: tuple = ("t",)):
     """An lm-eval environment whose `python -m lm_eval` writes (or not) a
-    results file for task `t`, then ends with the shell command `then`; its
-    engine on the CPU or on a GPU."""
+    results file for task `t` alone, then ends with the shell command `then`;
+    its engine on the CPU or on a GPU. `tasks`: those asked for (the run's
+    `.cfg` lists them)."""
     python = tmp_path / "venv" / "bin" / "python"
     python.parent.mkdir(parents=True)
     results = {"results": {"t": {"alias": "t", "acc,none": 0.5, "sample_len": 4}}, "n-samples": {"t": {"effective": 4}}}
@@ -144,12 +148,14 @@ while [ "$1" != --output_path ]; do shift; done
 {then}
 """.replace("WRITE", f"mkdir -p $2/m && echo '{json.dumps(results)}' > $2/m/results_1.json"))
     python.chmod(0o755)
-    cfg = lmeval.LmEvalConfig.from_group({"name": "fake", "venv": str(python.parents[1]), "tasks": ["t"],
+    cfg = lmeval.LmEvalConfig.from_group({"name": "fake", "venv": str(python.parents[1]), "tasks": list(tasks),
                                           "batch_size": 1, "num_fewshot": None, "limit": None,
                                           "apply_chat_template": False, "include_path": [], "enabled": True,
                                           "stall_timeout_s": stall_timeout_s})
-    return lambda args={}, seed=0: lmeval.run(cfg, SimpleNamespace(path=str(tmp_path)), "vllm", args, ["t"], seed,
-                                              on_cpu=on_cpu)
+    run = lambda args={}, seed=0: lmeval.run(cfg, SimpleNamespace(path=str(tmp_path)), "vllm", args, list(tasks),
+                                             seed, on_cpu=on_cpu)
+    run.cfg = cfg
+    return run
 
 
 def test_an_lm_eval_that_prints_nothing_for_the_stall_limit_is_stopped_with_its_processes(tmp_path):
@@ -285,6 +291,70 @@ def test_a_crash_in_shutdown_after_the_results_keeps_them(tmp_path, caplog):
 def test_a_failed_lm_eval_run_is_an_error(tmp_path, then, status):
     with pytest.raises(RuntimeError, match=f"lm-eval exited with status {status}"):
         fake_lm_eval(tmp_path, then)()
+
+
+def test_a_task_lm_eval_returned_no_result_for_fails_alone_and_the_others_keep_their_scores(tmp_path):
+    """A name lm-eval reports under other names (a tag, a pattern) failed the
+    whole run after it: the finished task's scores were discarded with it."""
+    from evaluate import pipeline
+    run = fake_lm_eval(tmp_path, "WRITE", tasks=("t", "lambada"))
+    job = pipeline.Job(config=SimpleNamespace(tracker=None), seed=0, plan=None,
+                       target=SimpleNamespace(path=str(tmp_path)), store=tmp_path / "res" / "results.jsonl",
+                       engine=SimpleNamespace(environment=lambda env, args: contextlib.nullcontext({})),
+                       engine_cfg=SimpleNamespace(env={}), limit=None, fit=[],
+                       base=base_row("original", seed=0), accuracy_cfg=None,
+                       lm_eval_cfg=run.cfg, lm_eval_model=SimpleNamespace(name="vllm", args={}),
+                       lm_eval_versions={"vllm": "0"})
+    pipeline._run_lm_eval(job, ["t", "lambada"])
+    rows = {r.dataset: r for r in results.read(tmp_path / "res")}
+    assert rows["t"].status == "ok" and rows["t"].metrics == {"acc": 0.5}
+    assert rows["lambada"].status == "failed"
+    assert job.failed == ["lm-eval returned no result for task 'lambada'"]
+
+
+def _tagged_tasks(folder):
+    """Two local tasks under one tag, as lm-eval's own tags (lambada) are."""
+    folder.mkdir()
+    (folder / "d.jsonl").write_text('{"q": "a", "a": "b"}\n')
+    for name in ("my_a", "my_b"):
+        (folder / f"{name}.yaml").write_text(
+            f"tag: [my_tag]\ntask: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
+            f"    test: {folder / 'd.jsonl'}\ntest_split: test\noutput_type: loglikelihood\n"
+            "doc_to_text: '{{q}}'\ndoc_to_target: ' {{a}}'\n")
+    return folder
+
+
+@needs_lmeval_venv
+def test_a_tag_is_refused_before_anything_runs_naming_its_tasks(tmp_path):
+    """lm-eval reports a tag's tasks under their own names, so a row keyed by
+    the tag never completed and its run discarded gsm8k's scores."""
+    cfg = lmeval.LmEvalConfig.from_group({"name": "hub", "tasks": ["gsm8k", "my_tag"], "enabled": True,
+                                          "include_path": [str(_tagged_tasks(tmp_path / "tasks"))]})
+    with pytest.raises(UserError, match=r"^lm_eval.tasks: my_tag is a tag lm-eval runs as my_a, my_b, whose scores "
+                                        r"are each a row of its own; name them: lm_eval.tasks=\[gsm8k,my_a,my_b\]$"):
+        lmeval.validate(cfg, "vllm")
+
+
+@needs_lmeval_venv
+def test_lm_evals_task_manager_says_what_each_name_runs(tmp_path):
+    names = ["gsm8k", "mmlu", "lambada", "my_*", "my_c"]
+    runs = lmeval.task_runs(LMEVAL_PYTHON, names, [_tagged_tasks(tmp_path / "t")])
+    assert runs == {"gsm8k": ["gsm8k"], "mmlu": ["mmlu"],   # a group's score comes back under its name
+                    "lambada": ["lambada_openai", "lambada_standard"], "my_*": ["my_a", "my_b"], "my_c": []}
+
+
+@pytest.mark.parametrize("tasks, runs, message", [
+    (["my_*", "austen_lastword"], {"my_*": ["my_a", "my_b"]},
+     r"^lm_eval.tasks: my_\* is a pattern lm-eval runs as my_a, my_b, .* lm_eval.tasks=\[my_a,my_b,austen_lastword\]$"),
+    (["gsm8k", "my_c"], {"gsm8k": ["gsm8k"], "my_c": []}, r"^lm_eval.tasks: lm-eval has no task named my_c; check"),
+])
+def test_a_pattern_or_an_unknown_task_name_is_one_line(tasks, runs, message):
+    with pytest.raises(UserError, match=message):
+        lmeval.check_runs(tasks, runs)
+
+
+def test_task_and_group_names_pass():
+    lmeval.check_runs(["gsm8k", "mmlu", "austen_lastword"], {"gsm8k": ["gsm8k"], "mmlu": ["mmlu"]})
 
 
 def test_lm_eval_is_given_its_model_args_as_json_and_its_own_default_seeds(tmp_path):
