@@ -15,9 +15,11 @@
   other than interrupted or killed) count towards the target; so a trial that
   fails on its own is not retried.
 - One sweeper per study at a time: the running one names itself in the
-  study's user attr `sweeper` (host, pid, heartbeat every 30 s); another one
-  started on the same study refuses with one line while that heartbeat is
-  fresh and, on the same host, that process lives.
+  study's user attr `sweeper` (host, pid, the pid's start time, heartbeat
+  every 30 s); another one started on the same study refuses with one line
+  while that process lives (same host: that pid with that start time, so a
+  stopped sweeper still owns it and a reused pid does not) or its heartbeat is
+  fresh (another host, or no start time known).
 - One name: a job config's `study` names the study (hydra.sweeper.study_name
   is `${study}`); a sweeper name of its own is refused, as the trial jobs
   would write their records, recipes and logs under the other.
@@ -600,7 +602,7 @@ class _Ownership:
     def __init__(self, study: optuna.Study, url: str) -> None:
         self.study = study
         self.url = url
-        self.me = {"host": socket.gethostname(), "pid": os.getpid()}
+        self.me = {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": _start_time(os.getpid())}
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._beat, name="study-heartbeat", daemon=True)
 
@@ -639,18 +641,41 @@ class _Ownership:
 
 
 def _alive(owner: dict) -> bool:
-    """Whether the sweeper named in the study's `sweeper` attr still runs: its
-    heartbeat is fresh and, on this host, its pid lives. A live pid alone is
-    not enough: a sweeper killed with kill -9 leaves its pid to be reused."""
+    """Whether the sweeper named in the study's `sweeper` attr still runs. On
+    this host: its pid lives with the start time it recorded, however long
+    its heartbeat is silent (a sweeper stopped with Ctrl-Z still owns the
+    study); a reused pid has another start time. Elsewhere, or with no start
+    time (not Linux, an older record): its heartbeat is fresh and, on this
+    host, its pid lives."""
     fresh = time.time() - float(owner.get("heartbeat") or 0) < STALE_S
-    if fresh and owner.get("host") == socket.gethostname():
-        try:
-            os.kill(int(owner["pid"]), 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:  # another user's process
-            return True
-        except (KeyError, TypeError, ValueError):
-            return False
+    if owner.get("host") != socket.gethostname():
+        return fresh
+    try:
+        pid = int(owner["pid"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    recorded, now = owner.get("pid_start"), _start_time(pid)
+    if recorded is not None and now is not None:
+        return now == recorded
+    return fresh and _pid_lives(pid)
+
+
+def _start_time(pid: int) -> int | None:
+    """When the process started (clock ticks since boot: /proc/<pid>/stat
+    field 22); None without /proc, or for a process gone or a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    state, *rest = stat[stat.rindex(")") + 2:].split()  # after the command name, which may hold spaces
+    return None if state in ("Z", "X") else int(rest[18])  # fields 3 and 22
+
+
+def _pid_lives(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
         return True
-    return fresh
+    return True

@@ -363,6 +363,38 @@ def test_a_study_whose_dead_sweepers_pid_was_reused_is_claimed(tmp_path):
             pass
 
 
+def start_time(pid: int) -> int:
+    """The process's start time: /proc/<pid>/stat field 22 (after the command name in parentheses)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[19])
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="start times from Linux's /proc")
+def test_a_sweeper_stopped_with_ctrl_z_keeps_its_study_and_a_reused_pid_does_not(tmp_path):
+    """A sweeper stopped past 2 min (no heartbeat) was taken over by a second
+    one; after `fg` both ran the study, each failing the other's trials."""
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(study_name="s", storage=url)
+    stopped = subprocess.Popen(["sleep", "60"])
+    try:
+        os.kill(stopped.pid, signal.SIGSTOP)
+        owner = {"host": socket.gethostname(), "pid": stopped.pid, "pid_start": start_time(stopped.pid),
+                 "heartbeat": time.time() - 3600, "started": "2026-01-01T00:00:00+00:00"}
+        study.set_user_attr("sweeper", owner)
+        with pytest.raises(UserError, match=f"is being run by pid {stopped.pid} on "):
+            with _Ownership(study, url):
+                pass
+        assert study.user_attrs["sweeper"] == owner
+        # the pid now another process's (its start time differs), heartbeat still fresh: claimed
+        study.set_user_attr("sweeper", {**owner, "pid_start": owner["pid_start"] - 1, "heartbeat": time.time()})
+        with _Ownership(study, url):
+            assert study.user_attrs["sweeper"]["pid"] == os.getpid()
+            assert study.user_attrs["sweeper"]["pid_start"] == start_time(os.getpid())
+    finally:
+        stopped.kill()
+        stopped.wait()
+
+
 def test_a_study_resumed_with_another_seed_stops_with_one_line(tmp_path):
     """The study's name does not say the seed, the weights or the stages'
     overrides: a rerun with others reported the first run's front as its own."""
