@@ -90,6 +90,7 @@ IDENTITY_ATTR = "identity"      # study user attr: what the trials measured besi
 # The job config's keys that change what a trial measures but not its params
 # or the study's default name; a plain Hydra app may lack any of them.
 IDENTITY_KEYS = ("model.path", "seed", "quantize_overrides", "evaluate_overrides")
+WEIGHTS_KEY = "model weights"   # identity: the fingerprint of model.path's weights, where the sweeper sees them
 BUILT_ATTRS = ("artifact_id", "recipe", "artifact_dir")   # trial user attrs from the job's record
 HEARTBEAT_S = 30
 STALE_S = 4 * HEARTBEAT_S      # a sweeper counts as gone after this long silent
@@ -135,14 +136,14 @@ class SearchSettings:
 
 
 def _identity(values: dict) -> dict:
-    """The IDENTITY_KEYS the config has; local weights by their fingerprint
-    (`model weights`), so a checkpoint moved to another folder still resumes."""
+    """The IDENTITY_KEYS the config has; weights this host sees also by their
+    fingerprint (WEIGHTS_KEY), so a checkpoint moved to another folder still
+    resumes (_check_identity)."""
     out = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
            for k, v in values.items() if v is not None}
     weights = weight_files(Path(str(out["model.path"]))) if "model.path" in out else []
     if weights:
-        del out["model.path"]
-        out["model weights"] = fingerprint.compute(weights).sha256
+        out[WEIGHTS_KEY] = fingerprint.compute(weights).sha256
     return out
 
 
@@ -430,16 +431,35 @@ def _check_identity(study: optuna.Study, identity: dict, url: str) -> None:
     """A stored study must have measured the same weights with the same seed
     and stage overrides: its trials would count as this search's, and their
     front be reported as its answer. A new study (or one from before this
-    check) records them."""
+    check) records them; a record that knew the weights by their path only
+    takes their fingerprint once this host sees them."""
     stored = study.user_attrs.get(IDENTITY_ATTR)
     if stored is None:
         study.set_user_attr(IDENTITY_ATTR, identity)
         return
-    differ = [k for k in sorted(set(stored) | set(identity)) if stored.get(k) != identity.get(k)]
+    others = (set(stored) | set(identity)) - {"model.path", WEIGHTS_KEY}
+    differ = _model_differs(stored, identity) + [k for k in sorted(others) if stored.get(k) != identity.get(k)]
     if differ:
-        was = ", ".join("other model weights" if k == "model weights" else f"{k}={stored.get(k)}" for k in differ)
+        was = ", ".join(f"{k}={_shown(k, stored.get(k))} (now {_shown(k, identity.get(k))})" for k in differ)
         raise UserError(f"study {study.study_name} in {storages.redact(url)} was searched with {was}; "
                         "use study=<new name> for this search, or the same settings to resume it")
+    if {**stored, **identity} != stored:  # its weights now seen, or moved: the record follows
+        study.set_user_attr(IDENTITY_ATTR, {**stored, **identity})
+
+
+def _model_differs(stored: dict, identity: dict) -> list[str]:
+    """The model's identity keys that differ: the weights' fingerprints where
+    both sides saw the weights (a moved folder is the same model), else the
+    paths (weights made by the first trial, or seen from one host only)."""
+    keys = (WEIGHTS_KEY, "model.path")
+    both = [k for k in keys if k in stored and k in identity]
+    if not both:  # a model on one side only
+        return ["model.path"] if any(k in stored for k in keys) != any(k in identity for k in keys) else []
+    return [both[0]] if stored[both[0]] != identity[both[0]] else []
+
+
+def _shown(key: str, value: Any) -> str:
+    return str(value)[:12] if key == WEIGHTS_KEY and value is not None else str(value)  # a sha256: its start
 
 
 def _check_distributions(study: optuna.Study, distributions: dict, url: str) -> None:

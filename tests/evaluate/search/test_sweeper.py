@@ -402,7 +402,7 @@ def test_a_study_resumed_with_another_seed_stops_with_one_line(tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     again = run(toy(tmp_path, "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=1", "+seed=3"), tmp_path)
     line = one_error_line(again)
-    assert "study toy in sqlite:///" in line and "was searched with seed=0; use study=<new name>" in line
+    assert "study toy in sqlite:///" in line and "was searched with seed=0 (now 3); use study=<new name>" in line
     assert ledger(tmp_path) == Counter([0])   # no trial ran on the mixed study
 
 
@@ -422,14 +422,38 @@ def test_a_study_is_identified_by_its_weights_not_their_folder(tmp_path):
     a = write_weights(tmp_path / "a" / "final", 1.0)
     moved = shutil.copytree(a, tmp_path / "moved" / "final")
     b = write_weights(tmp_path / "b" / "final", 2.0)
-    assert identity(a) == identity(moved) and "model.path" not in identity(a)
-    assert identity(a) != identity(b)
+    assert identity(a)["model weights"] == identity(moved)["model weights"] != identity(b)["model weights"]
     assert identity(tmp_path / "not-local")["model.path"] == str(tmp_path / "not-local")   # a hub id: by its name
     url = f"sqlite:///{tmp_path / 'study.db'}"
     study = optuna.create_study(study_name="s", storage=url)
     study.enqueue_trial({})   # a study from before identities were recorded resumes, and records this one
     _check_identity(study, identity(a), url)
     _check_identity(study, identity(moved), url)
-    with pytest.raises(UserError, match=r"was searched with evaluate_overrides=\[\], other model weights; "
-                                        "use study=<new name>"):
+    with pytest.raises(UserError, match=r"was searched with model weights=\w{12} \(now \w{12}\), "
+                                        r"evaluate_overrides=\[\] \(now \['runs=1'\]\); use study=<new name>"):
         _check_identity(study, identity(b, "runs=1"), url)
+
+
+def test_a_study_whose_weights_appear_after_its_first_run_resumes_and_then_knows_them(tmp_path):
+    """The default model's folder is made by trial 0's quantize: the study
+    recorded the path, its weights' fingerprint on every rerun, and refused
+    them all ("was searched with other model weights, model.path=...")."""
+    from evaluate.search.sweeper import _check_identity, _identity
+
+    def identity(path: Path) -> dict:
+        return _identity({"model.path": str(path), "seed": 0})
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(study_name="s", storage=url)
+    cache = tmp_path / "models" / "SmolLM2-135M-Instruct"
+    _check_identity(study, identity(cache), url)          # first run: the cache is empty
+    write_weights(cache, 1.0)                               # its first trial downloads the weights
+    _check_identity(study, identity(cache), url)          # the rerun resumes
+    assert study.user_attrs["identity"]["model weights"] == identity(cache)["model weights"]
+    shutil.rmtree(cache)
+    _check_identity(study, identity(cache), url)          # a host that does not see them: by the path
+    assert "model weights" in study.user_attrs["identity"]
+    write_weights(cache, 2.0)                               # other weights under that path: refused
+    with pytest.raises(UserError, match=r"was searched with model weights=\w{12} \(now \w{12}\); use study="):
+        _check_identity(study, identity(cache), url)
+    with pytest.raises(UserError, match=rf"was searched with model.path={cache} \(now {tmp_path}/other\); "):
+        _check_identity(study, identity(tmp_path / "other"), url)   # another path nobody sees: refused
