@@ -190,7 +190,7 @@ def _cpu_rule(fmt, machine, args) -> Verdict:
                               "checkpoint has zero points; use engine=hf here, a symmetric recipe "
                               "(weights symmetric: true), or a CUDA GPU")
     if fmt.scheme == FP8:
-        return _fp8_rule(fmt, machine)
+        return _fp8_rule(fmt, machine, VllmEngine.choose_dtype(fmt, machine, args))
     if fmt.scheme not in CPU_OP_FOR:
         return Verdict(False, f"vLLM-CPU has no kernel for {fmt.scheme.upper()}; use engine=hf here")
     op, what = CPU_OP_FOR[fmt.scheme]
@@ -215,16 +215,26 @@ FP8_NO_KERNEL = {
 }
 
 
-def _fp8_rule(fmt, machine) -> Verdict:
+def _fp8_rule(fmt, machine, dtype: str) -> Verdict:
     """Each FP8 strategy of the checkpoint gets the kernel vLLM-CPU's own
-    selection picks on this CPU (vllm_kernels.fp8_kernels): none fails the
-    start; vLLM's own CPU kernels serve it; the torch._scaled_mm fallback
-    (scaled_mm/pytorch.py) is as fast as whoever runs that matmul here
-    (VllmKernels.fp8_gemm). Measured: the fallback is 5-6x slower than bf16 on
-    AVX-512 without AMX; on an AMX host, where oneDNN runs it with reference
-    code, SmolLM2's start-up had not finished after 18 min."""
+    selection picks on this CPU for a model run in `dtype`
+    (vllm_kernels.fp8_kernels): none fails the start; vLLM's own CPU kernels
+    serve it; the torch._scaled_mm fallback (scaled_mm/pytorch.py) is as fast
+    as whoever runs that matmul here (VllmKernels.fp8_gemm). Measured: the
+    fallback is 5-6x slower than bf16 on AVX-512 without AMX; on an AMX host,
+    where oneDNN runs it with reference code, SmolLM2's start-up had not
+    finished after 18 min."""
     kernels = machine.engine("vllm")
-    chosen = vllm_kernels.fp8_kernels(kernels, machine.isa)
+    verdict = _fp8_kernel_rule(fmt, kernels, vllm_kernels.fp8_kernels(kernels, machine.isa, dtype))
+    if not verdict and dtype not in vllm_kernels.BF16_FP32 and _fp8_kernel_rule(
+            fmt, kernels, vllm_kernels.fp8_kernels(kernels, machine.isa)):
+        return Verdict(False, f"vLLM-CPU's AMX FP8 kernels write bf16 or float32 only (scaled_mm/cpu.py), and "
+                              f"this {fmt.label} checkpoint would run in {dtype} here; use engine.args.dtype=bfloat16",
+                       starts=verdict.starts)
+    return verdict
+
+
+def _fp8_kernel_rule(fmt, kernels, chosen: dict) -> Verdict:
     verdict = YES
     for strategy in (fmt.fp8 or FP8_PER_TOKEN).split("+"):
         if strategy not in chosen:

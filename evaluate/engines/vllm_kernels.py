@@ -90,18 +90,29 @@ FP8_KERNELS = {
     "no_amx": {FP8_PER_TENSOR: "PerTensorTorchFP8ScaledMMLinearKernel",
                FP8_PER_TOKEN: "ChannelWiseTorchFP8ScaledMMLinearKernel", FP8_BLOCK: None, FP8_WEIGHT_ONLY: None},
 }
+# The AMX kernels that write only bf16 or float32 (scaled_mm/cpu.py, can_implement: "Only bfloat16/float32
+# output dtype supported"; the layer's output dtype is the model's, compressed_tensors_w8a8_fp8.py), and
+# what vLLM's selection picks instead under float16: the next candidate that takes it (None: none does).
+BF16_FP32_OUT_KERNELS = {"CPUFp8PerTensorScaledMMLinearKernel": "PerTensorTorchFP8ScaledMMLinearKernel",
+                         "CPUFp8BlockScaledMMKernel": None, "CPUFp8W8A8BlockScaledMMKernel": None}
+BF16_FP32 = ("bfloat16", "float32")
 # The kernels that hand the matmul to torch._scaled_mm (scaled_mm/pytorch.py): fp8_gemm says who runs it.
 TORCH_FP8_KERNELS = frozenset({"PerTensorTorchFP8ScaledMMLinearKernel", "ChannelWiseTorchFP8ScaledMMLinearKernel",
                                "RowWiseTorchFP8ScaledMMLinearKernel"})
 
 
-def fp8_kernels(kernels: VllmKernels | None, isa: frozenset) -> dict:
-    """{FP8 strategy: the kernel vLLM-CPU picks, or None}: as asked here, else FP8_KERNELS' row."""
+def fp8_kernels(kernels: VllmKernels | None, isa: frozenset, dtype: str = "bfloat16") -> dict:
+    """{FP8 strategy: the kernel vLLM-CPU picks for a model run in `dtype`, or None}: as asked here
+    (for bf16), else FP8_KERNELS' row, with BF16_FP32_OUT_KERNELS' limit applied."""
     if kernels is not None and kernels.fp8_kernels is not None:
-        return kernels.fp8_kernels
-    if kernels is not None and kernels.fp8_gemm == "amx_fp8":
-        return FP8_KERNELS["amx_fp8"]
-    return FP8_KERNELS["amx" if "amx_tile" in isa else "no_amx"]
+        chosen = kernels.fp8_kernels
+    elif kernels is not None and kernels.fp8_gemm == "amx_fp8":
+        chosen = FP8_KERNELS["amx_fp8"]
+    else:
+        chosen = FP8_KERNELS["amx" if "amx_tile" in isa else "no_amx"]
+    if dtype in BF16_FP32:
+        return chosen
+    return {strategy: BF16_FP32_OUT_KERNELS.get(kernel, kernel) for strategy, kernel in chosen.items()}
 
 
 @lru_cache(maxsize=None)
@@ -139,14 +150,14 @@ def _cpu_kernels() -> VllmKernels:
     return VllmKernels(library=_loaded_library(), ops=ops, fp8_gemm=_fp8_gemm(), fp8_kernels=fp8_kernels_here())
 
 
-def fp8_kernels_here() -> dict | None:
+def fp8_kernels_here(dtype: str = "bfloat16") -> dict | None:
     """Ask the installed vLLM's own kernel selection which kernel each FP8
     strategy gets on this machine, with the scale keys its schemes build
     (compressed_tensors_w8a8_fp8.py, compressed_tensors_w8a16_fp8.py) and the
     candidate lists create_weights passes (kernels/linear/__init__.py:
     init_fp8_linear_kernel, init_wfp8_a16_linear_kernel); no engine starts.
     The layer shape is SmolLM2-135M's MLP (every size a multiple of 32, as
-    the AMX kernels need). None where this vLLM's selection has another shape."""
+    the AMX kernels need), run in `dtype`. None where this vLLM's selection has another shape."""
     try:
         import torch
         from vllm.model_executor.kernels import linear
@@ -164,7 +175,7 @@ def fp8_kernels_here() -> dict | None:
         for strategy, (weight, activation, candidates, name) in asked.items():
             config = linear.FP8ScaledMMLinearLayerConfig(
                 weight_quant_key=weight, activation_quant_key=activation, weight_shape=(1536, 576),
-                input_dtype=torch.bfloat16, out_dtype=torch.bfloat16)
+                input_dtype=getattr(torch, dtype), out_dtype=getattr(torch, dtype))
             try:
                 chosen[strategy] = linear.choose_scaled_mm_linear_kernel(config, candidates, quantization=name).__name__
             except ValueError:  # "Failed to find a kernel that can implement the ScaledMM linear layer"

