@@ -10,7 +10,7 @@ from evaluate.search.space import RecipeSpace, TrialValues
 from evaluate.search.study_file import Objective
 from quantize.common.errors import UserError
 from quantize.common.extensions import build
-from quantize.common.paths import folder_setting
+from quantize.common.paths import folder_name, folder_setting
 from quantize.common.settings import integer
 
 # Where each objective's value comes from.
@@ -48,6 +48,8 @@ class SearchConfig:
         """From the composed config as a plain, resolved dict."""
         space = build(values["search"], RecipeSpace, f"conf/search/{space_name}.yaml")
         integer("n_jobs", values.get("n_jobs", 1), 2, minimum=1)   # the sweeper's; checked here, before the sweep
+        # before the study's name, which it is part of by default: a bad one is the user's model.name
+        model_name = folder_name("model.name", values["model"]["name"])
         config = cls(
             study=study_file.study_name(values["study"]), space=space, space_name=space_name,
             objectives=objectives(space.objectives, space_name),
@@ -56,7 +58,7 @@ class SearchConfig:
             n_trials=integer("n_trials", values["n_trials"], 20, minimum=1), storage=values.get("storage"),
             results_dir=Path(folder_setting("results_dir", values["results_dir"])),
             artifacts_dir=Path(folder_setting("artifacts_dir", values["artifacts_dir"])),
-            model_name=str(values["model"]["name"]), model_path=str(values["model"]["path"]),
+            model_name=model_name, model_path=str(values["model"]["path"]),
             engine=str(values["engine"]["name"]), scenario=dict(values["scenario"]),
             accuracy=str(values["accuracy"]["name"]), sensitivity=str(values.get("sensitivity") or "none"),
             seed=integer("seed", values.get("seed") or 0, minimum=0),
