@@ -229,7 +229,20 @@ def _record_values(rec, where: str, config: CalibrationConfig) -> list:
         if not (rec[f] is None or isinstance(rec[f], str) or _is_chat(rec[f])):
             raise UserError(f"calibration record {where} has {_shown(rec[f])} in field {f!r}, not text; make it "
                             "a string (or null to skip the record), or set calibration.text_field")
+        _check_messages(rec[f], where, f)
     return [rec[f] for f in fields if rec[f] is not None]
+
+
+def _check_messages(value, where: str, field: str) -> None:
+    """Chat messages need a string role and content: the chat template reads
+    them, and failed on another shape (ShareGPT's from/value) only when drawn."""
+    if not _is_chat(value):
+        return
+    for m in value:
+        if not (isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+            raise UserError(f"calibration record {where} has message {_shown(m)} in field {field!r}, not "
+                            '{"role": <str>, "content": <str>}; convert the chats (ShareGPT\'s from/value: '
+                            "role/content), or set calibration.text_field")
 
 
 def _is_chat(value) -> bool:

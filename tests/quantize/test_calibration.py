@@ -75,7 +75,12 @@ def test_a_value_that_is_not_text_is_refused_naming_record_and_field(tmp_path, v
 @pytest.mark.parametrize("bad, refusal", [
     ({"text": 12345}, "calibration record on line 7 has int 12345 in field 'text', not text"),
     ({"body": "x"}, "calibration record on line 7 lacks field(s) ['text']; set calibration.text_field to one of ['body']"),
-    ("not an object", 'calibration record on line 7 is str "not an object", not a JSON object with a [\'text\'] field')])
+    ("not an object", 'calibration record on line 7 is str "not an object", not a JSON object with a [\'text\'] field'),
+    # ShareGPT's shape: the chat template failed (jinja's "no attribute 'role'") only for seeds that drew it
+    ({"text": [{"from": "human", "value": "hi"}]}, 'calibration record on line 7 has message dict {"from": "human", '
+                                                   '"value": "hi"} in field \'text\', not {"role": <str>, "content": <str>}'),
+    ({"text": [{"role": "user", "content": "hi"}, {"role": "user", "content": 3}]},
+     'calibration record on line 7 has message dict {"role": "user", "content": 3} in field \'text\', not {"role"')])
 def test_a_bad_record_is_refused_whichever_records_the_seed_draws(tmp_path, bad, refusal):
     """Three of ten records are drawn; the bad one (on line 7: a blank line
     above it) is refused for every seed, drawn or not, naming its line."""
