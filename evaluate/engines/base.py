@@ -58,8 +58,8 @@ def _decompression_growth(checkpoint, dtype: str | None) -> int:
     compressed-tensors' `weight_packed` becomes a weight of the
     `weight_shape` stored beside it, an 8-bit `weight` one of its shape."""
     from quantize.common.checkpoint import read_header, weight_files
-    from quantize.common.memory_check import DTYPE_WIDTH, FLOAT_TENSORS, STORED_WIDTH
-    width = DTYPE_WIDTH.get(dtype, 4)
+    from quantize.common.memory_check import FLOAT_TENSORS, STORED_WIDTH, dtype_width
+    width = dtype_width(dtype)
     tensors = {}   # name -> (file, header entry, where the file's data starts)
     for path in weight_files(checkpoint):
         header, data = read_header(path)
@@ -274,7 +274,8 @@ class Engine:
     def kv_itemsize(cls, fmt, args: dict) -> int:
         """Bytes per KV-cache element as this engine stores it for `fmt`: the
         compute dtype's here (transformers keeps its cache unquantized)."""
-        return 4 if args.get("dtype") == "float32" else 2
+        from quantize.common.dtypes import dtype_name
+        return 4 if dtype_name(args.get("dtype")) == "float32" else 2
 
     @classmethod
     def weight_bytes(cls, target, args: dict) -> int:

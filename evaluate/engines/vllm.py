@@ -23,7 +23,7 @@ from evaluate.engines.base import Engine, EngineStartError, LmEvalModel, user_se
 from evaluate.memory import kv_bytes_per_token
 from evaluate.metrics import RequestTiming
 import quantize.common.machine
-from quantize.common.dtypes import HALF, fast_faithful_dtype
+from quantize.common.dtypes import HALF, dtype_name, fast_faithful_dtype
 from quantize.common.errors import EngineDied, UserError
 from quantize.common.paths import CACHE_DIR
 from quantize.common.settings import is_integer, is_number
@@ -81,7 +81,7 @@ def kv_itemsize(fmt, args: dict) -> int:
     kv = kv_cache_dtype(fmt, args)
     if kv.startswith("fp8"):
         return 1
-    return 4 if (args.get("dtype") if kv == "auto" else kv) == "float32" else 2
+    return 4 if (dtype_name(args.get("dtype")) if kv == "auto" else kv) == "float32" else 2
 
 
 # The compressed-tensors KV-cache schemes vLLM loads (compressed_tensors.py:
@@ -225,8 +225,8 @@ def _fp8_rule(fmt, machine, dtype: str) -> Verdict:
     where oneDNN runs it with reference code, SmolLM2's start-up had not
     finished after 18 min."""
     kernels = machine.engine("vllm")
-    verdict = _fp8_kernel_rule(fmt, kernels, vllm_kernels.fp8_kernels(kernels, machine.isa, dtype))
-    if not verdict and dtype not in vllm_kernels.BF16_FP32 and _fp8_kernel_rule(
+    verdict = _fp8_kernel_rule(fmt, kernels, vllm_kernels.fp8_kernels(kernels, machine.isa, dtype_name(dtype)))
+    if not verdict and dtype_name(dtype) not in vllm_kernels.BF16_FP32 and _fp8_kernel_rule(
             fmt, kernels, vllm_kernels.fp8_kernels(kernels, machine.isa)):
         return Verdict(False, f"vLLM-CPU's AMX FP8 kernels write bf16 or float32 only (scaled_mm/cpu.py), and "
                               f"this {fmt.label} checkpoint would run in {dtype} here; use engine.args.dtype=bfloat16",

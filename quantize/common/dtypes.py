@@ -48,6 +48,16 @@ def requested_dtype(requested, key: str = "dtype"):
     return dtype
 
 
+def dtype_name(requested) -> str | None:
+    """A requested dtype name as torch's own name for that dtype (half ->
+    float16, float -> float32, double -> float64); None for auto (or unset).
+    torch takes these aliases, so widths and kernel rules must read them alike."""
+    if requested in ("float64", "float32", *HALF):
+        return requested  # the usual names, without importing torch
+    dtype = requested_dtype(requested)
+    return None if dtype is None else str(dtype).removeprefix("torch.")
+
+
 def compute_dtype(checkpoint, requested: str = "auto", device: str | None = None):
     """`requested` as a torch dtype; `auto` is the checkpoint's dtype, except
     float32 for a half-precision checkpoint on such a CPU. `device` None means

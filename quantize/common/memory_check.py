@@ -18,8 +18,8 @@ from pathlib import Path
 from quantize.common.checkpoint import read_header, weight_files
 from quantize.common.errors import UserError
 
-# Bytes per element of the dtypes a model is held in; any other name counts as
-# float32's 4 (config.json's default dtype).
+# Bytes per element of the dtypes a model is held in, by torch's name (dtype_width
+# reads aliases such as half); auto or unset counts as float32's 4 (config.json's default dtype).
 DTYPE_WIDTH = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
 # Safetensors dtypes that `from_pretrained(dtype="auto")` casts to the model's
 # dtype; integer tensors (packed quantized weights) keep their stored width.
@@ -65,7 +65,7 @@ class FreeMemory:
 def footprint(model_dir: Path, dtype: str, hessians: bool = False) -> Footprint:
     """The checkpoint's size held in `dtype` (floating tensors; integer ones
     keep their width), and its largest decoder layer with its Hessians."""
-    width = _width(dtype)
+    width = dtype_width(dtype)
     params = total = 0
     layers: dict[str, list[int]] = {}  # prefix -> [weight bytes, hessian bytes]
     for path in weight_files(model_dir):
@@ -97,11 +97,13 @@ def _hessian_bytes(name: str, shape: list[int]) -> int:
 
 def wider(*dtypes: str | None) -> str:
     """Of the dtypes the model passes through, the one that takes most memory."""
-    return max((d for d in dtypes if d), key=_width)
+    return max((d for d in dtypes if d), key=dtype_width)
 
 
-def _width(dtype: str) -> int:
-    return DTYPE_WIDTH.get(dtype, 4)
+def dtype_width(dtype: str | None) -> int:
+    """Bytes per element of a dtype name (an alias as its dtype: half is 2, double 8)."""
+    from quantize.common.dtypes import dtype_name
+    return DTYPE_WIDTH.get(dtype_name(dtype), 4)
 
 
 def check(model_dir: Path, dtype: str, *, on_gpu: bool, hessians: bool,
