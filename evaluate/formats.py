@@ -50,6 +50,9 @@ class CheckpointFormat:
     fp8: str | None = None
     # the attention head size (some kernels take only some sizes); None for a format judged alone (the table's)
     head_dim: int | None = field(default=None, compare=False)
+    # The output sizes of the parts vLLM merges into one layer ({"q": heads x head_dim, "k/v": ...,
+    # "gate/up": the MLP's width}; FP8 block loaders split them by block); None where unknown
+    merged_parts: dict | None = field(default=None, compare=False, repr=False)
     # The checkpoint's compressed-tensors quantization_config as saved, for the
     # engine that matches each config group to a kernel scheme of its own
     # (evaluate/engines/vllm_schemes.py); None for a format judged alone (the table's).
@@ -76,7 +79,8 @@ def classify(config: dict, sparse_24: bool = False) -> CheckpointFormat:
     dtype = str(config.get("dtype") or config.get("torch_dtype") or "float32").removeprefix("torch.")
     q = config.get("quantization_config") or {}
     common = dict(dtype=dtype, sparse_24=sparse_24, sparsity_compressed=bool(q.get("sparsity_config")),
-                  moe=is_moe(config), kv_cache=kv_cache_scheme(q.get("kv_cache_scheme")), head_dim=head_dim(config))
+                  moe=is_moe(config), kv_cache=kv_cache_scheme(q.get("kv_cache_scheme")), head_dim=head_dim(config),
+                  merged_parts=merged_parts(config))
     if not q:
         return CheckpointFormat(**common)
     method = q.get("quant_method")
@@ -115,6 +119,19 @@ def head_dim(config: dict) -> int | None:
         return None
     size = text.get("head_dim") or (text.get("hidden_size") or 0) // heads
     return size if isinstance(size, int) and size > 0 else None
+
+
+def merged_parts(config: dict) -> dict | None:
+    """The output sizes of the layers vLLM merges (qkv_proj: q, then k and v;
+    gate_up_proj: gate, then up) from a config.json's text model; a MoE's
+    experts are fused otherwise, so its MLP is left out. None when unknown."""
+    text = config.get("text_config") or config
+    size, heads = head_dim(config), text.get("num_attention_heads")
+    kv_heads = text.get("num_key_value_heads") or heads
+    parts = {"q": heads * size, "k/v": kv_heads * size} if size and isinstance(kv_heads, int) else {}
+    if isinstance(text.get("intermediate_size"), int) and not is_moe(config):
+        parts["gate/up"] = text["intermediate_size"]
+    return parts or None
 
 
 def kv_cache_scheme(kv: dict | None) -> str | None:

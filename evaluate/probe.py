@@ -33,6 +33,10 @@ PRESET = {(W8A8_INT8, False): "W8A8", (W4A16, False): "W4A16", (W4A16, True): "W
 FP8_PRESET = {FP8_PER_TENSOR: "FP8", FP8_BLOCK: "FP8_BLOCK"}
 # KV-cache schemes as recipes write them (recipes/w8a8_kv8.yaml); their static
 # k/v scales are calibrated, on a few random-token samples here.
+# FP8 block's tiny Llama: k/v as wide as q (4 heads x 32 = 128), so each merged layer's part is a
+# multiple of the block's 128 outputs, as vLLM's compressed-tensors FP8 block loader needs
+# (evaluate/engines/vllm.py, _fp8_block_shape_rule); the usual 2 KV heads give k/v 64 and the start fails.
+BLOCK_SIZES = {"num_key_value_heads": 4}
 KV_SCHEME = {"fp8": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True}}
 KV_CALIBRATION_SAMPLES, KV_CALIBRATION_LEN = 4, 32
 
@@ -71,9 +75,12 @@ def checkpoint(fmt: CheckpointFormat, root: Path, tokenizer_dir: Path) -> Path:
     out = root / cell_id("model", fmt).split(":", 1)[1]
     if (out / "config.json").is_file():
         return out
-    dense = root / f"dense-{fmt.dtype}{'-moe' if fmt.moe else ''}"
-    if not (dense / "config.json").is_file():
-        (build_tiny_qwen3_moe if fmt.moe else build_tiny_llama)(dense, tokenizer_dir, dtype=fmt.dtype)
+    block = fmt.scheme == FP8 and fmt.fp8 == FP8_BLOCK and not fmt.moe
+    dense = root / f"dense-{fmt.dtype}{'-moe' if fmt.moe else ''}{'-block' if block else ''}"
+    if not (dense / "config.json").is_file() and fmt.moe:
+        build_tiny_qwen3_moe(dense, tokenizer_dir, dtype=fmt.dtype)
+    elif not (dense / "config.json").is_file():
+        build_tiny_llama(dense, tokenizer_dir, dtype=fmt.dtype, **(BLOCK_SIZES if block else {}))
     if fmt.scheme == DENSE:
         return dense
     import torch

@@ -273,6 +273,35 @@ def _scheme_rule(fmt, verdict: Verdict) -> Verdict:
     return Verdict(False, unserved[0].describe()) if unserved else verdict
 
 
+def _fp8_block_shape_rule(fmt, args: dict, verdict: Verdict) -> Verdict:
+    """compressed-tensors FP8 block (CPU and CUDA alike): the scheme's
+    create_weights (compressed_tensors_w8a8_fp8.py, _w8a16_fp8.py) calls
+    fp8_utils.validate_fp8_block_shape, which fails the start where a merged
+    layer's part other than the last (q and k of qkv_proj, gate of
+    gate_up_proj; every part once tensor parallel splits them) is not a
+    multiple of the block's N. linear.py's _maybe_allow_fp8_block_shape_mismatch
+    lets it pass only for a config with weight_block_size: vLLM's own fp8
+    format, not compressed-tensors (SmolLM2-135M: "Weight
+    output_partition_size = 576 is not divisible by weight quantization block_n = 128")."""
+    if fmt.method != "compressed-tensors" or not fmt.merged_parts or not fmt.quantization_config:
+        return verdict
+    tp = args.get("tensor_parallel_size")
+    tp = tp if isinstance(tp, int) and tp > 1 else 1
+    for group in (fmt.quantization_config.get("config_groups") or {}).values():
+        weights = group.get("weights") or {}
+        block = weights.get("block_structure") if weights.get("strategy") == "block" else None
+        if not block:
+            continue
+        uneven = {name: size // tp for name, size in fmt.merged_parts.items() if (size // tp) % block[0]}
+        if uneven:
+            sizes = ", ".join(f"{name} {size}" for name, size in uneven.items())
+            return Verdict(False, f"vLLM loads FP8 block weights only where each merged layer's part is a multiple "
+                                  f"of the block's {block[0]} outputs, and this model's are not ({sizes}"
+                                  f"{f' per rank of {tp}' if tp > 1 else ''}); use an FP8 recipe without blocks "
+                                  "(fp8_dynamic), or engine=hf")
+    return verdict
+
+
 def _cuda_rule(fmt, machine, args) -> Verdict:
     """The GPU with the lowest compute capability decides (evaluate/engines/vllm_cuda_rules.py)."""
     return cuda_rule(fmt, machine.min_cuda_capability, args, machine_release(machine))
@@ -551,6 +580,8 @@ class VllmEngine(Engine):
         verdict = _cuda_rule(fmt, machine, args) if machine.cuda else _cpu_rule(fmt, machine, args)
         if verdict:
             verdict = _scheme_rule(fmt, verdict)
+        if verdict:
+            verdict = _fp8_block_shape_rule(fmt, args, verdict)
         if verdict and fmt.sparse_24:
             # compressed_tensors.py, _parse_sparsity_config (every release read, CUDA and CPU builds):
             # a sparsity_config is rejected ("Sparsity support has been removed"), and no 2:4 sparse
