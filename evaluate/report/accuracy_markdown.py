@@ -76,7 +76,6 @@ def definition_lines(groups: list[Group]) -> list[str]:
     """What the eval set's figures are, from what its rows recorded (each
     distinct accuracy config and reference setup once)."""
     rows = [r for g in groups for r in g.runs]
-    configs = {json.dumps(r.accuracy_config, sort_keys=True): r.accuracy_config for r in rows if r.accuracy_config}
     first = next((r.metrics for r in rows if "scored_tokens" in r.metrics), rows[0].metrics if rows else {})
     measured = {k for g in groups for k in g.stats}
     lines = []
@@ -88,7 +87,8 @@ def definition_lines(groups: list[Group]) -> list[str]:
                      "own row measures the engine against the reference (its own weights), so it shows the "
                      "engine's numerics rather than 100.")
     if measured & {"lastword_accuracy", "lastword_recovery_pct"}:
-        lines.append(f"- Last-word accuracy: {items_text(configs, first)}; right when greedy decoding gives every "
+        tasks = {items_text(c, m): None for c, m in reference_setups(rows)} or {items_text({}, first): None}
+        lines.append(f"- Last-word accuracy: {'; or '.join(tasks)}; right when greedy decoding gives every "
                      "token of the paragraph's last word. Last-word recovery (%) = the artifact's ÷ the "
                      f"reference's × 100{per_item(groups)}.")
     return lines + [f"- 95% CI: percentile bootstrap ({RESAMPLES} resamples) over the windows, or the items for the "
@@ -138,9 +138,11 @@ def reference_text(config: dict, metrics: dict) -> str:
     return f"{who} in transformers" + (f" ({', '.join(how)})" if how else "")
 
 
-def items_text(configs: dict, metrics: dict) -> str:
+def items_text(config: dict, metrics: dict) -> str:
+    """One accuracy config's last-word task (each config its own: a report
+    of two sizes named the first's for both)."""
     items = metrics.get("lastword_items")
-    lw = next((c.get("lastword") or {} for c in configs.values()), {})
+    lw = config.get("lastword") or {}
     n = int(items) if isinstance(items, (int, float)) else lw.get("num_items")
     shape = (f" of ≥ {lw['min_words']} words, the last {lw['context_tokens']} tokens as context"
              if lw.get("min_words") and lw.get("context_tokens") else "")

@@ -120,6 +120,18 @@ def test_each_reference_setup_is_named_with_its_own_dtype_and_device(tmp_path):
     assert [line.rsplit("in transformers ", 1)[1] for line in lines] == ["(bfloat16, on cuda).", "(float32, on cpu)."]
 
 
+def test_each_last_word_task_is_described_with_its_own_settings(tmp_path):
+    """Two configs whose last-word tasks differ: the line named the first's
+    paragraphs for both."""
+    longer = dict(CONFIG, lastword={"num_items": ITEMS, "min_words": 60, "context_tokens": 256})
+    original, w8a8 = (r for r in rows() if r.kind == "accuracy")
+    store(tmp_path / "res", [original, w8a8.but(accuracy_config=longer)])
+    build_report(tmp_path / "res", tmp_path / "out", "t", outputs=("markdown",))
+    section = (tmp_path / "out" / "report.md").read_text().split("## Accuracy\n", 1)[1].split("\n## ", 1)[0]
+    (line,) = [line for line in section.splitlines() if line.startswith("- Last-word accuracy")]
+    assert "≥ 30 words, the last 128 tokens as context" in line and "≥ 60 words, the last 256 tokens" in line
+
+
 def test_rows_without_per_window_values_have_no_interval_and_say_so(tmp_path):
     old = [r.but(accuracy_samples=None) if r.kind == "accuracy" else r for r in rows()]
     store(tmp_path / "res", old)
