@@ -14,16 +14,17 @@ reference: the artifact's unquantized base model run in transformers.
   data-processing inequality this is a lower bound of the full-vocabulary KL,
   and it equals it when the returned tokens hold all the mass.
 - top1_agreement: fraction of positions where the artifact's most likely next
-  token equals the reference's. A tie at the top (frequent with bf16 logits)
-  agrees when any token tied first in one is tied first in the other, so the
-  order an engine lists tied tokens in never counts.
+  token equals the reference's. An exact tie at the top (frequent with bf16
+  logits) goes to the lowest token id on both sides, so the order an engine
+  lists tied tokens in never counts; where every token the engine returned
+  ties (a flat distribution), it has no pick and does not agree.
 - lastword_accuracy: a LAMBADA-style task built from the held-out novels: each
   item is a paragraph of at least `min_words` words whose last word is
   alphabetic; the model sees the paragraph (last `context_tokens` tokens)
   without that word, and is right when greedy decoding would produce every
   token the word has after it in the whole paragraph, as lm-eval cuts a
-  continuation (teacher-forced, each of them has its position's top
-  logprob, a tie included).
+  continuation (teacher-forced, each of them is its position's top token,
+  ties going to the lowest id as for top1_agreement).
 - recovery_pct: reference perplexity / artifact perplexity x 100;
   lastword_recovery_pct: artifact / reference last-word accuracy x 100.
 """
@@ -179,12 +180,13 @@ class Reference:
             return torch.log_softmax(logits.float(), dim=-1).cpu().numpy()
 
     def continues(self, ids: list[int], n: int) -> bool:
-        """Whether greedy decoding gives the last n tokens of ids: each has its
-        position's top log-probability, a tie included. From log_probs' full
-        forward pass, so an engine running the same weights the same way in
-        transformers gets the same values, ties and all."""
+        """Whether greedy decoding gives the last n tokens of ids: each is its
+        position's top token, an exact tie going to the lowest token id (as
+        _greedy judges the engine's). From log_probs' full forward pass, so an
+        engine running the same weights the same way in transformers gets the
+        same values, ties and all."""
         log_probs = self.log_probs(ids)[-n:]
-        return all(row[token] == row.max() for row, token in zip(log_probs, ids[-n:]))
+        return all(int(row.argmax()) == token for row, token in zip(log_probs, ids[-n:]))
 
 
 def needed_len(config: AccuracyConfig) -> int:
@@ -284,7 +286,8 @@ def engine_pass(engine, config: AccuracyConfig, tokenizer, seed: int) -> dict:
     log.info("accuracy: %d windows x %d tokens, %d last-word items", len(wins), config.window_len, len(items))
     return {"windows": wins, "items": items,
             "window_logprobs": engine.prompt_logprobs(wins, int(config.top_k)),
-            "item_logprobs": engine.prompt_logprobs([p for p, _ in items], 1)}
+            # top-k, not top-1: a tie at the top is told apart only beside a token below it
+            "item_logprobs": engine.prompt_logprobs([p for p, _ in items], int(config.top_k))}
 
 
 @dataclass
@@ -304,7 +307,7 @@ def score(passed: dict, target, config: AccuracyConfig) -> Scores:
     per_window = [window_sums(ids, positions, ref_lp) for ids, positions, ref_lp in
                   zip(wins, passed["window_logprobs"], reference_window_log_probs(ref, wins))]
     nll, ref_nll, kl, agree, scored = (sum(column) for column in zip(*per_window))
-    art_hits = [all(_is_top(pos, tok) for pos, tok in _targets(p, n, lp))
+    art_hits = [all(_greedy(pos) == tok for pos, tok in _targets(p, n, lp))
                 for (p, n), lp in zip(items, passed["item_logprobs"])]
     ref_hits = reference_hits(ref, items)
     ppl, ref_ppl = math.exp(nll / scored), math.exp(ref_nll / scored)
@@ -339,7 +342,7 @@ def window_sums(ids: list[int], positions, ref_lp) -> tuple[float, float, float,
         nll -= q[ids[i]][0]
         ref_nll -= float(p[ids[i]])  # sums in float64, whatever the reference's dtype
         kl += _partition_kl(p, q)
-        agree += int(_agrees(q, p))
+        agree += int(_greedy(q) == int(p.argmax()))
     return nll, ref_nll, kl, agree, len(ids) - 1
 
 
@@ -382,18 +385,18 @@ def _partition_kl(p_log: np.ndarray, q: dict) -> float:
     return max(kl, 0.0)
 
 
-def _is_top(q: dict, token: int) -> bool:
-    """Whether `token` has the top logprob the engine returned (its top-k
-    always holds the top): by value, not rank, since engines break exact ties
-    differently (torch.topk's order; vLLM ranks a tied token after it)."""
-    return q[token][0] == max(v[0] for v in q.values())
-
-
-def _agrees(q: dict, p_log: np.ndarray) -> bool:
-    """Whether a token tied first among the engine's is tied first in the
-    reference too: an artifact identical to its reference always agrees."""
-    best, top = max(v[0] for v in q.values()), p_log.max()
-    return any(logprob == best and p_log[t] == top for t, (logprob, _) in q.items())
+def _greedy(q: dict) -> int | None:
+    """The token greedy decoding takes from the engine's returned logprobs
+    (its top-k, which always holds the top): an exact tie goes to the lowest
+    token id, as numpy's argmax gives the reference's, whatever order the
+    engine lists tied tokens in (torch.topk's; vLLM ranks a tied token after
+    it). None where every returned token ties: the tie may reach past them
+    (a flat distribution, a broken artifact), so no token is its pick."""
+    best = max(v[0] for v in q.values())
+    tied = [t for t, (logprob, _) in q.items() if logprob == best]
+    if len(tied) == len(q) > 1:
+        return None
+    return min(tied)
 
 
 def _targets(prompt: list[int], n: int, positions):
@@ -425,7 +428,7 @@ def reference_hits(ref: Reference, items) -> list[bool]:
     every artifact of one base model, so it is computed once (a forward pass
     per item) and kept in .cache/accuracy/, keyed by everything it depends on."""
     # "ties": a tie at the top counts as a hit (files before counted the first tied token only).
-    file = CACHE_DIR / "accuracy" / f"lastword-ties-{_reference_key(ref, items)}.json"
+    file = CACHE_DIR / "accuracy" / f"lastword-lowest-id-{_reference_key(ref, items)}.json"
     try:
         return json.loads(file.read_text())["hits"]
     except (OSError, ValueError, KeyError):

@@ -249,18 +249,29 @@ def high_id_first(log_probs: np.ndarray, targets: list[int], k: int) -> list[dic
     return out
 
 
-def test_a_tie_at_the_top_agrees_whichever_tied_token_the_engine_lists_first():
+def test_a_tie_at_the_top_goes_to_the_lowest_id_whichever_tied_token_the_engine_lists_first():
     from evaluate.accuracy import window_sums
     p = np.log(np.array([[0.1, 0.3, 0.3, 0.2, 0.1]], dtype=np.float32))   # tokens 1 and 2 tie first
     for first, second in [(1, 2), (2, 1)]:
         q = {first: (float(p[0, first]), 1), second: (float(p[0, second]), 2), 3: (float(p[0, 3]), 4)}
         assert window_sums([0, 3], [None, q], p)[3] == 1
-        assert window_sums([0, 3], [None, {first: q[first], 3: q[3]}], p)[3] == 1   # top_k=1
     alone = np.log(np.array([[0.1, 0.31, 0.29, 0.2, 0.1]], dtype=np.float32))   # token 1 alone first
     q = {2: (float(p[0, 2]), 1), 1: (float(p[0, 1]), 2), 3: (float(p[0, 3]), 4)}   # the engine's 1 and 2 tie
     assert window_sums([0, 3], [None, q], alone)[3] == 1
+    second_alone = np.log(np.array([[0.1, 0.29, 0.31, 0.2, 0.1]], dtype=np.float32))
+    assert window_sums([0, 3], [None, q], second_alone)[3] == 0   # the engine's tie went to 1, the reference's pick is 2
     q = {2: (-1.0, 1), 1: (-1.5, 2), 3: (-2.0, 3)}
     assert window_sums([0, 3], [None, q], alone)[3] == 0   # a real disagreement still counts
+
+
+def test_a_flat_artifact_whose_returned_tokens_all_tie_agrees_nowhere():
+    """Its top-k and the actual token all tie: counting any tied token as its
+    pick made a broken (uniform) artifact agree wherever the reference's top
+    was the actual token, and hit every last-word item."""
+    from evaluate.accuracy import window_sums
+    p = np.log(np.array([[0.1, 0.2, 0.4, 0.2, 0.1]], dtype=np.float32))   # the reference's top: 2
+    flat = {t: (-math.log(5), 1) for t in (0, 1, 2)}   # top-2 and the actual token 2, all alike
+    assert window_sums([0, 2], [None, flat], p)[3] == 0
 
 
 def test_an_artifact_identical_to_its_reference_agrees_with_it_whatever_its_tie_order(tokenizer_dir, tmp_path,
@@ -284,14 +295,14 @@ def test_an_artifact_identical_to_its_reference_agrees_with_it_whatever_its_tie_
     ref = accuracy.Reference(model_dir, "cpu")
     rng = random.Random(0)
     wins = [[rng.randrange(1000) for _ in range(48)] for _ in range(4)]
-    items = []   # each ends in a token tied first, but not the lowest id of the tie
+    items = []   # each ends in a token tied first: the lowest id of the tie (a hit), or the highest (a miss)
     for w in wins:
         for i, window_row in enumerate(ref.log_probs(w)):
             row = ref.log_probs(w[:i + 2])[-1] if (window_row == window_row.max()).sum() > 1 else window_row
             tied = np.flatnonzero(row == row.max())   # as the item's own forward pass gives it
             if len(tied) > 1:
-                items.append((w[:i + 1] + [int(tied[-1])], 1))
-    assert len(items) >= 3
+                items += [(w[:i + 1] + [int(tied[0])], 1), (w[:i + 1] + [int(tied[-1])], 1)]
+    assert len(items) >= 6
 
     hf = SimpleNamespace(model=hf_load.causal_lm(model_dir, dtype=torch.bfloat16).eval(), device="cpu")
 
@@ -303,11 +314,11 @@ def test_an_artifact_identical_to_its_reference_agrees_with_it_whatever_its_tie_
                                      accuracy.LastWordConfig(len(items), 1, 48), reference=str(model_dir))
     for prompt_logprobs in (lambda prompts, k: HfEngine.prompt_logprobs(hf, prompts, k), other_order):
         passed = {"windows": wins, "items": items, "window_logprobs": prompt_logprobs(wins, 5),
-                  "item_logprobs": prompt_logprobs([p for p, _ in items], 1)}
+                  "item_logprobs": prompt_logprobs([p for p, _ in items], 5)}
         m = accuracy.score(passed, None, config).metrics
         assert m["reference_dtype"] == "bfloat16" and m["kl_divergence"] == pytest.approx(0, abs=1e-9)
         assert m["top1_agreement"] == 1.0
-        assert m["lastword_accuracy"] == m["reference_lastword_accuracy"] == 1.0
+        assert m["lastword_accuracy"] == m["reference_lastword_accuracy"] == 0.5
 
 
 # The last-word items: the word's tokens are the ones it has after its context.
