@@ -51,29 +51,19 @@ def truncate(path, keep: float = 0.5) -> None:
 
 # ---------------------------------------------------------------- corrupt files
 
-@pytest.mark.parametrize("content, expect", [
-    ('{"artifact_id": "0123', "not valid JSON"),        # truncated
-    ("[]", "not a quantbench manifest"),                 # valid JSON, not a manifest
-    ('{"artifact_id": "x"}', "missing model, recipe, quantization"),
+@pytest.mark.parametrize("file, content, expect, fix", [
+    ("manifest.json", '{"artifact_id": "0123', "not valid JSON", "force=true"),       # truncated
+    ("manifest.json", "[]", "not a quantbench manifest", "force=true"),                # valid JSON, not a manifest
+    ("manifest.json", '{"artifact_id": "x"}', "missing model, recipe, quantization", "force=true"),
+    # a config.json holding a JSON list failed as "unexpected" ('list' object has no attribute 'get')
+    ("config.json", '{"model_type": "lla', "is corrupt (not valid JSON", "re-copy or re-create the checkpoint"),
+    ("config.json", "[]", "holds a JSON list, not the object of a model config", "re-copy or re-create the checkpoint"),
 ])
-def test_evaluate_rejects_a_corrupt_manifest(checkpoint, tmp_path, content, expect):
-    (checkpoint / "manifest.json").write_text(content)
+def test_evaluate_rejects_a_corrupt_manifest_or_config(checkpoint, tmp_path, file, content, expect, fix):
+    (checkpoint / file).write_text(content)
     res = tmp_path / "res"
     out = evaluate(checkpoint, res, cwd=tmp_path)
-    assert_one_line_error(out, "manifest.json", expect, "force=true")
-    assert not res.exists() or not any(res.iterdir())
-
-
-@pytest.mark.parametrize("content, expect", [
-    ('{"model_type": "lla', "is corrupt (not valid JSON"),   # truncated
-    ("[]", "holds a JSON list, not the object of a model config"),
-])
-def test_evaluate_rejects_a_config_json_that_holds_no_object(checkpoint, tmp_path, content, expect):
-    """A config.json holding a JSON list failed as "unexpected" ('list' object has no attribute 'get')."""
-    (checkpoint / "config.json").write_text(content)
-    res = tmp_path / "res"
-    out = evaluate(checkpoint, res, cwd=tmp_path)
-    assert_one_line_error(out, "config.json", expect, "re-copy or re-create the checkpoint")
+    assert_one_line_error(out, file, expect, fix)
     assert not res.exists() or not any(res.iterdir())
 
 
