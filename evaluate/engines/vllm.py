@@ -839,8 +839,7 @@ class VllmEngine(Engine):
             try:
                 return self.loop.run_until_complete(watch)
             except BaseException:
-                if not watch.done():  # raised into the loop from outside, not by the run's own end
-                    self._abandon([watch, *runs])
+                self._abandon([watch, *runs])  # a signal's error may land in the watch itself too
                 raise
 
     def _abandon(self, tasks: list) -> None:
@@ -875,7 +874,7 @@ class VllmEngine(Engine):
                 if n:
                     timings[i].chunks.append((time.perf_counter(), n))
 
-        await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
+        await _all_requests(one(i, p) for i, p in enumerate(prompts))
         return start, timings
 
     def prompt_logprobs(self, prompts: list[list[int]], k: int):
@@ -901,7 +900,7 @@ class VllmEngine(Engine):
             return [None if pos is None else {t: (lp.logprob, lp.rank) for t, lp in pos.items()}
                     for pos in final.prompt_logprobs]
 
-        return await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
+        return await _all_requests(one(i, p) for i, p in enumerate(prompts))
 
     def stop(self) -> None:
         import gc
@@ -926,6 +925,22 @@ class VllmEngine(Engine):
 ENGINE_STALLED = ("vLLM gave no output for {seconds:g} s (engine.stall_timeout_s): its engine is taken as hung and "
                   "stopped; the runs it owed are recorded failed, and the same command measures them (raise "
                   "engine.stall_timeout_s where one step can take that long)")
+
+
+async def _all_requests(requests):
+    """The results of a run's requests, as asyncio.gather gives them; but
+    where one fails, the others are cancelled (vLLM aborts them) before the
+    error goes on: gather left them running, and the next scenario, measured
+    on the same engine now that a scenario's failure no longer ends the job,
+    ran beside them."""
+    tasks = [asyncio.ensure_future(r) for r in requests]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks, timeout=ABORT_GRACE_S)
+        raise
 
 
 class _Progress:

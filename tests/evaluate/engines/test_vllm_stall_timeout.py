@@ -4,6 +4,7 @@ engine.stall_timeout_s ends the run as a dead engine, output keeps it going
 however long it takes. tests/test_failure_lines.py stops a real engine core."""
 import asyncio
 import signal
+from types import SimpleNamespace
 
 import pytest
 
@@ -91,3 +92,31 @@ def test_an_error_raised_into_a_run_from_outside_cancels_it_before_the_next_run(
 
     assert engine._until_done_or_stalled(next_run) == "next"
     assert len(ticks) == ticked   # the first run did not go on during the second
+
+
+def test_a_request_that_fails_cancels_the_runs_other_requests_before_the_next_run(engine):
+    """asyncio.gather left a failed run's other requests running; a scenario's
+    failure no longer ends the job, so the next scenario ran beside them."""
+    streamed = {}
+
+    class OneRequestFails:
+        async def generate(self, prompt, params, request_id):
+            for step in range(40):
+                await asyncio.sleep(0.02)
+                if request_id.endswith("-0") and step == 3:
+                    raise ValueError("this prompt is refused")
+                streamed[request_id] = step
+                yield SimpleNamespace(outputs=[SimpleNamespace(token_ids=[step])])
+
+    engine.engine = OneRequestFails()
+    with pytest.raises(ValueError, match="refused"):
+        engine.run([[1, 2], [3, 4], [5, 6]], 4)
+    assert not [t for t in asyncio.all_tasks(engine.loop) if not t.done()]
+    left = dict(streamed)
+
+    async def next_run(progress):
+        await asyncio.sleep(0.3)
+        return "next"
+
+    assert engine._until_done_or_stalled(next_run) == "next"
+    assert streamed == left   # nothing of the failed run went on
