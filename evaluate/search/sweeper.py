@@ -664,9 +664,10 @@ def _alive(owner: dict) -> bool:
     """Whether the sweeper named in the study's `sweeper` attr still runs. On
     this host: its pid lives with the start time it recorded, however long
     its heartbeat is silent (a sweeper stopped with Ctrl-Z still owns the
-    study); a reused pid has another start time. Elsewhere, or with no start
-    time (not Linux, an older record): its heartbeat is fresh and, on this
-    host, its pid lives."""
+    study); a pid with another start time (reused, or another pid namespace
+    under this hostname) counts only while its heartbeat is fresh. Elsewhere,
+    or with no start time (not Linux, an older record): its heartbeat is fresh
+    and, on this host, its pid lives."""
     fresh = time.time() - float(owner.get("heartbeat") or 0) < STALE_S
     if owner.get("host") != socket.gethostname():
         return fresh
@@ -676,7 +677,9 @@ def _alive(owner: dict) -> bool:
         return False
     recorded, now = owner.get("pid_start"), _start_time(pid)
     if recorded is not None and now is not None:
-        return now == recorded
+        # another start time: a reused pid, or a sweeper in another pid
+        # namespace under this hostname (a container), whose beat says it runs
+        return now == recorded or fresh
     return fresh and _pid_lives(pid)
 
 

@@ -385,8 +385,13 @@ def test_a_sweeper_stopped_with_ctrl_z_keeps_its_study_and_a_reused_pid_does_not
             with _Ownership(study, url):
                 pass
         assert study.user_attrs["sweeper"] == owner
-        # the pid now another process's (its start time differs), heartbeat still fresh: claimed
+        # another start time with a fresh heartbeat: a sweeper in another pid namespace of this hostname runs
         study.set_user_attr("sweeper", {**owner, "pid_start": owner["pid_start"] - 1, "heartbeat": time.time()})
+        with pytest.raises(UserError, match="is being run by pid"):
+            with _Ownership(study, url):
+                pass
+        # the pid now another process's (its start time differs), heartbeat stale: claimed
+        study.set_user_attr("sweeper", {**owner, "pid_start": owner["pid_start"] - 1})
         with _Ownership(study, url):
             assert study.user_attrs["sweeper"]["pid"] == os.getpid()
             assert study.user_attrs["sweeper"]["pid_start"] == start_time(os.getpid())
