@@ -577,11 +577,12 @@ class VllmEngine(Engine):
         kv = _kv_rule(fmt, machine, args)
         if not kv:
             return kv
+        shape = _fp8_block_shape_rule(fmt, args, YES)   # first: no dtype or other setting gets past it
+        if not shape:
+            return shape
         verdict = _cuda_rule(fmt, machine, args) if machine.cuda else _cpu_rule(fmt, machine, args)
         if verdict:
             verdict = _scheme_rule(fmt, verdict)
-        if verdict:
-            verdict = _fp8_block_shape_rule(fmt, args, verdict)
         if verdict and fmt.sparse_24:
             # compressed_tensors.py, _parse_sparsity_config (every release read, CUDA and CPU builds):
             # a sparsity_config is rejected ("Sparsity support has been removed"), and no 2:4 sparse
