@@ -30,7 +30,7 @@ def test_a_model_whose_merged_parts_are_not_multiples_of_the_block_is_refused(ma
 def test_the_shape_is_named_before_a_dtype_whose_fix_it_would_refuse_next():
     """An fp16 block checkpoint on AMX was told to use bfloat16, which then
     met the shape refusal: the reason that no setting gets past comes first."""
-    verdict, _ = decide("vllm", classify(block_model(SMOLLM2 | {"torch_dtype": "float16"})), KNOWN_MACHINES["amx"])
+    verdict, _ = decide("vllm", classify(block_model(SMOLLM2)), KNOWN_MACHINES["amx"], {"dtype": "float16"})
     assert not verdict and "(q 576, k/v 192)" in verdict.reason and "bfloat16" not in verdict.reason
 
 
