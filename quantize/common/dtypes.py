@@ -51,10 +51,15 @@ def requested_dtype(requested, key: str = "dtype"):
 def dtype_name(requested) -> str | None:
     """A requested dtype name as torch's own name for that dtype (half ->
     float16, float -> float32, double -> float64); None for auto (or unset).
-    torch takes these aliases, so widths and kernel rules must read them alike."""
+    torch takes these aliases, so widths and kernel rules must read them alike.
+    A name torch lacks comes back as it is, for the engine to refuse."""
     if requested in ("float64", "float32", *HALF):
         return requested  # the usual names, without importing torch
-    dtype = requested_dtype(requested)
+    from quantize.common.errors import UserError
+    try:
+        dtype = requested_dtype(requested)
+    except UserError:  # no torch dtype: the engine's own check of its args names it, in its own terms
+        return requested
     return None if dtype is None else str(dtype).removeprefix("torch.")
 
 
