@@ -24,14 +24,22 @@ def is_quantized(config: dict) -> bool:
     return bool(config.get("quantization_config"))
 
 
+# Where configs without max_position_embeddings give their positions (the
+# attributes transformers maps it to: GPT2Config.n_positions, DbrxConfig.max_seq_len,
+# ...; n_ctx in older GPT-2 files; seq_length in ChatGLM's and Qwen's).
+OTHER_POSITION_KEYS = ("n_positions", "n_ctx", "max_seq_len", "seq_length", "max_sequence_length",
+                       "max_seq_length", "seq_len", "model_max_length")
+
+
 def context_length(config: dict) -> int | None:
-    """The longest sequence the model's positions cover: max_position_embeddings,
-    or what a rope scaling declared in config.json stretches them to (its
-    factor times original_max_position_embeddings, else times
-    max_position_embeddings). None where config.json does not say."""
-    text = config if "max_position_embeddings" in config else config.get("text_config") or {}
-    positions = text.get("max_position_embeddings")
-    if not isinstance(positions, int):
+    """The longest sequence the model's positions cover: max_position_embeddings
+    (else the fewest of OTHER_POSITION_KEYS, as vLLM serves it), or what a rope
+    scaling declared in config.json stretches them to (its factor times
+    original_max_position_embeddings, else times those positions). None where
+    config.json does not say."""
+    text = config if _declared_positions(config) is not None else config.get("text_config") or {}
+    positions = _declared_positions(text)
+    if positions is None:
         return None
     scaling = text.get("rope_scaling") or text.get("rope_parameters")
     if not isinstance(scaling, dict) or (scaling.get("rope_type") or scaling.get("type")) in (None, "default"):
@@ -40,3 +48,11 @@ def context_length(config: dict) -> int | None:
     if not isinstance(factor, (int, float)) or factor <= 1:
         return positions
     return max(positions, int((original if isinstance(original, int) else positions) * factor))
+
+
+def _declared_positions(config: dict) -> int | None:
+    """max_position_embeddings when config.json gives it, else the fewest its other keys give."""
+    if isinstance(positions := config.get("max_position_embeddings"), int):
+        return positions
+    others = [v for k in OTHER_POSITION_KEYS if isinstance(v := config.get(k), int) and not isinstance(v, bool)]
+    return min(others, default=None)

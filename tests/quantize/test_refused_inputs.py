@@ -74,6 +74,18 @@ def test_calibration_windows_longer_than_the_model_positions_are_refused(tmp_pat
     assert_refused(proc, arts, "calibration.max_seq_len=512", "256 positions", "calibration.max_seq_len=256")
 
 
+def test_calibration_windows_longer_than_gpt2_style_n_positions_are_refused(tmp_path, workdir, tiny_model):
+    """GPT-2, GPT-J and StarCoder give their positions as n_positions, not max_position_embeddings."""
+    gpt2_style = copy_with_config(tiny_model, tmp_path / "gpt2_style", n_positions=256, n_ctx=256)
+    config = json.loads((gpt2_style / "config.json").read_text())
+    del config["max_position_embeddings"]
+    (gpt2_style / "config.json").write_text(json.dumps(config))
+    arts = tmp_path / "artifacts"
+    proc = run_quantize("recipe=w8a8_smooth_ptq", f"model={gpt2_style}", "calibration.num_samples=2",
+                        "calibration.max_seq_len=512", f"artifacts_dir={arts}", cwd=workdir)
+    assert_refused(proc, arts, "calibration.max_seq_len=512", "256 positions", "calibration.max_seq_len=256")
+
+
 def test_an_artifact_of_another_seed_or_dtype_names_what_differs_and_a_folder_per_point(tmp_path, workdir, tiny_model):
     """Neither input is in the default folder name: a sweep over one collides, and the line says which
     differs and the artifact_dir that keeps each point apart."""
