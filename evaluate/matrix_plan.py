@@ -5,6 +5,8 @@ from the job times measured on this host (quantize.common.progress).
 
     python -m evaluate.matrix_plan --quantize a,b --evaluate a,b,c [--servable a,b] --scenario cpu \
         --runs 3 --results-dir results --run-file results/progress/run-<id>.json [overrides]
+    python -m evaluate.matrix_plan --check --quantize a,b --evaluate a,b --scenario cpu --runs 3 \
+        --results-dir results [overrides]     # the overrides alone: exit 2 and one line, or 0 and nothing
 
 The overrides are those both stages get: each job's config is composed as its
 stage will compose it. What is left is read from the files the stages skip by
@@ -172,7 +174,7 @@ def _settled(rows: list[Row]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the plan, write the run file; the exit status (2: bad input)."""
+    """Print the plan, write the run file (--check: neither); the exit status (2: bad input)."""
     from quantize.common.jobs import one_line
     parser = argparse.ArgumentParser(prog="python -m evaluate.matrix_plan", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quantize", default="", help="recipes the quantize stage builds, a,b")
@@ -181,8 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", required=True)
     parser.add_argument("--runs", required=True)
     parser.add_argument("--results-dir", required=True)
-    parser.add_argument("--run-file", required=True, help="where to write the run file the jobs read")
+    parser.add_argument("--run-file", help="where to write the run file the jobs read (required unless --check)")
+    parser.add_argument("--check", action="store_true", help="compose every job, print and write nothing")
     args, overrides = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if not (args.check or args.run_file):
+        parser.error("the following arguments are required: --run-file")
     split = lambda text: [name for name in (text or "").split(",") if name]  # noqa: E731
     request = Request(quantize=split(args.quantize), evaluate=split(args.evaluate),
                       servable=None if args.servable is None else split(args.servable), scenario=args.scenario,
@@ -192,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     except (UserError, HydraException) as e:  # an override the config does not have, a bad value: one line
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
+    if args.check:
+        return 0
     run_file = Path(args.run_file).absolute()
     times = run_file.parent / TIMES_FILE
     print("\n".join(matrix.lines(read_times(times))), flush=True)

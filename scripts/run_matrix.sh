@@ -80,6 +80,13 @@ plan_args=()
 if [ "$SERVABLE_ONLY" = 1 ] && ! runs_here "$@"; then
   echo "quantizing every recipe: the jobs run on other machines, which may serve what this one cannot"
 elif [ "$SERVABLE_ONLY" = 1 ]; then
+  # The plan's check first, so that an override of one stage only (force=true)
+  # is named as such, as without SERVABLE_ONLY, not as a key the capability
+  # check lacks.
+  "$PY" -m evaluate.matrix_plan --check --quantize "$RECIPES" --evaluate "$RECIPES" --scenario "$SCENARIO" \
+    --runs "$RUNS" --results-dir "$RESULTS" "$@"
+  check_rc=$?
+  case $check_rc in 2|130) exit $check_rc ;; esac
   QUANTIZE=$("$PY" -m evaluate.capabilities "servable=[$RECIPES]" "$@") || exit 2
   [ "$QUANTIZE" = "$RECIPES" ] || echo "quantizing only what can be served here: ${QUANTIZE:-none} (SERVABLE_ONLY=0 quantizes all)"
   plan_args=(--servable "$QUANTIZE")

@@ -84,6 +84,18 @@ def test_the_command_prints_the_plan_and_writes_the_run_file(setup, capsys):
     assert json.loads(run_file.read_text())["jobs"][0]["model"] == MODEL
 
 
+def test_check_composes_every_job_and_prints_and_writes_nothing(setup, capsys):
+    """run_matrix.sh's check before the capability check: 0 and silent for
+    good overrides, the plan's one line for a setting of one stage only."""
+    args = ["--check", "--quantize", "original", "--evaluate", "original", "--scenario", str(setup / "pair.yaml"),
+            "--runs", "2", "--results-dir", str(setup / "results"), f"artifacts_dir={setup / 'artifacts'}"]
+    assert matrix_plan.main(args) == 0
+    assert capsys.readouterr() == ("", "")
+    assert not (setup / "results" / "progress").exists()
+    assert matrix_plan.main(args + ["force=true"]) == 2
+    assert capsys.readouterr().err.startswith("error: force is a setting of quantize only")
+
+
 def test_a_bad_override_is_one_line_and_no_run_file(setup, capsys):
     run_file = setup / "run.json"
     args = ["--evaluate", "original", "--scenario", "cpu", "--runs", "2", "--results-dir", str(setup),

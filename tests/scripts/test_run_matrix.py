@@ -199,3 +199,23 @@ def test_a_mistyped_preset_is_one_line_naming_the_presets(tmp_path):
     assert out.stderr == f"error: no matrix preset refernce (have: {presets})\n"
     out, called = stub_matrix(tmp_path, "runs_here=1")  # an override: the default preset
     assert out.returncode == 0 and "evaluate" in called, out.stderr
+
+
+@pytest.mark.parametrize("override, only_in", [("force=true", "quantize"), ("calibration.num_samples=8", "quantize"),
+                                               ("engine=hf", "evaluate")])
+def test_a_setting_of_one_stage_is_named_so_whether_or_not_servable_only(tmp_path, override, only_in):
+    """The real script and stages: an override only one stage has is the
+    plan's one line naming that stage, exit 2, before any stage or run file;
+    SERVABLE_ONLY=1 (the default) said "evaluate.capabilities has no key force"."""
+    said = {}
+    for servable_only in ("1", "0"):
+        env = quantize_env({"PY": sys.executable, "RECIPES": "original,w4a16_rtn", "SERVABLE_ONLY": servable_only,
+                            "RESULTS": str(tmp_path / "results"), "REPORT": str(tmp_path / "reports")})
+        out = subprocess.run(["bash", str(ROOT / "scripts" / "run_matrix.sh"), "cpu", override], cwd=tmp_path,
+                             env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 2, out.stdout + out.stderr
+        said[servable_only] = out.stderr
+    key = override.partition("=")[0]
+    assert said["1"] == said["0"], said
+    assert said["1"].startswith(f"error: {key} is a setting of {only_in} only") and said["1"].count("\n") == 1
+    assert not (tmp_path / "results").exists() and "plan: " not in out.stdout
