@@ -40,6 +40,7 @@ class Trial:
     repro: str | None = None            # the commands that rebuild and remeasure this point
     error: str | None = None            # a failed trial's one line
     wall_s: float | None = None
+    machine: str | None = None          # the id of the machine its job ran on (SearchRecord.hardware)
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,9 @@ class SearchRecord:
     space: str              # the conf/search/<name> the trials came from
     n_trials: int           # the study's target
     trials: list[Trial]
+    # the machines the trials' jobs ran on, which measured their speed (a
+    # Slurm or Ray launcher may use several): machine id -> its facts, the
+    # hardware of the rows less the hostname (evaluate.results.machine_of)
     hardware: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
     wall_s: float | None = None
@@ -104,8 +108,9 @@ def read(path: str | Path) -> SearchRecord:
 # `values` (the objective values the job returned, in the objectives' order):
 # a sweeper killed before it told the study a finished trial's values takes
 # them from here when the study resumes, instead of running the trial again.
+# `hardware`: the machine the job ran on (speed.Host: its hardware but the hostname).
 TRIAL_FIELDS = ("recipe", "recipe_path", "artifact_id", "artifact_dir", "speed", "repro", "error", "wall_s",
-                "values")
+                "values", "hardware")
 
 
 def trial_info_path(results_dir: Path, study: str, number: int) -> Path:

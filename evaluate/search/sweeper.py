@@ -31,7 +31,8 @@
   attrs, where its password would show.
 - Snapshot: study.json (evaluate/search/study_file.py) after each batch and at
   the end: every trial's number, state, params and values, joined with its
-  job's record, the storage URL without its password.
+  job's record, the storage URL without its password, and the machines the
+  jobs ran on (each job records its own: a launcher may run it elsewhere).
 - Progress: one line per finished batch, "trial k/N done (state), elapsed, ETA".
 - Trial user attrs: `artifact_id`, `recipe` and `artifact_dir` from the
   job's record (an MLflow run of the artifact carries the tag artifact_id),
@@ -67,6 +68,7 @@ from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl
 from omegaconf import DictConfig, OmegaConf, read_write
 from optuna.trial import FrozenTrial, Trial, TrialState
 
+from evaluate import results
 from evaluate.search import storage as storages
 from evaluate.search import study_file
 from quantize.common import fingerprint
@@ -113,7 +115,6 @@ class SearchSettings:
     engine: str                                     # engine.name: ""
     model: str                                      # model.name: ""
     objectives: list[study_file.Objective] | None   # search.objectives: one per direction, unnamed
-    hardware: dict                                  # hardware: {}
     study: Any                                      # study: None (the study's one name, checked where used)
     identity: dict                                  # _identity: {}
 
@@ -129,7 +130,6 @@ class SearchSettings:
             engine=str(get("engine.name", "") or ""),
             model=str(get("model.name", "") or ""),
             objectives=None if objectives is None else [_objective(plain(o)) for o in objectives],
-            hardware=get("hardware", {}) or {},
             study=get("study", None),
             identity=_identity({key: get(key, None) for key in IDENTITY_KEYS}),
         )
@@ -309,19 +309,25 @@ def _failure_file_error(ret: JobReturn) -> str | None:
 
 def snapshot(study: optuna.Study, settings: SearchSettings, objectives: list[study_file.Objective],
              url: str, target: int) -> study_file.SearchRecord:
-    """The study as study.json holds it: every trial joined with its job's record."""
+    """The study as study.json holds it: every trial joined with its job's
+    record, and the machines the jobs ran on (a launcher may run them on
+    other hosts than the sweeper's)."""
     trials = study.get_trials(deepcopy=False)
+    jobs = {t.number: _job_record(settings.results_dir, study.study_name, t) for t in trials}
+    machines = {results.machine_id(job["hardware"]): results.machine_of(job["hardware"])
+                for job in jobs.values() if job.get("hardware")}
     return study_file.SearchRecord(
         study=study.study_name, storage=storages.redact(url), objectives=objectives,
         engine=settings.engine, model=settings.model, space=settings.space, n_trials=target,
-        trials=[_trial_record(t, settings.results_dir, study.study_name) for t in trials],
-        hardware=settings.hardware, versions=_versions(), wall_s=_study_wall_s(trials),
+        trials=[_trial_record(t, jobs[t.number]) for t in trials],
+        hardware=machines, versions=_versions(), wall_s=_study_wall_s(trials),
         updated=datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
 
-def _trial_record(trial: FrozenTrial, results_dir: Path, study: str) -> study_file.Trial:
-    info = _job_record(results_dir, study, trial)
+def _trial_record(trial: FrozenTrial, job: dict) -> study_file.Trial:
+    info = dict(job)
     info.pop("values", None)  # the study's own values are the ones told
+    hardware = info.pop("hardware", None)
     error = info.pop("error", None) or trial.user_attrs.get(ERROR_ATTR)
     if trial.user_attrs.get(INTERRUPTED_ATTR):
         error = error or trial.user_attrs[INTERRUPTED_ATTR]
@@ -330,7 +336,8 @@ def _trial_record(trial: FrozenTrial, results_dir: Path, study: str) -> study_fi
         wall_s = round(trial.duration.total_seconds(), 1)
     return study_file.Trial(number=trial.number, state=trial.state.name, params=dict(trial.params),
                             values=list(trial.values) if trial.values is not None else None,
-                            error=error, wall_s=wall_s, **info)
+                            error=error, wall_s=wall_s, machine=results.machine_id(hardware) if hardware else None,
+                            **info)
 
 
 def _job_record(results_dir: Path, study: str, trial: FrozenTrial) -> dict:

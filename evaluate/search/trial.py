@@ -62,9 +62,10 @@ def run(config: SearchConfig, number: int) -> list[float]:
 
 
 def _measure(config: SearchConfig, number: int, info: dict) -> list[float]:
+    host = speed.Host.here()
+    info["hardware"] = host.hardware   # study.json names the machines its speed numbers came from
     built = build(config, number, info)
     scenario = speed_scenario(config)
-    host = speed.Host.here()
     info["repro"] = " && ".join(
         shlex.join(["python", *c[1:]]) for c in (quantize_command(config, built.recipe_path, built.artifact_dir),
                                                 evaluate_command(config, built.artifact_dir, True)))
