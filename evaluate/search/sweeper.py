@@ -178,11 +178,11 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
         self.settings = SearchSettings.from_cfg(self.config)
         fallback = self.settings.space or self.config.hydra.job.name
         self.study_name = _study_name(self.settings.study, self.study_name, fallback)
+        directions = self._get_directions()
+        self.objectives = _objectives(self.settings.objectives, directions)   # refused before a storage is made
         self.url = self.storage or storages.default_url(self.settings.results_dir, self.study_name)
         self.storage = storages.open_storage(self.url)
         self._keep_storage_from_jobs()
-        directions = self._get_directions()
-        self.objectives = _objectives(self.settings.objectives, directions)
         study = _load_study(self.study_name, self.storage, directions, self.url)
         _check_objectives(study, self.objectives, self.url)
         _check_identity(study, self.settings.identity, self.url)

@@ -308,7 +308,7 @@ def test_a_storage_or_setting_that_cannot_work_stops_before_any_trial_with_one_l
     assert "s3cret" not in out.stdout + out.stderr
     assert not (tmp_path / "ledger.txt").exists() and not list(tmp_path.glob("sweep/*/.hydra"))
     assert not list(tmp_path.glob("res/search/*/study.json"))
-    if case in ("sweeper's own study name", "study name with a slash"):
+    if case in ("sweeper's own study name", "study name with a slash", "directions", "objective"):
         assert not (tmp_path / "res" / "search").exists()   # refused before a storage was made
 
 
