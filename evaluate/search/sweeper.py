@@ -71,7 +71,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 from evaluate import results
 from evaluate.search import storage as storages
 from evaluate.search import study_file
-from quantize.common import fingerprint
+from quantize.common import fingerprint, hub
 from quantize.common.checkpoint import weight_files
 from quantize.common.errors import UserError
 from quantize.common.extensions import plain
@@ -93,6 +93,7 @@ IDENTITY_ATTR = "identity"      # study user attr: what the trials measured besi
 # or the study's default name; a plain Hydra app may lack any of them.
 IDENTITY_KEYS = ("model.path", "seed", "quantize_overrides", "evaluate_overrides")
 WEIGHTS_KEY = "model weights"   # identity: the fingerprint of model.path's weights, where the sweeper sees them
+REVISION_KEY = "model revision"  # identity: the snapshot a hub id's weights are in (shown; the weights decide)
 BUILT_ATTRS = ("artifact_id", "recipe", "artifact_dir")   # trial user attrs from the job's record
 HEARTBEAT_S = 30
 STALE_S = 4 * HEARTBEAT_S      # a sweeper counts as gone after this long silent
@@ -138,13 +139,37 @@ class SearchSettings:
 def _identity(values: dict) -> dict:
     """The IDENTITY_KEYS the config has; weights this host sees also by their
     fingerprint (WEIGHTS_KEY), so a checkpoint moved to another folder still
-    resumes (_check_identity)."""
+    resumes (_check_identity), and a hub id's by those of the snapshot it
+    resolves to in this host's Hugging Face cache (REVISION_KEY), so a resume
+    after the hub repo changed is not taken for the same model."""
     out = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
            for k, v in values.items() if v is not None}
-    weights = weight_files(Path(str(out["model.path"]))) if "model.path" in out else []
+    path = str(out.get("model.path", ""))
+    snapshot = _cached_snapshot(path) if path and hub.is_repo_id(path) else None
+    weights = _snapshot_weights(snapshot) if snapshot else weight_files(Path(path)) if path else []
     if weights:
         out[WEIGHTS_KEY] = fingerprint.compute(weights).sha256
+        if snapshot:
+            out[REVISION_KEY] = snapshot.name
     return out
+
+
+def _cached_snapshot(repo_id: str) -> Path | None:
+    """The snapshot folder (named by its commit) the hub id's main branch
+    points to in this host's Hugging Face cache, which an offline load
+    reads; None where the cache lacks it (the first trial downloads it)."""
+    from huggingface_hub import snapshot_download
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except Exception:  # not cached here, or a cache it cannot read: known by its id
+        return None
+
+
+def _snapshot_weights(snapshot: Path) -> list[Path]:
+    try:
+        return weight_files(snapshot)
+    except UserError:  # a download cut short: the trial's quantize fetches the rest
+        return []
 
 
 def _objective(entry: dict) -> study_file.Objective:
@@ -444,7 +469,7 @@ def _check_identity(study: optuna.Study, identity: dict, url: str) -> None:
     if stored is None:
         study.set_user_attr(IDENTITY_ATTR, identity)
         return
-    others = (set(stored) | set(identity)) - {"model.path", WEIGHTS_KEY}
+    others = (set(stored) | set(identity)) - {"model.path", WEIGHTS_KEY, REVISION_KEY}
     differ = _model_differs(stored, identity) + [k for k in sorted(others) if stored.get(k) != identity.get(k)]
     if differ:
         was = ", ".join(f"{k}={_shown(k, stored.get(k))} (now {_shown(k, identity.get(k))})" for k in differ)
@@ -462,11 +487,15 @@ def _model_differs(stored: dict, identity: dict) -> list[str]:
     both = [k for k in keys if k in stored and k in identity]
     if not both:  # a model on one side only
         return ["model.path"] if any(k in stored for k in keys) != any(k in identity for k in keys) else []
-    return [both[0]] if stored[both[0]] != identity[both[0]] else []
+    if stored[both[0]] == identity[both[0]]:
+        return []
+    revised = both[0] == WEIGHTS_KEY and stored.get(REVISION_KEY) != identity.get(REVISION_KEY)
+    return [both[0], REVISION_KEY] if revised else [both[0]]   # a hub id: the snapshot says why
 
 
 def _shown(key: str, value: Any) -> str:
-    return str(value)[:12] if key == WEIGHTS_KEY and value is not None else str(value)  # a sha256: its start
+    hashed = key in (WEIGHTS_KEY, REVISION_KEY) and value is not None
+    return str(value)[:12] if hashed else str(value)  # a sha256 or commit: its start
 
 
 def _check_distributions(study: optuna.Study, distributions: dict, url: str) -> None:

@@ -462,3 +462,35 @@ def test_a_study_whose_weights_appear_after_its_first_run_resumes_and_then_knows
         _check_identity(study, identity(cache), url)
     with pytest.raises(UserError, match=rf"was searched with model.path={cache} \(now {tmp_path}/other\); "):
         _check_identity(study, identity(tmp_path / "other"), url)   # another path nobody sees: refused
+
+
+def cache_snapshot(cache: Path, repo_id: str, commit: str, value: float) -> None:
+    """A Hugging Face cache holding `repo_id` at `commit`, its main branch pointing there."""
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    write_weights(repo / "snapshots" / commit, value)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(commit)
+
+
+def test_a_hub_models_study_is_identified_by_the_snapshot_its_id_resolves_to(tmp_path, monkeypatch):
+    """A hub id was recorded by its name alone: a resume after the repo got
+    new weights counted the old model's trials as the new one's."""
+    from huggingface_hub import constants
+    from evaluate.search.sweeper import _check_identity, _identity
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(study_name="s", storage=url)
+    _check_identity(study, _identity({"model.path": "org/tiny", "seed": 0}), url)   # not cached yet: by its id
+    assert study.user_attrs["identity"] == {"model.path": "org/tiny", "seed": 0}
+    cache_snapshot(tmp_path / "hub", "org/tiny", "a" * 40, 1.0)                        # its first trial downloaded it
+    first = _identity({"model.path": "org/tiny", "seed": 0})
+    assert first["model revision"] == "a" * 40 and "model weights" in first
+    _check_identity(study, first, url)                                                  # the same model: resumes
+    assert study.user_attrs["identity"] == first
+    cache_snapshot(tmp_path / "hub", "org/tiny", "c" * 40, 1.0)                        # a README commit: same weights
+    _check_identity(study, _identity({"model.path": "org/tiny", "seed": 0}), url)
+    assert study.user_attrs["identity"]["model revision"] == "c" * 40
+    cache_snapshot(tmp_path / "hub", "org/tiny", "b" * 40, 2.0)                        # the repo got new weights
+    with pytest.raises(UserError, match=r"was searched with model weights=\w{12} \(now \w{12}\), "
+                                        r"model revision=c{12} \(now b{12}\); use study=<new name>"):
+        _check_identity(study, _identity({"model.path": "org/tiny", "seed": 0}), url)
