@@ -15,6 +15,7 @@ paragraphs, written as a local lm-eval task at run time.
 """
 import dataclasses
 import fnmatch
+import glob
 import json
 import logging
 import os
@@ -38,7 +39,7 @@ from quantize.common.errors import UserError
 from quantize.common.extensions import Configurable
 from quantize.common.heldout import held_out_text
 from quantize.common.paths import PROJECT_ROOT, resolve
-from quantize.common.provenance import PACKAGES, sha256_bytes, sha256_json
+from quantize.common.provenance import PACKAGES, sha256_bytes, sha256_files, sha256_json
 from quantize.common.settings import flag, is_integer, shown
 
 log = logging.getLogger("quantbench.lm_eval")
@@ -147,13 +148,75 @@ def task_files(folders: list[str]) -> list[Path]:
 
 def task_files_sha256(folders: list[str]) -> str:
     """The hash of the task files under the include_path folders, by folder
-    and relative path: an edited task is measured anew, where the folders'
-    paths alone took the old scores as complete."""
+    and relative path, and of the files their YAMLs name (named_files): an
+    edited task or its edited data is measured anew, where the folders'
+    paths alone took the old scores as complete. Without named files the
+    hash is what it was before they counted, so those rows stay complete."""
     files = []
     for i, folder in enumerate(folders):
         root = resolve(folder)
         files += [(i, str(f.relative_to(root)), sha256_bytes(f.read_bytes())) for f in task_files([folder])]
-    return sha256_json(files)
+    named = [("named", str(f), sha256_files([f])) for f in named_files(folders)]   # streamed: data can be large
+    return sha256_json(files + named) if named else sha256_json(files)
+
+
+# Keys under which a task YAML names local data (load_dataset's path, data_files, data_dir).
+DATA_KEYS = ("dataset_path", "data_files", "data_dir")
+
+
+def named_files(folders: list[str]) -> list[Path]:
+    """The files beyond the folders' task files that their YAMLs read: the
+    YAMLs they `include` (and what those name in turn) and the local data
+    named by absolute path under DATA_KEYS (a file, a folder's files, or a
+    glob's matches). A relative name is a hub dataset (lm-eval runs in a
+    scratch folder, where no local one lies); a missing one is lm-eval's error."""
+    seen = set(task_files(folders))
+    todo, out = [f for f in seen if f.suffix != ".py"], []
+    while todo:
+        yaml_file = todo.pop()
+        for doc in _yaml_docs(yaml_file) or []:
+            for path, is_include in _named_paths(doc, yaml_file.parent):
+                for f in _expand(path):
+                    if f not in seen:
+                        seen.add(f)
+                        out.append(f)
+                        if is_include:
+                            todo.append(f)
+    return sorted(out)
+
+
+def _named_paths(doc, base: Path):
+    """(path, is_include) for each path a YAML document names, at any depth
+    (a group's task list may hold task definitions)."""
+    if isinstance(doc, list):
+        for item in doc:
+            yield from _named_paths(item, base)
+    if not isinstance(doc, dict):
+        return
+    for key, value in doc.items():
+        if key == "include":   # lm-eval reads it beside the including YAML
+            yield from ((Path(os.path.normpath(base / Path(v).expanduser())), True) for v in _strings(value))
+        elif key in DATA_KEYS:
+            yield from ((Path(v).expanduser(), False) for v in _strings(value) if Path(v).expanduser().is_absolute())
+        else:
+            yield from _named_paths(value, base)
+
+
+def _strings(value) -> list[str]:
+    """The strings of a YAML value: a string, or those of a list or dict (data_files: {split: paths})."""
+    if isinstance(value, str):
+        return [value]
+    values = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
+    return [s for v in values for s in _strings(v)]
+
+
+def _expand(path: Path) -> list[Path]:
+    """The files a named path stands for."""
+    if any(c in str(path) for c in "*?["):
+        return sorted(Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file())
+    if path.is_dir():
+        return sorted(f for f in path.rglob("*") if f.is_file())
+    return [path] if path.is_file() else []
 
 
 class _TaskYaml(yaml.SafeLoader):
@@ -161,6 +224,14 @@ class _TaskYaml(yaml.SafeLoader):
 
 
 _TaskYaml.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+def _yaml_docs(path: Path) -> list | None:
+    """The documents of a task YAML; None when it does not parse."""
+    try:
+        return list(yaml.load_all(path.read_text(errors="replace"), Loader=_TaskYaml))
+    except yaml.YAMLError:
+        return None
 
 
 def defined_under(folders: list[str], task: str) -> bool:
@@ -171,9 +242,8 @@ def defined_under(folders: list[str], task: str) -> bool:
     for f in task_files(folders):
         if f.suffix == ".py":
             continue
-        try:
-            docs = list(yaml.load_all(f.read_text(errors="replace"), Loader=_TaskYaml))
-        except yaml.YAMLError:
+        docs = _yaml_docs(f)
+        if docs is None:
             return True
         for doc in docs:
             names |= _task_names(doc)

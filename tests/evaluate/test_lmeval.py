@@ -443,6 +443,33 @@ def test_an_edited_include_path_task_is_measured_anew(tmp_path):
     assert "include_path_sha256" not in plain.recorded("gsm8k")   # rows without include_path keep their key
 
 
+def test_an_include_path_tasks_local_data_and_included_yaml_are_part_of_its_key(tmp_path):
+    """Only the folders' .yaml/.py files were hashed: editing the JSONL a task
+    reads (or a YAML outside the folder it includes) reused the old scores.
+    Files no task names (notes, an editor's backup) still leave the key alone."""
+    folder = _user_task(tmp_path / "my_tasks")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "base.yaml").write_text("output_type: loglikelihood\n")
+    (shared / "part-1.jsonl").write_text('{"q": "x", "a": "y"}\n')
+    (folder / "more.yaml").write_text(f"include: {shared / 'base.yaml'}\ntask: my_more\ndataset_path: json\n"
+                                      f"dataset_kwargs:\n  data_files: [{shared / 'part-*.jsonl'}]\n")
+    cfg = lmeval.LmEvalConfig.from_group({"name": "hub", "tasks": ["my_capitals"], "enabled": True,
+                                          "include_path": [str(folder)]})
+    key = lambda: _key(cfg, "my_capitals")
+    before = key()
+    (folder / "README.md").write_text("notes")
+    (folder / "my_capitals.yaml~").write_text("an editor's backup")
+    (shared / "unrelated.jsonl").write_text("{}\n")
+    assert key() == before
+    for edit in (folder / "capitals.jsonl", shared / "base.yaml", shared / "part-1.jsonl"):
+        edit.write_text(edit.read_text() + "\n")
+        assert key() != before, edit.name
+        before = key()
+    (shared / "part-2.jsonl").write_text('{"q": "x", "a": "z"}\n')   # a new file the pattern takes
+    assert key() != before
+
+
 def _key(cfg, task):
     return lmeval.row(results.Row(kind="speed", seed=0), cfg, task, "vllm").run_key()
 
