@@ -10,6 +10,7 @@ import hashlib
 import json
 import logging
 import os
+import secrets
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -88,7 +89,8 @@ def staging_dir(final: Path):
     rename, on any error (or kill) it never takes `final`'s name.
 
     Builds of the same `final` take turns (build_turn); the leftover
-    `.<name>.tmp-*` dirs of killed runs are removed on the next attempt, and
+    `.<name>.tmp-*` and `.<name>.old-*` dirs of killed runs are removed on the
+    next attempt (an old copy whose `final` is missing is put back), and
     never the dir of a build still running (one that took another lock: the
     same folder reached through another QUANTBENCH_CACHE or mount path)."""
     final = Path(final).absolute()
@@ -134,12 +136,20 @@ LIVE = ".live"
 
 def _remove_dead_builds(final: Path) -> None:
     """Remove the staging dirs (and their marks) of builds of `final` that no
-    process holds any more."""
+    process holds any more, and the replaced copies a killed swap left
+    (`.<name>.old-*`); a copy that a kill left in place of a missing `final`
+    is put back first."""
     for path in final.parent.glob(f".{final.name}.tmp-*"):
         staging = path.with_name(path.name.removesuffix(LIVE))
         if not _is_live(staging.with_name(staging.name + LIVE)):
             shutil.rmtree(staging, ignore_errors=True)
             staging.with_name(staging.name + LIVE).unlink(missing_ok=True)
+    olds = sorted(final.parent.glob(f".{final.name}{OLD}*"), key=lambda p: p.lstat().st_ctime_ns)
+    if olds and not final.exists():
+        log.warning("%s was missing after a stopped rebuild: put back from %s", final, olds[-1].name)
+        os.replace(olds.pop(), final)
+    for old in olds:
+        _discard(old)
 
 
 def _is_live(mark: Path) -> bool:
@@ -215,16 +225,42 @@ def _fill_and_swap(final: Path, tmp: Path):
         modes = {True: dir_mode(), False: file_mode()}
         for p in tmp.rglob("*"):  # libraries that save through their own temp files leave 0600 ones
             p.chmod(modes[p.is_dir()])
-        if final.exists():
-            old = final.with_name(f".{final.name}.old-{os.getpid()}")
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
+        _swap_in(final, tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+OLD = ".old-"  # .<name>.old-<pid>-<random>: the artifact a forced rebuild replaces, for the moment between renames
+
+
+def _swap_in(final: Path, tmp: Path) -> None:
+    """Rename `tmp` to `final`. An existing `final` is moved aside first (a
+    name no other run uses: pids repeat in containers) and put back when
+    anything, a SIGTERM included, stops the swap halfway."""
+    if not final.exists():
+        os.replace(tmp, final)
+        return
+    old = final.with_name(f".{final.name}{OLD}{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        os.replace(final, old)
+        os.replace(tmp, final)
+    except BaseException:
+        if old.exists() and not final.exists():
+            os.replace(old, final)
+        raise
+    _discard(old)
+
+
+def _discard(old: Path) -> None:
+    """Delete a replaced artifact under a dead staging dir's name, so that a
+    kill halfway leaves nothing that could pass for the whole old artifact."""
+    doomed = old.with_name(old.name.replace(OLD, ".tmp-", 1))
+    try:
+        os.replace(old, doomed)
+    except OSError:
+        doomed = old
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def append_line(path: Path, line: str) -> None:

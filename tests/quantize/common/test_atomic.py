@@ -159,6 +159,56 @@ def test_a_killed_builds_leftovers_are_removed_by_the_next(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["art"]
 
 
+def build(final: Path, content: str, fail: bool = False) -> None:
+    with atomic.staging_dir(final) as tmp:
+        (tmp / "who").write_text(content)
+        if fail:
+            raise RuntimeError("the build failed")
+
+
+def test_a_rebuild_stopped_between_its_renames_keeps_the_old_artifact(tmp_path, monkeypatch):
+    """SIGTERM (jobs raises SystemExit) right after the old artifact is moved
+    aside: it is put back, and nothing else is left beside it."""
+    final = tmp_path / "art"
+    build(final, "old")
+    real = os.replace
+
+    def replace(src, dst):
+        real(src, dst)
+        if atomic.OLD in str(dst):
+            raise SystemExit(143)
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    with pytest.raises(SystemExit):
+        build(final, "new")
+    assert (final / "who").read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["art"]
+
+
+def test_a_rebuild_killed_between_its_renames_gets_the_old_artifact_back(tmp_path):
+    """kill -9 left the artifact aside (`.art.old-<pid>`) and none in place:
+    the next build puts it back before it starts, so a failed one keeps it."""
+    final = tmp_path / "art"
+    build(final, "old")
+    os.replace(final, tmp_path / ".art.old-4242")
+    with pytest.raises(RuntimeError):
+        build(final, "new", fail=True)
+    assert (final / "who").read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["art"]
+
+
+def test_a_killed_rebuilds_old_copy_is_removed_and_a_reused_pid_rebuilds(tmp_path):
+    """A leftover old copy beside the artifact, named by this very pid (pids
+    repeat in containers): the next forced rebuild removes it and succeeds."""
+    final = tmp_path / "art"
+    build(final, "old")
+    leftover = tmp_path / f".art.old-{os.getpid()}"
+    leftover.mkdir()
+    (leftover / "who").write_text("older")
+    build(final, "new")
+    assert (final / "who").read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir()] == ["art"]
+
+
 # ---------------------------------------------------------------- modes
 
 @contextmanager
