@@ -1,7 +1,7 @@
 """Several stores side by side (`results_dir=a,b`), each its own machine:
 the same artifact measured in each, as a ratio against the first store's
-(the one significance rule), and stores that hold the same rows (a copied
-store compared with itself)."""
+(the one significance rule) and only the first's, and stores that hold the
+same rows (a copied store compared with itself)."""
 import json
 from dataclasses import dataclass
 from itertools import combinations
@@ -50,8 +50,9 @@ def fingerprint(row: Row) -> str:
 class AcrossStores:
     """One artifact, as configured, in one scenario, measured in several stores."""
     scenario: Scenario
-    groups: dict[Store, Group]            # in the stores' order; the first is the reference
-    ratios: dict[Store, Comparison]       # each other store's mean / the first's
+    stores: list[Store]                   # every store compared in the report, in order: the first is the reference
+    groups: dict[Store, Group]            # the stores that measured this artifact, in the stores' order
+    ratios: dict[Store, Comparison]       # each other store's mean / the reference's; none where it lacks the artifact
 
     @property
     def first(self) -> Group:
@@ -60,24 +61,26 @@ class AcrossStores:
 
 def across_stores(speed: list[Group]) -> list[AcrossStores]:
     """Per scenario, each artifact (and engine) measured in two stores or
-    more, with each store's ratio to the first's mean output throughput.
+    more, with each store's ratio to the reference's mean output throughput:
+    the first store compared, in every row, so a column divides by one store
+    throughout (none where the reference did not measure the artifact).
     Nothing with one store; an artifact a store measured in several setups
     is left out, as which of them to compare would be a guess."""
-    stores = list(dict.fromkeys(g.store for g in speed if g.store))
-    if len(stores) < 2:
-        return []
     same: dict[tuple, dict[Store, list[Group]]] = {}
     for g in speed:
         if g.store and g.mean(SPEED):
             key = (g.scenario, g.model_name, g.recipe, g.artifact_id, g.engine)
             same.setdefault(key, {}).setdefault(g.store, []).append(g)
+    compared = {key: {s: gs[0] for s, gs in by_store.items()} for key, by_store in same.items()
+                if len(by_store) > 1 and all(len(gs) == 1 for gs in by_store.values())}
+    stores = [s for s in dict.fromkeys(g.store for g in speed) if any(s in b for b in compared.values())]
     out = []
     for sc in scenarios(speed):
-        for key, by_store in same.items():
-            if key[0] != sc or len(by_store) < 2 or any(len(gs) > 1 for gs in by_store.values()):
+        for key, by_store in compared.items():
+            if key[0] != sc:
                 continue
-            ordered = {s: by_store[s][0] for s in stores if s in by_store}
-            first = next(iter(ordered.values()))
-            out.append(AcrossStores(sc, ordered, {s: compare_groups(g, first) for s, g in ordered.items()
-                                                  if g is not first}))
+            ordered = {s: by_store[s] for s in stores if s in by_store}
+            base = ordered.get(stores[0])
+            ratios = {s: compare_groups(g, base) for s, g in ordered.items() if base and g is not base}
+            out.append(AcrossStores(sc, stores, ordered, ratios))
     return out

@@ -113,16 +113,17 @@ def machine_names(hardware: dict[str, dict]) -> dict[str, str]:
 
 def render_across_stores(speed: list[Group]) -> str:
     """Per scenario, each artifact measured in several stores: its mean
-    output throughput in each, and each store's ratio to the first's."""
+    output throughput in each, and each store's ratio to the first's (AcrossStores.stores)."""
     compared = across_stores(speed)
     if not compared:
         return ""
-    stores = list(dict.fromkeys(s for c in compared for s in c.groups))
+    stores = compared[0].stores
     first, others = stores[0], stores[1:]
     several = len({c.first.model_name for c in compared}) > 1
     out = [ACROSS_TITLE, "", f"The same artifact and engine measured in each store, each store its own machine: "
            f"its mean output throughput, and each store's as a ratio to store {first.name}'s with the 95% interval "
-           "and verdict of the rule in *Method and setups*. Hardware: the report's header."]
+           f"and verdict of the rule in *Method and setups* ({MISSING} where store {first.name} did not measure "
+           "it). Hardware: the report's header."]
     heads = (["Model"] * several + ["Recipe", "Artifact", "Engine"]
              + [f"{header(SPEED)}, store {s.name}" for s in stores]
              + [f"Store {s.name} ÷ store {first.name} (x, 95% CI)" for s in others])

@@ -301,3 +301,21 @@ def test_two_stores_that_hold_the_same_rows_are_named(tmp_path):
     two_stores(tmp_path / "other", OTHER_CPU)
     build_report([tmp_path / "other" / "a", tmp_path / "other" / "b"], tmp_path / "out2", "t", outputs=("markdown",))
     assert "⚠ Stores" not in (tmp_path / "out2" / "report.md").read_text()
+
+
+def test_across_stores_divides_by_the_first_store_only(tmp_path):
+    """Store a measured only the original: its column is the reference
+    throughout, so w8a8 (in b and c, not a) gets no ratio rather than c's
+    against b's under a heading that says a."""
+    store(tmp_path / "a", [r for r in on_machine(HARDWARE) if r.recipe == "original"])
+    store(tmp_path / "b", on_machine(OTHER_CPU))
+    store(tmp_path / "c", on_machine(TWIN, 2.0))
+    build_report([tmp_path / d for d in "abc"], tmp_path / "out", "t", outputs=("markdown",))
+    tables = md_tables((tmp_path / "out" / "report.md").read_text(), "Across stores")
+    rows = {r["Recipe"]: r for r in tables["interactive (batch_size=1, input_len=128, output_len=64)"]}
+    assert rows["original"]["Store b ÷ store a (x, 95% CI)"].startswith("1.00x (")
+    assert rows["original"]["Store c ÷ store a (x, 95% CI)"].startswith("2.00x (")
+    for recipe in ("w8a8_smooth_ptq", "w4a16_gptq"):
+        assert rows[recipe]["Output throughput (tok/s), store a"] == MISSING
+        assert rows[recipe]["Store b ÷ store a (x, 95% CI)"] == MISSING
+        assert rows[recipe]["Store c ÷ store a (x, 95% CI)"] == MISSING
