@@ -24,7 +24,8 @@ from evaluate.serving.profiles import LoadProfile
 from evaluate.serving.slo import SLO
 from evaluate.target import Target
 from quantize.common import hf_load, provenance
-from quantize.common.errors import DiskFull, EngineDied, Interrupted, RunsFailed, UserError, is_no_room
+from quantize.common.errors import (DiskFull, EngineDied, Interrupted, OneLineError, RunsFailed, UserError,
+                                    is_no_room)
 from quantize.common.jobs import in_multirun, interrupted, job_command, keep_trace, one_line, time_limit_reached
 from quantize.common.paths import resolve
 from quantize.common.settings import is_integer
@@ -91,7 +92,7 @@ class Job:
         except Exception as e:
             self.record(row, "failed", reason=one_line(e))
             if _ends_job(e):
-                raise
+                raise _as_ending(e)
             _went_on(what, e)
             return None
 
@@ -380,7 +381,7 @@ def _measure_scenarios(job: Job, engine: Engine, todo: dict, with_accuracy: bool
             except Exception as e:
                 if _ends_job(e):
                     _record_owed(job, dict(list(todo.items())[i + 1:]), with_accuracy, one_line(e))
-                    raise
+                    raise _as_ending(e)
                 if len(job.failed) == failed:  # it failed before recording any row: one stands for it
                     job.record(job.scenario_row(s), "failed", reason=one_line(e))
                 _went_on(f"scenario {s.name}", e)
@@ -390,6 +391,14 @@ def _measure_scenarios(job: Job, engine: Engine, todo: dict, with_accuracy: bool
 # illegal memory access, a device-side assert, a lost GPU); an out-of-memory
 # one leaves the device usable.
 DEVICE_LOST = ("CUDA error", "HIP error")
+DEVICE_DIED = ("the GPU failed mid-run ({error}): every later kernel fails alike, so the job stopped; the runs it "
+               "owed are recorded failed, and the same command measures them once the GPU works again "
+               "(nvidia-smi; its driver log: dmesg | tail)")
+
+
+def _device_lost(e: Exception) -> bool:
+    text = str(e)
+    return any(t in text for t in DEVICE_LOST) and "out of memory" not in text
 
 
 def _ends_job(e: Exception) -> bool:
@@ -397,10 +406,19 @@ def _ends_job(e: Exception) -> bool:
     core, its server, a stall), the device is lost, there is no room for the
     rows, Ctrl-C, or the launcher's time-limit warning (the job has its grace
     period left to record what it owed). Anything else is the failure of one measurement alone."""
-    text = str(e)
-    device_lost = any(t in text for t in DEVICE_LOST) and "out of memory" not in text
-    return (isinstance(e, (EngineDied, DiskFull, Interrupted)) or interrupted() or is_no_room(e) or device_lost
+    return (isinstance(e, (EngineDied, DiskFull, Interrupted)) or interrupted() or is_no_room(e) or _device_lost(e)
             or time_limit_reached(e))
+
+
+def _as_ending(e: Exception) -> Exception:
+    """The error a job that `e` ends (_ends_job) ends with: a lost device as
+    EngineDied, exit 3, the way vLLM's dead engine core ends it (an engine in
+    this process, engine=hf, dies with its device); any other as it is."""
+    if isinstance(e, OneLineError) or not _device_lost(e):
+        return e
+    died = EngineDied(DEVICE_DIED.format(error=one_line(e)))
+    died.__cause__ = e   # its trace goes to the log file
+    return died
 
 
 def _went_on(what: str, e: Exception) -> None:

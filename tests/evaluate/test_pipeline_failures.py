@@ -6,6 +6,7 @@ import pytest
 from tests.conftest import run_cli, serve_verdict
 from tests.evaluate.pipeline_fixtures import eval_artifacts, scen  # noqa: F401  (fixtures)
 from evaluate import results
+from evaluate.pipeline import DEVICE_DIED
 
 
 @pytest.fixture(scope="module")
@@ -155,16 +156,29 @@ def test_a_scenario_that_fails_on_its_own_leaves_its_rows_failed_and_the_job_goe
 
 def test_a_lost_device_ends_the_job_with_a_failed_row_for_every_scenario_it_owed(eval_artifacts, tmp_path, scen):
     """A CUDA error after which every kernel fails (an illegal memory access)
-    at the first scenario ends the job: the scenario after it is recorded
-    failed with the same line, never run on the lost device."""
+    at the first scenario ends the job as a dead vLLM engine does, exit 3 and
+    one line: the scenario after it is recorded failed with the same line,
+    never run on the lost device."""
     res = tmp_path / "results"
     out = run_cli("evaluate", f"model={eval_artifacts['original']}", "engine=hf", scen["test_pair"], "runs=1",
                   "accuracy=none", f"results_dir={res}", cwd=tmp_path, **_failing_batch(1, "device_lost"))
-    assert out.returncode == 1
-    assert "CUDA error: an illegal memory access was encountered" in out.stderr.strip().splitlines()[-1]
+    assert out.returncode == 3, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines()[-1] == "error: " + DEVICE_DIED.format(
+        error="RuntimeError: CUDA error: an illegal memory access was encountered")
+    assert "Traceback" not in out.stderr
     rows = results.read(res)
     assert [(r.scenario, r.status) for r in rows] == [("test_tiny_a", "failed"), ("test_tiny_b", "failed")]
     assert all(r.reason == "RuntimeError: CUDA error: an illegal memory access was encountered" for r in rows)
+
+
+def test_a_lost_device_in_the_accuracy_pass_ends_the_job_as_a_dead_engine(eval_artifacts, tmp_path, scen):
+    res = tmp_path / "results"
+    out = run_cli("evaluate", f"model={eval_artifacts['original']}", "engine=hf", scen["test_tiny_a"], "runs=1",
+                  f"results_dir={res}", cwd=tmp_path, **_failing_batch(0, "device_lost", accuracy=True))
+    assert out.returncode == 3, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines()[-1].startswith("error: the GPU failed mid-run (RuntimeError: CUDA error:")
+    rows = {r.kind: r for r in results.read(res)}
+    assert {kind: r.status for kind, r in rows.items()} == {"speed": "ok", "accuracy": "failed"}
 
 
 def test_an_accuracy_pass_that_fails_on_its_own_ends_the_job_as_failed_runs(eval_artifacts, tmp_path, scen):
