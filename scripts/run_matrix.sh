@@ -87,7 +87,9 @@ elif [ "$SERVABLE_ONLY" = 1 ]; then
     --runs "$RUNS" --results-dir "$RESULTS" "$@"
   check_rc=$?
   case $check_rc in 2|130) exit $check_rc ;; esac
-  QUANTIZE=$("$PY" -m evaluate.capabilities "servable=[$RECIPES]" "$@") || exit 2
+  QUANTIZE=$("$PY" -m evaluate.capabilities "servable=[$RECIPES]" "$@")
+  caps_rc=$?
+  case $caps_rc in 0) ;; 130) exit 130 ;; *) exit 2 ;; esac  # no list of what to quantize: nothing starts
   [ "$QUANTIZE" = "$RECIPES" ] || echo "quantizing only what can be served here: ${QUANTIZE:-none} (SERVABLE_ONLY=0 quantizes all)"
   plan_args=(--servable "$QUANTIZE")
 fi

@@ -169,6 +169,16 @@ def test_ctrl_c_or_a_usage_error_in_a_stage_stops_the_matrix(tmp_path, stage, rc
     assert "wall time" not in out.stdout
 
 
+@pytest.mark.parametrize("rc, expected", [(130, 130), (2, 2), (1, 2)])
+def test_ctrl_c_in_the_capability_check_is_exit_130(tmp_path, rc, expected):
+    """The capability check (SERVABLE_ONLY=1) loads llm-compressor for some
+    seconds: Ctrl-C there ended the matrix as a usage error, exit 2; it is 130
+    now, and any other failure of the check still stops before any stage."""
+    out, called = stub_matrix(tmp_path, "cpu", evaluate_capabilities=rc)
+    assert out.returncode == expected, out.stdout + out.stderr
+    assert called[-1] == "evaluate.capabilities" and "quantize" not in called
+
+
 def test_a_failed_stage_still_runs_the_later_ones_and_exits_1(tmp_path):
     out, called = stub_matrix(tmp_path, "cpu", quantize=1)
     assert out.returncode == 1, out.stdout + out.stderr
