@@ -12,7 +12,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from quantize.common.errors import UserError
 from quantize.common.tracking import KEY_TAG, REVISION_TAG, Metric, RunRecord, Tracker
@@ -118,11 +118,13 @@ class MlflowTracker(Tracker):
         """Where a new experiment keeps its files: beside a SQLite store, in
         `mlruns/<experiment>/` (MLflow's default is ./mlruns of whichever
         folder a job ran in, so one experiment's files were spread over each
-        job's folder); None (the server's or store's own choice) for other stores."""
+        job's folder); None (the server's or store's own choice) for other stores.
+        A name's `/` parts are folders, but never an absolute path or `..`
+        (`/Users/me/exp`, a valid Databricks-style name: mlruns/Users/me/exp)."""
         if not self.uri.startswith("sqlite:///"):
             return None
         database = Path(self.uri.removeprefix("sqlite:///")).absolute()
-        return (database.parent / "mlruns" / self.experiment).as_uri()
+        return (database.parent / "mlruns" / _folder(self.experiment)).as_uri()
 
     def _parent(self, parent: RunRecord) -> str:
         """The parent's run id, written once per process: created, or completed
@@ -219,6 +221,12 @@ class MlflowTracker(Tracker):
 
     def _steps_logged(self, run_id: str, key: str) -> set[int]:
         return {m.step for m in self.client().get_metric_history(run_id, key)}
+
+
+def _folder(experiment: str) -> str:
+    """The experiment's folder under mlruns/: its name's parts but `/`, `.` and `..`."""
+    parts = [p for p in PurePosixPath(experiment).parts if p not in ("/", ".", "..")]
+    return "/".join(parts) or "_"
 
 
 def _names(record: RunRecord) -> set[str]:

@@ -163,6 +163,23 @@ def test_a_sqlite_stores_files_are_kept_beside_it_not_in_each_jobs_folder(tmp_pa
     assert sorted(p.name for p in store.glob("mlruns/*/*/artifacts/*")) == ["manifest.json", "recipe.yaml", "sanity.json"]
 
 
+@needs_mlflow
+@pytest.mark.parametrize("experiment, folder", [("{tmp}/Users/me", "{tmp}/Users/me"), ("../../outside", "outside"),
+                                                ("team/llm", "team/llm")])
+def test_an_absolute_or_dotted_experiment_name_keeps_its_files_under_mlruns(tmp_path, experiment, folder):
+    """`/Users/me/exp` (a Databricks-style name) put the run's files at
+    /Users/me/exp, `../../outside` two folders above the store: outside
+    mlruns/, where a rebuild's clean-up deletes files too."""
+    store = tmp_path / "a" / "b" / "store"
+    store.mkdir(parents=True)
+    experiment, folder = experiment.format(tmp=tmp_path), folder.format(tmp=tmp_path).lstrip("/")
+    tracker = tracking.from_group({**MLFLOW, "uri": f"sqlite:///{store / 'mlflow.db'}", "experiment": experiment})
+    assert tracker.log(tracking.artifact_record(artifact_dir(tmp_path)))
+    logged = sorted(p.relative_to(store).as_posix() for p in store.glob("mlruns/**/artifacts/*"))
+    assert [p.split("/artifacts/")[0].rsplit("/", 1)[0] for p in logged] == [f"mlruns/{folder}"] * 3
+    assert not (tmp_path / "a" / "outside").exists() and not (tmp_path / "Users").exists()
+
+
 def test_the_tracking_group_is_in_every_entry_config():
     for entry in ("quantize", "evaluate", "report", "track"):
         text = (ROOT / "conf" / f"{entry}.yaml").read_text()
