@@ -13,7 +13,7 @@ the limit?) and the model's memory footprint as quantize's memory check reads
 it from the headers.
 
     .venv/bin/python scripts/bench_weight_hash.py               # build or reuse .cache/bench/random-llama-8b-shape
-    .venv/bin/python scripts/bench_weight_hash.py --dir D --delete
+    .venv/bin/python scripts/bench_weight_hash.py --dir D --delete   # D: a new folder; removed after
 """
 import argparse
 import hashlib
@@ -37,6 +37,8 @@ from quantize.common.provenance import cpu_model, sha256_files  # noqa: E402
 
 HIDDEN, LAYERS, MLP, HEADS, KV_HEADS, VOCAB = 4096, 32, 14336, 32, 8, 32000
 SHARD_BYTES = 2 * 10**9  # about what transformers' sharding writes
+# In a checkpoint this script built: only such a folder is --delete's to remove.
+MARKER = "BUILT_BY_BENCH_WEIGHT_HASH"
 
 
 def tensors() -> list[tuple[str, tuple[int, ...]]]:
@@ -93,8 +95,15 @@ def write_shard(path: Path, group, rng) -> None:
 
 
 def build(out: Path) -> Path:
+    """The checkpoint at `out`: built there, or the one found there (this
+    script's from an earlier run, or a model of the user's, which is hashed
+    as it is). A folder with other files is refused: the build would replace it."""
     if (out / "model.safetensors.index.json").is_file():
         return out
+    if out.is_dir() and any(out.iterdir()):
+        print(f"error: --dir {out} holds files but no checkpoint (model.safetensors.index.json); "
+              "building there would replace them: pass --dir <a new or empty folder>", file=sys.stderr)
+        raise SystemExit(2)
     import numpy as np
     rng = np.random.default_rng(0)
     groups = shards()
@@ -109,6 +118,7 @@ def build(out: Path) -> Path:
             weight_map |= {tensor: name for tensor, _ in group}
         total = sum(math.prod(s) * 2 for _, s in tensors())
         (tmp / "config.json").write_text(json.dumps(config(), indent=2))
+        (tmp / MARKER).write_text("random weights built by scripts/bench_weight_hash.py; --delete removes them\n")
         # the index last: its presence marks a complete build for the next run
         (tmp / "model.safetensors.index.json").write_text(
             json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
@@ -145,7 +155,8 @@ def hash_in_memory_gbps(nbytes: int = 1 << 30) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", type=Path, default=CACHE_DIR / "bench" / "random-llama-8b-shape")
-    ap.add_argument("--delete", action="store_true", help="remove the checkpoint afterwards")
+    ap.add_argument("--delete", action="store_true",
+                    help="remove the checkpoint afterwards (one this script built; a model of yours stays)")
     args = ap.parse_args()
     print(f"cpu: {cpu_model()}, {os.cpu_count()} cores; sha256 in memory: {hash_in_memory_gbps():.2f} GB/s")
     start = time.perf_counter()
@@ -164,8 +175,16 @@ def main() -> None:
     print(f"weight hash (cold): {len(files)} files, {size / 1e9:.2f} GB in {seconds:.1f} s = "
           f"{size / 1e9 / seconds:.2f} GB/s  sha256 {digest[:16]}")
     if args.delete:
-        shutil.rmtree(model)
-        print(f"deleted {model}")
+        delete(model)
+
+
+def delete(model: Path) -> None:
+    """Remove the checkpoint if this script built it; never a model of the user's."""
+    if not (model / MARKER).is_file():
+        print(f"kept {model}: this script did not build it (no {MARKER} in it), so --delete leaves it")
+        return
+    shutil.rmtree(model)
+    print(f"deleted {model}")
 
 
 if __name__ == "__main__":
