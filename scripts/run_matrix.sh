@@ -39,6 +39,12 @@ SERVABLE_ONLY=1
 source "conf/matrix/$MATRIX.env"
 RECIPES=${env_recipes:-$RECIPES}; SCENARIO=${env_scenario:-$SCENARIO}; RUNS=${env_runs:-$RUNS}
 SERVABLE_ONLY=${env_servable:-$SERVABLE_ONLY}
+case $SERVABLE_ONLY in
+  0|1) ;;
+  *) echo "error: SERVABLE_ONLY=$SERVABLE_ONLY: use 1 (quantize only what this machine can serve, the default)" \
+       "or 0 (quantize every recipe)" >&2
+     exit 2 ;;
+esac
 echo "matrix $MATRIX: recipes $RECIPES; scenario $SCENARIO; $RUNS runs"
 RESULTS=${RESULTS:-results}
 REPORT=${REPORT:-reports}

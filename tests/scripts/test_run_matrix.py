@@ -144,7 +144,8 @@ eval "exit \\${$var:-0}"
 """
 
 
-def stub_matrix(tmp_path, *args: str, **stage_rc: int) -> tuple[subprocess.CompletedProcess, list[str]]:
+def stub_matrix(tmp_path, *args: str, extra_env: dict | None = None,
+                **stage_rc: int) -> tuple[subprocess.CompletedProcess, list[str]]:
     """run_matrix.sh with a stub PY; `stage_rc`: exit status per module (quantize=130,
     evaluate_report=2); returns the run and the modules called, in order."""
     stub = tmp_path / "python"
@@ -153,7 +154,7 @@ def stub_matrix(tmp_path, *args: str, **stage_rc: int) -> tuple[subprocess.Compl
     calls = tmp_path / "calls"
     calls.write_text("")
     env = {"PATH": "/usr/bin:/bin", "PY": str(stub), "CALLS": str(calls), "RESULTS": str(tmp_path / "results"),
-           "REPORT": str(tmp_path / "reports")} | {f"STUB_RC_{k}": str(v) for k, v in stage_rc.items()}
+           "REPORT": str(tmp_path / "reports")} | {f"STUB_RC_{k}": str(v) for k, v in stage_rc.items()} | (extra_env or {})
     out = subprocess.run(["bash", str(ROOT / "scripts" / "run_matrix.sh"), *args], env=env, cwd=tmp_path,
                          capture_output=True, text=True, timeout=60)
     return out, [line.split()[1] for line in calls.read_text().splitlines()]
@@ -177,6 +178,19 @@ def test_ctrl_c_in_the_capability_check_is_exit_130(tmp_path, rc, expected):
     out, called = stub_matrix(tmp_path, "cpu", evaluate_capabilities=rc)
     assert out.returncode == expected, out.stdout + out.stderr
     assert called[-1] == "evaluate.capabilities" and "quantize" not in called
+
+
+@pytest.mark.parametrize("value", ["true", "yes", "", " 1"])
+def test_servable_only_other_than_0_or_1_is_refused(tmp_path, value):
+    """SERVABLE_ONLY=true quantized every recipe without a word (only 1 turned the
+    check on); a value other than 0 or 1 is one line naming both, exit 2."""
+    out, called = stub_matrix(tmp_path, "cpu", extra_env={"SERVABLE_ONLY": value})
+    if value == "":  # unset in effect: the preset's, 1
+        assert out.returncode == 0 and "evaluate.capabilities" in called, out.stdout + out.stderr
+        return
+    assert out.returncode == 2 and called == [], out.stdout + out.stderr
+    assert out.stderr == f"error: SERVABLE_ONLY={value}: use 1 (quantize only what this machine can serve, " \
+                         "the default) or 0 (quantize every recipe)\n"
 
 
 def test_a_failed_stage_still_runs_the_later_ones_and_exits_1(tmp_path):
