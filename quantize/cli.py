@@ -24,8 +24,9 @@ def _quantize(cfg):
     setting is one line (and, in a sweep, one failed job)."""
     from quantize import pipeline
     from quantize.common.extensions import plain
+    from quantize.common.jobs import swept_keys
     from quantize.config import QuantizeConfig
-    return pipeline.run(QuantizeConfig.from_config(plain(cfg)))
+    return pipeline.run(QuantizeConfig.from_config(plain(cfg), swept=swept_keys()))
 
 
 def main() -> None:

@@ -48,10 +48,13 @@ class QuantizeConfig:
     tracker: Tracker | None = field(default=None, compare=False)
     # The whole composed config as plain values: the manifest records it.
     composed: dict = field(default_factory=dict, compare=False)
+    # In a multirun, the override keys it sweeps: a folder-per-point advice names each.
+    swept: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
-    def from_config(cls, values: dict) -> "QuantizeConfig":
-        """From the composed config as plain, resolved values (extensions.plain)."""
+    def from_config(cls, values: dict, swept: tuple[str, ...] = ()) -> "QuantizeConfig":
+        """From the composed config as plain, resolved values (extensions.plain),
+        and the keys the multirun it is a job of sweeps."""
         folder_setting("artifacts_dir", values.get("artifacts_dir", "artifacts"))
         check_replaceable(check_output_dir(folder_setting("artifact_dir", values["artifact_dir"]),
                                            "artifacts_dir=<a directory> (or artifact_dir=<a directory>)"))
@@ -66,7 +69,7 @@ class QuantizeConfig:
             verify=values.get("verify", "tensors"), memory_check=flag("memory_check", values.get("memory_check", True)),
             disk_check=flag("disk_check", values.get("disk_check", True)), sanity=_sanity(values.get("sanity")),
             tracker=tracker_from_group(values.get("tracking")),
-            composed=values)
+            composed=values, swept=tuple(swept))
 
 
 def _sanity(values: dict | None) -> SanityConfig | None:

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from quantize import calibration, recipe as recipes, sanity, smoothquant_check, verify
-from quantize.common import disk, file_lock, fingerprint, hf_load, manifest, moe, sanity_rules
+from quantize.common import disk, file_lock, fingerprint, hf_load, manifest, moe, point_folders, sanity_rules
 from quantize.common.atomic import build_turn, staging_dir
 from quantize.common.checkpoint import (check_complete, check_weight_files, ignore_unquantized,
                                         linear_subclasses_as_linear, quantization_summary, weight_files)
@@ -134,8 +134,9 @@ def _skipped(existing: Manifest, inputs: Inputs, out: Path, hold: file_lock.Hold
     unasked."""
     other, keys = _other_inputs(existing, inputs, out)
     if other:
-        suffix = per_point_suffix(keys, existing.calibration, inputs.calib.spec if inputs.calib else None)
-        each = (f"a folder per point, e.g. artifact_dir='${{artifacts_dir}}/${{model.name}}/${{recipe.name}}{suffix}'"
+        suffix = per_point_suffix(keys, existing.calibration, inputs.calib.spec if inputs.calib else None,
+                                  inputs.config.swept)
+        each = (f"a folder per point, e.g. artifact_dir='{point_folders.FOLDER}{suffix}'"
                 if suffix else "artifact_dir=<new dir>")
         raise UserError(f"{out} holds artifact {existing.artifact_id} built from {other}; "
                         f"pass force=true to replace it, or {each} to keep both")
@@ -144,14 +145,6 @@ def _skipped(existing: Manifest, inputs: Inputs, out: Path, hold: file_lock.Hold
     return out
 
 
-# An input a sweep varies that the default artifact_dir does not name: the
-# part of a per-point artifact_dir that tells its points apart (docs/sweeps.md).
-SWEPT_DIR_SUFFIX = {"seed": "-seed${seed}", "calibration_dtype": "-${calibration_dtype}"}
-# The same for the calibration keys a folder name can hold; its other keys
-# (books, path, text_field, …) are lists or paths: another preset's or file's
-# come with its name, and alone they leave no suffix.
-CALIBRATION_DIR_SUFFIX = {"name": "-${calibration.name}", "num_samples": "-n${calibration.num_samples}",
-                          "max_seq_len": "-len${calibration.max_seq_len}"}
 # The inputs artifact_id hashes, as the refusal names them; the last two only
 # from id schemes 2 and 3 on (recorded as None before).
 INPUT_NAMES = {"model_weights_sha256": "model weights", "recipe_sha256": "recipe",
@@ -160,32 +153,45 @@ INPUT_NAMES = {"model_weights_sha256": "model weights", "recipe_sha256": "recipe
                "model_files_sha256": "model tokenizer/chat template/generation config"}
 
 
-def per_point_suffix(keys: list[str], then: dict | None, now: dict | None) -> str | None:
+def per_point_suffix(keys: list[str], then: dict | None, now: dict | None, swept=()) -> str | None:
     """The suffix naming each differing input (`keys`) in a per-point
     artifact_dir, from the calibration settings recorded (`then`) and asked
-    (`now`); None where no suffix tells the points apart: another recipe or
-    model, other books, two files of one basename, or the same settings
-    giving other tokens (an edited file)."""
-    if not keys or any(k not in SWEPT_DIR_SUFFIX and k != "calibration_sha256" for k in keys):
+    (`now`), and each input the multirun sweeps (`swept`: its override keys),
+    so that one folder pattern keeps every point apart; None where no suffix
+    tells the points apart: another recipe or model, other books, two files of
+    one basename, or the same settings giving other tokens (an edited file)."""
+    if not keys or any(k not in point_folders.DIR_SUFFIX and k != "calibration_sha256" for k in keys):
         return None
-    parts = [suffix for k, suffix in SWEPT_DIR_SUFFIX.items() if k in keys]
+    names = set(keys) - {"calibration_sha256"}
     if "calibration_sha256" in keys:
-        own = _calibration_suffix(then or {}, now or {})
+        own = _calibration_names(then or {}, now or {})
         if own is None or not (own or "seed" in keys):   # the seed alone changes the tokens
             return None
-        parts.append(own)
-    return "".join(parts)
+        names |= own
+    also = point_folders.swept_names(swept)
+    return None if also is None else point_folders.suffix(names | also)
 
 
-def _calibration_suffix(then: dict, now: dict) -> str | None:
-    """The calibration settings that differ as a folder suffix ("": none
-    differs); None where one differs that no folder name holds."""
+def _calibration_names(then: dict, now: dict) -> set[str] | None:
+    """The calibration settings that differ, as keys of point_folders.DIR_SUFFIX
+    (empty: none differs); None where one differs that no folder name holds."""
     changed = {k for k in then.keys() | now.keys() if k not in ("num_tokens", "sha256") and then.get(k) != now.get(k)}
-    if "name" in changed:   # another preset's or file's other settings come with its name
-        changed &= CALIBRATION_DIR_SUFFIX.keys()
-    if changed - CALIBRATION_DIR_SUFFIX.keys():
+    if "name" in changed:
+        changed -= _named_with(then, now)
+    names = {f"calibration.{k}" for k in changed}
+    if names - point_folders.DIR_SUFFIX.keys() or (
+            "text_field" in changed and not all(point_folders.is_field_name(v.get("text_field")) for v in (then, now))):
         return None
-    return "".join(suffix for k, suffix in CALIBRATION_DIR_SUFFIX.items() if k in changed)
+    return names
+
+
+def _named_with(then: dict, now: dict) -> set[str]:
+    """The differing settings another name stands for: another preset brings
+    all its own, but a file's name is only its path's basename, so a
+    text_field set beside it (a sweep over both) is named too."""
+    if then.get("source") == now.get("source") == "file":
+        return {"path"}
+    return (then.keys() | now.keys()) - {"name", "num_samples", "max_seq_len"}
 
 
 def _other_inputs(existing: Manifest, inputs: Inputs, out: Path) -> tuple[str | None, list[str]]:

@@ -12,6 +12,7 @@ import sys
 import threading
 import traceback
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Callable, Iterator, NoReturn
 
 from hydra.experimental.callback import Callback
@@ -193,6 +194,23 @@ def in_multirun() -> bool:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def swept_keys() -> tuple[str, ...]:
+    """The override keys this job's multirun sweeps (`seed=0,1`: seed), from
+    the multirun.yaml Hydra's sweeper writes first; () outside a multirun or
+    where that file is not there to read."""
+    if not in_multirun():
+        return ()
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    import yaml
+    saved = Path(HydraConfig.get().sweep.dir) / "multirun.yaml"
+    if not saved.is_file():
+        return ()
+    overrides = ((yaml.safe_load(saved.read_text()) or {}).get("hydra") or {}).get("overrides", {}).get("task") or []
+    parsed = OverridesParser.create().parse_overrides([str(o) for o in overrides])
+    return tuple(o.key_or_group for o in parsed if o.is_sweep_override())
 
 
 def describe_error(e: BaseException) -> str:

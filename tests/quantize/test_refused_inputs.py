@@ -156,10 +156,55 @@ def test_the_per_point_folder_names_what_differs_or_asks_for_a_new_dir(keys, now
     assert per_point_suffix(keys, AUSTEN | {"num_tokens": 128, "sha256": "ab" * 32}, now) == suffix
 
 
-@pytest.mark.parametrize("now", [CHATS | {"path": "/b/train.jsonl"}, CHATS | {"text_field": "body"}])
-def test_files_of_one_basename_or_another_field_get_no_suffix_that_collides_again(now):
+@pytest.mark.parametrize("now", [CHATS | {"path": "/b/train.jsonl"}, CHATS | {"text_field": ["q", "a"]},
+                                 CHATS | {"text_field": "a/b"}])
+def test_files_of_one_basename_or_fields_no_folder_holds_get_no_suffix_that_collides_again(now):
     from quantize.pipeline import per_point_suffix
     assert per_point_suffix(["calibration_sha256"], CHATS, now) is None
+
+
+CHATS_B = CHATS | {"name": "code.jsonl", "path": "/a/code.jsonl"}
+
+
+@pytest.mark.parametrize("then, now, swept, suffix", [
+    # another file read from another field: the name alone would not tell (code, text) from (code, body)
+    (CHATS | {"text_field": "body"}, CHATS_B, (), "-${calibration.name}-${calibration.text_field}"),
+    (CHATS, CHATS | {"text_field": "body"}, (), "-${calibration.text_field}"),
+    # -m calibration.path=a,b calibration.text_field=text,body: each point's line names both
+    (CHATS, CHATS_B, ("calibration.path", "calibration.text_field"), "-${calibration.name}-${calibration.text_field}"),
+    (CHATS, CHATS | {"text_field": "body"}, ("calibration.path", "calibration.text_field"),
+     "-${calibration.name}-${calibration.text_field}"),
+    (AUSTEN, AUSTEN, ("seed", "calibration_dtype", "recipe"), "-seed${seed}-${calibration_dtype}"),
+    (AUSTEN, AUSTEN, ("seed", "calibration.books"), None),       # books sweep too: no folder name holds them
+])
+def test_the_per_point_folder_names_every_setting_the_points_differ_in(then, now, swept, suffix):
+    from quantize.pipeline import per_point_suffix
+    keys = ["seed", "calibration_sha256"] if then == now else ["calibration_sha256"]
+    assert per_point_suffix(keys, then | {"num_tokens": 128, "sha256": "ab" * 32}, now, swept) == suffix
+
+
+def test_a_sweep_over_calibration_files_and_fields_is_told_a_folder_that_keeps_every_point_apart(
+        tmp_path, workdir, tiny_model):
+    """It was told -${calibration.name}, under which (b, text) and (b, body) collide again."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("a", "b"):
+        (data / f"{name}.jsonl").write_text("".join(
+            json.dumps({"text": f"{name} plain text number {i}.", "body": f"{name} body {i} of the record."}) + "\n"
+            for i in range(8)))
+    arts = tmp_path / "artifacts"
+    sweep = ("-m", "recipe=w8a8_smooth_ptq", f"model={tiny_model}", "calibration.num_samples=2",
+             "calibration.max_seq_len=64", f"calibration={data / 'a.jsonl'},{data / 'b.jsonl'}",
+             "calibration.text_field=text,body", f"artifacts_dir={arts}")
+    proc = run_quantize(*sweep, cwd=workdir)
+    assert proc.returncode == 1, tail(proc)
+    folder = "artifact_dir='${artifacts_dir}/${model.name}/${recipe.name}-${calibration.name}-${calibration.text_field}'"
+    refusals = [line for line in proc.stderr.splitlines() if "pass force=true to replace it" in line]
+    assert len(refusals) == 3 and all(folder in line for line in refusals), proc.stderr[-3000:]
+    apart = run_quantize(*sweep, folder.replace("'", ""), cwd=workdir)
+    assert apart.returncode == 0, tail(apart)
+    built = {p.parent.name for p in (arts / "tiny-llama").glob("*/manifest.json")}
+    assert built == {"w8a8_smooth_ptq", *(f"w8a8_smooth_ptq-{f}.jsonl-{t}" for f in "ab" for t in ("text", "body"))}
 
 
 def test_a_recipe_file_that_is_not_utf8_is_refused(tmp_path, workdir, tiny_model):
