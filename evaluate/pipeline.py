@@ -207,6 +207,13 @@ def _say_owed(what: str, hold: store_lock.Hold, owed: bool) -> None:
                  hold.holder)
 
 
+def comparison_id(engine_cfg: EngineConfig, versions: dict, hardware: dict) -> str:
+    """A row's comparison_id: the setup id of the engine config as configured,
+    before the engine resolves its `auto` values (the search's trials look
+    their rows up by it: evaluate.search.speed.evaluate_setup)."""
+    return results.setup_id(engines.identity(engine_cfg, engine_cfg.engine), versions, hardware)
+
+
 def _plan(config: EvaluateConfig) -> tuple[Job, list[Scenario], Verdict]:
     """Every check that needs no engine, in the order bad input is reported:
     the job, the scenarios too long for the context, and whether the engine
@@ -249,7 +256,7 @@ def _plan(config: EvaluateConfig) -> tuple[Job, list[Scenario], Verdict]:
                kv_quant=engine.kv_quant(opened.format, args),
                serving_note=(verdict.reason or None) if verdict else None,
                setup_id=results.setup_id(engines.identity(engine_cfg, engine), **where),
-               comparison_id=results.setup_id(engines.identity(config.engine, engine), **where),
+               comparison_id=comparison_id(config.engine, **where),
                repro=_repro(opened))
     tracking.bind(config.tracker, store.parent)
     job = Job(config=config, seed=config.seed, plan=config.plan, target=opened, store=store, engine=engine,

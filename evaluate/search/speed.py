@@ -48,6 +48,7 @@ def evaluate_setup(evaluate_args: list[str], host: Host) -> str:
     from hydra.core.global_hydra import GlobalHydra
     from hydra.initialize import get_gh_backup, restore_gh_from_backup
 
+    from evaluate.pipeline import comparison_id
     from quantize.common.config import expand_path_shorthands, open_pass_through_keys, register
     register()
     args = open_pass_through_keys(expand_path_shorthands(list(evaluate_args)))
@@ -58,7 +59,7 @@ def evaluate_setup(evaluate_args: list[str], host: Host) -> str:
             engine_cfg = engines.build(compose("evaluate", overrides=args).engine)
     finally:
         restore_gh_from_backup(running)
-    return results.setup_id(engines.identity(engine_cfg, engine_cfg.engine), host.versions, host.hardware)
+    return comparison_id(engine_cfg, host.versions, host.hardware)
 
 
 def kernel_path(manifest_fields: dict) -> tuple:

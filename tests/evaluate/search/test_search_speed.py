@@ -240,3 +240,19 @@ def test_the_trials_setup_is_the_one_its_evaluate_records(tiny_model, tmp_path, 
     assert out.returncode == 0, out.stderr[-2000:]
     written = {r.comparison_id for r in results.read(cfg.results_dir)}
     assert written == {speed.evaluate_setup(command[3:], speed.Host.here())}
+
+
+def test_the_trials_setup_is_computed_by_the_function_evaluate_records_its_rows_comparison_id_with(monkeypatch):
+    """One home: the search's evaluate_setup and the pipeline's rows call
+    evaluate.pipeline.comparison_id, whose value is the setup id of the
+    engine config as configured (ids already in stores keep matching)."""
+    from evaluate import engines, pipeline, results
+    args = ["engine=hf", "engine.args.max_model_len=128"]
+    preset = engines.config("hf")
+    engine_cfg = engines.build(preset | {"args": {**preset["args"], "max_model_len": 128}})
+    expected = results.setup_id(engines.identity(engine_cfg, engine_cfg.engine), HOST.versions, HOST.hardware)
+    assert pipeline.comparison_id(engine_cfg, HOST.versions, HOST.hardware) == expected
+    assert speed.evaluate_setup(args, HOST) == expected
+    calls = []
+    monkeypatch.setattr(pipeline, "comparison_id", lambda cfg, versions, hardware: calls.append(cfg.name) or "one")
+    assert speed.evaluate_setup(args, HOST) == "one" and calls == ["hf"]
