@@ -7,6 +7,11 @@ returns: `labels` names the groups, `formatting` holds units and number
 formats, and each layout (conf/report/layout/) and output format of the
 summary (conf/report/output/) is a class named by its YAML's `_target_`
 (evaluate.report.config): adding one is one module and one YAML."""
+import dataclasses
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -38,14 +43,32 @@ def build_report(results_dir: Path | list[Path], out_dir: Path, title: str, pare
 
 def write_report(report: ReportConfig) -> list[Path]:
     """Write the files of every layout into report.out_dir; return their paths,
-    the text files first (all rendered before any is written), then the plots."""
+    the text files first, then the plots. All are written before any replaces
+    the last report's (staged)."""
     store = results.read_stores(report.results_dirs)
     analysis = analyse(report.results_dirs, store.rows, report.sanity, store, report.busy_host)
     files: dict[str, str] = {}
     for layout in report.layouts:
         files |= layout.render(analysis, report)
     report.out_dir.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        write_text(report.out_dir / name, text)
-    return [report.out_dir / name for name in files] + [
-        path for layout in report.layouts for path in layout.draw(analysis, report)]
+    with staged(report.out_dir) as staging:
+        for name, text in files.items():
+            write_text(staging / name, text)
+        drawn = [path for layout in report.layouts
+                 for path in layout.draw(analysis, dataclasses.replace(report, out_dir=staging))]
+        names = list(files) + [str(path.relative_to(staging)) for path in drawn]
+        for name in names:
+            os.replace(staging / name, report.out_dir / name)
+    return [report.out_dir / name for name in names]
+
+
+@contextmanager
+def staged(out_dir: Path):
+    """A hidden folder in `out_dir` where every file of the report is written
+    before any is renamed into place: a full disk or a kill while writing
+    leaves the last report whole, not new text beside old tables and plots."""
+    staging = Path(tempfile.mkdtemp(prefix=".report-", dir=out_dir))
+    try:
+        yield staging
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
