@@ -608,6 +608,10 @@ def _parse(out_dir: Path, tasks: list[str]) -> dict:
         # a metric is "name,filter"; the other numbers (sample_len, sample_count) are counts, not scores
         metrics = {_metric_name(k): v for k, v in data["results"][task].items()
                    if "," in k and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if not metrics:   # recorded ok, a row of no scores was refused by the store when read
+            log.error("lm-eval returned no score for %r (a group without aggregate_metric_list scores only its "
+                      "tasks): name its tasks in lm_eval.tasks, or give the group an aggregate_metric_list", task)
+            continue
         parsed[task] = {"metrics": metrics,
                         "n_samples": (data.get("n-samples") or {}).get(task),
                         "task_version": (data.get("versions") or {}).get(task),

@@ -134,14 +134,15 @@ def _last_word_log_perplexity(model_dir, n: int) -> float:
 
 
 def fake_lm_eval(tmp_path, then: str, stall_timeout_s: float | None = None, on_cpu: bool = True,
-                 tasks: tuple = ("t",)):
+                 tasks: tuple = ("t",), extra: dict | None = None):
     """An lm-eval environment whose `python -m lm_eval` writes (or not) a
-    results file for task `t` alone, then ends with the shell command `then`;
-    its engine on the CPU or on a GPU. `tasks`: those asked for (the run's
-    `.cfg` lists them)."""
+    results file for task `t` alone (and the `extra` entries), then ends with
+    the shell command `then`; its engine on the CPU or on a GPU. `tasks`:
+    those asked for (the run's `.cfg` lists them)."""
     python = tmp_path / "venv" / "bin" / "python"
     python.parent.mkdir(parents=True)
-    results = {"results": {"t": {"alias": "t", "acc,none": 0.5, "sample_len": 4}}, "n-samples": {"t": {"effective": 4}}}
+    results = {"results": {"t": {"alias": "t", "acc,none": 0.5, "sample_len": 4}} | (extra or {}),
+               "n-samples": {"t": {"effective": 4}}}
     python.write_text(f"""#!/bin/bash
 echo "$@" > {tmp_path}/argv
 while [ "$1" != --output_path ]; do shift; done
@@ -310,6 +311,27 @@ def test_a_task_lm_eval_returned_no_result_for_fails_alone_and_the_others_keep_t
     assert rows["t"].status == "ok" and rows["t"].metrics == {"acc": 0.5}
     assert rows["lambada"].status == "failed"
     assert job.failed == ["lm-eval returned no result for task 'lambada'"]
+
+
+def test_a_group_without_an_aggregate_score_fails_alone_naming_the_fix(tmp_path, caplog):
+    """lm-eval reports a group with no aggregate_metric_list by its alias
+    alone: its row was recorded ok with no metrics, a score of nothing."""
+    from evaluate import pipeline
+    run = fake_lm_eval(tmp_path, "WRITE", tasks=("t", "my_group"), extra={"my_group": {"alias": "my_group",
+                                                                                        "name": "my_group"}})
+    job = pipeline.Job(config=SimpleNamespace(tracker=None), seed=0, plan=None,
+                       target=SimpleNamespace(path=str(tmp_path)), store=tmp_path / "res" / "results.jsonl",
+                       engine=SimpleNamespace(environment=lambda env, args: contextlib.nullcontext({})),
+                       engine_cfg=SimpleNamespace(env={}), limit=None, fit=[],
+                       base=base_row("original", seed=0), accuracy_cfg=None,
+                       lm_eval_cfg=run.cfg, lm_eval_model=SimpleNamespace(name="vllm", args={}),
+                       lm_eval_versions={"vllm": "0"})
+    pipeline._run_lm_eval(job, ["t", "my_group"])
+    rows = {r.dataset: r for r in results.read(tmp_path / "res")}
+    assert rows["t"].status == "ok" and rows["t"].metrics == {"acc": 0.5}
+    assert rows["my_group"].status == "failed"
+    assert ("lm-eval returned no score for 'my_group' (a group without aggregate_metric_list scores only its "
+            "tasks): name its tasks in lm_eval.tasks, or give the group an aggregate_metric_list") in caplog.text
 
 
 def _tagged_tasks(folder):
