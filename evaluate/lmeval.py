@@ -236,8 +236,9 @@ def _yaml_docs(path: Path) -> list | None:
 
 def defined_under(folders: list[str], task: str) -> bool:
     """Whether the include_path folders define `task` (a task, group or tag
-    of theirs, which lm-eval takes over a hub task of that name; `task` may be
-    a pattern). A YAML that does not parse could define anything: True."""
+    of theirs, which lm-eval takes over a hub task of that name). `task` is a
+    name of lm_eval.tasks: a pattern or tag there is refused before any row
+    is made (check_runs). A YAML that does not parse could define anything: True."""
     names = set()
     for f in task_files(folders):
         if f.suffix == ".py":
