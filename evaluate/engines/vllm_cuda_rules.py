@@ -175,7 +175,8 @@ def releases_read() -> list[str]:
 def rules_for(version: str | None = INSTALLED) -> CudaRules:
     """The rules of the newest release read that is not newer than `version`
     (INSTALLED: the installed vLLM's, else cuda.txt's pin; None: the newest);
-    outside the releases read, the nearest one's, with a note."""
+    for any version that is not itself a release read (a local build's
+    suffix aside), a note saying whose rules are used."""
     if version == INSTALLED:
         version = installed_vllm_version() or cuda_pin()
     keys = sorted(RULES, key=_release)
@@ -187,7 +188,10 @@ def rules_for(version: str | None = INSTALLED) -> CudaRules:
         return _noted(keys[0], f"vLLM {version} is older than the oldest release these rules were read from")
     if wanted[:2] > _release(keys[-1]):
         return _noted(keys[-1], f"vLLM {version} is newer than the newest release these rules were read from")
-    return RULES[older[-1]]
+    rules = RULES[older[-1]]
+    if (wanted + (0,))[:3] != _release(rules.release):   # another release may pick other kernels
+        return _noted(older[-1], f"vLLM {version} is not a release these rules were read from")
+    return rules
 
 
 def _release(version: str) -> tuple[int, ...] | None:
