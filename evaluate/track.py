@@ -52,6 +52,7 @@ def _bind_locks(tracker: Tracker, results_dir: Path) -> None:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="track", version_base="1.3")
 def _hydra_main(cfg) -> None:
+    tracker = None
     try:
         tracker = from_group(plain(cfg.tracking))
         if tracker is None:
@@ -61,7 +62,8 @@ def _hydra_main(cfg) -> None:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(e.exit_code) from None
     except Exception as e:  # the tracker's own (a server that does not answer, a bad URI)
-        print(f"error: cannot log to the tracker: {one_line(e)}", file=sys.stderr)
+        shown = tracker.error_line(e, limit=400) if tracker else one_line(e)   # a URI's password redacted
+        print(f"error: cannot log to the tracker: {shown}", file=sys.stderr)
         raise SystemExit(1) from None
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from quantize.calibration import CalibrationConfig
 from quantize.common import hf_load
+from quantize.common.credentials import redact_values
 from quantize.common.dtypes import requested_dtype
 from quantize.common.errors import UserError
 from quantize.common.manifest import FILE as MANIFEST_FILE
@@ -46,7 +47,8 @@ class QuantizeConfig:
     sanity: SanityConfig | None = None
     # Where each artifact is also logged (conf/tracking/); None: tracking=none.
     tracker: Tracker | None = field(default=None, compare=False)
-    # The whole composed config as plain values: the manifest records it.
+    # The whole composed config as plain values, as the manifest records it:
+    # a URL's password (a database tracking.uri) redacted; the tracker has the real one.
     composed: dict = field(default_factory=dict, compare=False)
     # In a multirun, the override keys it sweeps: a folder-per-point advice names each.
     swept: tuple[str, ...] = field(default=(), compare=False)
@@ -69,7 +71,7 @@ class QuantizeConfig:
             verify=values.get("verify", "tensors"), memory_check=flag("memory_check", values.get("memory_check", True)),
             disk_check=flag("disk_check", values.get("disk_check", True)), sanity=_sanity(values.get("sanity")),
             tracker=tracker_from_group(values.get("tracking")),
-            composed=values, swept=tuple(swept))
+            composed=redact_values(values), swept=tuple(swept))
 
 
 def _sanity(values: dict | None) -> SanityConfig | None:

@@ -8,6 +8,7 @@ any trial starts.
 A URL is shown (logs, study.json, errors) without its password."""
 from pathlib import Path
 
+from quantize.common.credentials import redact  # noqa: F401 (storages.redact: the sweeper's too)
 from quantize.common.errors import UserError
 from quantize.common.jobs import one_line
 
@@ -21,17 +22,6 @@ def default_url(results_dir: Path, study: str) -> str:
     """The study's SQLite file beside its study.json, as an absolute path so
     that jobs started elsewhere (a Slurm node, another directory) mean the same file."""
     return f"sqlite:///{(Path(results_dir) / 'search' / study / FILE).resolve()}"
-
-
-def redact(url: str) -> str:
-    """The URL as logs and study.json show it: the password as ***."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-    url = str(url)   # Hydra reads storage=5 as a number
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return url.split("@")[-1]  # unparsable: keep only what follows any credentials
 
 
 def open_storage(url: str):

@@ -17,6 +17,7 @@ from typing import Callable, Iterator, NoReturn
 
 from hydra.experimental.callback import Callback
 
+from quantize.common.credentials import redact_override
 from quantize.common.errors import DiskFull, Interrupted, OneLineError, first_line, is_no_room
 
 log = logging.getLogger("quantbench")
@@ -173,7 +174,8 @@ def run_command(main: Callable[[], int | None], module: str, config_name: str) -
 def job_command(module: str, drop: tuple[str, ...] = ()) -> str | None:
     """The shell command that runs this job again on its own: the launch
     folder and the job's overrides (in a sweep, the values this job got),
-    without the keys in `drop`. None outside a Hydra job."""
+    without the keys in `drop`, a URL's password as *** (the command is
+    written to manifests and rows). None outside a Hydra job."""
     from hydra.core.hydra_config import HydraConfig
     if not HydraConfig.initialized():
         return None
@@ -181,7 +183,7 @@ def job_command(module: str, drop: tuple[str, ...] = ()) -> str | None:
     # Of Hydra's own overrides only the search path changes what the job
     # composes; the others shape logs and launchers.
     found_in = [a for a in overrides.hydra if a.lstrip("+").startswith("hydra.searchpath=")]
-    args = found_in + [a for a in overrides.task if a.lstrip("+~").partition("=")[0] not in drop]
+    args = found_in + [redact_override(a) for a in overrides.task if a.lstrip("+~").partition("=")[0] not in drop]
     return " ".join(["cd", shlex.quote(os.getcwd()), "&&", "python", "-m", module, *map(shlex.quote, args)])
 
 

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from quantize.common.credentials import hide, redact
 from quantize.common.errors import UserError
 from quantize.common.tracking import KEY_TAG, REVISION_TAG, Metric, RunRecord, Tracker
 
@@ -60,7 +61,10 @@ class MlflowTracker(Tracker):
         return tracker
 
     def describe(self) -> str:
-        return f"MLflow experiment {self.experiment} at {self.uri}"
+        return f"MLflow experiment {self.experiment} at {redact(self.uri)}"
+
+    def shown(self, text: str) -> str:
+        return hide(text, self.uri)
 
     def write(self, record: RunRecord) -> str:
         parent = self._parent(record.parent) if record.parent else None
@@ -258,5 +262,5 @@ def _check_scheme(uri: str, where: str) -> None:
     try:
         registry.get_store_builder(uri)
     except Exception as e:   # MLflow's "unsupported URI" (it names the schemes it takes)
-        raise UserError(f"{where}: MLflow has no store for uri={uri!r} (not a scheme it knows); "
+        raise UserError(f"{where}: MLflow has no store for uri={redact(uri)!r} (not a scheme it knows); "
                         f"pass {URI_EXAMPLES}") from None

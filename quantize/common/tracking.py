@@ -85,8 +85,13 @@ class Tracker(extensions.Configurable):
         raise NotImplementedError
 
     def describe(self) -> str:
-        """Where the runs go, for the lines that name it."""
+        """Where the runs go, for the lines that name it (no password)."""
         return self.name
+
+    def shown(self, text: str) -> str:
+        """`text` (an error's words) as a line may show it: a tracker whose
+        address holds a password redacts it."""
+        return text
 
     def holding(self, key: str) -> AbstractContextManager:
         """Run `key`'s lock: a check-then-create or check-then-log is one step for all processes."""
@@ -114,8 +119,14 @@ class Tracker(extensions.Configurable):
         except Exception as e:  # a tracker fails in many ways; none may fail a measurement
             self._quiet = True
             log.warning("tracking: logging to %s failed (%s); no more tracking in this job, %s",
-                        self.describe(), one_line(e, limit=200), recovery)
+                        self.describe(), self.error_line(e), recovery)
             return False
+
+
+    def error_line(self, e: BaseException, limit: int = 200) -> str:
+        """The error as one shown line, cut to `limit` after the redaction."""
+        text = self.shown(one_line(e, limit=100_000))
+        return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def from_group(values: dict | None) -> Tracker | None:

@@ -31,6 +31,14 @@ def test_the_command_reruns_the_job_from_its_folder_without_dropped_keys(tmp_pat
     assert shlex.split(rest) == ["python", "-m", "quantize", "recipe=w4a16_rtn", f"artifacts_dir={tmp_path}/a b"]
 
 
+def test_a_password_in_a_uri_override_is_not_in_the_command():
+    """The command goes into every manifest and result row."""
+    uri = "postgresql://mlflow:S3cretPW@db.internal:5432/mlflow"
+    cmd = composed_command(["recipe=w4a16_rtn", "tracking=mlflow", f"tracking.uri={uri}"])
+    assert "S3cretPW" not in cmd
+    assert shlex.split(cmd.partition(" && ")[2])[-1] == "tracking.uri=postgresql://mlflow:***@db.internal:5432/mlflow"
+
+
 def test_outside_a_hydra_job_there_is_no_command():
     assert job_command("quantize") is None
 

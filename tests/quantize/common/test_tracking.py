@@ -299,6 +299,54 @@ def test_a_server_that_is_down_is_one_warning_line(monkeypatch, caplog):
     assert [r.name for r in caplog.records] == ["quantbench.tracking"], [r.getMessage() for r in caplog.records]
 
 
+PASSWORD = "S3cretPW"
+DB_URI = f"postgresql://mlflow:{PASSWORD}@db.internal:5432/mlflow"
+
+
+@needs_mlflow
+def test_a_password_in_the_uri_is_in_no_line_the_tracker_writes(monkeypatch, caplog):
+    """A database store takes its password only in the URI: describe() (the
+    job log, evaluate.track's stdout), the tracker-down warning and the
+    unknown-scheme refusal showed it."""
+    tracker = tracking.from_group({**MLFLOW, "uri": DB_URI, "experiment": "unit"})
+    assert tracker.uri == DB_URI   # it still connects with the real one
+    assert tracker.describe() == "MLflow experiment unit at postgresql://mlflow:***@db.internal:5432/mlflow"
+    with pytest.raises(UserError) as refused:
+        tracking.from_group({**MLFLOW, "uri": f"htp://me:{PASSWORD}@127.0.0.1:5000"})
+    assert PASSWORD not in str(refused.value) and "htp://me:***@127.0.0.1:5000" in str(refused.value)
+
+    import socket
+    for name, value in (("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0"), ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")):
+        monkeypatch.setenv(name, value)
+    with socket.socket() as closed:   # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    down = tracking.from_group({**MLFLOW, "uri": f"http://me:{PASSWORD}@127.0.0.1:{port}", "experiment": "unit"})
+    with caplog.at_level(logging.WARNING):
+        assert down.log(RunRecord(key="k", name="n")) is False
+    assert caplog.records and PASSWORD not in caplog.text and f"me:***@127.0.0.1:{port}" in caplog.text
+
+
+def test_a_password_in_the_tracking_uri_is_not_in_the_manifests_config(tiny_model):
+    """quantize's manifest (in every artifact, logged to the tracker) recorded the composed tracking.uri."""
+    from hydra import compose, initialize_config_dir
+
+    from quantize.common.config import register
+    from quantize.common.extensions import plain
+    from quantize.common.paths import CONF_DIR
+    from quantize.config import QuantizeConfig
+    if importlib.util.find_spec("mlflow") is None:
+        pytest.skip("mlflow-skinny is not installed")
+    register()
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("quantize", overrides=["recipe=w4a16_rtn", "model=local", f"model.path={tiny_model}",
+                                             "tracking=mlflow", f"tracking.uri={DB_URI}"])
+    config = QuantizeConfig.from_config(plain(cfg))
+    assert config.tracker.uri == DB_URI
+    assert config.composed["tracking"]["uri"] == "postgresql://mlflow:***@db.internal:5432/mlflow"
+    assert PASSWORD not in json.dumps(config.composed)
+
+
 @needs_mlflow
 def test_a_refreshed_runs_files_are_exactly_the_latest_writes(tmp_path):
     """A report's run kept the plots an earlier report wrote and the latest
