@@ -1,7 +1,7 @@
 """Aggregation: result rows -> groups with per-metric stats, speed-ups and
 their intervals, rankings. Plain functions over `Row`s; the report's output
 modules only format what these return. Only rows with status "ok" enter a
-group; rows of different setups are never grouped together."""
+group; rows of different setups or machines are never grouped together."""
 import functools
 import math
 import statistics
@@ -44,7 +44,7 @@ def name_originals(rows: list[Row]) -> list[Row]:
 
 @dataclass
 class Group:
-    """All ok rows of one (scenario, recipe, artifact, engine, setup), with per-metric stats."""
+    """All ok rows of one (scenario, recipe, artifact, engine, setup, machine), with per-metric stats."""
     scenario: Scenario
     model_name: str
     recipe: str
@@ -64,13 +64,15 @@ class Group:
 
     @property
     def identity(self) -> tuple:
-        return (self.model_name, self.recipe, self.artifact_id, self.engine, self.setup_id)
+        return (self.model_name, self.recipe, self.artifact_id, self.engine, self.setup_id, self.machine)
 
     @property
-    def comparison(self) -> str | None:
+    def comparison(self) -> tuple[str | None, str | None]:
         """What the group may be compared within: the setup as configured
-        (Row.comparison_id), else, for rows written before it was recorded, the setup."""
-        return self.runs[0].comparison_id or self.setup_id if self.runs else self.setup_id
+        (Row.comparison_id), else, for rows written before it was recorded, the
+        setup; and the machine, which rows from before setup ids do not name otherwise."""
+        configured = self.runs[0].comparison_id or self.setup_id if self.runs else self.setup_id
+        return configured, self.machine
 
     @property
     def dtype(self) -> str | None:
@@ -176,7 +178,7 @@ def group_stats(runs: list[Row]) -> dict[str, tuple[float, float | None, int]]:
 
 def aggregate(rows: list[Row], kind: Kind = "speed") -> list[Group]:
     """Ok rows of one kind grouped per (scenario, recipe, artifact, engine,
-    setup), in order of first appearance; runs inside a group sorted by run index."""
+    setup, machine), in order of first appearance; runs inside a group sorted by run index."""
     groups: dict[tuple, Group] = {}
     for row in latest_config([r for r in rows if r.ok and r.kind == kind]):
         key = group_key(row)
@@ -190,8 +192,16 @@ def aggregate(rows: list[Row], kind: Kind = "speed") -> list[Group]:
     return list(groups.values())
 
 
+def identity_of(row: Row) -> tuple:
+    """The Group.identity of the group a row of any status would join (aggregate names a missing field "?")."""
+    return (row.model_name or "?", row.recipe or "?", row.artifact_id or "?", row.engine or "?", row.setup_id,
+            machine_id(row.hardware))
+
+
 def group_key(row: Row) -> tuple:
-    return scenario_of(row), row.recipe, row.artifact_id, row.engine, row.setup_id
+    """A setup id names its machine; the machine is in the key all the same, as
+    rows written before setup ids were recorded have none (None for all)."""
+    return scenario_of(row), row.recipe, row.artifact_id, row.engine, row.setup_id, machine_id(row.hardware)
 
 
 def latest_config(rows: list[Row]) -> list[Row]:

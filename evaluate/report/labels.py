@@ -32,7 +32,7 @@ def labels(groups: list[Group]) -> dict[tuple, str]:
         if store and len({t.runs[0].store for t in twins if t.runs}) > 1:  # stores side by side: each apart
             parts.append(f"store {store.name}")
             twins = [t for t in twins if t.runs and t.runs[0].store == store]
-        if len({t.setup_id for t in twins}) > 1:
+        if len({(t.setup_id, t.machine) for t in twins}) > 1:   # rows from before setup ids: machine apart
             parts.append(setup_difference(g, twins))
         out[ident] = f"{name} ({'; '.join(parts)})"
     return out

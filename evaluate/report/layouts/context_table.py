@@ -4,7 +4,7 @@ columns), each cell output speed and peak host memory, with the GPU's share
 on a GPU; one table per output length."""
 from dataclasses import dataclass
 
-from evaluate.analysis.groups import Group, kv_cache_bytes, weight_memory_bytes
+from evaluate.analysis.groups import Group, identity_of, kv_cache_bytes, weight_memory_bytes
 from evaluate.report.formatting import MISSING, fmt_fixed, gb, md_table
 from evaluate.report.layouts import MarkdownLayout
 from evaluate.report.layouts.common import result_label
@@ -98,12 +98,7 @@ def unmeasured(rows: list[Row], groups: list[Group], out_len: int) -> list[Row]:
     """Batch-1 rows without a result (e.g. longer than max_model_len: skipped), unless a rerun measured it."""
     measured = {(g.scenario.input_len, g.identity) for g in groups}
     return [r for r in rows if r.kind == "speed" and not r.ok and r.batch_size == 1 and r.output_len == out_len
-            and r.input_len is not None and (r.input_len, identity(r)) not in measured]
-
-
-def identity(r: Row) -> tuple:
-    """A row's Group.identity (aggregate names a missing field "?")."""
-    return (r.model_name or "?", r.recipe or "?", r.artifact_id or "?", r.engine or "?", r.setup_id)
+            and r.input_len is not None and (r.input_len, identity_of(r)) not in measured]
 
 
 def why_not(missed: list[Row]) -> str:

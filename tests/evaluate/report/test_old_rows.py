@@ -1,6 +1,7 @@
 """A store written before rows were typed (`"schema": 1`, no `dataset` key,
 null where a dict now defaults to {}, keys left out) reports exactly as the
 same rows written today."""
+import csv
 import json
 
 from evaluate import results
@@ -57,3 +58,33 @@ def test_an_old_store_reports_as_the_same_rows_written_today(tmp_path):
     problems = md.split("## Skipped, unsupported and failed\n", 1)[1]
     assert "| failed | speed | interactive (batch_size=1, input_len=16, output_len=8) | tiny | ? |" in problems
     assert "| unsupported | speed | — | ? | w4a16 |" in problems
+
+
+def test_old_rows_of_two_machines_are_never_averaged_or_compared_across_them(tmp_path):
+    """Rows written before setup ids, from a 2-CPU EPYC and an 8-CPU Xeon
+    three times as fast: each machine's recipe is its own group of its own
+    runs, and each speed-up is against the original of its own machine."""
+    from .rows import HARDWARE, speed_run, store
+    xeon = {**HARDWARE, "hostname": "bench-2", "cpu": "Intel Xeon 8480", "cpu_count": 8, "cpu_affinity": 8}
+    rows = []
+    for hardware, factor in ((HARDWARE, 1.0), (xeon, 3.0)):
+        for recipe in ("original", "w8a8_smooth_ptq"):
+            for i in range(3):
+                row = speed_run(recipe, "interactive", i, hardware=hardware)
+                assert row.setup_id is None and row.comparison_id is None
+                m = row.metrics
+                metrics = {**m, "output_throughput": m["output_throughput"] * factor,
+                           "latency_s": m["latency_s"] / factor,
+                           "total_token_throughput": m["total_token_throughput"] * factor}
+                rows.append(row.but(metrics=metrics))
+    store(tmp_path / "old", rows)
+    build_report(tmp_path / "old", tmp_path / "out", "t", outputs=("markdown", "csv"))
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "## Rejected rows" not in md   # every row read
+    (table,) = md_tables(md, "Summary").values()
+    assert len(table) == 4 and len({r["Recipe"] for r in table}) == 4   # each named apart
+    speedups = sorted(r["Speed-up vs original (x, 95% CI)"].split(" ")[0] for r in table)
+    assert speedups == ["1.00x", "1.00x", "1.27x", "1.27x"]
+    assert all("CV" not in r["Speed-up vs original (x, 95% CI)"] for r in table)
+    with open(tmp_path / "out" / "summary.csv", newline="") as f:
+        assert [r["runs"] for r in csv.DictReader(f)] == ["3"] * 4
