@@ -318,8 +318,8 @@ def render_summary(speed: list[Group], accuracy: list[Group], plots: list[Plot] 
     elif with_recovery:
         out += ["", "Accuracy recovery comes from the artifact's accuracy run in the same setup, with its 95% interval "
                 "over the windows (what it is: *Accuracy*); — means no such run (a run of another setup is never "
-                "borrowed). The other accuracy metrics are under *Accuracy*, every speed metric under *Speed in "
-                "detail* and in summary.csv."]
+                "borrowed), and an original without one is 100 % by definition. The other accuracy metrics are "
+                "under *Accuracy*, every speed metric under *Speed in detail* and in summary.csv."]
     gpu_note = memory.gpu_note(speed)
     out += ["", gpu_note] if gpu_note else []
     return "\n".join(out + figure_markdown(plots, (SUMMARY, None)))
@@ -331,7 +331,7 @@ def summary_row(g: Group, names: dict, accuracy: Group | None, with_recovery: bo
               mean_pm_std(g, SPEED, 2), speedup_cell(g)]
              + [fmt_fixed(g.mean(k), 2) for k in SUMMARY_LATENCY] + memory.cells(g, list(memory_heads)))
     if with_recovery:
-        cells.append(recovery_cell(recovery(accuracy, g)) if accuracy else MISSING)
+        cells.append(recovery_cell(recovery(accuracy, g)))   # as the answer: an original without a row is 100 %
     return cells
 
 

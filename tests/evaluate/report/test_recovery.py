@@ -13,8 +13,9 @@ import pytest
 from evaluate.analysis.accuracy_bounds import RESAMPLES, bounds, samples_of
 from evaluate.analysis.groups import aggregate
 from evaluate.report import build_report
+from evaluate.report.formatting import MISSING
 
-from .rows import base_row, heading, md_tables, speed_run, store
+from .rows import base_row, heading, main_rows, md_tables, speed_run, store
 from .test_answer import answer_table
 
 WINDOWS, TOKENS, ITEMS = 8, 511, 64
@@ -152,3 +153,24 @@ def test_the_bootstrap_is_fixed_and_tight_where_the_windows_agree():
     flat = bounds({k: np.asarray(v, dtype=float) for k, v in same.items()})
     low, high = flat["recovery_pct"]
     assert high - low == pytest.approx(0, abs=1e-9)
+
+
+def test_an_original_without_a_row_is_100_by_definition_in_the_summary_as_in_the_answer(tmp_path):
+    """Accuracy measured for w8a8 only (90 %, below the floor): the answer
+    picks the original at 100 % by definition, and the Summary says the same
+    rather than that its accuracy is unknown; with no accuracy rows at all
+    the Summary has no recovery column to disagree with."""
+    rows = [r if r.kind != "accuracy" else r.but(metrics={**r.metrics, "recovery_pct": 90.0})
+            for r in main_rows() if not (r.kind == "accuracy" and r.recipe == "original")]
+    for name, stored in (("some", rows), ("none", [r for r in rows if r.kind != "accuracy"])):
+        store(tmp_path / name, stored)
+        build_report(tmp_path / name, tmp_path / f"{name}-out", "t", outputs=("markdown",))
+        md = (tmp_path / f"{name}-out" / "report.md").read_text()
+        pick = answer_table(md)[heading("interactive")]
+        assert pick["Use"] == "**original**" and pick[RECOVERY] == "100.0 (by definition)"
+        summary = {r["Recipe"]: r for r in md_tables(md, "Summary")[heading("interactive")]}
+        if name == "some":
+            assert summary["original"][RECOVERY] == pick[RECOVERY]
+            assert summary["w8a8_smooth_ptq"][RECOVERY] == "90.0" and summary["w4a16_gptq"][RECOVERY] == MISSING
+        else:
+            assert all(RECOVERY not in r for r in summary.values())
