@@ -17,6 +17,7 @@ from typing import Callable, Iterator, NoReturn
 
 from hydra.experimental.callback import Callback
 
+from quantize.common import atomic
 from quantize.common.credentials import redact_override
 from quantize.common.errors import DiskFull, Interrupted, OneLineError, first_line, is_no_room
 
@@ -242,36 +243,65 @@ def one_line(e: BaseException, limit: int = 400) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+# The failures of this process's jobs whose FAILED.json could not be written
+# (job dir, error): FailureSummary lists them too where the sweep runs its jobs
+# in this process (the basic launcher).
+_unrecorded: list[tuple[str, str]] = []
+
+
 def _record_failure(message: str, trace: str, exit_code: int) -> None:
+    """FAILED.json in the job's dir. A disk too full for it too does not end
+    the sweep: the job stays failed with its own error, said in the log."""
     from hydra.core.hydra_config import HydraConfig
-    write_failure(HydraConfig.get().runtime.output_dir, message, trace, HydraConfig.get().overrides.task, exit_code)
+    job_dir = HydraConfig.get().runtime.output_dir
+    try:
+        write_failure(job_dir, message, trace, HydraConfig.get().overrides.task, exit_code)
+    except OSError as e:
+        log.error("the failure could not be written to %s: %s", Path(job_dir) / FAILURE_FILE, first_line(e))
+        _unrecorded.append((str(job_dir), message))
 
 
 def write_failure(job_dir, message: str, trace: str, overrides, exit_code: int = 1) -> None:
-    """The FAILED.json that `FailureSummary` lists; also written by the Slurm
-    and local submitit launchers for a job that ended without a result (time
-    limit, scancel, node failure, killed by a signal).
+    """The FAILED.json that `FailureSummary` lists, written whole or not at
+    all; also written by the Slurm and local submitit launchers for a job that
+    ended without a result (time limit, scancel, node failure, killed by a signal).
     `exit_code`: the job's exit on its own (2: bad input, answered in one line; 1: a failure)."""
-    with open(os.path.join(job_dir, FAILURE_FILE), "w") as f:
-        json.dump({"error": message, "traceback": trace, "overrides": list(overrides), "exit_code": exit_code},
-                  f, indent=2)
+    atomic.write_json(Path(job_dir) / FAILURE_FILE, {"error": message, "traceback": trace,
+                                                     "overrides": list(overrides), "exit_code": exit_code})
+
+
+def read_failure(path: Path) -> dict:
+    """A FAILED.json's error, traceback and overrides; one that cannot be read
+    (a hand edit, a disk that filled as an older version wrote it) is a
+    failure that says so and names its job dir."""
+    try:
+        info = json.loads(Path(path).read_text())
+        return {"error": str(info["error"]), "traceback": str(info.get("traceback", "")),
+                "overrides": [str(o) for o in info.get("overrides", [])]}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        return {"error": f"failed; its {FAILURE_FILE} is unreadable ({first_line(e)}): see {Path(path).parent}",
+                "traceback": "", "overrides": []}
 
 
 class FailureSummary(Callback):
     """Hydra callback: after a multirun, list the jobs that failed (each left a
     FAILED.json in its output dir) and exit non-zero if any did."""
 
+    def on_multirun_start(self, config, **_) -> None:
+        _unrecorded.clear()
+
     def on_multirun_end(self, config, **_) -> None:
-        from pathlib import Path
         sweep_dir = Path(config.hydra.sweep.dir)
-        failed = sorted(sweep_dir.glob(f"*/{FAILURE_FILE}"))
+        failed = {path.parent.name: read_failure(path) for path in sorted(sweep_dir.glob(f"*/{FAILURE_FILE}"))}
+        for job_dir, error in _unrecorded:
+            failed.setdefault(Path(job_dir).name, {"error": error, "overrides": []})
         total = len([p for p in sweep_dir.iterdir() if p.is_dir() and (p / ".hydra").is_dir()])
         if not failed:
             log.info("sweep finished: %d job(s) ok (%s)", total, sweep_dir)
             return
         print(f"sweep finished: {len(failed)} of {total} job(s) failed (details in {FAILURE_FILE}):",
               file=sys.stderr)
-        for path in failed:
-            info = json.loads(path.read_text())
-            print(f"  {path.parent.name}: {' '.join(info['overrides'])}: {info['error']}", file=sys.stderr)
+        for name, info in failed.items():
+            print("  " + ": ".join(part for part in (name, " ".join(info["overrides"]), info["error"]) if part),
+                  file=sys.stderr)
         raise SystemExit(1)

@@ -49,11 +49,11 @@ class CollectingLauncher(BaseSubmititLauncher):
         out = ret.hydra_cfg.hydra.runtime.output_dir if ret.hydra_cfg is not None else None
         failed = Path(str(out)) / "FAILED.json" if out else None
         if warned and failed is not None and failed.is_file():
-            import json
-            from quantize.common.jobs import TIME_LIMIT
-            info = json.loads(failed.read_text())
+            from quantize.common.jobs import TIME_LIMIT, read_failure
+            info = read_failure(failed)
             if not info["error"].startswith("time limit"):
-                record(failed.parent, TIME_LIMIT, f"{info['error']}\n{info['traceback']}", info["overrides"])
+                record(failed.parent, TIME_LIMIT, f"{info['error']}\n{info['traceback']}",
+                       info["overrides"] or list(ret.overrides or []))
         return ret
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:

@@ -1,0 +1,135 @@
+"""FAILED.json, the record of a job that failed in a sweep: written whole or
+not at all; one that cannot be read, or that could not be written, still
+leaves the sweep's summary listing every failed job, and the sweep goes on."""
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+from types import SimpleNamespace
+
+import pytest
+from omegaconf import OmegaConf
+
+from quantize.common import jobs
+from quantize.common.paths import CONF_DIR
+from tests.conftest import ROOT, quantize_env
+
+FULL_DISK = """
+import resource, signal, sys
+from quantize.common import jobs
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (40, 40))   # room for 40 bytes more: a full disk or a quota
+try:
+    jobs.write_failure(sys.argv[1], "engine start-up failed", "Traceback ...\\n" * 20, ["recipe=fp8"], 1)
+except OSError as e:
+    print("refused:", e)
+"""
+
+
+def test_a_failed_job_on_a_full_disk_leaves_no_torn_failed_json(tmp_path):
+    out = subprocess.run([sys.executable, "-c", FULL_DISK, str(tmp_path)], env=quantize_env(), capture_output=True,
+                         text=True, timeout=60)
+    assert "refused:" in out.stdout, out.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def job_dir(sweep, name: str, failed: str | None):
+    (sweep / name / ".hydra").mkdir(parents=True)
+    if failed is not None:
+        (sweep / name / jobs.FAILURE_FILE).write_text(failed)
+
+
+def test_the_summary_lists_a_job_whose_failed_json_is_torn_by_its_dir(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    job_dir(sweep, "0", json.dumps({"error": "engine start-up failed", "traceback": "tb",
+                                    "overrides": ["recipe=fp8"], "exit_code": 1}))
+    job_dir(sweep, "1", '{"error": "no room to wri')
+    job_dir(sweep, "2", None)
+    with pytest.raises(SystemExit) as ended:
+        jobs.FailureSummary().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}}))
+    assert ended.value.code == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("sweep finished: 2 of 3 job(s) failed")
+    assert lines[1] == "  0: recipe=fp8: engine start-up failed"
+    assert lines[2].startswith("  1: failed; its FAILED.json is unreadable (") and lines[2].endswith(
+        f"see {sweep / '1'}")
+
+
+APP = '''
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+
+from quantize.common.jobs import FAILURE_FILE, run_job
+
+
+def work(cfg):
+    out = Path(HydraConfig.get().runtime.output_dir)
+    if cfg.action == "fail":
+        (out / FAILURE_FILE).mkdir()   # FAILED.json cannot be written there
+        raise RuntimeError("the engine died")
+    (out / "done.txt").write_text(cfg.action)
+
+
+@hydra.main(version_base=None, config_path=".", config_name="app")
+def main(cfg):
+    return run_job(work, cfg)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_a_failure_that_cannot_be_recorded_fails_its_job_alone(tmp_path):
+    (tmp_path / "app.py").write_text(APP)
+    (tmp_path / "app.yaml").write_text(textwrap.dedent(f"""\
+        action: ok
+        hydra:
+          searchpath: ["file://{CONF_DIR}"]
+          sweep:
+            subdir: ${{hydra.job.num}}_${{action}}
+          callbacks:
+            failure_summary:
+              _target_: quantize.common.jobs.FailureSummary
+        """))
+    sweep = tmp_path / "sweep"
+    out = subprocess.run([sys.executable, "app.py", "-m", "action=fail,last", f"hydra.sweep.dir={sweep}"],
+                         cwd=tmp_path, env=quantize_env(), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert "1 of 2 job(s) failed" in out.stderr, out.stderr[-3000:]
+    assert [line.split(":")[0] for line in out.stderr.splitlines() if line.startswith("  ")] == ["  0_fail"]
+    assert (sweep / "1_last" / "done.txt").read_text() == "last"
+
+
+@pytest.fixture
+def keep_signals():
+    import submitit
+    sig = submitit.JobEnvironment._usr_sig()
+    handler = signal.getsignal(sig)
+    yield sig
+    signal.signal(sig, handler)
+
+
+def test_a_warned_job_whose_failed_json_is_torn_is_recorded_as_time_limit(tmp_path, monkeypatch, keep_signals):
+    """submitit's time-limit warning, then the job failed and its FAILED.json
+    is torn: the launcher records the time limit (not a JSONDecodeError)."""
+    monkeypatch.syspath_prepend(str(ROOT / "quantize" / "plugins"))   # as Hydra finds it: quantize_env
+    from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
+    from hydra_plugins.quantbench_launchers.collect import CollectingLauncher
+    (tmp_path / ".hydra").mkdir()
+
+    def job(self, *args, **kwargs):
+        signal.raise_signal(keep_signals)
+        (tmp_path / jobs.FAILURE_FILE).write_text('{"error": "Runt')
+        return SimpleNamespace(hydra_cfg=OmegaConf.create({"hydra": {"runtime": {"output_dir": str(tmp_path)}}}),
+                               overrides=["recipe=fp8"])
+    signal.signal(keep_signals, lambda *_: None)
+    monkeypatch.setattr(BaseSubmititLauncher, "__call__", job)
+    CollectingLauncher.__call__(object.__new__(CollectingLauncher))
+    info = json.loads((tmp_path / jobs.FAILURE_FILE).read_text())
+    assert info["error"] == jobs.TIME_LIMIT and info["overrides"] == ["recipe=fp8"]
+    assert "FAILED.json is unreadable" in info["traceback"]
