@@ -6,6 +6,7 @@ import hydra
 from quantize.common.cli_help import print_help_if_asked
 from quantize.common.config import prepare_argv
 from quantize.common.jobs import run_job
+from quantize.common.point_folders import check_forced_sweep
 from quantize.common.paths import CONF_DIR
 
 
@@ -33,4 +34,5 @@ def main() -> None:
     if print_help_if_asked("quantize", sys.argv[1:]):
         return
     prepare_argv("quantize")
+    check_forced_sweep("quantize", sys.argv[1:])
     _hydra_main()

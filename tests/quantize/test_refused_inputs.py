@@ -231,3 +231,19 @@ def test_a_config_json_that_holds_no_object_is_refused(tmp_path, workdir, tiny_m
             proc = run_quantize(f"recipe={recipe}", f"model={model}", *SMALL_CALIB, f"artifacts_dir={arts}",
                                 cwd=workdir)
             assert_refused(proc, arts, str(model / "config.json"), "re-copy or re-create the checkpoint", *words)
+
+
+def test_a_forced_sweep_whose_points_share_a_folder_is_refused_before_any_job(tmp_path, workdir, tiny_model):
+    """-m seed=0,1 force=true had each point replace the one before: the last won, silently."""
+    arts = tmp_path / "artifacts"
+    sweep = ("-m", "recipe=w8a8_smooth_ptq", f"model={tiny_model}", *SMALL_CALIB, "seed=0,1", "force=true",
+             f"artifacts_dir={arts}")
+    proc = run_quantize(*sweep, cwd=workdir)
+    folder = "artifact_dir='${artifacts_dir}/${model.name}/${recipe.name}-seed${seed}'"
+    assert_refused(proc, arts, "force=true", "(seed=0) and (seed=1)", str(arts / "tiny-llama" / "w8a8_smooth_ptq"),
+                   folder, "or drop force=true")
+    assert not (workdir / "logs").exists(), "a job started"
+    apart = run_quantize(*sweep, folder.replace("'", ""), cwd=workdir)   # points in folders of their own run
+    assert apart.returncode == 0, tail(apart)
+    assert {p.parent.name for p in (arts / "tiny-llama").glob("*/manifest.json")} == {
+        "w8a8_smooth_ptq-seed0", "w8a8_smooth_ptq-seed1"}
