@@ -48,6 +48,8 @@ class CheckpointFormat:
     per_channel: bool = False      # integer weights scaled per output channel (strategy: channel), not per group
     # FP8's strategy (FP8_* above; several joined by "+"); None: FP8_PER_TOKEN, the shipped fp8_dynamic's
     fp8: str | None = None
+    # config.json's model_type (an engine may refuse a dtype for some); None for a format judged alone
+    model_type: str | None = field(default=None, compare=False)
     # the attention head size (some kernels take only some sizes); None for a format judged alone (the table's)
     head_dim: int | None = field(default=None, compare=False)
     # The output sizes of the parts vLLM merges into one layer ({"q": heads x head_dim, "k/v": ...,
@@ -80,7 +82,7 @@ def classify(config: dict, sparse_24: bool = False) -> CheckpointFormat:
     q = config.get("quantization_config") or {}
     common = dict(dtype=dtype, sparse_24=sparse_24, sparsity_compressed=bool(q.get("sparsity_config")),
                   moe=is_moe(config), kv_cache=kv_cache_scheme(q.get("kv_cache_scheme")), head_dim=head_dim(config),
-                  merged_parts=merged_parts(config))
+                  merged_parts=merged_parts(config), model_type=config.get("model_type"))
     if not q:
         return CheckpointFormat(**common)
     method = q.get("quant_method")

@@ -48,6 +48,10 @@ FP8_NATIVE = (8, 9)
 # with compute capability of at least 8.0"; supported_dtypes: [bf16, fp16, fp32] from 80, else
 # [fp16, fp32] (config/model.py, _resolve_auto_dtype falls back to the first of them).
 BF16 = (8, 0)
+# config/model.py (0.32.0), _FLOAT16_NOT_SUPPORTED_MODELS: model types _check_valid_dtype refuses in
+# float16 ("does not support float16", numerical instability), on every platform; _resolve_auto_dtype
+# leaves float16 out of their auto choice, so below BF16 auto gives them float32.
+FLOAT16_REFUSED = frozenset({"gemma2", "gemma3", "gemma3_text", "glm4"})
 # model_executor/kernels/linear/mixed_precision/machete.py, MacheteLinearKernel.can_implement:
 # only on capability 9.0 exactly (is_device_capability(90)); it comes before Marlin in
 # kernels/linear/__init__.py, _POSSIBLE_KERNELS[CUDA] (choose_mp_linear_kernel's order).
@@ -212,13 +216,32 @@ def _log_once(note: str) -> None:
     log.warning(note)
 
 
+@lru_cache(maxsize=1)
+def float16_refused() -> frozenset:
+    """The model types vLLM refuses to run in float16: the installed vLLM's
+    own list where it imports (config/model.py; config.py in older
+    releases), else FLOAT16_REFUSED. Asked only for a checkpoint's model
+    type: the import takes seconds."""
+    import importlib
+    for module in ("vllm.config.model", "vllm.config"):
+        with suppress(Exception):   # no vLLM, or one that fails to import here
+            found = getattr(importlib.import_module(module), "_FLOAT16_NOT_SUPPORTED_MODELS", None)
+            if found is not None:
+                return frozenset(found)
+    return FLOAT16_REFUSED
+
+
 def cuda_rule(fmt, cc: Capability, args: dict, version: str | None = INSTALLED) -> Verdict:
     """The weights and compute dtype on a GPU of capability `cc` (the KV
     cache is cuda_kv_rule's), under the rules of vLLM `version` (rules_for)."""
     sm = _sm(cc)
+    no_fp16 = bool(fmt.model_type) and fmt.model_type in float16_refused()
     if args.get("dtype") == "bfloat16" and cc < BF16:
         return Verdict(False, f"vLLM runs bfloat16 only from compute capability 8.0 ({sm} here); "
-                              "use engine.args.dtype=float16")
+                              f"use engine.args.dtype={'float32' if no_fp16 else 'float16'}")
+    if args.get("dtype") == "float16" and no_fp16:
+        return Verdict(False, f"vLLM refuses float16 for model type {fmt.model_type} (numerical instability); "
+                              "use engine.args.dtype=auto (bfloat16, float32 below compute capability 8.0)")
     needs = SCHEME_MIN.get(fmt.scheme, (0, 0))
     if cc < needs:
         return Verdict(False, f"vLLM serves {fmt.label} from compute capability {needs[0]}.{needs[1]} "

@@ -454,6 +454,49 @@ def test_the_dtype_vllm_gets_on_a_simulated_gpu(cuda_host, sm, dtype):
     assert VllmEngine.choose_dtype(fmt(dtype="float32"), machine) == dtype
 
 
+@pytest.mark.parametrize("checkpoint", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("sm, dtype", [("sm75", "float32"), ("sm80", "bfloat16"), ("sm90", "bfloat16")])
+def test_a_model_type_vllm_refuses_in_float16_gets_what_vllms_auto_picks(cuda_host, monkeypatch, checkpoint, sm, dtype):
+    """config/model.py: _check_valid_dtype raises for gemma2/gemma3/glm4 in
+    float16, and _resolve_auto_dtype leaves float16 out for them (float32 on a
+    T4). The format comes from the config.json as the pipeline reads it, and
+    the table's verdict is decided with the same dtype."""
+    monkeypatch.setattr(vllm_cuda_rules, "float16_refused", lambda: vllm_cuda_rules.FLOAT16_REFUSED)
+    cuda_host(sm)
+    gemma = classify({"model_type": "gemma3_text", "torch_dtype": checkpoint})
+    assert gemma.model_type == "gemma3_text"
+    verdict, chosen = decide("vllm", gemma, VllmEngine.machine())
+    assert chosen == dtype and verdict
+    llama = classify({"model_type": "llama", "torch_dtype": checkpoint})   # others keep vLLM's fp16 fallback
+    assert VllmEngine.choose_dtype(llama, VllmEngine.machine()) == ("float16" if sm == "sm75" else
+                                                                   "float16" if checkpoint == "float16" else dtype)
+
+
+def test_float16_asked_for_a_model_type_vllm_refuses_in_it_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setattr(vllm_cuda_rules, "float16_refused", lambda: vllm_cuda_rules.FLOAT16_REFUSED)
+    verdict = cuda_rule(fmt(model_type="gemma2"), (7, 5), {"dtype": "float16"})
+    assert not verdict and "float16 for model type gemma2" in verdict.reason and "dtype=auto" in verdict.reason
+    assert "dtype=float32" in cuda_rule(fmt(model_type="gemma2"), (7, 5), {"dtype": "bfloat16"}).reason
+    assert cuda_rule(fmt(model_type="llama"), (7, 5), {"dtype": "float16"})
+
+
+def test_the_model_types_refused_in_float16_are_the_installed_vllms_own(monkeypatch):
+    import sys
+    import types
+    vllm_cuda_rules.float16_refused.cache_clear()
+    fake = types.ModuleType("vllm.config.model")
+    fake._FLOAT16_NOT_SUPPORTED_MODELS = {"newmodel": "Numerical instability."}
+    monkeypatch.setitem(sys.modules, "vllm.config.model", fake)
+    try:
+        assert vllm_cuda_rules.float16_refused() == {"newmodel"}
+        vllm_cuda_rules.float16_refused.cache_clear()
+        monkeypatch.setitem(sys.modules, "vllm.config.model", None)   # fails to import
+        monkeypatch.setitem(sys.modules, "vllm.config", None)
+        assert vllm_cuda_rules.float16_refused() == vllm_cuda_rules.FLOAT16_REFUSED
+    finally:
+        vllm_cuda_rules.float16_refused.cache_clear()
+
+
 # ---- 0.33.0: as 0.32.0 but for a 16-bit KV cache in another dtype than the model's ----------------
 
 @pytest.mark.parametrize("sm", ALL_SM)
