@@ -90,3 +90,32 @@ def test_the_setup_lines_work_in_a_project_path_with_a_space(tmp_path, monkeypat
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 0 and out.stderr == "", out.stderr
     assert out.stdout.splitlines() == ["yes", f"{root}:/x"]
+
+
+@pytest.mark.parametrize("preset", ["slurm_cpu", "slurm_gpu"])
+def test_jobs_that_download_from_the_hub_stay_online(tmp_path, monkeypatch, preset):
+    """A setup line exporting HF_HUB_OFFLINE=1 reads, in the job, as the user's
+    value, which run_job keeps: hub calibration sets, a model=<hub id> and
+    lm-eval hub tasks would fail on Slurm only. run_job sets it per job."""
+    import subprocess
+
+    from omegaconf import OmegaConf
+
+    from quantize.common import resolvers
+    from quantize.common.jobs import offline_unless_set
+    from quantize.common.paths import CONF_DIR
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / "bin" / "activate").write_text("")
+    monkeypatch.setattr(resolvers, "PROJECT_ROOT", tmp_path)
+    resolvers.register_resolvers()
+    setup = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "hydra" / "launcher" / f"{preset}.yaml").setup,
+                                   resolve=True)
+    script = "\n".join([*setup, 'printf "%s" "${HF_HUB_OFFLINE-unset}"'])
+    out = subprocess.run(["bash", "-c", script], env={"PATH": os.environ["PATH"]},
+                         capture_output=True, text=True, timeout=30)
+    job_env = {} if out.stdout == "unset" else {"HF_HUB_OFFLINE": out.stdout}
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    for key, value in job_env.items():
+        monkeypatch.setenv(key, value)
+    with offline_unless_set(False):  # a job with needs_hub=True
+        assert "HF_HUB_OFFLINE" not in os.environ
