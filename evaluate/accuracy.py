@@ -30,6 +30,7 @@ reference: the artifact's unquantized base model run in transformers.
 """
 import dataclasses
 import functools
+import gc
 import hashlib
 import json
 import logging
@@ -169,6 +170,17 @@ class Reference:
         model = hf_load.causal_lm(self.path, dtype=self.dtype, use_safetensors=True)
         return model.to(self.device).eval()
 
+    def release(self) -> None:
+        """Frees the weights, and on a GPU the blocks torch's allocator keeps
+        cached for them: a vLLM started next in this process (lm-eval's, a
+        sweep's next job) refuses to start without that memory free."""
+        if self.__dict__.pop("model", None) is None:
+            return
+        gc.collect()
+        if self.device.startswith("cuda"):
+            import torch
+            torch.cuda.empty_cache()
+
     def log_probs(self, ids: list[int]):
         """[len(ids) - 1, vocab] float32 log-probabilities predicting ids[1:].
         float32 holds bf16/fp16 logits exactly; its log-softmax differs from
@@ -301,9 +313,15 @@ class Scores:
 
 def score(passed: dict, target, config: AccuracyConfig) -> Scores:
     """Compare the engine's logprobs with the reference model's distributions."""
+    ref = Reference(reference_path(target, config), config.reference_device)
+    try:
+        return _compare(passed, ref, config)
+    finally:
+        ref.release()
+
+
+def _compare(passed: dict, ref: Reference, config: AccuracyConfig) -> Scores:
     wins, items = passed["windows"], passed["items"]
-    ref_path = reference_path(target, config)
-    ref = Reference(ref_path, config.reference_device)
     per_window = [window_sums(ids, positions, ref_lp) for ids, positions, ref_lp in
                   zip(wins, passed["window_logprobs"], reference_window_log_probs(ref, wins))]
     nll, ref_nll, kl, agree, scored = (sum(column) for column in zip(*per_window))
@@ -319,7 +337,7 @@ def score(passed: dict, target, config: AccuracyConfig) -> Scores:
         "recovery_pct": 100 * ref_ppl / ppl,
         "lastword_recovery_pct": 100 * acc / ref_acc if ref_acc else None,
         "scored_tokens": scored, "lastword_items": len(items), "top_k": int(config.top_k),
-        "reference": str(ref_path), "reference_dtype": str(ref.dtype).removeprefix("torch."),
+        "reference": str(ref.path), "reference_dtype": str(ref.dtype).removeprefix("torch."),
         "reference_device": ref.device,
     }
     columns = dict(zip(SAMPLE_COLUMNS, (list(c) for c in zip(*per_window))))

@@ -193,6 +193,55 @@ def test_a_job_whose_reference_results_are_kept_never_loads_the_reference(kept, 
     assert "model" not in second.__dict__
 
 
+class Weights:
+    """Stands for a reference model on a GPU: only whether it is still held counts."""
+
+    def to(self, device):
+        return self
+
+    def eval(self):
+        return self
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_reference_on_a_gpu_gives_its_memory_back_after_scoring_even_when_scoring_fails(
+        kept, ref_dir, tmp_path, monkeypatch, fails):
+    """torch's caching allocator keeps a freed model's blocks: vLLM, started
+    next in the process (lm-eval's, a sweep's next job), found them taken."""
+    import gc
+    import weakref
+    import torch
+    from evaluate.accuracy import AccuracyConfig, LastWordConfig, score
+    held, emptied = [], []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append([w() is None for w in held]))
+    monkeypatch.setattr(kept, "CACHE_DIR", tmp_path)
+
+    def load(path, **_):
+        weights = Weights()
+        held.append(weakref.ref(weights))
+        return weights
+    monkeypatch.setattr(kept.hf_load, "causal_lm", load)
+
+    def log_probs(self, ids):
+        assert self.model is not None
+        if fails:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return np.zeros((len(ids) - 1, 400), dtype=np.float32)
+    monkeypatch.setattr(kept.Reference, "log_probs", log_probs)
+    config = AccuracyConfig("t", "austen", [], 1, len(WINDOWS[0]), 1, LastWordConfig(1, 1, 8),
+                            reference=str(ref_dir), reference_device="cuda")
+    positions = [None] + [{t: (-1.0, 1)} for t in WINDOWS[0][1:]]
+    passed = {"windows": WINDOWS[:1], "items": ITEMS[:1], "window_logprobs": [positions],
+              "item_logprobs": [[{t: (-1.0, 1)} for t in ITEMS[0][0]]]}
+    if fails:
+        with pytest.raises(RuntimeError):
+            score(passed, None, config)
+    else:
+        score(passed, None, config)
+    gc.collect()
+    assert len(held) == 1 and emptied == [[True]]   # the weights were gone before the cache was emptied
+
+
 # The row keeps the per-window and per-item values its metrics are sums of,
 # so that the report can bound them (evaluate/analysis/accuracy_bounds.py).
 
