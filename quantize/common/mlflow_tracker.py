@@ -12,7 +12,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from quantize.common.credentials import hide, redact
 from quantize.common.errors import UserError
@@ -228,8 +228,9 @@ class MlflowTracker(Tracker):
 
 
 def _folder(experiment: str) -> str:
-    """The experiment's folder under mlruns/: its name's parts but `/`, `.` and `..`."""
-    parts = [p for p in PurePosixPath(experiment).parts if p not in ("/", ".", "..")]
+    """The experiment's folder under mlruns/: its name's `/` parts but empty ones, `.` and `..`
+    (split by hand: PurePosixPath keeps a leading `//` as a part of its own)."""
+    parts = [p for p in experiment.split("/") if p not in ("", ".", "..")]
     return "/".join(parts) or "_"
 
 

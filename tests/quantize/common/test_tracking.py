@@ -165,7 +165,7 @@ def test_a_sqlite_stores_files_are_kept_beside_it_not_in_each_jobs_folder(tmp_pa
 
 @needs_mlflow
 @pytest.mark.parametrize("experiment, folder", [("{tmp}/Users/me", "{tmp}/Users/me"), ("../../outside", "outside"),
-                                                ("team/llm", "team/llm")])
+                                                ("team/llm", "team/llm"), ("/{tmp}/Users/me", "{tmp}/Users/me")])
 def test_an_absolute_or_dotted_experiment_name_keeps_its_files_under_mlruns(tmp_path, experiment, folder):
     """`/Users/me/exp` (a Databricks-style name) put the run's files at
     /Users/me/exp, `../../outside` two folders above the store: outside
