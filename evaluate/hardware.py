@@ -66,7 +66,20 @@ def mismatch(profile: str, machine) -> str | None:
     return None
 
 
-if __name__ == "__main__":
+def main(argv: list[str]) -> int:
+    """Print this machine's profile; it takes no arguments (-h says what it prints)."""
+    if argv in (["-h"], ["--help"]):
+        print("python -m evaluate.hardware: print the hardware profile this machine gets (cpu or cuda); "
+              "it takes no arguments")
+        return 0
+    if argv:
+        print(f"error: python -m evaluate.hardware takes no arguments, not {argv[0]!r} "
+              "(it prints this machine's profile; --help says more)", file=sys.stderr)
+        return 2
     detach_stdin()  # nothing may prompt (quantize.common.hf_load)
     print(detected())
-    sys.exit(0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -206,3 +206,22 @@ def test_the_gpu_question_skips_torch_only_where_its_build_has_no_gpu_support():
     assert quantize.common.machine._torch_may_see_a_gpu() == built_for_gpu
     assert bool(quantize.common.machine.gpus()) == torch.cuda.is_available()
     assert hardware.detected() == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@pytest.mark.parametrize("args, code, expect", [
+    ([], 0, ("cpu", "cuda")),
+    (["--help"], 0, ("python -m evaluate.hardware: print the hardware profile this machine gets",)),
+    (["--bogus"], 2, ("error: python -m evaluate.hardware takes no arguments, not '--bogus'",)),
+    (["hardware=cuda"], 2, ("error: python -m evaluate.hardware takes no arguments, not 'hardware=cuda'",)),
+])
+def test_the_profile_command_says_what_it_prints_and_takes_no_arguments(tmp_path, args, code, expect):
+    """scripts/run_matrix.sh reads its one word; --help and a stray argument printed that word too."""
+    import subprocess
+    import sys
+
+    from tests.conftest import quantize_env
+    out = subprocess.run([sys.executable, "-m", "evaluate.hardware", *args], cwd=tmp_path, env=quantize_env(),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == code, out.stderr
+    said = (out.stdout + out.stderr).strip()
+    assert len(said.splitlines()) == 1 and said.startswith(expect), said
