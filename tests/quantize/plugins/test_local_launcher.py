@@ -22,6 +22,8 @@ from quantize.common.jobs import run_job
 def work(cfg):
     out = Path(HydraConfig.get().runtime.output_dir)
     (out / "gpus.txt").write_text(os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"))
+    with open(out / "runs.txt", "a") as runs:  # how many times the launcher ran the job
+        runs.write("run\\n")
     if cfg.action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)  # as the out-of-memory killer or kill -9 would
     (out / "done.txt").write_text(cfg.action)

@@ -1,0 +1,89 @@
+"""hydra-ray-launcher's RayLauncher, made safe for long sweeps.
+
+The plugin's `launch()` returns `[ray.get(run) for run in runs]`: the first
+job whose worker died (the out-of-memory killer, kill -9, a crash, a lost
+node) raises, the whole multirun stops with a traceback, the results of the
+jobs after it are never collected and the sweep's failure summary never
+runs. This launcher submits the same way and then collects each job on its
+own: such a job becomes a FAILED.json in its Hydra job dir, like a job that
+failed in Python (quantize.common.jobs), the other jobs' results are kept
+and `FailureSummary` lists it and exits 1. The presets set the tasks'
+`max_retries: 0`: Ray would otherwise run a killed job up to 3 more times.
+
+Use it through the preset: hydra/launcher=ray_local.
+"""
+import logging
+from pathlib import Path
+from typing import List, Sequence
+
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
+from hydra_plugins.hydra_ray_launcher.ray_launcher import RayLauncher
+from omegaconf import OmegaConf, open_dict
+
+log = logging.getLogger(__name__)
+
+KILLED = ("killed: the job's Ray worker ended without a result (killed by a signal: the out-of-memory killer, "
+          "kill -9, or a crash)")
+OUT_OF_MEMORY = "out of memory: Ray's memory monitor killed the job's worker"
+NODE_LOST = "node failure: the Ray node running the job died"
+
+
+class CollectingRayLauncher(RayLauncher):
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from hydra_plugins.hydra_ray_launcher._launcher_util import launch_job_on_ray, start_ray
+
+        # As the plugin's launch(): start or join Ray, one task per job.
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        log.info(f"Ray Launcher is launching {len(job_overrides)} jobs, sweep output dir: {sweep_dir}")
+        self.ray_cfg.init.setdefault("object_store_memory", 78643200)  # as the plugin: enough on a small host
+        start_ray(self.ray_cfg.init)
+        jobs = []
+        for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+            log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
+            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            with open_dict(cfg):
+                cfg.hydra.job.id = f"job_id_for_{idx}"
+                cfg.hydra.job.num = idx
+            ref = launch_job_on_ray(self.hydra_context, self.ray_cfg.remote, cfg, self.task_function,
+                                    Singleton.get_state())
+            jobs.append((list(overrides), idx, cfg, ref))
+        return [self._collect(*job) for job in jobs]
+
+    def _collect(self, overrides: List[str], idx: int, cfg, ref) -> JobReturn:
+        """The job's own JobReturn, or a recorded failure when Ray has none."""
+        import ray
+        from hydra_plugins.quantbench_launchers.collect import record
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayError as e:
+            message = f"{why_ended(e)}; completed results are kept, rerun the sweep to resume"
+            error = str(e)
+        job_dir = Path(str(cfg.hydra.sweep.dir))
+        try:
+            job_dir = job_dir / str(cfg.hydra.sweep.subdir)
+        except Exception as e:  # an interpolation only a running job can resolve
+            log.warning("job dir of #%d: %s; using %s", idx, e, job_dir / str(idx))
+            job_dir = job_dir / str(idx)
+        log.error("job #%d failed: %s", idx, message)
+        record(job_dir, message, error, overrides)
+        ret = JobReturn(overrides=overrides, working_dir=str(job_dir), status=JobStatus.COMPLETED)
+        ret.return_value = None
+        return ret
+
+
+def why_ended(error: Exception) -> str:
+    """What a Ray error that left a job without a result says to the user."""
+    import ray
+    if isinstance(error, ray.exceptions.OutOfMemoryError):
+        return OUT_OF_MEMORY
+    if isinstance(error, ray.exceptions.NodeDiedError):
+        return NODE_LOST
+    if isinstance(error, ray.exceptions.WorkerCrashedError):
+        return KILLED
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f"failed: {lines[-1] if lines else type(error).__name__}"
+

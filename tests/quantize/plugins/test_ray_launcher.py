@@ -1,0 +1,49 @@
+"""hydra/launcher=ray_local: a job whose Ray worker is killed is recorded as
+failed, once, and the rest of the sweep finishes."""
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+from omegaconf import OmegaConf
+
+from quantize.common.paths import CONF_DIR
+from tests.conftest import quantize_env
+from tests.quantize.plugins.test_local_launcher import write_app
+
+pytestmark = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("ray", "hydra_plugins.hydra_ray_launcher")),
+    reason="Ray or Hydra's Ray launcher is not installed here (bash scripts/setup.sh installs them)")
+
+
+def sweep(folder, *args):
+    return subprocess.run([sys.executable, "app.py", "-m", *args, f"hydra.sweep.dir={folder / 'sweep'}"],
+                          cwd=folder, env=quantize_env({"RAY_DEDUP_LOGS": "0"}), capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("preset", ["ray_local"])
+def test_the_presets_never_rerun_a_killed_job(preset):
+    """Ray's default reruns a task whose worker died 3 times: an OOM-killed
+    quantize job would run 4 times. What the presets pass to ray.remote."""
+    cfg = OmegaConf.load(CONF_DIR / "hydra" / "launcher" / f"{preset}.yaml")
+    assert cfg.ray.remote.max_retries == 0
+    assert cfg._target_.endswith("ray_jobs.CollectingRayLauncher")
+
+
+@pytest.mark.extended
+def test_a_job_whose_worker_is_killed_fails_alone_and_once(tmp_path):
+    write_app(tmp_path)
+    out = sweep(tmp_path, "action=first,kill,last", "hydra/launcher=ray_local")
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "1 of 3 job(s) failed" in out.stderr, out.stderr[-3000:]
+    summary = [line for line in out.stderr.splitlines() if line.startswith("  ")]
+    assert len(summary) == 1 and "action=kill" in summary[0] and "killed" in summary[0], summary
+    (failed,) = (tmp_path / "sweep").glob("*/FAILED.json")
+    assert failed.parent.name == "1_kill" and (failed.parent / "runs.txt").read_text() == "run\n"
+    info = json.loads(failed.read_text())
+    assert info["error"].startswith("killed") and info["overrides"] == ["action=kill"]
+    for name in ("0_first", "2_last"):
+        assert (tmp_path / "sweep" / name / "done.txt").read_text() == name.split("_")[1]
+
