@@ -7,10 +7,13 @@ appends the job's duration to the job-times file (one O_APPEND line, so
 parallel and remote jobs count too) and prints "k/N done, elapsed, ETA", with
 k counted from that file's lines of this run.
 
-The ETA sums, over the jobs left, the mean duration of like jobs measured on
-this host kind (same stage and model; the same recipe where one was measured),
-as if they ran one after another. A job with nothing left to do (an artifact
-already complete, every run already stored) counts what such skips took."""
+The ETA sums, over the jobs left, what like jobs took on this host kind
+(same stage and model; the same recipe where one was measured), as if they ran
+one after another: for a build, their mean; for an evaluate job, its
+measurements left at the like jobs' time per measurement, plus a fixed part
+per job where their differing amounts of work show one (estimate). A job with
+nothing left to do (an artifact already complete, every run already stored)
+counts what such skips took."""
 import json
 import logging
 import os
@@ -124,8 +127,26 @@ def estimate(job: PlannedJob, host: str, history: list[JobTime]) -> float | None
         skips = [t.seconds for t in alike if t.work == 0]
         return mean(skips) if skips else 0.0
     working = [t for t in alike if t.work > 0]
-    seconds = [t.seconds for t in working if t.recipe == job.recipe] or [t.seconds for t in working]
-    return mean(seconds) if seconds else None
+    like = [t for t in working if t.recipe == job.recipe] or working
+    if not like:
+        return None
+    # quantize's work is 1 (a build); evaluate's the measurements left, which decide its time
+    return mean(t.seconds for t in like) if job.stage == "quantize" else for_work(like, job.work)
+
+
+def for_work(times: list[JobTime], work: int) -> float:
+    """Seconds for `work` units, from past jobs' `times`: a fixed part (the
+    engine start) and a part per unit, fitted (least squares) where past jobs
+    had different amounts of work; in proportion to the work otherwise, or
+    where the fit is not both >= 0 (too few or too noisy times)."""
+    xs, ys = [t.work for t in times], [t.seconds for t in times]
+    if len(set(xs)) > 1:
+        mx, my = mean(xs), mean(ys)
+        per_unit = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+        fixed = my - per_unit * mx
+        if per_unit >= 0 and fixed >= 0:
+            return fixed + per_unit * work
+    return sum(ys) / sum(xs) * work
 
 
 def eta(jobs: list[PlannedJob], host: str, history: list[JobTime]) -> Eta:

@@ -29,8 +29,24 @@ def test_eta_sums_the_mean_of_the_same_recipe_on_this_host():
     history = [took(100), took(140), took(10, recipe="w4a16_rtn"), took(999, host=OTHER),
                took(5000, ok=False), took(300, stage="evaluate", recipe="w4a16_gptq", work=9)]
     jobs = [job(), job(recipe="w4a16_rtn"), job("evaluate", work=3)]
-    assert eta(jobs, HOST, history).seconds == 120 + 10 + 300
-    assert str(eta(jobs, HOST, history)) == "ETA 7 min 10 s"
+    # the evaluate job: 3 of the 9 measurements that took 300 s
+    assert eta(jobs, HOST, history).seconds == 120 + 10 + 100
+    assert str(eta(jobs, HOST, history)) == "ETA 3 min 50 s"
+
+
+def test_an_evaluate_job_takes_the_time_of_the_measurements_it_has_left():
+    """After a 4-measurement job of 120 s, 49 measurements left are not 120 s,
+    nor is 1 left (a resumed job)."""
+    one = [took(120, stage="evaluate", work=4)]
+    assert [eta([job("evaluate", work=n)], HOST, one).seconds for n in (49, 1)] == [1470, 30]
+    # jobs of 2 and 10 measurements: 20 s to start the engine, 5 s a measurement
+    two = [took(30, stage="evaluate", work=2), took(70, stage="evaluate", work=10)]
+    assert [eta([job("evaluate", work=n)], HOST, two).seconds for n in (1, 49)] == [25, 265]
+    # a fit with no fixed part >= 0 (the longer job was the quicker one per measurement): in proportion
+    noisy = [took(60, stage="evaluate", work=2), took(50, stage="evaluate", work=10)]
+    assert eta([job("evaluate", work=24)], HOST, noisy).seconds == 220
+    # a build is one build, whatever its plan said
+    assert eta([job(work=1)], HOST, [took(100), took(200, work=1)]).seconds == 150
 
 
 def test_a_recipe_never_measured_takes_the_stage_mean_of_its_model():
