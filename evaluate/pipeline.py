@@ -221,12 +221,13 @@ def _plan(config: EvaluateConfig) -> tuple[Job, list[Scenario], Verdict]:
     store = results.shard_path(resolve(config.results_dir), shard=config.results_per_process)
     _refuse_model_code(config, store)
     results.check_writable(store)  # before any measurement that could not be stored
+    wanted = scenarios.resolve(config.scenario)  # a missing scenario file: before the weights are read, checked
     opened = target.as_recorded(_load_target(config, store), results.read(store.parent))
     engine_cfg = replace(config.engine, args=dict(config.engine.args))  # its args get resolved below
     engine, name, args = engine_cfg.engine, engine_cfg.name, engine_cfg.args
     # the scenarios and accuracy settings first: the engine's checks may import it (vLLM: ~6 s)
     limit = _context_limit(opened, args.get("max_model_len"))
-    fit, unfit = _split_by_context(scenarios.resolve(config.scenario), limit, opened.max_context)
+    fit, unfit = _split_by_context(wanted, limit, opened.max_context)
     load, slo = serving.configure(config.load, config.slo, engine, name), config.slo
     if not load:  # a load profile's requests are not one batch
         config.limits.check_batch_sizes(fit)

@@ -405,3 +405,13 @@ def test_max_model_len_below_the_accuracy_windows_fails_before_the_speed_runs(ti
     assert_one_line_error(out, "accuracy requests need 513 tokens", "max_model_len is 256", "at least 513")
     assert "starting vLLM" not in out.stdout + out.stderr
     assert not res.exists() or not any(res.iterdir())
+
+
+def test_a_missing_scenario_file_is_refused_before_the_model_is_opened(tmp_path):
+    """The model is not there either: the scenario, a check of the command line
+    alone, is said first (it came after reading and verifying the weights)."""
+    nope = tmp_path / "nope.yaml"
+    proc = run_cli("evaluate", f"model={tmp_path / 'no_model'}", f"scenario={nope}",
+                   f"results_dir={tmp_path / 'res'}", cwd=tmp_path)
+    assert_one_line_error(proc, f"scenario file {nope} does not exist")
+    assert not (tmp_path / "res").exists()
