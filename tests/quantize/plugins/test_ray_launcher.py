@@ -1,5 +1,6 @@
-"""hydra/launcher=ray_local: a job whose Ray worker is killed is recorded as
-failed, once, and the rest of the sweep finishes."""
+"""hydra/launcher=ray_local and ray_gpu: a job whose Ray worker is killed is
+recorded as failed, once, and the rest of the sweep finishes; a GPU request
+the cluster cannot meet is refused in one line."""
 import importlib.util
 import json
 import subprocess
@@ -23,13 +24,15 @@ def sweep(folder, *args):
                           timeout=300)
 
 
-@pytest.mark.parametrize("preset", ["ray_local"])
+@pytest.mark.parametrize("preset", ["ray_local", "ray_gpu"])
 def test_the_presets_never_rerun_a_killed_job(preset):
     """Ray's default reruns a task whose worker died 3 times: an OOM-killed
     quantize job would run 4 times. What the presets pass to ray.remote."""
     cfg = OmegaConf.load(CONF_DIR / "hydra" / "launcher" / f"{preset}.yaml")
     assert cfg.ray.remote.max_retries == 0
     assert cfg._target_.endswith("ray_jobs.CollectingRayLauncher")
+    if preset == "ray_gpu":
+        assert cfg.ray.remote.num_gpus == 1
 
 
 @pytest.mark.extended
@@ -47,3 +50,24 @@ def test_a_job_whose_worker_is_killed_fails_alone_and_once(tmp_path):
     for name in ("0_first", "2_last"):
         assert (tmp_path / "sweep" / name / "done.txt").read_text() == name.split("_")[1]
 
+
+@pytest.mark.extended
+def test_a_gpu_request_no_node_meets_is_refused_in_one_line(tmp_path):
+    write_app(tmp_path)
+    out = sweep(tmp_path, "action=a,b", "hydra/launcher=ray_gpu", "hydra.launcher.ray.remote.num_gpus=64",
+                "+hydra.launcher.ray.init.num_cpus=1", "+hydra.launcher.ray.init.include_dashboard=false")
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "hydra.launcher.ray.remote.num_gpus=64 asks for more GPUs than any node" in out.stderr
+    assert not list((tmp_path / "sweep").glob("*/done.txt"))
+
+
+@pytest.mark.extended
+def test_each_gpu_job_sees_the_gpu_ray_gave_it(tmp_path):
+    """ray_local's tasks ask for no GPU, and Ray leaves such a job every GPU
+    of the machine; ray_gpu's get one each (two stand-in GPUs here)."""
+    write_app(tmp_path)
+    out = sweep(tmp_path, "action=a,b", "hydra/launcher=ray_gpu", "+hydra.launcher.ray.init.num_gpus=2",
+                "+hydra.launcher.ray.init.num_cpus=2", "+hydra.launcher.ray.init.include_dashboard=false")
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = [p.read_text() for p in sorted((tmp_path / "sweep").glob("*/gpus.txt"))]
+    assert len(seen) == 2 and set(seen) <= {"0", "1"}, seen

@@ -10,7 +10,10 @@ failed in Python (quantize.common.jobs), the other jobs' results are kept
 and `FailureSummary` lists it and exits 1. The presets set the tasks'
 `max_retries: 0`: Ray would otherwise run a killed job up to 3 more times.
 
-Use it through the preset: hydra/launcher=ray_local.
+It also refuses, in one line, a GPU request (`ray.remote.num_gpus`) no node
+of the Ray cluster can meet: Ray would leave the jobs pending forever.
+
+Use it through the presets: hydra/launcher=ray_local or ray_gpu.
 """
 import logging
 from pathlib import Path
@@ -41,6 +44,7 @@ class CollectingRayLauncher(RayLauncher):
         log.info(f"Ray Launcher is launching {len(job_overrides)} jobs, sweep output dir: {sweep_dir}")
         self.ray_cfg.init.setdefault("object_store_memory", 78643200)  # as the plugin: enough on a small host
         start_ray(self.ray_cfg.init)
+        check_gpus(self.ray_cfg.remote.get("num_gpus") or 0)
         jobs = []
         for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
             log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
@@ -87,3 +91,15 @@ def why_ended(error: Exception) -> str:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return f"failed: {lines[-1] if lines else type(error).__name__}"
 
+
+def check_gpus(wanted: float) -> None:
+    """One line naming the setting when no node of the cluster has the GPUs one job asks for."""
+    import ray
+    if not wanted:
+        return
+    most = max((node["Resources"].get("GPU", 0) for node in ray.nodes() if node.get("Alive")), default=0)
+    if wanted > most:
+        from hydra_plugins.quantbench_launchers.slurm import fail
+        fail(f"hydra.launcher.ray.remote.num_gpus={wanted:g} asks for more GPUs than any node of the Ray cluster "
+             f"has ({most:g}); set hydra.launcher.ray.remote.num_gpus={most:g} or use hydra/launcher=ray_local "
+             "for CPU jobs")
