@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from evaluate.analysis.groups import Group, numeric_metrics
 from evaluate.report.formatting import MISSING, fmt_fixed, md_table, short
 from evaluate.report.layouts import MarkdownLayout
+from evaluate.report.stores_markdown import machine_names
 from evaluate.results import Row
 
 SUBTITLE = "prefill and decode latency per batch size"
@@ -42,14 +43,19 @@ def tp_size(g: Group) -> int:
 def by_tp(speed: list[Group]) -> dict[int, dict[str, list[Group]]]:
     """{TP size: {table heading: groups}}, TP sizes ascending, tables in order of appearance."""
     out: dict[int, dict[str, list[Group]]] = {}
+    machines = machine_names({g.machine: g.runs[0].hardware for g in speed if g.runs})
     for g in speed:
         if g.scenario.batch_size is not None:
-            out.setdefault(tp_size(g), {}).setdefault(heading(g), []).append(g)
+            out.setdefault(tp_size(g), {}).setdefault(heading(g, machines), []).append(g)
     return dict(sorted(out.items()))
 
 
-def heading(g: Group) -> str:
-    s, setup = g.scenario, f" · setup {g.setup_id}" if g.setup_id else ""
+def heading(g: Group, machines: dict[str, str]) -> str:
+    """Per artifact, engine, setup and shape; rows from before setup ids name
+    their machine instead where there are several (machines: machine_names)."""
+    s = g.scenario
+    setup = (f" · setup {g.setup_id}" if g.setup_id
+             else f" · machine {machines[g.machine]}" if len(machines) > 1 else "")
     return (f"{g.model_name} · {g.recipe} ({short(g.artifact_id)}) · {g.engine}{setup} · "
             f"prompt {s.input_len} tokens, {s.output_len} generated")
 

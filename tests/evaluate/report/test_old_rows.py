@@ -4,11 +4,13 @@ same rows written today."""
 import csv
 import json
 
+import pytest
+
 from evaluate import results
 from evaluate.report import build_report
 from evaluate.results import Row
 
-from .rows import md_tables
+from .rows import HARDWARE, md_tables, speed_run, store
 
 
 def old_rows() -> list[dict]:
@@ -60,24 +62,28 @@ def test_an_old_store_reports_as_the_same_rows_written_today(tmp_path):
     assert "| unsupported | speed | — | ? | w4a16 |" in problems
 
 
-def test_old_rows_of_two_machines_are_never_averaged_or_compared_across_them(tmp_path):
-    """Rows written before setup ids, from a 2-CPU EPYC and an 8-CPU Xeon
-    three times as fast: each machine's recipe is its own group of its own
-    runs, and each speed-up is against the original of its own machine."""
-    from .rows import HARDWARE, speed_run, store
-    xeon = {**HARDWARE, "hostname": "bench-2", "cpu": "Intel Xeon 8480", "cpu_count": 8, "cpu_affinity": 8}
+def two_machines(other: dict, factor: float) -> list[Row]:
+    """Speed rows written before setup ids: original and w8a8 on HARDWARE, then
+    on `other`, `factor` times as fast (latencies divided by it)."""
     rows = []
-    for hardware, factor in ((HARDWARE, 1.0), (xeon, 3.0)):
+    for hardware, f in ((HARDWARE, 1.0), (other, factor)):
         for recipe in ("original", "w8a8_smooth_ptq"):
             for i in range(3):
                 row = speed_run(recipe, "interactive", i, hardware=hardware)
                 assert row.setup_id is None and row.comparison_id is None
                 m = row.metrics
-                metrics = {**m, "output_throughput": m["output_throughput"] * factor,
-                           "latency_s": m["latency_s"] / factor,
-                           "total_token_throughput": m["total_token_throughput"] * factor}
-                rows.append(row.but(metrics=metrics))
-    store(tmp_path / "old", rows)
+                rows.append(row.but(metrics={**m, "output_throughput": m["output_throughput"] * f,
+                                             "latency_s": m["latency_s"] / f, "ttft_ms_mean": m["ttft_ms_mean"] / f,
+                                             "total_token_throughput": m["total_token_throughput"] * f}))
+    return rows
+
+
+def test_old_rows_of_two_machines_are_never_averaged_or_compared_across_them(tmp_path):
+    """Rows written before setup ids, from a 2-CPU EPYC and an 8-CPU Xeon
+    three times as fast: each machine's recipe is its own group of its own
+    runs, and each speed-up is against the original of its own machine."""
+    xeon = {**HARDWARE, "hostname": "bench-2", "cpu": "Intel Xeon 8480", "cpu_count": 8, "cpu_affinity": 8}
+    store(tmp_path / "old", two_machines(xeon, 3.0))
     build_report(tmp_path / "old", tmp_path / "out", "t", outputs=("markdown", "csv"))
     md = (tmp_path / "out" / "report.md").read_text()
     assert "## Rejected rows" not in md   # every row read
@@ -88,3 +94,22 @@ def test_old_rows_of_two_machines_are_never_averaged_or_compared_across_them(tmp
     assert all("CV" not in r["Speed-up vs original (x, 95% CI)"] for r in table)
     with open(tmp_path / "out" / "summary.csv", newline="") as f:
         assert [r["runs"] for r in csv.DictReader(f)] == ["3"] * 4
+
+
+BIGGER = {**HARDWARE, "hostname": "bench-3", "memory_gib": 31.3}  # HARDWARE with more RAM, nothing else
+
+
+def test_batch_table_gives_each_machine_of_old_rows_its_own_table(tmp_path):
+    """Without setup ids, two machines' runs of one artifact and shape get a
+    table each, its heading naming the machine, not one table whose rows look
+    like two scenarios."""
+    store(tmp_path / "old", two_machines(BIGGER, 2.0))
+    build_report(tmp_path / "old", tmp_path / "out", "t", layouts=("batch_table",))
+    md = (tmp_path / "out" / "batch_table.md").read_text()
+    headings = [line for line in md.splitlines() if line.startswith("### ") and "original" in line]
+    assert len(headings) == 2
+    assert ["15.3 GiB RAM" in h for h in headings] == [True, False]
+    assert ["31.3 GiB RAM" in h for h in headings] == [False, True]
+    assert "(interactive)" not in md   # one batch size per table: no scenario name needed
+    first, second = (md.split(h, 1)[1].split("| Prefill | 1 | ", 1)[1].split(" |")[0] for h in headings)
+    assert float(first) == pytest.approx(2 * float(second), abs=0.02)   # each machine's own mean TTFT
