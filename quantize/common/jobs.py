@@ -243,22 +243,32 @@ def one_line(e: BaseException, limit: int = 400) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-# The failures of this process's jobs whose FAILED.json could not be written
-# (job dir, error): FailureSummary lists them too where the sweep runs its jobs
-# in this process (the basic launcher).
-_unrecorded: list[tuple[str, str]] = []
-
-
 def _record_failure(message: str, trace: str, exit_code: int) -> None:
-    """FAILED.json in the job's dir. A disk too full for it too does not end
-    the sweep: the job stays failed with its own error, said in the log."""
+    """FAILED.json in the job's dir. On a disk too full for it, an empty one
+    still marks the job failed for the summary and progress, whichever
+    process they run in (it reads as unreadable, naming the job dir); where
+    not even that can be made, the job raises and the sweep ends on its error."""
     from hydra.core.hydra_config import HydraConfig
     job_dir = HydraConfig.get().runtime.output_dir
     try:
         write_failure(job_dir, message, trace, HydraConfig.get().overrides.task, exit_code)
     except OSError as e:
-        log.error("the failure could not be written to %s: %s", Path(job_dir) / FAILURE_FILE, first_line(e))
-        _unrecorded.append((str(job_dir), message))
+        path = Path(job_dir) / FAILURE_FILE
+        log.error("the failure could not be written to %s: %s", path, first_line(e))
+        if not _mark_failed(path):
+            unrecorded = OneLineError(f"{message} (and its {FAILURE_FILE} could not be written: {first_line(e)})")
+            unrecorded.exit_code = exit_code
+            raise unrecorded from e
+
+
+def _mark_failed(path: Path) -> bool:
+    """An empty `path`, if none is there: a new file needs no data block, so a
+    full disk usually allows it. False: there is no `path` for readers to see."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o666))
+        return True
+    except OSError:
+        return path.exists()
 
 
 def write_failure(job_dir, message: str, trace: str, overrides, exit_code: int = 1) -> None:
@@ -287,14 +297,9 @@ class FailureSummary(Callback):
     """Hydra callback: after a multirun, list the jobs that failed (each left a
     FAILED.json in its output dir) and exit non-zero if any did."""
 
-    def on_multirun_start(self, config, **_) -> None:
-        _unrecorded.clear()
-
     def on_multirun_end(self, config, **_) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         failed = {path.parent.name: read_failure(path) for path in sorted(sweep_dir.glob(f"*/{FAILURE_FILE}"))}
-        for job_dir, error in _unrecorded:
-            failed.setdefault(Path(job_dir).name, {"error": error, "overrides": []})
         total = len([p for p in sweep_dir.iterdir() if p.is_dir() and (p / ".hydra").is_dir()])
         if not failed:
             log.info("sweep finished: %d job(s) ok (%s)", total, sweep_dir)

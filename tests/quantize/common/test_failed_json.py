@@ -1,6 +1,6 @@
 """FAILED.json, the record of a job that failed in a sweep: written whole or
 not at all; one that cannot be read, or that could not be written, still
-leaves the sweep's summary listing every failed job, and the sweep goes on."""
+marks its job failed (an empty FAILED.json where the disk has no room for more)."""
 import json
 import signal
 import subprocess
@@ -57,18 +57,29 @@ def test_the_summary_lists_a_job_whose_failed_json_is_torn_by_its_dir(tmp_path, 
 
 
 APP = '''
+import errno
+import shutil
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 
-from quantize.common.jobs import FAILURE_FILE, run_job
+from quantize.common import jobs
+from quantize.common.jobs import FAILURE_FILE, run_command, run_job
+
+
+def no_room(*args):
+    raise OSError(errno.ENOSPC, "No space left on device")
 
 
 def work(cfg):
     out = Path(HydraConfig.get().runtime.output_dir)
+    if cfg.action == "full":
+        jobs.atomic.write_json = no_room   # a disk with no room for FAILED.json's data
+        raise RuntimeError("the engine died")
     if cfg.action == "fail":
-        (out / FAILURE_FILE).mkdir()   # FAILED.json cannot be written there
+        shutil.rmtree(out)
+        out.write_text("")   # the job dir is gone: no FAILED.json can be made there at all
         raise RuntimeError("the engine died")
     (out / "done.txt").write_text(cfg.action)
 
@@ -79,11 +90,11 @@ def main(cfg):
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main, "app", "app")
 '''
 
 
-def test_a_failure_that_cannot_be_recorded_fails_its_job_alone(tmp_path):
+def sweep_of(tmp_path, actions: str):
     (tmp_path / "app.py").write_text(APP)
     (tmp_path / "app.yaml").write_text(textwrap.dedent(f"""\
         action: ok
@@ -96,12 +107,32 @@ def test_a_failure_that_cannot_be_recorded_fails_its_job_alone(tmp_path):
               _target_: quantize.common.jobs.FailureSummary
         """))
     sweep = tmp_path / "sweep"
-    out = subprocess.run([sys.executable, "app.py", "-m", "action=fail,last", f"hydra.sweep.dir={sweep}"],
+    out = subprocess.run([sys.executable, "app.py", "-m", f"action={actions}", f"hydra.sweep.dir={sweep}"],
                          cwd=tmp_path, env=quantize_env(), capture_output=True, text=True, timeout=120)
+    return sweep, out
+
+
+def test_a_failure_on_a_disk_too_full_for_its_record_still_leaves_its_job_marked_failed(tmp_path):
+    """An empty FAILED.json marks it: a summary or progress in another
+    process (Slurm, local_submitit, ray, joblib) counts the job failed."""
+    sweep, out = sweep_of(tmp_path, "full,last")
     assert out.returncode == 1, out.stderr[-3000:]
     assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert (sweep / "0_full" / jobs.FAILURE_FILE).read_text() == ""
     assert "1 of 2 job(s) failed" in out.stderr, out.stderr[-3000:]
-    assert [line.split(":")[0] for line in out.stderr.splitlines() if line.startswith("  ")] == ["  0_fail"]
+    listed = [line for line in out.stderr.splitlines() if line.startswith("  ")]
+    assert len(listed) == 1 and listed[0].startswith("  0_full: failed; its FAILED.json is unreadable")
+    assert (sweep / "1_last" / "done.txt").read_text() == "last"
+
+
+def test_a_failure_that_cannot_be_recorded_at_all_ends_the_sweep_on_its_error(tmp_path):
+    """Not even an empty FAILED.json: nothing outside the job could tell it
+    failed, so the job raises; the other jobs still run."""
+    sweep, out = sweep_of(tmp_path, "fail,last")
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
+    error = out.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: RuntimeError: the engine died") and "FAILED.json could not be written" in error
     assert (sweep / "1_last" / "done.txt").read_text() == "last"
 
 
