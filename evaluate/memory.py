@@ -31,6 +31,7 @@ RSS costs ~15 us, and the sampler shares the cores with the engine it measures."
 import ctypes
 import gc
 import math
+import os
 import threading
 from dataclasses import dataclass
 
@@ -172,16 +173,51 @@ def _rss(p: psutil.Process) -> int:
 
 
 def _gpu_used_bytes() -> int | None:
-    """Device memory in use, via NVML: unlike torch.cuda it creates no CUDA
-    context in this process, which would take memory from the engine."""
+    """Memory in use on the GPUs this process may use, via NVML: unlike
+    torch.cuda it creates no CUDA context in this process, which would take
+    memory from the engine."""
     try:
         import pynvml
         pynvml.nvmlInit()
-        count = pynvml.nvmlDeviceGetCount()
-        return sum(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).used
-                   for i in range(count))
+        return sum(pynvml.nvmlDeviceGetMemoryInfo(h).used for h in visible_gpus(pynvml))
     except Exception:  # no NVIDIA driver: CPU-only measurement
         return None
+
+
+def visible_gpus(pynvml) -> list:
+    """NVML handles of the GPUs CUDA_VISIBLE_DEVICES leaves this process (all
+    where unset or empty, as vLLM reads it): NVML ignores it, and on a shared
+    node (Ray num_gpus=1, Slurm without ConstrainDevices) the others run
+    other jobs. Its entries are NVML indices (as vLLM takes them) or GPU-/MIG-
+    UUIDs, whole or a unique prefix; as in CUDA, the list ends at the first
+    entry that names no GPU."""
+    every = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if not listed:
+        return every
+    handles = []
+    for entry in (e.strip() for e in listed.split(",")):
+        handle = _gpu_named(pynvml, entry, every)
+        if handle is None:
+            break
+        handles.append(handle)
+    return handles
+
+
+def _gpu_named(pynvml, entry: str, every: list):
+    if entry.isdigit():
+        return every[int(entry)] if int(entry) < len(every) else None
+    if entry.startswith(("GPU-", "MIG-")):
+        try:
+            return pynvml.nvmlDeviceGetHandleByUUID(entry)
+        except pynvml.NVMLError:   # a prefix, or no such device
+            found = [h for h in every if _text(pynvml.nvmlDeviceGetUUID(h)).startswith(entry)]
+            return found[0] if len(found) == 1 else None
+    return None
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def kv_bytes_per_token(config: dict, itemsize: int, args: dict) -> int | None:
@@ -201,14 +237,14 @@ def kv_bytes_per_token(config: dict, itemsize: int, args: dict) -> int | None:
 
 
 def rank_memory_bytes(cuda: bool) -> int | None:
-    """The memory one rank of an engine computes in: the smallest GPU's (via
-    NVML) on a CUDA machine, else this machine's RAM; None where NVML cannot say."""
+    """The memory one rank of an engine computes in: the smallest visible
+    GPU's (via NVML, visible_gpus) on a CUDA machine, else this machine's
+    RAM; None where NVML cannot say."""
     if not cuda:
         return psutil.virtual_memory().total
     try:
         import pynvml
         pynvml.nvmlInit()
-        return min(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).total
-                   for i in range(pynvml.nvmlDeviceGetCount()))
-    except Exception:  # no NVIDIA driver (a simulated CUDA host): no bound from memory
+        return min(pynvml.nvmlDeviceGetMemoryInfo(h).total for h in visible_gpus(pynvml))
+    except Exception:  # no NVIDIA driver (a simulated CUDA host), no visible GPU: no bound from memory
         return None
