@@ -4,21 +4,20 @@ storage) can only take its password in the URL, so the URL itself is what
 must be redacted, everywhere but where it is connected to."""
 import re
 
-# scheme://<userinfo>@...: only such a string can hold a password
-_WITH_USERINFO = re.compile(r"[A-Za-z][\w+.\-]*://\S*@\S*")
+# scheme://<user>:<password>@<host>...: the password runs to the `@` before a
+# host (no `@` or `/` in it): one with a space, a `/` or an `@` is hidden whole.
+# Without a scheme, `user:password@host` (but not a path: `sqlite:////a@b`).
+_PASSWORD = re.compile(r"^(\s*(?:[A-Za-z][\w+.\-]*://)?[^:/\s]*:(?!//))(.*?)(@[^@/?#]*(?:[/?#].*)?)$", re.S)
+# a value that may be a URL with credentials (redact_values): a scheme and an `@`
+_URL_WITH_AT = re.compile(r"\s*[A-Za-z][\w+.\-]*://.*@.*", re.S)
 
 
 def redact(url) -> str:
-    """The URL as logs and files show it: the password as ***."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
+    """The URL as logs and files show it: the password as ***. Anything else
+    is kept as given (a sqlite path or a git ref with an `@`): a rerun of a
+    command that holds it must find the same path."""
     url = str(url)   # Hydra reads storage=5 as a number
-    if "@" not in url:   # no credentials: as given (a parse would re-encode it)
-        return url
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return url.split("@")[-1]  # unparsable: keep only what follows any credentials
+    return _PASSWORD.sub(r"\1***\3", url, count=1)
 
 
 def redact_values(values):
@@ -28,8 +27,8 @@ def redact_values(values):
         return {k: redact_values(v) for k, v in values.items()}
     if isinstance(values, (list, tuple)):
         return type(values)(redact_values(v) for v in values)
-    if isinstance(values, str) and _WITH_USERINFO.fullmatch(values.strip()):
-        return redact(values.strip())
+    if isinstance(values, str) and _URL_WITH_AT.fullmatch(values):
+        return redact(values)
     return values
 
 

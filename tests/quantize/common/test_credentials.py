@@ -1,0 +1,27 @@
+"""quantize/common/credentials.py: a URL's password hidden, the rest of it as given."""
+import pytest
+
+from quantize.common.credentials import redact, redact_override, redact_values
+
+
+@pytest.mark.parametrize("url", ["sqlite:////tmp/a@b/mlflow.db", "file:///tmp/a@b/mlruns",
+                                 "git+https://github.com/org/repo@v1.2", "http://me@127.0.0.1:5000",
+                                 "sqlite:///mlflow.db", "/data/a:b@c/mlruns"])
+def test_a_url_without_a_password_is_kept_as_given(url):
+    """An `@` in a sqlite path or a git ref was re-encoded (a%40b): a rerun of
+    the recorded command made its store under a folder literally named a%40b."""
+    assert redact(url) == url
+    assert redact_override(f"tracking.uri={url}") == f"tracking.uri={url}"
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("postgresql://bench:s3cret@db.lab/mlflow", "postgresql://bench:***@db.lab/mlflow"),
+    ("postgresql://bench:my s3cret@db.lab:5432/mlflow", "postgresql://bench:***@db.lab:5432/mlflow"),
+    ("mysql+pymysql://root:p@ss@127.0.0.1:3307/optuna?charset=utf8mb4",
+     "mysql+pymysql://root:***@127.0.0.1:3307/optuna?charset=utf8mb4"),
+    ("postgresql://bench:pa/ss@db.lab/mlflow", "postgresql://bench:***@db.lab/mlflow"),
+    ("https://me:s3cret@mlflow.lab/a@b", "https://me:***@mlflow.lab/a@b")])
+def test_a_password_is_hidden_whatever_it_holds(url, shown):
+    assert redact(url) == shown
+    assert redact_values({"tracking": {"uri": url}}) == {"tracking": {"uri": shown}}
+    assert redact_override(f"tracking.uri={url}") == f"tracking.uri={shown}"
