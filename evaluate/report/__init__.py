@@ -11,6 +11,7 @@ import dataclasses
 import os
 import shutil
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,6 +24,10 @@ from quantize.common.atomic import write_text
 from quantize.common.paths import CONF_DIR
 
 SUMMARY = "summary"
+STAGING = ".report-"
+# A staging folder untouched this long is a killed report's (SIGTERM, kill -9,
+# the OOM killer skip its cleanup): a running report writes into its own within seconds.
+STALE_STAGING_S = 3600
 
 
 def default_outputs() -> list[str]:
@@ -66,9 +71,24 @@ def write_report(report: ReportConfig) -> list[Path]:
 def staged(out_dir: Path):
     """A hidden folder in `out_dir` where every file of the report is written
     before any is renamed into place: a full disk or a kill while writing
-    leaves the last report whole, not new text beside old tables and plots."""
-    staging = Path(tempfile.mkdtemp(prefix=".report-", dir=out_dir))
+    leaves the last report whole, not new text beside old tables and plots.
+    Those a killed report left are removed first."""
+    _remove_stale_staging(out_dir)
+    staging = Path(tempfile.mkdtemp(prefix=STAGING, dir=out_dir))
     try:
         yield staging
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _remove_stale_staging(out_dir: Path) -> None:
+    """The staging folders in `out_dir` left by killed reports; never one a
+    report running now (in another process) still writes into."""
+    cutoff = time.time() - STALE_STAGING_S
+    for folder in out_dir.glob(f"{STAGING}*"):
+        try:
+            stale = folder.is_dir() and not folder.is_symlink() and folder.stat().st_mtime < cutoff
+        except OSError:
+            continue
+        if stale:
+            shutil.rmtree(folder, ignore_errors=True)
