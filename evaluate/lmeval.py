@@ -398,11 +398,12 @@ def model_args(engine_model_args: dict, config: LmEvalConfig) -> dict:
 
 
 def run(config: LmEvalConfig, target, model: str, args: dict, tasks: list[str], seed: int, *,
-        on_cpu: bool) -> dict:
+        on_cpu: bool) -> tuple[dict, dict[str, str]]:
     """Run lm-eval's `model` with `args` on `tasks` (in the caller's environment);
-    returns {task: {"metrics": ..., "n_samples": ..., ...}} of the tasks it
-    returned results for. `on_cpu`: its engine computes on the CPU (no GPU),
-    where a silent lm-eval using CPU is still at work (_Silence)."""
+    returns ({task: {"metrics": ..., "n_samples": ..., ...}} of the tasks it
+    scored, {task: why it has no score} of the others). `on_cpu`: its engine
+    computes on the CPU (no GPU), where a silent lm-eval using CPU is still at
+    work (_Silence)."""
     with tempfile.TemporaryDirectory(prefix="quantbench-lm-eval-") as scratch:
         scratch = Path(scratch)
         cmd = [str(venv_python(config)), "-m", "lm_eval", "--model", model,
@@ -595,29 +596,34 @@ def _results_files(out_dir: Path) -> list[Path]:
     return sorted(out_dir.rglob("results_*.json"))
 
 
-def _parse(out_dir: Path, tasks: list[str]) -> dict:
+def _parse(out_dir: Path, tasks: list[str]) -> tuple[dict, dict[str, str]]:
+    """(scores of the tasks lm-eval scored, {task: why it has no score} of
+    the others): the caller records those failed with that reason, and the
+    others keep their scores."""
     files = _results_files(out_dir)
     if not files:
         raise RuntimeError(f"lm-eval wrote no results under {out_dir}")
     data = json.loads(files[-1].read_text())
-    parsed = {}
+    parsed, missing = {}, {}
     for task in tasks:
-        if task not in data.get("results", {}):   # the caller records it failed; the others keep their scores
-            log.error("lm-eval returned no result for task %r (its results: %s)", task,
-                      ", ".join(data.get("results", {})) or "none")
+        if task not in data.get("results", {}):
+            missing[task] = f"lm-eval returned no result for task {task!r}"
+            log.error("%s (its results: %s)", missing[task], ", ".join(data.get("results", {})) or "none")
             continue
         # a metric is "name,filter"; the other numbers (sample_len, sample_count) are counts, not scores
         metrics = {_metric_name(k): v for k, v in data["results"][task].items()
                    if "," in k and isinstance(v, (int, float)) and not isinstance(v, bool)}
         if not metrics:   # recorded ok, a row of no scores was refused by the store when read
-            log.error("lm-eval returned no score for %r (a group without aggregate_metric_list scores only its "
-                      "tasks): name its tasks in lm_eval.tasks, or give the group an aggregate_metric_list", task)
+            missing[task] = (f"lm-eval returned no score for {task!r} (a group without aggregate_metric_list "
+                             "scores only its tasks): name its tasks in lm_eval.tasks, or give the group an "
+                             "aggregate_metric_list")
+            log.error("%s", missing[task])
             continue
         parsed[task] = {"metrics": metrics,
                         "n_samples": (data.get("n-samples") or {}).get(task),
                         "task_version": (data.get("versions") or {}).get(task),
                         "higher_is_better": (data.get("higher_is_better") or {}).get(task)}
-    return parsed
+    return parsed, missing
 
 
 def _metric_name(key: str) -> str:

@@ -456,15 +456,15 @@ def _run_lm_eval(job: Job, tasks: list[str]) -> None:
         log.info("lm-eval: tasks %s on %s", ", ".join(tasks), job.target.path)
         rows = {t: job.lm_eval_row(t) for t in tasks}
         try:
-            scores = lmeval.run(lm_eval_cfg, job.target, model.name, args, tasks, job.seed,
-                                on_cpu=not (job.base.machine or {}).get("cuda"))   # the machine the engine decided on
+            scores, missing = lmeval.run(lm_eval_cfg, job.target, model.name, args, tasks, job.seed,
+                                         on_cpu=not (job.base.machine or {}).get("cuda"))   # the machine the engine decided on
         except Exception as e:
             for r in rows.values():
                 job.record(r, "failed", reason=one_line(e))
             raise
     for task in tasks:
         if (score := scores.get(task)) is None:   # its own failure: the other tasks keep their scores
-            job.record(rows[task], "failed", reason=f"lm-eval returned no result for task {task!r}")
+            job.record(rows[task], "failed", reason=missing[task])
             continue
         job.record(rows[task], "ok", metrics=score["metrics"], lm_eval=score)
         log.info("lm-eval %s: %s", rows[task].scenario,

@@ -154,7 +154,7 @@ while [ "$1" != --output_path ]; do shift; done
                                           "apply_chat_template": False, "include_path": [], "enabled": True,
                                           "stall_timeout_s": stall_timeout_s})
     run = lambda args={}, seed=0: lmeval.run(cfg, SimpleNamespace(path=str(tmp_path)), "vllm", args, list(tasks),
-                                             seed, on_cpu=on_cpu)
+                                             seed, on_cpu=on_cpu)[0]
     run.cfg = cfg
     return run
 
@@ -329,9 +329,10 @@ def test_a_group_without_an_aggregate_score_fails_alone_naming_the_fix(tmp_path,
     pipeline._run_lm_eval(job, ["t", "my_group"])
     rows = {r.dataset: r for r in results.read(tmp_path / "res")}
     assert rows["t"].status == "ok" and rows["t"].metrics == {"acc": 0.5}
-    assert rows["my_group"].status == "failed"
-    assert ("lm-eval returned no score for 'my_group' (a group without aggregate_metric_list scores only its "
-            "tasks): name its tasks in lm_eval.tasks, or give the group an aggregate_metric_list") in caplog.text
+    why = ("lm-eval returned no score for 'my_group' (a group without aggregate_metric_list scores only its "
+           "tasks): name its tasks in lm_eval.tasks, or give the group an aggregate_metric_list")
+    assert rows["my_group"].status == "failed" and rows["my_group"].reason == why   # the stored row says why
+    assert why in caplog.text
 
 
 def _tagged_tasks(folder):
