@@ -156,8 +156,22 @@ def task_files_sha256(folders: list[str]) -> str:
     for i, folder in enumerate(folders):
         root = resolve(folder)
         files += [(i, str(f.relative_to(root)), sha256_bytes(f.read_bytes())) for f in task_files([folder])]
-    named = [("named", str(f), sha256_files([f])) for f in named_files(folders)]   # streamed: data can be large
+    named = [("named", str(f), _named_sha256(f)) for f in named_files(folders)]
     return sha256_json(files + named) if named else sha256_json(files)
+
+
+_NAMED_SHA256: dict[tuple, str] = {}   # (path, size, mtime_ns) -> hash, for this process
+
+
+def _named_sha256(f: Path) -> str:
+    """A named file's hash, streamed (data can be large) and read once per
+    process: each task's row key asks for it several times a job. An edit
+    changes the size or mtime, and is read anew."""
+    st = f.stat()
+    key = (str(f), st.st_size, st.st_mtime_ns)
+    if key not in _NAMED_SHA256:
+        _NAMED_SHA256[key] = sha256_files([f])
+    return _NAMED_SHA256[key]
 
 
 # Keys under which a task YAML names local data (load_dataset's path, data_files, data_dir).

@@ -493,6 +493,31 @@ def test_an_include_path_tasks_local_data_and_included_yaml_are_part_of_its_key(
     assert key() != before
 
 
+def test_a_named_data_file_is_read_once_per_process_and_an_edit_is_still_seen(tmp_path, monkeypatch):
+    """Each task's row key hashed its data files anew, several times per job
+    and on a rerun with nothing to do: a multi-GB data_dir was read ~12 times.
+    The hash is kept per (path, size, mtime_ns): an edited file is read again."""
+    import os
+    folder = _user_task(tmp_path / "my_tasks")
+    data = folder / "capitals.jsonl"
+    reads = []
+    hash_files = lmeval.sha256_files
+    monkeypatch.setattr(lmeval, "sha256_files", lambda paths: reads.extend(paths) or hash_files(paths))
+    cfg = lmeval.LmEvalConfig.from_group({"name": "hub", "tasks": ["my_capitals"], "enabled": True,
+                                          "include_path": [str(folder)]})
+    before = _key(cfg, "my_capitals")
+    assert _key(cfg, "my_capitals") == before and reads == [data]
+    stat = data.stat()
+    data.write_text(data.read_text().replace("Paris", "Lyon!"))   # same size, a later mtime
+    assert data.stat().st_size == stat.st_size
+    os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    edited = _key(cfg, "my_capitals")
+    assert edited != before and reads == [data, data]
+    data.write_text(data.read_text() + "\n")   # a new size
+    os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))   # the same mtime as the last edit
+    assert _key(cfg, "my_capitals") != edited
+
+
 def _key(cfg, task):
     return lmeval.row(results.Row(kind="speed", seed=0), cfg, task, "vllm").run_key()
 
