@@ -7,9 +7,11 @@ import re
 # scheme://<user>:<password>@<host>...: the password runs to the `@` before a
 # host (no `@` or `/` in it): one with a space, a `/` or an `@` is hidden whole.
 # Without a scheme, `user:password@host` (but not a path: `sqlite:////a@b`).
-_PASSWORD = re.compile(r"^(\s*(?:[A-Za-z][\w+.\-]*://)?[^:/\s]*:(?!//))(.*?)(@[^@/?#]*(?:[/?#].*)?)$", re.S)
+# Also as a sweep's job gets it from Hydra, quoted or escaped (`postgresql\://u\:pw@h`).
+_PASSWORD = re.compile(r"^(\s*['\"]?(?:[A-Za-z][\w+.\-]*\\?://)?[^:/\s]*:(?!//))(.*?)(@[^@/?#]*(?:[/?#].*)?)$",
+                       re.S)
 # a value that may be a URL with credentials (redact_values): a scheme and an `@`
-_URL_WITH_AT = re.compile(r"\s*[A-Za-z][\w+.\-]*://.*@.*", re.S)
+_URL_WITH_AT = re.compile(r"\s*['\"]?[A-Za-z][\w+.\-]*\\?://.*@.*", re.S)
 
 
 def redact(url) -> str:

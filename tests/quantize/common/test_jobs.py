@@ -39,6 +39,16 @@ def test_a_password_in_a_uri_override_is_not_in_the_command():
     assert shlex.split(cmd.partition(" && ")[2])[-1] == "tracking.uri=postgresql://mlflow:***@db.internal:5432/mlflow"
 
 
+def test_a_password_in_a_sweeps_escaped_uri_override_is_not_in_the_command():
+    """A sweep's job gets its overrides from Hydra escaped (`postgresql\\://mlflow\\:<password>@...`):
+    every manifest and row of a multirun recorded the password."""
+    uri = r"postgresql\://mlflow\:S3cretPW@db.internal\:5432/mlflow"
+    cmd = composed_command(["recipe=w4a16_rtn", "tracking=mlflow", f"tracking.uri={uri}"])
+    assert "S3cretPW" not in cmd
+    shown = r"tracking.uri=postgresql\://mlflow\:***@db.internal\:5432/mlflow"
+    assert shlex.split(cmd.partition(" && ")[2])[-1] == shown
+
+
 def test_outside_a_hydra_job_there_is_no_command():
     assert job_command("quantize") is None
 
