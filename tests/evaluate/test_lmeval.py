@@ -493,6 +493,23 @@ def test_an_include_path_tasks_local_data_and_included_yaml_are_part_of_its_key(
     assert key() != before
 
 
+def test_an_extension_less_template_a_task_includes_is_part_of_its_key(tmp_path):
+    """lm-eval's usual template beside its tasks (mmlu's _default_template_yaml)
+    is no .yaml file of the folder but an included one: docs/accuracy.md says
+    rows stored before includes were hashed are measured once more."""
+    folder = tmp_path / "my_tasks"
+    folder.mkdir()
+    template = folder / "_default_template_yaml"
+    template.write_text("output_type: loglikelihood\ndataset_path: cais/mmlu\n")
+    (folder / "t1.yaml").write_text("include: _default_template_yaml\ntask: my_t1\n")
+    assert lmeval.named_files([str(folder)]) == [template]
+    cfg = lmeval.LmEvalConfig.from_group({"name": "hub", "tasks": ["my_t1"], "enabled": True,
+                                          "include_path": [str(folder)]})
+    before = _key(cfg, "my_t1")
+    template.write_text(template.read_text() + "num_fewshot: 5\n")
+    assert _key(cfg, "my_t1") != before
+
+
 def test_a_named_data_file_is_read_once_per_process_and_an_edit_is_still_seen(tmp_path, monkeypatch):
     """Each task's row key hashed its data files anew, several times per job
     and on a rerun with nothing to do: a multi-GB data_dir was read ~12 times.
