@@ -275,9 +275,10 @@ def write_failure(job_dir, message: str, trace: str, overrides, exit_code: int =
     """The FAILED.json that `FailureSummary` lists, written whole or not at
     all; also written by the Slurm and local submitit launchers for a job that
     ended without a result (time limit, scancel, node failure, killed by a signal).
-    `exit_code`: the job's exit on its own (2: bad input, answered in one line; 1: a failure)."""
-    atomic.write_json(Path(job_dir) / FAILURE_FILE, {"error": message, "traceback": trace,
-                                                     "overrides": list(overrides), "exit_code": exit_code})
+    `exit_code`: the job's exit on its own (2: bad input, answered in one line; 1: a failure).
+    A URL's password in an override is hidden: the sweep's summary prints them."""
+    atomic.write_json(Path(job_dir) / FAILURE_FILE, {"error": message, "traceback": trace, "exit_code": exit_code,
+                                                     "overrides": [redact_override(str(o)) for o in overrides]})
 
 
 def read_failure(path: Path) -> dict:
