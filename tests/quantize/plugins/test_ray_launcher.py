@@ -71,3 +71,19 @@ def test_each_gpu_job_sees_the_gpu_ray_gave_it(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     seen = [p.read_text() for p in sorted((tmp_path / "sweep").glob("*/gpus.txt"))]
     assert len(seen) == 2 and set(seen) <= {"0", "1"}, seen
+
+
+@pytest.mark.extended
+def test_jobs_whose_output_went_to_the_workers_directory_are_not_ok(tmp_path):
+    """Ray workers started in another directory (here: a runtime_env
+    working_dir) resolve a relative sweep dir against their own: the sweep
+    found no job and said "0 job(s) ok", exit 0."""
+    write_app(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    out = subprocess.run([sys.executable, "app.py", "-m", "action=a,b", "hydra/launcher=ray_local",
+                          "hydra.sweep.dir=sweep", f"+hydra.launcher.ray.init.runtime_env.working_dir={tmp_path}/elsewhere"],
+                         cwd=tmp_path, env=quantize_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "2 of 2 job(s) failed" in out.stderr, out.stderr[-3000:]
+    assert "start the Ray workers (`ray start`) in this directory" in out.stderr
+    assert len(list((tmp_path / "sweep").glob("*/FAILED.json"))) == 2

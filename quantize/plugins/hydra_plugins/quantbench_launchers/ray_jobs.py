@@ -10,6 +10,11 @@ failed in Python (quantize.common.jobs), the other jobs' results are kept
 and `FailureSummary` lists it and exits 1. The presets set the tasks'
 `max_retries: 0`: Ray would otherwise run a killed job up to 3 more times.
 
+A job that ran but whose Hydra job dir is not where this process looks (a
+Ray worker started in another directory resolves a relative sweep dir, and
+artifacts_dir, results_dir, against its own) is recorded as failed too,
+naming where its output went, instead of a summary of "0 job(s) ok".
+
 It also refuses, in one line, a GPU request (`ray.remote.num_gpus`) no node
 of the Ray cluster can meet: Ray would leave the jobs pending forever.
 
@@ -58,25 +63,39 @@ class CollectingRayLauncher(RayLauncher):
         return [self._collect(*job) for job in jobs]
 
     def _collect(self, overrides: List[str], idx: int, cfg, ref) -> JobReturn:
-        """The job's own JobReturn, or a recorded failure when Ray has none."""
+        """The job's own JobReturn, or a recorded failure when Ray has none
+        or the job's output is not in this sweep dir."""
         import ray
         from hydra_plugins.quantbench_launchers.collect import record
+        job_dir = _job_dir(cfg, idx)
         try:
-            return ray.get(ref)
+            ret = ray.get(ref)
+            went = Path(str(ret.hydra_cfg.hydra.runtime.output_dir)) if ret.hydra_cfg is not None else job_dir
+            if (job_dir / ".hydra").is_dir() or went.resolve() == job_dir.resolve():
+                return ret
+            message = (f"elsewhere: the job ran in its Ray worker's directory and wrote to {went} (on that node), "
+                       f"not {job_dir.resolve()}; start the Ray workers (`ray start`) in this directory with this "
+                       "environment, or use absolute paths on a shared folder (hydra.sweep.dir, artifacts_dir, "
+                       "results_dir)")
+            error = message
         except ray.exceptions.RayError as e:
             message = f"{why_ended(e)}; completed results are kept, rerun the sweep to resume"
             error = str(e)
-        job_dir = Path(str(cfg.hydra.sweep.dir))
-        try:
-            job_dir = job_dir / str(cfg.hydra.sweep.subdir)
-        except Exception as e:  # an interpolation only a running job can resolve
-            log.warning("job dir of #%d: %s; using %s", idx, e, job_dir / str(idx))
-            job_dir = job_dir / str(idx)
         log.error("job #%d failed: %s", idx, message)
         record(job_dir, message, error, overrides)
         ret = JobReturn(overrides=overrides, working_dir=str(job_dir), status=JobStatus.COMPLETED)
         ret.return_value = None
         return ret
+
+
+def _job_dir(cfg, idx: int) -> Path:
+    """Where Hydra puts this job's output (hydra.sweep.dir / hydra.sweep.subdir), seen from here."""
+    sweep_dir = Path(str(cfg.hydra.sweep.dir))
+    try:
+        return sweep_dir / str(cfg.hydra.sweep.subdir)
+    except Exception as e:  # an interpolation only a running job can resolve
+        log.warning("job dir of #%d: %s; using %s", idx, e, sweep_dir / str(idx))
+        return sweep_dir / str(idx)
 
 
 def why_ended(error: Exception) -> str:
