@@ -253,7 +253,8 @@ def _plan(config: EvaluateConfig) -> tuple[Job, list[Scenario], Verdict]:
     verdict = engine.supports(opened.format, machine, args)
     # engine_args/env as configured; a started engine replaces them with what it used.
     base = Row(kind="speed", **opened.as_row(), seed=config.seed, engine=name, engine_args=args,
-               engine_env=engine_cfg.env, **where, machine=machine.facts(), hardware_defaults=config.hardware,
+               engine_env=engine_cfg.env, **where, machine=machine.facts() | provenance.gpu_runtime(),
+               hardware_defaults=config.hardware,
                kv_quant=engine.kv_quant(opened.format, args),
                serving_note=(verdict.reason or None) if verdict else None,
                setup_id=results.setup_id(engines.identity(engine_cfg, engine), **where),

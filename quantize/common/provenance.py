@@ -158,6 +158,70 @@ def _memory_gib() -> float | None:
     return None
 
 
+def gpu_runtime() -> dict:
+    """What a GPU row's numbers also depend on but its setup id leaves out
+    (rows keep it in `machine`, beside the engine's probed facts): the CUDA
+    runtime torch was built for, the NVIDIA driver, and each visible GPU's
+    memory. {} without a GPU."""
+    cuda = _cuda_runtime()
+    if cuda is None:
+        return {}
+    out = {"cuda_runtime": cuda}
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        out["nvidia_driver"] = _text(pynvml.nvmlSystemGetDriverVersion())
+        out["gpu_memory_bytes"] = [pynvml.nvmlDeviceGetMemoryInfo(h).total for h in visible_gpus(pynvml)]
+    except Exception:  # no NVML here: the runtime alone
+        pass
+    return out
+
+
+def _cuda_runtime() -> str | None:
+    """torch.version.cuda where torch sees a CUDA GPU (the package version lacks its +cuXXX)."""
+    try:
+        import torch
+        return torch.version.cuda if torch.version.cuda and torch.cuda.is_available() else None
+    except Exception:  # a broken CUDA setup must not stop provenance collection
+        return None
+
+
+def visible_gpus(pynvml) -> list:
+    """NVML handles of the GPUs CUDA_VISIBLE_DEVICES leaves this process (all
+    where unset or empty, as vLLM reads it): NVML ignores it, and on a shared
+    node (Ray num_gpus=1, Slurm without ConstrainDevices) the others run
+    other jobs. Its entries are NVML indices (as vLLM takes them) or GPU-/MIG-
+    UUIDs, whole or a unique prefix; as in CUDA, the list ends at the first
+    entry that names no GPU."""
+    every = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if not listed:
+        return every
+    handles = []
+    for entry in (e.strip() for e in listed.split(",")):
+        handle = _gpu_named(pynvml, entry, every)
+        if handle is None:
+            break
+        handles.append(handle)
+    return handles
+
+
+def _gpu_named(pynvml, entry: str, every: list):
+    if entry.isdigit():
+        return every[int(entry)] if int(entry) < len(every) else None
+    if entry.startswith(("GPU-", "MIG-")):
+        try:
+            return pynvml.nvmlDeviceGetHandleByUUID(entry)
+        except pynvml.NVMLError:   # a prefix, or no such device
+            found = [h for h in every if _text(pynvml.nvmlDeviceGetUUID(h)).startswith(entry)]
+            return found[0] if len(found) == 1 else None
+    return None
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def _accelerators() -> list[str]:
     try:
         import torch
