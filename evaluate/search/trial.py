@@ -26,6 +26,7 @@ from evaluate.search import kept_dense, speed, study_file
 from evaluate.search.config import ACCURACY_METRICS, SIZE_METRICS, SearchConfig
 from quantize.common import atomic, manifest
 from quantize.common.config import expand_path_shorthands
+from quantize.common.credentials import redact_override
 from quantize.common.errors import UserError
 from quantize.common.jobs import one_line
 from quantize.common.paths import PROJECT_ROOT
@@ -181,8 +182,9 @@ def ran_before(recorded: str | None, module: str, command: list[str], ignore: tu
         return False
 
     def kept(args: list[str]) -> list[str]:
-        # the entry writes `engine.args.X=v` as `++engine.args.X=v` (open_pass_through_keys)
-        args = [a.lstrip("+") for a in args]
+        # the entry writes `engine.args.X=v` as `++engine.args.X=v` (open_pass_through_keys),
+        # and a URL's password as *** (job_command): compared so on both sides
+        args = [redact_override(a.lstrip("+")) for a in args]
         return [a for a in args if a.partition("=")[0] not in ignore]
     return kept(shlex.split(recorded.rpartition(f"python -m {module} ")[2])) == \
         kept(expand_path_shorthands(command[3:]))

@@ -69,6 +69,30 @@ def test_a_stage_ran_before_only_with_the_same_arguments_as_its_entry_rewrites_t
     assert not ran_before(None, "evaluate", command) and not ran_before("python -m quantize a=b", "evaluate", command)
 
 
+def test_a_trial_whose_overrides_hold_a_password_finds_the_rows_its_evaluate_wrote(tmp_path):
+    """The rows record the command with a URL's password as ***: compared with
+    the trial's own (the real password), no row matched, and every trial of a
+    search with `evaluate_overrides: [tracking.uri=postgresql://u:<password>@...]`
+    failed ("evaluate wrote no <metric>") and quantized again."""
+    import shlex
+    from types import SimpleNamespace
+    from quantize.common.config import expand_path_shorthands, open_pass_through_keys
+    from quantize.common.credentials import redact_override
+    from evaluate.search.trial import SCENARIO_KEYS, evaluate_command
+    uri = "tracking.uri=postgresql://mlflow:S3cret@db.lab/mlflow"
+    cfg = SimpleNamespace(engine="hf", scenario_arg="interactive", accuracy="austen", results_dir=tmp_path / "res",
+                          evaluate_overrides=["tracking=mlflow", uri])
+    (tmp_path / "a").mkdir()
+    command = evaluate_command(cfg, tmp_path / "a", measure_speed=False)
+    recorded = [redact_override(a) for a in open_pass_through_keys(expand_path_shorthands(command[3:]))]
+    repro = "cd /x && python -m evaluate " + " ".join(map(shlex.quote, recorded))   # as jobs.job_command writes it
+    assert "S3cret" not in repro
+    assert ran_before(repro, "evaluate", command, ignore=SCENARIO_KEYS)
+    cfg.evaluate_overrides = ["tracking=mlflow", uri.replace("db.lab", "db2.lab")]
+    other = evaluate_command(cfg, tmp_path / "a", measure_speed=False)
+    assert not ran_before(repro, "evaluate", other, ignore=SCENARIO_KEYS)
+
+
 def test_studies_that_calibrate_differently_build_a_recipe_into_two_artifacts():
     """The recipe name is the hash of its text; the artifact folder also says
     how it was calibrated, or a second study (another seed, other
