@@ -100,6 +100,10 @@ def build(out: Path) -> Path:
     as it is). A folder with other files is refused: the build would replace it."""
     if (out / "model.safetensors.index.json").is_file():
         return out
+    if (out.exists() or out.is_symlink()) and not out.is_dir():
+        print(f"error: --dir {out} is a file, not a folder; building there would replace it: "
+              "pass --dir <a new or empty folder>", file=sys.stderr)
+        raise SystemExit(2)
     if out.is_dir() and any(out.iterdir()):
         print(f"error: --dir {out} holds files but no checkpoint (model.safetensors.index.json); "
               "building there would replace them: pass --dir <a new or empty folder>", file=sys.stderr)
@@ -181,7 +185,8 @@ def main() -> None:
 def delete(model: Path) -> None:
     """Remove the checkpoint if this script built it; never a model of the user's."""
     if not (model / MARKER).is_file():
-        print(f"kept {model}: this script did not build it (no {MARKER} in it), so --delete leaves it")
+        print(f"kept {model}: it has no {MARKER} marker (built by an older run of this script, or not by it), "
+              "so --delete leaves it")
         return
     shutil.rmtree(model)
     print(f"deleted {model}")

@@ -45,7 +45,8 @@ def test_delete_keeps_a_checkpoint_of_the_users(bench, monkeypatch, tmp_path, ca
     (mine / "MY_NOTES.txt").write_text("the user's own file\n")
     run(bench, monkeypatch, "--dir", mine, "--delete")
     assert (mine / "MY_NOTES.txt").is_file() and (mine / "model.safetensors.index.json").is_file()
-    assert f"kept {mine}: this script did not build it" in capsys.readouterr().out
+    assert f"kept {mine}: it has no {bench.MARKER} marker (built by an older run of this script, or not by it)" \
+        in capsys.readouterr().out
 
 
 def test_a_folder_of_other_files_is_refused_not_replaced(bench, monkeypatch, tmp_path, capsys):
@@ -58,3 +59,20 @@ def test_a_folder_of_other_files_is_refused_not_replaced(bench, monkeypatch, tmp
     assert exit_.value.code == 2
     assert sorted(p.name for p in folder.iterdir()) == ["MY_NOTES.txt"]
     assert "pass --dir <a new or empty folder>" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["file", "link to a file"])
+def test_a_file_at_dir_is_refused_not_replaced(bench, monkeypatch, tmp_path, capsys, kind):
+    """--dir naming a file: the build renamed it aside and put the checkpoint in its place."""
+    mine = tmp_path / "my_weights.safetensors"
+    mine.write_text("the user's own file\n")
+    given = mine if kind == "file" else tmp_path / "link"
+    if kind != "file":
+        given.symlink_to(mine)
+    with pytest.raises(SystemExit) as exit_:
+        run(bench, monkeypatch, "--dir", given, "--delete")
+    assert exit_.value.code == 2
+    assert mine.read_text() == "the user's own file\n" and given.is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted({mine.name, given.name})
+    assert capsys.readouterr().err.strip() == (f"error: --dir {given} is a file, not a folder; building there would "
+                                               "replace it: pass --dir <a new or empty folder>")
