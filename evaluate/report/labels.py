@@ -5,7 +5,7 @@ from collections import Counter
 
 from evaluate.analysis.groups import Group
 from evaluate.report.formatting import MISSING, short
-from evaluate.results import Row
+from evaluate.results import Row, machine_of
 from quantize.common.provenance import setup_versions
 
 
@@ -43,21 +43,30 @@ def in_table(names: dict[tuple, str], g: Group) -> str:
     return names[g.identity].removeprefix(f"{g.model_name}/")
 
 
-def setup_settings(row: Row) -> dict[str, str]:
+CPU_KEYS = ("cpu", "cpu_count", "cpu_affinity", "accelerators")  # what setup_settings says of the hardware
+
+
+def setup_settings(row: Row, machine: bool = False) -> dict[str, str]:
     """What a setup is made of, flat: engine args and environment, the
-    library versions that enter a setup id, machine."""
+    library versions that enter a setup id, machine; with `machine`, the
+    rest of the hardware that tells machines apart (results.machine_of: RAM, ISA)."""
     hw = row.hardware
+    rest = {k: " ".join(map(str, v)) if isinstance(v, list) else str(v)
+            for k, v in machine_of(hw).items() if k not in CPU_KEYS} if machine else {}
     return {**{k: json.dumps(v) for k, v in row.engine_args.items()},
             **{k: str(v) for k, v in row.engine_env.items()},
             **{k: str(v) for k, v in setup_versions(row.versions).items()},
             "cpu": f"{hw.get('cpu')} x{hw.get('cpu_affinity') or hw.get('cpu_count')}",
-            "accelerators": ",".join(hw.get("accelerators") or []) or "none"}
+            "accelerators": ",".join(hw.get("accelerators") or []) or "none", **rest}
 
 
 def setup_difference(g: Group, twins: list[Group]) -> str:
-    """`key=value` for every setting in which g's setup differs from a twin's."""
-    mine = setup_settings(g.runs[0])
-    theirs = [setup_settings(t.runs[0]) for t in twins]
+    """`key=value` for every setting in which g's setup differs from a twin's;
+    the machine's too where a twin of the same setup id, or like g of none
+    (rows from before setup ids), ran on another machine."""
+    machine = any(t.setup_id == g.setup_id and t.machine != g.machine for t in twins)
+    mine = setup_settings(g.runs[0], machine)
+    theirs = [setup_settings(t.runs[0], machine) for t in twins]
     keys = sorted({k for s in theirs for k in s | mine if s.get(k) != mine.get(k)})
     return ", ".join(f"{k}={mine.get(k, MISSING)}" for k in keys) or f"setup {g.setup_id or 'not recorded'}"
 

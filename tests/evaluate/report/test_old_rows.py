@@ -113,3 +113,16 @@ def test_batch_table_gives_each_machine_of_old_rows_its_own_table(tmp_path):
     assert "(interactive)" not in md   # one batch size per table: no scenario name needed
     first, second = (md.split(h, 1)[1].split("| Prefill | 1 | ", 1)[1].split(" |")[0] for h in headings)
     assert float(first) == pytest.approx(2 * float(second), abs=0.02)   # each machine's own mean TTFT
+
+
+def test_old_rows_of_machines_apart_only_in_ram_are_named_by_it(tmp_path):
+    """Two machines alike but for their RAM, rows without setup ids: every
+    label names each one's RAM, none says only that the setup was not recorded."""
+    store(tmp_path / "old", two_machines(BIGGER, 2.0))
+    build_report(tmp_path / "old", tmp_path / "out", "t", layouts=("summary", "oneline"))
+    md, oneline = ((tmp_path / "out" / n).read_text() for n in ("report.md", "oneline.md"))
+    (table,) = md_tables(md, "Summary").values()
+    assert sorted(r["Recipe"] for r in table) == [
+        f"{recipe} (memory_gib={gib})" for recipe in ("original", "w8a8_smooth_ptq") for gib in (15.3, 31.3)]
+    assert "not recorded" not in md and "not recorded" not in oneline
+    assert oneline.count("**original · vllm (memory_gib=31.3)**") == 1
