@@ -59,15 +59,19 @@ class CollectingRayLauncher(RayLauncher):
                 cfg.hydra.job.num = idx
             ref = launch_job_on_ray(self.hydra_context, self.ray_cfg.remote, cfg, self.task_function,
                                     Singleton.get_state())
-            jobs.append((list(overrides), idx, cfg, ref))
+            try:  # where Hydra puts this job's output, seen from here
+                job_dir = sweep_dir / str(cfg.hydra.sweep.subdir)
+            except Exception as e:  # an interpolation only a running job can resolve
+                log.warning("job dir of #%d: %s; using %s", idx, e, sweep_dir / str(idx))
+                job_dir = sweep_dir / str(idx)
+            jobs.append((list(overrides), idx, job_dir, ref))
         return [self._collect(*job) for job in jobs]
 
-    def _collect(self, overrides: List[str], idx: int, cfg, ref) -> JobReturn:
+    def _collect(self, overrides: List[str], idx: int, job_dir: Path, ref) -> JobReturn:
         """The job's own JobReturn, or a recorded failure when Ray has none
         or the job's output is not in this sweep dir."""
         import ray
         from hydra_plugins.quantbench_launchers.collect import record
-        job_dir = _job_dir(cfg, idx)
         try:
             ret = ray.get(ref)
             went = Path(str(ret.hydra_cfg.hydra.runtime.output_dir)) if ret.hydra_cfg is not None else job_dir
@@ -86,16 +90,6 @@ class CollectingRayLauncher(RayLauncher):
         ret = JobReturn(overrides=overrides, working_dir=str(job_dir), status=JobStatus.COMPLETED)
         ret.return_value = None
         return ret
-
-
-def _job_dir(cfg, idx: int) -> Path:
-    """Where Hydra puts this job's output (hydra.sweep.dir / hydra.sweep.subdir), seen from here."""
-    sweep_dir = Path(str(cfg.hydra.sweep.dir))
-    try:
-        return sweep_dir / str(cfg.hydra.sweep.subdir)
-    except Exception as e:  # an interpolation only a running job can resolve
-        log.warning("job dir of #%d: %s; using %s", idx, e, sweep_dir / str(idx))
-        return sweep_dir / str(idx)
 
 
 def why_ended(error: Exception) -> str:
