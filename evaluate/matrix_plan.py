@@ -207,5 +207,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from quantize.common.jobs import run_command
     detach_stdin()  # nothing may prompt (quantize.common.hf_load)
-    raise SystemExit(main())
+    run_command(main, "evaluate.matrix_plan", "evaluate")   # Ctrl-C: one line, exit 130

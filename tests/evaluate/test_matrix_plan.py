@@ -128,3 +128,31 @@ def test_a_key_of_neither_stage_gets_the_nearest_key(setup, capsys):
     assert matrix_plan.main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: python -m quantize has no key recipee") and "did you mean recipe?" in err
+
+
+INTERRUPTED_PLAN = """
+import os, runpy, signal, sys, time
+from evaluate import results
+def read(*args, **kwargs):   # Ctrl-C while the plan reads the rows
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(30)
+results.read = read
+sys.argv = ["matrix_plan", *sys.argv[1:]]
+runpy.run_module("evaluate.matrix_plan", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_ctrl_c_while_planning_ends_in_one_line_with_130(tmp_path, check):
+    """Ctrl-C during `python -m evaluate.matrix_plan` (--check too) printed a
+    KeyboardInterrupt traceback."""
+    import subprocess
+    import sys
+    from tests.conftest import quantize_env
+    args = ["--quantize", "original", "--evaluate", "original", "--scenario", "cpu", "--runs", "auto",
+            "--results-dir", tmp_path / "res", *(["--check"] if check else ["--run-file", tmp_path / "r.json"])]
+    out = subprocess.run([sys.executable, "-c", INTERRUPTED_PLAN, *map(str, args)], env=quantize_env(), capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 130, out.stderr[-3000:]
+    assert len(out.stderr.strip().splitlines()) == 1 and out.stderr.startswith("error: interrupted"), out.stderr
+    assert not (tmp_path / "r.json").exists()
