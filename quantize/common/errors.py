@@ -14,7 +14,8 @@ class ExitCode(IntEnum):
     OK = 0
     FAILED = 1           # anything not foreseen below (a bug, most likely): the trace is in the log
     BAD_INPUT = 2        # bad input, answered before any work; nothing written
-    ENGINE_DIED = 3      # the engine (vLLM's engine core, a server) died mid-run; owed runs recorded failed
+    ENGINE_DIED = 3      # the engine (vLLM's engine core, a server) died, or the GPU was lost under engine=hf
+                         # (a CUDA error such as an illegal memory access), mid-run; owed runs recorded failed
     RUNS_FAILED = 4      # runs that failed on their own (a server's HTTP errors or stalled streams, a CUDA OOM
                          # at one batch size); the others measured
     DISK_FULL = 5        # no room for the artifact or the rows; nothing half-written kept
