@@ -48,10 +48,11 @@ def check_forced_sweep(config_name: str, argv: list[str]) -> None:
     one before, the last silently winning. Refused before any job, in one
     line naming a folder per point, unless the points' folders all differ.
     Left to Hydra: a command line it will refuse anyway, another sweeper or
-    primary config, whose points this cannot list."""
+    primary config, whose points this cannot list; and --cfg, --info,
+    --help, which only print."""
     from hydra._internal.utils import get_args_parser
     args = get_args_parser().parse_args(argv)
-    if not args.multirun or not any(o.lstrip("+").startswith("force=") for o in args.overrides) or (
+    if not args.multirun or not any(o.lstrip("+").startswith("force=") for o in args.overrides) or _prints(args) or (
             args.config_path or args.config_name or args.config_dir
             or any(o.lstrip("+").startswith("hydra/sweeper=") for o in args.overrides)):
         return
@@ -73,6 +74,11 @@ def check_forced_sweep(config_name: str, argv: list[str]) -> None:
     raise SystemExit(2)
 
 
+def _prints(args) -> bool:
+    """Hydra only prints for this command line: a config, its info, help."""
+    return bool(args.cfg or args.info or args.help or args.hydra_help or args.shell_completion)
+
+
 def _sweep_points(overrides: list[str]) -> tuple[list[str], list[list[str]]]:
     """(the keys the sweep varies, each point's overrides), as Hydra's basic sweeper lists them."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -85,19 +91,44 @@ def _sweep_points(overrides: list[str]) -> tuple[list[str], list[list[str]]]:
 def _shared_folder(config_name: str, points: list[list[str]]) -> tuple[Path, str, str] | None:
     """(a folder, two points that write it) where two points one of which
     forces write one artifact_dir; None where none does."""
-    from hydra import compose, initialize_config_dir
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
     from quantize.common.paths import CONF_DIR, resolve
     seen: dict[Path, list[str]] = {}
+    composed: dict[tuple[str, ...], object] = {}
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        # The points differ in swept keys only: one search path (hydra.searchpath) for all.
+        _, repo = GlobalHydra.instance().config_loader()._parse_overrides_and_create_caching_repo(
+            config_name, points[0])
         for point in points:
-            config = compose(config_name, overrides=point)
+            config = _point_config(config_name, point, repo, composed)
             folder = resolve(OmegaConf.select(config, "artifact_dir")).resolve()
             if folder in seen and (config.get("force") or seen[folder][1]):
                 return folder, _shown(seen[folder][0], points), _shown(point, points)
             seen.setdefault(folder, [point, bool(config.get("force"))])
     return None
+
+
+def _point_config(config_name: str, point: list[str], repo, composed: dict):
+    """`point`'s config, as Hydra composes it: its config groups' choices
+    composed once for all the points that share them (composing costs a
+    tenth of a second or more), its values set on a copy as Hydra sets them."""
+    import copy
+
+    from hydra import compose
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.defaults_list import Overrides
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    parsed = OverridesParser.create().parse_overrides(point)
+    values = [o for o in Overrides(repo, parsed).config_overrides if not o.is_hydra_override()]
+    groups = tuple(o.input_line for o in parsed if all(o is not v for v in values))
+    if groups not in composed:
+        composed[groups] = compose(config_name, overrides=list(groups))
+    config = copy.deepcopy(composed[groups])
+    ConfigLoaderImpl._apply_overrides_to_config(values, config)
+    return config
 
 
 def _shown(point: list[str], points: list[list[str]]) -> str:
