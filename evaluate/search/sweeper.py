@@ -140,12 +140,12 @@ def _identity(values: dict) -> dict:
     """The IDENTITY_KEYS the config has; weights this host sees also by their
     fingerprint (WEIGHTS_KEY), so a checkpoint moved to another folder still
     resumes (_check_identity), and a hub id's by those of the snapshot it
-    resolves to in this host's Hugging Face cache (REVISION_KEY), so a resume
-    after the hub repo changed is not taken for the same model."""
+    resolves to (REVISION_KEY), so a resume after the hub repo changed is not
+    taken for the same model."""
     out = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
            for k, v in values.items() if v is not None}
     path = str(out.get("model.path", ""))
-    snapshot = _cached_snapshot(path) if path and hub.is_repo_id(path) else None
+    snapshot = _snapshot(path) if path and hub.is_repo_id(path) else None
     weights = _snapshot_weights(snapshot) if snapshot else weight_files(Path(path)) if path else []
     if weights:
         out[WEIGHTS_KEY] = fingerprint.compute(weights).sha256
@@ -154,15 +154,16 @@ def _identity(values: dict) -> dict:
     return out
 
 
-def _cached_snapshot(repo_id: str) -> Path | None:
-    """The snapshot folder (named by its commit) the hub id's main branch
-    points to in this host's Hugging Face cache, which an offline load
-    reads; None where the cache lacks it (the first trial downloads it)."""
-    from huggingface_hub import snapshot_download
-    try:
-        return Path(snapshot_download(repo_id, local_files_only=True))
-    except Exception:  # not cached here, or a cache it cannot read: known by its id
-        return None
+def _snapshot(repo_id: str) -> Path | None:
+    """The snapshot the trials' quantize downloads: where the hub is reachable
+    and its main branch is not the one this host's cache holds, it is
+    downloaded now (a stale cache told of weights the trials never saw);
+    else the cached one (an offline download reads it); None where neither."""
+    cached, main = hub.cached_snapshot(repo_id), hub.main_commit(repo_id)
+    if main and (cached is None or cached.name != main):
+        log.info("model %s: downloading the hub's main (%s) the trials will quantize", repo_id, main[:12])
+        return hub.download(repo_id)
+    return cached
 
 
 def _snapshot_weights(snapshot: Path) -> list[Path]:

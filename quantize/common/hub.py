@@ -50,6 +50,30 @@ def weight_names(snapshot: Path) -> list[str]:
     return [SINGLE_FILE]
 
 
+def cached_snapshot(repo_id: str) -> Path | None:
+    """The snapshot folder (named by its commit) the id's main branch points
+    to in this host's Hugging Face cache, which an offline load reads; None
+    where the cache lacks it or cannot be read."""
+    from huggingface_hub import snapshot_download
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except Exception:
+        return None
+
+
+def main_commit(repo_id: str) -> str | None:
+    """The commit the hub's main branch of `repo_id` is at now, which a
+    download (download) takes; None where the hub is offline, cannot be
+    reached or refuses (its download then reads the cache, or says why)."""
+    from huggingface_hub import HfApi, constants
+    if constants.HF_HUB_OFFLINE:
+        return None
+    try:
+        return HfApi().model_info(repo_id, timeout=constants.HF_HUB_ETAG_TIMEOUT).sha
+    except Exception:
+        return None
+
+
 def _snapshot(repo_id: str, revision: str | None, patterns: list[str]) -> str:
     from huggingface_hub import snapshot_download
     return snapshot_download(repo_id, revision=revision, allow_patterns=patterns)

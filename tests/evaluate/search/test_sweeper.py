@@ -477,7 +477,9 @@ def test_a_hub_models_study_is_identified_by_the_snapshot_its_id_resolves_to(tmp
     new weights counted the old model's trials as the new one's."""
     from huggingface_hub import constants
     from evaluate.search.sweeper import _check_identity, _identity
+    from quantize.common import hub
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(hub, "main_commit", lambda repo_id: None)   # the hub unreachable: the cache decides
     url = f"sqlite:///{tmp_path / 'study.db'}"
     study = optuna.create_study(study_name="s", storage=url)
     _check_identity(study, _identity({"model.path": "org/tiny", "seed": 0}), url)   # not cached yet: by its id
@@ -493,4 +495,34 @@ def test_a_hub_models_study_is_identified_by_the_snapshot_its_id_resolves_to(tmp
     cache_snapshot(tmp_path / "hub", "org/tiny", "b" * 40, 2.0)                        # the repo got new weights
     with pytest.raises(UserError, match=r"was searched with model weights=\w{12} \(now \w{12}\), "
                                         r"model revision=c{12} \(now b{12}\); use study=<new name>"):
+        _check_identity(study, _identity({"model.path": "org/tiny", "seed": 0}), url)
+
+
+def test_a_hub_models_study_is_identified_by_the_hubs_main_not_a_stale_cache(tmp_path, monkeypatch):
+    """The identity read the sweeper host's cache while each trial's quantize
+    downloads the hub's main: a stale cache recorded weights no trial used
+    (a false refusal later), and a resume after the repo changed, with the
+    cache not yet moved on, took the new weights' trials for the old ones'."""
+    from huggingface_hub import constants
+    from evaluate.search.sweeper import _check_identity, _identity
+    from quantize.common import hub
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    main = {"commit": "b" * 40, "b" * 40: 2.0, "c" * 40: 3.0}   # the hub: its main, each commit's weights
+
+    def download(repo_id, revision, patterns):   # what the hub's download leaves in the cache
+        commit = revision or main["commit"]
+        if not (tmp_path / "hub" / "models--org--tiny" / "snapshots" / commit).exists():
+            cache_snapshot(tmp_path / "hub", repo_id, commit, main[commit])
+        return str(tmp_path / "hub" / "models--org--tiny" / "snapshots" / commit)
+    monkeypatch.setattr(hub, "main_commit", lambda repo_id: main["commit"])
+    monkeypatch.setattr(hub, "_snapshot", download)
+    cache_snapshot(tmp_path / "hub", "org/tiny", "a" * 40, 1.0)   # an old copy in this host's cache
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(study_name="s", storage=url)
+    first = _identity({"model.path": "org/tiny", "seed": 0})
+    assert first["model revision"] == "b" * 40   # what the trials quantize, not the cached a
+    _check_identity(study, first, url)
+    _check_identity(study, _identity({"model.path": "org/tiny", "seed": 0}), url)   # a resume: the same model
+    main["commit"] = "c" * 40   # the repo got new weights; the cache still holds b
+    with pytest.raises(UserError, match=r"model weights=\w{12} \(now \w{12}\), model revision=b{12} \(now c{12}\)"):
         _check_identity(study, _identity({"model.path": "org/tiny", "seed": 0}), url)
