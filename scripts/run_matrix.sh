@@ -77,7 +77,7 @@ runs_here() {
     esac
   done
   case $launcher in
-    basic|joblib|local_parallel|submitit_local|local_submitit|ray|ray_local|slurm_local) return 0 ;;
+    basic|joblib|local_parallel|submitit_local|local_submitit|ray|ray_local|ray_gpu|slurm_local) return 0 ;;
     *) return 1 ;;
   esac
 }

@@ -203,7 +203,9 @@ def test_a_failed_stage_still_runs_the_later_ones_and_exits_1(tmp_path):
     ([], True), (["hydra/launcher=local_parallel"], True), (["hydra/launcher=local_submitit"], True),
     (["hydra/launcher=ray_local"], True), (["hydra/launcher=slurm_local"], True),
     (["hydra/launcher=slurm_gpu"], False), (["hydra/launcher=slurm_cpu"], False),
+    (["hydra/launcher=ray_gpu"], True),
     (["hydra/launcher=ray", "hydra.launcher.ray.init.address=head:6379"], False),
+    (["hydra/launcher=ray_gpu", "hydra.launcher.ray.init.address=head:6379"], False),
 ])
 def test_only_launchers_that_run_the_jobs_elsewhere_skip_the_capability_check(tmp_path, launcher, asks_here):
     """SERVABLE_ONLY asks this machine what it can serve: right for every
