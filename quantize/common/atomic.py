@@ -10,7 +10,6 @@ import hashlib
 import json
 import logging
 import os
-import secrets
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -138,18 +137,31 @@ def _remove_dead_builds(final: Path) -> None:
     """Remove the staging dirs (and their marks) of builds of `final` that no
     process holds any more, and the replaced copies a killed swap left
     (`.<name>.old-*`); a copy that a kill left in place of a missing `final`
-    is put back first."""
+    is put back first. A live build's old copy is its own to put back or discard."""
     for path in final.parent.glob(f".{final.name}.tmp-*"):
         staging = path.with_name(path.name.removesuffix(LIVE))
         if not _is_live(staging.with_name(staging.name + LIVE)):
             shutil.rmtree(staging, ignore_errors=True)
             staging.with_name(staging.name + LIVE).unlink(missing_ok=True)
-    olds = sorted(final.parent.glob(f".{final.name}{OLD}*"), key=lambda p: p.lstat().st_ctime_ns)
+    olds = [old for old in final.parent.glob(f".{final.name}{OLD}*") if not _is_live(_old_mark(final, old))]
+    olds.sort(key=lambda p: p.lstat().st_ctime_ns)
     if olds and not final.exists():
         log.warning("%s was missing after a stopped rebuild: put back from %s", final, olds[-1].name)
         os.replace(olds.pop(), final)
     for old in olds:
         _discard(old)
+
+
+def _old_name(final: Path, staging: Path) -> Path:
+    """Where a build's swap puts the `final` it replaces: named after its
+    staging dir, so the build's mark keeps it live until it is discarded."""
+    return final.with_name(f".{final.name}{OLD}{staging.name.removeprefix(f'.{final.name}.tmp-')}")
+
+
+def _old_mark(final: Path, old: Path) -> Path:
+    """The mark of the build whose swap moved `old` aside (one of an older
+    version, named by its pid, has none)."""
+    return final.with_name(f".{final.name}.tmp-{old.name.removeprefix(f'.{final.name}{OLD}')}{LIVE}")
 
 
 def _is_live(mark: Path) -> bool:
@@ -231,17 +243,17 @@ def _fill_and_swap(final: Path, tmp: Path):
         raise
 
 
-OLD = ".old-"  # .<name>.old-<pid>-<random>: the artifact a forced rebuild replaces, for the moment between renames
+OLD = ".old-"  # .<name>.old-<random>: the artifact a forced rebuild replaces, for the moment between renames
 
 
 def _swap_in(final: Path, tmp: Path) -> None:
-    """Rename `tmp` to `final`. An existing `final` is moved aside first (a
-    name no other run uses: pids repeat in containers) and put back when
-    anything, a SIGTERM included, stops the swap halfway."""
+    """Rename `tmp` to `final`. An existing `final` is moved aside first
+    (under a name as unique as `tmp`'s, live while its build is) and put
+    back when anything, a SIGTERM included, stops the swap halfway."""
     if not final.exists():
         os.replace(tmp, final)
         return
-    old = final.with_name(f".{final.name}{OLD}{os.getpid()}-{secrets.token_hex(4)}")
+    old = _old_name(final, tmp)
     try:
         os.replace(final, old)
         os.replace(tmp, final)

@@ -209,6 +209,33 @@ def test_a_killed_rebuilds_old_copy_is_removed_and_a_reused_pid_rebuilds(tmp_pat
     assert [p.name for p in tmp_path.iterdir()] == ["art"]
 
 
+CLEAN_UP = """
+import sys
+from pathlib import Path
+from quantize.common import atomic
+atomic._remove_dead_builds(Path(sys.argv[1]))
+"""
+
+
+def test_a_cleanup_between_a_rebuilds_renames_leaves_its_old_copy_to_it(tmp_path, monkeypatch):
+    """Another build of the same folder under another lock (another
+    QUANTBENCH_CACHE) cleans up just after this rebuild moved the old copy
+    aside: the copy is live, so it is not put back in the way of the new one."""
+    final = tmp_path / "art"
+    build(final, "old")
+    real = os.replace
+
+    def replace(src, dst):
+        real(src, dst)
+        if atomic.OLD in Path(dst).name:
+            subprocess.run([sys.executable, "-c", CLEAN_UP, str(final)], env=quantize_env(), check=True,
+                           timeout=60)
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    build(final, "new")
+    assert (final / "who").read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir()] == ["art"]
+
+
 # ---------------------------------------------------------------- modes
 
 @contextmanager
