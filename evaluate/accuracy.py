@@ -37,6 +37,7 @@ import logging
 import math
 import random
 import re
+import traceback
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -316,6 +317,10 @@ def score(passed: dict, target, config: AccuracyConfig) -> Scores:
     ref = Reference(reference_path(target, config), config.reference_device)
     try:
         return _compare(passed, ref, config)
+    except BaseException as e:
+        # the failed forward's frames hold the model: free them, or release() frees nothing
+        traceback.clear_frames(e.__traceback__)
+        raise
     finally:
         ref.release()
 

@@ -242,6 +242,42 @@ def test_the_reference_on_a_gpu_gives_its_memory_back_after_scoring_even_when_sc
     assert len(held) == 1 and emptied == [[True]]   # the weights were gone before the cache was emptied
 
 
+def test_a_reference_whose_forward_fails_is_freed_before_the_cache_is_emptied(kept, ref_dir, tmp_path, monkeypatch):
+    """An error inside the model's forward (a CUDA OOM) keeps its frames, and
+    with them the model, alive in the traceback: release() must not run
+    while they hold it."""
+    import functools
+    import weakref
+    import torch
+    from evaluate.accuracy import AccuracyConfig, LastWordConfig, score
+    held, emptied = [], []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(held[0]() is None))
+    monkeypatch.setattr(kept, "CACHE_DIR", tmp_path)
+
+    class Boom(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+
+        def forward(self, ids):
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    def load(path, **_):
+        model = Boom()
+        held.append(weakref.ref(model))
+        return model
+    monkeypatch.setattr(kept.hf_load, "causal_lm", load)
+    # no GPU here: the model and its input stay on the CPU
+    monkeypatch.setattr(torch.nn.Module, "to", lambda self, device: self)
+    monkeypatch.setattr(torch, "tensor", functools.partial(lambda tensor, data, device=None: tensor(data), torch.tensor))
+    config = AccuracyConfig("t", "austen", [], 1, len(WINDOWS[0]), 1, LastWordConfig(1, 1, 8),
+                            reference=str(ref_dir), reference_device="cuda")
+    passed = {"windows": WINDOWS[:1], "items": ITEMS[:1], "window_logprobs": [[None]], "item_logprobs": [[]]}
+    with pytest.raises(RuntimeError, match="out of memory"):
+        score(passed, None, config)
+    assert emptied == [True]
+
+
 # The row keeps the per-window and per-item values its metrics are sums of,
 # so that the report can bound them (evaluate/analysis/accuracy_bounds.py).
 
