@@ -129,3 +129,37 @@ def test_a_required_group_not_given_lists_its_options(tmp_path):
     assert proc.returncode == ExitCode.BAD_INPUT
     assert one_error_line(proc).startswith("error: python -m quantize needs recipe=<recipe>; choose from ")
     assert "w4a16_gptq" in proc.stderr
+
+
+@pytest.mark.parametrize("module, args, key, nearest", [
+    ("quantize", ["recipe=original", "+calibration.num_sample=8"], "calibration.num_sample", "calibration.num_samples"),
+    ("evaluate", ["+runz=5"], "runz", "runs"),
+    ("evaluate", ["++runz=5"], "runz", "runs"),
+])
+def test_a_key_added_with_a_plus_that_the_config_lacks_is_an_unknown_key(module, args, key, nearest, tmp_path):
+    """Hydra added the misspelt key beside the one meant, and the job ran on its default."""
+    proc = run(module, *args, "--cfg", "job", cwd=tmp_path)
+    assert proc.returncode == ExitCode.BAD_INPUT, proc.stderr[-3000:]
+    assert one_error_line(proc) == (f"error: python -m {module} has no key {key}; did you mean {nearest}? "
+                                    f"(python -m {module} --help lists its keys)")
+
+
+def test_a_key_added_in_a_sweep_counts_where_one_of_its_jobs_has_it():
+    """engine.startup_timeout_s is vllm_server's, not hf's: `++` sets it for the jobs that have it."""
+    from quantize.common import config
+    from quantize.common.errors import UserError
+    sweep = ["-m", "engine=hf,vllm_server", "++engine.startup_timeout_s=5"]
+    config.check_added_keys("evaluate", "python -m evaluate", sweep)
+    with pytest.raises(UserError, match="no key engine.startup_timeout; did you mean engine.startup_timeout_s"):
+        config.check_added_keys("evaluate", "python -m evaluate", [*sweep, "++engine.startup_timeout=5"])
+
+
+def test_a_plus_still_adds_where_no_config_file_lists_the_keys(tmp_path):
+    """The dicts handed to a library as they are, Hydra's settings, a key the
+    config has (++ overrides it), and the settings of a class the command line names."""
+    proc = run("evaluate", "+engine.env.QB_X=1", "++engine.args.max_num_seqs=3", "++runs=5",
+               "+hydra.job.env_set.QB_Y=2", "engine._target_=my.Engine", "+engine.gate=/tmp/g", "--cfg", "job",
+               cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for line in ("QB_X: 1", "max_num_seqs: 3", "runs: 5", "gate: /tmp/g"):
+        assert line in proc.stdout, proc.stdout

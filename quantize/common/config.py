@@ -8,6 +8,7 @@ from pathlib import Path
 from hydra.core.config_store import ConfigStore
 
 from quantize.common.conf_groups import PATH_GROUPS, group_options, is_group, search_path_dirs, shown_options
+from quantize.common.errors import UserError
 from quantize.common.hub import is_repo_id
 from quantize.common.paths import CONF_DIR
 from quantize.common.recipe_choices import available, has_preset
@@ -135,8 +136,60 @@ def prepare_argv(config_name: str) -> None:
     register()
     check_group_options(sys.argv[1:])
     sys.argv[1:] = open_pass_through_keys(expand_path_shorthands(sys.argv[1:]))
+    check_added_keys(config_name, command(config_name), sys.argv[1:])
     hydra_errors.check_no_value_replaces_keys(config_name, sys.argv[1:])
     check_folder_names(sys.argv[1:])
+
+
+def check_added_keys(config_name: str, command: str, overrides: list[str]) -> None:
+    """`+key=v` and `++key=v` add a key the config lacks: Hydra takes a typo so
+    (`+calibration.num_sample=8` beside num_samples) and the job runs on the
+    default of the key meant. Refused as an unknown key, but in the dicts
+    handed to a library as they are (PASS_THROUGH), Hydra's own
+    settings, and a class the command line names (`engine._target_=`), whose
+    keys no config file lists. A key any job of a sweep has counts."""
+    from quantize.common.hydra_errors import config_values, override_key, unknown_key
+    roots = [CONF_DIR, *search_path_dirs(overrides)]
+    classes = tuple(override_key(a).removesuffix("_target_") for a in overrides if override_key(a).endswith("._target_"))
+    added = [override_key(a) for a in overrides if a.startswith("+") and "=" in a]
+    added = [key for key in added if not key.startswith(("hydra.", "hydra/", *PASS_THROUGH, *classes))
+             and "/" not in key and not is_group(key.replace(".", "/"), roots)]
+    if not added:
+        return
+    known = set()
+    for job in one_job_per_choice(overrides, roots):
+        known |= set(config_values(config_name, job, set(added)))
+    for key in added:
+        if key not in known:
+            raise UserError(unknown_key(key, command, config_name, overrides))
+
+
+def one_job_per_choice(overrides: list[str], roots) -> list[list[str]]:
+    """Command lines of single jobs covering every option a sweep gives a
+    group (`engine=vllm,hf`: one with each); other sweeps at their first value.
+    The groups chosen decide which keys a job's config has."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    firsts, choices = [], []   # (index, values) of each group sweep
+    for i, arg in enumerate(overrides):
+        try:
+            parsed = None if arg.startswith("-") else OverridesParser.create().parse_override(arg)
+            values = list(parsed.sweep_string_iterator()) if parsed and parsed.is_sweep_override() else []
+        except (HydraException, TypeError, ValueError):   # unreadable: Hydra says so; interval(): no values
+            values = []
+        if not values:
+            firsts.append(arg)
+            continue
+        firsts.append(f"{parsed.get_key_element()}={values[0]}")
+        if is_group(parsed.key_or_group.replace(".", "/"), roots):
+            choices.append((i, [f"{parsed.get_key_element()}={v}" for v in values[1:]]))
+    return [firsts] + [[*firsts[:i], value, *firsts[i + 1:]] for i, values in choices for value in values]
+
+
+def command(config_name: str) -> str:
+    """`python -m <module>` of the entry whose config is `config_name` (its help's name)."""
+    from quantize.common.cli_help import load
+    return load(config_name)["hydra"]["help"]["app_name"]
 
 
 def check_folder_names(argv: list[str]) -> None:
