@@ -232,7 +232,8 @@ def render_method(rows: list[Row], busy: BusyHost | None = None) -> str:
     """The last section: what the engines decided from, the versions, the
     setups, and how every number above was computed."""
     lines = ["## Method and setups", ""]
-    lines += [f"- Capabilities: {capability_text(facts)}" for facts in distinct(rows, "machine")]
+    # once per text: machines can differ in facts the line leaves out (driver, GPU memory)
+    lines += [f"- Capabilities: {text}" for text in dict.fromkeys(map(capability_text, distinct(rows, "machine")))]
     lines += defaults_lines(rows)
     lines.append(f"- Versions: {versions_text(rows)}")
     lines.append("- Setups (engine, args and environment as recorded; rows of different setups are never averaged; "

@@ -185,3 +185,18 @@ def test_setups_are_described_by_their_measured_rows():
     assert [line.split("`")[1] for line in lines] == ["s1", "s2"]
     assert '"max_model_len": 4096' in lines[0] and "(recipes: original)" in lines[0]
     assert "(recipes: w4a16_gptq)" in lines[1]  # a setup that measured nothing is still listed
+
+
+def test_machines_that_differ_only_in_facts_the_capabilities_line_omits_print_it_once():
+    """The machine facts of a row also hold the driver and GPU memory, which
+    the capabilities line does not print: twin nodes gave the same line twice."""
+    from evaluate.report.markdown import render_method
+    from evaluate.results import Row
+    base = {"arch": "x86_64", "isa": ["avx2"], "cuda": [[9, 0]], "cpu_native_half": False,
+            "cpu_native_fp16": False, "numa_nodes": 1}
+    machines = [base, base | {"nvidia_driver": "570.86.15", "gpu_memory_bytes": [150754820096]},
+                base | {"nvidia_driver": "570.124.06", "gpu_memory_bytes": [150754820096] * 2},
+                base | {"cuda": [[8, 0]]}]
+    rows = [Row(kind="speed", recipe=str(i), status="ok", engine="vllm", machine=m) for i, m in enumerate(machines)]
+    lines = [line for line in render_method(rows).splitlines() if line.startswith("- Capabilities:")]
+    assert [line.split(";")[0] for line in lines] == ["- Capabilities: CUDA sm90", "- Capabilities: CUDA sm80"]
