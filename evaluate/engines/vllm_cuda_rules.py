@@ -195,6 +195,9 @@ def rules_for(version: str | None = INSTALLED) -> CudaRules:
     rules = RULES[older[-1]]
     if (wanted + (0,))[:3] != _release(rules.release):   # another release may pick other kernels
         return _noted(older[-1], f"vLLM {version} is not a release these rules were read from")
+    if _pre_release(version):   # built before the release was: its kernels may be others
+        return _noted(older[-1], f"vLLM {version} is a pre-release or development build, not a release "
+                                 "these rules were read from")
     return rules
 
 
@@ -202,6 +205,15 @@ def _release(version: str) -> tuple[int, ...] | None:
     """(major, minor[, patch]) of a version such as 0.32.0 or 0.32.0+cpu."""
     found = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
     return found and tuple(int(n) for n in found.groups() if n is not None)
+
+
+def _pre_release(version: str) -> bool:
+    """Whether `version` (e.g. 0.33.0rc1, 0.33.0.dev7+gabc) comes before its release."""
+    from packaging.version import InvalidVersion, Version   # a dependency of transformers and vLLM
+    try:
+        return Version(version).is_prerelease
+    except InvalidVersion:
+        return False
 
 
 def _noted(key: str, why: str) -> CudaRules:

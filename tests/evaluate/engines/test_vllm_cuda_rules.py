@@ -304,7 +304,8 @@ def test_the_tables_of_0_26_differ_from_0_32_in_allspark_on_sm80_to_sm89_and_hum
     ("0.26.0", V26, None), ("0.32.0+cpu", V32, None), ("0.33.0", V33, None), ("0.33", V33, None),
     ("0.29.1", V26, "not a release these rules"), ("0.30.0", V26, "not a release these rules"),
     ("0.32.1", V32, "not a release these rules"), ("0.33.2", V33, "not a release these rules"),
-    ("0.34.0", V33, "newer"), ("1.0.0", V33, "newer"), ("0.20.0", V26, "older"), ("main", V33, "not a release")])
+    ("0.34.0", V33, "newer"), ("1.0.0", V33, "newer"), ("0.20.0", V26, "older"), ("main", V33, "not a release"),
+    ("0.33.0rc1", V33, "pre-release"), ("0.33.0.dev7+gabc", V33, "pre-release")])
 def test_a_version_gets_the_newest_rules_not_newer_than_it_and_a_note_unless_it_is_one_read(version, release, noted):
     rules = rules_for(version)
     assert rules.release == release and rules.basis.startswith("read from the wheel's source")
