@@ -87,3 +87,16 @@ def test_jobs_whose_output_went_to_the_workers_directory_are_not_ok(tmp_path):
     assert "2 of 2 job(s) failed" in out.stderr, out.stderr[-3000:]
     assert "start the Ray workers (`ray start`) in this directory" in out.stderr
     assert len(list((tmp_path / "sweep").glob("*/FAILED.json"))) == 2
+
+
+@pytest.mark.extended
+def test_jobs_whose_folder_needs_the_running_job_are_found_in_the_sweep(tmp_path):
+    """A subdir only the running job resolves (${hydra:...}) left the
+    launcher looking in sweep/<n>: both good jobs were recorded "elsewhere"
+    failures, with stray sweep/0 and sweep/1 folders."""
+    write_app(tmp_path)
+    out = sweep(tmp_path, "action=a,b", "hydra/launcher=ray_local",
+                "hydra.sweep.subdir=${hydra:runtime.choices.hydra/launcher}_${hydra.job.num}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "sweep").iterdir()) == ["multirun.yaml", "ray_local_0", "ray_local_1"]
+    assert [(tmp_path / "sweep" / f"ray_local_{n}" / "done.txt").read_text() for n in (0, 1)] == ["a", "b"]

@@ -61,25 +61,28 @@ class CollectingRayLauncher(RayLauncher):
                                     Singleton.get_state())
             try:  # where Hydra puts this job's output, seen from here
                 job_dir = sweep_dir / str(cfg.hydra.sweep.subdir)
-            except Exception as e:  # an interpolation only a running job can resolve
+            except Exception as e:  # an interpolation only the running job resolves (${hydra:...})
                 log.warning("job dir of #%d: %s; using %s", idx, e, sweep_dir / str(idx))
                 job_dir = sweep_dir / str(idx)
-            jobs.append((list(overrides), idx, job_dir, ref))
+            jobs.append((list(overrides), idx, job_dir, sweep_dir, ref))
         return [self._collect(*job) for job in jobs]
 
-    def _collect(self, overrides: List[str], idx: int, job_dir: Path, ref) -> JobReturn:
+    def _collect(self, overrides: List[str], idx: int, job_dir: Path, sweep_dir: Path, ref) -> JobReturn:
         """The job's own JobReturn, or a recorded failure when Ray has none
-        or the job's output is not in this sweep dir."""
+        or the job's output is not in this sweep dir. `job_dir`: where the
+        job's output should be, or a stand-in where that needs the running job."""
         import ray
         from hydra_plugins.quantbench_launchers.collect import record
         try:
             ret = ray.get(ref)
-            went = Path(str(ret.hydra_cfg.hydra.runtime.output_dir)) if ret.hydra_cfg is not None else job_dir
-            if (job_dir / ".hydra").is_dir() or went.resolve() == job_dir.resolve():
+            if ret.hydra_cfg is None:  # nothing says where it wrote
+                return ret
+            went = Path(str(ret.hydra_cfg.hydra.runtime.output_dir))
+            if went.resolve().is_relative_to(sweep_dir.resolve()):
                 return ret
             message = (f"elsewhere: the job ran in its Ray worker's directory and wrote to {went} (on that node), "
-                       f"not {job_dir.resolve()}; start the Ray workers (`ray start`) in this directory with this "
-                       "environment, or use absolute paths on a shared folder (hydra.sweep.dir, artifacts_dir, "
+                       f"not in {sweep_dir.resolve()}; start the Ray workers (`ray start`) in this directory with "
+                       "this environment, or use absolute paths on a shared folder (hydra.sweep.dir, artifacts_dir, "
                        "results_dir)")
             error = message
         except ray.exceptions.RayError as e:
