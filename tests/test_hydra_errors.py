@@ -163,3 +163,29 @@ def test_a_plus_still_adds_where_no_config_file_lists_the_keys(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     for line in ("QB_X: 1", "max_num_seqs: 3", "runs: 5", "gate: /tmp/g"):
         assert line in proc.stdout, proc.stdout
+
+
+def test_a_flag_between_overrides_is_read_as_hydra_reads_it_last(tmp_path):
+    """Hydra's parser takes one run of overrides: `-m` typed where the sweep is
+    thought of (docs/evaluate.md had one) ended in its 9-line usage."""
+    from hydra._internal.utils import get_args_parser
+
+    from quantize.common.config import hydra_flags_last
+    argv = hydra_flags_last(["recipe=original", "scenario=interactive", "-m", "scenario.batch_size=1,4,16"], "c")
+    args = get_args_parser().parse_args(argv)
+    assert args.multirun and args.overrides == ["recipe=original", "scenario=interactive", "scenario.batch_size=1,4,16"]
+    proc = run("evaluate", "runs=2", "--cfg", "job", "warmup_runs=2", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "\nruns: 2\n" in proc.stdout and "\nwarmup_runs: 2\n" in proc.stdout
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--dry-run"], "error: python -m evaluate has no option --dry-run; it takes key=value overrides, -m for a "
+                    "sweep, --cfg job (python -m evaluate --help lists them)"),
+    (["runs=2", "--cfg"], "error: --cfg takes one of job, hydra, all: --cfg job prints the composed config"),
+    (["--config-name"], "error: --config-name takes a value (python -m evaluate --hydra-help says which)"),
+])
+def test_a_flag_hydra_lacks_or_one_without_its_value_is_one_line(args, line, tmp_path):
+    proc = run("evaluate", *args, cwd=tmp_path)
+    assert proc.returncode == ExitCode.BAD_INPUT
+    assert one_error_line(proc) == line and "usage:" not in proc.stderr

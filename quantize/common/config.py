@@ -129,11 +129,52 @@ def open_pass_through_keys(argv: list[str]) -> list[str]:
     return [f"++{arg}" if arg.startswith(PASS_THROUGH) and "=" in arg else arg for arg in argv]
 
 
+# Hydra's command-line flags (its hydra/_internal/utils.py parser): switches,
+# flags that take the next argument (--cfg: one of its choices), --info with an optional one.
+HYDRA_SWITCHES = ("--help", "-h", "--hydra-help", "--version", "--resolve", "--run", "-r", "--multirun", "-m",
+                  "--shell-completion", "-sc")
+HYDRA_VALUE_FLAGS = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
+                     "--config-dir", "-cd", "--experimental-rerun")
+CFG_CHOICES = ("job", "hydra", "all")
+INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
+
+
+def hydra_flags_last(argv: list[str], command: str) -> list[str]:
+    """`argv` with Hydra's flags (and their values) after the overrides:
+    Hydra's parser takes one run of overrides, so `a=1 -m b=1,2` (-m where a
+    sweep is thought of) ended in its 9-line usage; last, a bare --info takes
+    no override for its value. A flag it lacks, or one without its value, is
+    one line instead."""
+    flags, overrides, rest = [], [], list(argv)
+    while rest:
+        arg = rest.pop(0)
+        name, eq, _ = arg.partition("=")
+        if not arg.startswith("-"):
+            overrides.append(arg)
+        elif arg in HYDRA_SWITCHES or (eq and name in (*HYDRA_VALUE_FLAGS, "--info", "-i")):
+            flags.append(arg)
+        elif arg in ("--cfg", "-c"):
+            if not rest or rest[0] not in CFG_CHOICES:
+                raise UserError(f"{arg} takes one of {', '.join(CFG_CHOICES)}: {arg} job prints the composed config")
+            flags += [arg, rest.pop(0)]
+        elif arg in HYDRA_VALUE_FLAGS:
+            if not rest or rest[0].startswith("-"):
+                raise UserError(f"{arg} takes a value ({command} --hydra-help says which)")
+            flags += [arg, rest.pop(0)]
+        elif arg in ("--info", "-i"):
+            flags += [arg] + ([rest.pop(0)] if rest and rest[0] in INFO_CHOICES else [])
+        else:
+            raise UserError(f"{command} has no option {arg}; it takes key=value overrides, -m for a sweep, "
+                            f"--cfg job ({command} --help lists them)")
+    return overrides + flags
+
+
 def prepare_argv(config_name: str) -> None:
     """The command line of the entry whose config is `config_name`, checked and
     in the form Hydra reads."""
     from quantize.common import hydra_errors
     register()
+    sys.argv[1:] = hydra_flags_last(sys.argv[1:], command(config_name))
     check_group_options(sys.argv[1:])
     sys.argv[1:] = open_pass_through_keys(expand_path_shorthands(sys.argv[1:]))
     check_added_keys(config_name, command(config_name), sys.argv[1:])
