@@ -189,3 +189,15 @@ def test_a_flag_hydra_lacks_or_one_without_its_value_is_one_line(args, line, tmp
     proc = run("evaluate", *args, cwd=tmp_path)
     assert proc.returncode == ExitCode.BAD_INPUT
     assert one_error_line(proc) == line and "usage:" not in proc.stderr
+
+
+@pytest.mark.parametrize("module, args", [
+    ("quantize", ["-m", "recipe=original,w4a16_gptq", "--cfg", "job"]),
+    ("evaluate", ["runs=1,2", "--info", "config", "--multirun"]),
+])
+def test_a_sweep_shown_with_a_flag_that_shows_one_job_is_one_line(module, args, tmp_path):
+    """Every --help footer offers --cfg job; with -m Hydra raised an unexpected ValueError (exit 1)."""
+    proc = run(module, *args, cwd=tmp_path)
+    assert proc.returncode == ExitCode.BAD_INPUT
+    flag = "--cfg" if "--cfg" in args else "--info"
+    assert one_error_line(proc) == f"error: {flag} shows one job: drop -m and give one value per key"

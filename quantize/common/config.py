@@ -143,8 +143,8 @@ def hydra_flags_last(argv: list[str], command: str) -> list[str]:
     """`argv` with Hydra's flags (and their values) after the overrides:
     Hydra's parser takes one run of overrides, so `a=1 -m b=1,2` (-m where a
     sweep is thought of) ended in its 9-line usage; last, a bare --info takes
-    no override for its value. A flag it lacks, or one without its value, is
-    one line instead."""
+    no override for its value. A flag it lacks, one without its value, or -m
+    with a flag that shows one job (--cfg, --info) is one line instead."""
     flags, overrides, rest = [], [], list(argv)
     while rest:
         arg = rest.pop(0)
@@ -166,6 +166,10 @@ def hydra_flags_last(argv: list[str], command: str) -> list[str]:
         else:
             raise UserError(f"{command} has no option {arg}; it takes key=value overrides, -m for a sweep, "
                             f"--cfg job ({command} --help lists them)")
+    names = [flag.partition("=")[0] for flag in flags]
+    shows = next((name for name in names if name in ("--cfg", "-c", "--info", "-i")), None)
+    if shows and ("-m" in names or "--multirun" in names):   # Hydra's own error is an unexpected ValueError
+        raise UserError(f"{shows} shows one job: drop -m and give one value per key")
     return overrides + flags
 
 
