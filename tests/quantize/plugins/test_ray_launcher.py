@@ -100,3 +100,16 @@ def test_jobs_whose_folder_needs_the_running_job_are_found_in_the_sweep(tmp_path
     assert out.returncode == 0, out.stderr[-3000:]
     assert sorted(p.name for p in (tmp_path / "sweep").iterdir()) == ["multirun.yaml", "ray_local_0", "ray_local_1"]
     assert [(tmp_path / "sweep" / f"ray_local_{n}" / "done.txt").read_text() for n in (0, 1)] == ["a", "b"]
+
+
+@pytest.mark.extended
+def test_jobs_with_a_sweep_folder_of_their_own_are_ok(tmp_path):
+    """hydra.sweep.dir=sweep/${action}: each job's folder was checked against
+    the default action's (sweep/ok) and both good jobs recorded as failed."""
+    write_app(tmp_path)
+    out = subprocess.run([sys.executable, "app.py", "-m", "action=a,b", "hydra/launcher=ray_local",
+                          f"hydra.sweep.dir={tmp_path}/sweep/${{action}}"],
+                         cwd=tmp_path, env=quantize_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert not list((tmp_path / "sweep").rglob("FAILED.json"))
+    assert [(tmp_path / "sweep" / a / f"{n}_{a}" / "done.txt").read_text() for n, a in enumerate("ab")] == ["a", "b"]

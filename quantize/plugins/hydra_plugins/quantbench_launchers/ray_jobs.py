@@ -59,12 +59,14 @@ class CollectingRayLauncher(RayLauncher):
                 cfg.hydra.job.num = idx
             ref = launch_job_on_ray(self.hydra_context, self.ray_cfg.remote, cfg, self.task_function,
                                     Singleton.get_state())
+            job_sweep = sweep_dir  # the job's own sweep dir: hydra.sweep.dir=out/${action} differs per job
             try:  # where Hydra puts this job's output, seen from here
-                job_dir = sweep_dir / str(cfg.hydra.sweep.subdir)
+                job_sweep = Path(str(cfg.hydra.sweep.dir))
+                job_dir = job_sweep / str(cfg.hydra.sweep.subdir)
             except Exception as e:  # an interpolation only the running job resolves (${hydra:...})
-                log.warning("job dir of #%d: %s; using %s", idx, e, sweep_dir / str(idx))
-                job_dir = sweep_dir / str(idx)
-            jobs.append((list(overrides), idx, job_dir, sweep_dir, ref))
+                log.warning("job dir of #%d: %s; using %s", idx, e, job_sweep / str(idx))
+                job_dir = job_sweep / str(idx)
+            jobs.append((list(overrides), idx, job_dir, job_sweep, ref))
         return [self._collect(*job) for job in jobs]
 
     def _collect(self, overrides: List[str], idx: int, job_dir: Path, sweep_dir: Path, ref) -> JobReturn:
