@@ -201,3 +201,22 @@ def test_a_sweep_shown_with_a_flag_that_shows_one_job_is_one_line(module, args, 
     assert proc.returncode == ExitCode.BAD_INPUT
     flag = "--cfg" if "--cfg" in args else "--info"
     assert one_error_line(proc) == f"error: {flag} shows one job: drop -m and give one value per key"
+
+
+@pytest.mark.parametrize("args, line", [
+    (["recipe=original,w4a16_gptq"],
+     "error: recipe=original,w4a16_gptq is a sweep: add -m (python -m quantize -m recipe=original,w4a16_gptq)"),
+    (["recipe=original", "seed=range(0,3)"],
+     "error: seed=range(0,3) is a sweep: add -m (python -m quantize -m 'seed=range(0,3)')"),
+])
+def test_a_sweep_without_m_is_one_line_adding_it(args, line, tmp_path):
+    """Hydra said "Ambiguous value for argument ..." and left its own fix (add --multirun) out of the line."""
+    proc = run("quantize", *args, cwd=tmp_path)
+    assert proc.returncode == ExitCode.BAD_INPUT
+    assert one_error_line(proc) == line
+
+
+def test_a_quoted_comma_is_one_value_not_a_sweep(tmp_path):
+    proc = run("quantize", "recipe=original", "model.name='a,b'", "--cfg", "job", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "  name: a,b\n" in proc.stdout

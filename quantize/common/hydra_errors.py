@@ -4,6 +4,7 @@ grammar cannot read (an unquoted path with a space), a required group not
 given. Hydra says these in several lines and a HYDRA_FULL_ERROR hint. And
 one Hydra takes without a word: one value for a setting that holds keys."""
 import re
+import shlex
 
 from quantize.common.errors import UserError, nearest
 
@@ -13,6 +14,9 @@ MISSING_GROUP = re.compile(r"You must specify '([^']+)'")
 # a typed node (the sweeper's seed: int) read through an interpolation of a setting (${seed})
 UNCONVERTED = re.compile(r"interpolation '\$\{([\w.]+)\}': Value '(.*?)' of type '\w+' could not be converted to (\w+)")
 KINDS = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false"}
+# a sweep (`recipe=a,b`, `seed=range(0,3)`) without -m; a quoted comma is one value, which Hydra takes
+SWEEP_WITHOUT_M = re.compile(r"^(?:Ambiguous value for argument '(.*)'|Sweep parameters '(.*)' requires --multirun)$",
+                             re.M)
 
 
 def as_user_error(e: BaseException, module: str, config_name: str, overrides: list[str]) -> UserError | None:
@@ -30,6 +34,10 @@ def as_user_error(e: BaseException, module: str, config_name: str, overrides: li
     if unconverted:
         key, value, kind = unconverted.groups()
         return UserError(f"{key}={value}: pass {KINDS.get(kind, kind.lower())} for {key}")
+    sweep = SWEEP_WITHOUT_M.search(text)
+    if sweep:
+        arg = sweep.group(1) or sweep.group(2)
+        return UserError(f"{arg} is a sweep: add -m ({command} -m {shlex.quote(arg)})")
     group = MISSING_GROUP.search(text)
     if group:
         return UserError(missing_group(group.group(1), command, overrides))
