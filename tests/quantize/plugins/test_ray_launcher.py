@@ -113,3 +113,23 @@ def test_jobs_with_a_sweep_folder_of_their_own_are_ok(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert not list((tmp_path / "sweep").rglob("FAILED.json"))
     assert [(tmp_path / "sweep" / a / f"{n}_{a}" / "done.txt").read_text() for n, a in enumerate("ab")] == ["a", "b"]
+
+
+@pytest.mark.extended
+def test_a_job_whose_folder_this_machine_lacks_is_not_ok(tmp_path):
+    """A Ray node without a shared folder, its project at the same path,
+    reports the folder this machine expects: the sweep said ok, exit 0,
+    though the output is on that node. Here the job removes its .hydra
+    as seen from this machine."""
+    write_app(tmp_path)
+    app = (tmp_path / "app.py").read_text()
+    (tmp_path / "app.py").write_text(app.replace('    if cfg.action == "kill":', (
+        '    if cfg.action == "vanish":\n        import shutil\n        shutil.rmtree(out / ".hydra")\n'
+        '    if cfg.action == "kill":')))
+    out = sweep(tmp_path, "action=a,vanish", "hydra/launcher=ray_local")
+    assert out.returncode == 1, out.stderr[-3000:]
+    summary = [line for line in out.stderr.splitlines() if line.startswith("  ")]
+    assert len(summary) == 1 and summary[0].startswith("  1_vanish: action=vanish: elsewhere:"), out.stderr[-3000:]
+    assert "this machine has no such job folder" in summary[0]
+    assert sorted(p.parent.name for p in (tmp_path / "sweep").glob("*/FAILED.json")) == ["1_vanish"]
+    assert (tmp_path / "sweep" / "0_a" / "done.txt").read_text() == "a"

@@ -10,9 +10,10 @@ failed in Python (quantize.common.jobs), the other jobs' results are kept
 and `FailureSummary` lists it and exits 1. The presets set the tasks'
 `max_retries: 0`: Ray would otherwise run a killed job up to 3 more times.
 
-A job that ran but whose Hydra job dir is not where this process looks (a
-Ray worker started in another directory resolves a relative sweep dir, and
-artifacts_dir, results_dir, against its own) is recorded as failed too,
+A job that ran but whose Hydra job dir is not in its sweep dir as this
+process sees it (a Ray worker started in another directory resolves a
+relative sweep dir, and artifacts_dir, results_dir, against its own; a node
+without a shared folder writes to its own disk) is recorded as failed too,
 naming where its output went, instead of a summary of "0 job(s) ok".
 
 It also refuses, in one line, a GPU request (`ray.remote.num_gpus`) no node
@@ -79,13 +80,20 @@ class CollectingRayLauncher(RayLauncher):
             ret = ray.get(ref)
             if ret.hydra_cfg is None:  # nothing says where it wrote
                 return ret
-            went = Path(str(ret.hydra_cfg.hydra.runtime.output_dir))
-            if went.resolve().is_relative_to(sweep_dir.resolve()):
+            went = Path(str(ret.hydra_cfg.hydra.runtime.output_dir))  # as the job's node saw it
+            inside = went.resolve().is_relative_to(sweep_dir.resolve())
+            if inside and (went / ".hydra").is_dir():  # here too, not only on a node of its own
                 return ret
-            message = (f"elsewhere: the job ran in its Ray worker's directory and wrote to {went} (on that node), "
-                       f"not in {sweep_dir.resolve()}; start the Ray workers (`ray start`) in this directory with "
-                       "this environment, or use absolute paths on a shared folder (hydra.sweep.dir, artifacts_dir, "
-                       "results_dir)")
+            if inside:  # a node without this machine's folders, at the same path
+                job_dir = went
+                message = (f"elsewhere: the job wrote to {went} on its Ray node, and this machine has no such job "
+                           "folder; put hydra.sweep.dir, artifacts_dir and results_dir on a folder all Ray nodes "
+                           "share (absolute paths)")
+            else:
+                message = (f"elsewhere: the job ran in its Ray worker's directory and wrote to {went} (on that node), "
+                           f"not in {sweep_dir.resolve()}; start the Ray workers (`ray start`) in this directory with "
+                           "this environment, or use absolute paths on a shared folder (hydra.sweep.dir, "
+                           "artifacts_dir, results_dir)")
             error = message
         except ray.exceptions.RayError as e:
             message = f"{why_ended(e)}; completed results are kept, rerun the sweep to resume"
