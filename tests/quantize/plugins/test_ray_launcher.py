@@ -133,3 +133,22 @@ def test_a_job_whose_folder_this_machine_lacks_is_not_ok(tmp_path):
     assert "this machine has no such job folder" in summary[0]
     assert sorted(p.parent.name for p in (tmp_path / "sweep").glob("*/FAILED.json")) == ["1_vanish"]
     assert (tmp_path / "sweep" / "0_a" / "done.txt").read_text() == "a"
+
+
+@pytest.mark.parametrize("joined", [False, True])
+def test_a_gpu_request_no_live_node_meets_waits_on_a_joined_cluster(joined, monkeypatch, caplog, capsys):
+    """An autoscaling cluster starts its GPU nodes only once work is pending:
+    refusing there stopped every GPU sweep. The instance started here gets
+    no more nodes: refused."""
+    import ray
+    from hydra_plugins.quantbench_launchers.ray_jobs import check_gpus
+    monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 8.0}}])
+    if not joined:
+        with pytest.raises(SystemExit) as exit:
+            check_gpus(1, joined)
+        assert exit.value.code == 2
+        assert "num_gpus=1 asks for more GPUs than any node" in capsys.readouterr().err
+        return
+    check_gpus(1, joined)
+    assert "num_gpus=1 asks for more GPUs than any live node" in caplog.text
+    assert "autoscaling" in caplog.text

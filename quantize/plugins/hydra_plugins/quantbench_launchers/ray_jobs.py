@@ -17,11 +17,14 @@ without a shared folder writes to its own disk) is recorded as failed too,
 naming where its output went, instead of a summary of "0 job(s) ok".
 
 It also refuses, in one line, a GPU request (`ray.remote.num_gpus`) no node
-of the Ray cluster can meet: Ray would leave the jobs pending forever.
+of the Ray instance it started can meet: Ray would leave the jobs pending
+forever. On a cluster it joined it warns instead: an autoscaling cluster
+starts GPU nodes only once work waits for them.
 
 Use it through the presets: hydra/launcher=ray_local or ray_gpu.
 """
 import logging
+import os
 from pathlib import Path
 from typing import List, Sequence
 
@@ -50,7 +53,9 @@ class CollectingRayLauncher(RayLauncher):
         log.info(f"Ray Launcher is launching {len(job_overrides)} jobs, sweep output dir: {sweep_dir}")
         self.ray_cfg.init.setdefault("object_store_memory", 78643200)  # as the plugin: enough on a small host
         start_ray(self.ray_cfg.init)
-        check_gpus(self.ray_cfg.remote.get("num_gpus") or 0)
+        # ray.init joins the cluster at init.address, else at $RAY_ADDRESS, else starts one here
+        joined = bool(self.ray_cfg.init.get("address") or os.environ.get("RAY_ADDRESS"))
+        check_gpus(self.ray_cfg.remote.get("num_gpus") or 0, joined)
         jobs = []
         for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
             log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
@@ -118,14 +123,22 @@ def why_ended(error: Exception) -> str:
     return f"failed: {lines[-1] if lines else type(error).__name__}"
 
 
-def check_gpus(wanted: float) -> None:
-    """One line naming the setting when no node of the cluster has the GPUs one job asks for."""
+def check_gpus(wanted: float, joined: bool) -> None:
+    """One line naming the setting when no node of the cluster has the GPUs one
+    job asks for: refused for the instance started here, a warning on a joined
+    cluster (an autoscaling one adds GPU nodes only once work is pending)."""
     import ray
     if not wanted:
         return
     most = max((node["Resources"].get("GPU", 0) for node in ray.nodes() if node.get("Alive")), default=0)
-    if wanted > most:
-        from hydra_plugins.quantbench_launchers.slurm import fail
-        fail(f"hydra.launcher.ray.remote.num_gpus={wanted:g} asks for more GPUs than any node of the Ray cluster "
-             f"has ({most:g}); set hydra.launcher.ray.remote.num_gpus={most:g} or use hydra/launcher=ray_local "
-             "for CPU jobs")
+    if wanted <= most:
+        return
+    fix = (f"set hydra.launcher.ray.remote.num_gpus={most:g} or use hydra/launcher=ray_local for CPU jobs")
+    if joined:
+        log.warning("hydra.launcher.ray.remote.num_gpus=%g asks for more GPUs than any live node of the Ray cluster "
+                    "has (%g): the jobs wait until the cluster adds such a node (an autoscaling cluster does), "
+                    "else forever; if it cannot, %s", wanted, most, fix)
+        return
+    from hydra_plugins.quantbench_launchers.slurm import fail
+    fail(f"hydra.launcher.ray.remote.num_gpus={wanted:g} asks for more GPUs than any node of the Ray cluster "
+         f"has ({most:g}); {fix}")
