@@ -62,6 +62,18 @@ MACHETE = (9, 0)
 # sm100 and sm120 (csrc scaled_mm_c3x_sm100.cu / _sm120.cu: nullptr; the wheels' _C library holds
 # "Int8 not supported on SM"): the start fails in the profile run. vLLM issue #54311.
 CUTLASS_INT8_BEFORE = (10, 0)
+# The kernels vLLM picks for these schemes take bfloat16/float16 activations only, and none refuses
+# float32 when picked, so a float32 model fails in the profile run (0.32.0's source):
+#   W8A8 int8: CutlassInt8ScaledMMLinearKernel (can_implement takes any dtype) calls
+#   _custom_ops.py, cutlass_scaled_mm(out_dtype=x.dtype), which asserts bfloat16 or float16.
+#   W4A16/W8A16: MarlinLinearKernel.can_implement asks no activation dtype, and its marlin_gemm "only
+#   supports bfloat16 and float16" (csrc gptq_marlin.cu); Exllama: "only supports float16
+#   activations"; Triton W4A16: float16/bfloat16; Machete: 16-bit (machete_utils.py); Humming:
+#   utils/humming/schema.py asserts a float16/bfloat16 param dtype.
+#   FP8 below FP8_NATIVE: weight-only on Humming or Marlin FP8, as above.
+# A MoE's experts take the fused-MoE kernels, but its attention projections take these.
+HALF_ONLY_KERNELS = {W8A8_INT8: "CUTLASS int8", W4A16: "mixed-precision (Marlin, Machete, Humming)",
+                     W8A16: "mixed-precision (Marlin, Machete, Humming)", FP8: "weight-only FP8 (Humming, Marlin)"}
 
 
 class Fact(NamedTuple):
@@ -248,6 +260,12 @@ def cuda_rule(fmt, cc: Capability, args: dict, version: str | None = INSTALLED) 
     cache is cuda_kv_rule's), under the rules of vLLM `version` (rules_for)."""
     sm = _sm(cc)
     no_fp16 = bool(fmt.model_type) and fmt.model_type in float16_refused()
+    half_only = HALF_ONLY_KERNELS.get(fmt.scheme) if fmt.scheme != FP8 or cc < FP8_NATIVE else None
+    if half_only and no_fp16 and cc < BF16:
+        return Verdict(False, f"vLLM's {half_only} kernels for {fmt.label} take bfloat16/float16 activations "
+                              f"only, and on {sm} model type {fmt.model_type} gets neither (vLLM refuses float16 "
+                              "for it, bfloat16 needs compute capability 8.0); use a GPU from sm80, the "
+                              "unquantized model, or engine=hf")
     if args.get("dtype") == "bfloat16" and cc < BF16:
         return Verdict(False, f"vLLM runs bfloat16 only from compute capability 8.0 ({sm} here); "
                               f"use engine.args.dtype={'float32' if no_fp16 else 'float16'}")
@@ -258,6 +276,9 @@ def cuda_rule(fmt, cc: Capability, args: dict, version: str | None = INSTALLED) 
     if cc < needs:
         return Verdict(False, f"vLLM serves {fmt.label} from compute capability {needs[0]}.{needs[1]} "
                               f"({sm} here); use a newer GPU or engine=hf")
+    if half_only and args.get("dtype") == "float32":
+        return Verdict(False, f"vLLM's {half_only} kernels for {fmt.label} take bfloat16/float16 activations "
+                              "only; use engine.args.dtype=auto")
     if fmt.scheme == W8A8_INT8 and cc >= CUTLASS_INT8_BEFORE:
         # a MoE's experts run on Triton, but its attention projections take this path too
         return Verdict(False, f"vLLM's int8 W8A8 kernel (CUTLASS, which it picks on every CUDA GPU) has no "

@@ -481,6 +481,28 @@ def test_float16_asked_for_a_model_type_vllm_refuses_in_it_is_refused_in_one_lin
     assert cuda_rule(fmt(model_type="llama"), (7, 5), {"dtype": "float16"})
 
 
+@pytest.mark.parametrize("scheme, kernel", [(W8A8_INT8, "CUTLASS int8"), (W4A16, "Marlin"), (W8A16, "Marlin"),
+                                            (FP8, "weight-only FP8")])
+def test_a_quantized_model_type_refused_in_float16_is_refused_below_sm80_where_its_kernels_want_16_bits(
+        monkeypatch, scheme, kernel):
+    """Below sm80 vLLM's auto gives gemma2 float32, but the kernels of these
+    schemes take bfloat16/float16 activations only (CUTLASS's
+    cutlass_scaled_mm asserts it, Marlin's marlin_gemm raises): nothing starts."""
+    monkeypatch.setattr(vllm_cuda_rules, "float16_refused", lambda: vllm_cuda_rules.FLOAT16_REFUSED)
+    import evaluate.engines.vllm
+    monkeypatch.setattr(evaluate.engines.vllm, "float16_refused", vllm_cuda_rules.float16_refused)
+    gemma, llama = fmt(scheme, model_type="gemma2"), fmt(scheme, model_type="llama")
+    verdict, dtype = decide("vllm", gemma, KNOWN_MACHINES["cuda_sm75"])
+    assert dtype == "float32" and not verdict
+    assert kernel in verdict.reason and "sm80" in verdict.reason and "engine=hf" in verdict.reason
+    assert decide("vllm", llama, KNOWN_MACHINES["cuda_sm75"]) == (cuda_rule(llama, (7, 5), {"dtype": "float16"}),
+                                                                  "float16")
+    assert cuda_rule(llama, (7, 5), {"dtype": "float16"}) and decide("vllm", gemma, KNOWN_MACHINES["cuda_sm80"])[0]
+    assert decide("vllm", fmt(model_type="gemma2"), KNOWN_MACHINES["cuda_sm75"])[0]   # dense runs in float32
+    explicit = cuda_rule(llama, (8, 0), {"dtype": "float32"})
+    assert not explicit and kernel in explicit.reason and "dtype=auto" in explicit.reason
+
+
 def test_the_model_types_refused_in_float16_are_the_installed_vllms_own(monkeypatch):
     import sys
     import types
