@@ -6,12 +6,15 @@ import re
 
 # scheme://<user>:<password>@<host>...: the password runs to the `@` before a
 # host (no `@` or `/` in it): one with a space, a `/` or an `@` is hidden whole.
+# A host's port is no password: `https://h:5000/runs@x` has none, its `@` is the path's.
 # Without a scheme, `user:password@host` (but not a path: `sqlite:////a@b`).
 # Also as a sweep's job gets it from Hydra, quoted or escaped (`postgresql\://u\:pw@h`).
-_PASSWORD = re.compile(r"^(\s*['\"]?(?:[A-Za-z][\w+.\-]*\\?://)?[^:/\s]*:(?!//))(.*?)(@[^@/?#]*(?:[/?#].*)?)$",
-                       re.S)
-# a value that may be a URL with credentials (redact_values): a scheme and an `@`
-_URL_WITH_AT = re.compile(r"\s*['\"]?[A-Za-z][\w+.\-]*\\?://.*@.*", re.S)
+_PASSWORD = re.compile(r"^(\s*['\"]?(?:[A-Za-z][\w+.\-]*\\?://)?[^:/?#@\s]*:(?!//)(?!\d*(?:[/?#]|$)))(.*?)"
+                       r"(@[^@/?#]*(?:[/?#].*)?)$", re.S)
+# a password in the query string (`postgresql://h/db?user=u&password=p`)
+_QUERY_PASSWORD = re.compile(r"([?&](?:password|passwd)=)[^&#\s'\"]*", re.I)
+# a value that may be a URL with credentials (redact_values): a scheme and an `@` or a password=
+_URL_WITH_CREDENTIALS = re.compile(r"\s*['\"]?[A-Za-z][\w+.\-]*\\?://.*(?:@|[?&](?:password|passwd)=).*", re.S | re.I)
 
 
 def redact(url) -> str:
@@ -19,7 +22,7 @@ def redact(url) -> str:
     is kept as given (a sqlite path or a git ref with an `@`): a rerun of a
     command that holds it must find the same path."""
     url = str(url)   # Hydra reads storage=5 as a number
-    return _PASSWORD.sub(r"\1***\3", url, count=1)
+    return _QUERY_PASSWORD.sub(r"\1***", _PASSWORD.sub(r"\1***\3", url, count=1))
 
 
 def redact_values(values):
@@ -29,7 +32,7 @@ def redact_values(values):
         return {k: redact_values(v) for k, v in values.items()}
     if isinstance(values, (list, tuple)):
         return type(values)(redact_values(v) for v in values)
-    if isinstance(values, str) and _URL_WITH_AT.fullmatch(values):
+    if isinstance(values, str) and _URL_WITH_CREDENTIALS.fullmatch(values):
         return redact(values)
     return values
 
@@ -43,4 +46,5 @@ def redact_override(arg: str) -> str:
 def hide(text: str, url) -> str:
     """`text` (an error's words) with `url` in it redacted."""
     url = str(url)
-    return text.replace(url, redact(url)) if "@" in url else text
+    shown = redact(url)
+    return text.replace(url, shown) if shown != url else text

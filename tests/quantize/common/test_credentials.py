@@ -1,7 +1,7 @@
 """quantize/common/credentials.py: a URL's password hidden, the rest of it as given."""
 import pytest
 
-from quantize.common.credentials import redact, redact_override, redact_values
+from quantize.common.credentials import hide, redact, redact_override, redact_values
 
 
 @pytest.mark.parametrize("url", ["sqlite:////tmp/a@b/mlflow.db", "file:///tmp/a@b/mlruns",
@@ -25,3 +25,30 @@ def test_a_password_is_hidden_whatever_it_holds(url, shown):
     assert redact(url) == shown
     assert redact_values({"tracking": {"uri": url}}) == {"tracking": {"uri": shown}}
     assert redact_override(f"tracking.uri={url}") == f"tracking.uri={shown}"
+
+
+@pytest.mark.parametrize("url", ["https://mlflow.lab:5000/path@x", "http://127.0.0.1:5000/runs@x",
+                                 "https://host:8080?q=a@b", "https://host:8080#a@b",
+                                 "postgresql://db.lab:5432/mlflow?sslrootcert=/certs/me@corp.pem",
+                                 "http://127.0.0.1:5000/a:b@c", r"https\://mlflow.lab\:5000/path@x",
+                                 r"postgresql\://db.lab\:5432/mlflow?sslrootcert=/certs/me@corp.pem"])
+def test_a_port_followed_by_an_at_in_the_path_or_query_is_no_password(url):
+    """The `@` after the host's port was taken for the end of a password:
+    https://h:5000/path@x was written as https://h:***@x, a URL that names another host."""
+    assert redact(url) == url
+    assert redact_override(f"tracking.uri={url}") == f"tracking.uri={url}"
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("postgresql://db.lab/mlflow?user=bench&password=s3cret", "postgresql://db.lab/mlflow?user=bench&password=***"),
+    ("postgresql://db.lab/mlflow?password=s3cret&sslmode=require",
+     "postgresql://db.lab/mlflow?password=***&sslmode=require"),
+    ("mysql+pymysql://db.lab/optuna?user=root&passwd=s3cret", "mysql+pymysql://db.lab/optuna?user=root&passwd=***"),
+    (r"postgresql\://db.lab/mlflow?user=bench&password=s3cret", r"postgresql\://db.lab/mlflow?user=bench&password=***"),
+    ("postgresql://bench:s3cret@db.lab:5432/mlflow?sslrootcert=/certs/me@corp.pem",
+     "postgresql://bench:***@db.lab:5432/mlflow?sslrootcert=/certs/me@corp.pem")])
+def test_a_password_in_the_query_string_or_before_a_later_at_is_hidden(url, shown):
+    assert redact(url) == shown
+    assert redact_values({"tracking": {"uri": url}}) == {"tracking": {"uri": shown}}
+    assert redact_override(f"tracking.uri={url}") == f"tracking.uri={shown}"
+    assert hide(f"cannot reach {url}", url) == f"cannot reach {shown}"
