@@ -36,7 +36,9 @@ register_resolvers()   # also where a launcher imports this module to run a job
 
 @hydra.main(config_path=str(CONF_DIR), config_name="search", version_base="1.3")
 def _hydra_main(cfg):
-    return run_job(_trial, cfg)
+    # A trial downloads nothing itself; its stages do, each going offline unless it needs the hub
+    # (its own run_job). An HF_HUB_OFFLINE=1 set here would reach them as the user's own.
+    return run_job(_trial, cfg, needs_hub=True)
 
 
 def _trial(cfg) -> list[float]:

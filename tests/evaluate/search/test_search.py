@@ -256,3 +256,15 @@ def test_a_format_the_engine_cannot_serve_here_fails_its_trial_before_quantizing
     info = study_file.read_trial_info(res, "tiny-tiny-llama-vllm", 0)
     assert info["error"].startswith("not quantized: vllm cannot serve W8A16 here"), info
     assert not (tmp_path / "artifacts").exists()   # no minutes spent on an artifact that cannot be measured
+
+
+def test_a_trials_stages_decide_for_themselves_whether_they_go_online(monkeypatch):
+    """The trial ran offline and its stages inherited HF_HUB_OFFLINE=1 as the
+    user's own: quantize_overrides=[calibration=wikitext] failed every trial
+    unless cached. A value the user set still reaches them."""
+    from evaluate.search import __main__ as search, trial
+    monkeypatch.setattr(search, "_trial", lambda cfg: trial._stage_env())
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    assert "HF_HUB_OFFLINE" not in search._hydra_main.__wrapped__(None)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert search._hydra_main.__wrapped__(None)["HF_HUB_OFFLINE"] == "1"
