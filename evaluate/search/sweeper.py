@@ -73,6 +73,7 @@ from evaluate.search import storage as storages
 from evaluate.search import study_file
 from quantize.common import fingerprint, hub
 from quantize.common.checkpoint import weight_files
+from quantize.common.credentials import redact_override
 from quantize.common.errors import UserError
 from quantize.common.extensions import plain
 from quantize.common.jobs import FAILURE_FILE, one_line
@@ -92,6 +93,7 @@ IDENTITY_ATTR = "identity"      # study user attr: what the trials measured besi
 # The job config's keys that change what a trial measures but not its params
 # or the study's default name; a plain Hydra app may lack any of them.
 IDENTITY_KEYS = ("model.path", "seed", "quantize_overrides", "evaluate_overrides")
+OVERRIDE_KEYS = ("quantize_overrides", "evaluate_overrides")   # identity: kept with a URL's password as ***
 WEIGHTS_KEY = "model weights"   # identity: the fingerprint of model.path's weights, where the sweeper sees them
 REVISION_KEY = "model revision"  # identity: the snapshot a hub id's weights are in (shown; the weights decide)
 BUILT_ATTRS = ("artifact_id", "recipe", "artifact_dir")   # trial user attrs from the job's record
@@ -142,8 +144,8 @@ def _identity(values: dict) -> dict:
     resumes (_check_identity), and a hub id's by those of the snapshot it
     resolves to (REVISION_KEY), so a resume after the hub repo changed is not
     taken for the same model."""
-    out = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
-           for k, v in values.items() if v is not None}
+    out = _redacted({k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+                     for k, v in values.items() if v is not None})
     path = str(out.get("model.path", ""))
     snapshot = _snapshot(path) if path and hub.is_repo_id(path) else None
     weights = _snapshot_weights(snapshot) if snapshot else weight_files(Path(path)) if path else []
@@ -152,6 +154,14 @@ def _identity(values: dict) -> dict:
         if snapshot:
             out[REVISION_KEY] = snapshot.name
     return out
+
+
+def _redacted(identity: dict) -> dict:
+    """The identity as the study stores and shows it: a password in an
+    override as *** (optuna-dashboard shows user attrs), and one that
+    changed does not count as another search."""
+    return {k: [redact_override(str(a)) for a in v] if k in OVERRIDE_KEYS and isinstance(v, list) else v
+            for k, v in identity.items()}
 
 
 def _snapshot(repo_id: str) -> Path | None:
@@ -465,18 +475,20 @@ def _check_identity(study: optuna.Study, identity: dict, url: str) -> None:
     and stage overrides: its trials would count as this search's, and their
     front be reported as its answer. A new study (or one from before this
     check) records them; a record that knew the weights by their path only
-    takes their fingerprint once this host sees them."""
-    stored = study.user_attrs.get(IDENTITY_ATTR)
-    if stored is None:
+    takes their fingerprint once this host sees them. A record from before
+    passwords were redacted is compared, and rewritten, redacted."""
+    recorded = study.user_attrs.get(IDENTITY_ATTR)
+    if recorded is None:
         study.set_user_attr(IDENTITY_ATTR, identity)
         return
+    stored = _redacted(recorded)
     others = (set(stored) | set(identity)) - {"model.path", WEIGHTS_KEY, REVISION_KEY}
     differ = _model_differs(stored, identity) + [k for k in sorted(others) if stored.get(k) != identity.get(k)]
     if differ:
         was = ", ".join(f"{k}={_shown(k, stored.get(k))} (now {_shown(k, identity.get(k))})" for k in differ)
         raise UserError(f"study {study.study_name} in {storages.redact(url)} was searched with {was}; "
                         "use study=<new name> for this search, or the same settings to resume it")
-    if {**stored, **identity} != stored:  # its weights now seen, or moved: the record follows
+    if {**stored, **identity} != recorded:  # its weights now seen, or moved, or a password shown: the record follows
         study.set_user_attr(IDENTITY_ATTR, {**stored, **identity})
 
 

@@ -137,10 +137,11 @@ def artifact_name(config: SearchConfig, recipe: str) -> str:
     """The recipe's name, plus a digest of the quantize settings when they are
     not the defaults: two studies that calibrate differently (another seed,
     quantize_overrides) build the same recipe into two artifacts, not one
-    folder that refuses the second."""
+    folder that refuses the second. A password in them counts as ***: a
+    changed one builds the same artifact."""
     if config.seed == 0 and not config.quantize_overrides:
         return recipe
-    settings = json.dumps([config.seed, list(config.quantize_overrides)])
+    settings = json.dumps([config.seed, [redact_override(a) for a in config.quantize_overrides]])
     return f"{recipe}-q{hashlib.sha256(settings.encode()).hexdigest()[:8]}"
 
 

@@ -109,6 +109,18 @@ def test_studies_that_calibrate_differently_build_a_recipe_into_two_artifacts():
         SimpleNamespace(seed=0, quantize_overrides=["calibration.num_samples=16"]), "search-3454374c")
 
 
+def test_a_changed_password_in_quantize_overrides_builds_the_same_artifact():
+    """The digest was of the overrides as typed: a new password re-quantized
+    every recipe into a new -q<digest> folder."""
+    from types import SimpleNamespace
+    from evaluate.search.trial import artifact_name
+
+    def name(uri: str) -> str:
+        return artifact_name(SimpleNamespace(seed=0, quantize_overrides=[f"tracking.uri={uri}"]), "search-3454374c")
+    assert name("postgresql://u:s3cret@h/db") == name("postgresql://u:n3wpass@h/db")
+    assert name("postgresql://u:s3cret@h/db") != name("postgresql://u:s3cret@h2/db")
+
+
 def test_a_stage_that_set_an_engine_arg_ran_before_as_its_entry_recorded_it(tmp_path):
     """evaluate records `engine.args.X=v` as `++engine.args.X=v`: the
     accuracy-only evaluate of a point measured before is not started again."""

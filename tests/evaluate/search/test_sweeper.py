@@ -439,6 +439,31 @@ def test_a_study_is_identified_by_its_weights_not_their_folder(tmp_path):
         _check_identity(study, identity(b, "runs=1"), url)
 
 
+def test_a_password_in_a_searchs_overrides_is_neither_stored_nor_shown_nor_a_new_search(tmp_path):
+    """The identity stored quantize_overrides as typed: the password was in
+    the study (optuna-dashboard shows it), in the refusal's words, and a
+    changed password refused the resume."""
+    from evaluate.search.sweeper import IDENTITY_ATTR, _check_identity, _identity
+
+    def identity(uri: str, seed: int = 0) -> dict:
+        return _identity({"model.path": str(tmp_path / "m"), "seed": seed,
+                          "quantize_overrides": [f"tracking.uri={uri}"], "evaluate_overrides": [f"tracking.uri={uri}"]})
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(study_name="s", storage=url)
+    _check_identity(study, identity("postgresql://u:s3cret@h/db"), url)
+    assert "s3cret" not in str(study.user_attrs)
+    _check_identity(study, identity("postgresql://u:n3wpass@h/db"), url)   # the same search: resumes
+    with pytest.raises(UserError) as refused:
+        _check_identity(study, identity("postgresql://u:n3wpass@h/db", seed=1), url)
+    assert "n3wpass" not in str(refused.value) and "seed=0 (now 1)" in str(refused.value)
+
+    older = optuna.create_study(study_name="older", storage=url)   # recorded before passwords were redacted
+    typed = ["tracking.uri=postgresql://u:s3cret@h/db"]
+    older.set_user_attr(IDENTITY_ATTR, {**identity("x"), "quantize_overrides": typed, "evaluate_overrides": typed})
+    _check_identity(older, identity("postgresql://u:n3wpass@h/db"), url)
+    assert "s3cret" not in str(optuna.load_study(study_name="older", storage=url).user_attrs)
+
+
 def test_a_study_whose_weights_appear_after_its_first_run_resumes_and_then_knows_them(tmp_path):
     """The default model's folder is made by trial 0's quantize: the study
     recorded the path, its weights' fingerprint on every rerun, and refused
