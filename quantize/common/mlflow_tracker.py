@@ -72,6 +72,8 @@ class MlflowTracker(Tracker):
             run_id, created = self._ensure(record, parent)
             rebuilt = not created and self._complete(run_id, record)
             self._metrics(run_id, record.metrics, created or rebuilt)
+            if record.revision and (created or rebuilt):   # last: a write cut short is a rebuild still
+                self._batch(run_id, tags={REVISION_TAG: record.revision})
             self.client().set_terminated(run_id, status="FAILED" if record.failed else "FINISHED")
         return run_id
 
@@ -142,7 +144,7 @@ class MlflowTracker(Tracker):
         run_id = self.find(record.key)
         if run_id:
             return run_id, False
-        tags = {KEY_TAG: record.key, **_tags(record), **({PARENT_TAG: parent} if parent else {})}
+        tags = {KEY_TAG: record.key, **record.tags, **({PARENT_TAG: parent} if parent else {})}
         run_id = self.client().create_run(self.experiment_id(), tags=tags, run_name=record.name).info.run_id
         self._runs[record.key] = run_id
         log.info("tracking: run %s (%s) in %s", record.name, run_id, self.describe())
@@ -162,7 +164,7 @@ class MlflowTracker(Tracker):
         held = run.data
         rebuilt = bool(record.revision) and held.tags.get(REVISION_TAG) != record.revision
         self._batch(run_id, params={k: v for k, v in record.params.items() if k not in held.params},
-                    tags=_tags(record))
+                    tags=record.tags)
         for key in set(record.untags) & set(held.tags):
             self.client().delete_tag(run_id, key)
         if record.refresh_files or rebuilt:
@@ -245,10 +247,6 @@ def _logged_here(tags: dict) -> set[str] | None:
         return set(json.loads(tags[FILES_TAG]))
     except (KeyError, ValueError, TypeError):
         return None
-
-
-def _tags(record: RunRecord) -> dict:
-    return {**record.tags, **({REVISION_TAG: record.revision} if record.revision else {})}
 
 
 def _check_scheme(uri: str, where: str) -> None:

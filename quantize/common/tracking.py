@@ -35,7 +35,8 @@ from quantize.common.provenance import sha256_json
 log = logging.getLogger("quantbench.tracking")
 
 KEY_TAG = "quantbench_key"      # the run's deterministic key, as a tag the tracker looks runs up by
-REVISION_TAG = "quantbench_revision"   # what a run's metrics and files are of (an artifact: its build)
+# what a run's metrics and files are of (an artifact: its build); set last, once they are logged
+REVISION_TAG = "quantbench_revision"
 GROUP = "conf/tracking"
 # What recovers a run an outage kept from the tracker, said in the warning (a RunRecord's `recovery`)
 BACKFILL = ("the results store keeps every row and python -m evaluate.track results_dir=<results_dir> "

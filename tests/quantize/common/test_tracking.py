@@ -365,3 +365,32 @@ def test_a_refreshed_runs_files_are_exactly_the_latest_writes(tmp_path):
     from mlflow import MlflowClient
     logged = MlflowClient(uri).download_artifacts(run.info.run_id, "report.md", str(tmp_path / "down"))
     assert Path(logged).read_text() == "second report.md"
+
+
+def _build(art: Path, built_at: str, **changes) -> None:
+    """The manifest of a build (quantize force=true keeps the id, not `created_at`)."""
+    described = json.loads((art / "manifest.json").read_text())
+    (art / "manifest.json").write_text(json.dumps({**described, "created_at": built_at, **changes}))
+
+
+@needs_mlflow
+def test_a_rebuild_whose_logging_was_cut_short_is_logged_in_full_by_the_rerun(tmp_path):
+    """The new build's revision tag went first: the rerun the warning names
+    took the run as of the new build, and it kept the old manifest and metrics."""
+    from mlflow import MlflowClient
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    art = artifact_dir(tmp_path)
+    _build(art, "2026-01-01T00:00:00", timings_s={"total": 4.0})
+    assert tracking.from_group({**MLFLOW, "uri": uri, "experiment": "unit"}).log_artifact(art)
+    _build(art, "2026-01-02T00:00:00", timings_s={"total": 9.0})
+    job = tracking.from_group({**MLFLOW, "uri": uri, "experiment": "unit"})
+
+    def down(*args, **kwargs):
+        raise ConnectionError("server went down")
+    job.client().log_artifact = down   # the tags went through, then the outage
+    assert job.log_artifact(art) is False
+    assert tracking.from_group({**MLFLOW, "uri": uri, "experiment": "unit"}).log_artifact(art)   # the rerun
+    [run] = _runs_by_name(uri).values()
+    assert run.data.tags["quantbench_revision"] == "2026-01-02T00:00:00" and run.data.metrics["time_s.total"] == 9.0
+    logged = MlflowClient(uri).download_artifacts(run.info.run_id, "manifest.json", str(tmp_path / "down"))
+    assert json.loads(Path(logged).read_text())["created_at"] == "2026-01-02T00:00:00"
