@@ -119,7 +119,7 @@ class SearchSettings:
     model: str                                      # model.name: ""
     objectives: list[study_file.Objective] | None   # search.objectives: one per direction, unnamed
     study: Any                                      # study: None (the study's one name, checked where used)
-    identity: dict                                  # _identity: {}
+    identity_values: dict                           # IDENTITY_KEYS: None (_identity, once the cheap checks passed)
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> "SearchSettings":
@@ -134,7 +134,7 @@ class SearchSettings:
             model=str(get("model.name", "") or ""),
             objectives=None if objectives is None else [_objective(plain(o)) for o in objectives],
             study=get("study", None),
-            identity=_identity({key: get(key, None) for key in IDENTITY_KEYS}),
+            identity_values={key: get(key, None) for key in IDENTITY_KEYS},
         )
 
 
@@ -221,9 +221,10 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
         self._keep_storage_from_jobs()
         study = _load_study(self.study_name, self.storage, directions, self.url)
         _check_objectives(study, self.objectives, self.url)
-        _check_identity(study, self.settings.identity, self.url)
         _check_distributions(study, self._distributions(arguments), self.url)
         with _Ownership(study, self.url):
+            # last: a hub id's weights may be downloaded for it, after every refusal that needs none
+            _check_identity(study, _identity(self.settings.identity_values), self.url)
             _name_values(study, self.objectives)
             settled = _settle_interrupted(study, self.settings.results_dir, len(directions))
             done = len(_finished(study))

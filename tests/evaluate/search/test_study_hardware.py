@@ -24,7 +24,7 @@ def test_study_json_names_the_machines_its_trials_ran_on_twin_nodes_as_one(tmp_p
         study_file.write_trial_info(res, "s", number, {"recipe": f"r{number}", "hardware": hardware})
     study.tell(study.ask(), 2.0)   # a job that recorded no machine (from before machines were recorded)
     settings = SearchSettings(results_dir=res, space="", engine="", model="", objectives=None, study="s",
-                              identity={})
+                              identity_values={})
     record = snapshot(study, settings, [study_file.Objective("v", "minimize", "")], url, 4)
     assert record.hardware == {results.machine_id(A): A, results.machine_id(B): B}
     assert [t.machine for t in record.trials] == [results.machine_id(A)] * 2 + [results.machine_id(B), None]

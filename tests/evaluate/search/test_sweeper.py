@@ -81,8 +81,10 @@ def test_a_study_killed_with_kill_9_resumes_with_no_trial_lost_or_run_twice(tmp_
     first = subprocess.Popen(cmd, cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for(lambda: (hold / "waiting").exists(), first, "trial 3 held")
-        refused = one_error_line(run(cmd, tmp_path))  # one sweeper per study
+        downloads = tmp_path / "downloads.txt"   # refused before a hub id's weights are downloaded
+        refused = one_error_line(run([*cmd, "+model.path=org/tiny"], tmp_path, {"TOY_HUB_DOWNLOADS": str(downloads)}))
         assert f"is being run by pid {first.pid} on {socket.gethostname()}" in refused and "toy" in refused
+        assert not downloads.exists()
         os.kill(first.pid, signal.SIGKILL)
         first.wait(timeout=HANG_GUARD_S)
     finally:
@@ -302,9 +304,11 @@ def test_a_storage_or_setting_that_cannot_work_stops_before_any_trial_with_one_l
         (tmp_path / "res" / "search" / "toy").mkdir(parents=True)
         optuna.create_study(study_name="toy", storage=db_url(tmp_path), directions=["maximize", "minimize"])
     overrides, expected = bad_input(case, tmp_path, free_port())
-    out = run(toy(tmp_path, *overrides), tmp_path)
+    downloads = tmp_path / "downloads.txt"   # a hub id's weights are downloaded only after every cheap refusal
+    out = run(toy(tmp_path, *overrides, "+model.path=org/tiny"), tmp_path, {"TOY_HUB_DOWNLOADS": str(downloads)})
     line = one_error_line(out)
     assert all(part in line for part in expected), line
+    assert not downloads.exists()
     assert "s3cret" not in out.stdout + out.stderr
     assert not (tmp_path / "ledger.txt").exists() and not list(tmp_path.glob("sweep/*/.hydra"))
     assert not list(tmp_path.glob("res/search/*/study.json"))

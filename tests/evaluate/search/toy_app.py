@@ -7,6 +7,10 @@ done, so a test can see which trials ran to the end and how often.
     python -m tests.evaluate.search.toy_app hydra.searchpath=[file://<repo>/conf] results_dir=... ledger=...
         [+hold_trial=N +hold_dir=<folder>]
 
+With TOY_HUB_DOWNLOADS=<file> in the environment, the hub is reachable and
+each download of a hub id (model.path=org/name) appends the id to <file>
+and fails: a test sees whether the sweeper downloaded before a refusal.
+
 With hold_trial, trial N's job writes <hold_dir>/waiting and runs on only
 once <hold_dir>/go exists: a test that kills the search meanwhile knows which
 trial it cut short, whatever the host's speed.
@@ -19,7 +23,7 @@ from pathlib import Path
 import hydra
 
 from evaluate.search import study_file
-from quantize.common import atomic
+from quantize.common import atomic, hub
 from quantize.common.errors import UserError
 from quantize.common.jobs import run_job
 from quantize.common.resolvers import register_resolvers
@@ -27,6 +31,16 @@ from quantize.common.resolvers import register_resolvers
 register_resolvers()  # the launcher presets use ${qb_root:}
 
 HOLD_GUARD_S = 600  # a held trial never released: its test has died
+
+
+def _record_download(repo_id: str) -> Path:
+    atomic.append_line(os.environ["TOY_HUB_DOWNLOADS"], repo_id)
+    raise UserError(f"toy hub: {repo_id} not downloaded")
+
+
+if os.environ.get("TOY_HUB_DOWNLOADS"):
+    hub.main_commit = lambda repo_id: "b" * 40
+    hub.download = _record_download
 
 
 @hydra.main(config_path="conf", config_name="toy", version_base="1.3")
