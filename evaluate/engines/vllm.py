@@ -18,7 +18,7 @@ from typing import Iterator
 from evaluate.formats import (DENSE, FP8, FP8_BLOCK, FP8_PER_TOKEN, FP8_WEIGHT_ONLY, W4A16, W8A8_INT8, W8A16, YES,
                               Verdict)
 from evaluate.engines import parallel, vllm_kernels, vllm_schemes, vllm_startup
-from evaluate.engines.vllm_cuda_rules import BF16, cuda_kv_rule, cuda_rule, float16_refused, machine_release
+from evaluate.engines.vllm_cuda_rules import BF16, cuda_kv_rule, cuda_rule, machine_release, refuses_float16
 from evaluate.engines.base import Engine, EngineStartError, LmEvalModel, user_set
 from evaluate.memory import kv_bytes_per_token
 from evaluate.metrics import RequestTiming
@@ -174,6 +174,9 @@ def _legacy_format_rule(fmt) -> Verdict:
 
 
 def _cpu_rule(fmt, machine, args) -> Verdict:
+    if args.get("dtype") == "float16" and refuses_float16(fmt):
+        return Verdict(False, f"vLLM refuses float16 for model type {fmt.model_type} (numerical instability); "
+                              "use engine.args.dtype=auto (bfloat16, or float32 where the CPU lacks it)")
     if fmt.scheme == DENSE:
         return YES
     if fmt.scheme == W8A16:
@@ -542,10 +545,11 @@ class VllmEngine(Engine):
         requested = (args or {}).get("dtype")
         if requested not in (None, "auto"):
             return str(requested)
-        half = fmt.dtype if fmt.dtype in HALF else "bfloat16"
+        no_fp16 = refuses_float16(fmt)   # vLLM's auto leaves fp16 out for these, on every platform
+        half = "bfloat16" if no_fp16 or fmt.dtype not in HALF else fmt.dtype
         if machine.cuda:  # bf16 from vllm_cuda_rules.BF16 (sm80), else vLLM's auto falls back to fp16
             bf16 = machine.min_cuda_capability >= BF16
-            if fmt.model_type and fmt.model_type in float16_refused():   # vLLM's auto leaves fp16 out for these
+            if no_fp16:
                 return "bfloat16" if bf16 else "float32"
             return "float16" if half == "bfloat16" and not bf16 else half
         if fmt.method in HALF_ONLY_METHODS or fmt.scheme in HALF_ONLY_ON_CPU:

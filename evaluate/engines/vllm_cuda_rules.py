@@ -255,11 +255,17 @@ def float16_refused() -> frozenset:
     return FLOAT16_REFUSED
 
 
+def refuses_float16(fmt) -> bool:
+    """Whether vLLM refuses the checkpoint's model type in float16, on every
+    platform (config/model.py, _check_valid_dtype)."""
+    return bool(fmt.model_type) and fmt.model_type in float16_refused()
+
+
 def cuda_rule(fmt, cc: Capability, args: dict, version: str | None = INSTALLED) -> Verdict:
     """The weights and compute dtype on a GPU of capability `cc` (the KV
     cache is cuda_kv_rule's), under the rules of vLLM `version` (rules_for)."""
     sm = _sm(cc)
-    no_fp16 = bool(fmt.model_type) and fmt.model_type in float16_refused()
+    no_fp16 = refuses_float16(fmt)
     half_only = HALF_ONLY_KERNELS.get(fmt.scheme) if fmt.scheme != FP8 or cc < FP8_NATIVE else None
     if half_only and no_fp16 and cc < BF16:
         return Verdict(False, f"vLLM's {half_only} kernels for {fmt.label} take bfloat16/float16 activations "

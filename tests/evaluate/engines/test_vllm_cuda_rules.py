@@ -489,8 +489,6 @@ def test_a_quantized_model_type_refused_in_float16_is_refused_below_sm80_where_i
     schemes take bfloat16/float16 activations only (CUTLASS's
     cutlass_scaled_mm asserts it, Marlin's marlin_gemm raises): nothing starts."""
     monkeypatch.setattr(vllm_cuda_rules, "float16_refused", lambda: vllm_cuda_rules.FLOAT16_REFUSED)
-    import evaluate.engines.vllm
-    monkeypatch.setattr(evaluate.engines.vllm, "float16_refused", vllm_cuda_rules.float16_refused)
     gemma, llama = fmt(scheme, model_type="gemma2"), fmt(scheme, model_type="llama")
     verdict, dtype = decide("vllm", gemma, KNOWN_MACHINES["cuda_sm75"])
     assert dtype == "float32" and not verdict
@@ -501,6 +499,24 @@ def test_a_quantized_model_type_refused_in_float16_is_refused_below_sm80_where_i
     assert decide("vllm", fmt(model_type="gemma2"), KNOWN_MACHINES["cuda_sm75"])[0]   # dense runs in float32
     explicit = cuda_rule(llama, (8, 0), {"dtype": "float32"})
     assert not explicit and kernel in explicit.reason and "dtype=auto" in explicit.reason
+
+
+@pytest.mark.parametrize("kind", ["amx", "avx512_bf16", "arm_bf16", "avx2"])
+@pytest.mark.parametrize("scheme", [DENSE, W4A16])
+def test_on_a_cpu_a_model_type_vllm_refuses_in_float16_gets_bfloat16_or_float32_and_float16_is_refused(
+        monkeypatch, kind, scheme):
+    """vLLM's _check_valid_dtype refuses gemma2 in float16 on every platform,
+    vLLM-CPU included: a float16 checkpoint gets bfloat16 where the CPU has
+    it natively (and for W4A16, whose CPU kernel has no float32 path), else
+    float32."""
+    monkeypatch.setattr(vllm_cuda_rules, "float16_refused", lambda: vllm_cuda_rules.FLOAT16_REFUSED)
+    machine = KNOWN_MACHINES[kind]
+    gemma, llama = fmt(scheme, dtype="float16", model_type="gemma2"), fmt(scheme, dtype="float16", model_type="llama")
+    native = "bfloat16" in machine.cpu_native_half
+    assert VllmEngine.choose_dtype(gemma, machine) == ("bfloat16" if native or scheme == W4A16 else "float32")
+    refused = VllmEngine.supports(gemma, machine, {"dtype": "float16"})
+    assert not refused and "float16 for model type gemma2" in refused.reason and "dtype=auto" in refused.reason
+    assert "float16 for model type" not in VllmEngine.supports(llama, machine, {"dtype": "float16"}).reason
 
 
 def test_the_model_types_refused_in_float16_are_the_installed_vllms_own(monkeypatch):
