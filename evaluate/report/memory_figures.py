@@ -13,7 +13,8 @@ so two sections never name or compute a figure differently.
   allocated on the GPU. On a CPU, the KV cache (reported, or vLLM-CPU's
   `VLLM_CPU_KVCACHE_SPACE`) is part of peak host memory instead.
 - GPU in use, whole device (`metrics.peak_gpu_memory_bytes`): NVML's memory
-  in use on every GPU at the run's peak, every process included. vLLM
+  in use on the GPUs CUDA_VISIBLE_DEVICES leaves the job (every one where
+  it is unset or empty) at the run's peak, every process included. vLLM
   reserves a fixed share of the device (`gpu_memory_utilization`) and fills
   what its weights leave with KV cache, so this is about the same for every
   artifact.
