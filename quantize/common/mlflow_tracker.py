@@ -158,8 +158,8 @@ class MlflowTracker(Tracker):
         holds only its tags, one a back-fill built from rows no params or files.
         Params are write-once, so only the absent ones; tags overwrite, and
         those the record clears are deleted. Returns whether the run is of
-        another revision (a rebuild): its files are then replaced, and its
-        metrics are to be logged anew."""
+        another revision (a rebuild): its files are then replaced, the metrics
+        the new build lacks unset, and its metrics are to be logged anew."""
         run = self.client().get_run(run_id)
         held = run.data
         rebuilt = bool(record.revision) and held.tags.get(REVISION_TAG) != record.revision
@@ -167,6 +167,8 @@ class MlflowTracker(Tracker):
                     tags=record.tags)
         for key in set(record.untags) & set(held.tags):
             self.client().delete_tag(run_id, key)
+        if rebuilt:
+            self._unset(run_id, set(held.metrics) - {m.key for m in record.metrics})
         if record.refresh_files or rebuilt:
             self._files(run_id, record)
             self._drop_stale(run_id, run.info.artifact_uri, record, _logged_here(held.tags))
@@ -213,6 +215,16 @@ class MlflowTracker(Tracker):
             store = get_artifact_repository(artifact_uri, tracking_uri=self.uri)
             for path in stale:
                 store.delete_artifacts(path)
+
+    def _unset(self, run_id: str, keys: set[str]) -> None:
+        """The metrics the run shows that this build lacks (a sanity check or a
+        verify phase the old build had), set to NaN: MLflow deletes no metric,
+        and the run is one build's, not a mix of two."""
+        from mlflow.entities import Metric as MlflowMetric
+        now = int(time.time() * 1000)
+        gone = [MlflowMetric(key, float("nan"), now, 0) for key in sorted(keys)]   # an artifact's are step 0
+        for i in range(0, len(gone), METRICS_PER_BATCH):
+            self.client().log_batch(run_id, metrics=gone[i:i + METRICS_PER_BATCH])
 
     def _metrics(self, run_id: str, metrics: tuple[Metric, ...], every: bool) -> None:
         """The metrics of each step the run lacks (`every`: all of them, the

@@ -394,3 +394,20 @@ def test_a_rebuild_whose_logging_was_cut_short_is_logged_in_full_by_the_rerun(tm
     assert run.data.tags["quantbench_revision"] == "2026-01-02T00:00:00" and run.data.metrics["time_s.total"] == 9.0
     logged = MlflowClient(uri).download_artifacts(run.info.run_id, "manifest.json", str(tmp_path / "down"))
     assert json.loads(Path(logged).read_text())["created_at"] == "2026-01-02T00:00:00"
+
+
+@needs_mlflow
+def test_a_rebuild_without_the_sanity_check_keeps_none_of_the_old_builds_metrics(tmp_path):
+    """A rebuild under the same id (sanity.enabled=false verify=false are not
+    in it) showed the first build's sanity.* and verify time as its own."""
+    import math
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    art = artifact_dir(tmp_path)
+    _build(art, "2026-01-01T00:00:00", timings_s={"verify (tensors)": 7.0, "total": 4.0})
+    assert tracking.from_group({**MLFLOW, "uri": uri, "experiment": "unit"}).log_artifact(art)
+    _build(art, "2026-01-02T00:00:00", timings_s={"total": 9.0}, checks={})
+    assert tracking.from_group({**MLFLOW, "uri": uri, "experiment": "unit"}).log_artifact(art)
+    [run] = _runs_by_name(uri).values()
+    shown = {k: v for k, v in run.data.metrics.items() if not math.isnan(v)}
+    assert shown == {"size_bytes": 2000, "weights_bytes": 1500, "time_s.total": 9.0}
+    assert _files(uri, run) == ["manifest.json", "recipe.yaml"]
