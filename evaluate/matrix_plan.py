@@ -209,4 +209,5 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     from quantize.common.jobs import run_command
     detach_stdin()  # nothing may prompt (quantize.common.hf_load)
-    run_command(main, "evaluate.matrix_plan", "evaluate")   # Ctrl-C: one line, exit 130
+    # Ctrl-C: one line, exit 130; Hydra's errors name evaluate, whose --help lists the keys it composes
+    run_command(main, "evaluate", "evaluate")

@@ -156,3 +156,17 @@ def test_ctrl_c_while_planning_ends_in_one_line_with_130(tmp_path, check):
     assert out.returncode == 130, out.stderr[-3000:]
     assert len(out.stderr.strip().splitlines()) == 1 and out.stderr.startswith("error: interrupted"), out.stderr
     assert not (tmp_path / "r.json").exists()
+
+
+def test_an_unresolvable_override_points_to_a_help_that_lists_the_keys(tmp_path):
+    """The hint named `python -m evaluate.matrix_plan --help`, whose argparse
+    help lists none of the keys the overrides set."""
+    import subprocess
+    import sys
+    from tests.conftest import quantize_env
+    out = subprocess.run([sys.executable, "-m", "evaluate.matrix_plan", "--check", "--quantize", "original",
+                          "--evaluate", "original", "--scenario", "cpu", "--runs", "2",
+                          "--results-dir", str(tmp_path / "res"), "artifact_dir=${nope}"],
+                         cwd=tmp_path, env=quantize_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "nope" in out.stderr and "(python -m evaluate --help lists its groups and keys)" in out.stderr
