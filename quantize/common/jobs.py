@@ -168,6 +168,7 @@ def run_command(main: Callable[[], int | None], module: str, config_name: str) -
     except (Exception, KeyboardInterrupt) as e:
         failure = hydra_errors.as_user_error(e, module, config_name, sys.argv[1:]) or as_one_line(e)
         keep_trace(e)
+        _list_other_failures(e)
         end(failure)
     raise SystemExit(code or 0)
 
@@ -258,6 +259,8 @@ def _record_failure(message: str, trace: str, exit_code: int) -> None:
         if not _mark_failed(path):
             unrecorded = OneLineError(f"{message} (and its {FAILURE_FILE} could not be written: {first_line(e)})")
             unrecorded.exit_code = exit_code
+            # Hydra skips FailureSummary: run_command lists the sweep's other failures (an attribute survives pickling)
+            unrecorded.sweep_dir = str(Path(HydraConfig.get().runtime.cwd) / HydraConfig.get().sweep.dir)
             raise unrecorded from e
 
 
@@ -300,14 +303,32 @@ class FailureSummary(Callback):
 
     def on_multirun_end(self, config, **_) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
-        failed = {path.parent.name: read_failure(path) for path in sorted(sweep_dir.glob(f"*/{FAILURE_FILE}"))}
+        failed = failed_jobs(sweep_dir)
         total = len([p for p in sweep_dir.iterdir() if p.is_dir() and (p / ".hydra").is_dir()])
         if not failed:
             log.info("sweep finished: %d job(s) ok (%s)", total, sweep_dir)
             return
-        print(f"sweep finished: {len(failed)} of {total} job(s) failed (details in {FAILURE_FILE}):",
-              file=sys.stderr)
-        for name, info in failed.items():
-            print("  " + ": ".join(part for part in (name, " ".join(info["overrides"]), info["error"]) if part),
-                  file=sys.stderr)
+        print_failed(f"sweep finished: {len(failed)} of {total} job(s) failed", failed)
         raise SystemExit(1)
+
+
+def failed_jobs(sweep_dir: Path) -> dict[str, dict]:
+    """Each job dir of the sweep that holds a FAILED.json: what read_failure says."""
+    return {path.parent.name: read_failure(path) for path in sorted(Path(sweep_dir).glob(f"*/{FAILURE_FILE}"))}
+
+
+def print_failed(heading: str, failed: dict[str, dict]) -> None:
+    print(f"{heading} (details in {FAILURE_FILE}):", file=sys.stderr)
+    for name, info in failed.items():
+        print("  " + ": ".join(part for part in (name, " ".join(info["overrides"]), info["error"]) if part),
+              file=sys.stderr)
+
+
+def _list_other_failures(e: BaseException) -> None:
+    """A job whose failure could not be recorded ends the sweep on its error
+    (_record_failure), and Hydra then skips FailureSummary: the jobs that did
+    record theirs are listed here, above that error."""
+    sweep_dir = getattr(e, "sweep_dir", None)
+    failed = failed_jobs(Path(sweep_dir)) if sweep_dir and Path(sweep_dir).is_dir() else {}
+    if failed:
+        print_failed(f"sweep stopped by the error below; {len(failed)} other job(s) failed too", failed)

@@ -77,6 +77,8 @@ def work(cfg):
     if cfg.action == "full":
         jobs.atomic.write_json = no_room   # a disk with no room for FAILED.json's data
         raise RuntimeError("the engine died")
+    if cfg.action == "err":
+        raise RuntimeError("bad recipe")
     if cfg.action == "fail":
         shutil.rmtree(out)
         out.write_text("")   # the job dir is gone: no FAILED.json can be made there at all
@@ -134,6 +136,18 @@ def test_a_failure_that_cannot_be_recorded_at_all_ends_the_sweep_on_its_error(tm
     error = out.stderr.strip().splitlines()[-1]
     assert error.startswith("error: RuntimeError: the engine died") and "FAILED.json could not be written" in error
     assert (sweep / "1_last" / "done.txt").read_text() == "last"
+
+
+def test_a_sweep_ended_by_an_unrecordable_failure_still_lists_the_jobs_that_failed(tmp_path):
+    """Hydra skips the summary when a job raises: the sweep's other failed
+    jobs, each with its FAILED.json, were listed nowhere."""
+    sweep, out = sweep_of(tmp_path, "err,fail,last")
+    assert out.returncode == 1, out.stderr[-3000:]
+    lines = out.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: RuntimeError: the engine died"), out.stderr[-3000:]
+    assert "sweep stopped by the error below; 1 other job(s) failed too (details in FAILED.json):" in lines
+    assert [line for line in lines if line.startswith("  ")] == [
+        f"  0_err: action=err: {jobs.read_failure(sweep / '0_err' / jobs.FAILURE_FILE)['error']}"]
 
 
 @pytest.fixture
