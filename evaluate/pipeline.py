@@ -484,8 +484,8 @@ def _context_limit(target: Target, max_model_len) -> int | None:
                         "scenario's length, capped at the model's context")
     if max_model_len and positions and max_model_len > positions:
         raise UserError(f"engine.args.max_model_len={max_model_len} is past the {positions} positions of "
-                        f"{target.path.name} (max_position_embeddings, no rope_scaling beyond it in its "
-                        f"config.json); pass at most engine.args.max_model_len={positions}, or a checkpoint "
+                        f"{target.path.name} (the positions its config.json declares, no rope_scaling beyond "
+                        f"them); pass at most engine.args.max_model_len={positions}, or a checkpoint "
                         "whose config.json declares rope_scaling for the longer context")
     return max_model_len or positions
 
