@@ -165,6 +165,41 @@ def test_a_plus_still_adds_where_no_config_file_lists_the_keys(tmp_path):
         assert line in proc.stdout, proc.stdout
 
 
+@pytest.mark.parametrize("module, args, line", [
+    ("evaluate", ["engine=openai", "++engine.retry_backoff_s=2", "scenario.batch_size=1"],
+     "error: python -m evaluate has no key scenario.batch_size; did you mean scenario.name? "
+     "(python -m evaluate --help lists its keys)"),
+    ("quantize", ["++calibration.num_samples=8"], "error: python -m quantize needs recipe=<recipe>; choose from "),
+])
+def test_an_added_key_leaves_another_error_of_the_command_line_to_name_itself(module, args, line, tmp_path):
+    """The rest did not compose, the check fell back to the defaults, and it
+    named the valid added key instead of the bad override or missing group."""
+    proc = run(module, *args, "--cfg", "job", cwd=tmp_path)
+    assert proc.returncode == ExitCode.BAD_INPUT, proc.stderr[-3000:]
+    assert one_error_line(proc).startswith(line)
+
+
+def test_an_added_key_of_a_config_the_command_line_names_is_taken(tmp_path):
+    """-cd/-cn: the keys are that config's, which the entry's own lacks."""
+    (tmp_path / "myeval.yaml").write_text("defaults:\n  - evaluate\n  - _self_\nmyextra: 1\n")
+    proc = run("evaluate", "-cd", str(tmp_path), "-cn", "myeval", "++myextra=2", "--cfg", "job", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "\nmyextra: 2\n" in proc.stdout
+
+
+def test_an_added_key_beside_a_sweepers_interval_is_checked_on_the_rest(monkeypatch):
+    """interval() has no value to compose with: the whole command line fell
+    back to the defaults (engine=vllm), which lack openai's retry_backoff_s."""
+    from quantize.common import config
+    from quantize.common.errors import UserError
+    args = ["-m", "engine=openai", "trial.dampening=interval(0.001,0.1)"]
+    monkeypatch.setattr(sys, "argv", ["search", *args, "++engine.retry_backoff_s=2"])
+    config.prepare_argv("search")
+    monkeypatch.setattr(sys, "argv", ["search", *args, "++engine.retry_backof_s=2"])
+    with pytest.raises(UserError, match="no key engine.retry_backof_s; did you mean engine.retry_backoff_s"):
+        config.prepare_argv("search")
+
+
 def test_a_flag_between_overrides_is_read_as_hydra_reads_it_last(tmp_path):
     """Hydra's parser takes one run of overrides: `-m` typed where the sweep is
     thought of (docs/evaluate.md had one) ended in its 9-line usage."""

@@ -173,6 +173,10 @@ def hydra_flags_last(argv: list[str], command: str) -> list[str]:
     return overrides + flags
 
 
+# Hydra's flags that choose another config than the entry's own: the keys it has are its own.
+OTHER_CONFIG_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
+
+
 def prepare_argv(config_name: str) -> None:
     """The command line of the entry whose config is `config_name`, checked and
     in the form Hydra reads."""
@@ -192,21 +196,27 @@ def check_added_keys(config_name: str, command: str, overrides: list[str]) -> No
     default of the key meant. Refused as an unknown key, but in the dicts
     handed to a library as they are (PASS_THROUGH), Hydra's own
     settings, and a class the command line names (`engine._target_=`), whose
-    keys no config file lists. A key any job of a sweep has counts."""
-    from quantize.common.hydra_errors import config_values, override_key, unknown_key
+    keys no config file lists. A key any job of a sweep has counts. Where the
+    rest of the command line does not compose, or names another config
+    (-cn/-cp/-cd), Hydra's own error (or that config) decides instead."""
+    from quantize.common.hydra_errors import composed, dotted, override_key, unknown_key
     roots = [CONF_DIR, *search_path_dirs(overrides)]
     classes = tuple(override_key(a).removesuffix("_target_") for a in overrides if override_key(a).endswith("._target_"))
     added = [override_key(a) for a in overrides if a.startswith("+") and "=" in a]
     added = [key for key in added if not key.startswith(("hydra.", "hydra/", *PASS_THROUGH, *classes))
              and "/" not in key and not is_group(key.replace(".", "/"), roots)]
-    if not added:
+    if not added or any(a.partition("=")[0] in OTHER_CONFIG_FLAGS for a in overrides):
         return
-    known = set()
-    for job in one_job_per_choice(overrides, roots):
-        known |= set(config_values(config_name, job, set(added)))
+    known, jobs = set(), one_job_per_choice(overrides, roots)
+    for job in jobs:
+        values = composed(config_name, [a for a in job if not a.startswith("-") and "=" in a
+                                        and override_key(a) not in added])
+        if values is None:
+            return  # another error of the command line: Hydra names it, not the key added here
+        known |= {key for key, _ in dotted(values)}
     for key in added:
         if key not in known:
-            raise UserError(unknown_key(key, command, config_name, overrides))
+            raise UserError(unknown_key(key, command, config_name, jobs[0]))   # its nearest: of a job's keys
 
 
 def one_job_per_choice(overrides: list[str], roots) -> list[list[str]]:
@@ -216,18 +226,21 @@ def one_job_per_choice(overrides: list[str], roots) -> list[list[str]]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
     firsts, choices = [], []   # (index, values) of each group sweep
-    for i, arg in enumerate(overrides):
+    for arg in overrides:
+        parsed = None
         try:
             parsed = None if arg.startswith("-") else OverridesParser.create().parse_override(arg)
             values = list(parsed.sweep_string_iterator()) if parsed and parsed.is_sweep_override() else []
         except (HydraException, TypeError, ValueError):   # unreadable: Hydra says so; interval(): no values
             values = []
+        if parsed and parsed.is_sweep_override() and not values:
+            continue   # interval(): a sweeper's range of a key the config has, no value to compose with
         if not values:
             firsts.append(arg)
             continue
         firsts.append(f"{parsed.get_key_element()}={values[0]}")
         if is_group(parsed.key_or_group.replace(".", "/"), roots):
-            choices.append((i, [f"{parsed.get_key_element()}={v}" for v in values[1:]]))
+            choices.append((len(firsts) - 1, [f"{parsed.get_key_element()}={v}" for v in values[1:]]))
     return [firsts] + [[*firsts[:i], value, *firsts[i + 1:]] for i, values in choices for value in values]
 
 

@@ -147,22 +147,29 @@ def config_values(config_name: str, overrides: list[str], bad_keys: set[str]) ->
     """Every dotted key of the config, with its value, as composed from
     `overrides` less those naming `bad_keys` (the groups chosen decide the
     keys); {} when it cannot be composed."""
+    kept = [a for a in overrides if not a.startswith("-") and "=" in a
+            and override_key(a) not in bad_keys and not override_error(a)]
+    for attempt in (kept, [a for a in kept if a.startswith("hydra.searchpath")]):
+        values = composed(config_name, attempt)
+        if values is not None:  # else another error of the command line: try the defaults
+            return dict(dotted(values))
+    return {}
+
+
+def composed(config_name: str, overrides: list[str]) -> dict | None:
+    """The config (unresolved) Hydra composes from the overrides `overrides`;
+    None when it cannot."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
     from quantize.common.paths import CONF_DIR
-    kept = [a for a in overrides if not a.startswith("-") and "=" in a
-            and override_key(a) not in bad_keys and not override_error(a)]
-    for attempt in (kept, [a for a in kept if a.startswith("hydra.searchpath")]):
-        GlobalHydra.instance().clear()
-        try:
-            with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-                composed = compose(config_name, overrides=attempt)
-        except Exception:  # another error of the command line: try the defaults
-            continue
-        return dict(dotted(OmegaConf.to_container(composed, resolve=False)))
-    return {}
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return OmegaConf.to_container(compose(config_name, overrides=overrides), resolve=False)
+    except Exception:
+        return None
 
 
 def dotted(values: dict, prefix: str = ""):
