@@ -200,6 +200,20 @@ def test_an_added_key_beside_a_sweepers_interval_is_checked_on_the_rest(monkeypa
         config.prepare_argv("search")
 
 
+def test_an_added_key_the_chosen_class_takes_is_taken(tmp_path):
+    """A field the group's YAML leaves at its class default (docs/extending.md's
+    only_with_server), and any key of a scenario file (`+scenario.<key>=`, over
+    the file's own), were refused as unknown; a near miss still is."""
+    (tmp_path / "tiny.yaml").write_text("name: tiny\nbatch_size: 2\ninput_len: 16\noutput_len: 4\n")
+    proc = run("evaluate", "scenario=tiny.yaml", "+scenario.input_len=64", "load=sweep_gpu",
+               "+load.only_with_server=true", "--cfg", "job", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "  input_len: 64\n" in proc.stdout and "  only_with_server: true\n" in proc.stdout
+    proc = run("evaluate", "load=sweep_gpu", "+load.only_with_servr=true", "--cfg", "job", cwd=tmp_path)
+    assert proc.returncode == ExitCode.BAD_INPUT
+    assert one_error_line(proc).startswith("error: python -m evaluate has no key load.only_with_servr")
+
+
 def test_a_flag_between_overrides_is_read_as_hydra_reads_it_last(tmp_path):
     """Hydra's parser takes one run of overrides: `-m` typed where the sweep is
     thought of (docs/evaluate.md had one) ended in its 9-line usage."""

@@ -196,7 +196,8 @@ def check_added_keys(config_name: str, command: str, overrides: list[str]) -> No
     default of the key meant. Refused as an unknown key, but in the dicts
     handed to a library as they are (PASS_THROUGH), Hydra's own
     settings, and a class the command line names (`engine._target_=`), whose
-    keys no config file lists. A key any job of a sweep has counts. Where the
+    keys no config file lists, nor a key the class a group names takes
+    (class_takes). A key any job of a sweep has counts. Where the
     rest of the command line does not compose, or names another config
     (-cn/-cp/-cd), Hydra's own error (or that config) decides instead."""
     from quantize.common.hydra_errors import composed, dotted, override_key, unknown_key
@@ -213,10 +214,42 @@ def check_added_keys(config_name: str, command: str, overrides: list[str]) -> No
                                         and override_key(a) not in added])
         if values is None:
             return  # another error of the command line: Hydra names it, not the key added here
-        known |= {key for key, _ in dotted(values)}
+        known |= {key for key, _ in dotted(values)} | {key for key in added if class_takes(values, key)}
     for key in added:
         if key not in known:
             raise UserError(unknown_key(key, command, config_name, jobs[0]))   # its nearest: of a job's keys
+
+
+def class_takes(values: dict, key: str) -> bool:
+    """Whether the class a setting on the path of `key` names (`_target_`)
+    takes it: one of its fields, which its YAML may leave at the default
+    (load.only_with_server), or any key where it gathers the ones it does not
+    name in a mapping field its YAML leaves out (ScenarioFile.overrides)."""
+    node, parts = values, key.split(".")
+    for i, part in enumerate(parts[:-1]):
+        node = node.get(part) if isinstance(node, dict) else None
+        fields = target_fields(node.get("_target_")) if isinstance(node, dict) else {}
+        if parts[i + 1] in fields or any(kind is dict and name not in node for name, kind in fields.items()):
+            return True
+    return False
+
+
+def target_fields(target) -> dict:
+    """{field name: its type, dict for any mapping} of the dataclass `target`
+    (module.Class) names; {} where it names none that imports."""
+    import dataclasses
+    import importlib
+    import typing
+    module, _, name = str(target).rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+        hints = typing.get_type_hints(cls)
+    except Exception:   # no such class here: the job's own check names it
+        return {}
+    if not dataclasses.is_dataclass(cls):
+        return {}
+    return {f.name: dict if typing.get_origin(hints.get(f.name)) is dict or hints.get(f.name) is dict else object
+            for f in dataclasses.fields(cls) if f.init}
 
 
 def one_job_per_choice(overrides: list[str], roots) -> list[list[str]]:
