@@ -30,7 +30,8 @@ def main() -> None:
     if print_help_if_asked("evaluate", sys.argv[1:]):
         return
     memory.one_malloc_arena()  # before any thread allocates: engines' peak memory (evaluate.memory)
-    prepare_argv("evaluate")
-    # once, before Hydra composes: the machine's defaults (conf/hardware/), under the command line's
+    # once, before the checks compose (a GPU's defaults have keys, as slo.ttft_ms, the CPU's lack):
+    # the machine's defaults (conf/hardware/), under the command line's
     sys.argv[1:] = hardware.with_default(sys.argv[1:])
+    prepare_argv("evaluate")
     _hydra_main()

@@ -214,6 +214,19 @@ def test_an_added_key_the_chosen_class_takes_is_taken(tmp_path):
     assert one_error_line(proc).startswith("error: python -m evaluate has no key load.only_with_servr")
 
 
+def test_an_added_key_of_the_gpu_defaults_is_taken_on_a_gpu(monkeypatch):
+    """The check composed the CPU defaults (slo=none, load=none) before the
+    entry point added hardware=cuda, and refused keys the GPU defaults have."""
+    from evaluate import cli, hardware, memory
+    jobs = []
+    monkeypatch.setattr(hardware, "detected", lambda machine=None: "cuda")
+    monkeypatch.setattr(memory, "one_malloc_arena", lambda: None)
+    monkeypatch.setattr(cli, "_hydra_main", lambda: jobs.append(sys.argv[1:]))
+    monkeypatch.setattr(sys, "argv", ["evaluate", "++slo.ttft_ms=100", "++load.max_requests=50", "--cfg", "job"])
+    cli.main()
+    assert jobs == [["hardware=cuda", "++slo.ttft_ms=100", "++load.max_requests=50", "--cfg", "job"]]
+
+
 def test_a_flag_between_overrides_is_read_as_hydra_reads_it_last(tmp_path):
     """Hydra's parser takes one run of overrides: `-m` typed where the sweep is
     thought of (docs/evaluate.md had one) ended in its 9-line usage."""
