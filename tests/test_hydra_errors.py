@@ -268,11 +268,17 @@ def test_a_sweep_shown_with_a_flag_that_shows_one_job_is_one_line(module, args, 
 @pytest.mark.parametrize("args, line", [
     (["recipe=original,w4a16_gptq"],
      "error: recipe=original,w4a16_gptq is a sweep: add -m (python -m quantize -m recipe=original,w4a16_gptq)"),
-    (["recipe=original", "seed=range(0,3)"],
-     "error: seed=range(0,3) is a sweep: add -m (python -m quantize -m 'seed=range(0,3)')"),
+    (["recipe=original", "seed=range(0,3)", "--cfg", "job"],
+     "error: seed=range(0,3) is a sweep: add -m (python -m quantize -m recipe=original 'seed=range(0,3)')"),
+    (["recipe=original", "calibration=austen", "calibration.books=emma,persuasion"],
+     "error: calibration.books=emma,persuasion is a sweep; calibration.books holds a list: pass "
+     "calibration.books=[emma,persuasion] (python -m quantize recipe=original calibration=austen "
+     "'calibration.books=[emma,persuasion]')"),
 ])
 def test_a_sweep_without_m_is_one_line_adding_it(args, line, tmp_path):
-    """Hydra said "Ambiguous value for argument ..." and left its own fix (add --multirun) out of the line."""
+    """Hydra said "Ambiguous value for argument ..." and left its own fix (add --multirun) out of the line.
+    The fix is the whole command line (it dropped the other overrides), and for a key that holds a
+    list, the list: -m ran one job per item, each with one book."""
     proc = run("quantize", *args, cwd=tmp_path)
     assert proc.returncode == ExitCode.BAD_INPUT
     assert one_error_line(proc) == line

@@ -36,8 +36,7 @@ def as_user_error(e: BaseException, module: str, config_name: str, overrides: li
         return UserError(f"{key}={value}: pass {KINDS.get(kind, kind.lower())} for {key}")
     sweep = SWEEP_WITHOUT_M.search(text)
     if sweep:
-        arg = sweep.group(1) or sweep.group(2)
-        return UserError(f"{arg} is a sweep: add -m ({command} -m {shlex.quote(arg)})")
+        return UserError(sweep_without_m(sweep.group(1) or sweep.group(2), command, config_name, overrides))
     group = MISSING_GROUP.search(text)
     if group:
         return UserError(missing_group(group.group(1), command, overrides))
@@ -68,6 +67,33 @@ def unknown_key(key: str, command: str, config_name: str, overrides: list[str]) 
     close = nearest(key, list(values))
     hint = f"; did you mean {close}?" if close else ""
     return f"{command} has no key {key}{hint} ({command} --help lists its keys)"
+
+
+def sweep_without_m(arg: str, command: str, config_name: str, overrides: list[str]) -> str:
+    """The fix for the sweep `arg` given without -m, as the whole command line
+    `overrides`: a list for a key that holds one (load.levels=1,2,4 with -m
+    ran one job per level, each given one number), else -m."""
+    head, _, value = arg.partition("=")
+    key = override_key(arg)
+    if "(" not in value and isinstance(config_values(config_name, overrides, {key}).get(key), list):
+        fix = f"{head}=[{value}]"
+        line = " ".join(shlex.quote(fix if a == arg else a) for a in overrides)
+        return f"{arg} is a sweep; {key} holds a list: pass {fix} ({command} {line})"
+    return f"{arg} is a sweep: add -m ({command} -m {' '.join(shlex.quote(a) for a in one_job_flags_off(overrides))})"
+
+
+def one_job_flags_off(argv: list[str]) -> list[str]:
+    """`argv` without --cfg and --info (and their values), which show one job, not a sweep."""
+    from quantize.common.config import CFG_CHOICES, INFO_CHOICES
+    kept, rest = [], list(argv)
+    while rest:
+        arg = rest.pop(0)
+        if arg in ("--cfg", "-c", "--info", "-i"):
+            if rest and rest[0] in (CFG_CHOICES if arg in ("--cfg", "-c") else INFO_CHOICES):
+                rest.pop(0)
+        elif not arg.startswith(("--cfg=", "-c=", "--info=", "-i=")):
+            kept.append(arg)
+    return kept
 
 
 def override_key(arg: str) -> str:
