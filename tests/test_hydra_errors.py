@@ -268,8 +268,11 @@ def test_a_sweep_shown_with_a_flag_that_shows_one_job_is_one_line(module, args, 
 @pytest.mark.parametrize("args, line", [
     (["recipe=original,w4a16_gptq"],
      "error: recipe=original,w4a16_gptq is a sweep: add -m (python -m quantize -m recipe=original,w4a16_gptq)"),
-    (["recipe=original", "seed=range(0,3)", "--cfg", "job"],
+    (["recipe=original", "seed=range(0,3)"],
      "error: seed=range(0,3) is a sweep: add -m (python -m quantize -m recipe=original 'seed=range(0,3)')"),
+    (["recipe=original", "seed=range(0,3)", "--cfg", "job"],  # -m would clash with --cfg
+     "error: seed=range(0,3) is a sweep, and --cfg/--info show one job: give seed one value to see that "
+     "job's config"),
     (["recipe=original", "calibration=austen", "calibration.books=emma,persuasion"],
      "error: calibration.books=emma,persuasion is a sweep; calibration.books holds a list: pass "
      "calibration.books=[emma,persuasion] (python -m quantize recipe=original calibration=austen "
@@ -282,6 +285,14 @@ def test_a_sweep_without_m_is_one_line_adding_it(args, line, tmp_path):
     proc = run("quantize", *args, cwd=tmp_path)
     assert proc.returncode == ExitCode.BAD_INPUT
     assert one_error_line(proc) == line
+
+
+def test_a_searched_choice_under_cfg_job_asks_for_one_value_not_for_m(tmp_path):
+    """evaluate.search is always a sweep: "add -m" there led to "--cfg shows one job: drop -m"."""
+    proc = run("evaluate.search", "n_trials=12", "trial.scheme=choice(w4a16,w8a8)", "--cfg", "job", cwd=tmp_path)
+    assert proc.returncode == ExitCode.BAD_INPUT
+    assert one_error_line(proc) == ("error: trial.scheme=choice(w4a16,w8a8) is a sweep, and --cfg/--info show one "
+                                    "job: give trial.scheme one value to see that job's config")
 
 
 def test_a_quoted_comma_is_one_value_not_a_sweep(tmp_path):
