@@ -152,3 +152,29 @@ def test_a_gpu_request_no_live_node_meets_waits_on_a_joined_cluster(joined, monk
     check_gpus(1, joined)
     assert "num_gpus=1 asks for more GPUs than any live node" in caplog.text
     assert "autoscaling" in caplog.text
+
+
+@pytest.mark.parametrize("address, env, started, joined", [
+    (None, None, False, False),
+    (None, None, True, True),  # `ray up`, then the sweep on the head: ray.init() joins what `ray start` started
+    ("local", None, True, False),  # "local" starts an instance here even then
+    (None, "local", True, False),
+    (None, "10.0.0.5:6379", False, True),
+    ("10.0.0.5:6379", None, False, True),
+    ("local", "10.0.0.5:6379", False, False),  # the address given wins over $RAY_ADDRESS
+    ("ray://10.0.0.5:10001", None, False, True),
+])
+def test_a_cluster_is_joined_as_ray_init_joins_it(address, env, started, joined, tmp_path, monkeypatch):
+    """A GPU sweep on the head of a `ray up` cluster was refused as if the
+    launcher had started Ray itself; RAY_ADDRESS=local counted as a joined
+    cluster, so an unmeetable GPU request only warned and the jobs waited forever."""
+    from hydra_plugins.quantbench_launchers.ray_jobs import joins_cluster
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))  # where `ray start` records its cluster
+    if env is None:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    else:
+        monkeypatch.setenv("RAY_ADDRESS", env)
+    if started:
+        (tmp_path / "ray").mkdir()
+        (tmp_path / "ray" / "ray_current_cluster").write_text("10.0.0.7:6379\n")
+    assert joins_cluster(address) is joined

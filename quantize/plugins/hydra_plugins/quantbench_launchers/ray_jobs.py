@@ -26,7 +26,7 @@ Use it through the presets: hydra/launcher=ray_local or ray_gpu.
 import logging
 import os
 from pathlib import Path
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
@@ -53,8 +53,8 @@ class CollectingRayLauncher(RayLauncher):
         log.info(f"Ray Launcher is launching {len(job_overrides)} jobs, sweep output dir: {sweep_dir}")
         self.ray_cfg.init.setdefault("object_store_memory", 78643200)  # as the plugin: enough on a small host
         start_ray(self.ray_cfg.init)
-        # ray.init joins the cluster at init.address, else at $RAY_ADDRESS, else starts one here
-        joined = bool(self.ray_cfg.init.get("address") or os.environ.get("RAY_ADDRESS"))
+        init = self.ray_cfg.init
+        joined = joins_cluster(init.get("address"), init.get("_temp_dir"))
         check_gpus(self.ray_cfg.remote.get("num_gpus") or 0, joined)
         jobs = []
         for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
@@ -121,6 +121,19 @@ def why_ended(error: Exception) -> str:
         return KILLED
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return f"failed: {lines[-1] if lines else type(error).__name__}"
+
+
+def joins_cluster(address: Optional[str], temp_dir: Optional[str] = None) -> bool:
+    """Whether ray.init(address=...) joined a running cluster rather than
+    starting an instance here, decided as ray.init decides: the address,
+    where unset or "auto" $RAY_ADDRESS, where still unset the cluster
+    `ray start` last started on this machine; "local" starts one here."""
+    from ray._private import services
+    if address in (None, "auto") and os.environ.get("RAY_ADDRESS"):
+        address = os.environ["RAY_ADDRESS"]
+    if address and "://" in address:  # Ray Client: a cluster elsewhere
+        return True
+    return services.canonicalize_bootstrap_address(address, temp_dir) is not None
 
 
 def check_gpus(wanted: float, joined: bool) -> None:
