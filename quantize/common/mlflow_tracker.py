@@ -36,6 +36,9 @@ CLIENT_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_
                    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true", "MLFLOW_ALLOW_FILE_STORE": "true"}
 
 
+# How long a run's creation may take (a SQLite store's lock, a busy server),
+# and so how long after creating a run a job looks for one created before it.
+SETTLE_S = 1.0
 URI_EXAMPLES = "tracking.uri=http://127.0.0.1:5000, sqlite:///mlflow.db or a folder"
 
 
@@ -79,13 +82,30 @@ class MlflowTracker(Tracker):
 
     def find(self, key: str) -> str | None:
         """The id of the run with this key (the first created, should two exist), None if none."""
-        if key in self._runs:
-            return self._runs[key]
-        found = self.client().search_runs([self.experiment_id()], filter_string=f"tags.{KEY_TAG} = '{key}'",
-                                          max_results=1, order_by=["attributes.start_time ASC"])
-        if found:
-            self._runs[key] = found[0].info.run_id
+        if key not in self._runs:
+            first = self._first(key)
+            if first:
+                self._runs[key] = first
         return self._runs.get(key)
+
+    def _settled_first(self, key: str, created) -> str:
+        """The run every job keeps of those with `key`, once this job created
+        one: jobs that share no lock (quantize's; evaluate's of other stores or
+        nodes) may each have created one. A run seen first is looked up again
+        SETTLE_S after its start, so one started earlier whose creation was
+        still on its way is seen too."""
+        first = self._first(key) or created.run_id
+        if first == created.run_id:
+            time.sleep(max(0.0, created.start_time / 1000 + SETTLE_S - time.time()))
+            first = self._first(key) or created.run_id
+        return first
+
+    def _first(self, key: str) -> str | None:
+        """The first created of the runs with this key (the run id breaks a tie):
+        every job that looks agrees on it."""
+        found = self.client().search_runs([self.experiment_id()], filter_string=f"tags.{KEY_TAG} = '{key}'",
+                                          max_results=100, order_by=["attributes.start_time ASC"])
+        return min(((r.info.start_time, r.info.run_id) for r in found), default=(None, None))[1]
 
     def client(self):
         if self._client is None:
@@ -145,8 +165,12 @@ class MlflowTracker(Tracker):
         if run_id:
             return run_id, False
         tags = {KEY_TAG: record.key, **record.tags, **({PARENT_TAG: parent} if parent else {})}
-        run_id = self.client().create_run(self.experiment_id(), tags=tags, run_name=record.name).info.run_id
-        self._runs[record.key] = run_id
+        created = self.client().create_run(self.experiment_id(), tags=tags, run_name=record.name).info
+        run_id, first = created.run_id, self._settled_first(record.key, created)
+        self._runs[record.key] = first
+        if first != run_id:
+            self.client().delete_run(run_id)
+            return first, False
         log.info("tracking: run %s (%s) in %s", record.name, run_id, self.describe())
         self._batch(run_id, params=record.params)
         self._files(run_id, record)

@@ -192,6 +192,13 @@ def _runs_by_name(uri: str, experiment: str = "unit") -> dict:
     return {r.info.run_name: r for r in client.search_runs([client.get_experiment_by_name(experiment).experiment_id])}
 
 
+def _runs(uri: str) -> list:
+    """The experiment's runs (by name, two runs of one name are one)."""
+    from mlflow import MlflowClient
+    client = MlflowClient(uri)
+    return client.search_runs([client.get_experiment_by_name("unit").experiment_id])
+
+
 def _files(uri: str, run) -> list[str]:
     from mlflow import MlflowClient
     return sorted(a.path for a in MlflowClient(uri).list_artifacts(run.info.run_id))
@@ -411,3 +418,60 @@ def test_a_rebuild_without_the_sanity_check_keeps_none_of_the_old_builds_metrics
     shown = {k: v for k, v in run.data.metrics.items() if not math.isnan(v)}
     assert shown == {"size_bytes": 2000, "weights_bytes": 1500, "time_s.total": 9.0}
     assert _files(uri, run) == ["manifest.json", "recipe.yaml"]
+
+
+@needs_mlflow
+def test_a_run_another_job_created_meanwhile_is_the_one_both_jobs_log_to(tmp_path):
+    """Jobs sharing no lock (quantize's; evaluate's of two results stores) each
+    looked the key up, found nothing and created a run: one artifact, two runs."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    record = RunRecord(key="k1", name="tiny/w4a16_rtn", params={"recipe": "w4a16_rtn"},
+                       metrics=(Metric("size_bytes", 2000.0),))
+    first = tracking.from_group({**MLFLOW, "uri": uri, "experiment": "unit"})
+    second = tracking.from_group({**MLFLOW, "uri": uri, "experiment": "unit"})
+    search = second.client().search_runs
+    calls = []
+
+    def before_the_first_created_its_run(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 1:   # the second job's lookup came first
+            assert first.log(record)
+            return []
+        return search(*args, **kwargs)
+    second.client().search_runs = before_the_first_created_its_run
+    assert second.log(record)
+    [run] = _runs(uri)
+    assert second.find("k1") == first.find("k1") == run.info.run_id
+    assert run.data.params == {"recipe": "w4a16_rtn"} and run.data.metrics == {"size_bytes": 2000.0}
+
+
+JOB = """
+import sys, time
+from pathlib import Path
+from quantize.common import tracking
+from quantize.common.tracking import Metric, RunRecord
+tracker = tracking.from_group({"_target_": "quantize.common.mlflow_tracker.MlflowTracker", "name": "mlflow",
+                               "uri": sys.argv[1], "experiment": "unit"})
+tracker.experiment_id()
+Path(sys.argv[2] + ".ready").touch()
+while not Path(sys.argv[2]).exists():
+    time.sleep(0.001)
+assert tracker.log(RunRecord(key="k1", name="tiny/w4a16_rtn", metrics=(Metric("size_bytes", 2000.0),)))
+"""
+
+
+@needs_mlflow
+def test_jobs_logging_one_artifact_at_once_make_one_run(tmp_path):
+    import time
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracking.from_group({**MLFLOW, "uri": uri, "experiment": "unit"}).experiment_id()
+    jobs = [subprocess.Popen([sys.executable, "-c", JOB, uri, str(tmp_path / f"go{n}")], cwd=tmp_path,
+                             env=quantize_env(), stderr=subprocess.PIPE, text=True) for n in range(4)]
+    deadline = time.time() + 120
+    while len(list(tmp_path.glob("go*.ready"))) < len(jobs) and time.time() < deadline:
+        time.sleep(0.05)
+    for n in range(len(jobs)):   # all at once, every job's MLflow imported
+        (tmp_path / f"go{n}").touch()
+    for job in jobs:
+        assert job.wait(timeout=120) == 0, job.stderr.read()[-2000:]
+    assert len(_runs(uri)) == 1
