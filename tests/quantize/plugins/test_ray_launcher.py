@@ -178,3 +178,30 @@ def test_a_cluster_is_joined_as_ray_init_joins_it(address, env, started, joined,
         (tmp_path / "ray").mkdir()
         (tmp_path / "ray" / "ray_current_cluster").write_text("10.0.0.7:6379\n")
     assert joins_cluster(address) is joined
+
+
+@pytest.mark.parametrize("output_subdir, made, ok", [
+    (".hydra", ".hydra", True),
+    (None, "", True),  # hydra.output_subdir=null: Hydra writes no config folder
+    ("cfg", "cfg", True),
+    (".hydra", "", False),  # the folder Hydra wrote is not here: the job's node has its own
+    (None, None, False),
+])
+def test_a_job_is_found_by_the_config_folder_hydra_wrote(output_subdir, made, ok, tmp_path, monkeypatch):
+    """A good job run with hydra.output_subdir=null or renamed was recorded
+    as failed ("elsewhere"): only a .hydra folder counted as its output."""
+    import ray
+    from hydra.core.utils import JobReturn, JobStatus
+    from hydra_plugins.quantbench_launchers.ray_jobs import CollectingRayLauncher
+    sweep_dir = tmp_path / "sweep"
+    job_dir = sweep_dir / "0_a"
+    sweep_dir.mkdir()
+    if made is not None:  # what this machine sees of the job's folder
+        (job_dir / made).mkdir(parents=True)
+    ret = JobReturn(overrides=["action=a"], status=JobStatus.COMPLETED, hydra_cfg=OmegaConf.create(
+        {"hydra": {"output_subdir": output_subdir, "runtime": {"output_dir": str(job_dir)}}}))
+    ret.return_value = "ok"
+    monkeypatch.setattr(ray, "get", lambda ref: ret)
+    got = CollectingRayLauncher._collect(None, ["action=a"], 0, job_dir, sweep_dir, object())
+    assert (got.return_value == "ok") is ok
+    assert (job_dir / "FAILED.json").exists() is not ok

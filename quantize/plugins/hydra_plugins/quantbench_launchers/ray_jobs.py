@@ -87,7 +87,8 @@ class CollectingRayLauncher(RayLauncher):
                 return ret
             went = Path(str(ret.hydra_cfg.hydra.runtime.output_dir))  # as the job's node saw it
             inside = went.resolve().is_relative_to(sweep_dir.resolve())
-            if inside and (went / ".hydra").is_dir():  # here too, not only on a node of its own
+            subdir = ret.hydra_cfg.hydra.get("output_subdir")  # Hydra writes it unless null
+            if inside and (went / subdir if subdir is not None else went).is_dir():  # here too, not only on its node
                 return ret
             if inside:  # a node without this machine's folders, at the same path
                 job_dir = went
