@@ -544,7 +544,7 @@ class VllmEngine(Engine):
         quantization method computes in float32."""
         requested = (args or {}).get("dtype")
         if requested not in (None, "auto"):
-            return str(requested)
+            return str(dtype_name(requested))   # vLLM takes torch's aliases too (half, float)
         no_fp16 = refuses_float16(fmt)   # vLLM's auto leaves fp16 out for these, on every platform
         half = "bfloat16" if no_fp16 or fmt.dtype not in HALF else fmt.dtype
         if machine.cuda:  # bf16 from vllm_cuda_rules.BF16 (sm80), else vLLM's auto falls back to fp16
@@ -572,6 +572,8 @@ class VllmEngine(Engine):
 
     @staticmethod
     def supports(fmt, machine, args: dict) -> Verdict:
+        if args.get("dtype") not in (None, "auto"):   # the rules read torch's names: half is float16
+            args = {**args, "dtype": dtype_name(args["dtype"])}
         kernels = machine.engine("vllm")
         if kernels is not None and not kernels.installed:
             return Verdict(False, kernels.refusal())

@@ -563,3 +563,21 @@ def test_the_table_judges_the_kv_cache_beside_the_dtype_the_engine_would_choose(
     verdict, dtype = vllm(fmt(), "sm90", {"kv_cache_dtype": "float16"})
     assert dtype == "bfloat16" and not verdict and "only in the model's dtype" in verdict.reason
     assert vllm(fmt(), "sm90", {"kv_cache_dtype": "float16", "dtype": "float16"})[0]
+
+
+@pytest.mark.parametrize("scheme, model_type, machine, alias, name", [
+    (W8A8_INT8, "llama", "cuda_sm80", "float", "float32"),   # CUTLASS int8 takes 16-bit activations only
+    (DENSE, "gemma2", "cuda_sm80", "half", "float16"),      # vLLM refuses gemma2 in float16
+    (W4A16, "llama", "avx512_bf16", "float", "float32"),    # vLLM-CPU's WNA16 kernel: bf16/fp16 only
+    (DENSE, "gemma2", "amx", "half", "float16"),
+])
+def test_a_dtype_alias_vllm_takes_is_judged_as_the_dtype_it_names(monkeypatch, scheme, model_type, machine, alias,
+                                                                   name):
+    """vLLM takes torch's aliases (float, half): dtype=float passed the
+    float32 refusal of CUTLASS int8, dtype=half the float16 one of gemma2."""
+    monkeypatch.setattr(vllm_cuda_rules, "float16_refused", lambda: vllm_cuda_rules.FLOAT16_REFUSED)
+    f, m = fmt(scheme, model_type=model_type), KNOWN_MACHINES[machine]
+    refused = VllmEngine.supports(f, m, {"dtype": name})
+    assert not refused
+    assert VllmEngine.supports(f, m, {"dtype": alias}) == refused
+    assert decide("vllm", f, m, {"dtype": alias}) == (refused, name)
