@@ -71,9 +71,16 @@ CUTLASS_INT8_BEFORE = (10, 0)
 #   activations"; Triton W4A16: float16/bfloat16; Machete: 16-bit (machete_utils.py); Humming:
 #   utils/humming/schema.py asserts a float16/bfloat16 param dtype.
 #   FP8 below FP8_NATIVE: weight-only on Humming or Marlin FP8, as above.
+#   FP8 from FP8_NATIVE: kernels/linear/__init__.py, _POSSIBLE_FP8_KERNELS[CUDA] takes
+#   FlashInferFP8ScaledMMLinearKernel (sm100+, per-tensor weight and activation scales), whose
+#   flashinfer bmm_fp8 refuses an output other than bfloat16/float16 (_validate_fp8_output_dtype),
+#   else CutlassFP8ScaledMMLinearKernel (cutlass_scaled_mm, as int8); blocks
+#   (_POSSIBLE_FP8_BLOCK_KERNELS[CUDA]): DeepGEMM only for bfloat16, then CUTLASS (sm90+), else Marlin.
+#   None asks the dtype in can_implement, and the layer's out_dtype is the model's.
 # A MoE's experts take the fused-MoE kernels, but its attention projections take these.
 HALF_ONLY_KERNELS = {W8A8_INT8: "CUTLASS int8", W4A16: "mixed-precision (Marlin, Machete, Humming)",
                      W8A16: "mixed-precision (Marlin, Machete, Humming)", FP8: "weight-only FP8 (Humming, Marlin)"}
+FP8_NATIVE_KERNELS = "FP8 (CUTLASS, FlashInfer on sm100, Marlin for blocks on sm89)"
 
 
 class Fact(NamedTuple):
@@ -266,7 +273,7 @@ def cuda_rule(fmt, cc: Capability, args: dict, version: str | None = INSTALLED) 
     cache is cuda_kv_rule's), under the rules of vLLM `version` (rules_for)."""
     sm = _sm(cc)
     no_fp16 = refuses_float16(fmt)
-    half_only = HALF_ONLY_KERNELS.get(fmt.scheme) if fmt.scheme != FP8 or cc < FP8_NATIVE else None
+    half_only = FP8_NATIVE_KERNELS if fmt.scheme == FP8 and cc >= FP8_NATIVE else HALF_ONLY_KERNELS.get(fmt.scheme)
     if half_only and no_fp16 and cc < BF16:
         return Verdict(False, f"vLLM's {half_only} kernels for {fmt.label} take bfloat16/float16 activations "
                               f"only, and on {sm} model type {fmt.model_type} gets neither (vLLM refuses float16 "

@@ -581,3 +581,19 @@ def test_a_dtype_alias_vllm_takes_is_judged_as_the_dtype_it_names(monkeypatch, s
     assert not refused
     assert VllmEngine.supports(f, m, {"dtype": alias}) == refused
     assert decide("vllm", f, m, {"dtype": alias}) == (refused, name)
+
+
+@pytest.mark.parametrize("sm", ALL_SM)
+@pytest.mark.parametrize("moe", [False, True])
+def test_fp8_asked_for_in_float32_is_refused_on_every_gpu_its_kernels_take_16_bits_on(sm, moe):
+    """From sm89 vLLM runs FP8 on CUTLASS (cutlass_scaled_mm asserts a
+    bfloat16/float16 output) or, on sm100, FlashInfer (bmm_fp8 refuses any
+    other), for a MoE's attention projections too; a float32 FP8 checkpoint
+    was judged servable there and failed in the profile run."""
+    f = fmt(FP8, dtype="float32", moe=moe)
+    verdict, dtype = vllm(f, sm, {"dtype": "float32"})
+    assert dtype == "float32" and not verdict
+    assert "take bfloat16/float16 activations only" in verdict.reason and "dtype=auto" in verdict.reason
+    assert ("CUTLASS" if sm in ("sm89", "sm90", "sm100") else "weight-only FP8") in verdict.reason
+    served, auto = vllm(f, sm)
+    assert served and auto == ("float16" if sm == "sm75" else "bfloat16")
