@@ -34,7 +34,8 @@ def backfill(results_dir: Path, tracker: Tracker) -> str:
     artifacts = {r.artifact_id for r in rows if r.artifact_id}
     measurements = {r.measurement_key() for r in rows}
     return (f"{len(rows)} rows of {len(artifacts)} artifact(s), {len(measurements)} measurement run(s), "
-            f"from {results_dir} logged to {tracker.describe()}")
+            f"from {results_dir} logged to {tracker.describe()}: {tracker.steps_sent} new step(s), "
+            "the rest logged before")
 
 
 def _bind_locks(tracker: Tracker, results_dir: Path) -> None:

@@ -11,6 +11,7 @@ Each run's key is looked up under the results store's lock for that key
 (evaluate.store_lock), so jobs logging side by side, a requeued job and a
 back-fill never create a run twice or log a step twice."""
 import functools
+from datetime import datetime
 from pathlib import Path
 
 from evaluate import store_lock
@@ -79,9 +80,18 @@ def measurement_record(row: Row, outcome: Row | None = None) -> RunRecord:
         name=f"{row.recipe} · {row.scenario} · {row.engine}{level}",
         params=clean_params(_params(row)),
         tags=clean_tags(tags), untags=cleared(tags, "reason"),
-        metrics=numeric(flat(row.metrics), step=row.run_index or 0) if row.ok else (),
+        metrics=numeric(flat(row.metrics), step=row.run_index or 0, at=_millis(row.timestamp)) if row.ok else (),
         parent=artifact_parent(row.artifact_path, row.artifact_id, row.model_name, row.recipe),
         failed=outcome.status == "failed")
+
+
+def _millis(timestamp: str | None) -> int | None:
+    """A row's ISO time in ms since the epoch: with its run index, which of a
+    measurement's steps it is (one measured again is another)."""
+    try:
+        return int(datetime.fromisoformat(timestamp).timestamp() * 1000)
+    except (TypeError, ValueError):
+        return None
 
 
 def _params(row: Row) -> dict:

@@ -70,15 +70,21 @@ class MlflowTracker(Tracker):
         return hide(text, self.uri)
 
     def write(self, record: RunRecord) -> str:
+        run_id, sent = self._write(record)
+        self.steps_sent += sent
+        return run_id
+
+    def _write(self, record: RunRecord) -> tuple[str, int]:
+        """The record's run id, and how many steps it was sent (its parent's not counted)."""
         parent = self._parent(record.parent) if record.parent else None
         with self.holding(record.key):
             run_id, created = self._ensure(record, parent)
             rebuilt = not created and self._complete(run_id, record)
-            self._metrics(run_id, record.metrics, created or rebuilt)
+            sent = self._metrics(run_id, record.metrics, created or rebuilt)
             if record.revision and (created or rebuilt):   # last: a write cut short is a rebuild still
                 self._batch(run_id, tags={REVISION_TAG: record.revision})
             self.client().set_terminated(run_id, status="FAILED" if record.failed else "FINISHED")
-        return run_id
+        return run_id, sent
 
     def find(self, key: str) -> str | None:
         """The id of the run with this key (the first created, should two exist), None if none."""
@@ -156,7 +162,7 @@ class MlflowTracker(Tracker):
         """The parent's run id, written once per process: created, or completed
         where it was found (one a back-fill built from rows, or cut short)."""
         if parent.key not in self._parents:
-            self._parents[parent.key] = self.write(parent)
+            self._parents[parent.key] = self._write(parent)[0]
         return self._parents[parent.key]
 
     def _ensure(self, record: RunRecord, parent: str | None) -> tuple[str, bool]:
@@ -250,19 +256,24 @@ class MlflowTracker(Tracker):
         for i in range(0, len(gone), METRICS_PER_BATCH):
             self.client().log_batch(run_id, metrics=gone[i:i + METRICS_PER_BATCH])
 
-    def _metrics(self, run_id: str, metrics: tuple[Metric, ...], every: bool) -> None:
+    def _metrics(self, run_id: str, metrics: tuple[Metric, ...], every: bool) -> int:
         """The metrics of each step the run lacks (`every`: all of them, the
-        latest value of a step wins). A step's metrics go in one batch, so one
-        metric's history says which steps a run holds."""
+        latest value of a step wins). A step is its index and, where a metric
+        says when it was measured, that time: a measurement repeated adds its
+        runs at the same indexes. A step's metrics go in one batch, so one
+        metric's history says which steps a run holds. Returns how many steps were new."""
         from mlflow.entities import Metric as MlflowMetric
         now = int(time.time() * 1000)
         held = set() if every or not metrics else self._steps_logged(run_id, min(m.key for m in metrics))
-        new = [MlflowMetric(m.key, m.value, now, m.step) for m in metrics if m.step not in held]
+        indexes = {step for step, _ in held}
+        new = [MlflowMetric(m.key, m.value, now if m.at is None else m.at, m.step) for m in metrics
+               if (m.step not in indexes if m.at is None else (m.step, m.at) not in held)]
         for i in range(0, len(new), METRICS_PER_BATCH):
             self.client().log_batch(run_id, metrics=new[i:i + METRICS_PER_BATCH])
+        return len({(m.step, m.timestamp) for m in new})
 
-    def _steps_logged(self, run_id: str, key: str) -> set[int]:
-        return {m.step for m in self.client().get_metric_history(run_id, key)}
+    def _steps_logged(self, run_id: str, key: str) -> set[tuple[int, int]]:
+        return {(m.step, m.timestamp) for m in self.client().get_metric_history(run_id, key)}
 
 
 def _folder(experiment: str) -> str:

@@ -50,6 +50,9 @@ class Metric:
     key: str
     value: float
     step: int = 0
+    # when it was measured (ms since the epoch), if it says: a step of that
+    # index measured at another time (a measurement repeated) is logged too
+    at: int | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,8 @@ class Tracker(extensions.Configurable):
     locks: Callable[[str], AbstractContextManager] | None = field(default=None, init=False, repr=False,
                                                                   compare=False)
     _quiet: bool = field(default=False, init=False, repr=False, compare=False)
+    # the steps `write` logged that the runs lacked (not their parents'), for a back-fill's line
+    steps_sent: int = field(default=0, init=False, repr=False, compare=False)
 
     def write(self, record: RunRecord) -> str:
         """Create the record's run (and its parent's) unless its key exists;
@@ -227,9 +232,9 @@ def cleared(tags: dict, *keys: str) -> tuple[str, ...]:
     return tuple(clean_key(k) for k in keys if tags.get(k) is None)
 
 
-def numeric(values: dict, step: int = 0) -> tuple[Metric, ...]:
-    """The values that are numbers (not bools), as metrics at `step`."""
-    return tuple(Metric(clean_key(k), float(v), step) for k, v in values.items()
+def numeric(values: dict, step: int = 0, at: int | None = None) -> tuple[Metric, ...]:
+    """The values that are numbers (not bools), as metrics at `step` (measured `at`)."""
+    return tuple(Metric(clean_key(k), float(v), step, at) for k, v in values.items()
                  if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v)
 
 

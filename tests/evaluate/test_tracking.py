@@ -180,3 +180,27 @@ def test_a_report_logged_again_replaces_its_own_files_and_keeps_one_a_user_attac
             MlflowClient(tracker.uri).log_text(run_id, "why w4a16 was picked", "notes.txt")
     files = sorted(a.path for a in MlflowClient(tracker.uri).list_artifacts(run_id))
     assert files == ["new_plot.png", "notes.txt", "report.md"]
+
+
+def test_a_measurement_repeated_or_in_another_store_is_every_one_of_its_runs_in_the_tracker(tmp_path):
+    """Steps were known by run index alone: a rerun with skip_completed=false
+    (or the same command into another store) measured runs 0 and 1 again, the
+    report averaged all four and MLflow kept the first two; the back-fill said
+    "2 rows … logged" having logged none."""
+    from mlflow import MlflowClient
+    store = tmp_path / "results"
+    for minute, values in ((1, (10.0, 11.0)), (10, (20.0, 21.0))):   # the same command twice
+        tracker, recorded = tracking.bind(mlflow_tracker(tmp_path), store), []
+        for index, value in enumerate(values):
+            row = speed_row(index, "ok", minute + index).but(metrics={"output_throughput": value})
+            results.append(store / "results.jsonl", row)
+            assert tracking.log_rows(tracker, [row], earlier=recorded)
+            recorded.append(row)
+    assert track.backfill(store, mlflow_tracker(tmp_path)).endswith(": 0 new step(s), the rest logged before")
+    other = tmp_path / "day2"
+    for index in range(2):
+        results.append(other / "results.jsonl", speed_row(index, "ok", 30 + index).but(metrics={"output_throughput": 30.0}))
+    assert ": 2 new step(s)" in track.backfill(other, mlflow_tracker(tmp_path))
+    [run] = measurement_runs(tmp_path)
+    history = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_metric_history(run.info.run_id, "output_throughput")
+    assert sorted((m.step, m.value) for m in history) == [(0, 10.0), (0, 20.0), (0, 30.0), (1, 11.0), (1, 21.0), (1, 30.0)]
