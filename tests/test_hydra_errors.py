@@ -277,6 +277,10 @@ def test_a_sweep_shown_with_a_flag_that_shows_one_job_is_one_line(module, args, 
      "error: calibration.books=emma,persuasion is a sweep; calibration.books holds a list: pass "
      "calibration.books=[emma,persuasion] (python -m quantize recipe=original calibration=austen "
      "'calibration.books=[emma,persuasion]')"),
+    (["recipe=original", "calibration=austen", "calibration.books=emma,persuasion", "--cfg", "job"],
+     "error: calibration.books=emma,persuasion is a sweep; calibration.books holds a list: pass "
+     "calibration.books=[emma,persuasion] (python -m quantize recipe=original calibration=austen "
+     "'calibration.books=[emma,persuasion]' --cfg job)"),
 ])
 def test_a_sweep_without_m_is_one_line_adding_it(args, line, tmp_path):
     """Hydra said "Ambiguous value for argument ..." and left its own fix (add --multirun) out of the line.

@@ -75,12 +75,12 @@ def sweep_without_m(arg: str, command: str, config_name: str, overrides: list[st
     ran one job per level, each given one number), else -m."""
     head, _, value = arg.partition("=")
     key = override_key(arg)
-    if one_job_flags_off(overrides) != overrides:  # -m would clash with them (and a search is always a sweep)
-        return f"{arg} is a sweep, and --cfg/--info show one job: give {key} one value to see that job's config"
     if "(" not in value and isinstance(config_values(config_name, overrides, {key}).get(key), list):
         fix = f"{head}=[{value}]"
         line = " ".join(shlex.quote(fix if a == arg else a) for a in overrides)
         return f"{arg} is a sweep; {key} holds a list: pass {fix} ({command} {line})"
+    if one_job_flags_off(overrides) != overrides:  # -m would clash with them (and a search is always a sweep)
+        return f"{arg} is a sweep, and --cfg/--info show one job: give {key} one value to see that job's config"
     return f"{arg} is a sweep: add -m ({command} -m {' '.join(shlex.quote(a) for a in one_job_flags_off(overrides))})"
 
 
