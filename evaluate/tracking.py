@@ -3,8 +3,9 @@
 A measurement (artifact x setup x scenario, and a serving level: a row's
 measurement_key) is one run, nested under its artifact's run; its timed runs
 are the steps of its metrics (run_index). Params: engine, its args and env,
-dtype, hardware, versions and the scenario's shape; tags: artifact_id,
-setup_id, comparison_id and the row's status. A report is one run per set of
+dtype, hardware, versions and the scenario's shape (the first row's; a tag
+`seen.<param>` lists the values of one its rows differ in: a twin host);
+tags: artifact_id, setup_id, comparison_id and the row's status. A report is one run per set of
 stores, holding the files it wrote.
 
 Each run's key is looked up under the results store's lock for that key

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from quantize.common.credentials import hide, redact
 from quantize.common.errors import UserError
-from quantize.common.tracking import KEY_TAG, REVISION_TAG, Metric, RunRecord, Tracker
+from quantize.common.tracking import KEY_TAG, REVISION_TAG, Metric, RunRecord, Tracker, clean_key, clean_tags
 
 log = logging.getLogger("quantbench.tracking")
 MISSING = ("tracking=mlflow needs the mlflow-skinny package; install it with bash scripts/setup.sh "
@@ -194,7 +194,7 @@ class MlflowTracker(Tracker):
         held = run.data
         rebuilt = bool(record.revision) and held.tags.get(REVISION_TAG) != record.revision
         self._batch(run_id, params={k: v for k, v in record.params.items() if k not in held.params},
-                    tags=record.tags)
+                    tags={**record.tags, **_seen(held, record.params)})
         for key in set(record.untags) & set(held.tags):
             self.client().delete_tag(run_id, key)
         if rebuilt:
@@ -281,6 +281,25 @@ def _folder(experiment: str) -> str:
     (split by hand: PurePosixPath keeps a leading `//` as a part of its own)."""
     parts = [p for p in experiment.split("/") if p not in ("", ".", "..")]
     return "/".join(parts) or "_"
+
+
+def _seen(held, params: dict) -> dict:
+    """Params are write-once, so a run's are its first record's: for each the
+    record has another value of (a measurement's row from a twin host, or
+    after a git pull), a tag `seen.<param>` listing every value seen."""
+    tags = {}
+    for key, value in params.items():
+        first = held.params.get(key)
+        if first is None or first == value:
+            continue
+        name = clean_key(f"seen.{key}")
+        try:
+            values = set(json.loads(held.tags[name]))
+        except (KeyError, ValueError, TypeError):
+            values = {first}
+        if value not in values:
+            tags[name] = json.dumps(sorted(values | {value}))
+    return clean_tags(tags)
 
 
 def _names(record: RunRecord) -> set[str]:

@@ -204,3 +204,19 @@ def test_a_measurement_repeated_or_in_another_store_is_every_one_of_its_runs_in_
     [run] = measurement_runs(tmp_path)
     history = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_metric_history(run.info.run_id, "output_throughput")
     assert sorted((m.step, m.value) for m in history) == [(0, 10.0), (0, 20.0), (0, 30.0), (1, 11.0), (1, 21.0), (1, 30.0)]
+
+
+def test_a_measurement_measured_on_twin_hosts_or_two_commits_says_so(tmp_path):
+    """Params are write-once: a run measured on node07 at one commit and
+    resumed on twin node12 after a git pull (one setup id) said node07 alone."""
+    store = tmp_path / "results"
+    rows = [speed_row(0, "ok", 1).but(hardware={"hostname": "node07"}, versions={"quantbench": "aaaa1111"}),
+            speed_row(1, "ok", 9).but(hardware={"hostname": "node12"}, versions={"quantbench": "bbbb2222"}),
+            speed_row(2, "ok", 10).but(hardware={"hostname": "node12"}, versions={"quantbench": "bbbb2222"})]
+    for row in rows:
+        assert tracking.log_rows(tracking.bind(mlflow_tracker(tmp_path), store), [row])
+    [run] = measurement_runs(tmp_path)
+    assert run.data.params["hardware.hostname"] == "node07"   # the first row's
+    assert run.data.tags["seen.hardware.hostname"] == '["node07", "node12"]'
+    assert run.data.tags["seen.versions.quantbench"] == '["aaaa1111", "bbbb2222"]'
+    assert not [tag for tag in run.data.tags if tag.startswith("seen.") and "hostname" not in tag and "quantbench" not in tag]
