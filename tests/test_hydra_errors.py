@@ -303,3 +303,14 @@ def test_a_quoted_comma_is_one_value_not_a_sweep(tmp_path):
     proc = run("quantize", "recipe=original", "model.name='a,b'", "--cfg", "job", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "  name: a,b\n" in proc.stdout
+
+
+@pytest.mark.parametrize("engines", ["vllm,vllm_server", "vllm_server,vllm"])
+def test_the_key_an_added_misspelt_key_meant_is_found_whatever_the_order_of_the_sweep(engines):
+    """retry_backoff_s is vllm_server's: with vllm first, the nearest was looked
+    for among vllm's keys alone, and engine.args was suggested."""
+    from quantize.common import config
+    from quantize.common.errors import UserError
+    with pytest.raises(UserError, match=r"no key engine.retry_backof_s; did you mean engine.retry_backoff_s\?"):
+        config.check_added_keys("evaluate", "python -m evaluate", ["-m", f"engine={engines}",
+                                                                    "++engine.retry_backof_s=2"])

@@ -217,7 +217,7 @@ def check_added_keys(config_name: str, command: str, overrides: list[str]) -> No
         known |= {key for key, _ in dotted(values)} | {key for key in added if class_takes(values, key)}
     for key in added:
         if key not in known:
-            raise UserError(unknown_key(key, command, config_name, jobs[0]))   # its nearest: of a job's keys
+            raise UserError(unknown_key(key, command, config_name, overrides))
 
 
 def class_takes(values: dict, key: str) -> bool:

@@ -48,7 +48,13 @@ def as_user_error(e: BaseException, module: str, config_name: str, overrides: li
 
 
 def unknown_key(key: str, command: str, config_name: str, overrides: list[str]) -> str:
-    values = config_values(config_name, overrides, {key})
+    """The line for `key`, which the config composed from `overrides` lacks; in
+    a sweep, its first job's config decides, and the nearest key is of any job's."""
+    from quantize.common.conf_groups import search_path_dirs
+    from quantize.common.config import one_job_per_choice
+    from quantize.common.paths import CONF_DIR
+    jobs = one_job_per_choice(overrides, [CONF_DIR, *search_path_dirs(overrides)])
+    values = config_values(config_name, jobs[0], {key})
     parent, _, name = key.rpartition(".")
     given = next((a.partition("=")[2] for a in overrides if override_key(a) == key), None)
     if parent in values and values[parent] is None and given:
@@ -64,7 +70,10 @@ def unknown_key(key: str, command: str, config_name: str, overrides: list[str]) 
     if holder:   # a key whose own name holds a dot (search.params' `trial.scheme`): Hydra reads it as nesting
         fix = f"pass {inner}=<value>" if inner in values else f"change it in its YAML, or set {holder} whole"
         return f"{command} has no key {key}: {holder} holds `{inner}` as one key, which an override cannot reach; {fix}"
-    close = nearest(key, list(values))
+    keys = dict.fromkeys(values)
+    for job in jobs[1:]:
+        keys |= dict.fromkeys(config_values(config_name, job, {key}))
+    close = nearest(key, list(keys))
     hint = f"; did you mean {close}?" if close else ""
     return f"{command} has no key {key}{hint} ({command} --help lists its keys)"
 
