@@ -167,8 +167,7 @@ def test_a_plus_still_adds_where_no_config_file_lists_the_keys(tmp_path):
 
 @pytest.mark.parametrize("module, args, line", [
     ("evaluate", ["engine=openai", "++engine.retry_backoff_s=2", "scenario.batch_size=1"],
-     "error: python -m evaluate has no key scenario.batch_size; did you mean scenario.name? "
-     "(python -m evaluate --help lists its keys)"),
+     "error: scenario.batch_size is a key of scenario=base, "),   # not of the default, a set of scenarios
     ("quantize", ["++calibration.num_samples=8"], "error: python -m quantize needs recipe=<recipe>; choose from "),
 ])
 def test_an_added_key_leaves_another_error_of_the_command_line_to_name_itself(module, args, line, tmp_path):
@@ -314,3 +313,31 @@ def test_the_key_an_added_misspelt_key_meant_is_found_whatever_the_order_of_the_
     with pytest.raises(UserError, match=r"no key engine.retry_backof_s; did you mean engine.retry_backoff_s\?"):
         config.check_added_keys("evaluate", "python -m evaluate", ["-m", f"engine={engines}",
                                                                     "++engine.retry_backof_s=2"])
+
+
+@pytest.mark.parametrize("args, line", [
+    (["++slo.ttft_ms=100"], "slo.ttft_ms is a key of slo=batch, interactive_cpu, interactive_gpu, not of slo=none "
+                            "(pick one, or hardware=cuda, whose default is interactive_gpu)"),
+    (["slo=none", "++slo.ttft_ms=100"], "slo.ttft_ms is a key of slo=batch, interactive_cpu, interactive_gpu, not of "
+                                        "slo=none (pick one)"),
+    (["engine=hf", "++engine.startup_timeout_s=60"], "engine.startup_timeout_s is a key of engine=vllm, vllm_server, "
+                                                     "not of engine=hf (pick one)"),
+])
+def test_a_key_of_another_option_of_its_group_names_the_options_that_have_it(args, line):
+    """On the CPU defaults (slo=none) a GPU's slo key was called nonexistent,
+    with slo.name as the key meant."""
+    from quantize.common import config
+    from quantize.common.errors import UserError
+    with pytest.raises(UserError) as e:
+        config.check_added_keys("evaluate", "python -m evaluate", args)
+    assert str(e.value) == line
+
+
+def test_a_key_of_another_option_set_in_a_sweep_says_where_it_is(tmp_path):
+    """Hydra's own error for the job lacking it (engine=hf), read from the command line."""
+    proc = run("evaluate", "-m", "engine=hf,vllm_server", "engine.startup_timeout_s=5",
+               f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
+    assert proc.returncode == ExitCode.BAD_INPUT, proc.stderr[-3000:]
+    assert one_error_line(proc) == ("error: engine.startup_timeout_s is a key of engine=vllm, vllm_server, not of "
+                                    "engine=hf (pick one, or ++engine.startup_timeout_s=<value> to set it only in "
+                                    "the jobs that have it)")

@@ -1,7 +1,7 @@
 """Hydra's own errors as the one line every other bad input gets: a key the
-config lacks (with the nearest one it has), an argument Hydra's override
-grammar cannot read (an unquoted path with a space), a required group not
-given. Hydra says these in several lines and a HYDRA_FULL_ERROR hint. And
+config lacks (with the nearest one it has, or the options of its group that
+have it), an argument Hydra's override grammar cannot read (an unquoted path
+with a space), a required group not given. Hydra says these in several lines and a HYDRA_FULL_ERROR hint. And
 one Hydra takes without a word: one value for a setting that holds keys."""
 import re
 import shlex
@@ -70,12 +70,82 @@ def unknown_key(key: str, command: str, config_name: str, overrides: list[str]) 
     if holder:   # a key whose own name holds a dot (search.params' `trial.scheme`): Hydra reads it as nesting
         fix = f"pass {inner}=<value>" if inner in values else f"change it in its YAML, or set {holder} whole"
         return f"{command} has no key {key}: {holder} holds `{inner}` as one key, which an override cannot reach; {fix}"
+    elsewhere = other_options_key(key, config_name, jobs)
+    if elsewhere:
+        return elsewhere
     keys = dict.fromkeys(values)
     for job in jobs[1:]:
         keys |= dict.fromkeys(config_values(config_name, job, {key}))
     close = nearest(key, list(keys))
     hint = f"; did you mean {close}?" if close else ""
     return f"{command} has no key {key}{hint} ({command} --help lists its keys)"
+
+
+def other_options_key(key: str, config_name: str, jobs: list[list[str]]) -> str | None:
+    """`slo.ttft_ms is a key of slo=batch, interactive_gpu, not of slo=none
+    (pick one, or hardware=cuda, whose default is interactive_gpu)`: `key`
+    belongs to other options of the config group it starts with than those the
+    `jobs` chose (a GPU key on a CPU host's defaults); None where none has it."""
+    from quantize.common.conf_groups import group_options, is_group, search_path_dirs
+    from quantize.common.paths import CONF_DIR
+    group, dot, _ = key.partition(".")
+    roots = [CONF_DIR, *search_path_dirs(jobs[0])]
+    if not dot or not is_group(group, roots):
+        return None
+    chosen = [job_choices(config_name, job, {key}) for job in jobs]
+    rest = [a for a in jobs[0] if override_key(a) not in (key, group)]
+    having = [name for name in sorted(group_options(group, roots)) if option_has(config_name, rest, group, name, key)]
+    lacking = sorted({c[group] for c in chosen if c.get(group) and c[group] not in having})
+    if not having or not lacking:
+        return None
+    # another group's option that picks one by default, where the command line picks none (theirs wins)
+    named = any(override_key(a) == group for a in jobs[0])
+    ways = ["pick one", *(f"{other}, whose default is {name}" for other, name in defaults_choosing(group, having, roots)
+                          if not named and not any(other == f"{g}={c[g]}" for c in chosen for g in c))]
+    if any(c.get(group) in having for c in chosen):   # a sweep: ++ sets it where there is one
+        ways.append(f"++{key}=<value> to set it only in the jobs that have it")
+    return (f"{key} is a key of {group}={', '.join(having)}, not of {group}={', '.join(lacking)} "
+            f"({', or '.join(ways)})")
+
+
+def option_has(config_name: str, overrides: list[str], group: str, name: str, key: str) -> bool:
+    """Whether the config with `group=name` has `key`, in its files or as a
+    field of the class a setting on its path names."""
+    from quantize.common.config import class_takes
+    values = composed(config_name, [*kept_overrides(overrides, {key}), f"{group}={name}"])
+    return values is not None and (key in dict(dotted(values)) or class_takes(values, key))
+
+
+def defaults_choosing(group: str, names: list[str], roots) -> list[tuple[str, str]]:
+    """(`other=option`, name) for each option of another group whose defaults
+    list picks one of `names` for `group` (hardware=cuda: slo interactive_gpu)."""
+    import yaml
+    found = []
+    for path in sorted(p for root in roots for p in root.glob("*/*.yaml")):
+        try:
+            defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults") or []
+        except (OSError, yaml.YAMLError, AttributeError):
+            continue
+        for entry in (e for e in defaults if isinstance(e, dict)):
+            found += [(f"{path.parent.name}={path.stem}", value) for target, value in entry.items()
+                      if target.removeprefix("override").strip().strip("/") == group and value in names]
+    return found
+
+
+def job_choices(config_name: str, overrides: list[str], bad_keys: set[str]) -> dict:
+    """{group: option} of the config composed from `overrides` less those
+    naming `bad_keys`; {} when it cannot be composed."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from quantize.common.paths import CONF_DIR
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name, overrides=kept_overrides(overrides, bad_keys), return_hydra_config=True)
+            return {group: choice for group, choice in cfg.hydra.runtime.choices.items() if "/" not in group}
+    except Exception:
+        return {}
 
 
 def sweep_without_m(arg: str, command: str, config_name: str, overrides: list[str]) -> str:
@@ -184,13 +254,19 @@ def config_values(config_name: str, overrides: list[str], bad_keys: set[str]) ->
     """Every dotted key of the config, with its value, as composed from
     `overrides` less those naming `bad_keys` (the groups chosen decide the
     keys); {} when it cannot be composed."""
-    kept = [a for a in overrides if not a.startswith("-") and "=" in a
-            and override_key(a) not in bad_keys and not override_error(a)]
+    kept = kept_overrides(overrides, bad_keys)
     for attempt in (kept, [a for a in kept if a.startswith("hydra.searchpath")]):
         values = composed(config_name, attempt)
         if values is not None:  # else another error of the command line: try the defaults
             return dict(dotted(values))
     return {}
+
+
+def kept_overrides(overrides: list[str], bad_keys: set[str]) -> list[str]:
+    """The overrides of the command line `overrides` that compose: none naming
+    `bad_keys`, no flag, none Hydra's grammar cannot read."""
+    return [a for a in overrides if not a.startswith("-") and "=" in a
+            and override_key(a) not in bad_keys and not override_error(a)]
 
 
 def composed(config_name: str, overrides: list[str]) -> dict | None:
