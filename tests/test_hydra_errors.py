@@ -341,3 +341,32 @@ def test_a_key_of_another_option_set_in_a_sweep_says_where_it_is(tmp_path):
     assert one_error_line(proc) == ("error: engine.startup_timeout_s is a key of engine=vllm, vllm_server, not of "
                                     "engine=hf (pick one, or ++engine.startup_timeout_s=<value> to set it only in "
                                     "the jobs that have it)")
+
+
+@pytest.mark.parametrize("value", ["choice(vllm,openai)", "glob(*)", "glob(v*,exclude=vllm)"])
+def test_a_group_swept_with_hydras_sweep_functions_is_taken(value, monkeypatch):
+    """choice() and glob() were split at commas and refused as an unknown engine 'choice(vllm'."""
+    from quantize.common import config
+    monkeypatch.setattr(sys, "argv", ["evaluate", "-m", f"engine={value}", "++engine.retry_backoff_s=2"])
+    config.prepare_argv("evaluate")   # no exit; retry_backoff_s is openai's and vllm_server's, each glob has one
+
+
+@pytest.mark.parametrize("value, line", [
+    ("choice(vllm,nope)", "error: unknown engine 'nope'; choose from hf, openai, vllm, vllm_server"),
+    ("glob(x*)", "error: engine=glob(x*) matches no engine; choose from hf, openai, vllm, vllm_server"),
+])
+def test_a_group_sweep_function_naming_no_option_is_one_line(value, line, capsys):
+    from quantize.common import config
+    with pytest.raises(SystemExit) as e:
+        config.check_group_options(["-m", f"engine={value}"])
+    assert e.value.code == ExitCode.BAD_INPUT
+    assert capsys.readouterr().err.strip() == line
+
+
+def test_a_sweep_function_over_a_group_reaches_hydra(tmp_path):
+    """Through the whole command line: each option choice() names is a job (hf lacks the key vllm_server has)."""
+    proc = run("evaluate", "-m", "engine=choice(hf,vllm_server)", "engine.startup_timeout_s=5",
+               f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
+    assert proc.returncode == ExitCode.BAD_INPUT, proc.stderr[-3000:]
+    assert one_error_line(proc).startswith("error: engine.startup_timeout_s is a key of engine=vllm, vllm_server, "
+                                           "not of engine=hf ")

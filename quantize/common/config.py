@@ -68,8 +68,12 @@ def _is_path_sweep(value: str) -> bool:
     return len(items) > 1 and all(item and _looks_like_path(item) for item in items)
 
 
+# Hydra's sweep functions a group's value may start with (its override grammar)
+SWEEP_FUNCTIONS = ("choice(", "glob(", "range(")
+
+
 def _looks_like_path(value: str) -> bool:
-    if "," in value or value.startswith(("glob(", "choice(", "range(")):
+    if "," in value or value.startswith(SWEEP_FUNCTIONS):
         return False  # a sweep expression: leave it to Hydra
     return os.sep in value or value.startswith((".", "~")) or Path(value).suffix in (
         ".yaml", ".yml", ".json", ".jsonl", ".txt")
@@ -77,22 +81,44 @@ def _looks_like_path(value: str) -> bool:
 
 def check_group_options(argv: list[str]) -> None:
     """An unknown `group=<name>` becomes one line naming the choices (Hydra's
-    own error is a screenful); sweeps (`a,b`) are checked name by name, and a
-    sweep mixing names and paths is refused (see _refuse_names_with_paths)."""
+    own error is a screenful); sweeps (`a,b`, `choice(a,b)`, `glob(a*)`) are
+    checked name by name, and a sweep mixing names and paths is refused (see
+    _refuse_names_with_paths)."""
     roots = [CONF_DIR] + search_path_dirs(argv)
     for arg in argv:
         key, sep, value = arg.partition("=")
         if not sep or key.startswith("hydra") or not is_group(key, roots):
             continue
-        items = value.split(",")
-        names = [item for item in items if not _looks_like_path(item)]
         known = group_options(key, roots)
+        swept = _swept_names(arg, roots) if value.startswith(SWEEP_FUNCTIONS) else None
+        if value.startswith(SWEEP_FUNCTIONS) and swept is None:
+            continue  # Hydra's grammar cannot read it: its own error says so
+        if swept == []:
+            print(f"error: {arg} matches no {key}; choose from {shown_options(key, roots)}", file=sys.stderr)
+            raise SystemExit(2)
+        if swept and any(_looks_like_path(name) for name in swept):
+            print(f"error: {arg}: {value.partition('(')[0]}() sweeps {key} names; a sweep over paths is "
+                  f"{key}={','.join(swept)}", file=sys.stderr)
+            raise SystemExit(2)
+        items = swept or value.split(",")
+        names = [item for item in items if not _looks_like_path(item)]
         unknown = [name for name in names if name not in known and name != "null"]
         if unknown:
             print(f"error: unknown {key} {unknown[0]!r}; choose from {shown_options(key, roots)}", file=sys.stderr)
             raise SystemExit(2)
         if key in PATH_GROUPS and names and len(names) < len(items):
             _refuse_names_with_paths(key, items)
+
+
+def _swept_names(arg: str, roots) -> list[str] | None:
+    """The options the sweep `arg` (`engine=choice(vllm,hf)`, `engine=glob(v*)`)
+    runs; None where Hydra's grammar cannot read it (its own error says so)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    try:
+        return _sweep_values(OverridesParser.create().parse_override(arg), roots)
+    except (HydraException, TypeError, ValueError):
+        return None
 
 
 def _refuse_names_with_paths(key: str, items: list[str]) -> None:
@@ -263,7 +289,7 @@ def one_job_per_choice(overrides: list[str], roots) -> list[list[str]]:
         parsed = None
         try:
             parsed = None if arg.startswith("-") else OverridesParser.create().parse_override(arg)
-            values = list(parsed.sweep_string_iterator()) if parsed and parsed.is_sweep_override() else []
+            values = _sweep_values(parsed, roots) if parsed and parsed.is_sweep_override() else []
         except (HydraException, TypeError, ValueError):   # unreadable: Hydra says so; interval(): no values
             values = []
         if parsed and parsed.is_sweep_override() and not values:
@@ -275,6 +301,16 @@ def one_job_per_choice(overrides: list[str], roots) -> list[list[str]]:
         if is_group(parsed.key_or_group.replace(".", "/"), roots):
             choices.append((len(firsts) - 1, [f"{parsed.get_key_element()}={v}" for v in values[1:]]))
     return [firsts] + [[*firsts[:i], value, *firsts[i + 1:]] for i, values in choices for value in values]
+
+
+def _sweep_values(parsed, roots) -> list[str]:
+    """The values the parsed sweep override `parsed` runs: a group's glob()
+    is its options that match."""
+    from hydra.core.override_parser.types import Glob
+    group = parsed.key_or_group.replace(".", "/")
+    if isinstance(parsed.value(), Glob) and is_group(group, roots):
+        return parsed.value().filter(sorted(group_options(group, roots)))
+    return list(parsed.sweep_string_iterator())
 
 
 def command(config_name: str) -> str:
