@@ -89,29 +89,31 @@ class MlflowTracker(Tracker):
     def find(self, key: str) -> str | None:
         """The id of the run with this key (the first created, should two exist), None if none."""
         if key not in self._runs:
-            first = self._first(key)
+            first = self._settled(key)
             if first:
                 self._runs[key] = first
         return self._runs.get(key)
 
-    def _settled_first(self, key: str, created) -> str:
-        """The run every job keeps of those with `key`, once this job created
-        one: jobs that share no lock (quantize's; evaluate's of other stores or
-        nodes) may each have created one. A run seen first is looked up again
-        SETTLE_S after its start, so one started earlier whose creation was
-        still on its way is seen too."""
-        first = self._first(key) or created.run_id
-        if first == created.run_id:
-            time.sleep(max(0.0, created.start_time / 1000 + SETTLE_S - time.time()))
-            first = self._first(key) or created.run_id
-        return first
+    def _settled(self, key: str, mine=None) -> str | None:
+        """The run every job keeps of those with `key`: the first created.
+        Jobs that share no lock (quantize's; evaluate's of other stores or
+        nodes) may each create one, so a first that started less than SETTLE_S
+        ago is looked up again once that second has passed: a run started
+        earlier whose creation was still on its way is seen too (and a run
+        about to be deleted by its creator is not logged to). `mine`: (run id,
+        start ms) of the run this job just created."""
+        first = self._first(key) or mine
+        if first and _wait_settled(first[1]):
+            first = self._first(key) or mine
+        return first[0] if first else None
 
-    def _first(self, key: str) -> str | None:
-        """The first created of the runs with this key (the run id breaks a tie):
-        every job that looks agrees on it."""
+    def _first(self, key: str) -> tuple[str, int] | None:
+        """The first created of the runs with this key (the run id breaks a
+        tie), and its start (ms): every job that looks agrees on it."""
         found = self.client().search_runs([self.experiment_id()], filter_string=f"tags.{KEY_TAG} = '{key}'",
                                           max_results=100, order_by=["attributes.start_time ASC"])
-        return min(((r.info.start_time, r.info.run_id) for r in found), default=(None, None))[1]
+        first = min(((r.info.start_time, r.info.run_id) for r in found), default=None)
+        return (first[1], first[0]) if first else None
 
     def client(self):
         if self._client is None:
@@ -170,18 +172,30 @@ class MlflowTracker(Tracker):
         run_id = self.find(record.key)
         if run_id:
             return run_id, False
-        tags = {KEY_TAG: record.key, **record.tags, **({PARENT_TAG: parent} if parent else {})}
-        created = self.client().create_run(self.experiment_id(), tags=tags, run_name=record.name).info
-        run_id, first = created.run_id, self._settled_first(record.key, created)
-        self._runs[record.key] = first
-        if first != run_id:
-            self.client().delete_run(run_id)
-            return first, False
-        log.info("tracking: run %s (%s) in %s", record.name, run_id, self.describe())
+        created = self._create(record, parent)
+        run_id = self._keep(record.key, created)
+        if run_id != created.run_id:
+            return run_id, False
         self._batch(run_id, params=record.params)
         self._files(run_id, record)
         self._own_files(run_id, _names(record))
         return run_id, True
+
+    def _create(self, record: RunRecord, parent: str | None):
+        """A new run of the record (its tags only); its RunInfo."""
+        tags = {KEY_TAG: record.key, **record.tags, **({PARENT_TAG: parent} if parent else {})}
+        return self.client().create_run(self.experiment_id(), tags=tags, run_name=record.name).info
+
+    def _keep(self, key: str, created) -> str:
+        """The run kept of `key` once this job created `created`: the settled
+        first; this job's run is deleted if it is not that one."""
+        first = self._settled(key, (created.run_id, created.start_time))
+        self._runs[key] = first
+        if first != created.run_id:
+            self.client().delete_run(created.run_id)
+        else:
+            log.info("tracking: run %s (%s) in %s", created.run_name, first, self.describe())
+        return first
 
     def _complete(self, run_id: str, record: RunRecord) -> bool:
         """A found run gets what it lacks: a run created just before an outage
@@ -274,6 +288,14 @@ class MlflowTracker(Tracker):
 
     def _steps_logged(self, run_id: str, key: str) -> set[tuple[int, int]]:
         return {(m.step, m.timestamp) for m in self.client().get_metric_history(run_id, key)}
+
+
+def _wait_settled(started_ms: int) -> bool:
+    """Wait until SETTLE_S has passed since `started_ms`; whether it had not."""
+    left = started_ms / 1000 + SETTLE_S - time.time()
+    if left > 0:
+        time.sleep(left)
+    return left > 0
 
 
 def _folder(experiment: str) -> str:

@@ -475,3 +475,47 @@ def test_jobs_logging_one_artifact_at_once_make_one_run(tmp_path):
     for job in jobs:
         assert job.wait(timeout=120) == 0, job.stderr.read()[-2000:]
     assert len(_runs(uri)) == 1
+
+
+@needs_mlflow
+def test_a_third_job_that_finds_a_run_about_to_be_deleted_keeps_logging(tmp_path):
+    """A's run creation was slow (started first, seen last); B created a run
+    meanwhile, and C found B's run inside B's settle second and logged to it.
+    B then kept A's and deleted its own: C's next write failed (a deleted run)
+    and C tracked nothing more."""
+    import time
+    from quantize.common.tracking import KEY_TAG
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    a, b, c = (tracking.from_group({**MLFLOW, "uri": uri, "experiment": "unit"}) for _ in range(3))
+    experiment = a.experiment_id()
+    record = lambda value, step: RunRecord(key="k1", name="m", metrics=(Metric("thr", value, step, 1000 * step),))
+    a_started = int(time.time() * 1000)   # A called create_run now; its run lands within SETTLE_S
+    landed = []
+
+    def a_run_lands():
+        if not landed:
+            landed.append(a.client().create_run(experiment, start_time=a_started, tags={KEY_TAG: "k1"},
+                                                run_name="m").info.run_id)
+    b_search, c_search, b_calls, c_calls = b.client().search_runs, c.client().search_runs, [], []
+
+    def c_looks(*args, **kwargs):
+        c_calls.append(args)
+        if len(c_calls) == 2:   # a second look, B's run's settle second passed: A's run is in
+            a_run_lands()
+        return c_search(*args, **kwargs)
+
+    def c_finds_b_run_then_a_run_lands(*args, **kwargs):
+        b_calls.append(args)
+        if len(b_calls) == 2:   # B's first look after creating its run
+            assert c.log(record(30.0, 0))
+            a_run_lands()
+        return b_search(*args, **kwargs)
+    c.client().search_runs = c_looks
+    b.client().search_runs = c_finds_b_run_then_a_run_lands
+    time.sleep(0.1)
+    assert b.log(record(20.0, 0))
+    assert c.log(record(31.0, 1))
+    [run] = _runs(uri)
+    assert b.find("k1") == c.find("k1") == run.info.run_id
+    from mlflow import MlflowClient
+    assert sorted(m.value for m in MlflowClient(uri).get_metric_history(run.info.run_id, "thr")) == [30.0, 31.0]
