@@ -29,7 +29,9 @@ def backfill(results_dir: Path, tracker: Tracker) -> str:
     """Log every row of the store; returns the line saying what was sent."""
     rows = results.read_stores([results_dir]).rows
     _bind_locks(tracker, results_dir)
-    for record in tracking.measurement_records(rows):
+    records = tracking.measurement_records(rows)
+    tracker.prepare(records)   # the runs missing created at once: a wait for other jobs' runs per batch, not per run
+    for record in records:
         tracker.write(record)
     artifacts = {r.artifact_id for r in rows if r.artifact_id}
     measurements = {r.measurement_key() for r in rows}

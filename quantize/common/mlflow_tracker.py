@@ -94,6 +94,24 @@ class MlflowTracker(Tracker):
                 self._runs[key] = first
         return self._runs.get(key)
 
+    def prepare(self, records: list[RunRecord]) -> None:
+        """Create the runs the records (and their parents) lack, a level at a
+        time: parents, then children, each level waiting SETTLE_S once for
+        all its runs, where `write` waits once per run it creates (a back-fill
+        into a new experiment creates hundreds)."""
+        parents = list({r.parent.key: r.parent for r in records if r.parent}.values())
+        for level in (parents, records):
+            created = {}
+            for record in level:
+                with self.holding(record.key):
+                    if record.key not in created and not self.find(record.key):
+                        parent = self._runs.get(record.parent.key) if record.parent else None
+                        created[record.key] = self._create(record, parent)
+            if created:
+                _wait_settled(max(c.start_time for c in created.values()))
+            for key, run in created.items():
+                self._keep(key, run)
+
     def _settled(self, key: str, mine=None) -> str | None:
         """The run every job keeps of those with `key`: the first created.
         Jobs that share no lock (quantize's; evaluate's of other stores or

@@ -90,6 +90,9 @@ class Tracker(extensions.Configurable):
         log what it lacks; return the run's id. Errors propagate (see `log`)."""
         raise NotImplementedError
 
+    def prepare(self, records: list[RunRecord]) -> None:
+        """Get ready to write many records at once (a back-fill); nothing by default."""
+
     def describe(self) -> str:
         """Where the runs go, for the lines that name it (no password)."""
         return self.name

@@ -220,3 +220,53 @@ def test_a_measurement_measured_on_twin_hosts_or_two_commits_says_so(tmp_path):
     assert run.data.tags["seen.hardware.hostname"] == '["node07", "node12"]'
     assert run.data.tags["seen.versions.quantbench"] == '["aaaa1111", "bbbb2222"]'
     assert not [tag for tag in run.data.tags if tag.startswith("seen.") and "hostname" not in tag and "quantbench" not in tag]
+
+
+def many_measurements_store(tmp_path: Path, count: int) -> Path:
+    store = tmp_path / "results"
+    store.mkdir()
+    for n in range(count):
+        results.append(store / "results.jsonl", speed_row(0, "ok", 1).but(scenario=f"sc{n}"))
+    return store
+
+
+def test_a_back_fill_into_a_new_experiment_waits_for_other_jobs_once_not_once_per_run(tmp_path, monkeypatch):
+    """Each run created waited a second for other jobs' runs of its key: a
+    back-fill of 300 measurements slept five minutes."""
+    from quantize.common import mlflow_tracker as module
+    monkeypatch.setattr(module, "SETTLE_S", 0.3)
+    sleep, waits = module.time.sleep, []
+    monkeypatch.setattr(module.time, "sleep", lambda s: (waits.append(s), sleep(s)))
+    store = many_measurements_store(tmp_path, 6)
+    track.backfill(store, mlflow_tracker(tmp_path))
+    assert len([s for s in waits if s > 0]) <= 2   # the artifacts' runs, then the measurements'
+    runs = measurement_runs(tmp_path)
+    assert sorted(r.data.params["scenario"] for r in runs) == [f"sc{n}" for n in range(6)]
+    assert all(r.data.metrics["output_throughput"] == 1.0 for r in runs)
+
+
+def test_a_back_fill_keeps_the_run_another_job_created_first_of_a_key(tmp_path, monkeypatch):
+    """Runs created in one batch still give way to one another job started
+    earlier: one run per key, holding the back-fill's steps."""
+    from mlflow import MlflowClient
+    from quantize.common import mlflow_tracker as module
+    from quantize.common.tracking import KEY_TAG
+    monkeypatch.setattr(module, "SETTLE_S", 0.3)
+    store = many_measurements_store(tmp_path, 3)
+    tracker = mlflow_tracker(tmp_path)
+    experiment, started = tracker.experiment_id(), module.time.time()
+    key = tracking.measurement_records(results.read(store))[1].key
+    sleep, others = module.time.sleep, []
+
+    def another_jobs_run_lands(seconds):
+        if not others:   # its creation started before the back-fill's, and lands now
+            others.append(MlflowClient(tracker.uri).create_run(experiment, start_time=int(started * 1000) - 100,
+                                                               tags={KEY_TAG: key}, run_name="other").info.run_id)
+        sleep(seconds)
+    monkeypatch.setattr(module.time, "sleep", another_jobs_run_lands)
+    track.backfill(store, tracker)
+    runs = measurement_runs(tmp_path) + [r for r in MlflowClient(tracker.uri).search_runs([experiment])
+                                         if r.info.run_name == "other"]
+    assert len(runs) == 3 and len({r.data.tags[KEY_TAG] for r in runs}) == 3
+    [kept] = [r for r in runs if r.data.tags[KEY_TAG] == key]
+    assert kept.info.run_id == others[0] and kept.data.metrics["output_throughput"] == 1.0
