@@ -294,18 +294,24 @@ def test_a_failed_lm_eval_run_is_an_error(tmp_path, then, status):
         fake_lm_eval(tmp_path, then)()
 
 
+def lm_eval_job(tmp_path, lm_eval_cfg):
+    """A pipeline Job that runs only lm-eval (the fake one) into tmp_path/res."""
+    from evaluate import pipeline
+    return pipeline.Job(config=SimpleNamespace(tracker=None), seed=0, plan=None,
+                        target=SimpleNamespace(path=str(tmp_path)), store=tmp_path / "res" / "results.jsonl",
+                        engine=SimpleNamespace(environment=lambda env, args: contextlib.nullcontext({})),
+                        engine_cfg=SimpleNamespace(env={}), limit=None, fit=[],
+                        base=base_row("original", seed=0), accuracy_cfg=None,
+                        lm_eval_cfg=lm_eval_cfg, lm_eval_model=SimpleNamespace(name="vllm", args={}),
+                        lm_eval_versions={"vllm": "0"})
+
+
 def test_a_task_lm_eval_returned_no_result_for_fails_alone_and_the_others_keep_their_scores(tmp_path):
     """A name lm-eval reports under other names (a tag, a pattern) failed the
     whole run after it: the finished task's scores were discarded with it."""
     from evaluate import pipeline
     run = fake_lm_eval(tmp_path, "WRITE", tasks=("t", "lambada"))
-    job = pipeline.Job(config=SimpleNamespace(tracker=None), seed=0, plan=None,
-                       target=SimpleNamespace(path=str(tmp_path)), store=tmp_path / "res" / "results.jsonl",
-                       engine=SimpleNamespace(environment=lambda env, args: contextlib.nullcontext({})),
-                       engine_cfg=SimpleNamespace(env={}), limit=None, fit=[],
-                       base=base_row("original", seed=0), accuracy_cfg=None,
-                       lm_eval_cfg=run.cfg, lm_eval_model=SimpleNamespace(name="vllm", args={}),
-                       lm_eval_versions={"vllm": "0"})
+    job = lm_eval_job(tmp_path, run.cfg)
     pipeline._run_lm_eval(job, ["t", "lambada"])
     rows = {r.dataset: r for r in results.read(tmp_path / "res")}
     assert rows["t"].status == "ok" and rows["t"].metrics == {"acc": 0.5}
@@ -319,13 +325,7 @@ def test_a_group_without_an_aggregate_score_fails_alone_naming_the_fix(tmp_path,
     from evaluate import pipeline
     run = fake_lm_eval(tmp_path, "WRITE", tasks=("t", "my_group"), extra={"my_group": {"alias": "my_group",
                                                                                         "name": "my_group"}})
-    job = pipeline.Job(config=SimpleNamespace(tracker=None), seed=0, plan=None,
-                       target=SimpleNamespace(path=str(tmp_path)), store=tmp_path / "res" / "results.jsonl",
-                       engine=SimpleNamespace(environment=lambda env, args: contextlib.nullcontext({})),
-                       engine_cfg=SimpleNamespace(env={}), limit=None, fit=[],
-                       base=base_row("original", seed=0), accuracy_cfg=None,
-                       lm_eval_cfg=run.cfg, lm_eval_model=SimpleNamespace(name="vllm", args={}),
-                       lm_eval_versions={"vllm": "0"})
+    job = lm_eval_job(tmp_path, run.cfg)
     pipeline._run_lm_eval(job, ["t", "my_group"])
     rows = {r.dataset: r for r in results.read(tmp_path / "res")}
     assert rows["t"].status == "ok" and rows["t"].metrics == {"acc": 0.5}

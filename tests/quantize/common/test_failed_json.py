@@ -5,15 +5,14 @@ import json
 import signal
 import subprocess
 import sys
-import textwrap
 from types import SimpleNamespace
 
 import pytest
 from omegaconf import OmegaConf
 
 from quantize.common import jobs
-from quantize.common.paths import CONF_DIR
 from tests.conftest import ROOT, quantize_env
+from tests.sweep_app import write_sweep_app
 
 FULL_DISK = """
 import resource, signal, sys
@@ -97,17 +96,7 @@ if __name__ == "__main__":
 
 
 def sweep_of(tmp_path, actions: str):
-    (tmp_path / "app.py").write_text(APP)
-    (tmp_path / "app.yaml").write_text(textwrap.dedent(f"""\
-        action: ok
-        hydra:
-          searchpath: ["file://{CONF_DIR}"]
-          sweep:
-            subdir: ${{hydra.job.num}}_${{action}}
-          callbacks:
-            failure_summary:
-              _target_: quantize.common.jobs.FailureSummary
-        """))
+    write_sweep_app(tmp_path, APP)
     sweep = tmp_path / "sweep"
     out = subprocess.run([sys.executable, "app.py", "-m", f"action={actions}", f"hydra.sweep.dir={sweep}"],
                          cwd=tmp_path, env=quantize_env(), capture_output=True, text=True, timeout=120)

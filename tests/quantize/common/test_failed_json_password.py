@@ -1,11 +1,10 @@
 """A sweep's failed job: its FAILED.json and the sweep's summary show a URL's password as ***."""
 import subprocess
 import sys
-import textwrap
 
 from quantize.common import jobs
-from quantize.common.paths import CONF_DIR
 from tests.conftest import quantize_env
+from tests.sweep_app import write_sweep_app
 
 APP = '''
 import hydra
@@ -31,15 +30,7 @@ def test_a_password_in_a_failed_jobs_overrides_is_in_neither_its_failed_json_nor
     """FAILED.json kept the overrides as typed (in a sweep, as Hydra escapes
     them: postgresql\\://bench\\:<password>@...), and the sweep's summary (the
     console, the multirun log) printed them, a tracking.uri's password too."""
-    (tmp_path / "app.py").write_text(APP)
-    (tmp_path / "app.yaml").write_text(textwrap.dedent(f"""\
-        uri: none
-        hydra:
-          searchpath: ["file://{CONF_DIR}"]
-          callbacks:
-            failure_summary:
-              _target_: quantize.common.jobs.FailureSummary
-        """))
+    write_sweep_app(tmp_path, APP, first_line="uri: none", subdir=None)
     sweep = tmp_path / "sweep"
     uri = "postgresql://bench:S3cretPW@db.lab/mlflow"
     out = subprocess.run([sys.executable, "app.py", "-m", f"uri={uri}", f"hydra.sweep.dir={sweep}"],

@@ -3,10 +3,9 @@ by a signal is recorded as failed and the rest of the sweep finishes."""
 import json
 import subprocess
 import sys
-import textwrap
 
-from quantize.common.paths import CONF_DIR
 from tests.conftest import quantize_env
+from tests.sweep_app import write_sweep_app
 
 APP = '''
 import os
@@ -40,17 +39,7 @@ if __name__ == "__main__":
 
 
 def write_app(folder):
-    (folder / "app.py").write_text(APP)
-    (folder / "app.yaml").write_text(textwrap.dedent(f"""\
-        action: ok
-        hydra:
-          searchpath: ["file://{CONF_DIR}"]
-          sweep:
-            subdir: ${{hydra.job.num}}_${{action}}
-          callbacks:
-            failure_summary:
-              _target_: quantize.common.jobs.FailureSummary
-        """))
+    write_sweep_app(folder, APP)
 
 
 def test_a_job_killed_by_a_signal_fails_alone(tmp_path):

@@ -67,27 +67,33 @@ def test_a_timeout_over_every_nodes_limit_is_refused(tmp_path, monkeypatch, caps
     assert "set hydra.launcher.timeout_min=60 or less" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("preset", ["slurm_cpu", "slurm_gpu"])
-def test_the_setup_lines_work_in_a_project_path_with_a_space(tmp_path, monkeypatch, preset):
-    """Each job runs the preset's setup lines in bash before Python: in a
-    checkout at /home/a b/quantbench they must still activate its venv and
-    put it on PYTHONPATH."""
+def run_setup_lines(preset: str, root, monkeypatch, last_line: str, env: dict) -> "subprocess.CompletedProcess":
+    """The preset's setup lines, as a job runs them in bash before Python, for
+    a project at `root` (a .venv there), then `last_line`."""
     import subprocess
 
     from omegaconf import OmegaConf
 
     from quantize.common import resolvers
     from quantize.common.paths import CONF_DIR
-    root = tmp_path / "a b" / "quantbench"
-    (root / ".venv" / "bin").mkdir(parents=True)
-    (root / ".venv" / "bin" / "activate").write_text("ACTIVATED=yes\n")
     monkeypatch.setattr(resolvers, "PROJECT_ROOT", root)
     resolvers.register_resolvers()
     setup = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "hydra" / "launcher" / f"{preset}.yaml").setup,
                                    resolve=True)
-    script = "\n".join([*setup, 'printf "%s\\n%s" "$ACTIVATED" "$PYTHONPATH"'])
-    out = subprocess.run(["bash", "-c", script], env={"PATH": os.environ["PATH"], "PYTHONPATH": "/x"},
-                         capture_output=True, text=True, timeout=30)
+    return subprocess.run(["bash", "-c", "\n".join([*setup, last_line])], env={"PATH": os.environ["PATH"], **env},
+                          capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.parametrize("preset", ["slurm_cpu", "slurm_gpu"])
+def test_the_setup_lines_work_in_a_project_path_with_a_space(tmp_path, monkeypatch, preset):
+    """Each job runs the preset's setup lines in bash before Python: in a
+    checkout at /home/a b/quantbench they must still activate its venv and
+    put it on PYTHONPATH."""
+    root = tmp_path / "a b" / "quantbench"
+    (root / ".venv" / "bin").mkdir(parents=True)
+    (root / ".venv" / "bin" / "activate").write_text("ACTIVATED=yes\n")
+    out = run_setup_lines(preset, root, monkeypatch, 'printf "%s\\n%s" "$ACTIVATED" "$PYTHONPATH"',
+                          {"PYTHONPATH": "/x"})
     assert out.returncode == 0 and out.stderr == "", out.stderr
     assert out.stdout.splitlines() == ["yes", f"{root}:/x"]
 
@@ -97,22 +103,10 @@ def test_jobs_that_download_from_the_hub_stay_online(tmp_path, monkeypatch, pres
     """A setup line exporting HF_HUB_OFFLINE=1 reads, in the job, as the user's
     value, which run_job keeps: hub calibration sets, a model=<hub id> and
     lm-eval hub tasks would fail on Slurm only. run_job sets it per job."""
-    import subprocess
-
-    from omegaconf import OmegaConf
-
-    from quantize.common import resolvers
     from quantize.common.jobs import offline_unless_set
-    from quantize.common.paths import CONF_DIR
     (tmp_path / ".venv" / "bin").mkdir(parents=True)
     (tmp_path / ".venv" / "bin" / "activate").write_text("")
-    monkeypatch.setattr(resolvers, "PROJECT_ROOT", tmp_path)
-    resolvers.register_resolvers()
-    setup = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "hydra" / "launcher" / f"{preset}.yaml").setup,
-                                   resolve=True)
-    script = "\n".join([*setup, 'printf "%s" "${HF_HUB_OFFLINE-unset}"'])
-    out = subprocess.run(["bash", "-c", script], env={"PATH": os.environ["PATH"]},
-                         capture_output=True, text=True, timeout=30)
+    out = run_setup_lines(preset, tmp_path, monkeypatch, 'printf "%s" "${HF_HUB_OFFLINE-unset}"', {})
     job_env = {} if out.stdout == "unset" else {"HF_HUB_OFFLINE": out.stdout}
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     for key, value in job_env.items():
