@@ -370,3 +370,27 @@ def test_a_sweep_function_over_a_group_reaches_hydra(tmp_path):
     assert proc.returncode == ExitCode.BAD_INPUT, proc.stderr[-3000:]
     assert one_error_line(proc).startswith("error: engine.startup_timeout_s is a key of engine=vllm, vllm_server, "
                                            "not of engine=hf ")
+
+
+@pytest.mark.parametrize("value", ["sort(w4a16_rtn,original)", "shuffle(original,w4a16_rtn)",
+                                   "sort(choice(w4a16_rtn,original))"])
+def test_a_group_swept_with_sort_or_shuffle_is_taken(value):
+    """sort() and shuffle() were not known as sweeps: refused as an unknown recipe 'sort(w4a16_rtn'."""
+    from quantize.common import config
+    config.check_group_options(["-m", f"recipe={value}"])   # no exit
+
+
+def test_a_glob_inside_sort_is_left_to_hydras_own_error(capsys):
+    """Hydra's grammar cannot read it; it was called an unknown recipe 'shuffle(glob(w4*))'."""
+    from quantize.common import config
+    config.check_group_options(["-m", "recipe=shuffle(glob(w4*))"])
+    assert capsys.readouterr().err == ""
+
+
+def test_a_choice_of_names_and_paths_is_refused_as_a_mix(capsys):
+    """It was told to use recipe=w4a16_rtn,u/my.yaml, which this very refusal then refused."""
+    from quantize.common import config
+    with pytest.raises(SystemExit) as e:
+        config.check_group_options(["-m", "recipe=choice(w4a16_rtn,u/my.yaml)"])
+    assert e.value.code == ExitCode.BAD_INPUT
+    assert capsys.readouterr().err.startswith("error: recipe=w4a16_rtn,u/my.yaml mixes option names and paths, ")

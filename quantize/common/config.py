@@ -68,8 +68,8 @@ def _is_path_sweep(value: str) -> bool:
     return len(items) > 1 and all(item and _looks_like_path(item) for item in items)
 
 
-# Hydra's sweep functions a group's value may start with (its override grammar)
-SWEEP_FUNCTIONS = ("choice(", "glob(", "range(")
+# Hydra's functions a value may start with (its override grammar): sweeps, and sort()/shuffle() of one
+SWEEP_FUNCTIONS = ("choice(", "glob(", "range(", "interval(", "sort(", "shuffle(", "tag(")
 
 
 def _looks_like_path(value: str) -> bool:
@@ -90,13 +90,13 @@ def check_group_options(argv: list[str]) -> None:
         if not sep or key.startswith("hydra") or not is_group(key, roots):
             continue
         known = group_options(key, roots)
-        swept = _swept_names(arg, roots) if value.startswith(SWEEP_FUNCTIONS) else None
-        if value.startswith(SWEEP_FUNCTIONS) and swept is None:
-            continue  # Hydra's grammar cannot read it: its own error says so
+        swept = _swept_names(arg, roots) if "(" in value else None
+        if "(" in value and swept is None:
+            continue  # Hydra's grammar cannot read it (its own error says so), or one quoted value: Hydra's
         if swept == []:
             print(f"error: {arg} matches no {key}; choose from {shown_options(key, roots)}", file=sys.stderr)
             raise SystemExit(2)
-        if swept and any(_looks_like_path(name) for name in swept):
+        if swept and all(_looks_like_path(name) for name in swept):
             print(f"error: {arg}: {value.partition('(')[0]}() sweeps {key} names; a sweep over paths is "
                   f"{key}={','.join(swept)}", file=sys.stderr)
             raise SystemExit(2)
@@ -106,17 +106,19 @@ def check_group_options(argv: list[str]) -> None:
         if unknown:
             print(f"error: unknown {key} {unknown[0]!r}; choose from {shown_options(key, roots)}", file=sys.stderr)
             raise SystemExit(2)
-        if key in PATH_GROUPS and names and len(names) < len(items):
+        if names and len(names) < len(items) and (key in PATH_GROUPS or swept):
             _refuse_names_with_paths(key, items)
 
 
 def _swept_names(arg: str, roots) -> list[str] | None:
-    """The options the sweep `arg` (`engine=choice(vllm,hf)`, `engine=glob(v*)`)
-    runs; None where Hydra's grammar cannot read it (its own error says so)."""
+    """The options the sweep `arg` (`engine=choice(vllm,hf)`, `engine=glob(v*)`,
+    `sort(...)`, `shuffle(...)`: any Hydra's grammar reads as one) runs; None
+    where it reads no sweep, or cannot read it (its own error says so)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
     try:
-        return _sweep_values(OverridesParser.create().parse_override(arg), roots)
+        parsed = OverridesParser.create().parse_override(arg)
+        return _sweep_values(parsed, roots) if parsed.is_sweep_override() else None
     except (HydraException, TypeError, ValueError):
         return None
 
