@@ -394,3 +394,14 @@ def test_a_choice_of_names_and_paths_is_refused_as_a_mix(capsys):
         config.check_group_options(["-m", "recipe=choice(w4a16_rtn,u/my.yaml)"])
     assert e.value.code == ExitCode.BAD_INPUT
     assert capsys.readouterr().err.startswith("error: recipe=w4a16_rtn,u/my.yaml mixes option names and paths, ")
+
+
+def test_a_misspelt_key_of_the_chosen_option_is_not_said_to_be_a_scenario_files():
+    """A scenario file takes any key (over its own), so every misspelt scenario
+    key was called scenario=file's, with no word of the key meant."""
+    from quantize.common import config
+    from quantize.common.errors import UserError
+    with pytest.raises(UserError) as e:
+        config.check_added_keys("evaluate", "python -m evaluate", ["scenario=interactive", "++scenario.batch_sise=4"])
+    assert str(e.value).startswith("python -m evaluate has no key scenario.batch_sise; did you mean "
+                                   "scenario.batch_size?")

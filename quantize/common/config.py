@@ -248,16 +248,17 @@ def check_added_keys(config_name: str, command: str, overrides: list[str]) -> No
             raise UserError(unknown_key(key, command, config_name, overrides))
 
 
-def class_takes(values: dict, key: str) -> bool:
+def class_takes(values: dict, key: str, gathered: bool = True) -> bool:
     """Whether the class a setting on the path of `key` names (`_target_`)
     takes it: one of its fields, which its YAML may leave at the default
-    (load.only_with_server), or any key where it gathers the ones it does not
-    name in a mapping field its YAML leaves out (ScenarioFile.overrides)."""
+    (load.only_with_server), or (`gathered`) any key where it gathers the ones
+    it does not name in a mapping field its YAML leaves out (ScenarioFile.overrides)."""
     node, parts = values, key.split(".")
     for i, part in enumerate(parts[:-1]):
         node = node.get(part) if isinstance(node, dict) else None
         fields = target_fields(node.get("_target_")) if isinstance(node, dict) else {}
-        if parts[i + 1] in fields or any(kind is dict and name not in node for name, kind in fields.items()):
+        gathers = gathered and any(kind is dict and name not in node for name, kind in fields.items())
+        if parts[i + 1] in fields or gathers:
             return True
     return False
 

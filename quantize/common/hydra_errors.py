@@ -110,10 +110,11 @@ def other_options_key(key: str, config_name: str, jobs: list[list[str]]) -> str 
 
 def option_has(config_name: str, overrides: list[str], group: str, name: str, key: str) -> bool:
     """Whether the config with `group=name` has `key`, in its files or as a
-    field of the class a setting on its path names."""
+    named field of the class a setting on its path names (not as any key a
+    class gathers, as a scenario file does: every typo would be the file's)."""
     from quantize.common.config import class_takes
     values = composed(config_name, [*kept_overrides(overrides, {key}), f"{group}={name}"])
-    return values is not None and (key in dict(dotted(values)) or class_takes(values, key))
+    return values is not None and (key in dict(dotted(values)) or class_takes(values, key, gathered=False))
 
 
 def defaults_choosing(group: str, names: list[str], roots) -> list[tuple[str, str]]:
