@@ -405,3 +405,13 @@ def test_a_misspelt_key_of_the_chosen_option_is_not_said_to_be_a_scenario_files(
         config.check_added_keys("evaluate", "python -m evaluate", ["scenario=interactive", "++scenario.batch_sise=4"])
     assert str(e.value).startswith("python -m evaluate has no key scenario.batch_sise; did you mean "
                                    "scenario.batch_size?")
+
+
+def test_another_options_key_offers_no_group_the_entry_point_lacks():
+    """The search's config has no hardware group: hardware=cuda was offered all the same."""
+    from quantize.common import config
+    from quantize.common.errors import UserError
+    with pytest.raises(UserError) as e:
+        config.check_added_keys("search", "python -m evaluate.search", ["++scenario.include=[interactive]"])
+    assert str(e.value) == ("scenario.include is a key of scenario=all, cpu, none, reference, not of "
+                            "scenario=interactive (pick one)")

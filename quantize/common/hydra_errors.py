@@ -100,8 +100,9 @@ def other_options_key(key: str, config_name: str, jobs: list[list[str]]) -> str 
         return None
     # another group's option that picks one by default, where the command line picks none (theirs wins)
     named = any(override_key(a) == group for a in jobs[0])
-    ways = ["pick one", *(f"{other}, whose default is {name}" for other, name in defaults_choosing(group, having, roots)
-                          if not named and not any(other == f"{g}={c[g]}" for c in chosen for g in c))]
+    ways = ["pick one", *(way for other, name in defaults_choosing(group, having, roots)
+                          if not named and not any(other == f"{g}={c[g]}" for c in chosen for g in c)
+                          for way in [default_way(config_name, rest, other, name)] if way)]
     if any(c.get(group) in having for c in chosen):   # a sweep: ++ sets it where there is one
         ways.append(f"++{key}=<value> to set it only in the jobs that have it")
     return (f"{key} is a key of {group}={', '.join(having)}, not of {group}={', '.join(lacking)} "
@@ -117,9 +118,17 @@ def option_has(config_name: str, overrides: list[str], group: str, name: str, ke
     return values is not None and (key in dict(dotted(values)) or class_takes(values, key, gathered=False))
 
 
+def default_way(config_name: str, overrides: list[str], other: str, name: str) -> str | None:
+    """`hardware=cuda, whose default is <name>`; None where `other` does not
+    compose with `overrides` (a group this entry point's config lacks)."""
+    values = composed(config_name, [*kept_overrides(overrides, set()), other])
+    return None if values is None else f"{other}, whose default is {name}"
+
+
 def defaults_choosing(group: str, names: list[str], roots) -> list[tuple[str, str]]:
     """(`other=option`, name) for each option of another group whose defaults
-    list picks one of `names` for `group` (hardware=cuda: slo interactive_gpu)."""
+    list picks one of `names` for `group` (hardware=cuda: slo interactive_gpu),
+    whichever entry point's config has that group (default_way checks it)."""
     import yaml
     found = []
     for path in sorted(p for root in roots for p in root.glob("*/*.yaml")):
