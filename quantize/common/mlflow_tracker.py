@@ -31,9 +31,17 @@ PARAMS_PER_BATCH, METRICS_PER_BATCH = 100, 1000
 # is down is given up in seconds, not after minutes of retries per call, so a
 # job only loses its tracking; and no "View run" lines on stdout after each
 # write (the report's stdout is the files it wrote; one log line says where runs go);
-# and a folder URI works: MLflow 3 refuses its folder store (in maintenance) without the opt-in.
+# and a folder URI works: MLflow 3 refuses its folder store (in maintenance) without the opt-in;
+# and no usage telemetry leaves the host (MLflow 3 sends it unless told not to, from its import on).
 CLIENT_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
-                   "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true", "MLFLOW_ALLOW_FILE_STORE": "true"}
+                   "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true", "MLFLOW_ALLOW_FILE_STORE": "true",
+                   "MLFLOW_DISABLE_TELEMETRY": "true"}
+
+
+def _client_defaults() -> None:
+    """CLIENT_DEFAULTS, before mlflow is first imported (its telemetry starts then)."""
+    for name, value in CLIENT_DEFAULTS.items():
+        os.environ.setdefault(name, value)
 
 
 # How long a run's creation may take (a SQLite store's lock, a busy server),
@@ -57,6 +65,7 @@ class MlflowTracker(Tracker):
     def from_config(cls, values: dict, where: str) -> "MlflowTracker":
         if importlib.util.find_spec("mlflow") is None:
             raise UserError(MISSING)
+        _client_defaults()
         tracker = super().from_config(values, where)
         if not str(tracker.uri).strip():
             raise UserError(f"{where}: uri is empty; pass {URI_EXAMPLES}")
@@ -135,8 +144,7 @@ class MlflowTracker(Tracker):
 
     def client(self):
         if self._client is None:
-            for name, value in CLIENT_DEFAULTS.items():
-                os.environ.setdefault(name, value)
+            _client_defaults()
             retries = logging.getLogger("urllib3.connectionpool")
             if retries.level == logging.NOTSET:   # a server down is one warning line, not one per retry too
                 retries.setLevel(logging.ERROR)
@@ -309,8 +317,10 @@ class MlflowTracker(Tracker):
 
 
 def _wait_settled(started_ms: int) -> bool:
-    """Wait until SETTLE_S has passed since `started_ms`; whether it had not."""
-    left = started_ms / 1000 + SETTLE_S - time.time()
+    """Wait until SETTLE_S has passed since `started_ms`; whether it had not.
+    At most SETTLE_S: a start stamped by a node whose clock is ahead must not
+    hold the job (and its store's lock) for as long as the clocks differ."""
+    left = min(started_ms / 1000 + SETTLE_S - time.time(), SETTLE_S)
     if left > 0:
         time.sleep(left)
     return left > 0

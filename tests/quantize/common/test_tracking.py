@@ -519,3 +519,38 @@ def test_a_third_job_that_finds_a_run_about_to_be_deleted_keeps_logging(tmp_path
     assert b.find("k1") == c.find("k1") == run.info.run_id
     from mlflow import MlflowClient
     assert sorted(m.value for m in MlflowClient(uri).get_metric_history(run.info.run_id, "thr")) == [30.0, 31.0]
+
+
+@needs_mlflow
+def test_a_run_stamped_by_a_clock_ahead_holds_a_looking_job_no_longer_than_the_settle_time(tmp_path):
+    """find() waited out a young first run until its start + SETTLE_S: a node
+    whose clock ran 4 s ahead held every other job (and its store's lock) 5 s."""
+    import time
+
+    from quantize.common import mlflow_tracker
+    from quantize.common.tracking import KEY_TAG
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = tracking.from_group({**MLFLOW, "uri": uri, "experiment": "unit"})
+    ahead = int((time.time() + 4) * 1000)
+    run = tracker.client().create_run(tracker.experiment_id(), start_time=ahead, tags={KEY_TAG: "k1"}).info.run_id
+    waited = time.monotonic()
+    assert tracker.find("k1") == run
+    assert time.monotonic() - waited < mlflow_tracker.SETTLE_S + 0.5
+
+
+@needs_mlflow
+def test_mlflow_is_told_to_send_no_usage_telemetry_before_it_is_imported(tmp_path):
+    """MLflow 3 starts its telemetry client at import; the tracker's defaults came after it."""
+    import os
+    import subprocess
+    import sys
+    group = {**MLFLOW, "uri": f"sqlite:///{tmp_path / 'm.db'}", "experiment": "x"}
+    code = ("from quantize.common import tracking\n"
+            f"tracking.from_group({group!r})\n"
+            "from mlflow.telemetry.client import get_telemetry_client\n"
+            "print(get_telemetry_client())\n")
+    # as a user's shell: MLflow itself sends nothing under pytest or a CI (PYTEST_CURRENT_TEST, CI, ...)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MLFLOW_DISABLE_TELEMETRY", "DO_NOT_TRACK", "PYTEST_CURRENT_TEST", "CI", "GITHUB_ACTIONS")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-1:] == ["None"], out.stdout[-500:] + out.stderr[-2000:]
