@@ -415,3 +415,15 @@ def test_another_options_key_offers_no_group_the_entry_point_lacks():
         config.check_added_keys("search", "python -m evaluate.search", ["++scenario.include=[interactive]"])
     assert str(e.value) == ("scenario.include is a key of scenario=all, cpu, none, reference, not of "
                             "scenario=interactive (pick one)")
+
+
+@pytest.mark.parametrize("engine, way", [([], "hardware=cuda with engine=vllm_server"),
+                                         (["engine=vllm_server"], "hardware=cuda")])
+def test_a_default_load_only_a_server_engine_runs_is_offered_with_one(engine, way):
+    """hardware=cuda's load runs only with a server engine: with the default
+    engine=vllm the key was set on a load that never ran, without a word."""
+    from quantize.common import config
+    from quantize.common.errors import UserError
+    with pytest.raises(UserError) as e:
+        config.check_added_keys("evaluate", "python -m evaluate", [*engine, "++load.max_requests=50"])
+    assert str(e.value).endswith(f"not of load=none (pick one, or {way}, whose default is sweep_gpu_with_server)")

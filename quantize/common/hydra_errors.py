@@ -102,7 +102,7 @@ def other_options_key(key: str, config_name: str, jobs: list[list[str]]) -> str 
     named = any(override_key(a) == group for a in jobs[0])
     ways = ["pick one", *(way for other, name in defaults_choosing(group, having, roots)
                           if not named and not any(other == f"{g}={c[g]}" for c in chosen for g in c)
-                          for way in [default_way(config_name, rest, other, name)] if way)]
+                          for way in [default_way(config_name, rest, group, other, name)] if way)]
     if any(c.get(group) in having for c in chosen):   # a sweep: ++ sets it where there is one
         ways.append(f"++{key}=<value> to set it only in the jobs that have it")
     return (f"{key} is a key of {group}={', '.join(having)}, not of {group}={', '.join(lacking)} "
@@ -118,11 +118,27 @@ def option_has(config_name: str, overrides: list[str], group: str, name: str, ke
     return values is not None and (key in dict(dotted(values)) or class_takes(values, key, gathered=False))
 
 
-def default_way(config_name: str, overrides: list[str], other: str, name: str) -> str | None:
+def default_way(config_name: str, overrides: list[str], group: str, other: str, name: str) -> str | None:
     """`hardware=cuda, whose default is <name>`; None where `other` does not
-    compose with `overrides` (a group this entry point's config lacks)."""
+    compose with `overrides` (a group this entry point's config lacks). A
+    default only a server engine runs (only_with_server) says so: with an
+    in-process engine no such load runs, and its key would do nothing."""
     values = composed(config_name, [*kept_overrides(overrides, set()), other])
-    return None if values is None else f"{other}, whose default is {name}"
+    if values is None:
+        return None
+    option = values.get(group)
+    server = isinstance(option, dict) and option.get("only_with_server") and not serves_http(values.get("engine"))
+    return f"{other}{' with engine=vllm_server' if server else ''}, whose default is {name}"
+
+
+def serves_http(engine) -> bool:
+    """Whether the engine setting `engine` (its `_target_` class) serves over HTTP."""
+    import importlib
+    module, _, name = str(engine.get("_target_") if isinstance(engine, dict) else "").rpartition(".")
+    try:
+        return bool(getattr(getattr(importlib.import_module(module), name), "serves_http", False))
+    except Exception:   # no such class here: the job's own check names it
+        return False
 
 
 def defaults_choosing(group: str, names: list[str], roots) -> list[tuple[str, str]]:
