@@ -396,6 +396,26 @@ def test_a_choice_of_names_and_paths_is_refused_as_a_mix(capsys):
     assert capsys.readouterr().err.startswith("error: recipe=w4a16_rtn,u/my.yaml mixes option names and paths, ")
 
 
+def test_a_sweep_over_paths_with_escaped_parentheses_or_a_quoted_name_is_taken(tmp_path):
+    """A '(' sent the value through Hydra's sweep parser, which read the path
+    list as a sweep "function" and refused it; a quoted name, which Hydra reads
+    as the name, was an unknown recipe "'original'"."""
+    from quantize.common import config
+    config.check_group_options(["-m", rf"model={tmp_path}/my\(model\),{tmp_path}/b"])   # no exit
+    config.check_group_options(["recipe='original'"])
+    config.check_group_options(["recipe=\"w8a8_smooth_gptq\""])
+
+
+def test_a_path_in_a_group_without_a_path_option_is_an_unknown_name(capsys):
+    """engine=choice(vllm,./my_engine.yaml) was told to sweep the names and the
+    paths in two runs, though engine= takes no path."""
+    from quantize.common import config
+    with pytest.raises(SystemExit) as e:
+        config.check_group_options(["-m", "engine=choice(vllm,./my_engine.yaml)"])
+    assert e.value.code == ExitCode.BAD_INPUT
+    assert capsys.readouterr().err.startswith("error: unknown engine './my_engine.yaml'; choose from ")
+
+
 def test_a_misspelt_key_of_the_chosen_option_is_not_said_to_be_a_scenario_files():
     """A scenario file takes any key (over its own), so every misspelt scenario
     key was called scenario=file's, with no word of the key meant."""

@@ -90,9 +90,11 @@ def check_group_options(argv: list[str]) -> None:
         if not sep or key.startswith("hydra") or not is_group(key, roots):
             continue
         known = group_options(key, roots)
-        swept = _swept_names(arg, roots) if "(" in value else None
-        if "(" in value and swept is None:
-            continue  # Hydra's grammar cannot read it (its own error says so), or one quoted value: Hydra's
+        value = _unquoted(value)
+        called = value.startswith(SWEEP_FUNCTIONS)   # not a '(' of a path (my\(model\))
+        swept = _swept_names(arg, roots) if called else None
+        if called and swept is None:
+            continue  # Hydra's grammar cannot read it: its own error says so
         if swept == []:
             print(f"error: {arg} matches no {key}; choose from {shown_options(key, roots)}", file=sys.stderr)
             raise SystemExit(2)
@@ -101,13 +103,21 @@ def check_group_options(argv: list[str]) -> None:
                   f"{key}={','.join(swept)}", file=sys.stderr)
             raise SystemExit(2)
         items = swept or value.split(",")
-        names = [item for item in items if not _looks_like_path(item)]
+        # a path is an option only where the group has a path option (PATH_GROUPS); elsewhere a name unknown
+        names = [item for item in items if key not in PATH_GROUPS or not _looks_like_path(item)]
         unknown = [name for name in names if name not in known and name != "null"]
         if unknown:
             print(f"error: unknown {key} {unknown[0]!r}; choose from {shown_options(key, roots)}", file=sys.stderr)
             raise SystemExit(2)
-        if names and len(names) < len(items) and (key in PATH_GROUPS or swept):
+        if names and len(names) < len(items):
             _refuse_names_with_paths(key, items)
+
+
+def _unquoted(value: str) -> str:
+    """`'original'` as Hydra reads it: one value in matching quotes is that value."""
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"" and value[0] not in value[1:-1]:
+        return value[1:-1]
+    return value
 
 
 def _swept_names(arg: str, roots) -> list[str] | None:
