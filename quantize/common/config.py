@@ -7,7 +7,8 @@ from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
 
-from quantize.common.conf_groups import PATH_GROUPS, group_options, is_group, search_path_dirs, shown_options
+from quantize.common.conf_groups import (CFG_CHOICES, INFO_CHOICES, PATH_GROUPS, class_takes, group_options, is_group,
+                                         one_job_per_choice, search_path_dirs, shown_options, sweep_values)
 from quantize.common.errors import UserError
 from quantize.common.hub import is_repo_id
 from quantize.common.paths import CONF_DIR
@@ -128,7 +129,7 @@ def _swept_names(arg: str, roots) -> list[str] | None:
     from hydra.errors import HydraException
     try:
         parsed = OverridesParser.create().parse_override(arg)
-        return _sweep_values(parsed, roots) if parsed.is_sweep_override() else None
+        return sweep_values(parsed, roots) if parsed.is_sweep_override() else None
     except (HydraException, TypeError, ValueError):
         return None
 
@@ -173,8 +174,6 @@ HYDRA_SWITCHES = ("--help", "-h", "--hydra-help", "--version", "--resolve", "--r
                   "--shell-completion", "-sc")
 HYDRA_VALUE_FLAGS = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
                      "--config-dir", "-cd", "--experimental-rerun")
-CFG_CHOICES = ("job", "hydra", "all")
-INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
 
 
 def hydra_flags_last(argv: list[str], command: str) -> list[str]:
@@ -256,74 +255,6 @@ def check_added_keys(config_name: str, command: str, overrides: list[str]) -> No
     for key in added:
         if key not in known:
             raise UserError(unknown_key(key, command, config_name, overrides))
-
-
-def class_takes(values: dict, key: str, gathered: bool = True) -> bool:
-    """Whether the class a setting on the path of `key` names (`_target_`)
-    takes it: one of its fields, which its YAML may leave at the default
-    (load.only_with_server), or (`gathered`) any key where it gathers the ones
-    it does not name in a mapping field its YAML leaves out (ScenarioFile.overrides)."""
-    node, parts = values, key.split(".")
-    for i, part in enumerate(parts[:-1]):
-        node = node.get(part) if isinstance(node, dict) else None
-        fields = target_fields(node.get("_target_")) if isinstance(node, dict) else {}
-        gathers = gathered and any(kind is dict and name not in node for name, kind in fields.items())
-        if parts[i + 1] in fields or gathers:
-            return True
-    return False
-
-
-def target_fields(target) -> dict:
-    """{field name: its type, dict for any mapping} of the dataclass `target`
-    (module.Class) names; {} where it names none that imports."""
-    import dataclasses
-    import importlib
-    import typing
-    module, _, name = str(target).rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-        hints = typing.get_type_hints(cls)
-    except Exception:   # no such class here: the job's own check names it
-        return {}
-    if not dataclasses.is_dataclass(cls):
-        return {}
-    return {f.name: dict if typing.get_origin(hints.get(f.name)) is dict or hints.get(f.name) is dict else object
-            for f in dataclasses.fields(cls) if f.init}
-
-
-def one_job_per_choice(overrides: list[str], roots) -> list[list[str]]:
-    """Command lines of single jobs covering every option a sweep gives a
-    group (`engine=vllm,hf`: one with each); other sweeps at their first value.
-    The groups chosen decide which keys a job's config has."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-    firsts, choices = [], []   # (index, values) of each group sweep
-    for arg in overrides:
-        parsed = None
-        try:
-            parsed = None if arg.startswith("-") else OverridesParser.create().parse_override(arg)
-            values = _sweep_values(parsed, roots) if parsed and parsed.is_sweep_override() else []
-        except (HydraException, TypeError, ValueError):   # unreadable: Hydra says so; interval(): no values
-            values = []
-        if parsed and parsed.is_sweep_override() and not values:
-            continue   # interval(): a sweeper's range of a key the config has, no value to compose with
-        if not values:
-            firsts.append(arg)
-            continue
-        firsts.append(f"{parsed.get_key_element()}={values[0]}")
-        if is_group(parsed.key_or_group.replace(".", "/"), roots):
-            choices.append((len(firsts) - 1, [f"{parsed.get_key_element()}={v}" for v in values[1:]]))
-    return [firsts] + [[*firsts[:i], value, *firsts[i + 1:]] for i, values in choices for value in values]
-
-
-def _sweep_values(parsed, roots) -> list[str]:
-    """The values the parsed sweep override `parsed` runs: a group's glob()
-    is its options that match."""
-    from hydra.core.override_parser.types import Glob
-    group = parsed.key_or_group.replace(".", "/")
-    if isinstance(parsed.value(), Glob) and is_group(group, roots):
-        return parsed.value().filter(sorted(group_options(group, roots)))
-    return list(parsed.sweep_string_iterator())
 
 
 def command(config_name: str) -> str:

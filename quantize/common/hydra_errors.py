@@ -51,7 +51,7 @@ def unknown_key(key: str, command: str, config_name: str, overrides: list[str]) 
     """The line for `key`, which the config composed from `overrides` lacks; in
     a sweep, its first job's config decides, and the nearest key is of any job's."""
     from quantize.common.conf_groups import search_path_dirs
-    from quantize.common.config import one_job_per_choice
+    from quantize.common.conf_groups import one_job_per_choice
     from quantize.common.paths import CONF_DIR
     jobs = one_job_per_choice(overrides, [CONF_DIR, *search_path_dirs(overrides)])
     values = config_values(config_name, jobs[0], {key})
@@ -113,7 +113,7 @@ def option_has(config_name: str, overrides: list[str], group: str, name: str, ke
     """Whether the config with `group=name` has `key`, in its files or as a
     named field of the class a setting on its path names (not as any key a
     class gathers, as a scenario file does: every typo would be the file's)."""
-    from quantize.common.config import class_takes
+    from quantize.common.conf_groups import class_takes
     values = composed(config_name, [*kept_overrides(overrides, {key}), f"{group}={name}"])
     return values is not None and (key in dict(dotted(values)) or class_takes(values, key, gathered=False))
 
@@ -191,7 +191,7 @@ def sweep_without_m(arg: str, command: str, config_name: str, overrides: list[st
 
 def one_job_flags_off(argv: list[str]) -> list[str]:
     """`argv` without --cfg and --info (and their values), which show one job, not a sweep."""
-    from quantize.common.config import CFG_CHOICES, INFO_CHOICES
+    from quantize.common.conf_groups import CFG_CHOICES, INFO_CHOICES
     kept, rest = [], list(argv)
     while rest:
         arg = rest.pop(0)
