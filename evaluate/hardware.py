@@ -76,10 +76,10 @@ def main(argv: list[str]) -> int:
         print(f"error: python -m evaluate.hardware takes no arguments, not {argv[0]!r} "
               "(it prints this machine's profile; --help says more)", file=sys.stderr)
         return 2
-    detach_stdin()  # nothing may prompt (quantize.common.hf_load)
     print(detected())
     return 0
 
 
 if __name__ == "__main__":
+    detach_stdin()  # nothing may prompt (quantize.common.hf_load)
     sys.exit(main(sys.argv[1:]))

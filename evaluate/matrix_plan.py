@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from quantize.common.jobs import run_command
     detach_stdin()  # nothing may prompt (quantize.common.hf_load)
+    from quantize.common.jobs import run_command
     # Ctrl-C: one line, exit 130; Hydra's errors name evaluate, whose --help lists the keys it composes
     run_command(main, "evaluate", "evaluate")
