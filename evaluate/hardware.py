@@ -12,14 +12,14 @@ and the report header names it.
 import sys
 
 import quantize.common.machine
+from quantize.common.conf_groups import HYDRA_VALUE_FLAGS
 from quantize.common.hf_load import detach_stdin
 
 GROUP = "hardware"
 PROFILES = ("cpu", "cuda")
 DEFAULT = "cpu"   # conf/evaluate.yaml's own choice
 # Hydra's command-line flags that take a value (the next argument is not an override).
-VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd",
-               "--experimental-rerun", "--info", "-i"}
+VALUE_FLAGS = {*HYDRA_VALUE_FLAGS, "--info", "-i"}
 
 
 def detected(machine=None) -> str:

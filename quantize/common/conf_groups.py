@@ -45,6 +45,12 @@ def search_path_dirs(argv: list[str]) -> list[Path]:
     return dirs
 
 
+# Hydra's command-line flags (its hydra/_internal/utils.py parser): switches,
+# flags that take the next argument (--cfg: one of its choices), --info with an optional one.
+HYDRA_SWITCHES = ("--help", "-h", "--hydra-help", "--version", "--resolve", "--run", "-r", "--multirun", "-m",
+                  "--shell-completion", "-sc")
+HYDRA_VALUE_FLAGS = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
+                     "--config-dir", "-cd", "--experimental-rerun")
 # The values Hydra's --cfg and --info take (the flags that show one job)
 CFG_CHOICES = ("job", "hydra", "all")
 INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
 
-from quantize.common.conf_groups import (CFG_CHOICES, INFO_CHOICES, PATH_GROUPS, class_takes, group_options, is_group,
-                                         one_job_per_choice, search_path_dirs, shown_options, sweep_values)
+from quantize.common.conf_groups import (CFG_CHOICES, HYDRA_SWITCHES, HYDRA_VALUE_FLAGS, INFO_CHOICES, PATH_GROUPS,
+                                         class_takes, group_options, is_group, one_job_per_choice, search_path_dirs,
+                                         shown_options, sweep_values)
 from quantize.common.errors import UserError
 from quantize.common.hub import is_repo_id
 from quantize.common.paths import CONF_DIR
@@ -167,13 +168,6 @@ def open_pass_through_keys(argv: list[str]) -> list[str]:
     Hydra's add-or-override form `++engine.args.X=v`."""
     return [f"++{arg}" if arg.startswith(PASS_THROUGH) and "=" in arg else arg for arg in argv]
 
-
-# Hydra's command-line flags (its hydra/_internal/utils.py parser): switches,
-# flags that take the next argument (--cfg: one of its choices), --info with an optional one.
-HYDRA_SWITCHES = ("--help", "-h", "--hydra-help", "--version", "--resolve", "--run", "-r", "--multirun", "-m",
-                  "--shell-completion", "-sc")
-HYDRA_VALUE_FLAGS = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
-                     "--config-dir", "-cd", "--experimental-rerun")
 
 
 def hydra_flags_last(argv: list[str], command: str) -> list[str]:
