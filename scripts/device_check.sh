@@ -437,8 +437,14 @@ plan_vllm() {
     for recipe in $recipes; do
         read -r qcap qmin < <(quantize_seconds "$recipe")
         ((DRY)) && qmin=30
-        step "quantize_${shape}_$recipe" $((qcap * x)) $((qmin * x)) "$PY" -m quantize model="$model" recipe="$recipe" \
-            artifacts_dir="$W/artifacts" sanity.enabled=false ${calib[@]+"${calib[@]}"}
+        if [ -f "$W/artifacts/llama-$shape-random/$recipe/manifest.json" ]; then
+            # an earlier call made it: the budget does not matter, and its row stands
+            echo "-- quantize_${shape}_$recipe: complete (an earlier call's artifact, kept)"
+            ((CALL > 1)) || record_step "quantize_${shape}_$recipe" skipped - - - "artifact complete"
+        else
+            step "quantize_${shape}_$recipe" $((qcap * x)) $((qmin * x)) "$PY" -m quantize model="$model" \
+                recipe="$recipe" artifacts_dir="$W/artifacts" sanity.enabled=false ${calib[@]+"${calib[@]}"}
+        fi
         [ -f "$W/artifacts/llama-$shape-random/$recipe/manifest.json" ] || continue
         step "vllm_${shape}_$recipe$mode" $((180 * x)) $((40 * x)) "$PY" -m evaluate \
             model="$W/artifacts/llama-$shape-random/$recipe" "${evals[@]}"
