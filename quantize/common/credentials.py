@@ -12,7 +12,7 @@ import re
 _PASSWORD = re.compile(r"^(\s*['\"]?(?:[A-Za-z][\w+.\-]*\\?://)?[^:/?#@\s]*:(?!//)(?!\d*(?:[/?#]|$)))(.*?)"
                        r"(@[^@/?#]*(?:[/?#].*)?)$", re.S)
 # a password in the query string (`postgresql://h/db?user=u&password=p`)
-_QUERY_PASSWORD = re.compile(r"([?&](?:password|passwd)=)[^&#\s'\"]*", re.I)
+_QUERY_PASSWORD = re.compile(r"([?&](?:password|passwd)=)([^&#\s'\"]*)", re.I)
 # a value that may be a URL with credentials (redact_values): a scheme and an `@` or a password=
 _URL_WITH_CREDENTIALS = re.compile(r"\s*['\"]?[A-Za-z][\w+.\-]*\\?://.*(?:@|[?&](?:password|passwd)=).*", re.S | re.I)
 
@@ -38,9 +38,75 @@ def redact_values(values):
 
 
 def redact_override(arg: str) -> str:
-    """A Hydra override (`key=value`) with a URL value redacted."""
+    """A Hydra override (`key=value`) with each URL's password in its value as
+    ***: in a sweep's choices, a list or a dict too; the rest as typed (a
+    command that holds it reruns the same)."""
     key, sep, value = arg.partition("=")
-    return f"{key}{sep}{redact_values(value)}" if sep else arg
+    return f"{key}{sep}{hide_passwords(value, passwords_in(arg))}" if sep else arg
+
+
+def passwords_in(arg: str) -> tuple[str, ...]:
+    """The passwords of the URLs in an override's value, as Hydra's parser
+    reads it (`a,b`, `[a]`, `{k: a}`, quoted or escaped); an argument it does
+    not parse (`-m`, a value with a `=` in it) is taken as one URL."""
+    from hydra.errors import HydraException
+    try:
+        values = _strings(_parser().parse_override(arg).value())
+    except HydraException:
+        values = [arg.partition("=")[2]]
+    return tuple(password for value in values for password in _url_passwords(value))
+
+
+def _strings(value):
+    """The strings in a parsed override value, the choices of a sweep too."""
+    from hydra.core.override_parser.types import ChoiceSweep, QuotedString
+    if isinstance(value, ChoiceSweep):
+        value = value.list
+    if isinstance(value, QuotedString):
+        return [value.text]
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [text for item in value for text in _strings(item)]
+    return []   # a number, a range, a glob
+
+
+_override_parser = None
+
+
+def _parser():
+    global _override_parser
+    if _override_parser is None:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+        _override_parser = OverridesParser.create()
+    return _override_parser
+
+
+def _url_passwords(url: str) -> list[str]:
+    """The password(s) of `url`, as redact finds them: none for a value that is no URL with credentials."""
+    if not _URL_WITH_CREDENTIALS.fullmatch(url):
+        return []
+    found = _PASSWORD.match(url)
+    passwords = ([found.group(2)] if found else []) + [m.group(2) for m in _QUERY_PASSWORD.finditer(url)]
+    return [p for p in passwords if p and p != "***"]
+
+
+# the characters Hydra puts a backslash before when it writes a sweep's job's overrides
+_HYDRA_ESCAPED = re.compile(r"([\\()\[\]{}:=, \t])")
+
+
+def hide_passwords(text: str, passwords) -> str:
+    """`text` with each of `passwords` as *** where it stands as a password:
+    between a user's `:` and the host's `@`, or after password=. Also as
+    Hydra escapes it (a sweep's job's overrides) and as repr() shows that."""
+    for password in sorted(set(passwords), key=len, reverse=True):
+        escaped = _HYDRA_ESCAPED.sub(r"\\\1", password)
+        for form in {password, escaped, escaped.replace("\\", "\\\\")}:
+            text = text.replace(f":{form}@", ":***@")
+            text = re.sub(rf"((?:password|passwd)\\*=){re.escape(form)}", r"\1***", text, flags=re.I)
+    return text
 
 
 def hide(text: str, url) -> str:
@@ -48,3 +114,4 @@ def hide(text: str, url) -> str:
     url = str(url)
     shown = redact(url)
     return text.replace(url, shown) if shown != url else text
+

@@ -52,3 +52,24 @@ def test_a_password_in_the_query_string_or_before_a_later_at_is_hidden(url, show
     assert redact_values({"tracking": {"uri": url}}) == {"tracking": {"uri": shown}}
     assert redact_override(f"tracking.uri={url}") == f"tracking.uri={shown}"
     assert hide(f"cannot reach {url}", url) == f"cannot reach {shown}"
+
+
+@pytest.mark.parametrize("override, shown", [
+    ("tracking.uri=http://u:S3cret@h1,http://u:S3cret@h2", "tracking.uri=http://u:***@h1,http://u:***@h2"),
+    ("tracking.uri=sqlite:///a.db,http://u:S3cret@h2:5000", "tracking.uri=sqlite:///a.db,http://u:***@h2:5000"),
+    ("x=[http://u:S3cret@h,http://u:Other1@h]", "x=[http://u:***@h,http://u:***@h]"),
+    ("x={a: 'http://u:S3cret@h', b: 2}", "x={a: 'http://u:***@h', b: 2}"),
+    ("x=choice(http://u:S3cret@h,b)", "x=choice(http://u:***@h,b)"),
+    ("+x='postgresql://u:S3c,ret@h/db'", "+x='postgresql://u:***@h/db'"),
+    (r"tracking.uri=http\://u\:S3c\ ret@h1\:5000", r"tracking.uri=http\://u\:***@h1\:5000")])
+def test_a_password_in_a_sweep_a_list_or_a_dict_override_is_hidden(override, shown):
+    """Only a value that was one whole URL was redacted: `-m tracking.uri=http://u:<pw>@h1,http://u:<pw>@h2`
+    (or a list, a dict) kept its passwords in the recorded command and FAILED.json."""
+    assert redact_override(override) == shown
+    assert "S3c" not in shown and "Other1" not in shown
+
+
+@pytest.mark.parametrize("override", ["x=[sqlite:////tmp/a@b/mlflow.db,https://h:5000/p@x]", "seed=0,1,2",
+                                      "x=range(1,3)", "~tracking.uri", "x={a: 'git+https://github.com/o/r@v1'}"])
+def test_a_sweep_list_or_dict_override_without_a_password_is_kept_as_typed(override):
+    assert redact_override(override) == override
