@@ -7,8 +7,8 @@ the file (under vllm/) and function it was read from; where vLLM picks among
 kernels at start-up, a yes names the one it would pick when that matters for
 speed. Each release's `basis` says how its rules are known: read from the
 wheel's source, and where starts on a GPU confirmed some of them, which
-(`observed`; 0.26.0 on an H100 and an H200: docs/device-runs/2026-11-27-h100/
-and 2026-11-28-h200/, each with its rules.md).
+(`observed`; 0.26.0 on an H100 and an H200: docs/device-runs/2026-11-27-h100/,
+2026-11-28-h200/ and 2026-11-29-h200/, each with its rules.md).
 
 The releases decide alike except where RULES says: the module constants
 hold the facts they share, RULES the ones that differ. The rules used are
@@ -123,16 +123,21 @@ class CudaRules:
 READ = "read from the wheel's source"
 H100_RUN = "docs/device-runs/2026-11-27-h100"
 H200_RUN = "docs/device-runs/2026-11-28-h200"
+H200_SPARSE_RUN = "docs/device-runs/2026-11-29-h200"
 RULES = {
     "0.26": CudaRules(
         release="0.26.0", basis=f"{READ}; on sm90, dense bf16, W8A8 int8, W4A16 asym ({H100_RUN}), FP8, W8A16 and "
-                                f"W8A8 int8 + fp8 KV ({H200_RUN}) started as read",
+                                f"W8A8 int8 + fp8 KV ({H200_RUN}), W8A8 int8 2:4 eager and with CUDA graphs "
+                                f"({H200_SPARSE_RUN}) started as read",
         observed=(Observed((9, 0), ("dense bfloat16", "W8A8 int8", "W4A16 asym"), "H100 80GB HBM3", "2026-11-27",
                            H100_RUN, "FlashAttention 3, CutlassInt8ScaledMMLinearKernel, MacheteLinearKernel"),
                   Observed((9, 0), ("dense bfloat16", "FP8", "W8A16", "W8A8 int8 + fp8 KV"), "H200", "2026-11-28",
                            H200_RUN, "FlashAttention 3 (an fp8 KV cache at 1 byte per value), "
                                      "CutlassFP8ScaledMMLinearKernel, MacheteLinearKernel, "
-                                     "CutlassInt8ScaledMMLinearKernel")),
+                                     "CutlassInt8ScaledMMLinearKernel"),
+                  Observed((9, 0), ("dense bfloat16", "W8A8 int8 2:4"), "H200", "2026-11-29", H200_SPARSE_RUN,
+                           "FlashAttention 3, CutlassInt8ScaledMMLinearKernel (the 2:4 zeros computed dense); "
+                           "eager and with CUDA graphs")),
         allspark=Fact(((8, 0), (9, 0)),
                       "kernels/linear/__init__.py, _POSSIBLE_KERNELS[CUDA]: Machete, AllSpark, Marlin; "
                       "mixed_precision/allspark.py, AllSparkLinearKernel.can_implement: no zero points, and "

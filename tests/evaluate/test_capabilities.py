@@ -253,22 +253,27 @@ def test_table_for_the_other_cpu_kind(capsys):
 
 def test_the_cuda_table_marks_the_cells_a_gpu_start_confirmed_under_the_release_that_started_them(capsys):
     """vLLM 0.26.0's rules were seen holding on an H100 for three formats and on
-    an H200 for three more: its table marks exactly those vllm cells, each with the
-    GPU that started it first, and names the records; the installed release's
-    table marks none and points to the command that shows them."""
+    an H200 for four more (three one day, 2:4 the next): its table marks exactly
+    those vllm cells, each with the GPU and day that started it first, and names
+    the records; the installed release's table marks none and points to the
+    command that shows them."""
     from evaluate.engines.vllm_cuda_rules import RULES
-    h100, h200 = RULES["0.26"].observed
+    h100, h200, h200_sparse = RULES["0.26"].observed
     assert main(["machine=cuda_sm90", "vllm_release=0.26.0"]) == 0
     out = capsys.readouterr().out
     cells = table_cells(out)
     by_gpu = {gpu: {label for (label, _), cell in cells.items() if f"seen starting on an {gpu} (" in cell}
               for gpu in ("H100 80GB HBM3", "H200")}
     assert by_gpu["H100 80GB HBM3"] == set(h100.labels) == {"dense bfloat16", "W8A8 int8", "W4A16 asym"}
-    assert by_gpu["H200"] == set(h200.labels) - set(h100.labels) == {"FP8", "W8A16", "W8A8 int8 + fp8 KV"}
+    assert by_gpu["H200"] == set(h200.labels + h200_sparse.labels) - set(h100.labels) == {
+        "FP8", "W8A16", "W8A8 int8 + fp8 KV", "W8A8 int8 2:4"}
+    assert cells["W8A8 int8 2:4", "vllm"].endswith("seen starting on an H200 (2026-11-29)")
+    assert cells["FP8", "vllm"].endswith("seen starting on an H200 (2026-11-28)")
     assert all("seen starting" not in cell for (_, engine), cell in cells.items() if engine != "vllm")
     assert "vllm column: vLLM 0.26.0's CUDA rules" in out
     assert f"as these rules say (an H100 80GB HBM3, 2026-11-27, {h100.record}" in out
     assert f"as these rules say (an H200, 2026-11-28, {h200.record}" in out
+    assert f"as these rules say (an H200, 2026-11-29, {h200_sparse.record}" in out
 
     assert main(["machine=cuda_sm90", "vllm_release=0.32.0"]) == 0
     out = capsys.readouterr().out

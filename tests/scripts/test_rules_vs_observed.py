@@ -1,5 +1,5 @@
 """scripts/device/rules_vs_observed.py on the GPU runs stored in
-docs/device-runs (an H100's and an H200's): the rule for the machine and vLLM
+docs/device-runs (an H100's and two H200's): the rule for the machine and vLLM
 the rows record, against what each start did, from the folder alone (no weights)."""
 import importlib.util
 import json
@@ -11,6 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "docs" / "device-runs" / "2026-11-27-h100"
 H200_RUN = ROOT / "docs" / "device-runs" / "2026-11-28-h200"
+H200_SPARSE_RUN = ROOT / "docs" / "device-runs" / "2026-11-29-h200"
 spec = importlib.util.spec_from_file_location("rules_vs_observed", ROOT / "scripts" / "device" / "rules_vs_observed.py")
 rules_vs_observed = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(rules_vs_observed)
@@ -61,6 +62,23 @@ def test_the_h200_run_agrees_and_its_fp8_kv_cache_took_one_byte_per_value(h200_r
         "llama-1b-random/w8a8_kv8": 1.0}
     assert rows["llama-1b-random/w8a8_kv8"]["format"] == "W8A8 int8 + fp8 KV"
     assert "CutlassFP8ScaledMMLinearKernel" in rows["llama-1b-random/fp8_dynamic"]["kernels"]
+
+
+def test_the_2_4_run_agrees_eager_and_with_cuda_graphs_each_from_its_own_start(tmp_path):
+    """The 2:4 W8A8 checkpoint and the original, each started eager and with CUDA
+    graphs: four rows, each with the kernels its own step logged (CUTLASS int8 for
+    the 2:4 zeros computed dense, as 0.26.0's rule says: it has no 2:4 sparse kernel)."""
+    run = tmp_path / "sparse"
+    shutil.copytree(H200_SPARSE_RUN, run)
+    rows = rules_vs_observed.compare(run)
+    assert [(r["artifact"], r["mode"]) for r in rows] == [
+        (a, m) for a in ("llama-1b-random", "llama-1b-random/w8a8_sparse_smooth_gptq") for m in ("eager", "CUDA graphs")]
+    assert all(r["agree"] is True and "H200" in r["machine"] and r["kv_bytes_per_value"] == 2.0 for r in rows)
+    sparse = [r for r in rows if r["format"] == "W8A8 int8 2:4"]
+    assert len(sparse) == 2 and all("no 2:4 sparse kernel" in r["rule"] for r in sparse)
+    assert all(r["kernels"].startswith("CutlassInt8ScaledMMLinearKernel (CompressedTensorsW8A8Int8)") for r in sparse)
+    assert rules_vs_observed.main([str(run)]) == 0
+    assert (run / "rules.json").read_text() == (H200_SPARSE_RUN / "rules.json").read_text()
 
 
 def test_an_fp8_kv_scheme_stored_at_two_bytes_per_value_is_a_mismatch(h200_run):

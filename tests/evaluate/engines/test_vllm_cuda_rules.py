@@ -228,19 +228,25 @@ def test_0_26_runs_8bit_channel_wise_weights_on_allspark_on_sm80_to_sm89(monkeyp
 
 def test_each_observed_start_is_what_its_run_records():
     """Each of 0.26.0's `observed` names what its folder under docs/device-runs shows
-    starting as the rules said, on the GPU its rules.md names, and nothing else."""
+    starting as the rules said, on the GPU its rules.md names, and nothing else; it
+    says "CUDA graphs" where, and only where, its folder has a start in that mode."""
     import json
     from pathlib import Path
     root = Path(__file__).resolve().parents[3]
     records = {seen.record: seen for seen in RULES["0.26"].observed}
-    assert set(records) == {"docs/device-runs/2026-11-27-h100", "docs/device-runs/2026-11-28-h200"}
+    assert set(records) == {"docs/device-runs/2026-11-27-h100", "docs/device-runs/2026-11-28-h200",
+                            "docs/device-runs/2026-11-29-h200"}
     for record, seen in records.items():
         rows = json.loads((root / record / "rules.json").read_text())["rows"]
         assert set(seen.labels) == {r["format"] for r in rows if r["agree"]}, record
         assert seen.capability == (9, 0) and seen.gpu in (root / record / "rules.md").read_text()
+        assert seen.date in record and ("CUDA graphs" in seen.kernels) == any(
+            r["mode"] == "CUDA graphs" for r in rows), record
+        assert all(r["agree"] for r in rows if r["mode"] != "-"), record
     assert RULES["0.26"].seen((9, 0), "W8A8 int8").record.endswith("h100")
-    assert RULES["0.26"].seen((9, 0), "W8A8 int8 + fp8 KV").record.endswith("h200")
-    assert RULES["0.26"].seen((8, 0), "W8A8 int8") is None and RULES["0.26"].seen((9, 0), "W8A8 int8 2:4") is None
+    assert RULES["0.26"].seen((9, 0), "W8A8 int8 + fp8 KV").record.endswith("2026-11-28-h200")
+    assert RULES["0.26"].seen((9, 0), "W8A8 int8 2:4").record.endswith("2026-11-29-h200")
+    assert RULES["0.26"].seen((8, 0), "W8A8 int8") is None and RULES["0.26"].seen((9, 0), "W4A16") is None
     assert not RULES["0.32"].observed and RULES["0.32"].basis == "read from the wheel's source"
 
 
