@@ -21,8 +21,13 @@ of the Ray instance it started can meet: Ray would leave the jobs pending
 forever. On a cluster it joined it warns instead: an autoscaling cluster
 starts GPU nodes only once work waits for them.
 
+Where Ray or hydra-ray-launcher is not installed, this module still imports
+(Hydra imports every plugin module on every command), and choosing a preset
+is refused in one line naming the install step, before anything is written.
+
 Use it through the presets: hydra/launcher=ray_local or ray_gpu.
 """
+import importlib.util
 import logging
 import os
 from pathlib import Path
@@ -30,10 +35,29 @@ from typing import List, Optional, Sequence
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
-from hydra_plugins.hydra_ray_launcher.ray_launcher import RayLauncher
-from omegaconf import OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 
 log = logging.getLogger(__name__)
+
+try:
+    from hydra_plugins.hydra_ray_launcher.ray_launcher import RayLauncher
+except ImportError:  # a machine without it: the presets still compose, and setup() says what to install
+    from hydra.core.config_store import ConfigStore
+    from hydra.plugins.launcher import Launcher
+
+    class RayLauncher(Launcher):  # type: ignore[no-redef]
+        def __init__(self, ray: DictConfig) -> None:
+            self.ray_cfg = ray
+
+        def setup(self, **_) -> None:
+            raise NotImplementedError
+
+        def launch(self, job_overrides, initial_job_idx):
+            raise NotImplementedError
+
+    # The node the presets extend (hydra-ray-launcher's `ray`), with the keys they and its docs set.
+    ConfigStore.instance().store(group="hydra/launcher", name="ray", provider="quantbench", node={
+        "_target_": f"{__name__}.CollectingRayLauncher", "ray": {"init": {"address": None}, "remote": {}}})
 
 KILLED = ("killed: the job's Ray worker ended without a result (killed by a signal: the out-of-memory killer, "
           "kill -9, or a crash)")
@@ -42,6 +66,10 @@ NODE_LOST = "node failure: the Ray node running the job died"
 
 
 class CollectingRayLauncher(RayLauncher):
+    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
+        require_ray(config.hydra.runtime.choices.get("hydra/launcher") or "ray")
+        super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
+
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from hydra_plugins.hydra_ray_launcher._launcher_util import launch_job_on_ray, start_ray
 
@@ -109,6 +137,24 @@ class CollectingRayLauncher(RayLauncher):
         ret = JobReturn(overrides=overrides, working_dir=str(job_dir), status=JobStatus.COMPLETED)
         ret.return_value = None
         return ret
+
+
+def require_ray(preset: str) -> None:
+    """One line naming the install step where Ray or hydra-ray-launcher is missing."""
+    missing = [name for module, name in (("ray", "ray"), ("hydra_plugins.hydra_ray_launcher", "hydra-ray-launcher"))
+               if not _installed(module)]
+    if missing:
+        from hydra_plugins.quantbench_launchers.slurm import fail
+        fail(f"hydra/launcher={preset} needs {' and '.join(missing)}, not installed here; `bash scripts/setup.sh` "
+             "installs them (by hand: the ray[default] pin of requirements/common.txt, then hydra-ray-launcher "
+             "from requirements/no-deps.txt with pip install --no-deps), or use hydra/launcher=local_submitit")
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # a parent package that is missing or broken
+        return False
 
 
 def why_ended(error: Exception) -> str:
