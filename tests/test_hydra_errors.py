@@ -447,3 +447,28 @@ def test_a_default_load_only_a_server_engine_runs_is_offered_with_one(engine, wa
     with pytest.raises(UserError) as e:
         config.check_added_keys("evaluate", "python -m evaluate", [*engine, "++load.max_requests=50"])
     assert str(e.value).endswith(f"not of load=none (pick one, or {way}, whose default is sweep_gpu_with_server)")
+
+
+def test_a_list_given_as_a_sweep_with_m_is_one_line_naming_the_list(tmp_path):
+    """load.levels=1,2,4 with -m ran three jobs, each given one level (a number where the list goes)."""
+    sweep = tmp_path / "sweep"
+    proc = run("evaluate", "-m", "model=/nonexistent/x", "load=concurrency", "load.levels=1,2,4",
+               f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    assert proc.returncode == ExitCode.BAD_INPUT, proc.stderr[-3000:]
+    assert one_error_line(proc) == ("error: load.levels=1,2,4 with -m runs one job per item, but load.levels holds a "
+                                    "list: pass 'load.levels=[1,2,4]' for one job with the list (a sweep over lists: "
+                                    "'load.levels=[1,2],[4]')")
+    assert not sweep.exists()
+
+
+@pytest.mark.parametrize("value", ["[1,2],[4]", "choice(1,2,4)"])
+def test_a_sweep_over_lists_or_a_choice_of_a_list_key_is_taken(value):
+    from quantize.common import config
+    config.check_list_sweeps("evaluate", ["load=concurrency", f"load.levels={value}", "load.max_requests=1,2", "-m"])
+
+
+def test_a_list_field_the_yaml_leaves_out_holds_a_list():
+    """The class a setting names decides where its YAML leaves the field at its default."""
+    from quantize.common.conf_groups import holds_list
+    values = {"load": {"_target_": "evaluate.serving.profiles.Concurrency", "name": "concurrency"}}
+    assert holds_list(values, "load.levels") and not holds_list(values, "load.max_requests")

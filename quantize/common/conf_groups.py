@@ -71,9 +71,21 @@ def class_takes(values: dict, key: str, gathered: bool = True) -> bool:
     return False
 
 
+def holds_list(values: dict, key: str) -> bool:
+    """Whether the setting `key` of the composed config `values` holds a list:
+    its value, or the field of the class its parent names (`_target_`), where
+    the YAML leaves it at the default."""
+    node, parts = values, key.split(".")
+    for part in parts[:-1]:
+        node = node.get(part) if isinstance(node, dict) else None
+    if not isinstance(node, dict):
+        return False
+    return isinstance(node.get(parts[-1]), list) or target_fields(node.get("_target_")).get(parts[-1]) is list
+
+
 def target_fields(target) -> dict:
-    """{field name: its type, dict for any mapping} of the dataclass `target`
-    (module.Class) names; {} where it names none that imports."""
+    """{field name: its type, dict for any mapping, list for a list (or None)}
+    of the dataclass `target` (module.Class) names; {} where it names none that imports."""
     import dataclasses
     import importlib
     import typing
@@ -85,8 +97,17 @@ def target_fields(target) -> dict:
         return {}
     if not dataclasses.is_dataclass(cls):
         return {}
-    return {f.name: dict if typing.get_origin(hints.get(f.name)) is dict or hints.get(f.name) is dict else object
-            for f in dataclasses.fields(cls) if f.init}
+    return {f.name: _kind(hints.get(f.name)) for f in dataclasses.fields(cls) if f.init}
+
+
+def _kind(hint) -> type:
+    """dict for a mapping type, list for a list type (`list[int] | None` too), else object."""
+    import types
+    import typing
+    if hint is dict or typing.get_origin(hint) is dict:
+        return dict
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    return list if any(a is list or typing.get_origin(a) is list for a in args) else object
 
 
 def one_job_per_choice(overrides: list[str], roots) -> list[list[str]]:

@@ -2,14 +2,15 @@
 recipe_choices), and the path shorthands (`model=/some/dir`, `recipe=my.yaml`, `calibration=data.jsonl`,
 `scenario=my.yaml`)."""
 import os
+import shlex
 import sys
 from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
 
 from quantize.common.conf_groups import (CFG_CHOICES, HYDRA_SWITCHES, HYDRA_VALUE_FLAGS, INFO_CHOICES, PATH_GROUPS,
-                                         class_takes, group_options, is_group, one_job_per_choice, search_path_dirs,
-                                         shown_options, sweep_values)
+                                         class_takes, group_options, holds_list, is_group, one_job_per_choice,
+                                         search_path_dirs, shown_options, sweep_values)
 from quantize.common.errors import UserError
 from quantize.common.hub import is_repo_id
 from quantize.common.paths import CONF_DIR
@@ -218,6 +219,7 @@ def prepare_argv(config_name: str) -> None:
     sys.argv[1:] = open_pass_through_keys(expand_path_shorthands(sys.argv[1:]))
     check_added_keys(config_name, command(config_name), sys.argv[1:])
     hydra_errors.check_no_value_replaces_keys(config_name, sys.argv[1:])
+    check_list_sweeps(config_name, sys.argv[1:])
     check_folder_names(sys.argv[1:])
 
 
@@ -249,6 +251,45 @@ def check_added_keys(config_name: str, command: str, overrides: list[str]) -> No
     for key in added:
         if key not in known:
             raise UserError(unknown_key(key, command, config_name, overrides))
+
+
+def check_list_sweeps(config_name: str, argv: list[str]) -> None:
+    """With -m, `load.levels=1,2,4` is Hydra's sweep: one job per level, each
+    given one number where the key holds a list. Meant as the list, surely:
+    refused before any job (or the sweep folder) is made, naming the list and
+    the sweep over lists. choice(1,2,4) is taken as the sweep it says it is."""
+    from hydra.core.override_parser.types import ChoiceSweep
+
+    from quantize.common.hydra_errors import composed, kept_overrides, override_key
+    if not any(arg in ("-m", "--multirun") for arg in argv):
+        return
+    roots, jobs = [CONF_DIR, *search_path_dirs(argv)], None
+    for arg in argv:
+        parsed = _parsed(arg)
+        if (parsed is None or not isinstance(parsed.value(), ChoiceSweep) or not parsed.value().simple_form
+                or any(isinstance(v, (list, dict)) for v in parsed.value().list)
+                or override_key(arg).startswith("hydra") or is_group(parsed.key_or_group.replace(".", "/"), roots)):
+            continue
+        key = parsed.key_or_group
+        jobs = jobs or one_job_per_choice(argv, roots)
+        if any(holds_list(composed(config_name, kept_overrides(job, {key})) or {}, key) for job in jobs):
+            items, head = list(parsed.sweep_string_iterator()), parsed.get_key_element()
+            one = f"{head}=[{','.join(items)}]"
+            lists = f"{head}=[{','.join(items[:-1])}],[{items[-1]}]"
+            raise UserError(f"{arg} with -m runs one job per item, but {key} holds a list: pass {shlex.quote(one)} "
+                            f"for one job with the list (a sweep over lists: {shlex.quote(lists)})")
+
+
+def _parsed(arg: str):
+    """The override `arg` as Hydra's grammar reads it; None for a flag or what it cannot read."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    if arg.startswith("-") or "=" not in arg:
+        return None
+    try:
+        return OverridesParser.create().parse_override(arg)
+    except HydraException:
+        return None
 
 
 def command(config_name: str) -> str:
