@@ -73,3 +73,46 @@ def test_jobs_see_the_gpus_the_sweep_sees(tmp_path):
                              capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr[-3000:]
         assert [p.read_text() for p in sorted(sweep.glob("*/gpus.txt"))] == [seen, seen]
+
+
+def gpu_sweep(folder, parent, *args):
+    env = {k: v for k, v in quantize_env().items() if k != "CUDA_VISIBLE_DEVICES"}
+    env["CUDA_VISIBLE_DEVICES"] = parent
+    return subprocess.run([sys.executable, "app.py", "-m", *args, "hydra/launcher=local_submitit",
+                           f"hydra.sweep.dir={folder / 'sweep'}"], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_concurrent_jobs_with_gpus_per_node_each_get_their_own(tmp_path):
+    """gpus_per_node=1: submitit's local executor gave every job of the sweep
+    CUDA_VISIBLE_DEVICES=0, all at once. Each job now takes one of the GPUs
+    the sweep sees, and a job waits for one to be free; a job marks its GPU
+    busy while it runs (stand-in GPUs: only the assignment is checked)."""
+    write_app(tmp_path)
+    app = (tmp_path / "app.py").read_text()
+    (tmp_path / "app.py").write_text(app.replace('    if cfg.action == "kill":', (
+        '    busy = out.parent.parent / ("busy-" + os.environ["CUDA_VISIBLE_DEVICES"])\n'
+        '    fd = os.open(busy, os.O_CREAT | os.O_EXCL)  # raises when another job holds this GPU now\n'
+        '    import time\n    time.sleep(1)\n    os.close(fd)\n    os.remove(busy)\n'
+        '    if cfg.action == "kill":')))
+    out = gpu_sweep(tmp_path, "3,GPU-5d2c", "action=a,b,c", "hydra.launcher.gpus_per_node=1")
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = [p.read_text() for p in sorted((tmp_path / "sweep").glob("*/gpus.txt"))]
+    assert len(seen) == 3 and sorted(seen[:2]) == ["3", "GPU-5d2c"] and seen[2] in seen[:2], seen
+    assert [(tmp_path / "sweep" / f"{n}_{a}" / "done.txt").read_text() for n, a in enumerate("abc")] == list("abc")
+
+
+def test_gpus_per_node_out_of_the_gpus_the_sweep_sees_in_sets(monkeypatch):
+    from hydra_plugins.quantbench_launchers.local import gpu_groups
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,6,7,1")
+    assert gpu_groups(2) == ["3,5", "6,7"]
+    assert gpu_groups(1, [0, 2]) == ["0", "2"]  # hydra.launcher.visible_gpus, where given
+
+
+def test_gpus_per_node_more_than_the_sweep_sees_is_refused_in_one_line(tmp_path):
+    write_app(tmp_path)
+    out = gpu_sweep(tmp_path, "3", "action=a,b", "hydra.launcher.gpus_per_node=2")
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert out.stderr.splitlines() == ["error: hydra.launcher.gpus_per_node=2 asks for more GPUs than this machine "
+                                       "shows (1: 3); set hydra.launcher.gpus_per_node=1 or less"], out.stderr
+    assert not (tmp_path / "sweep").exists()

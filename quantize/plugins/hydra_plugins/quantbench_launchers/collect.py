@@ -78,16 +78,16 @@ class CollectingLauncher(BaseSubmititLauncher):
             idx = initial_job_idx + n
             log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
             args.append((overrides, "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state()))
+        return self._run(executor, args)
+
+    def _run(self, executor, args: List[tuple]) -> List[JobReturn]:
+        """Submit the jobs (`args`: each one's arguments to __call__) as one array, then collect each."""
         try:
             jobs = executor.map_array(self, *zip(*args))
         except Exception as e:
             self._refused(e)
         log.info("submitted %s job(s) %s", self._KIND, ", ".join(j.job_id for j in jobs))
-
-        returns = []
-        for (overrides, _, idx, _, _), job in zip(args, jobs):
-            returns.append(self._collect(job, overrides, idx))
-        return returns
+        return [self._collect(job, overrides, idx) for (overrides, _, idx, _, _), job in zip(args, jobs)]
 
     def _prepare(self, job_overrides: List[List[str]]) -> List[List[str]]:
         """Checks before submitting; the overrides each job gets."""
