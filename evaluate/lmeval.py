@@ -48,6 +48,11 @@ BUNDLED_TASK = "austen_lastword"
 TASK_FILES = (".yaml", ".yml", ".py")   # what lm-eval reads of an include_path folder as task definitions
 LM_EVAL_DEFAULT_SEEDS = (0, 1234, 1234, 1234)   # lm_eval/_cli/run.py, default_seed_string
 STOP_GRACE_S = 10.0   # a stopped lm-eval's SIGTERM -> SIGKILL
+# Seconds each startup check in the lm-eval environment may take (its
+# versions, its task list): ~7 s warm on 2 busy cores, a first load from a
+# cold or network disk some minutes; past it, a hang (a task's loader waiting
+# on the network) is named instead of holding the job before any measurement.
+STARTUP_TIMEOUT_S = 600
 # CPU share of one core below which a silent lm-eval's group counts as idle:
 # a deadlocked one uses none, and this leaves out idle threads' wake-ups.
 BUSY_CPU_SHARE = 0.001
@@ -98,6 +103,7 @@ class LmEvalConfig(Configurable):
     model_args: dict = field(default_factory=dict)
     austen_lastword: BundledTaskConfig | None = None
     stall_timeout_s: float | None = 1800  # no output this long: stopped as hung (_Silence); None: no limit
+    startup_timeout_s: float | None = STARTUP_TIMEOUT_S   # each startup check (_probe); None: no limit
     enabled: bool = True
 
     @classmethod
@@ -126,9 +132,9 @@ class LmEvalConfig(Configurable):
         only a task defined under include_path records those folders (and
         their task files' hash): the others record `include_path: []`, as a
         run without include_path always has, so their rows match those. The
-        stall limit says how long to wait, not what is measured: left out."""
+        time limits say how long to wait, not what is measured: left out."""
         out = self.as_dict()
-        del out["stall_timeout_s"]
+        del out["stall_timeout_s"], out["startup_timeout_s"]
         bundled = out.pop("austen_lastword", None)
         if task == BUNDLED_TASK and bundled is not None:
             out["austen_lastword"] = bundled | accuracy.text_identity(bundled["text"], bundled["books"],
@@ -306,8 +312,7 @@ def validate(config: LmEvalConfig, model: str) -> dict:
     if not python.is_file():
         raise UserError(f"no lm-eval environment at {python.parents[1]}; run `bash scripts/setup_lmeval.sh` "
                         "(it is kept apart from .venv because of the `evaluate` name clash)")
-    out = subprocess.run([str(python), "-c", VERSIONS_PROBE, *(p.name for p in PACKAGES)], capture_output=True, text=True,
-                         cwd=tempfile.gettempdir())
+    out = _probe(python, [VERSIONS_PROBE, *(p.name for p in PACKAGES)], "reading its versions", config.startup_timeout_s)
     if out.returncode:
         raise UserError(f"the lm-eval environment at {python.parents[1]} is incomplete "
                         f"({out.stderr.strip().splitlines()[-1:]}); rerun `bash scripts/setup_lmeval.sh`")
@@ -327,19 +332,44 @@ def _check_task_names(config: LmEvalConfig, python: Path) -> None:
     their own names, had no result and took the finished tasks' scores with it."""
     names = [t for t in config.tasks if t != BUNDLED_TASK]   # written at run time, not indexed yet
     if names:
-        check_runs(config.tasks, task_runs(python, names, config.include_path or []))
+        check_runs(config.tasks, task_runs(python, names, config.include_path or [], config.startup_timeout_s))
 
 
-def task_runs(python: Path, names: list[str], include_path: list[str]) -> dict[str, list[str]]:
+def task_runs(python: Path, names: list[str], include_path: list[str],
+              timeout_s: float | None = STARTUP_TIMEOUT_S) -> dict[str, list[str]]:
     """{name: the tasks and groups lm-eval runs for it} ([]: none), by its own TaskManager."""
     folders = json.dumps([str(resolve(p)) for p in include_path])
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    out = subprocess.run([str(python), "-c", TASKS_PROBE, folders, *names], capture_output=True, text=True,
-                         cwd=tempfile.gettempdir(), env=env)
+    out = _probe(python, [TASKS_PROBE, folders, *names], f"listing its tasks for {', '.join(names)}", timeout_s, env)
     if out.returncode:
         raise UserError(f"lm-eval could not list its tasks ({out.stderr.strip().splitlines()[-1:]}); check the "
                         "task YAMLs of lm_eval.include_path, or rerun `bash scripts/setup_lmeval.sh`")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _probe(python: Path, args: list[str], what: str, timeout_s: float | None,
+           env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python -c *args` in the lm-eval environment, a startup check: at most
+    `timeout_s` (None: no limit), then it is stopped with what it started (a
+    session of its own: a dataset loader's workers too) and that is the error."""
+    log.info("lm-eval startup check: %s (at most %s)", what,
+             "no limit" if timeout_s is None else f"{timeout_s:g} s, lm_eval.startup_timeout_s")
+    proc = subprocess.Popen([str(python), "-c", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tempfile.gettempdir(), env=env, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except BaseException as e:
+        left = process_group.stop(proc, STOP_GRACE_S, kill_grace_s=STOP_GRACE_S)
+        if left:
+            log.warning("lm-eval's startup check's processes %s outlived SIGKILL: left behind", left)
+        proc.stdout.close()   # not read to its end: a process outside the group may hold it
+        proc.stderr.close()
+        if not isinstance(e, subprocess.TimeoutExpired):
+            raise
+        raise UserError(f"lm-eval's startup check ({what}) gave no answer in {timeout_s:g} s and was stopped: raise "
+                        "lm_eval.startup_timeout_s if its first load is that slow here (null: no limit), else find "
+                        "what it waits on (a task of lm_eval.include_path; offline, the network: HF_HUB_OFFLINE=1)") from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def check_runs(tasks: list[str], runs: dict[str, list[str]]) -> None:
@@ -370,9 +400,10 @@ def _check_counts(config: LmEvalConfig) -> None:
     size = config.batch_size
     if not ((is_integer(size) and size >= 1) or (isinstance(size, str) and re.fullmatch(r"auto(:[1-9]\d*)?", size))):
         raise UserError(f"lm_eval.batch_size={shown(size)}: pass an integer >= 1, auto or auto:N")
-    if config.stall_timeout_s is not None and not 0 < config.stall_timeout_s <= threading.TIMEOUT_MAX:
-        raise UserError(f"lm_eval.stall_timeout_s={shown(config.stall_timeout_s)}: pass seconds > 0, "
-                        "or null for no limit")
+    for key in ("stall_timeout_s", "startup_timeout_s"):
+        value = getattr(config, key)
+        if value is not None and not 0 < value <= threading.TIMEOUT_MAX:
+            raise UserError(f"lm_eval.{key}={shown(value)}: pass seconds > 0, or null for no limit")
 
 
 def needs_hub(tasks: list[str] | None) -> bool:

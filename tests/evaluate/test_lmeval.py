@@ -280,6 +280,65 @@ def test_the_stall_limit_is_not_part_of_the_rows_key():
     assert "stall_timeout_s" not in rows[0].lm_eval_config and rows[0].run_key() == rows[1].run_key()
 
 
+def probing_lm_eval(tmp_path, tasks_probe: str):
+    """An lm-eval environment whose versions check answers at once and whose
+    task listing runs the shell command `tasks_probe`."""
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f"""#!/bin/bash
+case "$2" in
+  *TaskManager*) {tasks_probe} ;;
+  *) echo '{{"lm_eval": "0.4", "vllm": "0"}}' ;;
+esac
+""")
+    python.chmod(0o755)
+    return python.parents[1]
+
+
+def test_a_startup_check_that_hangs_is_stopped_with_its_processes_naming_the_setting(tmp_path):
+    """lm-eval's task listing (a task's loader waiting on an unreachable
+    network) held `python -m evaluate lm_eval=...` for ever, printing nothing."""
+    import psutil
+    venv = probing_lm_eval(tmp_path, f"sleep 300 & echo $! > {tmp_path}/child; wait")
+    cfg = lmeval.LmEvalConfig.from_group({"name": "hub", "tasks": ["gsm8k"], "enabled": True, "venv": str(venv),
+                                          "startup_timeout_s": 1})
+    start = time.monotonic()
+    with pytest.raises(UserError, match=r"^lm-eval's startup check \(listing its tasks for gsm8k\) gave no answer in 1 s "
+                                        r"and was stopped: raise lm_eval.startup_timeout_s if its first load is that "
+                                        r"slow here \(null: no limit\), else find what it waits on"):
+        lmeval.validate(cfg, "vllm")
+    assert time.monotonic() - start < 30
+    child = int((tmp_path / "child").read_text())   # what the check started, in its process group
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.needs_vllm  # the default engine's argument check comes first
+def test_a_hung_startup_check_ends_the_job_with_one_line_and_exit_2(tiny_model, tmp_path):
+    venv = probing_lm_eval(tmp_path, "sleep 300")
+    out = run_evaluate(f"model={tiny_model}", "scenario=none", "accuracy=none", f"results_dir={tmp_path}",
+                       "lm_eval=hub", f"lm_eval.venv={venv}", "lm_eval.startup_timeout_s=1", cwd=tmp_path)
+    assert out.returncode == 2
+    assert "gave no answer in 1 s and was stopped: raise lm_eval.startup_timeout_s" in out.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "results.jsonl").exists()
+
+
+@pytest.mark.parametrize("limit", [30, None])
+def test_a_slow_startup_check_within_the_limit_or_without_one_passes(tmp_path, limit):
+    venv = probing_lm_eval(tmp_path, """sleep 2; echo '{"gsm8k": ["gsm8k"]}'""")
+    cfg = lmeval.LmEvalConfig.from_group({"name": "hub", "tasks": ["gsm8k"], "enabled": True, "venv": str(venv),
+                                          "startup_timeout_s": limit})
+    assert lmeval.validate(cfg, "vllm") == {"lm_eval": "0.4", "vllm": "0"}
+
+
+def test_the_startup_limit_is_a_setting_of_the_presets_and_not_part_of_the_rows_key():
+    hub = yaml.safe_load((PROJECT_ROOT / "conf/lm_eval/hub.yaml").read_text())
+    assert hub["startup_timeout_s"] >= 300   # a first load from a cold disk takes minutes
+    rows = [lmeval.row(results.Row(kind="speed", seed=0), lmeval.LmEvalConfig.from_group(
+        {"name": "hub", "tasks": ["gsm8k"], "enabled": True, "startup_timeout_s": s}), "gsm8k", "vllm") for s in (60, None)]
+    assert "startup_timeout_s" not in rows[0].lm_eval_config and rows[0].run_key() == rows[1].run_key()
+
+
 def test_a_crash_in_shutdown_after_the_results_keeps_them(tmp_path, caplog):
     """lm-eval's vLLM can abort while shutting down at exit (force-killed engine
     core on a busy host): the results it wrote before are complete."""
@@ -415,6 +474,7 @@ def test_one_name_where_a_list_belongs_is_one_line(values, message):
     ({"batch_size": "abc"}, r"^lm_eval.batch_size=abc: pass an integer >= 1, auto or auto:N$"),
     ({"batch_size": 0}, r"^lm_eval.batch_size=0: "),
     ({"stall_timeout_s": 0}, r"^lm_eval.stall_timeout_s=0: pass seconds > 0, or null for no limit$"),
+    ({"startup_timeout_s": -1}, r"^lm_eval.startup_timeout_s=-1: pass seconds > 0, or null for no limit$"),
     ({"model_args": {"pretrained": "/other"}}, r"^lm_eval.model_args.pretrained: lm-eval is given the artifact"),
 ])
 def test_settings_lm_eval_would_fail_on_after_the_speed_runs_are_refused_first(values, message):
@@ -622,7 +682,7 @@ def test_the_bundled_tasks_stored_row_on_austen_stays_complete():
     hub = yaml.safe_load((PROJECT_ROOT / "conf/lm_eval/hub.yaml").read_text())
     austen = yaml.safe_load((PROJECT_ROOT / "conf/lm_eval/austen_lastword.yaml").read_text())
     group = hub | {k: v for k, v in austen.items() if k != "defaults"}
-    stored = {k: v for k, v in group.items() if k != "stall_timeout_s"} | {"seeds": "0,1234,1234,1234"}
+    stored = {k: v for k, v in group.items() if k not in ("stall_timeout_s", "startup_timeout_s")} | {"seeds": "0,1234,1234,1234"}
     new = lmeval.row(results.Row(kind="speed", seed=0), lmeval.LmEvalConfig.from_group(group), "austen_lastword", "vllm")
     assert new.measured_with() == new.but(lm_eval_config=stored).measured_with()
     assert stored["austen_lastword"]["num_items"] == 256 and stored["include_path"] == []
