@@ -49,8 +49,8 @@ def expand_path_shorthands(argv: list[str]) -> list[str]:
     out = []
     for arg in argv:
         key, sep, value = arg.partition("=")
-        if sep and key in PATH_GROUPS and _looks_like_path(value):
-            out += [f"{key}={PATH_GROUPS[key]}", f"{key}.path={_full_path(key, value)}"]
+        if sep and key in PATH_GROUPS and _looks_like_path(_unquoted(value), quoted=_unquoted(value) != value):
+            out += [f"{key}={PATH_GROUPS[key]}", f"{key}.path={_path_value(key, value)}"]
         elif sep and key in PATH_GROUPS and _is_path_sweep(value):
             # `model=a/,b/`: a sweep over paths, as Hydra sweeps `model.path=a/,b/`
             paths = ",".join(str(_full_path(key, v)) for v in value.split(","))
@@ -58,6 +58,17 @@ def expand_path_shorthands(argv: list[str]) -> list[str]:
         else:
             out.append(arg)
     return out
+
+
+def _path_value(key: str, value: str) -> str:
+    """`group.path`'s value for the path `value` as given: `model='/x/a(b)'`,
+    quoted as Hydra's grammar error advises, is the path in the quotes (quoted
+    again for Hydra), as the backslash-escaped `model=/x/a\\(b\\)` stays escaped."""
+    inner = _unquoted(value)
+    if inner == value:
+        return str(_full_path(key, value))
+    quote = value[0]
+    return quote + str(_full_path(key, inner)).replace(quote, "\\" + quote) + quote
 
 
 def _full_path(key: str, value: str):
@@ -75,8 +86,9 @@ def _is_path_sweep(value: str) -> bool:
 SWEEP_FUNCTIONS = ("choice(", "glob(", "range(", "interval(", "sort(", "shuffle(", "tag(")
 
 
-def _looks_like_path(value: str) -> bool:
-    if "," in value or value.startswith(SWEEP_FUNCTIONS):
+def _looks_like_path(value: str, quoted: bool = False) -> bool:
+    """`quoted`: `value` was in quotes, where a comma or a '(' is the path's own."""
+    if not quoted and ("," in value or value.startswith(SWEEP_FUNCTIONS)):
         return False  # a sweep expression: leave it to Hydra
     return os.sep in value or value.startswith((".", "~")) or Path(value).suffix in (
         ".yaml", ".yml", ".json", ".jsonl", ".txt")
@@ -93,7 +105,7 @@ def check_group_options(argv: list[str]) -> None:
         if not sep or key.startswith("hydra") or not is_group(key, roots):
             continue
         known = group_options(key, roots)
-        value = _unquoted(value)
+        quoted, value = _unquoted(value) != value, _unquoted(value)
         called = value.startswith(SWEEP_FUNCTIONS)   # not a '(' of a path (my\(model\))
         swept = _swept_names(arg, roots) if called else None
         if called and swept is None:
@@ -105,9 +117,9 @@ def check_group_options(argv: list[str]) -> None:
             print(f"error: {arg}: {value.partition('(')[0]}() sweeps {key} names; a sweep over paths is "
                   f"{key}={','.join(swept)}", file=sys.stderr)
             raise SystemExit(2)
-        items = swept or value.split(",")
+        items = swept or ([value] if quoted else value.split(","))   # a quoted comma is the value's own
         # a path is an option only where the group has a path option (PATH_GROUPS); elsewhere a name unknown
-        names = [item for item in items if key not in PATH_GROUPS or not _looks_like_path(item)]
+        names = [item for item in items if key not in PATH_GROUPS or not _looks_like_path(item, quoted)]
         unknown = [name for name in names if name not in known and name != "null"]
         if unknown:
             print(f"error: unknown {key} {unknown[0]!r}; choose from {shown_options(key, roots)}", file=sys.stderr)

@@ -129,3 +129,23 @@ def test_a_mixed_preset_sweep_is_refused_with_two_runs_not_paths(key, names, pat
     assert "as a path" not in line
     for run in (names, paths):   # each run the line names is accepted
         check_group_options([f"{key}={run}"])
+
+
+@pytest.mark.parametrize("given, path", [("'./a(b)'", "a(b)"), ('"./a(b)"', "a(b)"), (r"./a\(b\)", "a(b)"),
+                                         ("'./a, c'", "a, c")])
+def test_a_quoted_path_is_the_path_in_the_quotes_as_the_escaped_one(given, path, tmp_path, monkeypatch):
+    """`model='/x/a(b)'`, quoted as Hydra's grammar error advises, was joined to
+    the working directory quotes and all (/cwd/'/x/a(b)'), and a quoted comma
+    was read as a sweep of two models."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from quantize.common.config import check_group_options
+    monkeypatch.chdir(tmp_path)
+    check_group_options([f"model={given}"])   # no exit
+    group, path_arg = expand_path_shorthands([f"model={given}"])
+    assert group == "model=local"
+    assert OverridesParser.create().parse_override(path_arg).value() == str(tmp_path / path)
+
+
+def test_a_quoted_hub_id_stays_the_id():
+    assert expand_path_shorthands(["model='owner/name'"]) == ["model=local", "model.path='owner/name'"]
