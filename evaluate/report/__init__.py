@@ -10,7 +10,9 @@ summary (conf/report/output/) is a class named by its YAML's `_target_`
 import dataclasses
 import os
 import shutil
+import signal
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +30,18 @@ STAGING = ".report-"
 # A staging folder untouched this long is a killed report's (SIGTERM, kill -9,
 # the OOM killer skip its cleanup): a running report writes into its own within seconds.
 STALE_STAGING_S = 3600
+HELD_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
+class Stopped(BaseException):
+    """A signal (SIGTERM) stopped the report; `python -m evaluate.report`'s
+    handler raises it. Not an Exception, so that nothing on the way holds it,
+    and `staged` removes its folder as it unwinds."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+        self.written_to: Path | None = None   # where the report was whole when it took effect
 
 
 def default_outputs() -> list[str]:
@@ -62,8 +76,13 @@ def write_report(report: ReportConfig) -> list[Path]:
         drawn = [path for layout in report.layouts
                  for path in layout.draw(analysis, dataclasses.replace(report, out_dir=staging))]
         names = list(files) + [str(path.relative_to(staging)) for path in drawn]
-        for name in names:
-            os.replace(staging / name, report.out_dir / name)
+        try:
+            with signals_held():
+                for name in names:
+                    os.replace(staging / name, report.out_dir / name)
+        except Stopped as e:   # held until every file was in place
+            e.written_to = report.out_dir
+            raise
     return [report.out_dir / name for name in names]
 
 
@@ -79,6 +98,26 @@ def staged(out_dir: Path):
         yield staging
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+@contextmanager
+def signals_held():
+    """SIGTERM and Ctrl-C wait while the staged files are renamed into place
+    (milliseconds): a report is replaced whole or not at all. One that came
+    meanwhile is raised again as the block ends, to the handler it had.
+    (Python runs handlers in the main thread only, so there alone.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    handlers = {sig: signal.signal(sig, lambda signum, frame: came.append(signum)) for sig in HELD_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():   # None: one set outside Python, unknown here
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        for signum in dict.fromkeys(came):
+            signal.raise_signal(signum)
 
 
 def _remove_stale_staging(out_dir: Path) -> None:

@@ -20,15 +20,21 @@ one per line. Writes nothing else: no .hydra/, no log. With tracking=mlflow
 the files written are also logged to the stores' run in MLflow (docs/tracking.md).
 
 The spelling before Hydra, `layout=a,b` and `key=` (empty: the default),
-works for one release with a deprecation line on stderr."""
+works for one release with a deprecation line on stderr.
+
+SIGTERM (a Slurm time limit, `timeout`) stops it with exit status 143
+(128 + 15, as the other commands end) and one line: its staging folder is
+removed, and the last report stays as it was."""
+import signal
 import sys
+import threading
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
-from evaluate.report import write_report
+from evaluate.report import Stopped, write_report
 from evaluate.tracking import report_record
 from evaluate.report.config import report_config, search_dirs
 from quantize.common import hydra_errors
@@ -48,6 +54,7 @@ STORES_KEY = "results_dir"   # one folder, or several: results_dir=a,b is a list
 HYDRA_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p")
 FLAGS_WITH_VALUE = ("--cfg", "-c", "--info", "-i", "--package", "-p")
 _exit_code = [0]  # what the Hydra task decided; hydra.main returns nothing
+_written_to: list = [None]  # out_dir, once the report's files are in place
 
 
 def check(argv: list[str]) -> None:
@@ -119,6 +126,7 @@ def _hydra_main(cfg) -> None:
     try:  # the one conversion: from here down the report sees a ReportConfig
         report = report_config(plain(cfg), search_dirs(HydraConfig.get().searchpath))
         paths = write_report(report)
+        _written_to[0] = report.out_dir
         if report.tracker:  # a copy: the files in out_dir are the report
             report.tracker.log(report_record(report.results_dirs, report.out_dir, paths))
     except UserError as e:
@@ -128,6 +136,21 @@ def _hydra_main(cfg) -> None:
     for p in paths:
         print(p)
     _exit_code[0] = 0
+
+
+def stopped_line(e: Stopped) -> str:
+    """What a report stopped by a signal says: where, if it was stopped
+    after its files were in place (its tracking not logged)."""
+    name = signal.Signals(e.signum).name
+    written_to = e.written_to or _written_to[0]
+    if written_to:
+        return f"stopped ({name}) after the report was written to {written_to}; tracking, if asked, was not logged"
+    return f"stopped ({name}): nothing was replaced, the last report is as it was; rerun the same command to write it"
+
+
+def _on_sigterm(signum, frame):
+    signal.signal(signum, signal.SIG_IGN)   # a second one must not cut the staging folder's removal short
+    raise Stopped(signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,13 +166,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
     program, sys.argv = sys.argv, [sys.argv[0], *overrides]
-    _exit_code[0] = 0
+    _exit_code[0], _written_to[0] = 0, None
+    main_thread = threading.current_thread() is threading.main_thread()
+    before = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
         _hydra_main()
     except SystemExit as e:  # Hydra's own flags (--cfg, --hydra-help) and errors
         return e.code if isinstance(e.code, int) else 1
+    except Stopped as e:   # the staging folder is removed by now
+        print(f"error: {stopped_line(e)}", file=sys.stderr)
+        return 128 + e.signum
     finally:
         sys.argv = program
+        if main_thread:
+            signal.signal(signal.SIGTERM, before)
     return _exit_code[0]
 
 

@@ -1,7 +1,9 @@
 """A test layout and a test output format, from outside conf/: their YAMLs
 are in searchpath/report/ (on Hydra's search path), this module on
 PYTHONPATH (test_main_cli.py)."""
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from evaluate.report.config import Layout, OutputFormat
 
@@ -22,3 +24,17 @@ class RowCount(OutputFormat):
 
     def render(self, analysis, report) -> dict[str, str]:
         return {f"rows.{self.suffix}": f"{len(analysis.rows)}\n"}
+
+
+@dataclass
+class SlowPlot(OutputFormat):
+    """A summary format that draws `slow.png` into the staging folder, then
+    takes `seconds` more (a plot that takes long): a test stops the report
+    while it waits."""
+    seconds: float = 600.0
+
+    def draw(self, analysis, report) -> list[Path]:
+        path = report.out_dir / "slow.png"
+        path.write_bytes(b"half a plot")
+        time.sleep(self.seconds)
+        return [path]
