@@ -13,6 +13,10 @@ environment, same kernels); only how the engine runs differs:
   group listens on: another process that bound the port explicitly is never
   measured (the server starts again on a new port, PORT_TRIES times at most);
   then one warm-up request;
+- every batch run and accuracy pass is framed by two checks that the server
+  process lives: one that died unseen (between scenarios, say) freed its
+  port, which any other process may bind and answer on; alive before and
+  after, it held the port throughout, so every answer was its own;
 - stop() ends the whole group: SIGTERM, then SIGKILL after a grace period.
   If evaluate itself dies without stopping it (kill -9), the server gets
   SIGKILL from the kernel (PR_SET_PDEATHSIG), and the engine's lifeline
@@ -27,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -272,6 +277,23 @@ class VllmServerEngine(HttpEngine, VllmEngine):
     def _warm_up(self) -> None:
         """One short request: the first one pays for lazy initialisation."""
         self.run([[1] * 16], 4)
+
+    def run(self, prompts: list[list[int]], output_len: int, stream: bool = True):
+        with self._own_server():
+            return super().run(prompts, output_len, stream)
+
+    def prompt_logprobs(self, prompts: list[list[int]], k: int):
+        with self._own_server():
+            return super().prompt_logprobs(prompts, k)
+
+    @contextmanager
+    def _own_server(self):
+        """ServerDied unless the server process lives before and after the
+        block: a process exits once, so it held its port all along and no
+        other process that bound the port since answered in its place."""
+        self._raise_if_dead(False)
+        yield
+        self._raise_if_dead(False)
 
     def alive(self) -> str | None:
         code = self.proc.poll()

@@ -100,7 +100,7 @@ async def _level(client: Client, level: Level, prompts, output_len, max_seconds,
             task.add_done_callback(lambda _: finished.append(time.perf_counter()))
         died = await _wait(tasks, send_until + drain_seconds, alive, stop)
         run.end = max(finished, default=time.perf_counter())
-    if not died and any(r.error for r in results):  # failed fast: was it the server?
+    if not died:  # alive at the end, it held its port all along: no other process answered in its place
         died = await _died_within(alive, DEATH_GRACE_S if any(r.connection_lost for r in results) else 0.0)
     if died:
         run.stopped_by = f"server died: {died}"
