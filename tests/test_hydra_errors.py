@@ -472,3 +472,20 @@ def test_a_list_field_the_yaml_leaves_out_holds_a_list():
     from quantize.common.conf_groups import holds_list
     values = {"load": {"_target_": "evaluate.serving.profiles.Concurrency", "name": "concurrency"}}
     assert holds_list(values, "load.levels") and not holds_list(values, "load.max_requests")
+
+
+@pytest.mark.parametrize("args, line", [
+    (["runz=1,2"], "error: python -m evaluate has no key runz; did you mean runs? (python -m evaluate --help lists "
+                   "its keys)"),
+    (["engine=hf,vllm_server", "engine.startup_timeout_s=5"],
+     "error: engine.startup_timeout_s is a key of engine=vllm, vllm_server, not of engine=hf (pick one, or "
+     "++engine.startup_timeout_s=<value> to set it only in the jobs that have it)"),
+])
+def test_a_refused_sweep_leaves_no_sweep_folder(args, line, tmp_path):
+    """Hydra wrote multirun.yaml before composing the jobs: the refusal left a
+    sweep folder holding only that file."""
+    sweep = tmp_path / "logs" / "sweep"
+    proc = run("evaluate", "-m", "model=/nonexistent/x", *args, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    assert proc.returncode == ExitCode.BAD_INPUT, proc.stderr[-3000:]
+    assert one_error_line(proc) == line
+    assert list(tmp_path.iterdir()) == []

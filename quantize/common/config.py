@@ -233,6 +233,7 @@ def prepare_argv(config_name: str) -> None:
     hydra_errors.check_no_value_replaces_keys(config_name, sys.argv[1:])
     check_list_sweeps(config_name, sys.argv[1:])
     check_folder_names(sys.argv[1:])
+    check_sweep_jobs_compose(config_name, sys.argv[1:])
 
 
 def check_added_keys(config_name: str, command: str, overrides: list[str]) -> None:
@@ -290,6 +291,30 @@ def check_list_sweeps(config_name: str, argv: list[str]) -> None:
             lists = f"{head}=[{','.join(items[:-1])}],[{items[-1]}]"
             raise UserError(f"{arg} with -m runs one job per item, but {key} holds a list: pass {shlex.quote(one)} "
                             f"for one job with the list (a sweep over lists: {shlex.quote(lists)})")
+
+
+def check_sweep_jobs_compose(config_name: str, argv: list[str]) -> None:
+    """Hydra writes a sweep's multirun.yaml, then composes each job: one that
+    cannot (`-m runz=1,2`, a key engine=hf lacks in engine=hf,vllm_server) was
+    refused with a sweep folder left holding only that file. The job of each
+    group choice is composed here first, and the first one's error raised
+    before Hydra starts (said as Hydra's is). Where the command line less its
+    sweeps does not compose either, Hydra's own first error comes before any folder."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from quantize.common.hydra_errors import composed, composed_or_raise, kept_overrides
+    sweeps = [arg for arg in argv if (parsed := _parsed(arg)) is not None and parsed.is_sweep_override()]
+    if (not sweeps or not any(arg in ("-m", "--multirun") for arg in argv)
+            or any(arg.partition("=")[0] in OTHER_CONFIG_FLAGS for arg in argv)):
+        return
+    for job in one_job_per_choice(argv, [CONF_DIR, *search_path_dirs(argv)]):
+        try:
+            composed_or_raise(config_name, kept_overrides(job, set()))
+        except (HydraException, OmegaConfBaseException):
+            if composed(config_name, [arg for arg in kept_overrides(argv, set()) if arg not in sweeps]) is None:
+                return
+            raise
 
 
 def _parsed(arg: str):

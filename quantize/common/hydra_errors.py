@@ -298,17 +298,22 @@ def kept_overrides(overrides: list[str], bad_keys: set[str]) -> list[str]:
 def composed(config_name: str, overrides: list[str]) -> dict | None:
     """The config (unresolved) Hydra composes from the overrides `overrides`;
     None when it cannot."""
+    try:
+        return composed_or_raise(config_name, overrides)
+    except Exception:
+        return None
+
+
+def composed_or_raise(config_name: str, overrides: list[str]) -> dict:
+    """composed(), raising the error of a config that does not compose."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
     from quantize.common.paths import CONF_DIR
     GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return OmegaConf.to_container(compose(config_name, overrides=overrides), resolve=False)
-    except Exception:
-        return None
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return OmegaConf.to_container(compose(config_name, overrides=overrides), resolve=False)
 
 
 def dotted(values: dict, prefix: str = ""):
