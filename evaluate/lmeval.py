@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -147,9 +148,13 @@ class LmEvalConfig(Configurable):
 
 
 def task_files(folders: list[str]) -> list[Path]:
-    """The task files (YAML, Python) under the include_path folders."""
-    return [f for folder in folders for f in sorted(resolve(folder).rglob("*"))
-            if f.suffix in TASK_FILES and f.is_file()]
+    """The task files (YAML, Python) under the include_path folders (what
+    lm-eval cannot list or open there, it skips too)."""
+    files = []
+    for folder in folders:
+        with _reading(resolve(folder)):
+            files += [f for f in sorted(resolve(folder).rglob("*")) if f.suffix in TASK_FILES and f.is_file()]
+    return files
 
 
 def task_files_sha256(folders: list[str]) -> str:
@@ -161,7 +166,7 @@ def task_files_sha256(folders: list[str]) -> str:
     files = []
     for i, folder in enumerate(folders):
         root = resolve(folder)
-        files += [(i, str(f.relative_to(root)), sha256_bytes(f.read_bytes())) for f in task_files([folder])]
+        files += [(i, str(f.relative_to(root)), sha256_bytes(_read_bytes(f))) for f in task_files([folder])]
     named = [("named", str(f), _named_sha256(f)) for f in named_files(folders)]
     return sha256_json(files + named) if named else sha256_json(files)
 
@@ -173,11 +178,42 @@ def _named_sha256(f: Path) -> str:
     """A named file's hash, streamed (data can be large) and read once per
     process: each task's row key asks for it several times a job. An edit
     changes the size or mtime, and is read anew."""
-    st = f.stat()
-    key = (str(f), st.st_size, st.st_mtime_ns)
-    if key not in _NAMED_SHA256:
-        _NAMED_SHA256[key] = sha256_files([f])
+    with _reading(f):
+        st = f.stat()
+        key = (str(f), st.st_size, st.st_mtime_ns)
+        if key not in _NAMED_SHA256:
+            _NAMED_SHA256[key] = sha256_files([f])
     return _NAMED_SHA256[key]
+
+
+def _read_bytes(f: Path) -> bytes:
+    with _reading(f):
+        return f.read_bytes()
+
+
+@contextmanager
+def _reading(path: Path):
+    """An OSError reading `path` (or a file under it) as one line naming the
+    file: the rows' key hashes what the include_path tasks read."""
+    try:
+        yield
+    except OSError as e:
+        raise _unreadable(Path(e.filename) if e.filename else path, e) from None
+
+
+def _unreadable(path: Path, error: OSError | None = None) -> UserError:
+    """One line for a file of the include_path tasks that cannot be read, with
+    the fix (os.path's tests: they answer False where a stat fails too)."""
+    if os.path.islink(path) and not os.path.exists(path):
+        why, fix = f"a broken symlink to {os.readlink(path)}", "point the link at the file, or remove it"
+    elif isinstance(error, PermissionError):
+        closed = next((d for d in reversed(path.parents) if not os.access(d, os.X_OK)), None)   # a folder on its way
+        mode, what = ("a+rx", closed) if closed else ("a+rx" if os.path.isdir(path) else "a+r", path)
+        why, fix = "permission denied", f"make it readable by this user (chmod {mode} {what})"
+    else:
+        why, fix = error.strerror if error else "unreadable", "make it a readable file, or remove it from the task YAML"
+    return UserError(f"lm_eval.include_path: cannot read {path} ({why}), which its tasks read (hashed into their "
+                     f"rows' key); {fix}")
 
 
 # Keys under which a task YAML names local data (load_dataset's path, data_files, data_dir).
@@ -189,13 +225,18 @@ def named_files(folders: list[str]) -> list[Path]:
     YAMLs they `include` (and what those name in turn) and the local data
     named by absolute path under DATA_KEYS (a file, a folder's files, or a
     glob's matches). A relative name is a hub dataset (lm-eval runs in a
-    scratch folder, where no local one lies); a missing one is lm-eval's error."""
+    scratch folder, where no local one lies); a missing one is lm-eval's error,
+    one that is there but cannot be read (a broken symlink, no permission, a
+    folder named by include) is refused here."""
     seen = set(task_files(folders))
     todo, out = [f for f in seen if f.suffix != ".py"], []
     while todo:
         yaml_file = todo.pop()
         for doc in _yaml_docs(yaml_file) or []:
             for path, is_include in _named_paths(doc, yaml_file.parent):
+                if is_include and os.path.isdir(path):
+                    raise UserError(f"lm_eval.include_path: {yaml_file} includes {path}, a folder; "
+                                    "name a YAML file in its include:")
                 for f in _expand(path):
                     if f not in seen:
                         seen.add(f)
@@ -231,12 +272,24 @@ def _strings(value) -> list[str]:
 
 
 def _expand(path: Path) -> list[Path]:
-    """The files a named path stands for."""
-    if any(c in str(path) for c in "*?["):
-        return sorted(Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file())
-    if path.is_dir():
-        return sorted(f for f in path.rglob("*") if f.is_file())
-    return [path] if path.is_file() else []
+    """The files a named path stands for; a broken symlink among them, or a
+    folder that cannot be listed, is refused (UserError)."""
+    with _reading(path):
+        if any(c in str(path) for c in "*?["):
+            found = [Path(p) for p in glob.glob(str(path), recursive=True)]
+        elif path.is_dir():
+            found = [Path(root, name) for root, _, names in os.walk(path, onerror=_raise) for name in names]
+        else:
+            found = [path] if os.path.lexists(path) else []
+        broken = next((f for f in found if f.is_symlink() and not f.exists()), None)
+        if broken:
+            raise _unreadable(broken)
+        return sorted(f for f in found if f.is_file())
+
+
+def _raise(error: OSError):
+    """os.walk's onerror: a folder it cannot list is refused, not skipped."""
+    raise error
 
 
 class _TaskYaml(yaml.SafeLoader):
@@ -248,8 +301,10 @@ _TaskYaml.add_multi_constructor("!", lambda loader, suffix, node: None)
 
 def _yaml_docs(path: Path) -> list | None:
     """The documents of a task YAML; None when it does not parse."""
+    with _reading(path):
+        text = path.read_text(errors="replace")
     try:
-        return list(yaml.load_all(path.read_text(errors="replace"), Loader=_TaskYaml))
+        return list(yaml.load_all(text, Loader=_TaskYaml))
     except yaml.YAMLError:
         return None
 
@@ -308,6 +363,8 @@ def validate(config: LmEvalConfig, model: str) -> dict:
         if not resolve(path).is_dir():
             raise UserError(f"lm_eval.include_path {resolve(path)} is not a folder; "
                             "give folders that hold lm-eval task YAMLs")
+    for task in config.tasks:   # the rows' keys read the task files and their data: one unreadable is refused now
+        config.recorded(task)
     python = venv_python(config)
     if not python.is_file():
         raise UserError(f"no lm-eval environment at {python.parents[1]}; run `bash scripts/setup_lmeval.sh` "

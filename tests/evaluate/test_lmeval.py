@@ -595,6 +595,71 @@ def test_a_named_data_file_is_read_once_per_process_and_an_edit_is_still_seen(tm
     assert _key(cfg, "my_capitals") != edited
 
 
+def _broken_data(folder):
+    """The task's data file a symlink to a file that is gone."""
+    data = folder / "capitals.jsonl"
+    data.unlink()
+    data.symlink_to(folder / "moved.jsonl")
+    return rf"^lm_eval.include_path: cannot read {data} \(a broken symlink to {folder / 'moved.jsonl'}\), which its " \
+           r"tasks read \(hashed into their rows' key\); point the link at the file, or remove it$"
+
+
+def _broken_in_data_dir(folder):
+    """data_dir's folder holding a broken symlink (a glob's match is another)."""
+    (folder / "data").mkdir()
+    (folder / "data" / "part-1.jsonl").symlink_to(folder / "gone.jsonl")
+    (folder / "more.yaml").write_text(f"task: my_more\ndataset_path: json\ndata_dir: {folder / 'data'}\n")
+    return rf"^lm_eval.include_path: cannot read {folder / 'data' / 'part-1.jsonl'} \(a broken symlink to "
+
+
+def _unreadable_data(folder, monkeypatch):
+    """What reading a chmod 000 data file answers (root ignores chmod)."""
+    data = folder / "capitals.jsonl"
+
+    def denied(paths):
+        raise PermissionError(13, "Permission denied", str(paths[0]))
+    monkeypatch.setattr(lmeval, "sha256_files", denied)
+    return rf"^lm_eval.include_path: cannot read {data} \(permission denied\), .*; make it readable by this user " \
+           rf"\(chmod a\+r {data}\)$"
+
+
+def _included_folder(folder):
+    (folder / "shared").mkdir()
+    (folder / "more.yaml").write_text("include: shared\ntask: my_more\n")
+    return rf"^lm_eval.include_path: {folder / 'more.yaml'} includes {folder / 'shared'}, a folder; name a YAML file"
+
+
+@pytest.mark.parametrize("make", [_broken_data, _broken_in_data_dir, _unreadable_data, _included_folder])
+def test_a_file_an_include_path_task_reads_that_cannot_be_read_is_one_line_before_anything_runs(
+        tmp_path, monkeypatch, make):
+    """The rows' key hashes the tasks' data: an unreadable file ended the job
+    with a traceback (PermissionError), or a broken link was left out of the
+    key; lm-eval failed on it after the speed runs."""
+    folder = _user_task(tmp_path / "my_tasks")
+    message = make(folder, monkeypatch) if make is _unreadable_data else make(folder)
+    cfg = lmeval.LmEvalConfig.from_group({"name": "hub", "tasks": ["my_capitals"], "enabled": True,
+                                          "include_path": [str(folder)], "venv": "/nonexistent"})
+    with pytest.raises(UserError, match=message):
+        _key(cfg, "my_capitals")
+    with pytest.raises(UserError, match=message):   # before the environment's checks, or any engine
+        lmeval.validate(cfg, "vllm")
+
+
+@pytest.mark.needs_vllm  # the default engine's argument check comes first
+def test_an_include_path_tasks_broken_data_link_ends_the_job_with_one_line_and_exit_2(tiny_model, tmp_path):
+    folder = _user_task(tmp_path / "my_tasks")
+    _broken_data(folder)
+    venv = probing_lm_eval(tmp_path, """echo '{"my_capitals": ["my_capitals"]}'""")
+    out = run_evaluate(f"model={tiny_model}", "scenario=none", "accuracy=none", f"results_dir={tmp_path / 'res'}",
+                       "lm_eval=hub", f"lm_eval.venv={venv}", "lm_eval.tasks=[my_capitals]",
+                       f"lm_eval.include_path=[{folder}]", cwd=tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1].endswith(
+        f"cannot read {folder / 'capitals.jsonl'} (a broken symlink to {folder / 'moved.jsonl'}), which its tasks read "
+        "(hashed into their rows' key); point the link at the file, or remove it")
+    assert "Traceback" not in out.stderr and not (tmp_path / "res" / "results.jsonl").exists()
+
+
 def _key(cfg, task):
     return lmeval.row(results.Row(kind="speed", seed=0), cfg, task, "vllm").run_key()
 
