@@ -35,7 +35,7 @@ from typing import List, Optional, Sequence
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
-from omegaconf import DictConfig, open_dict
+from omegaconf import open_dict
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ except ImportError:  # a machine without it: the presets still compose, and setu
     from hydra.plugins.launcher import Launcher
 
     class RayLauncher(Launcher):  # type: ignore[no-redef]
-        def __init__(self, ray: DictConfig) -> None:
+        def __init__(self, ray) -> None:
             self.ray_cfg = ray
 
         def setup(self, **_) -> None:
@@ -66,7 +66,7 @@ NODE_LOST = "node failure: the Ray node running the job died"
 
 
 class CollectingRayLauncher(RayLauncher):
-    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
+    def setup(self, *, hydra_context, task_function, config) -> None:
         require_ray(config.hydra.runtime.choices.get("hydra/launcher") or "ray")
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
 
