@@ -297,19 +297,54 @@ def read_failure(path: Path) -> dict:
                 "traceback": "", "overrides": []}
 
 
+# This process's multirun: the folder of each job its launcher ran, which may be
+# outside the sweep folder (hydra.sweep.dir=out/${x}, a hydra.sweep.subdir
+# outside it). The launchers note them (note_jobs); FailureSummary looks there too.
+_job_dirs: list[Path] = []
+
+
+def note_jobs(returns) -> None:
+    """The folder of each of a launcher's JobReturns, for FailureSummary."""
+    for ret in returns:
+        out = ret.hydra_cfg.hydra.runtime.output_dir if ret.hydra_cfg is not None else ret.working_dir
+        if out:
+            _job_dirs.append(Path(str(out)))
+
+
 class FailureSummary(Callback):
     """Hydra callback: after a multirun, list the jobs that failed (each left a
     FAILED.json in its output dir) and exit non-zero if any did."""
 
+    def on_multirun_start(self, config, **_) -> None:
+        _job_dirs.clear()
+
+    def on_job_end(self, config, job_return, **_) -> None:
+        note_jobs([job_return])  # a job run in this process (Hydra's basic launcher); elsewhere, no effect
+
     def on_multirun_end(self, config, **_) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
-        failed = failed_jobs(sweep_dir)
-        total = len([p for p in sweep_dir.iterdir() if p.is_dir() and (p / ".hydra").is_dir()])
+        dirs = job_dirs(sweep_dir, _job_dirs)
+        failed = {name: read_failure(path / FAILURE_FILE) for name, path in dirs.items()
+                  if (path / FAILURE_FILE).exists()}
         if not failed:
-            log.info("sweep finished: %d job(s) ok (%s)", total, sweep_dir)
+            log.info("sweep finished: %d job(s) ok (%s)", len(dirs), sweep_dir)
             return
-        print_failed(f"sweep finished: {len(failed)} of {total} job(s) failed", failed)
+        print_failed(f"sweep finished: {len(failed)} of {len(dirs)} job(s) failed", failed)
         raise SystemExit(1)
+
+
+def job_dirs(sweep_dir: Path, noted=()) -> dict[str, Path]:
+    """The sweep's job folders, by the name the summary gives them: those in
+    `sweep_dir` (its name there), then those `noted` elsewhere (their path)."""
+    found = {p.name: p for p in sorted(sweep_dir.iterdir())
+             if p.is_dir() and ((p / ".hydra").is_dir() or (p / FAILURE_FILE).exists())} if sweep_dir.is_dir() else {}
+    seen = {p.resolve() for p in found.values()}
+    for path in noted:
+        if path.resolve() not in seen and path.is_dir():
+            seen.add(path.resolve())
+            name = os.path.relpath(path) if path.resolve().is_relative_to(Path.cwd()) else str(path.resolve())
+            found[name] = path
+    return found
 
 
 def failed_jobs(sweep_dir: Path) -> dict[str, dict]:

@@ -205,3 +205,18 @@ def test_a_job_is_found_by_the_config_folder_hydra_wrote(output_subdir, made, ok
     got = CollectingRayLauncher._collect(None, ["action=a"], 0, job_dir, sweep_dir, object())
     assert (got.return_value == "ok") is ok
     assert (job_dir / "FAILED.json").exists() is not ok
+
+
+@pytest.mark.extended
+def test_a_killed_job_with_a_sweep_folder_of_its_own_is_listed(tmp_path):
+    """hydra.sweep.dir=out/${action}: the failure summary looked in the
+    default action's sweep folder only, so the killed job was listed nowhere
+    and the sweep exited 0."""
+    write_app(tmp_path)
+    out = subprocess.run([sys.executable, "app.py", "-m", "action=a,kill", "hydra/launcher=ray_local",
+                          "hydra.sweep.dir=out/${action}"], cwd=tmp_path, env=quantize_env({"RAY_DEDUP_LOGS": "0"}),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1, out.stderr[-3000:]
+    summary = [line for line in out.stderr.splitlines() if line.startswith("  ")]
+    assert len(summary) == 1 and summary[0].startswith("  out/kill/1_kill: action=kill: killed"), out.stderr[-3000:]
+    assert (tmp_path / "out" / "kill" / "1_kill" / "FAILED.json").is_file()

@@ -58,6 +58,7 @@ class CollectingLauncher(BaseSubmititLauncher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         import submitit
+        from quantize.common.jobs import note_jobs
 
         assert self.config is not None
         job_overrides = self._prepare([list(o) for o in job_overrides])
@@ -78,7 +79,9 @@ class CollectingLauncher(BaseSubmititLauncher):
             idx = initial_job_idx + n
             log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
             args.append((overrides, "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state()))
-        return self._run(executor, args)
+        returns = self._run(executor, args)
+        note_jobs(returns)
+        return returns
 
     def _run(self, executor, args: List[tuple]) -> List[JobReturn]:
         """Submit the jobs (`args`: each one's arguments to __call__) as one array, then collect each."""
@@ -124,12 +127,13 @@ class CollectingLauncher(BaseSubmititLauncher):
         return ret
 
     def _job_dir(self, overrides: List[str], idx: int) -> Path:
-        """Where Hydra puts this job's output (hydra.sweep.dir / hydra.sweep.subdir)."""
+        """Where Hydra puts this job's output (its own hydra.sweep.dir / hydra.sweep.subdir:
+        hydra.sweep.dir=out/${x} differs per job)."""
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         try:
             cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
             cfg.hydra.job.num = idx
-            return sweep_dir / str(cfg.hydra.sweep.subdir)
+            return Path(str(cfg.hydra.sweep.dir)) / str(cfg.hydra.sweep.subdir)
         except Exception as e:  # an interpolation only a running job can resolve
             log.warning("job dir of #%d: %s; using %s", idx, e, sweep_dir / str(idx))
             return sweep_dir / str(idx)

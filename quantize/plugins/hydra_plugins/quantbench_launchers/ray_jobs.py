@@ -72,6 +72,7 @@ class CollectingRayLauncher(RayLauncher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from hydra_plugins.hydra_ray_launcher._launcher_util import launch_job_on_ray, start_ray
+        from quantize.common.jobs import note_jobs
 
         # As the plugin's launch(): start or join Ray, one task per job.
         setup_globals()
@@ -101,7 +102,9 @@ class CollectingRayLauncher(RayLauncher):
                 log.warning("job dir of #%d: %s; using %s", idx, e, job_sweep / str(idx))
                 job_dir = job_sweep / str(idx)
             jobs.append((list(overrides), idx, job_dir, job_sweep, ref))
-        return [self._collect(*job) for job in jobs]
+        returns = [self._collect(*job) for job in jobs]
+        note_jobs(returns)
+        return returns
 
     def _collect(self, overrides: List[str], idx: int, job_dir: Path, sweep_dir: Path, ref) -> JobReturn:
         """The job's own JobReturn, or a recorded failure when Ray has none
