@@ -489,3 +489,29 @@ def test_a_refused_sweep_leaves_no_sweep_folder(args, line, tmp_path):
     assert proc.returncode == ExitCode.BAD_INPUT, proc.stderr[-3000:]
     assert one_error_line(proc) == line
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args, line", [
+    (["slo=none", "++slo.ttft_m=100"], "python -m evaluate has no key slo.ttft_m; did you mean slo.ttft_ms? slo.ttft_ms "
+                                       "is a key of slo=batch, interactive_cpu, interactive_gpu, not of slo=none "
+                                       "(pick one)"),
+    (["engine=hf", "++engine.startup_timeout=60"], "python -m evaluate has no key engine.startup_timeout; did you "
+                                                   "mean engine.startup_timeout_s? engine.startup_timeout_s is a key "
+                                                   "of engine=vllm, vllm_server, not of engine=hf (pick one)"),
+    (["slo=none", "++slo.nme=x"], "python -m evaluate has no key slo.nme; did you mean slo.name? "
+                                  "(python -m evaluate --help lists its keys)"),
+])
+def test_a_near_miss_of_another_options_key_names_that_key_and_its_options(args, line):
+    """slo.ttft_m on slo=none was asked "did you mean slo.name?", the only slo key slo=none has."""
+    from quantize.common import config
+    from quantize.common.errors import UserError
+    with pytest.raises(UserError) as e:
+        config.check_added_keys("evaluate", "python -m evaluate", args)
+    assert str(e.value) == line
+
+
+def test_a_near_miss_of_another_options_key_through_hydras_own_error(tmp_path):
+    proc = run("evaluate", "model=/nonexistent/x", "slo=none", "slo.ttft_m=5", cwd=tmp_path)
+    assert proc.returncode == ExitCode.BAD_INPUT, proc.stderr[-3000:]
+    assert one_error_line(proc).startswith("error: python -m evaluate has no key slo.ttft_m; did you mean "
+                                           "slo.ttft_ms? slo.ttft_ms is a key of slo=batch, ")

@@ -76,7 +76,12 @@ def unknown_key(key: str, command: str, config_name: str, overrides: list[str]) 
     keys = dict.fromkeys(values)
     for job in jobs[1:]:
         keys |= dict.fromkeys(config_values(config_name, job, {key}))
-    close = nearest(key, list(keys))
+    close = nearest(key, [*keys, *options_keys(key, jobs[0])])
+    if close and close not in keys:   # a key of another option of its group (slo.ttft_m on slo=none: slo.ttft_ms)
+        elsewhere = other_options_key(close, config_name, [[a for a in job if override_key(a) != key] for job in jobs])
+        if elsewhere:
+            return f"{command} has no key {key}; did you mean {close}? {elsewhere}"
+        close = nearest(key, list(keys))
     hint = f"; did you mean {close}?" if close else ""
     return f"{command} has no key {key}{hint} ({command} --help lists its keys)"
 
@@ -107,6 +112,32 @@ def other_options_key(key: str, config_name: str, jobs: list[list[str]]) -> str 
         ways.append(f"++{key}=<value> to set it only in the jobs that have it")
     return (f"{key} is a key of {group}={', '.join(having)}, not of {group}={', '.join(lacking)} "
             f"({', or '.join(ways)})")
+
+
+def options_keys(key: str, overrides: list[str]) -> set[str]:
+    """The keys the options of the config group `key` starts with set in
+    their files (slo.ttft_ms of slo=batch), and the fields of the class each
+    names: what a near miss of another option's key may have meant. Read, not
+    composed (other_options_key then says which options have the one meant)."""
+    import yaml
+
+    from quantize.common.conf_groups import is_group, search_path_dirs, target_fields
+    from quantize.common.paths import CONF_DIR
+    group, dot, _ = key.partition(".")
+    roots = [CONF_DIR, *search_path_dirs(overrides)]
+    if not dot or not is_group(group, roots):
+        return set()
+    found = set()
+    for path in (p for root in roots for p in (root / group).glob("*.yaml")):
+        try:
+            option = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(option, dict):
+            option.pop("defaults", None)
+            found |= {f"{group}.{name}" for name, _ in dotted(option)}
+            found |= {f"{group}.{name}" for name in target_fields(option.get("_target_"))}
+    return found
 
 
 def option_has(config_name: str, overrides: list[str], group: str, name: str, key: str) -> bool:
