@@ -8,6 +8,8 @@ formats, and each layout (conf/report/layout/) and output format of the
 summary (conf/report/output/) is a class named by its YAML's `_target_`
 (evaluate.report.config): adding one is one module and one YAML."""
 import dataclasses
+import json
+import logging
 import os
 import shutil
 import signal
@@ -15,7 +17,7 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import yaml
 
@@ -27,10 +29,14 @@ from quantize.common.paths import CONF_DIR
 
 SUMMARY = "summary"
 STAGING = ".report-"
+# The names of the files the last report in a folder wrote: the next removes
+# those it does not write again, and nothing else.
+MANIFEST = ".quantbench-report.json"
 # A staging folder untouched this long is a killed report's (SIGTERM, kill -9,
 # the OOM killer skip its cleanup): a running report writes into its own within seconds.
 STALE_STAGING_S = 3600
 HELD_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+log = logging.getLogger("quantbench.report")
 
 
 class Stopped(BaseException):
@@ -63,27 +69,74 @@ def build_report(results_dir: Path | list[Path], out_dir: Path, title: str, pare
 def write_report(report: ReportConfig) -> list[Path]:
     """Write the files of every layout into report.out_dir; return their paths,
     the text files first, then the plots. All are written before any replaces
-    the last report's (staged)."""
+    the last report's (staged); then the last report's files this one does
+    not write again are removed, by its MANIFEST, which this one replaces."""
     store = results.read_stores(report.results_dirs)
     analysis = analyse(report.results_dirs, store.rows, report.sanity, store, report.busy_host)
     files: dict[str, str] = {}
     for layout in report.layouts:
         files |= layout.render(analysis, report)
     report.out_dir.mkdir(parents=True, exist_ok=True)
+    earlier = written_before(report.out_dir)
     with staged(report.out_dir) as staging:
         for name, text in files.items():
             write_text(staging / name, text)
         drawn = [path for layout in report.layouts
                  for path in layout.draw(analysis, dataclasses.replace(report, out_dir=staging))]
         names = list(files) + [str(path.relative_to(staging)) for path in drawn]
+        write_text(staging / MANIFEST, json.dumps({"files": names}, indent=1) + "\n")
         try:
             with signals_held():
-                for name in names:
+                for name in names + [MANIFEST]:
                     os.replace(staging / name, report.out_dir / name)
+                _remove(report.out_dir, (earlier or set()) - set(names))
         except Stopped as e:   # held until every file was in place
             e.written_to = report.out_dir
             raise
+    if earlier is None:
+        _say_what_stays(report.out_dir, names)
     return [report.out_dir / name for name in names]
+
+
+def written_before(out_dir: Path) -> set[str] | None:
+    """The files the last report in `out_dir` wrote, by its MANIFEST; None
+    where it has none (no report yet, or one before the record was kept)
+    or it cannot be read. Only names of files in `out_dir` itself count."""
+    try:
+        names = json.loads((out_dir / MANIFEST).read_text())["files"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    if not isinstance(names, list):
+        return None
+    return {n for n in names if isinstance(n, str) and _inside(n) and n != MANIFEST}
+
+
+def _inside(name: str) -> bool:
+    """Whether `name` is a path below the folder (a record edited by hand may name any)."""
+    path = PurePath(name)
+    return bool(path.parts) and not path.is_absolute() and not path.drive and ".." not in path.parts
+
+
+def _remove(out_dir: Path, names: set[str]) -> None:
+    """The last report's files this one did not write again."""
+    for name in sorted(names):
+        path = out_dir / name
+        try:
+            if path.is_symlink() or path.is_file():
+                path.unlink()
+        except OSError as e:   # the new report is in place: say what stayed, do not fail it
+            log.warning(f"could not remove {path}, a file of the last report: {e.strerror}")
+
+
+def _say_what_stays(out_dir: Path, names: list[str]) -> None:
+    """Without the last report's record, its files cannot be told from the
+    user's: none is removed, and one line says which stay."""
+    others = sorted(p.name for p in out_dir.iterdir()
+                    if p.is_file() and not p.name.startswith(".") and p.name not in names)
+    if others:
+        log.warning(f"{out_dir} holds {len(others)} file{'s' if len(others) > 1 else ''} this report did not write "
+                    f"({', '.join(others[:3])}{', …' if len(others) > 3 else ''}) and no record of which an "
+                    f"earlier report wrote: left as they are; an empty out_dir holds this report alone")
 
 
 @contextmanager

@@ -16,7 +16,9 @@ plot of (default: one per scenario); cost.usd_per_hour (or
 cost.per_gpu={H100:2.5} per GPU a run used, or cost.per_profile.<hardware
 profile>) prices the machine, for the cost per 1M output tokens (none
 without a price). Prints the files written,
-one per line. Writes nothing else: no .hydra/, no log. With tracking=mlflow
+one per line; their list goes into out_dir/.quantbench-report.json, by which
+the next report removes those it does not write again (and nothing else).
+Writes nothing else: no .hydra/, no log. With tracking=mlflow
 the files written are also logged to the stores' run in MLflow (docs/tracking.md).
 
 The spelling before Hydra, `layout=a,b` and `key=` (empty: the default),

@@ -3,7 +3,7 @@ from Row-built stores (values, order, missing cells, TP split, engines side by
 side), and `layout=` on the command line."""
 import pytest
 
-from evaluate.report import build_report
+from evaluate.report import MANIFEST, build_report
 from evaluate.report.__main__ import main
 from evaluate.report.formatting import MISSING
 from evaluate.results import Row
@@ -219,7 +219,7 @@ def test_layouts_write_only_their_files(tmp_path, capsys):
     store(tmp_path / "results", main_rows())
     assert main([f"results_dir={tmp_path / 'results'}", f"out_dir={tmp_path / 'out'}",
                  "layout=batch_table,oneline"]) == 0
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["batch_table.md", "oneline.md"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [MANIFEST, "batch_table.md", "oneline.md"]
     assert capsys.readouterr().out.splitlines() == [str(tmp_path / "out" / n) for n in ("batch_table.md", "oneline.md")]
 
 

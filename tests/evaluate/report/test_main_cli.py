@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from evaluate.report import MANIFEST
 from evaluate.report.__main__ import main
 
 from .rows import main_rows, store
@@ -31,7 +32,7 @@ def test_a_layout_and_an_output_format_from_outside_conf(tmp_path):
     rows = len(main_rows())
     assert (out / "greeting.md").read_text() == f"hi from outside conf: {rows} rows\n"
     assert (out / "rows.count").read_text() == f"{rows}\n"
-    assert sorted(p.name for p in out.iterdir()) == ["greeting.md", "report.md", "rows.count"]
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST, "greeting.md", "report.md", "rows.count"]
     assert proc.stdout.splitlines() == [str(out / n) for n in ("report.md", "rows.count", "greeting.md")]
     # no .hydra/, outputs/ or log file beside the results
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "results"]
