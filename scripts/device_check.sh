@@ -413,6 +413,17 @@ quantize_seconds() {
     esac
 }
 
+# A quantize step into artifact folder $4. An artifact an earlier call made is
+# still handed to quantize, whatever budget is left (not the build's minimum):
+# quantize skips it in seconds when its inputs are the same, and refuses in
+# one line when they are not (a recipe edited between calls).
+quantize_step() {
+    local name=$1 cap=$2 min=$3 dir=$4
+    shift 4
+    [ -f "$dir/manifest.json" ] && min=1
+    step "$name" "$cap" "$min" "$@"
+}
+
 # The vLLM plan: a 1B-shaped random Llama (tiny in a dry run), its original
 # and each recipe quantized and served by vLLM over the reference scenarios.
 # Random weights make accuracy meaningless here: no accuracy set, no sanity
@@ -437,14 +448,9 @@ plan_vllm() {
     for recipe in $recipes; do
         read -r qcap qmin < <(quantize_seconds "$recipe")
         ((DRY)) && qmin=30
-        if [ -f "$W/artifacts/llama-$shape-random/$recipe/manifest.json" ]; then
-            # an earlier call made it: the budget does not matter, and its row stands
-            echo "-- quantize_${shape}_$recipe: complete (an earlier call's artifact, kept)"
-            ((CALL > 1)) || record_step "quantize_${shape}_$recipe" skipped - - - "artifact complete"
-        else
-            step "quantize_${shape}_$recipe" $((qcap * x)) $((qmin * x)) "$PY" -m quantize model="$model" \
-                recipe="$recipe" artifacts_dir="$W/artifacts" sanity.enabled=false ${calib[@]+"${calib[@]}"}
-        fi
+        quantize_step "quantize_${shape}_$recipe" $((qcap * x)) $((qmin * x)) "$W/artifacts/llama-$shape-random/$recipe" \
+            "$PY" -m quantize model="$model" recipe="$recipe" artifacts_dir="$W/artifacts" sanity.enabled=false \
+            ${calib[@]+"${calib[@]}"}
         [ -f "$W/artifacts/llama-$shape-random/$recipe/manifest.json" ] || continue
         step "vllm_${shape}_$recipe$mode" $((180 * x)) $((40 * x)) "$PY" -m evaluate \
             model="$W/artifacts/llama-$shape-random/$recipe" "${evals[@]}"
@@ -487,14 +493,15 @@ plan_hf() {
 
     step "build_$shape_small" 120 10 "$PY" "$HERE/build_model.py" "$small" "$QUANTBENCH_CACHE/models/$DEFAULT_MODEL" \
         --shape "$shape_small"
-    step "quantize_${shape_small}_w4a16_gptq" 150 20 "$PY" -m quantize model="$small" recipe=w4a16_gptq \
-        artifacts_dir="$W/artifacts" ${calib[@]+"${calib[@]}"}
-    step "quantize_${shape_small}_w8a8_smooth_gptq" 150 20 "$PY" -m quantize model="$small" \
+    quantize_step "quantize_${shape_small}_w4a16_gptq" 150 20 "$W/artifacts/llama-$shape_small-random/w4a16_gptq" \
+        "$PY" -m quantize model="$small" recipe=w4a16_gptq artifacts_dir="$W/artifacts" ${calib[@]+"${calib[@]}"}
+    quantize_step "quantize_${shape_small}_w8a8_smooth_gptq" 150 20 \
+        "$W/artifacts/llama-$shape_small-random/w8a8_smooth_gptq" "$PY" -m quantize model="$small" \
         recipe=w8a8_smooth_gptq artifacts_dir="$W/artifacts" ${calib[@]+"${calib[@]}"}
     step "build_$shape_big" 150 20 "$PY" "$HERE/build_model.py" "$big" "$QUANTBENCH_CACHE/models/$DEFAULT_MODEL" \
         --shape "$shape_big"
-    step "quantize_${shape_big}_w4a16_gptq" 200 $((DRY ? 20 : 100)) "$PY" -m quantize model="$big" \
-        recipe=w4a16_gptq artifacts_dir="$W/artifacts" ${calib[@]+"${calib[@]}"}
+    quantize_step "quantize_${shape_big}_w4a16_gptq" 200 $((DRY ? 20 : 100)) "$W/artifacts/llama-$shape_big-random/w4a16_gptq" \
+        "$PY" -m quantize model="$big" recipe=w4a16_gptq artifacts_dir="$W/artifacts" ${calib[@]+"${calib[@]}"}
     step "evaluate_${shape_small}_original" 120 20 "$PY" -m evaluate model="$small" "${evals[@]}"
     step "evaluate_${shape_small}_w4a16_gptq" 120 20 "$PY" -m evaluate \
         model="$W/artifacts/llama-$shape_small-random/w4a16_gptq" "${evals[@]}"

@@ -343,24 +343,30 @@ def test_a_compiled_call_names_its_vllm_steps_apart_from_the_eager_ones(tmp_path
     assert rows["vllm_tiny_original_compiled"][0] == "skipped" and "vllm_tiny_original" not in rows
 
 
-def test_a_continuing_call_keeps_a_complete_artifact_whatever_the_budget_left(tmp_path):
-    """A later call on the warm machine serves an artifact an earlier call made:
-    its quantize step is not run, and not reported as skipped for want of time."""
-    work, out = tmp_path / "work", tmp_path / "out"
+def test_a_continuing_call_hands_an_earlier_calls_artifact_to_quantize_whatever_the_budget_left(tmp_path):
+    """A later call on the warm machine gives quantize an artifact an earlier call
+    made even when less budget is left than a build needs: quantize skips it in
+    seconds (or refuses it, a recipe edited between calls); it is not reported
+    as skipped for want of time."""
+    work, out, calls = tmp_path / "work", tmp_path / "out", tmp_path / "quantize-calls"
     artifact = work / "artifacts" / "llama-tiny-random" / "w4a16_gptq"
     artifact.mkdir(parents=True)
     (artifact / "manifest.json").write_text("{}")
     (work / "steps.tsv").write_text("step\trc\twall_s\tpeak_torch_mib\tpeak_gpu_mib\tnote\n"
                                     "quantize_tiny_w4a16_gptq\t0\t165.5\t-\t-\t\n")
+    python = tmp_path / "python"   # quantize itself is not what is tested: its call is recorded
+    python.write_text(f'#!/bin/sh\nif [ "$1 $2" = "-m quantize" ]; then echo "$@" >>{calls}; exit 0; fi\n'
+                      f'exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
     skip = "bundle imports facts capabilities build_tiny vllm_tiny_original vllm_tiny_w4a16_gptq report rules"
-    env = {"DEVICE_CHECK_WORK": str(work), "OUT": str(out), "DEVICE_CHECK_RECIPES": "w4a16_gptq",
-           "DEVICE_CHECK_SKIP": skip, "DEVICE_CHECK_BUDGET_S": "20", "DEVICE_BUNDLE": str(tmp_path / "no-bundle")}
+    env = {"DEVICE_CHECK_WORK": str(work), "OUT": str(out), "DEVICE_CHECK_RECIPES": "w4a16_gptq", "PYTHON": str(python),
+           "DEVICE_CHECK_SKIP": skip, "DEVICE_CHECK_BUDGET_S": "140", "DEVICE_BUNDLE": str(tmp_path / "no-bundle")}
     proc = run_script("--dry-run", env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert "quantize_tiny_w4a16_gptq: complete (an earlier call's artifact, kept)" in proc.stdout
+    assert "recipe=w4a16_gptq" in calls.read_text()
     rows = step_rows((out / "summary.md").read_text())
     assert rows["quantize_tiny_w4a16_gptq"][:2] == ["0", "165.5"]
-    assert "call 2: quantize_tiny_w4a16_gptq" not in rows
+    assert rows["call 2: quantize_tiny_w4a16_gptq"][0] == "0"
 
 
 def test_a_stopped_test_run_still_names_its_failures_and_errors(tmp_path):
