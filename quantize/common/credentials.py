@@ -1,7 +1,10 @@
 """A URL's password kept out of what is shown or written: logs, manifests,
 commands, study.json. A database backend (MLflow's tracking.uri, the search's
 storage) can only take its password in the URL, so the URL itself is what
-must be redacted, everywhere but where it is connected to."""
+must be redacted, everywhere but where it is connected to. A password typed
+on the command line is also kept out of every log line of the process
+(keep_out_of_logs): Hydra's own lines print the overrides as typed."""
+import logging
 import re
 
 # scheme://<user>:<password>@<host>...: the password runs to the `@` before a
@@ -115,3 +118,45 @@ def hide(text: str, url) -> str:
     shown = redact(url)
     return text.replace(url, shown) if shown != url else text
 
+
+_typed: set[str] = set()   # the passwords this process was given on its command line or in its job's overrides
+
+
+def keep_out_of_logs(overrides) -> None:
+    """From now on, every log record of this process (Hydra's lines that list
+    a sweep's jobs, ours, a failure's trace) shows the passwords of the URLs
+    in `overrides` as ***."""
+    found = {p for arg in overrides for p in passwords_in(str(arg))}
+    if found and not _typed:
+        _hide_in_records(logging.getLogRecordFactory())
+    _typed.update(found)
+
+
+def hide_typed(text: str) -> str:
+    """`text` with every password keep_out_of_logs was given as ***."""
+    return hide_passwords(text, _typed) if _typed else text
+
+
+def may_hold_typed(text: str) -> bool:
+    """`text` holds a part of a password keep_out_of_logs was given (YAML may
+    have folded a password with a space over two lines)."""
+    return any(piece in text for password in _typed for piece in password.split())
+
+
+def _hide_in_records(make_record) -> None:
+    """The record factory, not a filter: Hydra's logging config replaces the
+    handlers (and their filters) at each job, and a logger's filter misses
+    what its children log."""
+    def made(*args, **kwargs):
+        record = make_record(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:   # a bad format: the handler reports it, as logging does
+            return record
+        shown = hide_typed(message)
+        if shown != message:
+            record.msg, record.args = shown, ()
+        if record.exc_info and not record.exc_text:
+            record.exc_text = hide_typed(logging.Formatter().formatException(record.exc_info))
+        return record
+    logging.setLogRecordFactory(made)

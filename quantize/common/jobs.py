@@ -18,7 +18,7 @@ from typing import Callable, Iterator, NoReturn
 from hydra.experimental.callback import Callback
 
 from quantize.common import atomic
-from quantize.common.credentials import redact_override
+from quantize.common.credentials import hide_typed, keep_out_of_logs, may_hold_typed, redact_override
 from quantize.common.errors import DiskFull, Interrupted, OneLineError, first_line, is_no_room
 
 log = logging.getLogger("quantbench")
@@ -111,7 +111,7 @@ def as_one_line(e: BaseException) -> OneLineError:
 
 def end(failure: OneLineError):
     """Say `failure` in one line on stderr and exit with its status."""
-    print(f"error: {failure}", file=sys.stderr)
+    print(f"error: {hide_typed(str(failure))}", file=sys.stderr)
     raise SystemExit(int(failure.exit_code)) from None
 
 
@@ -119,12 +119,12 @@ def keep_trace(e: BaseException) -> None:
     """The trace of `e` into the job's log file only (its console handler
     would print it), and on stderr with -v."""
     trace = "".join(traceback.format_exception(e))
-    record = logging.LogRecord(log.name, logging.ERROR, __file__, 0, "trace of the failure:\n%s", (trace,), None)
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "trace of the failure:\n%s", (trace,), None)
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             handler.handle(record)
     if os.environ.get(VERBOSE_ENV):
-        print(trace, file=sys.stderr, end="")
+        print(hide_typed(trace), file=sys.stderr, end="")
 
 
 def log_file() -> str | None:
@@ -161,6 +161,7 @@ def run_command(main: Callable[[], int | None], module: str, config_name: str) -
     returns the exit status (None: 0)."""
     from quantize.common import hydra_errors
     sys.argv[1:] = take_verbose(sys.argv[1:])
+    keep_out_of_logs(sys.argv[1:])   # before Hydra logs a sweep's jobs, overrides and all
     signal.signal(signal.SIGINT, _on_sigint)
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
@@ -187,6 +188,50 @@ def job_command(module: str, drop: tuple[str, ...] = ()) -> str | None:
     found_in = [a for a in overrides.hydra if a.lstrip("+").startswith("hydra.searchpath=")]
     args = found_in + [redact_override(a) for a in overrides.task if a.lstrip("+~").partition("=")[0] not in drop]
     return " ".join(["cd", shlex.quote(os.getcwd()), "&&", "python", "-m", module, *map(shlex.quote, args)])
+
+
+def _hide_job_passwords() -> None:
+    """A URL's password in this job's overrides kept out of its log lines
+    (a job a launcher started in another process too) and out of the
+    .hydra/ files and multirun.yaml that Hydra wrote before the job started."""
+    from hydra.core.hydra_config import HydraConfig
+    if not HydraConfig.initialized():
+        return
+    config = HydraConfig.get()
+    keep_out_of_logs([*config.overrides.hydra, *config.overrides.task])
+    saved = []
+    if config.output_subdir is not None:
+        saved = [Path(config.runtime.output_dir) / config.output_subdir / name
+                 for name in ("config.yaml", "hydra.yaml", "overrides.yaml")]
+    if in_multirun():
+        saved.append(Path(config.runtime.cwd) / config.sweep.dir / "multirun.yaml")
+    for path in saved:
+        _hide_in_yaml(path)
+
+
+def _hide_in_yaml(path: Path) -> None:
+    """`path` (a YAML file) rewritten with each typed password as ***, if it
+    holds one; read as YAML, so a value Hydra wrote quoted or folded is found too."""
+    import yaml
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return
+    if not may_hold_typed(text):
+        return
+    saved = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    shown = _hide_in_values(saved)
+    if shown != saved:
+        atomic.write_text(path, yaml.dump(shown, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper),
+                                          sort_keys=False, allow_unicode=True))
+
+
+def _hide_in_values(values):
+    if isinstance(values, dict):
+        return {_hide_in_values(k): _hide_in_values(v) for k, v in values.items()}
+    if isinstance(values, list):
+        return [_hide_in_values(v) for v in values]
+    return hide_typed(values) if isinstance(values, str) else values
 
 
 def _exit_on_sigterm(signum, frame):
@@ -280,7 +325,8 @@ def write_failure(job_dir, message: str, trace: str, overrides, exit_code: int =
     ended without a result (time limit, scancel, node failure, killed by a signal).
     `exit_code`: the job's exit on its own (2: bad input, answered in one line; 1: a failure).
     A URL's password in an override is hidden: the sweep's summary prints them."""
-    atomic.write_json(Path(job_dir) / FAILURE_FILE, {"error": message, "traceback": trace, "exit_code": exit_code,
+    atomic.write_json(Path(job_dir) / FAILURE_FILE, {"error": hide_typed(message), "traceback": hide_typed(trace),
+                                                     "exit_code": exit_code,
                                                      "overrides": [redact_override(str(o)) for o in overrides]})
 
 
@@ -312,14 +358,21 @@ def note_jobs(returns) -> None:
 
 
 class FailureSummary(Callback):
-    """Hydra callback: after a multirun, list the jobs that failed (each left a
-    FAILED.json in its output dir) and exit non-zero if any did."""
+    """Hydra callback of each entry that writes a job folder: after a multirun,
+    list the jobs that failed (each left a FAILED.json in its output dir) and
+    exit non-zero if any did. Also keeps a typed password out of each job's
+    folder and lines, wherever its launcher runs it."""
 
     def on_multirun_start(self, config, **_) -> None:
         _job_dirs.clear()
 
+    def on_job_start(self, config, **_) -> None:
+        _hide_job_passwords()
+
     def on_job_end(self, config, job_return, **_) -> None:
         note_jobs([job_return])  # a job run in this process (Hydra's basic launcher); elsewhere, no effect
+        # Hydra prints a job's overrides if it raised: a URL's password as ***
+        job_return.overrides = [redact_override(str(o)) for o in job_return.overrides or []]
 
     def on_multirun_end(self, config, **_) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
