@@ -93,6 +93,10 @@ def write_report(report: ReportConfig) -> list[Path]:
         except Stopped as e:   # held until every file was in place
             e.written_to = report.out_dir
             raise
+        except KeyboardInterrupt:   # held the same way: it says where the whole report is, as SIGTERM does
+            stopped = Stopped(signal.SIGINT)
+            stopped.written_to = report.out_dir
+            raise stopped from None
     if earlier is None:
         _say_what_stays(report.out_dir, names)
     return [report.out_dir / name for name in names]

@@ -178,6 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     except Stopped as e:   # the staging folder is removed by now
         print(f"error: {stopped_line(e)}", file=sys.stderr)
         return 128 + e.signum
+    except KeyboardInterrupt:
+        if not _written_to[0]:
+            raise   # run_command's line: nothing was replaced
+        print(f"error: {stopped_line(Stopped(signal.SIGINT))}", file=sys.stderr)   # Ctrl-C while tracking
+        return 128 + signal.SIGINT
     finally:
         sys.argv = program
         if main_thread:

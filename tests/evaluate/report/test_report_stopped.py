@@ -12,7 +12,7 @@ import pytest
 
 import evaluate.report
 from evaluate.report import Stopped, build_report
-from evaluate.report.__main__ import _on_sigterm
+from evaluate.report.__main__ import _on_sigterm, stopped_line
 
 from .rows import main_rows, store
 from .test_main_cli import HERE, ROOT
@@ -85,3 +85,29 @@ def test_a_sigterm_while_the_files_are_renamed_into_place_waits_until_the_report
     assert len(renamed) > 1 and sorted(renamed) == sorted(out.iterdir())   # every file, then the signal
     assert e.value.written_to == out
     assert "# second" in (out / "report.md").read_text()
+
+
+def test_a_ctrl_c_while_the_files_are_renamed_into_place_says_where_the_whole_report_is(tmp_path, monkeypatch):
+    """Ctrl-C is held as SIGTERM is; once the report is whole it says so, not
+    "rerun to do the rest"."""
+    store(tmp_path / "results", main_rows())
+    out = tmp_path / "out"
+    build_report(tmp_path / "results", out, "first", outputs=("markdown", "csv"))
+    renamed, real_replace = [], os.replace
+
+    def replace_then_ctrl_c(src, dst):
+        real_replace(src, dst)
+        if Path(dst).parent == out:
+            renamed.append(dst)
+            if len(renamed) == 1:
+                os.kill(os.getpid(), signal.SIGINT)
+    monkeypatch.setattr(evaluate.report.os, "replace", replace_then_ctrl_c)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(Stopped) as e:
+            build_report(tmp_path / "results", out, "second", outputs=("markdown", "csv"))
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert sorted(renamed) == sorted(out.iterdir()) and "# second" in (out / "report.md").read_text()
+    assert e.value.written_to == out
+    assert stopped_line(e.value).startswith(f"stopped (SIGINT) after the report was written to {out}")
