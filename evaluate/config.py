@@ -16,7 +16,7 @@ from evaluate.serving import profiles
 from evaluate.serving.profiles import LoadProfile
 from evaluate.serving.slo import SLO
 from evaluate.target import TargetConfig, verify_mode
-from quantize.common import hf_load, tracking
+from quantize.common import hf_load, hub, tracking
 from quantize.common.errors import UserError
 from quantize.common.extensions import plain
 from quantize.common.paths import folder_name, folder_setting
@@ -82,6 +82,8 @@ def target_config(cfg) -> TargetConfig:
     also what `python -m evaluate.capabilities` plans recipes with."""
     recipe = cfg.get("recipe")
     name = cfg.model.get("name")
+    if cfg.model.get("path") is not None:  # a revision names the artifact folder (model.name); a local folder has none
+        hub.check_revision(str(cfg.model.path), cfg.model.get("revision"))
     return TargetConfig(model_name=None if name is None else folder_name("model.name", name),
                         model_path=_text(cfg.model.get("path")),
                         recipe_name=folder_name("recipe.name", recipe.name) if recipe else None,

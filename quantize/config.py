@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantize.calibration import CalibrationConfig
-from quantize.common import hf_load
+from quantize.common import hf_load, hub
 from quantize.common.credentials import redact_values
 from quantize.common.dtypes import requested_dtype
 from quantize.common.errors import UserError
@@ -19,14 +19,17 @@ from quantize.common.tracking import Tracker, from_group as tracker_from_group
 
 @dataclass(frozen=True)
 class ModelChoice:
-    """The `model` group: a name (the artifact folder's) and a local
-    checkpoint folder or a Hugging Face hub id."""
+    """The `model` group: a name (the artifact folder's), a local checkpoint
+    folder or a Hugging Face hub id, and a hub id's revision (None: main)."""
     name: str
     path: str
+    revision: str | None = None
 
     @classmethod
     def from_config(cls, values: dict) -> "ModelChoice":
-        return cls(name=folder_name("model.name", values["name"]), path=str(values["path"]))
+        path = str(values["path"])
+        return cls(name=folder_name("model.name", values["name"]), path=path,
+                   revision=hub.check_revision(path, values.get("revision")))
 
 
 @dataclass(frozen=True)

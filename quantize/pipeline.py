@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from quantize import calibration, recipe as recipes, sanity, smoothquant_check, verify
-from quantize.common import disk, file_lock, fingerprint, hf_load, manifest, moe, point_folders, sanity_rules
+from quantize.common import disk, file_lock, fingerprint, hf_load, hub, manifest, moe, point_folders, sanity_rules
 from quantize.common.atomic import build_turn, staging_dir
 from quantize.common.checkpoint import (check_complete, check_weight_files, ignore_unquantized,
                                         linear_subclasses_as_linear, quantization_summary, weight_files)
@@ -64,7 +64,7 @@ def _quantize(config: QuantizeConfig) -> Path:
     """The artifact of `config`: skipped when complete, else built under its build lock."""
     timer = Timer()
     check = verify.mode(config.verify)
-    model_dir, model_config = _model(config.model.path)
+    model_dir, model_config = _model(config.model.path, config.model.revision)
     recipe = recipes.load(config.recipe)
     needs_data = not recipe.is_baseline and _check_recipe(config, recipe, model_dir, model_config)
     out = resolve(config.artifact_dir)
@@ -360,15 +360,15 @@ def _sanity_after(base: sanity.Measure, model) -> dict:
     return measured
 
 
-def _model_dir(path) -> Path:
-    return _model(path)[0]
+def _model_dir(path, revision: str | None = None) -> Path:
+    return _model(path, revision)[0]
 
 
-def _model(path) -> tuple[Path, dict]:
-    """The checkpoint folder of `model=` and its config.json, checked before anything loads."""
-    from quantize.common import hub
+def _model(path, revision: str | None = None) -> tuple[Path, dict]:
+    """The checkpoint folder of `model=` (a hub id's at `revision`) and its
+    config.json, checked before anything loads."""
     from quantize.common.assets import SMOLLM2_DIR, ensure_default_model
-    model_dir = hub.download(str(path)) if hub.is_repo_id(str(path)) else resolve(path)
+    model_dir = hub.local_dir(str(path), revision)
     if model_dir == SMOLLM2_DIR and not model_dir.exists():
         ensure_default_model()
     if not (model_dir / "config.json").is_file():
@@ -524,7 +524,8 @@ def _manifest(inputs: Inputs, tmp: Path, timer: Timer, checks: dict) -> Manifest
             name=config.model.name, path=str(model_dir), weights_sha256=identity["model_weights_sha256"],
             architecture=(model_config.get("architectures") or [None])[0],
             max_position_embeddings=model_config.get("max_position_embeddings"),
-            config_sha256=identity["model_config_sha256"], files_sha256=identity["model_files_sha256"]),
+            config_sha256=identity["model_config_sha256"], files_sha256=identity["model_files_sha256"],
+            revision=hub.commit(model_dir) if hub.is_repo_id(config.model.path) else None),
         recipe=RecipeInfo(name=recipe.name, source=str(recipe.path), sha256=recipe.sha256,
                           modifiers=recipe.modifiers, description=config.recipe.description),
         calibration=calib.describe() if calib else None,

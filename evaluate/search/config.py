@@ -8,6 +8,7 @@ from pathlib import Path
 from evaluate.search import study_file
 from evaluate.search.space import RecipeSpace, TrialValues
 from evaluate.search.study_file import Objective
+from quantize.common import hub
 from quantize.common.errors import UserError
 from quantize.common.extensions import build
 from quantize.common.paths import folder_name, folder_setting
@@ -35,6 +36,7 @@ class SearchConfig:
     artifacts_dir: Path
     model_name: str
     model_path: str
+    model_revision: str | None      # a hub id's branch, tag or commit; the sweeper pins it to the study's commit
     engine: str
     scenario: dict                  # the scenario group's values (name, shape or path)
     accuracy: str                   # evaluate's accuracy option (conf/accuracy/): austen | none
@@ -59,6 +61,7 @@ class SearchConfig:
             results_dir=Path(folder_setting("results_dir", values["results_dir"])),
             artifacts_dir=Path(folder_setting("artifacts_dir", values["artifacts_dir"])),
             model_name=model_name, model_path=str(values["model"]["path"]),
+            model_revision=hub.check_revision(str(values["model"]["path"]), values["model"].get("revision")),
             engine=str(values["engine"]["name"]), scenario=dict(values["scenario"]),
             accuracy=str(values["accuracy"]["name"]), sensitivity=str(values.get("sensitivity") or "none"),
             seed=integer("seed", values.get("seed") or 0, minimum=0),

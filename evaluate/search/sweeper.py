@@ -102,6 +102,7 @@ STALE_S = 4 * HEARTBEAT_S      # a sweeper counts as gone after this long silent
 RECORD_CLOCK_SLACK_S = 60
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 SWEEPER_ONLY = ("storage", "hydra.sweeper.storage")   # command-line keys no trial job reads
+PINNED_KEYS = ("model.revision", "model.name")   # a hub id's trials get the study's (_pinned)
 # How a job's error begins when it was ended from outside, not by its trial's
 # config: the words quantbench's submitit launchers (hydra_plugins.quantbench_launchers:
 # slurm.ENDED_BY_SLURM, local) and quantize.common.jobs.TIME_LIMIT open with.
@@ -120,6 +121,7 @@ class SearchSettings:
     objectives: list[study_file.Objective] | None   # search.objectives: one per direction, unnamed
     study: Any                                      # study: None (the study's one name, checked where used)
     identity_values: dict                           # IDENTITY_KEYS: None (_identity, once the cheap checks passed)
+    revision: str | None = None                     # model.revision: None (a hub id's main)
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> "SearchSettings":
@@ -135,25 +137,37 @@ class SearchSettings:
             objectives=None if objectives is None else [_objective(plain(o)) for o in objectives],
             study=get("study", None),
             identity_values={key: get(key, None) for key in IDENTITY_KEYS},
+            revision=None if get("model.revision", None) is None else str(get("model.revision", None)),
         )
 
 
-def _identity(values: dict) -> dict:
+def _identity(values: dict, revision: str | None = None) -> dict:
     """The IDENTITY_KEYS the config has; weights this host sees also by their
     fingerprint (WEIGHTS_KEY), so a checkpoint moved to another folder still
     resumes (_check_identity), and a hub id's by those of the snapshot it
-    resolves to (REVISION_KEY), so a resume after the hub repo changed is not
-    taken for the same model."""
+    resolves to at `revision` (None: main) and its commit (REVISION_KEY), so a
+    resume after the hub repo changed is not taken for the same model."""
     out = _redacted({k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
                      for k, v in values.items() if v is not None})
     path = str(out.get("model.path", ""))
-    snapshot = _snapshot(path) if path and hub.is_repo_id(path) else None
+    snapshot = _snapshot(path, revision) if path and hub.is_repo_id(path) else None
     weights = _snapshot_weights(snapshot) if snapshot else weight_files(Path(path)) if path else []
     if weights:
         out[WEIGHTS_KEY] = fingerprint.compute(weights).sha256
         if snapshot:
             out[REVISION_KEY] = snapshot.name
     return out
+
+
+def _pinned(identity: dict, model_name: str) -> tuple[str, ...]:
+    """Each trial's overrides that keep a hub id at the commit the study
+    resolved at start (REVISION_KEY), so a repo changed mid-study cannot
+    mix two models' trials; its name stays the study's (a revision would
+    otherwise name its artifacts' folder: hub.folder_name)."""
+    commit = identity.get(REVISION_KEY)
+    if not commit:
+        return ()
+    return (f"++model.revision={commit}", *([f"++model.name={model_name}"] if model_name else []))
 
 
 def _redacted(identity: dict) -> dict:
@@ -164,11 +178,14 @@ def _redacted(identity: dict) -> dict:
             for k, v in identity.items()}
 
 
-def _snapshot(repo_id: str) -> Path | None:
-    """The snapshot the trials' quantize downloads: where the hub is reachable
-    and its main branch is not the one this host's cache holds, it is
-    downloaded now (a stale cache told of weights the trials never saw);
-    else the cached one (an offline download reads it); None where neither."""
+def _snapshot(repo_id: str, revision: str | None = None) -> Path | None:
+    """The snapshot the trials' quantize takes (_pinned): a revision given, its
+    own (downloaded now, or one line where it cannot be). Else where the hub
+    is reachable and its main branch is not the one this host's cache holds,
+    main's, downloaded now (a stale cache told of weights the trials never
+    saw); else the cached one (an offline download reads it); None where neither."""
+    if revision is not None:
+        return hub.download(repo_id, revision)
     cached, main = hub.cached_snapshot(repo_id), hub.main_commit(repo_id)
     if main and (cached is None or cached.name != main):
         log.info("model %s: downloading the hub's main (%s) the trials will quantize", repo_id, main[:12])
@@ -201,6 +218,7 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
         self.target = self.n_trials
         self.batch: list[Trial] = []
         self.progress: _Progress | None = None
+        self.pinned: tuple[str, ...] = ()
 
     def sweep(self, arguments: list[str]) -> None:
         try:
@@ -224,7 +242,9 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
         _check_distributions(study, self._distributions(arguments), self.url)
         with _Ownership(study, self.url):
             # last: a hub id's weights may be downloaded for it, after every refusal that needs none
-            _check_identity(study, _identity(self.settings.identity_values), self.url)
+            identity = _identity(self.settings.identity_values, self.settings.revision)
+            _check_identity(study, identity, self.url)
+            self.pinned = _pinned(identity, self.settings.model)
             _name_values(study, self.objectives)
             settled = _settle_interrupted(study, self.settings.results_dir, len(directions))
             done = len(_finished(study))
@@ -260,11 +280,12 @@ class QuantbenchOptunaSweeper(OptunaSweeperImpl):
         study = trials[0].study
         self._batch_told(study)
         # the storage URL (password and all) would become each trial's user attr and job override
-        fixed_params = {k: v for k, v in fixed_params.items() if k.lstrip("+~") not in SWEEPER_ONLY}
+        fixed_params = {k: v for k, v in fixed_params.items()
+                        if k.lstrip("+~") not in SWEEPER_ONLY + (PINNED_KEYS if self.pinned else ())}
         overrides = super()._configure_trials(trials, search_space_distributions, fixed_params)
         self.batch = list(trials)
         self._snapshot(study)  # the new batch shows as RUNNING, with its parameters
-        return [(*job, f"++{TRIAL_KEY}={trial.number}") for job, trial in zip(overrides, trials)]
+        return [(*job, *self.pinned, f"++{TRIAL_KEY}={trial.number}") for job, trial in zip(overrides, trials)]
 
     def _batch_told(self, study: optuna.Study) -> None:
         """After the plugin told the batch's results to the study: progress and snapshot."""

@@ -148,6 +148,7 @@ def artifact_name(config: SearchConfig, recipe: str) -> str:
 def quantize_command(config: SearchConfig, recipe_path: Path, artifact_dir: Path) -> list[str]:
     return [sys.executable, "-m", "quantize", "recipe=file", f"recipe.path={recipe_path}", "model=local",
             f"model.path={config.model_path}", f"model.name={config.model_name}",
+            *([f"model.revision={config.model_revision}"] if config.model_revision else []),
             f"artifact_dir={artifact_dir}", f"seed={config.seed}", *config.quantize_overrides]
 
 

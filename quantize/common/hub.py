@@ -7,7 +7,9 @@ first, then exactly the weight files the checkpoint's safetensors index names
 (or `model.safetensors`), at the same commit: never `*.bin`/`*.pt` pickles,
 GGUF copies, or a second consolidated copy of the weights, and never `*.py`
 (quantbench never runs code from a model folder: hf_load). Files land in the
-Hugging Face cache (HF_HOME), so a model downloaded once also loads offline."""
+Hugging Face cache (HF_HOME), so a model downloaded once also loads offline.
+`model.revision` (a branch, tag or commit) picks the commit; unset, main's.
+The snapshot folder is named by the commit it holds, which the manifest records."""
 import json
 import re
 from pathlib import Path
@@ -29,17 +31,55 @@ def is_repo_id(value: str) -> bool:
     return bool(REPO_ID.match(value)) and ".." not in value and not Path(value).expanduser().exists()
 
 
-def download(repo_id: str) -> Path:
-    """The local snapshot dir of `repo_id` (downloaded, or from the cache);
-    a one-line UserError when the hub cannot be reached or has no such repo."""
+def local_dir(path: str, revision: str | None = None) -> Path:
+    """model.path's folder on this machine: a hub id's snapshot at `revision`
+    (downloaded where needed), else the folder itself."""
+    from quantize.common.paths import resolve
+    return download(path, revision) if is_repo_id(path) else resolve(path)
+
+
+def check_revision(path: str, revision) -> str | None:
+    """`model.revision` as given (None: main), once it can pick a commit of `path`:
+    a local folder has no revisions, and an empty or non-text one names none."""
+    if revision is None:
+        return None
+    if not isinstance(revision, (str, int)) or isinstance(revision, bool) or not str(revision).strip() \
+            or any(c.isspace() for c in str(revision)):
+        raise UserError(f"model.revision={revision!r} is not a revision; pass a branch, tag or commit "
+                        "of the hub repo, e.g. model.revision=main")
+    if not is_repo_id(path):
+        raise UserError(f"model.revision={revision}: model {path} is a local folder, which has no revisions; "
+                        "drop model.revision, or pass model=<hub owner/name>")
+    return str(revision)
+
+
+def folder_name(name: str, revision: str | None) -> str:
+    """The model's name as its artifacts' folder: `name@revision` for a
+    revision given ('/' in a branch as '-'), so two revisions never share
+    one; the name alone for main, as before revisions could be chosen."""
+    return name if revision is None else f"{name}@{str(revision).replace('/', '-')}"
+
+
+def download(repo_id: str, revision: str | None = None) -> Path:
+    """The local snapshot dir of `repo_id` at `revision` (None: main),
+    downloaded or from the cache; a one-line UserError when the hub cannot
+    be reached or has no such repo or revision."""
     try:
-        meta = Path(_snapshot(repo_id, None, META_PATTERNS))
+        meta = Path(_snapshot(repo_id, revision, META_PATTERNS))
         missing = [name for name in weight_names(meta) if not (meta / name).is_file()]
         if missing:  # cached ones are not asked for again: that would need the hub even when all is here
             _snapshot(repo_id, meta.name, missing)  # the same commit, even if the repo changed meanwhile
         return meta
     except Exception as e:
-        raise UserError(_explain(repo_id, e)) from None
+        raise UserError(_explain(repo_id, e, revision)) from None
+
+
+def commit(model_dir: Path) -> str | None:
+    """The commit a hub snapshot folder holds (its name, in the cache's
+    <repo>/snapshots/<commit> layout); None for any other folder."""
+    model_dir = Path(model_dir)
+    return model_dir.name if model_dir.parent.name == "snapshots" and \
+        model_dir.parent.parent.name.startswith("models--") else None
 
 
 def weight_names(snapshot: Path) -> list[str]:
@@ -79,17 +119,22 @@ def _snapshot(repo_id: str, revision: str | None, patterns: list[str]) -> str:
     return snapshot_download(repo_id, revision=revision, allow_patterns=patterns)
 
 
-def _explain(repo_id: str, e: Exception) -> str:
+def _explain(repo_id: str, e: Exception, revision: str | None = None) -> str:
     from huggingface_hub import constants, errors
     local = f"no local dir {repo_id} exists"
+    if isinstance(e, errors.RevisionNotFoundError):
+        return (f"model {repo_id}: the Hugging Face hub repo has no revision {revision}; pass a branch, tag "
+                "or commit it has as model.revision, or drop model.revision for main")
     if isinstance(e, errors.RepositoryNotFoundError):  # also gated and private repos
         return (f"model {repo_id}: {local} and the Hugging Face hub has no repo {repo_id} you may read; "
                 "check the name, or `hf auth login` for a gated or private repo")
     if isinstance(e, errors.LocalEntryNotFoundError):
         why = ("the hub is offline here (HF_HUB_OFFLINE=1)" if constants.HF_HUB_OFFLINE
                else "the Hugging Face hub cannot be reached")
-        return (f"model {repo_id}: {local}, it is not in the Hugging Face cache, and {why}; download it where "
-                f"the hub is reachable (hf download {repo_id} --include '*.safetensors' '*.json' "
+        at = f" at revision {revision}" if revision else ""
+        return (f"model {repo_id}: {local}, it is not in the Hugging Face cache{at}, and {why}; download it where "
+                f"the hub is reachable (hf download {repo_id}{f' --revision {revision}' if revision else ''} "
+                f"--include '*.safetensors' '*.json' "
                 "'tokenizer*' --local-dir DIR) and pass model=DIR")
     said = " ".join(str(e).split())[:200]
     return (f"model {repo_id}: download from the Hugging Face hub failed ({type(e).__name__}: {said}); "

@@ -25,6 +25,7 @@ class ModelInfo:
     max_position_embeddings: int | None = None
     config_sha256: str | None = None   # config_sha256 of its config.json; None in manifests of id scheme 1
     files_sha256: str | None = None    # of its MODEL_FILES; None in manifests of id schemes 1 and 2
+    revision: str | None = None        # the hub commit its snapshot held (model=owner/name); None: a local folder
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ class Manifest:
         for newer in ("command", "weights_fingerprint", "modules_changed", "id_scheme"):
             if out[newer] is None:
                 del out[newer]
-        for newer in ("config_sha256", "files_sha256"):
+        for newer in ("config_sha256", "files_sha256", "revision"):
             if out["model"][newer] is None:
                 del out["model"][newer]
         if self.weights_fingerprint is not None:

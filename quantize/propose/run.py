@@ -39,7 +39,7 @@ class Proposal:
 
 
 def run(config: ProposeConfig) -> Proposal:
-    model_dir = _model_dir(config.model.path)  # before the recipe's scheme, which imports compressed-tensors (~5 s)
+    model_dir = _model_dir(config.model.path, config.model.revision)  # before the recipe's scheme, which imports compressed-tensors (~5 s)
     base, groups, scheme = _base_recipe(config)
     weights_hash = fingerprint.compute(weight_files(model_dir)).sha256
     fitting = _fitting(base)
@@ -99,10 +99,10 @@ def _choose(options: list[choose.Estimate], target: Target) -> choose.Estimate:
     return choose.for_kept_dense(options, int(target.value))
 
 
-def _model_dir(path: str) -> Path:
-    """The model's local folder (a hub id is downloaded, the default model materialized)."""
+def _model_dir(path: str, revision: str | None = None) -> Path:
+    """The model's local folder (a hub id's snapshot at `revision`, the default model materialized)."""
     from quantize.common.assets import SMOLLM2_DIR, ensure_default_model
-    model_dir = hub.download(path) if hub.is_repo_id(path) else resolve(path)
+    model_dir = hub.local_dir(path, revision)
     if model_dir == SMOLLM2_DIR and not model_dir.exists():
         ensure_default_model()
     hf_load.refuse_model_code(model_dir)  # propose loads no model, but takes no such folder either
@@ -221,7 +221,10 @@ def _model_arg(config: ProposeConfig) -> str:
     if resolve(config.model.path) == SMOLLM2_DIR:
         arg, default_name = "", yaml.safe_load((CONF_DIR / "model" / "smollm2_135m.yaml").read_text())["name"]
     else:
-        arg, default_name = f" model={shlex.quote(config.model.path)}", Path(config.model.path).name
+        arg = f" model={shlex.quote(config.model.path)}"
+        if config.model.revision is not None:
+            arg += f" model.revision={shlex.quote(config.model.revision)}"
+        default_name = hub.folder_name(Path(config.model.path).name, config.model.revision)
     return arg if config.model.name == default_name else f"{arg} model.name={shlex.quote(config.model.name)}"
 
 

@@ -26,7 +26,7 @@ SHOWN = 10  # most sensitive cells printed at the end
 def run(config: SensitivityConfig) -> Path:
     """Measure (or find) the sensitivity file; return its JSON's path."""
     start = time.perf_counter()
-    model_dir, model_config = pipeline._model(config.model.path)
+    model_dir, model_config = pipeline._model(config.model.path, config.model.revision)
     _check_positions(config, model_config)
     recipe = recipes.load(config.recipe)
     scheme = schemes.from_recipe(recipe)

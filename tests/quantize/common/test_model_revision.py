@@ -1,0 +1,130 @@
+"""`model.revision`: a hub id's branch, tag or commit, taken by the download,
+recorded in the manifest, naming the artifact's folder; refused for a local
+folder; the search's trials kept at the study's commit."""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from tests.conftest import last_line
+from tests.quantize.common.test_big_models import FakeHub, one_line_error, quantize_offline
+from quantize.common import hub
+from quantize.config import ModelChoice
+
+
+def hub_cache(root: Path, model: Path, refs: dict[str, str]) -> Path:
+    """A Hugging Face cache under `root` holding some-org/tiny at each commit
+    `refs` points to (name -> commit), as a download leaves it."""
+    repo = root / "hub" / "models--some-org--tiny"
+    for name, commit in refs.items():
+        if not (repo / "snapshots" / commit).exists():
+            shutil.copytree(model, repo / "snapshots" / commit)
+        (repo / "refs" / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / "refs" / name).write_text(commit)
+    return repo
+
+
+def test_a_revision_is_the_commit_quantized_recorded_and_its_own_folder(tiny_model, tmp_path, workdir):
+    """model.revision did not exist: a hub id was always its main, so a repo
+    changed during a sweep (or a rerun later) quantized another model under
+    the same folder, and the manifest did not say which commit it was."""
+    main, tagged = "a" * 40, "b" * 40
+    repo = hub_cache(tmp_path / "hf", tiny_model, {"main": main, "v1": tagged})
+    arts = tmp_path / "artifacts"
+    proc = quantize_offline("recipe=original", "model=some-org/tiny", "model.revision=v1",
+                            f"artifacts_dir={arts}", hf_home=tmp_path / "hf", cwd=workdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recorded = json.loads((arts / "tiny@v1" / "original" / "manifest.json").read_text())
+    assert recorded["model"]["path"] == str(repo / "snapshots" / tagged)
+    assert recorded["model"]["revision"] == tagged            # the commit the tag resolved to
+    assert recorded["config"]["model"]["revision"] == "v1"   # as asked
+    proc = quantize_offline("recipe=original", "model=some-org/tiny", f"artifacts_dir={arts}",
+                            hf_home=tmp_path / "hf", cwd=workdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recorded = json.loads((arts / "tiny" / "original" / "manifest.json").read_text())   # main: the folder as before
+    assert recorded["model"]["revision"] == main
+
+
+def test_a_revision_for_a_local_folder_is_one_line(tiny_model, tmp_path, workdir):
+    arts = tmp_path / "artifacts"
+    proc = quantize_offline("recipe=original", f"model={tiny_model}", "model.revision=v1",
+                            f"artifacts_dir={arts}", hf_home=tmp_path / "hf", cwd=workdir)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    line = last_line(proc.stderr)
+    assert line.startswith("error: model.revision=v1:") and "local folder" in line and "drop model.revision" in line
+    assert not arts.exists()
+
+
+@pytest.mark.parametrize("revision", ["", " ", "a b", True, ["v1"]])
+def test_a_revision_that_names_none_is_one_line(revision):
+    message = one_line_error(lambda: ModelChoice.from_config({"name": "tiny", "path": "some-org/tiny",
+                                                              "revision": revision}))
+    assert message.startswith("model.revision=") and "not a revision" in message
+
+
+def test_the_download_takes_the_revision_for_every_file(tmp_path, monkeypatch):
+    fake = FakeHub(tmp_path)
+    monkeypatch.setattr(hub, "_snapshot", fake)
+    assert hub.local_dir("org/name", "v1") == fake.snapshot
+    (_, first, _), (_, weights, _) = fake.calls
+    assert first == "v1" and weights == "0123abcd"   # the weights at the commit v1 resolved to
+
+
+def test_a_revision_the_repo_lacks_is_one_line(monkeypatch):
+    import httpx
+    from huggingface_hub.errors import RevisionNotFoundError
+    url = "https://huggingface.co/api/models/org/name/revision/v9"
+
+    def missing(*_):
+        raise RevisionNotFoundError("404 Client Error: Revision Not Found",
+                                    response=httpx.Response(404, request=httpx.Request("GET", url)))
+    monkeypatch.setattr(hub, "_snapshot", missing)
+    message = one_line_error(lambda: hub.download("org/name", "v9"))
+    assert "has no revision v9" in message and "model.revision" in message
+
+
+def test_evaluate_refuses_a_revision_for_a_local_folder(tmp_path):
+    from evaluate.config import target_config
+    from quantize.common.errors import UserError
+    cfg = OmegaConf.create({"model": {"name": "m", "path": str(tmp_path), "revision": "v1"}, "recipe": None,
+                            "artifacts_dir": "artifacts"})
+    with pytest.raises(UserError, match=r"model.revision=v1: model .* is a local folder"):
+        target_config(cfg)
+    cfg.model.path = "some-org/tiny"
+    assert target_config(cfg).model_path == "some-org/tiny"
+
+
+def test_a_hub_studys_trials_stay_at_the_commit_it_resolved(tmp_path, monkeypatch):
+    """Each trial's quantize downloaded the main branch of its own time: a
+    repo changed mid-study mixed two models' trials in one front."""
+    from huggingface_hub import constants
+    from evaluate.search.sweeper import REVISION_KEY, _identity, _pinned
+    from tests.evaluate.search.test_sweeper import cache_snapshot
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(hub, "main_commit", lambda repo_id: None)   # offline: the cache decides
+    cache_snapshot(tmp_path / "hub", "org/tiny", "a" * 40, 1.0)
+    identity = _identity({"model.path": "org/tiny", "seed": 0})
+    assert _pinned(identity, "tiny") == (f"++model.revision={'a' * 40}", "++model.name=tiny")
+    assert _pinned(_identity({"model.path": str(tmp_path / "nothing"), "seed": 0}), "x") == ()   # a local folder
+
+    def download(repo_id, revision, patterns):   # the hub's v1 tag: commit c, other weights
+        cache_snapshot(tmp_path / "hub", repo_id, "c" * 40, 2.0)
+        return str(tmp_path / "hub" / "models--org--tiny" / "snapshots" / ("c" * 40))
+    monkeypatch.setattr(hub, "_snapshot", download)
+    tagged = _identity({"model.path": "org/tiny", "seed": 0}, revision="v1")
+    assert tagged[REVISION_KEY] == "c" * 40 and tagged["model weights"] != identity["model weights"]
+
+
+def test_a_trials_quantize_takes_the_pinned_revision():
+    from evaluate.search.config import SearchConfig
+    from evaluate.search.trial import quantize_command
+    config = SearchConfig.__new__(SearchConfig)
+    values = {"model_path": "org/tiny", "model_name": "tiny", "model_revision": "a" * 40, "seed": 0,
+              "quantize_overrides": []}
+    for key, value in values.items():
+        object.__setattr__(config, key, value)
+    command = quantize_command(config, Path("/r.yaml"), Path("/a"))
+    assert f"model.revision={'a' * 40}" in command and "model.name=tiny" in command
