@@ -206,11 +206,13 @@ step() {
     if [[ " ${DEVICE_CHECK_SKIP:-} " == *" $name "* ]]; then
         echo "-- $name: SKIPPED (named in DEVICE_CHECK_SKIP)"
         ((CALL > 1)) || record_step "$name" skipped - - - DEVICE_CHECK_SKIP   # a later call: the earlier row stands
+        LAST_RC=0   # skipped on purpose: what it made stands
         return 0
     fi
     if ((limit < min)); then
         echo "-- $name: SKIPPED (${left} s left in the budget, it needs ${min} s)"
         record_step "$name" skipped - - - "no time left"
+        LAST_RC=skipped
         return 0
     fi
     if [ "$GPU" = 1 ]; then
@@ -245,6 +247,7 @@ step() {
     fi
     echo "-- $name: rc=$rc, ${wall} s, peak GPU ${torch_mib} MiB (torch), ${gpu_mib} MiB (whole GPU)"
     record_step "$name" "$rc" "$wall" "$torch_mib" "$gpu_mib" "$note"
+    LAST_RC=$rc
     return 0
 }
 
@@ -416,12 +419,23 @@ quantize_seconds() {
 # A quantize step into artifact folder $4. An artifact an earlier call made is
 # still handed to quantize, whatever budget is left (not the build's minimum):
 # quantize skips it in seconds when its inputs are the same, and refuses in
-# one line when they are not (a recipe edited between calls).
+# one line when they are not (a recipe edited between calls): such an artifact
+# is not served (servable), so no row measures the old recipe under its name.
+REFUSED_ARTIFACTS=()
 quantize_step() {
-    local name=$1 cap=$2 min=$3 dir=$4
+    local name=$1 cap=$2 min=$3 dir=$4 kept=0
     shift 4
-    [ -f "$dir/manifest.json" ] && min=1
+    [ -f "$dir/manifest.json" ] && kept=1 && min=1
     step "$name" "$cap" "$min" "$@"
+    ((kept)) && [ "$LAST_RC" != 0 ] && REFUSED_ARTIFACTS+=("$dir")
+    return 0
+}
+
+# Whether the artifact in folder $1 is complete and its quantize step did not refuse it.
+servable() {
+    local refused
+    for refused in ${REFUSED_ARTIFACTS[@]+"${REFUSED_ARTIFACTS[@]}"}; do [ "$refused" = "$1" ] && return 1; done
+    [ -f "$1/manifest.json" ]
 }
 
 # The vLLM plan: a 1B-shaped random Llama (tiny in a dry run), its original
@@ -451,7 +465,7 @@ plan_vllm() {
         quantize_step "quantize_${shape}_$recipe" $((qcap * x)) $((qmin * x)) "$W/artifacts/llama-$shape-random/$recipe" \
             "$PY" -m quantize model="$model" recipe="$recipe" artifacts_dir="$W/artifacts" sanity.enabled=false \
             ${calib[@]+"${calib[@]}"}
-        [ -f "$W/artifacts/llama-$shape-random/$recipe/manifest.json" ] || continue
+        servable "$W/artifacts/llama-$shape-random/$recipe" || continue
         step "vllm_${shape}_$recipe$mode" $((180 * x)) $((40 * x)) "$PY" -m evaluate \
             model="$W/artifacts/llama-$shape-random/$recipe" "${evals[@]}"
     done
@@ -503,8 +517,8 @@ plan_hf() {
     quantize_step "quantize_${shape_big}_w4a16_gptq" 200 $((DRY ? 20 : 100)) "$W/artifacts/llama-$shape_big-random/w4a16_gptq" \
         "$PY" -m quantize model="$big" recipe=w4a16_gptq artifacts_dir="$W/artifacts" ${calib[@]+"${calib[@]}"}
     step "evaluate_${shape_small}_original" 120 20 "$PY" -m evaluate model="$small" "${evals[@]}"
-    step "evaluate_${shape_small}_w4a16_gptq" 120 20 "$PY" -m evaluate \
-        model="$W/artifacts/llama-$shape_small-random/w4a16_gptq" "${evals[@]}"
+    servable "$W/artifacts/llama-$shape_small-random/w4a16_gptq" && step "evaluate_${shape_small}_w4a16_gptq" 120 20 \
+        "$PY" -m evaluate model="$W/artifacts/llama-$shape_small-random/w4a16_gptq" "${evals[@]}"
     # The family matrix (tests/test_family_matrix.py: 16 tiny families x 3 recipes, quantized and served
     # with engine=hf) on the GPU; not in a dry run (on a CPU: make family-matrix).
     ((DRY)) || GPU_HOOK=0 TAIL=40 step families 300 60 bash -c "cd '$ROOT' && OMP_NUM_THREADS=4 QUANTBENCH_FAMILY_MATRIX=sample \

@@ -369,6 +369,29 @@ def test_a_continuing_call_hands_an_earlier_calls_artifact_to_quantize_whatever_
     assert rows["call 2: quantize_tiny_w4a16_gptq"][0] == "0"
 
 
+def test_an_earlier_calls_artifact_that_quantize_refuses_is_not_served(tmp_path):
+    """A recipe edited between calls: quantize refuses the earlier call's
+    artifact in one line (exit 2), and no vLLM step measures it under the recipe's name."""
+    work, out, calls = tmp_path / "work", tmp_path / "out", tmp_path / "calls"
+    artifact = work / "artifacts" / "llama-tiny-random" / "w4a16_gptq"
+    artifact.mkdir(parents=True)
+    (artifact / "manifest.json").write_text("{}")
+    (work / "steps.tsv").write_text("step\trc\twall_s\tpeak_torch_mib\tpeak_gpu_mib\tnote\n"
+                                    "quantize_tiny_w4a16_gptq\t0\t165.5\t-\t-\t\n")
+    python = tmp_path / "python"   # quantize refuses, as for an edited recipe; evaluate is recorded
+    python.write_text(f'#!/bin/sh\ncase "$1 $2" in "-m quantize") echo "$@" >>{calls}; exit 2;; '
+                      f'"-m evaluate") echo "$@" >>{calls}; exit 0;; esac\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    skip = "bundle imports facts capabilities build_tiny vllm_tiny_original report rules"
+    env = {"DEVICE_CHECK_WORK": str(work), "OUT": str(out), "DEVICE_CHECK_RECIPES": "w4a16_gptq", "PYTHON": str(python),
+           "DEVICE_CHECK_SKIP": skip, "DEVICE_BUNDLE": str(tmp_path / "no-bundle")}
+    proc = run_script("--dry-run", env=env, timeout=600)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]   # the refusal is this call's failure
+    rows = step_rows((out / "summary.md").read_text())
+    assert rows["call 2: quantize_tiny_w4a16_gptq"][0] == "2"
+    assert "-m evaluate" not in calls.read_text() and not [row for row in rows if "vllm_tiny_w4a16_gptq" in row]
+
+
 def test_a_stopped_test_run_still_names_its_failures_and_errors(tmp_path):
     """The budget stopped pytest -v (xdist) before its short summary: the
     note says how far it got and counts failures and errors apart; the
