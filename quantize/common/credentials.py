@@ -100,13 +100,23 @@ def _url_passwords(url: str) -> list[str]:
 _HYDRA_ESCAPED = re.compile(r"([\\()\[\]{}:=, \t])")
 
 
+def _typed_forms(password: str) -> set[str]:
+    """The ways `password` can stand in an override as typed: as is, escaped
+    as Hydra writes a sweep's job's overrides, inside quotes (where a quote is
+    `\\'` and the backslashes before it are doubled), and each as repr() shows it."""
+    forms = {password, _HYDRA_ESCAPED.sub(r"\\\1", password)}
+    for quote in "'\"":
+        forms.add(re.sub(rf"(\\*){quote}", lambda m: "\\" * (2 * len(m[1]) + 1) + quote, password))
+    return forms | {form.replace("\\", "\\\\") for form in forms}
+
+
 def hide_passwords(text: str, passwords) -> str:
     """`text` with each of `passwords` as *** where it stands as a password:
     between a user's `:` and the host's `@`, or after password=. Also as
-    Hydra escapes it (a sweep's job's overrides) and as repr() shows that."""
+    typed in quotes, as Hydra escapes it (a sweep's job's overrides) and as
+    repr() shows that."""
     for password in sorted(set(passwords), key=len, reverse=True):
-        escaped = _HYDRA_ESCAPED.sub(r"\\\1", password)
-        for form in {password, escaped, escaped.replace("\\", "\\\\")}:
+        for form in _typed_forms(password):
             text = text.replace(f":{form}@", ":***@")
             text = re.sub(rf"((?:password|passwd)\\*=){re.escape(form)}", r"\1***", text, flags=re.I)
     return text
@@ -138,9 +148,10 @@ def hide_typed(text: str) -> str:
 
 
 def may_hold_typed(text: str) -> bool:
-    """`text` holds a part of a password keep_out_of_logs was given (YAML may
-    have folded a password with a space over two lines)."""
-    return any(piece in text for password in _typed for piece in password.split())
+    """`text` holds a part of a password keep_out_of_logs was given, in any
+    form it is typed in (YAML may have folded a password with a space over
+    two lines)."""
+    return any(piece in text for password in _typed for form in _typed_forms(password) for piece in form.split())
 
 
 def _hide_in_records(make_record) -> None:

@@ -73,3 +73,14 @@ def test_a_password_in_a_sweep_a_list_or_a_dict_override_is_hidden(override, sho
                                       "x=range(1,3)", "~tracking.uri", "x={a: 'git+https://github.com/o/r@v1'}"])
 def test_a_sweep_list_or_dict_override_without_a_password_is_kept_as_typed(override):
     assert redact_override(override) == override
+
+
+@pytest.mark.parametrize("override, shown", [
+    (r"tracking.uri='http://u:S3c\'ret@h'", "tracking.uri='http://u:***@h'"),
+    (r'tracking.uri="http://u:S3c\"ret@h"', 'tracking.uri="http://u:***@h"'),
+    (r"tracking.uri=choice('http://u:S3c\'ret@h',b)", "tracking.uri=choice('http://u:***@h',b)"),
+    (r"x=['http://u:S3c\\\'ret@h']", "x=['http://u:***@h']")])   # a `\'` in the password
+def test_a_password_with_an_escaped_quote_is_hidden_as_typed(override, shown):
+    """Hydra reads `'http://u:S3c\\'ret@h'` as the password S3c'ret, which is not
+    what was typed: the password stayed in the recorded command, the logs and .hydra/."""
+    assert redact_override(override) == shown

@@ -86,3 +86,14 @@ def test_a_password_in_the_overrides_of_a_job_that_raised_past_run_job_is_not_pr
     assert out.returncode == 1, out.stderr[-3000:]
     assert "Error executing job with overrides: ['uri=http\\\\://u\\\\:***@h1', 'action=raise']" in out.stderr
     assert not leaks(tmp_path, out)
+
+
+def test_a_password_with_an_escaped_quote_is_in_no_line_and_no_file(tmp_path):
+    """Typed as Hydra's grammar asks (`'...S3cr\\'et...'`), the password Hydra reads
+    (S3cr'et) is not the text typed: it stayed in Hydra's lines, .hydra/ and multirun.yaml."""
+    out = run(tmp_path, "-m", r"uri='http://u:S3cr\'et@h1'", "action=ok,fail")
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "\t#0 : uri='http://u:***@h1' action=ok" in out.stdout, out.stdout
+    assert out.stdout.count("job got http://u:S3cr'et@h1") == 2   # the job has the real one
+    assert (tmp_path / "sweep" / "multirun.yaml").is_file() and (tmp_path / "sweep" / "1" / "FAILED.json").is_file()
+    assert not leaks(tmp_path, out)
