@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+from omegaconf import OmegaConf
+
 from tests.conftest import quantize_env
 from tests.sweep_app import write_sweep_app
 
@@ -116,3 +118,13 @@ def test_gpus_per_node_more_than_the_sweep_sees_is_refused_in_one_line(tmp_path)
     assert out.stderr.splitlines() == ["error: hydra.launcher.gpus_per_node=2 asks for more GPUs than this machine "
                                        "shows (1: 3); set hydra.launcher.gpus_per_node=1 or less"], out.stderr
     assert not (tmp_path / "sweep").exists()
+
+
+def test_a_job_that_never_started_has_no_typed_password_in_its_overrides(tmp_path):
+    """The .hydra/overrides.yaml written for a job that never ran (a lost Ray
+    node, a cancelled Slurm job) held the password FAILED.json beside it hid."""
+    from hydra_plugins.quantbench_launchers.collect import record
+    record(tmp_path / "3", "ray: node died", "", ["tracking=mlflow", "tracking.uri=http://u:S3cret@h1"])
+    saved = OmegaConf.load(tmp_path / "3" / ".hydra" / "overrides.yaml")
+    assert list(saved) == ["tracking=mlflow", "tracking.uri=http://u:***@h1"]
+    assert json.loads((tmp_path / "3" / "FAILED.json").read_text())["overrides"] == list(saved)

@@ -141,10 +141,13 @@ class CollectingLauncher(BaseSubmititLauncher):
 
 def record(job_dir: Path, message: str, trace: str, overrides: List[str]) -> None:
     """FAILED.json in the job's dir; a job that never started also gets the
-    .hydra/overrides.yaml Hydra would have written, so the summary counts it."""
+    .hydra/overrides.yaml Hydra would have written, so the summary counts it;
+    a password typed in them is *** in both, as in a job that ran."""
+    from quantize.common.credentials import redact_override
     from quantize.common.jobs import write_failure
     hydra_dir = job_dir / ".hydra"
     if not hydra_dir.is_dir():
         hydra_dir.mkdir(parents=True)
-        (hydra_dir / "overrides.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(list(overrides))))
+        shown = [redact_override(str(arg)) for arg in overrides]
+        (hydra_dir / "overrides.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(shown)))
     write_failure(job_dir, message, trace, overrides)
