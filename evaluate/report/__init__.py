@@ -112,21 +112,22 @@ def written_before(out_dir: Path) -> set[str] | None:
         return None
     if not isinstance(names, list):
         return None
-    return {n for n in names if isinstance(n, str) and _inside(n) and n != MANIFEST}
+    return {n for n in names if isinstance(n, str) and _flat(n) and n != MANIFEST}
 
 
-def _inside(name: str) -> bool:
-    """Whether `name` is a path below the folder (a record edited by hand may name any)."""
-    path = PurePath(name)
-    return bool(path.parts) and not path.is_absolute() and not path.drive and ".." not in path.parts
+def _flat(name: str) -> bool:
+    """Whether `name` is one file's name, as the report writes them: a record
+    edited by hand may name any path, and `shared/x` may lie outside through a link."""
+    return name not in ("", ".", "..") and PurePath(name).name == name
 
 
 def _remove(out_dir: Path, names: set[str]) -> None:
-    """The last report's files this one did not write again."""
+    """The last report's files this one did not write again. The report
+    writes no links: one by such a name is the user's, and stays."""
     for name in sorted(names):
         path = out_dir / name
         try:
-            if path.is_symlink() or path.is_file():
+            if path.is_file() and not path.is_symlink():
                 path.unlink()
         except OSError as e:   # the new report is in place: say what stayed, do not fail it
             log.warning(f"could not remove {path}, a file of the last report: {e.strerror}")

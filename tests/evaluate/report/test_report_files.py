@@ -101,3 +101,29 @@ def test_a_record_naming_a_file_outside_the_folder_removes_nothing_there(tmp_pat
     (out / MANIFEST).write_text(json.dumps({"files": ["../keep.md", str(outside)]}))
     build_report(tmp_path / "results", out, "T", outputs=("markdown",))
     assert outside.read_text() == "mine"
+
+
+def test_a_record_naming_a_file_in_a_linked_folder_removes_nothing_there(tmp_path):
+    """out/shared a link to the user's own folder and a record naming
+    shared/notes.md: the cleanup deleted the user's file outside out_dir."""
+    store(tmp_path / "results", main_rows())
+    out, outside = tmp_path / "out", tmp_path / "users_own"
+    outside.mkdir()
+    (outside / "notes.md").write_text("mine")
+    out.mkdir()
+    os.symlink(outside, out / "shared")
+    (out / MANIFEST).write_text(json.dumps({"files": ["shared/notes.md", "shared"]}))
+    build_report(tmp_path / "results", out, "T", outputs=("markdown",))
+    assert (outside / "notes.md").read_text() == "mine" and (out / "shared").is_symlink()
+
+
+def test_a_link_by_the_name_of_a_file_of_the_last_report_stays(tmp_path):
+    """The report writes no links: one where its file was is the user's."""
+    store(tmp_path / "results", main_rows())
+    out = tmp_path / "out"
+    build_report(tmp_path / "results", out, "T", outputs=("markdown", "csv"))
+    (tmp_path / "mine.csv").write_text("mine")
+    (out / "runs.csv").unlink()
+    os.symlink(tmp_path / "mine.csv", out / "runs.csv")
+    build_report(tmp_path / "results", out, "T", outputs=("markdown",))
+    assert (out / "runs.csv").is_symlink() and (out / "runs.csv").read_text() == "mine"
