@@ -15,7 +15,7 @@ from evaluate.host_load import HostLoad, HostLoadMeter
 from evaluate.metrics import summarize
 from evaluate.precision import HEADLINE
 from evaluate.results import Row
-from evaluate.scenarios import Scenario, random_prompts
+from evaluate.scenarios import PromptDraw, Scenario, random_prompts
 from quantize.common.jobs import one_line
 
 log = logging.getLogger("quantbench.evaluate")
@@ -76,18 +76,19 @@ def _run_scenario(job, engine: Engine, s: Scenario, pending: Pending) -> None:
              f"auto ({plan.min_runs}-{plan.max_runs}, target ±{plan.target_ci_pct:g} %)")
     recorded: set[int] = set()
     try:
-        _measure_runs(job, engine, s, pending, recorded)
+        _measure_runs(job, engine, s, pending, recorded, PromptDraw.for_engine(engine))
     except Exception as e:
         _record_failed(job, pending.failed_rows(job, s, recorded), one_line(e))
         raise
 
 
-def _measure_runs(job, engine: Engine, s: Scenario, pending: Pending, recorded: set[int]) -> None:
+def _measure_runs(job, engine: Engine, s: Scenario, pending: Pending, recorded: set[int],
+                  draw: PromptDraw) -> None:
     """The warm-up and the timed runs; `recorded` gets each run index as its row is written."""
     plan = job.plan
     vocab = int(job.target.config.get("vocab_size") or 10000)
     try:
-        warmups = _warm_up(job, engine, s, vocab)
+        warmups = _warm_up(job, engine, s, vocab, draw)
     except RunFailed as e:
         _record_failed(job, pending.failed_rows(job, s), f"warm-up failed: {e}")
         log.error("  warm-up failed: %s; scenario %s goes unmeasured", e, s.name)
@@ -95,7 +96,7 @@ def _measure_runs(job, engine: Engine, s: Scenario, pending: Pending, recorded: 
     values = list(pending.prior)
     for i in pending.indices:
         try:
-            metrics, host = _timed_run(job, engine, s, i, vocab)
+            metrics, host = _timed_run(job, engine, s, i, vocab, draw)
         except RunFailed as e:
             job.record(job.speed_row(s, i), "failed", reason=str(e))
             recorded.add(i)
@@ -103,7 +104,8 @@ def _measure_runs(job, engine: Engine, s: Scenario, pending: Pending, recorded: 
             continue
         values.append(metrics[HEADLINE])
         record = plan.record(values, warmups)
-        job.record(job.speed_row(s, i), "ok", metrics=metrics, precision=record, host_load=host.as_dict())
+        job.record(job.speed_row(s, i), "ok", metrics=metrics, precision=record, host_load=host.as_dict(),
+                   prompts=draw.as_row())
         recorded.add(i)
         log.info("  run %d%s: %.1f tok/s out, latency %.2f s, TTFT %.0f ms%s", i + 1,
                  f" (auto, at most {plan.max_runs})" if plan.auto else f"/{plan.runs}", metrics[HEADLINE],
@@ -119,27 +121,27 @@ def _record_failed(job, rows: list[Row], reason: str) -> None:
         job.record(row, "failed", reason=reason)
 
 
-def _warm_up(job, engine: Engine, s: Scenario, vocab: int) -> int:
+def _warm_up(job, engine: Engine, s: Scenario, vocab: int, draw: PromptDraw) -> int:
     """Untimed runs before the timed ones; with warmup_runs=auto, until the
     throughput is stable. Returns how many ran."""
     plan, seed = job.plan, job.seed
     if plan.warmup_runs is not None:
         for w in range(plan.warmup_runs):
-            engine.run(prompts(s, seed, -1 - w, vocab), s.output_len)
+            engine.run(prompts(s, seed, -1 - w, vocab, draw), s.output_len)
         return plan.warmup_runs
     speeds = []
     while not precision.warmed_up(speeds, plan.warmup_tolerance_pct, plan.max_warmup_runs):
-        start, timings = engine.run(prompts(s, seed, -1 - len(speeds), vocab), s.output_len)
+        start, timings = engine.run(prompts(s, seed, -1 - len(speeds), vocab, draw), s.output_len)
         speeds.append(summarize(timings, start, job.target.model_bytes)[HEADLINE])
     log.info("  warm-up: %d runs (%s tok/s)", len(speeds), ", ".join(f"{v:.1f}" for v in speeds))
     return len(speeds)
 
 
-def _timed_run(job, engine: Engine, s: Scenario, i: int, vocab: int) -> tuple[dict, HostLoad]:
+def _timed_run(job, engine: Engine, s: Scenario, i: int, vocab: int, draw: PromptDraw) -> tuple[dict, HostLoad]:
     """One timed run: its metrics, and how busy the host was meanwhile."""
     target = job.target
     with engine.peak_memory() as mem, HostLoadMeter() as host:
-        start, timings = engine.run(prompts(s, job.seed, i, vocab), s.output_len)
+        start, timings = engine.run(prompts(s, job.seed, i, vocab, draw), s.output_len)
     short = [t.output_tokens for t in timings if t.output_tokens != s.output_len]
     if short:
         raise RuntimeError(f"engine generated {short[0]} tokens instead of {s.output_len}")
@@ -148,9 +150,9 @@ def _timed_run(job, engine: Engine, s: Scenario, i: int, vocab: int) -> tuple[di
     return metrics, host.result
 
 
-def prompts(s, seed: int, run_index: int, vocab: int) -> list[list[int]]:
-    """Exactly input_len random token ids per request, fresh for every run
-    (so prefix caching cannot serve a timed run from the warm-up), drawn below
-    10000 as `vllm bench` does."""
-    return random_prompts([seed, run_index + 1000, s.batch_size, s.input_len],
-                                       s.batch_size, s.input_len, vocab)
+def prompts(s, seed: int, run_index: int, vocab: int, draw: PromptDraw = PromptDraw()) -> list[list[int]]:
+    """Exactly input_len random token ids per request, fresh for every run and
+    scenario (so prefix caching cannot serve a timed run from the warm-up or
+    from another scenario of the job: PromptDraw), drawn below 10000 as
+    `vllm bench` does."""
+    return random_prompts([seed, run_index + 1000, *draw.key(s)], s.batch_size, s.input_len, vocab)

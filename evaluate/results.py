@@ -108,6 +108,12 @@ class Row:
     # and the SLO it was judged against (conf/slo/)
     load: dict | None = None
     slo: dict | None = None
+    # speed and serving rows: how the prompts' token ids were drawn (scenarios.PromptDraw):
+    # {"per": "scenario"}, + "salt" where the server outlives the job (engine=openai). Rows without it
+    # drew the same prompts for every scenario of one batch size and input length (serving: of one
+    # level and input length), so the later of two such scenarios in one job may have been served
+    # from the prefix cache. Not part of the key: it says how, not what, was measured
+    prompts: dict | None = None
     metrics: dict = field(default_factory=dict)
     # How the run count was decided (runs=auto or warmup_runs=auto; None: fixed
     # counts), as it stood after this run, so an interrupted scenario still says

@@ -19,6 +19,8 @@ set when it has `include` or `scenarios`, else one scenario) and data-only
 sets stay one YAML with nothing to name; conf/scenario/file.yaml names
 ScenarioFile, the one option whose meaning is code (read the file at `path`).
 """
+import secrets
+import zlib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -75,6 +77,29 @@ class Scenario:
         if self.batch_size is None:
             return self.name
         return f"{self.name}\nbs={self.batch_size} {self.input_len}→{self.output_len}"
+
+
+@dataclass(frozen=True)
+class PromptDraw:
+    """What a scenario's random prompts are drawn from besides the seed and
+    the run (or load level): the scenario itself, name and shape, since one
+    engine serves every scenario of a job and vLLM's prefix cache (on by
+    default) would serve a scenario's prompts from another's; and, for a
+    server that outlives the job (`engine.remote`: engine=openai), a salt
+    drawn per measurement, as that server may hold an earlier job's prompts."""
+    salt: int | None = None
+
+    @classmethod
+    def for_engine(cls, engine) -> "PromptDraw":
+        return cls(secrets.randbelow(2 ** 31) if getattr(engine, "remote", False) else None)
+
+    def key(self, s: "Scenario") -> list[int]:
+        shape = [v or 0 for v in (s.batch_size, s.input_len, s.output_len)]
+        return [zlib.crc32(s.name.encode()), *shape, *([self.salt] if self.salt is not None else [])]
+
+    def as_row(self) -> dict:
+        """The row's `prompts`: how its token ids were drawn (with the salt, they can be drawn again)."""
+        return {"per": "scenario"} | ({"salt": self.salt} if self.salt is not None else {})
 
 
 class ScenarioChoice(Configurable):

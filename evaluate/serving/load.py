@@ -21,7 +21,7 @@ import math
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -195,11 +195,13 @@ async def _died_within(alive, grace_s: float) -> str | None:
     return died
 
 
-def level_prompts(seed: int, key: int, n: int, input_len: int, vocab: int) -> list[list[int]]:
+def level_prompts(seed: int, key: int, n: int, input_len: int, vocab: int,
+                  scenario: Sequence[int] = ()) -> list[list[int]]:
     """`n` prompts of exactly `input_len` random token ids below 10000 (as
-    evaluate.pipeline.prompts and vllm bench draw), fresh for every level
-    (`key` identifies the level), so prefix caching serves no level from another."""
-    return random_prompts([seed, 3000, key, input_len], n, input_len, vocab)
+    evaluate.batch.prompts and vllm bench draw), fresh for every level and
+    scenario (`key` identifies the level, `scenario` is scenarios.PromptDraw.key),
+    so prefix caching serves no level from another, of this scenario or another."""
+    return random_prompts([seed, 3000, key, input_len, *scenario], n, input_len, vocab)
 
 
 def level_requests(max_requests: float) -> int:

@@ -16,6 +16,7 @@ import zlib
 
 from evaluate.host_load import HostLoadMeter
 from evaluate.results import Row
+from evaluate.scenarios import PromptDraw
 from evaluate.serving.load import ARRIVALS, Level, ServerDied, level_prompts, level_requests, run_level
 from evaluate.serving.metrics import level_metrics
 from evaluate.serving.profiles import LoadProfile
@@ -67,6 +68,7 @@ class LoadPending:
     def __init__(self, job, s, stored: list[Row]):
         self.stored = {r.run_key(): r for r in stored if r.kind == "serving"}
         self.recorded: set[tuple] = set()  # levels this job recorded, ok or failed
+        self.draw = PromptDraw()  # replaced as the profile runs on an engine (measure)
         self.owed = False
         try:
             job.load.run(self._from_store(job, s, missing=None), job.slo)
@@ -103,6 +105,7 @@ class LoadPending:
         log.info("scenario %s: load=%s, %d in / %d out tokens, levels of at most %s requests and %s s",
                  s.name, job.load.name, s.input_len, s.output_len, job.load.max_requests,
                  job.load.max_seconds)
+        self.draw = PromptDraw.for_engine(engine)
         try:
             result = job.load.run(self._from_store(
                 job, s, missing=lambda row: self._run(job, engine, s, row)), job.slo)
@@ -115,14 +118,14 @@ class LoadPending:
 
 
     def _run(self, job, engine, s, row: Row) -> dict | None:
-        metrics = _run_level(job, engine, s, row)
+        metrics = _run_level(job, engine, s, row.but(prompts=self.draw.as_row()), self.draw)
         self.recorded.add(row.run_key())
         if metrics is not None:  # later levels of the profile may read it (sweep, slo_search)
             self.stored[row.run_key()] = row.but(status="ok", metrics=metrics)
         return metrics
 
 
-def _run_level(job, engine, s, row: Row) -> dict | None:
+def _run_level(job, engine, s, row: Row, draw: PromptDraw) -> dict | None:
     """One level: its row (ok with metrics, or failed and the profile goes on)."""
     p, load = job.load, row.load
     level = Level(load["mode"], load["level"], load["burstiness"])
@@ -130,7 +133,7 @@ def _run_level(job, engine, s, row: Row) -> dict | None:
     drawn = {k: v for k, v in load.items() if k != "drain_seconds"}
     key = zlib.crc32(json.dumps(drawn, sort_keys=True).encode())
     vocab = int(job.target.config.get("vocab_size") or 10000)
-    prompts = level_prompts(int(job.seed), key, level_requests(p.max_requests), s.input_len, vocab)
+    prompts = level_prompts(int(job.seed), key, level_requests(p.max_requests), s.input_len, vocab, draw.key(s))
     try:
         with HostLoadMeter() as host:
             run = run_level(engine.base_url, engine.model, level, prompts, s.output_len, float(p.max_seconds),
