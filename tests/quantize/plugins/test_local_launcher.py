@@ -104,6 +104,16 @@ def test_concurrent_jobs_with_gpus_per_node_each_get_their_own(tmp_path):
     assert [(tmp_path / "sweep" / f"{n}_{a}" / "done.txt").read_text() for n, a in enumerate("abc")] == list("abc")
 
 
+def test_visible_gpus_as_the_docs_write_it_picks_the_jobs_gpus(tmp_path):
+    """+hydra.launcher.visible_gpus=[…] (docs/sweeps.md) is the launcher's own
+    key: submitit's executor, which refuses keys it does not know, never gets it."""
+    write_app(tmp_path)
+    out = gpu_sweep(tmp_path, "0,1,2", "action=a,b", "hydra.launcher.gpus_per_node=1",
+                    "+hydra.launcher.visible_gpus=[2]")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [p.read_text() for p in sorted((tmp_path / "sweep").glob("*/gpus.txt"))] == ["2", "2"]
+
+
 def test_gpus_per_node_out_of_the_gpus_the_sweep_sees_in_sets(monkeypatch):
     from hydra_plugins.quantbench_launchers.local import gpu_groups
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,6,7,1")

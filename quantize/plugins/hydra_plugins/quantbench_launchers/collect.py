@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 class CollectingLauncher(BaseSubmititLauncher):
     _KIND = "submitit"  # how the log names the jobs: "Slurm job 42"
+    # hydra.launcher keys this launcher reads itself: submitit's executor refuses unknown ones.
+    _OWN_KEYS: frozenset = frozenset()
 
     def __call__(self, *args, **kwargs) -> JobReturn:
         """In the job. submitit answers the time-limit warning (Slurm's, or the
@@ -65,7 +67,7 @@ class CollectingLauncher(BaseSubmititLauncher):
 
         # As the plugin's launch(): executor, parameters, sweep dir, one array.
         # No requeue on a time limit unless max_num_timeout asks (submitit's local default is 3).
-        init_keys = {"submitit_folder", "max_num_timeout"}
+        init_keys = {"submitit_folder", "max_num_timeout", *self._OWN_KEYS}
         executor = submitit.AutoExecutor(cluster=self._EXECUTOR, folder=self.params["submitit_folder"], **{
             f"{self._EXECUTOR}_max_num_timeout": self.params.get("max_num_timeout", 0)})
         base = set(OmegaConf.structured(BaseQueueConf).keys())

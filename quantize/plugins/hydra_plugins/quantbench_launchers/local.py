@@ -32,6 +32,7 @@ POLL_S = 1.0  # how often a job waiting for GPUs looks for a finished one
 class LocalLauncher(CollectingLauncher):
     _EXECUTOR = "local"
     _KIND = "local"
+    _OWN_KEYS = frozenset({"visible_gpus"})
     # The CUDA_VISIBLE_DEVICES each job gets, by job number (None: unset, every GPU
     # visible); a job not listed keeps submitit's.
     _gpus: Dict[int, Optional[str]] = {}
