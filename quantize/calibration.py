@@ -128,14 +128,28 @@ def build(config: CalibrationConfig, tokenizer, seed: int) -> CalibrationSet:
 
 
 def _windows(tokenizer, text: str, n: int, seq: int, seed: int, what: str) -> list[list[int]]:
-    """Cut the text into non-overlapping windows of `seq` tokens; pick n at random."""
+    """Cut the text into non-overlapping windows of `seq` tokens; pick n at
+    random. Each starts with BOS where the tokenizer adds one, as a served
+    prompt does (BOS counts in the `seq`)."""
     ids = token_cache.token_ids(tokenizer, text)
-    count = len(ids) // seq
+    bos = _bos(tokenizer)
+    size = seq - len(bos)
+    count = len(ids) // size
     if count < n:
         raise UserError(f"{what} hold {len(ids)} tokens = {count} windows of {seq}, fewer than "
                         f"calibration.num_samples={n}; lower num_samples or max_seq_len, or add text")
     starts = sorted(random.Random(seed).sample(range(count), n))
-    return [ids[i * seq:(i + 1) * seq] for i in starts]
+    return [bos + ids[i * size:(i + 1) * size] for i in starts]
+
+
+def _bos(tokenizer) -> list[int]:
+    """[BOS] if the tokenizer puts it before a text (Llama, Mistral, Gemma), else []."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is None:
+        return []
+    with_special = tokenizer("a", add_special_tokens=True)["input_ids"]
+    plain = tokenizer("a", add_special_tokens=False)["input_ids"]
+    return [bos] if with_special[:1] == [bos] and plain[:1] != [bos] else []
 
 
 def _pick(records, config: CalibrationConfig, tokenizer, seed: int, what: str,
@@ -148,8 +162,9 @@ def _pick(records, config: CalibrationConfig, tokenizer, seed: int, what: str,
     order = list(range(len(records)))
     random.Random(seed).shuffle(order)
     chosen = {}
+    no_text = tokenizer("", add_special_tokens=True)["input_ids"]
     for i in order:
-        ids = _tokenize_record(records[i], labels[i] if labels else str(i + 1), config, tokenizer)
+        ids = _tokenize_record(records[i], labels[i] if labels else str(i + 1), config, tokenizer, no_text)
         if ids:
             chosen[i] = ids
             if len(chosen) == n:
@@ -205,10 +220,16 @@ def _hub_records(config: CalibrationConfig):
                         "access use calibration=austen or calibration=<local .txt/.jsonl>") from None
 
 
-def _tokenize_record(rec, where: str, config: CalibrationConfig, tokenizer) -> list[int]:
-    """The record's `text_field` value(s) as one sample, cut to max_seq_len tokens."""
-    text = "\n".join(_render(value, tokenizer) for value in _record_values(rec, where, config))
-    return tokenizer(text, add_special_tokens=False, truncation=True, max_length=config.max_seq_len)["input_ids"]
+def _tokenize_record(rec, where: str, config: CalibrationConfig, tokenizer, no_text: list[int]) -> list[int]:
+    """The record's `text_field` value(s) as one sample, cut to max_seq_len
+    tokens. Plain text gets the tokenizer's special tokens (its BOS), as
+    llm-compressor's datasets and served prompts do; a chat template writes
+    its own. A record with no text, only the special tokens `no_text`, is [] (passed over)."""
+    values = _record_values(rec, where, config)
+    text = "\n".join(_render(value, tokenizer) for value in values)
+    special = not (tokenizer.chat_template and any(_is_chat(v) and v for v in values))
+    ids = tokenizer(text, add_special_tokens=special, truncation=True, max_length=config.max_seq_len)["input_ids"]
+    return [] if ids == (no_text if special else []) else ids
 
 
 def _record_values(rec, where: str, config: CalibrationConfig) -> list:
