@@ -84,7 +84,7 @@ def run_level(base_url: str, model: str, level: Level, prompts: list[list[int]],
 async def _level(client: Client, level: Level, prompts, output_len, max_seconds, drain_seconds, alive, seed):
     results: list[RequestResult] = []
     run = LevelRun(mode=level.mode, level=level.level, start=0.0, end=0.0, results=results,
-                   burstiness=level.burstiness)
+                   burstiness=level.burstiness, output_len=output_len)
     stop = asyncio.Event()  # set when the level ends early: nothing more is sent
     async with client:
         run.start = time.perf_counter()

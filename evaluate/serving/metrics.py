@@ -53,8 +53,14 @@ Added by quantbench:
   × 100 (% of one core; None when not measured).
 - server_peak_memory_bytes: the server process tree's peak RSS (bytes), as
   the load generator measured it.
-- valid (bool) / valid_reason: false when the client, not the server, set the
-  pace, so the level measured the client:
+- off_length_outputs: completed requests that generated other than the
+  scenario's output_len tokens (count; None when the run does not say what
+  it asked for).
+- valid (bool) / valid_reason: false when the level did not measure the
+  scenario: its requests generated other than output_len tokens
+  (off_length_outputs > 0: a server that ignores ignore_eos / min_tokens
+  stops at EOS, so its E2EL and tok/s are not of that output length); or the
+  client, not the server, set the pace, so the level measured the client:
   * client_cpu_pct ≥ CLIENT_CPU_MAX_PCT (90 % of one core): the client's
     event loop was saturated;
   * open loop: send_lag_ms_p99 > SEND_LAG_MAX_FRACTION (0.5) × the mean
@@ -155,7 +161,9 @@ def level_metrics(run: LevelRun, slo: SLO | None = None) -> dict:
           "send_lag_ms_p99": float(np.percentile(lags, 99)) if lags else None,
           "client_cpu_pct": per_s(100 * run.client_cpu_s if run.client_cpu_s is not None else None),
           "server_peak_memory_bytes": run.server_peak_memory_bytes}
-    m["valid_reason"] = client_bound(m)
+    off = [r.generated_tokens for r in done if r.generated_tokens != run.output_len]
+    m["off_length_outputs"] = len(off) if run.output_len is not None else None
+    m["valid_reason"] = off_length(off, len(done), run.output_len) or client_bound(m)
     m["valid"] = m["valid_reason"] is None
     return m
 
@@ -168,6 +176,14 @@ def slo_misses(results: list[RequestResult], limits_ms: dict[str, float]) -> dic
         missed = sum(not r.success or (request_values(r)[metric] or 0.0) * 1000 > bound for r in results)
         out |= {f"slo_{metric}_misses": missed, f"slo_{metric}_bound_ms": bound}
     return out
+
+
+def off_length(off: list[int], completed: int, output_len: int | None) -> str | None:
+    """Why the level's requests are not of the scenario's output length; None when they all are."""
+    if output_len is None or not off:
+        return None
+    return (f"{len(off)} of {completed} completed requests generated {off[0]} tokens, not output_len "
+            f"{output_len}: the server ignores ignore_eos/min_tokens")
 
 
 def client_bound(m: dict) -> str | None:

@@ -78,6 +78,7 @@ class LevelRun:
     end: float
     results: list[RequestResult] = field(default_factory=list)
     burstiness: float | None = None     # rate: gamma shape (1.0 = Poisson)
+    output_len: int | None = None       # the tokens each request asked for (max_tokens = min_tokens, ignore_eos)
     client_cpu_s: float | None = None   # CPU seconds the client process used during the level
     server_peak_memory_bytes: int | None = None
     stopped_by: str | None = None       # "max_requests" | "max_seconds" | "server died" ...

@@ -142,7 +142,8 @@ def judge(metrics: dict, slo: SLO) -> SloCheck:
     if sent < need:
         return SloCheck(None, f"unresolved: {sent} requests sent, {p} needs at least {need}")
     if metrics.get("valid") is False:
-        return SloCheck(None, f"unresolved: client-bound level ({metrics.get('valid_reason') or 'not valid'})")
+        what = "level of other output lengths" if metrics.get("off_length_outputs") else "client-bound level"
+        return SloCheck(None, f"unresolved: {what} ({metrics.get('valid_reason') or 'not valid'})")
     misses = []
     for metric, bound in slo.limits().items():
         value = metrics.get(f"{p}_{metric}_ms")

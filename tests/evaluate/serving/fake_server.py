@@ -63,6 +63,8 @@ class Fake:
         if self.args.fail_from is not None and self.args.fail_from <= n <= self.args.fail_to:
             return web.json_response({"error": {"message": "injected failure"}}, status=500)
         prompt, out_len = body["prompt"], int(body["max_tokens"])
+        if self.args.eos_after is not None:  # a server that ignores ignore_eos and min_tokens: it stops at EOS
+            out_len = min(out_len, self.args.eos_after)
         if body.get("prompt_logprobs") is not None and self.args.no_prompt_logprobs:
             return web.json_response({"choices": [{"index": 0, "text": "x", "logprobs": None}]})
         if body.get("prompt_logprobs") is not None:
@@ -142,6 +144,7 @@ def parse(argv=None):
     p.add_argument("--exit-at-start", action="store_true")
     p.add_argument("--start-log", default=None)
     p.add_argument("--no-prompt-logprobs", action="store_true")
+    p.add_argument("--eos-after", type=int, default=None)
     # what vLLM's server is also given (VllmServerEngine passes them; ignored here)
     p.add_argument("--model", default=None)
     args, _ = p.parse_known_args(argv)

@@ -21,7 +21,7 @@ from evaluate.serving.client import complete_all
 from evaluate.serving.load import Level, ServerDied
 from evaluate.serving.metrics import level_metrics
 from evaluate.serving.profiles import Concurrency, LoadProfile, Rate, SloSearch, Sweep, Synchronous
-from evaluate.serving.slo import SLO
+from evaluate.serving.slo import SLO, judge
 from quantize.common.errors import UserError
 from quantize.common.extensions import build
 
@@ -315,3 +315,20 @@ def test_requests_sample_as_the_in_process_engine_whatever_the_server_defaults(f
             assert sent[field] in (0, -1) and in_process.top_k in (0, -1)
         else:
             assert sent[field] == getattr(in_process, field), field
+
+
+def test_a_server_that_stops_at_eos_gives_a_level_that_says_so_and_is_not_judged(fake_server):
+    """A server that ignores ignore_eos and min_tokens stops at EOS: its E2EL
+    and tok/s are of a shorter output than the scenario's, so the level is
+    not valid, counts them, and the SLO leaves it unresolved."""
+    slo = SLO(name="t", ttft_ms=60000, percentile=50)
+    n = slo.min_requests()
+    short = level_metrics(run_level(fake_server("--fixed-ms", "1", "--eos-after", "2"), Level("concurrency", 2),
+                                    n=n, output_len=4), slo)
+    assert (short["completed"], short["off_length_outputs"], short["valid"]) == (n, n, False)
+    assert short["valid_reason"] == (f"{n} of {n} completed requests generated 2 tokens, not output_len 4: "
+                                     "the server ignores ignore_eos/min_tokens")
+    verdict = judge(short, slo)
+    assert verdict.passed is None and verdict.reason.startswith("unresolved: level of other output lengths")
+    full = level_metrics(run_level(fake_server("--fixed-ms", "1"), Level("concurrency", 2), n=n, output_len=4), slo)
+    assert (full["off_length_outputs"], full["valid"]) == (0, True) and judge(full, slo).passed is True
