@@ -467,11 +467,42 @@ def test_a_sweep_over_lists_or_a_choice_of_a_list_key_is_taken(value):
     config.check_list_sweeps("evaluate", ["load=concurrency", f"load.levels={value}", "load.max_requests=1,2", "-m"])
 
 
+def test_a_key_taking_one_name_or_a_list_is_swept_name_by_name():
+    """calibration.text_field takes one field name or a list: open_platypus's
+    default is a list, and `-m calibration.text_field=instruction,output` (a
+    sweep docs/sweeps.md gives a folder suffix for) was refused as a list key."""
+    from quantize.common import config
+    config.check_list_sweeps("quantize", ["recipe=w4a16_rtn", "calibration=open_platypus",
+                                          "calibration.text_field=instruction,output", "-m"])   # no error
+
+
+@pytest.mark.parametrize("config_name, args", [
+    ("evaluate", ["engine=vllm_server", "load=rate", "load.rates=1,2"]),
+    ("evaluate", ["lm_eval=hub", "lm_eval.tasks=gsm8k,arc_easy"]),
+    ("evaluate", ["accuracy.books=emma,persuasion"]),
+    ("quantize", ["recipe=w4a16_rtn", "calibration=austen", "calibration.books=emma,persuasion"]),
+])
+def test_a_key_taking_only_a_list_is_still_refused_as_a_sweep(config_name, args):
+    from quantize.common import config
+    from quantize.common.errors import UserError
+    with pytest.raises(UserError, match=f"but {args[-1].partition('=')[0]} holds a list: pass"):
+        config.check_list_sweeps(config_name, [*args, "-m"])
+
+
+def test_a_class_field_taking_a_name_too_is_no_list():
+    """`include: list | str` takes `all`: the class typing it a list too made it one."""
+    from quantize.common.conf_groups import target_fields
+    assert target_fields("evaluate.scenarios.ScenarioSet")["include"] is not list
+    assert target_fields("evaluate.serving.profiles.Concurrency")["levels"] is list
+
+
 def test_a_list_field_the_yaml_leaves_out_holds_a_list():
     """The class a setting names decides where its YAML leaves the field at its default."""
     from quantize.common.conf_groups import holds_list
+    from quantize.common.paths import CONF_DIR
     values = {"load": {"_target_": "evaluate.serving.profiles.Concurrency", "name": "concurrency"}}
-    assert holds_list(values, "load.levels") and not holds_list(values, "load.max_requests")
+    assert holds_list(values, "load.levels", [CONF_DIR], "evaluate")
+    assert not holds_list(values, "load.max_requests", [CONF_DIR], "evaluate")
 
 
 @pytest.mark.parametrize("args, line", [

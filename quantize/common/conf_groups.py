@@ -71,20 +71,52 @@ def class_takes(values: dict, key: str, gathered: bool = True) -> bool:
     return False
 
 
-def holds_list(values: dict, key: str) -> bool:
-    """Whether the setting `key` of the composed config `values` holds a list:
-    its value, or the field of the class its parent names (`_target_`), where
-    the YAML leaves it at the default."""
+def holds_list(values: dict, key: str, roots, config_name: str) -> bool:
+    """Whether the setting `key` of the composed config `values` takes nothing
+    but a list (load.levels), so that one value given is an item of it: the
+    class its parent names (`_target_`) types it a list or tuple (and not str
+    too); where no class types it, every file that sets it (its group's
+    options, else the entry's config `config_name`) sets a list. A key taking
+    one name or a list (calibration.text_field) is no list key because a preset
+    sets a list."""
     node, parts = values, key.split(".")
     for part in parts[:-1]:
         node = node.get(part) if isinstance(node, dict) else None
-    if not isinstance(node, dict):
-        return False
-    return isinstance(node.get(parts[-1]), list) or target_fields(node.get("_target_")).get(parts[-1]) is list
+    kind = target_fields(node.get("_target_")).get(parts[-1]) if isinstance(node, dict) else None
+    if kind is not None:
+        return kind is list
+    found = set_in_files(key, roots, config_name)
+    found = [value for value in found if value is not None]   # null: unset, whatever the key takes
+    return bool(found) and all(isinstance(value, list) for value in found)
+
+
+_UNSET = object()   # a key a file does not set (None is a value it sets)
+
+
+def set_in_files(key: str, roots, config_name: str) -> list:
+    """The values the config files set `key` to: each option of the group it
+    starts with, or the entry's own config `config_name` for a key of no group."""
+    import yaml
+    group, dot, inner = key.partition(".")
+    if dot and is_group(group, roots):
+        paths = [p for root in roots for p in sorted((root / group).glob("*.yaml"))]
+    else:
+        paths, inner = [root / f"{config_name}.yaml" for root in roots], key
+    found = []
+    for path in paths:
+        try:
+            node = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        for part in inner.split("."):
+            node = node.get(part, _UNSET) if isinstance(node, dict) else _UNSET
+        if node is not _UNSET:
+            found.append(node)
+    return found
 
 
 def target_fields(target) -> dict:
-    """{field name: its type, dict for any mapping, list for a list (or None)}
+    """{field name: its type, dict for any mapping, list for a list or tuple (or None), not str too}
     of the dataclass `target` (module.Class) names; {} where it names none that imports."""
     import dataclasses
     import importlib
@@ -101,13 +133,15 @@ def target_fields(target) -> dict:
 
 
 def _kind(hint) -> type:
-    """dict for a mapping type, list for a list type (`list[int] | None` too), else object."""
+    """dict for a mapping type; list for a list or tuple type that takes no str
+    too (`list[int] | None`, not `list | str`); else object."""
     import types
     import typing
     if hint is dict or typing.get_origin(hint) is dict:
         return dict
     args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
-    return list if any(a is list or typing.get_origin(a) is list for a in args) else object
+    sequence = any(a in (list, tuple) or typing.get_origin(a) in (list, tuple) for a in args)
+    return list if sequence and str not in args else object
 
 
 def one_job_per_choice(overrides: list[str], roots) -> list[list[str]]:

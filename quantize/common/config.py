@@ -285,7 +285,8 @@ def check_list_sweeps(config_name: str, argv: list[str]) -> None:
             continue
         key = parsed.key_or_group
         jobs = jobs or one_job_per_choice(argv, roots)
-        if any(holds_list(composed(config_name, kept_overrides(job, {key})) or {}, key) for job in jobs):
+        if any(holds_list(composed(config_name, kept_overrides(job, {key})) or {}, key, roots, config_name)
+               for job in jobs):
             items, head = list(parsed.sweep_string_iterator()), parsed.get_key_element()
             one = f"{head}=[{','.join(items)}]"
             lists = f"{head}=[{','.join(items[:-1])}],[{items[-1]}]"
