@@ -122,7 +122,7 @@ def tpot_miss(c: Curve, accuracy: list[Group], slo: SLO | None) -> str | None:
     if why is None and (lv is None or tpot_interval(lv) is None):
         why = "no level at concurrency 1 with a TPOT"
     elif why is None and lv.metrics.get("valid") is False:
-        why = f"its concurrency-1 level is client-bound ({lv.metrics.get('valid_reason')})"
+        why = f"its concurrency-1 level is not valid ({lv.metrics.get('valid_reason')})"
     return why
 
 

@@ -24,7 +24,8 @@ NOTE = ("One row per load level (`python -m evaluate engine=vllm_server load=...
         "requests meeting every SLO bound ÷ duration (vLLM's per-request rule). SLO attainment = share of all "
         "requests sent that met every bound (failures count as misses), with its 95% Wilson interval. Verdict: "
         "the level's percentile metrics against the SLO; *unresolved* = too few requests for the percentile, "
-        "or a client-bound level (*valid* = no: the client, not the server, set the pace), never a pass. "
+        "or a level that is not valid (*valid* = no, with its reason: the client, not the server, set the pace, "
+        "or the server generated other output lengths than asked), never a pass. "
         f"\"{MISSING}\" = not measured.")
 
 
