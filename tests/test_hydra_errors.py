@@ -496,6 +496,21 @@ def test_a_class_field_taking_a_name_too_is_no_list():
     assert target_fields("evaluate.serving.profiles.Concurrency")["levels"] is list
 
 
+def test_a_sweep_composes_each_job_of_its_group_choices_once(monkeypatch):
+    """Each job of a group choice was composed once per other swept key (to
+    look for a list key) and again (to check it composes): seconds of Hydra
+    before a sweep of a few recipes started. runs, warmup_runs and seed are
+    set to single values in the config: no list key, no composing for them."""
+    from quantize.common import config, hydra_errors
+    calls, real = [], hydra_errors.composed_or_raise
+    monkeypatch.setattr(hydra_errors, "composed_or_raise",
+                        lambda name, overrides: calls.append(tuple(overrides)) or real(name, overrides))
+    monkeypatch.setattr(sys, "argv", ["evaluate", "-m", "recipe=original,w4a16_rtn", "engine=vllm,hf", "runs=1,2",
+                                      "warmup_runs=0,1", "seed=0,1"])
+    config.prepare_argv("evaluate")
+    assert len(calls) == 3 == len(set(calls))   # the jobs: recipe=original engine=vllm, then w4a16_rtn, then hf
+
+
 def test_a_list_field_the_yaml_leaves_out_holds_a_list():
     """The class a setting names decides where its YAML leaves the field at its default."""
     from quantize.common.conf_groups import holds_list

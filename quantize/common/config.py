@@ -10,7 +10,7 @@ from hydra.core.config_store import ConfigStore
 
 from quantize.common.conf_groups import (CFG_CHOICES, HYDRA_SWITCHES, HYDRA_VALUE_FLAGS, INFO_CHOICES, PATH_GROUPS,
                                          class_takes, group_options, holds_list, is_group, one_job_per_choice,
-                                         search_path_dirs, shown_options, sweep_values)
+                                         search_path_dirs, set_in_files, shown_options, sweep_values)
 from quantize.common.errors import UserError
 from quantize.common.hub import is_repo_id
 from quantize.common.paths import CONF_DIR
@@ -231,9 +231,31 @@ def prepare_argv(config_name: str) -> None:
     sys.argv[1:] = open_pass_through_keys(expand_path_shorthands(sys.argv[1:]))
     check_added_keys(config_name, command(config_name), sys.argv[1:])
     hydra_errors.check_no_value_replaces_keys(config_name, sys.argv[1:])
-    check_list_sweeps(config_name, sys.argv[1:])
+    jobs = SweepJobs(config_name, sys.argv[1:])
+    check_list_sweeps(config_name, sys.argv[1:], jobs)
     check_folder_names(sys.argv[1:])
-    check_sweep_jobs_compose(config_name, sys.argv[1:])
+    check_sweep_jobs_compose(config_name, sys.argv[1:], jobs)
+
+
+class SweepJobs:
+    """The single jobs of a sweep's group choices (one_job_per_choice), each
+    composed from its whole command line once, when a check first asks, and
+    shared by the checks: composing is most of a check's time."""
+
+    def __init__(self, config_name: str, argv: list[str]):
+        self.config_name, self.argv, self._configs = config_name, argv, None
+
+    def configs(self) -> list:
+        """Each job's config (unresolved), or the error composing it raised."""
+        from quantize.common.hydra_errors import composed_or_raise, kept_overrides
+        if self._configs is None:
+            self._configs = []
+            for job in one_job_per_choice(self.argv, [CONF_DIR, *search_path_dirs(self.argv)]):
+                try:
+                    self._configs.append(composed_or_raise(self.config_name, kept_overrides(job, set())))
+                except Exception as e:   # the check that composes the jobs raises it, the others skip the job
+                    self._configs.append(e)
+        return self._configs
 
 
 def check_added_keys(config_name: str, command: str, overrides: list[str]) -> None:
@@ -266,17 +288,19 @@ def check_added_keys(config_name: str, command: str, overrides: list[str]) -> No
             raise UserError(unknown_key(key, command, config_name, overrides))
 
 
-def check_list_sweeps(config_name: str, argv: list[str]) -> None:
+def check_list_sweeps(config_name: str, argv: list[str], jobs: "SweepJobs | None" = None) -> None:
     """With -m, `load.levels=1,2,4` is Hydra's sweep: one job per level, each
     given one number where the key holds a list. Meant as the list, surely:
     refused before any job (or the sweep folder) is made, naming the list and
-    the sweep over lists. choice(1,2,4) is taken as the sweep it says it is."""
+    the sweep over lists. choice(1,2,4) is taken as the sweep it says it is.
+    A key its config files set to single values only (runs=1,2) is no list
+    key, and is decided without composing the jobs (`jobs`)."""
     from hydra.core.override_parser.types import ChoiceSweep
 
-    from quantize.common.hydra_errors import composed, kept_overrides, override_key
+    from quantize.common.hydra_errors import override_key
     if not any(arg in ("-m", "--multirun") for arg in argv):
         return
-    roots, jobs = [CONF_DIR, *search_path_dirs(argv)], None
+    roots, jobs = [CONF_DIR, *search_path_dirs(argv)], jobs or SweepJobs(config_name, argv)
     for arg in argv:
         parsed = _parsed(arg)
         if (parsed is None or not isinstance(parsed.value(), ChoiceSweep) or not parsed.value().simple_form
@@ -284,9 +308,10 @@ def check_list_sweeps(config_name: str, argv: list[str]) -> None:
                 or override_key(arg).startswith("hydra") or is_group(parsed.key_or_group.replace(".", "/"), roots)):
             continue
         key = parsed.key_or_group
-        jobs = jobs or one_job_per_choice(argv, roots)
-        if any(holds_list(composed(config_name, kept_overrides(job, {key})) or {}, key, roots, config_name)
-               for job in jobs):
+        found = [value for value in set_in_files(key, roots, config_name) if value is not None]
+        if found and not any(isinstance(value, list) for value in found):
+            continue
+        if any(holds_list(values, key, roots, config_name) for values in jobs.configs() if isinstance(values, dict)):
             items, head = list(parsed.sweep_string_iterator()), parsed.get_key_element()
             one = f"{head}=[{','.join(items)}]"
             lists = f"{head}=[{','.join(items[:-1])}],[{items[-1]}]"
@@ -294,28 +319,27 @@ def check_list_sweeps(config_name: str, argv: list[str]) -> None:
                             f"for one job with the list (a sweep over lists: {shlex.quote(lists)})")
 
 
-def check_sweep_jobs_compose(config_name: str, argv: list[str]) -> None:
+def check_sweep_jobs_compose(config_name: str, argv: list[str], jobs: "SweepJobs | None" = None) -> None:
     """Hydra writes a sweep's multirun.yaml, then composes each job: one that
     cannot (`-m runz=1,2`, a key engine=hf lacks in engine=hf,vllm_server) was
     refused with a sweep folder left holding only that file. The job of each
-    group choice is composed here first, and the first one's error raised
+    group choice (`jobs`) is composed here first, and the first one's error raised
     before Hydra starts (said as Hydra's is). Where the command line less its
     sweeps does not compose either, Hydra's own first error comes before any folder."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from quantize.common.hydra_errors import composed, composed_or_raise, kept_overrides
+    from quantize.common.hydra_errors import composed, kept_overrides
     sweeps = [arg for arg in argv if (parsed := _parsed(arg)) is not None and parsed.is_sweep_override()]
     if (not sweeps or not any(arg in ("-m", "--multirun") for arg in argv)
             or any(arg.partition("=")[0] in OTHER_CONFIG_FLAGS for arg in argv)):
         return
-    for job in one_job_per_choice(argv, [CONF_DIR, *search_path_dirs(argv)]):
-        try:
-            composed_or_raise(config_name, kept_overrides(job, set()))
-        except (HydraException, OmegaConfBaseException):
-            if composed(config_name, [arg for arg in kept_overrides(argv, set()) if arg not in sweeps]) is None:
-                return
-            raise
+    for error in (c for c in (jobs or SweepJobs(config_name, argv)).configs() if isinstance(c, Exception)):
+        if not isinstance(error, (HydraException, OmegaConfBaseException)):
+            continue   # not the config's: the job's own run says it
+        if composed(config_name, [arg for arg in kept_overrides(argv, set()) if arg not in sweeps]) is None:
+            return
+        raise error
 
 
 def _parsed(arg: str):
