@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from quantize import calibration, recipe as recipes, sanity, smoothquant_check, verify
+from quantize import awq_check, calibration, recipe as recipes, sanity, smoothquant_check, verify
 from quantize.common import disk, file_lock, fingerprint, hf_load, hub, manifest, moe, point_folders, sanity_rules
 from quantize.common.atomic import build_turn, staging_dir
 from quantize.common.checkpoint import (check_complete, check_weight_files, ignore_unquantized,
@@ -110,6 +110,7 @@ def _check_recipe(config: QuantizeConfig, recipe: recipes.RecipeFile, model_dir:
         log.info("recipe %s needs no calibration data: no text is read, and calibration.* and seed "
                  "are not part of its artifact id", recipe.name)
     smoothquant_check.check(recipe, model_dir)
+    awq_check.check(recipe, model_dir)
     return needs_data
 
 
