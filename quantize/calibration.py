@@ -57,6 +57,7 @@ class CalibrationConfig:
     subset: str | None = None
     split: str | None = None
     text_field: tuple[str, ...] = ("text",)  # file and hub records: the field(s) joined into one sample
+    template: str | None = None           # TEMPLATES key: renders the text_field values instead of joining them
     # The group's keys as composed, in their order: the manifest records them as given.
     spec: dict = field(default_factory=dict, compare=False)
 
@@ -74,7 +75,7 @@ class CalibrationConfig:
             books=tuple(values.get("books") or ()), path=values.get("path"), dataset=values.get("dataset"),
             subset=values.get("subset"), split=values.get("split"),
             text_field=(text_field,) if isinstance(text_field, str) else tuple(text_field),
-            spec=dict(values))
+            template=values.get("template"), spec=dict(values))
 
 
 def check(config: CalibrationConfig) -> None:
@@ -85,6 +86,8 @@ def check(config: CalibrationConfig) -> None:
         raise UserError(f"calibration.num_samples ({n}) must be >= 1 and calibration.max_seq_len ({seq}) >= 2")
     if config.source not in SOURCES:
         raise UserError(f"unknown calibration.source {config.source!r}; use austen, file or hub")
+    if config.template is not None:
+        _check_template(config)
     if config.source == "austen":
         from quantize.common.assets import AUSTEN_BOOKS
         unknown = sorted(set(config.books) - set(AUSTEN_BOOKS))
@@ -96,6 +99,16 @@ def check(config: CalibrationConfig) -> None:
             raise UserError(f"calibration file {path} does not exist; pass calibration=<path to .txt/.json/.jsonl>")
         if path.suffix not in FILE_SUFFIXES:
             raise UserError(f"calibration file {path} must end in .txt, .json or .jsonl")
+
+
+def _check_template(config: CalibrationConfig) -> None:
+    if config.template not in TEMPLATES:
+        raise UserError(f"unknown calibration.template {config.template!r}; use {' or '.join(TEMPLATES)}, "
+                        "or null to join the text_field values")
+    if len(config.text_field) != 3:
+        raise UserError(f"calibration.template={config.template} renders three fields, instruction, input and "
+                        f"output, but calibration.text_field is {list(config.text_field)}; name three (e.g. "
+                        "[instruction, input, output]), or pass calibration.template=null to join them")
 
 
 def check_held_out(config: CalibrationConfig, sanity) -> None:
@@ -226,10 +239,30 @@ def _tokenize_record(rec, where: str, config: CalibrationConfig, tokenizer, no_t
     llm-compressor's datasets and served prompts do; a chat template writes
     its own. A record with no text, only the special tokens `no_text`, is [] (passed over)."""
     values = _record_values(rec, where, config)
-    text = "\n".join(_render(value, tokenizer) for value in values)
+    if config.template and values:
+        if any(_is_chat(v) for v in values):
+            raise UserError(f"calibration record {where} holds chat messages, which calibration.template="
+                            f"{config.template} does not render; pass calibration.template=null")
+        text = TEMPLATES[config.template](*(rec[f] for f in config.text_field))
+    else:
+        text = "\n".join(_render(value, tokenizer) for value in values)
     special = not (tokenizer.chat_template and any(_is_chat(v) and v for v in values))
     ids = tokenizer(text, add_special_tokens=special, truncation=True, max_length=config.max_seq_len)["input_ids"]
     return [] if ids == (no_text if special else []) else ids
+
+
+def _alpaca(instruction: str | None, input_text: str | None, output: str | None) -> str:
+    """A record as llm-compressor's `dataset="open_platypus"` calibrates on
+    it: its Alpaca prompt, with the `### Input:` section only where the input
+    is not empty, followed by the output."""
+    from llmcompressor.transformers.data.open_platypus import OpenPlatypusDataset
+    prompts = OpenPlatypusDataset.ALPACA_TEMPLATE
+    prompt = (prompts["prompt_input"].format(instruction=instruction or "", input=input_text) if input_text
+              else prompts["prompt_no_input"].format(instruction=instruction or ""))
+    return prompt + (output or "")
+
+
+TEMPLATES = {"alpaca": _alpaca}  # calibration.template: a record's text_field values -> its text
 
 
 def _record_values(rec, where: str, config: CalibrationConfig) -> list:
