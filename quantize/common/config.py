@@ -52,8 +52,8 @@ def expand_path_shorthands(argv: list[str]) -> list[str]:
         if sep and key in PATH_GROUPS and _looks_like_path(_unquoted(value), quoted=_unquoted(value) != value):
             out += [f"{key}={PATH_GROUPS[key]}", f"{key}.path={_path_value(key, value)}"]
         elif sep and key in PATH_GROUPS and _is_path_sweep(value):
-            # `model=a/,b/`: a sweep over paths, as Hydra sweeps `model.path=a/,b/`
-            paths = ",".join(str(_full_path(key, v)) for v in value.split(","))
+            # `model=a/,b/`: a sweep over paths, as Hydra sweeps `model.path=a/,b/`; each item quoted or not
+            paths = ",".join(_path_value(key, item) for item in _sweep_items(value))
             out += [f"{key}={PATH_GROUPS[key]}", f"{key}.path={paths}"]
         else:
             out.append(arg)
@@ -78,8 +78,25 @@ def _full_path(key: str, value: str):
 
 def _is_path_sweep(value: str) -> bool:
     """Comma-separated, and every item a path (a sweep of option names, or of options and paths, stays Hydra's)."""
-    items = value.split(",")
-    return len(items) > 1 and all(item and _looks_like_path(item) for item in items)
+    items = _sweep_items(value)
+    return len(items) > 1 and all(item and _looks_like_path(_unquoted(item), quoted=_unquoted(item) != item)
+                                  for item in items)
+
+
+def _sweep_items(value: str) -> list[str]:
+    """The items of the comma list `value` as written: `'/x/a(b)','/y/c,d'`
+    (each quoted, as Hydra's grammar asks of such paths) is two, quotes kept."""
+    items, item, quote = [], "", None
+    for i, char in enumerate(value):
+        if quote and char == quote and value[i - 1] != "\\":
+            quote = None
+        elif not quote and char in "'\"":
+            quote = char
+        elif not quote and char == ",":
+            items, item = [*items, item], ""
+            continue
+        item += char
+    return [*items, item]
 
 
 # Hydra's functions a value may start with (its override grammar): sweeps, and sort()/shuffle() of one
@@ -117,9 +134,11 @@ def check_group_options(argv: list[str]) -> None:
             print(f"error: {arg}: {value.partition('(')[0]}() sweeps {key} names; a sweep over paths is "
                   f"{key}={','.join(swept)}", file=sys.stderr)
             raise SystemExit(2)
-        items = swept or ([value] if quoted else value.split(","))   # a quoted comma is the value's own
+        written = [] if swept else [value] if quoted else _sweep_items(value)   # a quoted comma is the value's own
+        items = swept or [_unquoted(item) for item in written]
+        in_quotes = [quoted or _unquoted(item) != item for item in written] or [False] * len(items)
         # a path is an option only where the group has a path option (PATH_GROUPS); elsewhere a name unknown
-        names = [item for item in items if key not in PATH_GROUPS or not _looks_like_path(item, quoted)]
+        names = [item for item, q in zip(items, in_quotes) if key not in PATH_GROUPS or not _looks_like_path(item, q)]
         unknown = [name for name in names if name not in known and name != "null"]
         if unknown:
             print(f"error: unknown {key} {unknown[0]!r}; choose from {shown_options(key, roots)}", file=sys.stderr)

@@ -147,5 +147,21 @@ def test_a_quoted_path_is_the_path_in_the_quotes_as_the_escaped_one(given, path,
     assert OverridesParser.create().parse_override(path_arg).value() == str(tmp_path / path)
 
 
+@pytest.mark.parametrize("given, paths", [("'./a(b)','./c(d)'", ["a(b)", "c(d)"]),
+                                          ("'./a, c',./d", ["a, c", "d"]), (r"./a\(b\),'./c(d)'", ["a(b)", "c(d)"])])
+def test_a_sweep_of_quoted_paths_is_those_paths(given, paths, tmp_path, monkeypatch):
+    """`model='/x/a(b)','/y/c(d)'`, each path quoted as Hydra's grammar asks,
+    was joined to the working directory item by item, quotes and all."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from quantize.common.config import check_group_options
+    monkeypatch.chdir(tmp_path)
+    check_group_options([f"model={given}"])   # no exit
+    group, path_arg = expand_path_shorthands([f"model={given}"])
+    assert group == "model=local"
+    swept = [getattr(item, "text", item) for item in OverridesParser.create().parse_override(path_arg).value().list]
+    assert swept == [str(tmp_path / path) for path in paths]
+
+
 def test_a_quoted_hub_id_stays_the_id():
     assert expand_path_shorthands(["model='owner/name'"]) == ["model=local", "model.path='owner/name'"]
