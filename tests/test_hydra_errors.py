@@ -556,6 +556,17 @@ def test_a_near_miss_of_another_options_key_names_that_key_and_its_options(args,
     assert str(e.value) == line
 
 
+@pytest.mark.parametrize("arg", ["+load.burstines=0.5", "load.burstines=0.5"])
+def test_a_near_miss_of_a_class_field_the_yaml_leaves_out_says_to_add_it(arg):
+    """load.burstiness is a field of the chosen load's class, left out of its
+    YAML: a near miss of it was asked "did you mean load.name?"."""
+    from quantize.common import hydra_errors
+    line = hydra_errors.unknown_key("load.burstines", "python -m evaluate", "evaluate",
+                                    ["engine=vllm_server", "load=concurrency", arg])
+    assert line == ("python -m evaluate has no key load.burstines; did you mean load.burstiness? load's YAML leaves "
+                    "it at its default: add it with +load.burstiness=0.5")
+
+
 def test_a_near_miss_of_another_options_key_through_hydras_own_error(tmp_path):
     proc = run("evaluate", "model=/nonexistent/x", "slo=none", "slo.ttft_m=5", cwd=tmp_path)
     assert proc.returncode == ExitCode.BAD_INPUT, proc.stderr[-3000:]

@@ -81,9 +81,20 @@ def unknown_key(key: str, command: str, config_name: str, overrides: list[str]) 
         elsewhere = other_options_key(close, config_name, [[a for a in job if override_key(a) != key] for job in jobs])
         if elsewhere:
             return f"{command} has no key {key}; did you mean {close}? {elsewhere}"
+        if chosen_class_takes(config_name, jobs[0], key, close):   # load.burstiness, which the YAML leaves out
+            return (f"{command} has no key {key}; did you mean {close}? {close.rpartition('.')[0]}'s YAML leaves it "
+                    f"at its default: add it with +{close}={given if given is not None else '<value>'}")
         close = nearest(key, list(keys))
     hint = f"; did you mean {close}?" if close else ""
     return f"{command} has no key {key}{hint} ({command} --help lists its keys)"
+
+
+def chosen_class_takes(config_name: str, overrides: list[str], key: str, close: str) -> bool:
+    """Whether the class the config composed from `overrides` (less `key`)
+    names for the setting `close` is on takes it as a field of its own."""
+    from quantize.common.conf_groups import class_takes
+    values = composed(config_name, kept_overrides(overrides, {key}))
+    return values is not None and class_takes(values, close, gathered=False)
 
 
 def other_options_key(key: str, config_name: str, jobs: list[list[str]]) -> str | None:
