@@ -69,6 +69,9 @@ def download(repo_id: str, revision: str | None = None) -> Path:
         missing = [name for name in weight_names(meta) if not (meta / name).is_file()]
         if missing:  # cached ones are not asked for again: that would need the hub even when all is here
             _snapshot(repo_id, meta.name, missing)  # the same commit, even if the repo changed meanwhile
+            if any(not (meta / name).is_file() for name in missing):   # read from a cache that lacks them
+                from huggingface_hub.errors import LocalEntryNotFoundError
+                raise LocalEntryNotFoundError(f"{', '.join(missing)} not in the cache")
         return meta
     except Exception as e:
         raise UserError(_explain(repo_id, e, revision)) from None
@@ -115,8 +118,20 @@ def main_commit(repo_id: str) -> str | None:
 
 
 def _snapshot(repo_id: str, revision: str | None, patterns: list[str]) -> str:
-    from huggingface_hub import snapshot_download
-    return snapshot_download(repo_id, revision=revision, allow_patterns=patterns)
+    """The snapshot folder at `revision`: downloaded, or the cache's where the
+    hub is offline or unreachable. The cache is asked directly then: given a
+    full commit, snapshot_download lists the hub's files unless the cache
+    holds that commit's file list (trees/), which caches filled file by file,
+    by older hub versions or copied from another host lack."""
+    import httpx
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import OfflineModeIsEnabled
+    if not constants.HF_HUB_OFFLINE:
+        try:
+            return snapshot_download(repo_id, revision=revision, allow_patterns=patterns)
+        except (httpx.ConnectError, httpx.TimeoutException, OfflineModeIsEnabled):
+            pass   # unreachable: the cache decides, as for a branch (snapshot_download's own fallback)
+    return snapshot_download(repo_id, revision=revision, allow_patterns=patterns, local_files_only=True)
 
 
 def _explain(repo_id: str, e: Exception, revision: str | None = None) -> str:

@@ -128,3 +128,31 @@ def test_a_trials_quantize_takes_the_pinned_revision():
         object.__setattr__(config, key, value)
     command = quantize_command(config, Path("/r.yaml"), Path("/a"))
     assert f"model.revision={'a' * 40}" in command and "model.name=tiny" in command
+
+
+@pytest.mark.parametrize("hub_state", ["offline", "unreachable"])
+def test_a_cached_commit_is_found_without_the_hub(tiny_model, tmp_path, monkeypatch, hub_state):
+    """Given a full commit, snapshot_download lists the hub's files unless the
+    cache holds that commit's list (trees/), which a cache filled file by
+    file or copied lacks: every trial of an offline search (pinned to its
+    commit) failed, where asking for main had read the cache."""
+    from huggingface_hub import constants
+    hub_cache(tmp_path / "hf", tiny_model, {"main": "a" * 40, "v1": "b" * 40})
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    if hub_state == "offline":
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    else:
+        monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")   # nothing listens there
+    for revision, commit in [("a" * 40, "a" * 40), ("b" * 40, "b" * 40), ("v1", "b" * 40), (None, "a" * 40)]:
+        assert hub.download("some-org/tiny", revision).name == commit
+    message = one_line_error(lambda: hub.download("some-org/tiny", "c" * 40))
+    assert "not in the Hugging Face cache at revision " + "c" * 40 in message
+
+
+def test_a_trials_quantize_at_a_cached_commit_runs_offline(tiny_model, tmp_path, workdir):
+    arts = tmp_path / "artifacts"
+    hub_cache(tmp_path / "hf", tiny_model, {"main": "a" * 40})
+    proc = quantize_offline("recipe=original", "model=some-org/tiny", f"model.revision={'a' * 40}",
+                            "model.name=tiny", f"artifacts_dir={arts}", hf_home=tmp_path / "hf", cwd=workdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((arts / "tiny" / "original" / "manifest.json").read_text())["model"]["revision"] == "a" * 40
