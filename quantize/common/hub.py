@@ -150,7 +150,7 @@ def _explain(repo_id: str, e: Exception, revision: str | None = None) -> str:
         return (f"model {repo_id}: {local}, it is not in the Hugging Face cache{at}, and {why}; download it where "
                 f"the hub is reachable (hf download {repo_id}{f' --revision {revision}' if revision else ''} "
                 f"--include '*.safetensors' '*.json' "
-                "'tokenizer*' --local-dir DIR) and pass model=DIR")
+                f"'tokenizer*' --local-dir DIR) and pass model=DIR{' without model.revision (DIR holds that revision)' if revision else ''}")
     said = " ".join(str(e).split())[:200]
     return (f"model {repo_id}: download from the Hugging Face hub failed ({type(e).__name__}: {said}); "
             "pass model=<local checkpoint dir>")

@@ -156,3 +156,16 @@ def test_a_trials_quantize_at_a_cached_commit_runs_offline(tiny_model, tmp_path,
                             "model.name=tiny", f"artifacts_dir={arts}", hf_home=tmp_path / "hf", cwd=workdir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((arts / "tiny" / "original" / "manifest.json").read_text())["model"]["revision"] == "a" * 40
+
+
+def test_a_revision_the_cache_lacks_offline_says_to_drop_it_with_the_folder(tmp_path, monkeypatch):
+    """The hint ended `--local-dir DIR) and pass model=DIR`: kept with
+    model.revision, that folder was refused (a local folder has no revisions)."""
+    from huggingface_hub import constants
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    message = one_line_error(lambda: hub.download("some-org/tiny", "v2"))
+    assert "--revision v2" in message and message.endswith("pass model=DIR without model.revision (DIR holds that revision)")
+    with pytest.raises(Exception, match="drop model.revision"):   # what keeping it would have met
+        hub.check_revision(str(tmp_path), "v2")
+    assert one_line_error(lambda: hub.download("some-org/tiny")).endswith("pass model=DIR")   # main: nothing to drop
