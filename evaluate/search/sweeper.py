@@ -137,7 +137,7 @@ class SearchSettings:
             objectives=None if objectives is None else [_objective(plain(o)) for o in objectives],
             study=get("study", None),
             identity_values={key: get(key, None) for key in IDENTITY_KEYS},
-            revision=None if get("model.revision", None) is None else str(get("model.revision", None)),
+            revision=hub.check_revision(str(get("model.path", "")), get("model.revision", None)),
         )
 
 

@@ -43,6 +43,9 @@ def check_revision(path: str, revision) -> str | None:
     a local folder has no revisions, and an empty or non-text one names none."""
     if revision is None:
         return None
+    if isinstance(revision, float):   # a tag such as 1.0, typed bare (1.10 is then 1.1)
+        raise UserError(f"model.revision={revision}: Hydra read it as a number; quote it as typed: "
+                        f"model.revision='\"{revision}\"'")
     if not isinstance(revision, (str, int)) or isinstance(revision, bool) or not str(revision).strip() \
             or any(c.isspace() for c in str(revision)):
         raise UserError(f"model.revision={revision!r} is not a revision; pass a branch, tag or commit "

@@ -169,3 +169,29 @@ def test_a_revision_the_cache_lacks_offline_says_to_drop_it_with_the_folder(tmp_
     with pytest.raises(Exception, match="drop model.revision"):   # what keeping it would have met
         hub.check_revision(str(tmp_path), "v2")
     assert one_line_error(lambda: hub.download("some-org/tiny")).endswith("pass model=DIR")   # main: nothing to drop
+
+
+@pytest.mark.parametrize("typed", ["1.0", "1.10", "1e5"])
+def test_a_numeric_tag_says_to_quote_it(typed):
+    """`model.revision=1.0` reached the check as the float Hydra parsed, and
+    was refused as 'not a revision' without saying why or how to pass it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    parse = OverridesParser.create().parse_override
+    value = parse(f"model.revision={typed}").value()
+    message = one_line_error(lambda: ModelChoice.from_config({"name": "tiny", "path": "some-org/tiny",
+                                                              "revision": value}))
+    assert "Hydra read it as a number; quote it" in message
+    quoted = message.rpartition("quote it as typed: ")[2]
+    assert quoted == f"""model.revision='"{value}"'"""
+    assert parse(quoted.replace("'", "").replace(str(value), typed)).value() == typed   # what the shell passes on
+
+
+def test_a_searchs_numeric_tag_is_refused_at_start():
+    """The sweeper took str() of the float: model.revision=1.10 resolved tag 1.1."""
+    from evaluate.search.sweeper import SearchSettings
+    from quantize.common.errors import UserError
+    cfg = OmegaConf.create({"model": {"name": "tiny", "path": "some-org/tiny", "revision": 1.1}})
+    with pytest.raises(UserError, match="Hydra read it as a number"):
+        SearchSettings.from_cfg(cfg)
+    cfg.model.revision = "1.10"
+    assert SearchSettings.from_cfg(cfg).revision == "1.10"
