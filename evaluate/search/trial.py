@@ -24,7 +24,7 @@ from typing import Callable
 from evaluate import hardware, results, scenarios, store_lock
 from evaluate.search import kept_dense, speed, study_file
 from evaluate.search.config import ACCURACY_METRICS, SIZE_METRICS, SearchConfig
-from quantize.common import atomic, manifest
+from quantize.common import atomic, hub, manifest
 from quantize.common.config import expand_path_shorthands
 from quantize.common.credentials import redact_override
 from quantize.common.errors import UserError
@@ -109,7 +109,7 @@ def build(config: SearchConfig, number: int, info: dict) -> Built:
     artifact_dir = (config.artifacts_dir / config.model_name / artifact_name(config, name)).resolve()
     command = quantize_command(config, recipe_path, artifact_dir)
     built = manifest.read(artifact_dir)
-    if built is None or not ran_before(built.command, "quantize", command):
+    if built is None or not built_by(built, command, config.model_revision):
         check_servable(config, recipe_path)
         _run_stage("quantize", command, config, number)
         built = manifest.read(artifact_dir)
@@ -117,6 +117,19 @@ def build(config: SearchConfig, number: int, info: dict) -> Built:
         raise UserError(f"quantize finished without a manifest in {artifact_dir}; rerun the search")
     info.update(artifact_id=built.artifact_id, artifact_dir=str(artifact_dir))
     return Built(name, recipe_path, artifact_dir, built)
+
+
+def built_by(built: manifest.Manifest, command: list[str], revision: str | None) -> bool:
+    """The artifact is what this quantize command makes: built by it, or by
+    it but for `model.revision` (artifacts from before trials were pinned to
+    the study's commit) from the very commit it pins (the manifest's
+    model.revision, else the commit of the snapshot it read): not quantized
+    again for minutes to the same weights."""
+    if ran_before(built.command, "quantize", command):
+        return True
+    if revision is None or not ran_before(built.command, "quantize", command, ignore=("model.revision",)):
+        return False
+    return (built.model.revision or hub.commit(Path(built.model.path))) == revision
 
 
 def check_servable(config: SearchConfig, recipe_path: Path) -> None:

@@ -195,3 +195,57 @@ def test_a_searchs_numeric_tag_is_refused_at_start():
         SearchSettings.from_cfg(cfg)
     cfg.model.revision = "1.10"
     assert SearchSettings.from_cfg(cfg).revision == "1.10"
+
+
+def _trial_config(revision):
+    from evaluate.search.config import SearchConfig
+    config = SearchConfig.__new__(SearchConfig)
+    for key, value in {"model_path": "org/tiny", "model_name": "tiny", "model_revision": revision, "seed": 0,
+                       "quantize_overrides": []}.items():
+        object.__setattr__(config, key, value)
+    return config
+
+
+def test_a_resumed_study_reuses_artifacts_built_before_trials_were_pinned():
+    """Trials' commands now carry model.revision=<commit>, which the manifests
+    of artifacts built before lack: a resumed study quantized each again."""
+    from types import SimpleNamespace
+    from evaluate.search.trial import built_by, quantize_command
+    snapshots = "/hf/hub/models--org--tiny/snapshots"
+
+    def manifest(command, path, revision=None):
+        return SimpleNamespace(command="python -m quantize " + " ".join(command[3:]),
+                               model=SimpleNamespace(path=path, revision=revision))
+    before = quantize_command(_trial_config(None), Path("/r/w4.yaml"), Path("/a/tiny/w4"))
+    pinned, other = "a" * 40, "b" * 40
+    now = quantize_command(_trial_config(pinned), Path("/r/w4.yaml"), Path("/a/tiny/w4"))
+    assert built_by(manifest(before, f"{snapshots}/{pinned}"), now, pinned)             # the commit it read
+    assert built_by(manifest(before, f"{snapshots}/{pinned}", pinned), now, pinned)
+    assert built_by(manifest(now, f"{snapshots}/{pinned}", pinned), now, pinned)
+    assert not built_by(manifest(before, f"{snapshots}/{other}"), now, pinned)          # other weights
+    assert not built_by(manifest(before, f"{snapshots}/{other}", other), now, pinned)
+    assert not built_by(manifest(before, "/models/tiny"), now, pinned)                  # no commit to compare
+    changed = quantize_command(_trial_config(pinned), Path("/r/w8.yaml"), Path("/a/tiny/w4"))
+    assert not built_by(manifest(before, f"{snapshots}/{pinned}"), changed, pinned)     # another recipe
+    assert built_by(manifest(before, "/models/tiny"), before, None)                     # unpinned: as before
+
+
+def test_a_resumed_trial_does_not_quantize_an_artifact_built_before_pinning(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+    from evaluate.search import trial
+    config = _trial_config("a" * 40)
+    for key, value in {"trial": SimpleNamespace(scheme="w4a16", keep_dense=()), "results_dir": tmp_path, "study": "s", "sensitivity": "none",
+                       "artifacts_dir": tmp_path / "artifacts",
+                       "space": SimpleNamespace(recipe=lambda *_: ("w4", "recipe text"))}.items():
+        object.__setattr__(config, key, value)
+    monkeypatch.setattr(trial.kept_dense, "kept", lambda *_: None)
+    monkeypatch.setattr(trial.kept_dense, "linear_widths", lambda *_: None)
+    recipe = (tmp_path / "search" / "s" / "recipes" / "w4.yaml").resolve()
+    before = trial.quantize_command(_trial_config(None), recipe, (tmp_path / "artifacts" / "tiny" / "w4").resolve())
+    built = SimpleNamespace(command="python -m quantize " + " ".join(before[3:]), artifact_id="x",
+                            model=SimpleNamespace(path=f"/hf/models--org--tiny/snapshots/{'a' * 40}", revision=None))
+    monkeypatch.setattr(trial.manifest, "read", lambda _: built)
+    ran = []
+    monkeypatch.setattr(trial, "_run_stage", lambda *args: ran.append(args))
+    monkeypatch.setattr(trial, "check_servable", lambda *_: None)
+    assert trial.build(config, 0, {}).manifest is built and ran == []
