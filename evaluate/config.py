@@ -16,10 +16,10 @@ from evaluate.serving import profiles
 from evaluate.serving.profiles import LoadProfile
 from evaluate.serving.slo import SLO
 from evaluate.target import TargetConfig, verify_mode
-from quantize.common import hf_load, hub, tracking
+from quantize.common import hf_load, hub, manifest, tracking
 from quantize.common.errors import UserError
 from quantize.common.extensions import plain
-from quantize.common.paths import folder_name, folder_setting
+from quantize.common.paths import folder_name, folder_setting, resolve
 from quantize.common.settings import flag, integer, is_name, shown
 from quantize.common.tracking import Tracker
 
@@ -82,13 +82,29 @@ def target_config(cfg) -> TargetConfig:
     also what `python -m evaluate.capabilities` plans recipes with."""
     recipe = cfg.get("recipe")
     name = cfg.model.get("name")
+    revision = None
     if cfg.model.get("path") is not None:  # a revision names the artifact folder (model.name); a local folder has none
-        hub.check_revision(str(cfg.model.path), cfg.model.get("revision"))
-    return TargetConfig(model_name=None if name is None else folder_name("model.name", name),
-                        model_path=_text(cfg.model.get("path")),
-                        recipe_name=folder_name("recipe.name", recipe.name) if recipe else None,
-                        recipe_path=_text(recipe.get("path")) if recipe else None,
-                        artifacts_dir=folder_setting("artifacts_dir", cfg.artifacts_dir), verify=verify_mode(cfg.get("verify", "fingerprint")))
+        revision = hub.check_revision(str(cfg.model.path), cfg.model.get("revision"))
+    config = TargetConfig(model_name=None if name is None else folder_name("model.name", name),
+                          model_path=_text(cfg.model.get("path")),
+                          recipe_name=folder_name("recipe.name", recipe.name) if recipe else None,
+                          recipe_path=_text(recipe.get("path")) if recipe else None,
+                          artifacts_dir=folder_setting("artifacts_dir", cfg.artifacts_dir), verify=verify_mode(cfg.get("verify", "fingerprint")))
+    if revision is not None and config.recipe_name is not None:
+        _check_built_revision(config, revision)
+    return config
+
+
+def _check_built_revision(config: TargetConfig, revision: str) -> None:
+    """The artifact found for model.revision was built from it (a folder
+    named by another revision, or a model.name given, holds another's)."""
+    where = resolve(config.artifacts_dir) / str(config.model_name) / str(config.recipe_name)
+    try:
+        built = manifest.read(where)
+    except UserError:   # not a manifest: opening the artifact says so
+        return
+    if built is not None:
+        hub.check_built_revision(revision, dict((built.config or {}).get("model") or {}), built.model.revision, where)
 
 
 def scenario_choice(node) -> ScenarioChoice:

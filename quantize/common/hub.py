@@ -58,9 +58,27 @@ def check_revision(path: str, revision) -> str | None:
 
 def folder_name(name: str, revision: str | None) -> str:
     """The model's name as its artifacts' folder: `name@revision` for a
-    revision given ('/' in a branch as '-'), so two revisions never share
-    one; the name alone for main, as before revisions could be chosen."""
-    return name if revision is None else f"{name}@{str(revision).replace('/', '-')}"
+    revision given, '/' in a branch as '%2F' (and '%' as '%25': feat/x and
+    feat-x, or feat%2Fx, are three folders); the name alone for main, as
+    before revisions could be chosen."""
+    return name if revision is None else f"{name}@{str(revision).replace('%', '%25').replace('/', '%2F')}"
+
+
+def check_built_revision(revision: str | None, built: dict, commit: str | None, where: Path) -> None:
+    """An artifact in `where` asked for at `revision` was built from it: the
+    revision its quantize was given (`built`: the manifest's config.model),
+    or, for a commit asked for, the commit its snapshot held. A branch's
+    current commit is not compared: it may have moved since (offline, it
+    cannot be known). Nothing recorded (a local folder, an older manifest):
+    nothing to compare."""
+    given = built.get("revision")
+    if revision is None or given is None or str(given) == revision:
+        return
+    if commit and re.fullmatch(r"[0-9a-f]{7,40}", revision.lower()) and commit.startswith(revision.lower()):
+        return
+    raise UserError(f"model.revision={revision}: the artifact in {where} was built from model.revision={given} "
+                    f"(commit {commit or 'unrecorded'}); rebuild it with `python -m quantize ... "
+                    f"model.revision={revision} force=true`, or evaluate it as model.revision={given}")
 
 
 def download(repo_id: str, revision: str | None = None) -> Path:

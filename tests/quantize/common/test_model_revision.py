@@ -249,3 +249,42 @@ def test_a_resumed_trial_does_not_quantize_an_artifact_built_before_pinning(tmp_
     monkeypatch.setattr(trial, "_run_stage", lambda *args: ran.append(args))
     monkeypatch.setattr(trial, "check_servable", lambda *_: None)
     assert trial.build(config, 0, {}).manifest is built and ran == []
+
+
+def test_two_revisions_never_share_a_folder():
+    """'/' became '-': feat/x and feat-x both built into and read from tiny@feat-x."""
+    from quantize.common import resolvers
+    from evaluate.config import target_config
+    from evaluate.target import _artifact_dir
+    resolvers.register_resolvers()
+    folders = set()
+    for revision in ["feat/x", "feat-x", "feat%2Fx", "feat%x", "refs/pr/1"]:
+        cfg = OmegaConf.create({"model": {"name": "${model_name:${.path},${.revision}}", "path": "some-org/tiny",
+                                          "revision": revision},
+                                "recipe": {"name": "w4a16_rtn", "path": "x"}, "artifacts_dir": "artifacts"})
+        folders.add(_artifact_dir(target_config(cfg)).parent.name)
+    assert folders == {"tiny@feat%2Fx", "tiny@feat-x", "tiny@feat%252Fx", "tiny@feat%25x", "tiny@refs%2Fpr%2F1"}
+
+
+def test_evaluate_refuses_an_artifact_built_from_another_revision(tiny_model, tmp_path, workdir):
+    """evaluate never compared the revision asked for with the artifact's:
+    a folder another revision built into was measured as this one."""
+    from evaluate.config import target_config
+    from quantize.common.errors import UserError
+    hub_cache(tmp_path / "hf", tiny_model, {"main": "a" * 40, "feat/x": "c" * 40, "feat-x": "d" * 40})
+    arts = tmp_path / "artifacts"
+    proc = quantize_offline("recipe=original", "model=some-org/tiny", "model.revision=feat/x",
+                            "model.name=tiny@feat-x", f"artifacts_dir={arts}", hf_home=tmp_path / "hf", cwd=workdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    def target(revision):
+        return target_config(OmegaConf.create({"model": {"name": "tiny@feat-x", "path": "some-org/tiny",
+                                                          "revision": revision},
+                                               "recipe": {"name": "original", "path": None},
+                                               "artifacts_dir": str(arts)}))
+    with pytest.raises(UserError, match=r"model.revision=feat-x: the artifact in .*tiny@feat-x/original was built "
+                                        r"from model.revision=feat/x \(commit c{40}\); rebuild it"):
+        target("feat-x")
+    with pytest.raises(UserError, match=r"built from model.revision=feat/x"):
+        target("d" * 12)
+    assert target("feat/x").model_name == target("c" * 12).model_name == target("c" * 40).model_name == "tiny@feat-x"
