@@ -572,3 +572,16 @@ def test_a_near_miss_of_another_options_key_through_hydras_own_error(tmp_path):
     assert proc.returncode == ExitCode.BAD_INPUT, proc.stderr[-3000:]
     assert one_error_line(proc).startswith("error: python -m evaluate has no key slo.ttft_m; did you mean "
                                            "slo.ttft_ms? slo.ttft_ms is a key of slo=batch, ")
+
+
+@pytest.mark.parametrize("engines", ["vllm,hf", "hf,vllm"])
+def test_a_key_some_swept_options_lack_is_named_so_in_either_order(engines):
+    """engine=vllm,hf said "engine holds `stall_timeout_s` as one key … set
+    engine whole": the first job's engine has the key, read as one whose name
+    holds a dot. The line is the same whichever option comes first."""
+    from quantize.common import hydra_errors
+    line = hydra_errors.unknown_key("engine.stall_timeout_s", "python -m evaluate", "evaluate",
+                                    ["model=local", "model.path=/nonexistent/x", f"engine={engines}",
+                                     "engine.stall_timeout_s=5"])
+    assert line == ("engine.stall_timeout_s is a key of engine=openai, vllm, vllm_server, not of engine=hf (pick one, "
+                    "or ++engine.stall_timeout_s=<value> to set it only in the jobs that have it)")

@@ -65,7 +65,8 @@ def unknown_key(key: str, command: str, config_name: str, overrides: list[str]) 
     if parent in values and not isinstance(values[parent], (dict, type(None))):
         return f"{command} has no key {key}: {parent} takes one value, not keys ({parent}=<value>)"
     parts = key.split(".")
-    splits = [(".".join(parts[:i]), ".".join(parts[i:])) for i in range(1, len(parts))]
+    # only a name with a dot of its own: a plain nested key job 0 has is one another job lacks (engine=vllm,hf)
+    splits = [(".".join(parts[:i]), ".".join(parts[i:])) for i in range(1, len(parts) - 1)]
     holder, inner = next(((h, n) for h, n in splits if isinstance(values.get(h), dict) and n in values[h]), (None, None))
     if holder:   # a key whose own name holds a dot (search.params' `trial.scheme`): Hydra reads it as nesting
         fix = f"pass {inner}=<value>" if inner in values else f"change it in its YAML, or set {holder} whole"
