@@ -302,6 +302,8 @@ def check_added_keys(config_name: str, command: str, overrides: list[str]) -> No
         if values is None:
             return  # another error of the command line: Hydra names it, not the key added here
         known |= {key for key, _ in dotted(values)} | {key for key in added if class_takes(values, key)}
+        if known.issuperset(added):
+            return   # the other jobs cannot make a known key unknown
     for key in added:
         if key not in known:
             raise UserError(unknown_key(key, command, config_name, overrides))

@@ -165,3 +165,15 @@ def test_a_sweep_of_quoted_paths_is_those_paths(given, paths, tmp_path, monkeypa
 
 def test_a_quoted_hub_id_stays_the_id():
     assert expand_path_shorthands(["model='owner/name'"]) == ["model=local", "model.path='owner/name'"]
+
+
+def test_an_added_key_the_first_job_has_composes_no_other_job(monkeypatch):
+    """++calibration.num_samples=8 on a sweep of recipes composed every job,
+    though the first one already has the key."""
+    from quantize.common import config, hydra_errors
+    calls, real = [], hydra_errors.composed_or_raise
+    monkeypatch.setattr(hydra_errors, "composed_or_raise",
+                        lambda name, overrides: calls.append(tuple(overrides)) or real(name, overrides))
+    config.check_added_keys("quantize", "python -m quantize",
+                            ["-m", "recipe=original,w4a16_rtn,w4a16_gptq", "++calibration.num_samples=8"])
+    assert len(calls) == 1
