@@ -262,19 +262,28 @@ class SweepJobs:
     shared by the checks: composing is most of a check's time."""
 
     def __init__(self, config_name: str, argv: list[str]):
-        self.config_name, self.argv, self._configs = config_name, argv, None
+        self.config_name, self.argv, self._jobs, self._configs = config_name, argv, None, []
 
-    def configs(self) -> list:
-        """Each job's config (unresolved), or the error composing it raised."""
-        from quantize.common.hydra_errors import composed_or_raise, kept_overrides
-        if self._configs is None:
-            self._configs = []
-            for job in one_job_per_choice(self.argv, [CONF_DIR, *search_path_dirs(self.argv)]):
+    def jobs(self) -> list[list[str]]:
+        """Each job's command line, as it is composed."""
+        from quantize.common.hydra_errors import kept_overrides
+        if self._jobs is None:
+            jobs = one_job_per_choice(self.argv, [CONF_DIR, *search_path_dirs(self.argv)])
+            self._jobs = [kept_overrides(job, set()) for job in jobs]
+        return self._jobs
+
+    def configs(self):
+        """Each job's config (unresolved), or the error composing it raised,
+        composed as the caller gets to it: a check that stops at a job's error
+        composes none after it."""
+        from quantize.common.hydra_errors import composed_or_raise
+        for i, job in enumerate(self.jobs()):
+            if i == len(self._configs):
                 try:
-                    self._configs.append(composed_or_raise(self.config_name, kept_overrides(job, set())))
+                    self._configs.append(composed_or_raise(self.config_name, job))
                 except Exception as e:   # the check that composes the jobs raises it, the others skip the job
                     self._configs.append(e)
-        return self._configs
+            yield self._configs[i]
 
 
 def check_added_keys(config_name: str, command: str, overrides: list[str]) -> None:

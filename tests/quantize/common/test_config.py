@@ -177,3 +177,15 @@ def test_an_added_key_the_first_job_has_composes_no_other_job(monkeypatch):
     config.check_added_keys("quantize", "python -m quantize",
                             ["-m", "recipe=original,w4a16_rtn,w4a16_gptq", "++calibration.num_samples=8"])
     assert len(calls) == 1
+
+
+def test_a_sweep_whose_first_job_fails_composes_no_other(monkeypatch):
+    """-m recipe=<3> runz=1 composed all three jobs before raising the first
+    one's error; the first job, and the command line less its sweeps, decide."""
+    from quantize.common import config, hydra_errors
+    calls, real = [], hydra_errors.composed_or_raise
+    monkeypatch.setattr(hydra_errors, "composed_or_raise",
+                        lambda name, overrides: calls.append(tuple(overrides)) or real(name, overrides))
+    argv = ["-m", "recipe=original,w4a16_rtn,w4a16_gptq", "runz=1"]
+    config.check_sweep_jobs_compose("quantize", argv, config.SweepJobs("quantize", argv))
+    assert calls == [("recipe=original", "runz=1"), ("runz=1",)]
