@@ -585,3 +585,22 @@ def test_a_key_some_swept_options_lack_is_named_so_in_either_order(engines):
                                      "engine.stall_timeout_s=5"])
     assert line == ("engine.stall_timeout_s is a key of engine=openai, vllm, vllm_server, not of engine=hf (pick one, "
                     "or ++engine.stall_timeout_s=<value> to set it only in the jobs that have it)")
+
+
+def test_a_misspelt_key_in_a_sweep_composes_no_job_the_key_cannot_differ_in(monkeypatch):
+    """slo.ttft_m=5 with -m engine=<3> scenario=<11> took seven seconds to refuse:
+    every job was composed for its choices, twice, and for its keys, though no
+    engine or scenario changes slo. The first job, each slo option, and the
+    default naming one decide."""
+    import hydra
+
+    from quantize.common import hydra_errors
+    calls, real = [], hydra.compose
+    monkeypatch.setattr(hydra, "compose", lambda *a, **k: calls.append(k.get("overrides")) or real(*a, **k))
+    line = hydra_errors.unknown_key("slo.ttft_m", "python -m evaluate", "evaluate",
+                                    ["model=local", "model.path=/nonexistent/x", "engine=vllm,hf,vllm_server",
+                                     "scenario=base,cpu,interactive", "slo.ttft_m=5"])
+    assert line == ("python -m evaluate has no key slo.ttft_m; did you mean slo.ttft_ms? slo.ttft_ms is a key of "
+                    "slo=batch, interactive_cpu, interactive_gpu, not of slo=none (pick one, or hardware=cuda, whose "
+                    "default is interactive_gpu)")
+    assert len(calls) == 6   # the first job, the four slo options, hardware=cuda

@@ -49,11 +49,22 @@ def as_user_error(e: BaseException, module: str, config_name: str, overrides: li
 
 def unknown_key(key: str, command: str, config_name: str, overrides: list[str]) -> str:
     """The line for `key`, which the config composed from `overrides` lacks; in
-    a sweep, its first job's config decides, and the nearest key is of any job's."""
+    a sweep, its first job's config decides, and the nearest key is of any job's.
+    Each command line it composes is composed once (a sweep's many, a tenth of a second each)."""
+    global _memo
+    _memo = {}
+    try:
+        return _unknown_key(key, command, config_name, overrides)
+    finally:
+        _memo = None
+
+
+def _unknown_key(key: str, command: str, config_name: str, overrides: list[str]) -> str:
     from quantize.common.conf_groups import search_path_dirs
     from quantize.common.conf_groups import one_job_per_choice
     from quantize.common.paths import CONF_DIR
-    jobs = one_job_per_choice(overrides, [CONF_DIR, *search_path_dirs(overrides)])
+    roots = [CONF_DIR, *search_path_dirs(overrides)]
+    jobs = one_job_per_choice(overrides, roots)
     values = config_values(config_name, jobs[0], {key})
     parent, _, name = key.rpartition(".")
     given = next((a.partition("=")[2] for a in overrides if override_key(a) == key), None)
@@ -75,7 +86,7 @@ def unknown_key(key: str, command: str, config_name: str, overrides: list[str]) 
     if elsewhere:
         return elsewhere
     keys = dict.fromkeys(values)
-    for job in jobs[1:]:
+    for job in (job for job in jobs[1:] if may_differ(job, jobs[0], key.partition(".")[0], roots)):
         keys |= dict.fromkeys(config_values(config_name, job, {key}))
     close = nearest(key, [*keys, *options_keys(key, jobs[0])])
     if close and close not in keys:   # a key of another option of its group (slo.ttft_m on slo=none: slo.ttft_ms)
@@ -109,11 +120,15 @@ def other_options_key(key: str, config_name: str, jobs: list[list[str]]) -> str 
     roots = [CONF_DIR, *search_path_dirs(jobs[0])]
     if not dot or not is_group(group, roots):
         return None
-    chosen = [job_choices(config_name, job, {key}) for job in jobs]
     rest = [a for a in jobs[0] if override_key(a) not in (key, group)]
     having = [name for name in sorted(group_options(group, roots)) if option_has(config_name, rest, group, name, key)]
+    if not having:
+        return None
+    first = job_choices(config_name, jobs[0], {key})   # a job choosing as the first one does is not composed
+    chosen = [job_choices(config_name, job, {key}) if may_differ(job, jobs[0], group, roots) else first
+              for job in jobs]
     lacking = sorted({c[group] for c in chosen if c.get(group) and c[group] not in having})
-    if not having or not lacking:
+    if not lacking:
         return None
     # another group's option that picks one by default, where the command line picks none (theirs wins)
     named = any(override_key(a) == group for a in jobs[0])
@@ -201,18 +216,32 @@ def defaults_choosing(group: str, names: list[str], roots) -> list[tuple[str, st
     return found
 
 
+def may_differ(job: list[str], first: list[str], prefix: str, roots) -> bool:
+    """Whether the sweep's single job `job` (one_job_per_choice: the first job
+    `first` with another option of one group) may have other keys or choices
+    under `prefix` (a key's first part) than `first`: the group it changes is
+    `prefix` (or near it), or its options choose other groups' options or set
+    keys anywhere (`# @package _global_`, as hardware=cuda)."""
+    group = next((override_key(a) for a, b in zip(job, first) if a != b), None)
+    if group is None:
+        return False
+    if group.partition(".")[0] == prefix or nearest(prefix, [group.partition(".")[0]]):
+        return True
+    for path in (p for root in roots for p in (root / group.replace(".", "/")).glob("*.yaml")):
+        try:
+            text = path.read_text()
+        except OSError:
+            return True
+        if "@package _global_" in text or re.search(r"^defaults:", text, re.M):
+            return True
+    return False
+
+
 def job_choices(config_name: str, overrides: list[str], bad_keys: set[str]) -> dict:
     """{group: option} of the config composed from `overrides` less those
     naming `bad_keys`; {} when it cannot be composed."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from quantize.common.paths import CONF_DIR
-    GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose(config_name, overrides=kept_overrides(overrides, bad_keys), return_hydra_config=True)
-            return {group: choice for group, choice in cfg.hydra.runtime.choices.items() if "/" not in group}
+        return _composition(config_name, kept_overrides(overrides, bad_keys))[1]
     except Exception:
         return {}
 
@@ -342,9 +371,42 @@ def composed(config_name: str, overrides: list[str]) -> dict | None:
     """The config (unresolved) Hydra composes from the overrides `overrides`;
     None when it cannot."""
     try:
-        return composed_or_raise(config_name, overrides)
+        return _composition(config_name, overrides)[0] if _memo is not None else composed_or_raise(config_name,
+                                                                                                     overrides)
     except Exception:
         return None
+
+
+# While unknown_key makes its line: (config, {group: option}) or the error, by the command line composed
+_memo: dict | None = None
+
+
+def _composition(config_name: str, overrides: list[str]) -> tuple[dict, dict]:
+    """(the config, unresolved, and its {group: option}) composed from `overrides`, once while `_memo` is kept."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from quantize.common.paths import CONF_DIR
+    memo_key = (config_name, tuple(overrides))
+    if _memo is not None and memo_key in _memo:
+        if isinstance(_memo[memo_key], Exception):
+            raise _memo[memo_key]
+        return _memo[memo_key]
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name, overrides=overrides, return_hydra_config=True)
+            choices = {group: choice for group, choice in cfg.hydra.runtime.choices.items() if "/" not in group}
+            values = OmegaConf.to_container(cfg, resolve=False)
+            values.pop("hydra", None)
+    except Exception as e:
+        if _memo is not None:
+            _memo[memo_key] = e
+        raise
+    if _memo is not None:
+        _memo[memo_key] = (values, choices)
+    return values, choices
 
 
 def composed_or_raise(config_name: str, overrides: list[str]) -> dict:
