@@ -69,6 +69,9 @@ class CalibrationConfig:
             raise UserError(f"the calibration config lacks {', '.join(missing)}; add it to its YAML "
                             "or pass calibration.<key>=<value>")
         text_field = values.get("text_field", "text")
+        if isinstance(values.get("books"), str):   # tuple("emma") is the letters e, m, m, a
+            raise UserError(f"calibration.books={values['books']} is one name, not a list; "
+                            f"pass calibration.books=[{values['books']}]")
         return cls(
             source=str(values["source"]), num_samples=integer("calibration.num_samples", values["num_samples"], 64),
             max_seq_len=integer("calibration.max_seq_len", values["max_seq_len"], 512), name=str(values.get("name", "")),

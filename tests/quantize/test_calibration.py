@@ -177,3 +177,10 @@ def test_a_file_with_too_few_texts_says_how_many_it_has(tmp_path):
     with pytest.raises(UserError, match="has 2 non-empty samples, fewer than calibration.num_samples=3"):
         calibration.build(config(data, 3), tok, seed=0)
     assert tok.calls == 1 + 3  # what an empty text gives, then each record once
+
+
+def test_one_book_given_where_a_list_is_expected_names_the_list_form():
+    """calibration.books=emma was the letters e, m, m, a: "unknown Austen book(s) ['a', 'e', 'm']"."""
+    with pytest.raises(UserError, match=r"^calibration.books=emma is one name, not a list; "
+                                        r"pass calibration.books=\[emma\]$"):
+        CalibrationConfig.from_config({"source": "austen", "books": "emma", "num_samples": 4, "max_seq_len": 16})
