@@ -140,19 +140,39 @@ def main_commit(repo_id: str) -> str | None:
 
 def _snapshot(repo_id: str, revision: str | None, patterns: list[str]) -> str:
     """The snapshot folder at `revision`: downloaded, or the cache's where the
-    hub is offline or unreachable. The cache is asked directly then: given a
-    full commit, snapshot_download lists the hub's files unless the cache
-    holds that commit's file list (trees/), which caches filled file by file,
-    by older hub versions or copied from another host lack."""
+    hub is offline, unreachable or answers an error (an outage, a refused
+    token). The cache is asked directly then: given a full commit,
+    snapshot_download lists the hub's files unless the cache holds that
+    commit's file list (trees/), which caches filled file by file, by older
+    hub versions or copied from another host lack."""
     import httpx
     from huggingface_hub import constants, snapshot_download
-    from huggingface_hub.errors import OfflineModeIsEnabled
+    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled, RevisionNotFoundError
     if not constants.HF_HUB_OFFLINE:
         try:
             return snapshot_download(repo_id, revision=revision, allow_patterns=patterns)
         except (httpx.ConnectError, httpx.TimeoutException, OfflineModeIsEnabled):
             pass   # unreachable: the cache decides, as for a branch (snapshot_download's own fallback)
+        except RevisionNotFoundError:
+            raise
+        except HfHubHTTPError as answered:   # as snapshot_download does for a branch
+            return _cached_or_refusal(repo_id, revision, patterns, answered)
     return snapshot_download(repo_id, revision=revision, allow_patterns=patterns, local_files_only=True)
+
+
+def _cached_or_refusal(repo_id: str, revision: str | None, patterns: list[str], answered: Exception) -> str:
+    """The cache's snapshot once the hub answered an error; where the cache
+    lacks it, a refusal of the repo (not found, gated, 401) is the hub's
+    answer, as it names the fix (a login), else the cache's miss."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
+    try:
+        return snapshot_download(repo_id, revision=revision, allow_patterns=patterns, local_files_only=True)
+    except LocalEntryNotFoundError:
+        status = getattr(getattr(answered, "response", None), "status_code", None)
+        if isinstance(answered, RepositoryNotFoundError) or status == 401:
+            raise answered from None
+        raise
 
 
 def _explain(repo_id: str, e: Exception, revision: str | None = None) -> str:

@@ -149,6 +149,58 @@ def test_a_cached_commit_is_found_without_the_hub(tiny_model, tmp_path, monkeypa
     assert "not in the Hugging Face cache at revision " + "c" * 40 in message
 
 
+@pytest.fixture
+def hub_answering(monkeypatch):
+    """The hub at a local stub that answers every request with `status`
+    (an outage, a refused token), as HF_ENDPOINT points it there."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from huggingface_hub import constants
+    servers = []
+
+    def start(status: int):
+        class Answer(BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(status)
+                if status == 401:   # the hub's answer for a private or gated repo without a token
+                    self.send_header("X-Error-Code", "RepoNotFound")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            do_HEAD = do_GET
+
+            def log_message(self, *_):
+                pass
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("status", [503, 500, 401])
+def test_a_cached_commit_is_found_when_the_hub_answers_an_error(tiny_model, tmp_path, monkeypatch, hub_answering,
+                                                                status):
+    """The cache was read only when the hub could not be reached: one that
+    answered an error (an outage's 503, a refused token's 401) was read for
+    a branch (snapshot_download's own fallback) but not for a full commit,
+    so a search's trials, pinned to its commit, all failed while its start
+    had read the cache."""
+    from huggingface_hub import constants
+    hub_cache(tmp_path / "hf", tiny_model, {"main": "a" * 40})
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    hub_answering(status)
+    for revision in ["a" * 40, None]:
+        assert hub.download("some-org/tiny", revision).name == "a" * 40
+    message = one_line_error(lambda: hub.download("some-org/tiny", "c" * 40))
+    if status == 401:   # the cache lacks it: the hub's refusal names the fix
+        assert "hf auth login" in message
+    else:
+        assert "not in the Hugging Face cache at revision " + "c" * 40 in message
+
+
 def test_a_trials_quantize_at_a_cached_commit_runs_offline(tiny_model, tmp_path, workdir):
     arts = tmp_path / "artifacts"
     hub_cache(tmp_path / "hf", tiny_model, {"main": "a" * 40})
