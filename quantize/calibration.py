@@ -12,7 +12,7 @@ from quantize.common import token_cache
 from quantize.common.errors import UserError
 from quantize.common.paths import resolve
 from quantize.common.provenance import sha256_json
-from quantize.common.settings import integer
+from quantize.common.settings import integer, names
 
 
 @dataclass
@@ -69,14 +69,11 @@ class CalibrationConfig:
             raise UserError(f"the calibration config lacks {', '.join(missing)}; add it to its YAML "
                             "or pass calibration.<key>=<value>")
         text_field = values.get("text_field", "text")
-        if isinstance(values.get("books"), str):   # tuple("emma") is the letters e, m, m, a
-            raise UserError(f"calibration.books={values['books']} is one name, not a list; "
-                            f"pass calibration.books=[{values['books']}]")
         return cls(
             source=str(values["source"]), num_samples=integer("calibration.num_samples", values["num_samples"], 64),
             max_seq_len=integer("calibration.max_seq_len", values["max_seq_len"], 512), name=str(values.get("name", "")),
-            books=tuple(values.get("books") or ()), path=values.get("path"), dataset=values.get("dataset"),
-            subset=values.get("subset"), split=values.get("split"),
+            books=tuple(names("calibration.books", values.get("books"))), path=values.get("path"),
+            dataset=values.get("dataset"), subset=values.get("subset"), split=values.get("split"),
             text_field=(text_field,) if isinstance(text_field, str) else tuple(text_field),
             template=values.get("template"), spec=dict(values))
 

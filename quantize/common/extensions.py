@@ -30,7 +30,7 @@ import typing
 from typing import Any, Mapping, TypeVar
 
 from quantize.common.errors import UserError, nearest
-from quantize.common.settings import is_integer, is_name, is_number, shown
+from quantize.common.settings import is_integer, is_name, is_number, names, shown
 
 TARGET = "_target_"
 T = TypeVar("T")
@@ -106,8 +106,8 @@ def check_scalar_fields(cls: type, values: dict, where: str) -> dict:
         wanted = _scalar_kind(hints.get(key), value)
         if wanted:
             raise UserError(f"{where}: {key}={shown(value)} is not {wanted}; pass {wanted} for {key}")
-        if isinstance(value, str) and typing.get_origin(hints.get(key)) in (list, tuple):   # list("gsm8k"): 5 tasks
-            raise UserError(f"{where}: {key}={value} is one name, not a list; pass {key}=[{value}]")
+        if isinstance(value, str) and typing.get_origin(hints.get(key)) in (list, tuple):
+            names(key, value, where)   # refuses it: list("gsm8k") is 5 tasks
         if key == "name" and isinstance(value, str) and not is_name(value):
             raise UserError(f"{where}: name is empty; pass a name, the rows' label, e.g. name=mine")
         if _is_flag_field(hints.get(key)) and is_integer(value):  # 0 or 1: checked above

@@ -46,3 +46,12 @@ def integer(key: str, value, example: int = 0, minimum: int | None = None) -> in
         return value
     wanted = "an integer" if minimum is None else f"an integer >= {minimum}"
     raise UserError(f"{key}={shown(value)}: pass {wanted}, e.g. {key}={example}")
+
+
+def names(key: str, value, where: str = "") -> list[str]:
+    """`key=[a,b]`, a list of names (null: none). One name alone is refused,
+    not read as its letters (list("emma") is e, m, m, a); `where`: the group
+    the error line names first, when `key` is the group's own."""
+    if isinstance(value, str):
+        raise UserError(f"{where + ': ' if where else ''}{key}={value} is one name, not a list; pass {key}=[{value}]")
+    return [str(v) for v in value or ()]

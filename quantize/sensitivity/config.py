@@ -6,7 +6,7 @@ from quantize.common import hf_load
 from quantize.common.errors import UserError
 from quantize.common.paths import check_writable_dir, folder_setting
 from quantize.common.recipe_choices import RecipeChoice
-from quantize.common.settings import flag, integer
+from quantize.common.settings import flag, integer, names
 from quantize.config import ModelChoice
 
 
@@ -20,7 +20,7 @@ class TextConfig:
 
     @classmethod
     def from_config(cls, values: dict) -> "TextConfig":
-        text = cls(source=str(values["source"]), books=[str(b) for b in values.get("books") or []],
+        text = cls(source=str(values["source"]), books=names("text.books", values.get("books")),
                    num_windows=integer("text.num_windows", values["num_windows"], 4),
                    window_len=integer("text.window_len", values["window_len"], 128))
         if text.num_windows < 1 or text.window_len < 2:

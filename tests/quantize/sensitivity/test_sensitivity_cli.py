@@ -82,6 +82,8 @@ quant_stage:
     (["recipe={no_weights}"], "has no weight quantization scheme"),
     (["recipe=w4a16_rtn", "text.source={short_text}"], "lower text.num_windows (2) or text.window_len"),
     (["recipe=w4a16_rtn", "text.books=[]"], "text.books is empty; name at least one held-out book"),
+    # list("emma") was the letters e, m, m, a, refused as unknown Austen books after the model loaded
+    (["recipe=w4a16_rtn", "text.books=emma"], "text.books=emma is one name, not a list; pass text.books=[emma]"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tiny_model, tmp_path, args, said):
     (tmp_path / "kv_only.yaml").write_text(NO_WEIGHTS)
