@@ -43,9 +43,11 @@ def check_revision(path: str, revision) -> str | None:
     a local folder has no revisions, and an empty or non-text one names none."""
     if revision is None:
         return None
-    if isinstance(revision, float):   # a tag such as 1.0, typed bare (1.10 is then 1.1)
-        raise UserError(f"model.revision={revision}: Hydra read it as a number; quote it as typed: "
-                        f"model.revision='\"{revision}\"'")
+    if isinstance(revision, (int, float)) and not isinstance(revision, bool):
+        # typed bare: 1.10 reads 1.1, 1_000 reads 1000, 1234e56 (a commit) reads 1.234e+59; what was
+        # typed is lost, so the hint cannot show it (a bare 2024 reads back the same, but is refused alike)
+        raise UserError(f"model.revision: Hydra read it as a number ({revision}); quote it as you typed it: "
+                        "model.revision='\"<as typed>\"'")
     if not isinstance(revision, (str, int)) or isinstance(revision, bool) or not str(revision).strip() \
             or any(c.isspace() for c in str(revision)):
         raise UserError(f"model.revision={revision!r} is not a revision; pass a branch, tag or commit "

@@ -223,19 +223,24 @@ def test_a_revision_the_cache_lacks_offline_says_to_drop_it_with_the_folder(tmp_
     assert one_line_error(lambda: hub.download("some-org/tiny")).endswith("pass model=DIR")   # main: nothing to drop
 
 
-@pytest.mark.parametrize("typed", ["1.0", "1.10", "1e5"])
+@pytest.mark.parametrize("typed", ["1.0", "1.10", "2e5", "1234e56", "1_000", "2024_01", "2024"])
 def test_a_numeric_tag_says_to_quote_it(typed):
     """`model.revision=1.0` reached the check as the float Hydra parsed, and
-    was refused as 'not a revision' without saying why or how to pass it."""
+    was refused as 'not a revision' without saying why or how to pass it;
+    then the hint quoted the float's text (1.10 as "1.1", the short commit
+    1234e56 as "1.234e+59": other revisions), and an int passed as its text
+    (the tag 2024_01 as 202401)."""
+    import shlex
     from hydra.core.override_parser.overrides_parser import OverridesParser
     parse = OverridesParser.create().parse_override
     value = parse(f"model.revision={typed}").value()
     message = one_line_error(lambda: ModelChoice.from_config({"name": "tiny", "path": "some-org/tiny",
                                                               "revision": value}))
-    assert "Hydra read it as a number; quote it" in message
-    quoted = message.rpartition("quote it as typed: ")[2]
-    assert quoted == f"""model.revision='"{value}"'"""
-    assert parse(quoted.replace("'", "").replace(str(value), typed)).value() == typed   # what the shell passes on
+    assert f"Hydra read it as a number ({value}); quote it" in message
+    hint = message.rpartition("quote it as you typed it: ")[2]
+    assert hint == """model.revision='"<as typed>"'"""   # no other revision's text
+    [passed] = shlex.split(hint.replace("<as typed>", typed))   # what the shell passes on
+    assert hub.check_revision("some-org/tiny", parse(passed).value()) == typed
 
 
 def test_a_searchs_numeric_tag_is_refused_at_start():
