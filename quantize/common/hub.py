@@ -12,6 +12,7 @@ Hugging Face cache (HF_HOME), so a model downloaded once also loads offline.
 The snapshot folder is named by the commit it holds, which the manifest records."""
 import json
 import re
+import shlex
 from pathlib import Path
 
 from quantize.common.errors import UserError
@@ -58,6 +59,22 @@ def check_revision(path: str, revision) -> str | None:
     return str(revision)
 
 
+def revision_arg(revision: str) -> str:
+    """`model.revision=<revision>` for a printed command, shell-quoted: bare
+    where Hydra reads it back as that text, else in Hydra's quotes (a bare
+    1.0 is a number, which check_revision refuses)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    plain = f"model.revision={revision}"
+    try:
+        if OverridesParser.create().parse_override(plain).value() == revision:
+            return shlex.quote(plain)
+    except HydraException:
+        pass
+    quoted = '"' + revision.replace('"', '\\"') + '"'
+    return f"model.revision='{quoted}'" if "'" not in quoted else shlex.quote(f"model.revision={quoted}")
+
+
 def folder_name(name: str, revision: str | None) -> str:
     """The model's name as its artifacts' folder: `name@revision` for a
     revision given, '/' in a branch as '%2F' (and '%' as '%25': feat/x and
@@ -80,7 +97,7 @@ def check_built_revision(revision: str | None, built: dict, commit: str | None, 
         return
     raise UserError(f"model.revision={revision}: the artifact in {where} was built from model.revision={given} "
                     f"(commit {commit or 'unrecorded'}); rebuild it with `python -m quantize ... "
-                    f"model.revision={revision} force=true`, or evaluate it as model.revision={given}")
+                    f"{revision_arg(revision)} force=true`, or evaluate it as {revision_arg(str(given))}")
 
 
 def download(repo_id: str, revision: str | None = None) -> Path:

@@ -223,7 +223,7 @@ def _model_arg(config: ProposeConfig) -> str:
     else:
         arg = f" model={shlex.quote(config.model.path)}"
         if config.model.revision is not None:
-            arg += f" model.revision={shlex.quote(config.model.revision)}"
+            arg += f" {hub.revision_arg(config.model.revision)}"
         default_name = hub.folder_name(Path(config.model.path).name, config.model.revision)
     return arg if config.model.name == default_name else f"{arg} model.name={shlex.quote(config.model.name)}"
 

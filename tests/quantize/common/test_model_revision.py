@@ -2,6 +2,7 @@
 recorded in the manifest, naming the artifact's folder; refused for a local
 folder; the search's trials kept at the study's commit."""
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -345,3 +346,40 @@ def test_evaluate_refuses_an_artifact_built_from_another_revision(tiny_model, tm
     with pytest.raises(UserError, match=r"built from model.revision=feat/x"):
         target("d" * 12)
     assert target("feat/x").model_name == target("c" * 12).model_name == target("c" * 40).model_name == "tiny@feat-x"
+
+
+def _cli_revision(words: list[str]):
+    """model.revision as the real CLI composes it from these words (--cfg job)."""
+    import subprocess
+    import sys
+    import yaml
+    proc = subprocess.run([sys.executable, "-m", "quantize.sensitivity", "recipe=w4a16_rtn", *words, "--cfg", "job"],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return yaml.safe_load(proc.stdout)["model"]["revision"]
+
+
+@pytest.mark.parametrize("revision", ["1.10", "2024", "feat/x", "a,b"])
+def test_a_printed_commands_revision_composes_back_as_given(revision):
+    """propose printed model.revision=1.10 for the tag 1.10 (shlex adds no
+    quotes), which Hydra reads as the number 1.1: its next command was
+    refused; so was the rebuild evaluate suggests for an artifact of another
+    revision."""
+    import re
+    import shlex
+    from types import SimpleNamespace
+    from quantize.common.errors import UserError
+    from quantize.propose.run import _model_arg
+    config = SimpleNamespace(model=SimpleNamespace(path="some-org/tiny", revision=revision,
+                                                   name=hub.folder_name("tiny", revision)))
+    words = shlex.split(_model_arg(config))
+    assert words[0] == "model=some-org/tiny" and len(words) == 2
+    assert _cli_revision(words) == revision
+    with pytest.raises(UserError) as refused:
+        hub.check_built_revision(revision, {"revision": "v1"}, None, Path("/a/tiny"))
+    rebuild = re.search(r"`python -m quantize \.\.\. (.*) force=true`", str(refused.value))[1]
+    assert _cli_revision(["model=some-org/tiny", *shlex.split(rebuild)]) == revision
+    with pytest.raises(UserError) as refused:   # built from this revision, asked for another
+        hub.check_built_revision("v1", {"revision": revision}, None, Path("/a/tiny"))
+    evaluate_as = str(refused.value).rpartition("evaluate it as ")[2]
+    assert _cli_revision(["model=some-org/tiny", *shlex.split(evaluate_as)]) == revision
