@@ -587,6 +587,17 @@ def test_a_key_some_swept_options_lack_is_named_so_in_either_order(engines):
                     "or ++engine.stall_timeout_s=<value> to set it only in the jobs that have it)")
 
 
+@pytest.mark.parametrize("key, meant", [("stall_timeout_s", "engine.stall_timeout_s"),
+                                         ("base_url", "engine.base_url")])
+def test_a_key_without_its_group_is_matched_to_a_later_jobs_key(key, meant):
+    """-m engine=hf,vllm stall_timeout_s=5: only a later job's engine has the
+    key the user meant, so that job is composed for the hint too."""
+    from quantize.common import hydra_errors
+    line = hydra_errors.unknown_key(key, "python -m evaluate", "evaluate",
+                                    ["model=local", "model.path=/nonexistent/x", "engine=hf,vllm,openai", f"{key}=5"])
+    assert f"did you mean {meant}?" in line, line
+
+
 def test_a_misspelt_key_in_a_sweep_composes_no_job_the_key_cannot_differ_in(monkeypatch):
     """slo.ttft_m=5 with -m engine=<3> scenario=<11> took seven seconds to refuse:
     every job was composed for its choices, twice, and for its keys, though no

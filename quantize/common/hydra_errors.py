@@ -86,7 +86,10 @@ def _unknown_key(key: str, command: str, config_name: str, overrides: list[str])
     if elsewhere:
         return elsewhere
     keys = dict.fromkeys(values)
-    for job in (job for job in jobs[1:] if may_differ(job, jobs[0], key.partition(".")[0], roots)):
+    # a key without its group's prefix (stall_timeout_s for engine.stall_timeout_s) may match any job's key
+    prefix = key.partition(".")[0]
+    prefixed = any(k == prefix or k.startswith(f"{prefix}.") for k in values)
+    for job in (job for job in jobs[1:] if not prefixed or may_differ(job, jobs[0], prefix, roots)):
         keys |= dict.fromkeys(config_values(config_name, job, {key}))
     close = nearest(key, [*keys, *options_keys(key, jobs[0])])
     if close and close not in keys:   # a key of another option of its group (slo.ttft_m on slo=none: slo.ttft_ms)
