@@ -237,8 +237,9 @@ def test_a_hang_after_output_is_stopped_one_limit_after_the_last_line(tmp_path):
     """The CPU baseline was read only at the end of a silent window, so the
     first window after output counted the CPU used before it as busy: a hang
     right after computing and printing was stopped two limits late."""
+    # the time is taken before each line: taken after it, a `date` slow to start read as less silence
     compute = ("end=$((SECONDS+4)); while [ $SECONDS -lt $end ]; do for i in $(seq 5000); do :; done; "
-               f"echo step; date +%s.%N > {tmp_path}/last; done")
+               f"date +%s.%N > {tmp_path}/last; echo step; done")
     run = fake_lm_eval(tmp_path, f"{compute}; sleep 60", stall_timeout_s=3)
     with pytest.raises(RuntimeError, match="stopped as hung"):
         run()
