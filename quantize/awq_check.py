@@ -21,7 +21,7 @@ from pathlib import Path
 
 from quantize.common.errors import UserError
 from quantize.recipe import RecipeFile
-from quantize.smoothquant_check import MAX_NAMED, _architecture, _layer_contents, _matches, _meta_model, _weight_dim
+from quantize.smoothquant_check import MAX_NAMED, _layer_contents, _matches, _weight_dim, modifiers_on
 
 AWQ = "AWQModifier"
 MAPPINGS_KEY = "`mappings: [{smooth_layer: <norm layer>, balance_layers: [<Linear layers its output feeds>]}]`"
@@ -33,10 +33,7 @@ def check(recipe: RecipeFile, model_dir: Path) -> None:
     do not fit the model at `model_dir`."""
     if AWQ not in recipe.modifiers:
         return
-    from llmcompressor.recipe import Recipe
-    modifiers = [m for m in Recipe.create_instance(recipe.text).modifiers if type(m).__name__ == AWQ]
-    model = _meta_model(model_dir)
-    architecture = _architecture(model_dir) or type(model).__name__
+    modifiers, model, architecture = modifiers_on(recipe, model_dir, AWQ)
     if any(m.mappings is None for m in modifiers) and not is_registered(architecture):
         raise UserError(
             f"recipe {recipe.path.name}: llm-compressor has no AWQ mappings for {architecture} and would fall "

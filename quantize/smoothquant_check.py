@@ -40,10 +40,7 @@ def check(recipe: RecipeFile, model_dir: Path) -> None:
     do not fit the model at `model_dir`."""
     if SMOOTHQUANT not in recipe.modifiers:
         return
-    from llmcompressor.recipe import Recipe
-    modifiers = [m for m in Recipe.create_instance(recipe.text).modifiers if type(m).__name__ == SMOOTHQUANT]
-    model = _meta_model(model_dir)
-    architecture = _architecture(model_dir) or type(model).__name__
+    modifiers, model, architecture = modifiers_on(recipe, model_dir, SMOOTHQUANT)
     if any(m.mappings is None for m in modifiers) and not is_registered(architecture):
         raise UserError(
             f"recipe {recipe.path.name}: llm-compressor has no SmoothQuant mappings for {architecture} and would "
@@ -53,6 +50,15 @@ def check(recipe: RecipeFile, model_dir: Path) -> None:
             f"(a decoder layer holds {_layer_contents(model)}), and pass recipe=<that file> (see docs/quantize.md)")
     for modifier in modifiers:
         check_mappings(recipe.path.name, model, modifier.mappings)
+
+
+def modifiers_on(recipe: RecipeFile, model_dir: Path, name: str) -> tuple[list, object, str]:
+    """The modifiers of class `name` in `recipe`, the model at `model_dir` on
+    the meta device, and its architecture (config.json's, else the class's)."""
+    from llmcompressor.recipe import Recipe
+    modifiers = [m for m in Recipe.create_instance(recipe.text).modifiers if type(m).__name__ == name]
+    model = _meta_model(model_dir)
+    return modifiers, model, _architecture(model_dir) or type(model).__name__
 
 
 def is_registered(architecture: str) -> bool:
