@@ -143,6 +143,7 @@ def test_a_cached_commit_is_found_without_the_hub(tiny_model, tmp_path, monkeypa
     if hub_state == "offline":
         monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     else:
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)   # whatever an earlier job of this process left
         monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")   # nothing listens there
     for revision, commit in [("a" * 40, "a" * 40), ("b" * 40, "b" * 40), ("v1", "b" * 40), (None, "a" * 40)]:
         assert hub.download("some-org/tiny", revision).name == commit
@@ -175,6 +176,7 @@ def hub_answering(monkeypatch):
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
         monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)   # whatever an earlier job of this process left
     yield start
     for server in servers:
         server.shutdown()
