@@ -4,6 +4,7 @@ storage) can only take its password in the URL, so the URL itself is what
 must be redacted, everywhere but where it is connected to. A password typed
 on the command line is also kept out of every log line of the process
 (keep_out_of_logs): Hydra's own lines print the overrides as typed."""
+import functools
 import logging
 import re
 
@@ -76,15 +77,10 @@ def _strings(value):
     return []   # a number, a range, a glob
 
 
-_override_parser = None
-
-
+@functools.cache
 def _parser():
-    global _override_parser
-    if _override_parser is None:
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-        _override_parser = OverridesParser.create()
-    return _override_parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    return OverridesParser.create()
 
 
 def _url_passwords(url: str) -> list[str]:
@@ -100,14 +96,15 @@ def _url_passwords(url: str) -> list[str]:
 _HYDRA_ESCAPED = re.compile(r"([\\()\[\]{}:=, \t])")
 
 
-def _typed_forms(password: str) -> set[str]:
+@functools.cache   # asked for each log record while a password is hidden
+def _typed_forms(password: str) -> frozenset[str]:
     """The ways `password` can stand in an override as typed: as is, escaped
     as Hydra writes a sweep's job's overrides, inside quotes (where a quote is
     `\\'` and the backslashes before it are doubled), and each as repr() shows it."""
     forms = {password, _HYDRA_ESCAPED.sub(r"\\\1", password)}
     for quote in "'\"":
         forms.add(re.sub(rf"(\\*){quote}", lambda m: "\\" * (2 * len(m[1]) + 1) + quote, password))
-    return forms | {form.replace("\\", "\\\\") for form in forms}
+    return frozenset(forms | {form.replace("\\", "\\\\") for form in forms})
 
 
 def hide_passwords(text: str, passwords) -> str:
