@@ -15,11 +15,11 @@ from evaluate.scenarios import ScenarioChoice
 from evaluate.serving import profiles
 from evaluate.serving.profiles import LoadProfile
 from evaluate.serving.slo import SLO
-from evaluate.target import TargetConfig, verify_mode
+from evaluate.target import TargetConfig, artifact_dir, verify_mode
 from quantize.common import hf_load, hub, manifest, tracking
 from quantize.common.errors import UserError
 from quantize.common.extensions import plain
-from quantize.common.paths import folder_name, folder_setting, resolve
+from quantize.common.paths import folder_name, folder_setting
 from quantize.common.settings import flag, integer, is_name, shown
 from quantize.common.tracking import Tracker
 
@@ -98,7 +98,7 @@ def target_config(cfg) -> TargetConfig:
 def _check_built_revision(config: TargetConfig, revision: str) -> None:
     """The artifact found for model.revision was built from it (a folder
     named by another revision, or a model.name given, holds another's)."""
-    where = resolve(config.artifacts_dir) / str(config.model_name) / str(config.recipe_name)
+    where = artifact_dir(config)
     try:
         built = manifest.read(where)
     except UserError:   # not a manifest: opening the artifact says so

@@ -179,7 +179,7 @@ def planned(config: TargetConfig, not_built: NotBuilt) -> Target | None:
         return None
     if q:
         planned_config["quantization_config"] = q
-    return Target(path=_artifact_dir(config), artifact_id=None, model_name=str(config.model_name),
+    return Target(path=artifact_dir(config), artifact_id=None, model_name=str(config.model_name),
                   recipe=str(config.recipe_name), quant_format="not built", model_bytes=0,
                   max_context=context_length(planned_config), config=planned_config,
                   not_built=not_built, base_model=model_dir)
@@ -248,14 +248,14 @@ def refuse_model_code(config: TargetConfig) -> None:
     """The folder to evaluate, when it is there, names no code to run: checked
     before the results store is touched, so a refusal leaves nothing behind
     (from_path checks again, for every other caller)."""
-    path = _artifact_dir(config) if config.recipe_name is not None else resolve(config.model_path)
+    path = artifact_dir(config) if config.recipe_name is not None else resolve(config.model_path)
     if (path / "config.json").is_file():
         hf_load.refuse_model_code(path)
 
 
 def _target_dir(config: TargetConfig) -> Path:
     if config.recipe_name is not None:
-        path = _artifact_dir(config)
+        path = artifact_dir(config)
         if not (path / manifest.FILE).is_file():
             raise NotBuilt(f"no complete artifact at {path}; run `python -m quantize "
                            f"recipe={config.recipe_name}` first (or pass model=<artifact dir>)")
@@ -266,5 +266,6 @@ def _target_dir(config: TargetConfig) -> Path:
     return path
 
 
-def _artifact_dir(config: TargetConfig) -> Path:
+def artifact_dir(config: TargetConfig) -> Path:
+    """Where `python -m quantize` writes the artifact `config` names."""
     return resolve(config.artifacts_dir) / str(config.model_name) / str(config.recipe_name)

@@ -315,14 +315,14 @@ def test_two_revisions_never_share_a_folder():
     """'/' became '-': feat/x and feat-x both built into and read from tiny@feat-x."""
     from quantize.common import resolvers
     from evaluate.config import target_config
-    from evaluate.target import _artifact_dir
+    from evaluate.target import artifact_dir
     resolvers.register_resolvers()
     folders = set()
     for revision in ["feat/x", "feat-x", "feat%2Fx", "feat%x", "refs/pr/1"]:
         cfg = OmegaConf.create({"model": {"name": "${model_name:${.path},${.revision}}", "path": "some-org/tiny",
                                           "revision": revision},
                                 "recipe": {"name": "w4a16_rtn", "path": "x"}, "artifacts_dir": "artifacts"})
-        folders.add(_artifact_dir(target_config(cfg)).parent.name)
+        folders.add(artifact_dir(target_config(cfg)).parent.name)
     assert folders == {"tiny@feat%2Fx", "tiny@feat-x", "tiny@feat%252Fx", "tiny@feat%25x", "tiny@refs%2Fpr%2F1"}
 
 
