@@ -49,14 +49,13 @@ def check_revision(path: str, revision) -> str | None:
         # typed is lost, so the hint cannot show it (a bare 2024 reads back the same, but is refused alike)
         raise UserError(f"model.revision: Hydra read it as a number ({revision}); quote it as you typed it: "
                         "model.revision='\"<as typed>\"'")
-    if not isinstance(revision, (str, int)) or isinstance(revision, bool) or not str(revision).strip() \
-            or any(c.isspace() for c in str(revision)):
+    if not isinstance(revision, str) or not revision.strip() or any(c.isspace() for c in revision):
         raise UserError(f"model.revision={revision!r} is not a revision; pass a branch, tag or commit "
                         "of the hub repo, e.g. model.revision=main")
     if not is_repo_id(path):
         raise UserError(f"model.revision={revision}: model {path} is a local folder, which has no revisions; "
                         "drop model.revision, or pass model=<hub owner/name>")
-    return str(revision)
+    return revision
 
 
 def revision_arg(revision: str) -> str:
