@@ -377,8 +377,7 @@ class FailureSummary(Callback):
     def on_multirun_end(self, config, **_) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         dirs = job_dirs(sweep_dir, _job_dirs)
-        failed = {name: read_failure(path / FAILURE_FILE) for name, path in dirs.items()
-                  if (path / FAILURE_FILE).exists()}
+        failed = failed_jobs(dirs)
         if not failed:
             log.info("sweep finished: %d job(s) ok (%s)", len(dirs), sweep_dir)
             return
@@ -400,9 +399,9 @@ def job_dirs(sweep_dir: Path, noted=()) -> dict[str, Path]:
     return found
 
 
-def failed_jobs(sweep_dir: Path) -> dict[str, dict]:
-    """Each job dir of the sweep that holds a FAILED.json: what read_failure says."""
-    return {path.parent.name: read_failure(path) for path in sorted(Path(sweep_dir).glob(f"*/{FAILURE_FILE}"))}
+def failed_jobs(dirs: dict[str, Path]) -> dict[str, dict]:
+    """Each of the job dirs (job_dirs) that holds a FAILED.json: what read_failure says."""
+    return {name: read_failure(path / FAILURE_FILE) for name, path in dirs.items() if (path / FAILURE_FILE).exists()}
 
 
 def print_failed(heading: str, failed: dict[str, dict]) -> None:
@@ -417,6 +416,6 @@ def _list_other_failures(e: BaseException) -> None:
     (_record_failure), and Hydra then skips FailureSummary: the jobs that did
     record theirs are listed here, above that error."""
     sweep_dir = getattr(e, "sweep_dir", None)
-    failed = failed_jobs(Path(sweep_dir)) if sweep_dir and Path(sweep_dir).is_dir() else {}
+    failed = failed_jobs(job_dirs(Path(sweep_dir))) if sweep_dir else {}
     if failed:
         print_failed(f"sweep stopped by the error below; {len(failed)} other job(s) failed too", failed)
