@@ -377,6 +377,7 @@ class FailureSummary(Callback):
     def on_multirun_end(self, config, **_) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         dirs = job_dirs(sweep_dir, _job_dirs)
+        _job_dirs.clear()  # this sweep's: none reaches the next multirun in this process
         failed = failed_jobs(dirs)
         if not failed:
             log.info("sweep finished: %d job(s) ok (%s)", len(dirs), sweep_dir)

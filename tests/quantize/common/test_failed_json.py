@@ -45,8 +45,12 @@ def test_the_summary_lists_a_job_whose_failed_json_is_torn_by_its_dir(tmp_path, 
                                     "overrides": ["recipe=fp8"], "exit_code": 1}))
     job_dir(sweep, "1", '{"error": "no room to wri')
     job_dir(sweep, "2", None)
+    jobs.note_jobs([SimpleNamespace(hydra_cfg=None, working_dir=str(tmp_path / "earlier"))])  # an earlier sweep's
+    (tmp_path / "earlier").mkdir()
+    summary, config = jobs.FailureSummary(), OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}})
+    summary.on_multirun_start(config)  # as Hydra calls it: what an earlier sweep in this process noted is not this one's
     with pytest.raises(SystemExit) as ended:
-        jobs.FailureSummary().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}}))
+        summary.on_multirun_end(config)
     assert ended.value.code == 1
     lines = capsys.readouterr().err.splitlines()
     assert lines[0].startswith("sweep finished: 2 of 3 job(s) failed")
