@@ -147,13 +147,23 @@ def main_commit(repo_id: str) -> str | None:
     """The commit the hub's main branch of `repo_id` is at now, which a
     download (download) takes; None where the hub is offline, cannot be
     reached or refuses (its download then reads the cache, or says why)."""
-    from huggingface_hub import HfApi, constants
+    from huggingface_hub import constants
     if constants.HF_HUB_OFFLINE:
         return None
     try:
-        return HfApi().model_info(repo_id, timeout=constants.HF_HUB_ETAG_TIMEOUT).sha
+        return _hub_commit(repo_id, None)
     except Exception:
         return None
+
+
+def _hub_commit(repo_id: str, revision: str | None) -> str:
+    """The commit `revision` (None: main) of `repo_id` is at on the hub, asked
+    within HF_HUB_ETAG_TIMEOUT (10 s unless set), as the hub's own metadata
+    requests are: snapshot_download asks without a limit, so a hub that takes
+    the connection but never answers held it forever (httpx.TimeoutException
+    here: unreachable)."""
+    from huggingface_hub import HfApi, constants
+    return HfApi().repo_info(repo_id, revision=revision, timeout=constants.HF_HUB_ETAG_TIMEOUT).sha
 
 
 def _snapshot(repo_id: str, revision: str | None, patterns: list[str]) -> str:
@@ -162,12 +172,14 @@ def _snapshot(repo_id: str, revision: str | None, patterns: list[str]) -> str:
     token). The cache is asked directly then: given a full commit,
     snapshot_download lists the hub's files unless the cache holds that
     commit's file list (trees/), which caches filled file by file, by older
-    hub versions or copied from another host lack."""
+    hub versions or copied from another host lack. A hub that does not answer
+    within HF_HUB_ETAG_TIMEOUT counts as unreachable (_hub_commit)."""
     import httpx
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled, RevisionNotFoundError
     if not constants.HF_HUB_OFFLINE:
         try:
+            _hub_commit(repo_id, revision)   # bounded: answered, the hub is there for the download's own requests
             return snapshot_download(repo_id, revision=revision, allow_patterns=patterns)
         except (httpx.ConnectError, httpx.TimeoutException, OfflineModeIsEnabled):
             pass   # unreachable: the cache decides, as for a branch (snapshot_download's own fallback)
