@@ -40,6 +40,7 @@ class CalibrationSet:
 
 
 SOURCES = ("austen", "file", "hub")
+BOOKS_EXAMPLE = "emma,mansfieldpark,sensesensibility"  # calibration=austen's, none of them held out
 FILE_SUFFIXES = (".txt", ".json", ".jsonl")
 
 
@@ -72,7 +73,8 @@ class CalibrationConfig:
         return cls(
             source=str(values["source"]), num_samples=integer("calibration.num_samples", values["num_samples"], 64),
             max_seq_len=integer("calibration.max_seq_len", values["max_seq_len"], 512), name=str(values.get("name", "")),
-            books=tuple(names("calibration.books", values.get("books"))), path=values.get("path"),
+            books=tuple(names("calibration.books", values.get("books"), example=BOOKS_EXAMPLE)),
+            path=values.get("path"),
             dataset=values.get("dataset"), subset=values.get("subset"), split=values.get("split"),
             text_field=(text_field,) if isinstance(text_field, str) else tuple(text_field),
             template=values.get("template"), spec=dict(values))
@@ -121,7 +123,7 @@ def check_held_out(config: CalibrationConfig, sanity) -> None:
     if shared:
         raise UserError(f"calibration.books and sanity.books share {', '.join(shared)}: the sanity check would "
                         "score text the model was calibrated on; calibrate on other books (e.g. "
-                        "calibration.books=[emma,mansfieldpark,sensesensibility]), or pass sanity.enabled=false")
+                        f"calibration.books=[{BOOKS_EXAMPLE}]), or pass sanity.enabled=false")
 
 
 def build(config: CalibrationConfig, tokenizer, seed: int) -> CalibrationSet:

@@ -106,8 +106,9 @@ def check_scalar_fields(cls: type, values: dict, where: str) -> dict:
         wanted = _scalar_kind(hints.get(key), value)
         if wanted:
             raise UserError(f"{where}: {key}={shown(value)} is not {wanted}; pass {wanted} for {key}")
-        if isinstance(value, str) and typing.get_origin(hints.get(key)) in (list, tuple):
-            names(key, value, where)   # refuses it: list("gsm8k") is 5 tasks
+        if _is_list(hints.get(key)) and value is not None and (
+                not isinstance(value, (list, tuple)) or typing.get_args(hints[key])[:1] == (str,)):
+            names(key, value, where)   # refuses what is no list of names: list("gsm8k") is 5 tasks, list(5) a TypeError
         if key == "name" and isinstance(value, str) and not is_name(value):
             raise UserError(f"{where}: name is empty; pass a name, the rows' label, e.g. name=mine")
         if _is_flag_field(hints.get(key)) and is_integer(value):  # 0 or 1: checked above
@@ -123,6 +124,10 @@ def _kinds(annotation) -> set:
     """The scalar types a field annotation takes, None left out."""
     union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
     return (set(typing.get_args(annotation)) if union else {annotation}) - {type(None)}
+
+
+def _is_list(annotation) -> bool:
+    return typing.get_origin(annotation) in (list, tuple)
 
 
 def _is_flag_field(annotation) -> bool:

@@ -20,7 +20,7 @@ class TextConfig:
 
     @classmethod
     def from_config(cls, values: dict) -> "TextConfig":
-        text = cls(source=str(values["source"]), books=names("text.books", values.get("books")),
+        text = cls(source=str(values["source"]), books=names("text.books", values.get("books"), example="persuasion"),
                    num_windows=integer("text.num_windows", values["num_windows"], 4),
                    window_len=integer("text.window_len", values["window_len"], 128))
         if text.num_windows < 1 or text.window_len < 2:

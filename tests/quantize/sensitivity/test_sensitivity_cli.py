@@ -84,6 +84,8 @@ quant_stage:
     (["recipe=w4a16_rtn", "text.books=[]"], "text.books is empty; name at least one held-out book"),
     # list("emma") was the letters e, m, m, a, refused as unknown Austen books after the model loaded
     (["recipe=w4a16_rtn", "text.books=emma"], "text.books=emma is one name, not a list; pass text.books=[emma]"),
+    # list(5) was a TypeError traceback (exit 1)
+    (["recipe=w4a16_rtn", "text.books=5"], "text.books=5 is not a list of names; pass a list, e.g. text.books=[persuasion]"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tiny_model, tmp_path, args, said):
     (tmp_path / "kv_only.yaml").write_text(NO_WEIGHTS)

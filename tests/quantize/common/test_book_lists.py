@@ -1,0 +1,58 @@
+"""Every `books` list the project takes reads a wrong value alike
+(settings.names): calibration.books, sanity.books, sensitivity's text.books,
+accuracy.books and lm_eval.austen_lastword.books. A value that is no list of
+names (5, true, a list of lists) was a TypeError after the model loaded, or
+for lm-eval after the serving runs; it is one line naming the list form."""
+import pytest
+
+from evaluate.accuracy import AccuracyConfig
+from evaluate.lmeval import LmEvalConfig
+from quantize.calibration import CalibrationConfig
+from quantize.common.errors import UserError
+from quantize.common.sanity_rules import SanityConfig
+from quantize.sensitivity.config import TextConfig
+
+
+def calibration_books(books):
+    return CalibrationConfig.from_config({"source": "austen", "books": books, "num_samples": 4,
+                                          "max_seq_len": 16}).books
+
+
+def sanity_books(books):
+    return SanityConfig.from_config({"books": books}).books
+
+
+def sensitivity_books(books):
+    return TextConfig.from_config({"source": "austen", "books": books, "num_windows": 2, "window_len": 16}).books
+
+
+def accuracy_books(books):
+    return AccuracyConfig.from_group({"name": "mine", "enabled": True, "text": "austen", "books": books,
+                                      "num_windows": 2, "window_len": 16, "top_k": 5,
+                                      "lastword": {"num_items": 2, "min_words": 3, "context_tokens": 8}}).books
+
+
+def lm_eval_books(books):
+    return LmEvalConfig.from_group({"name": "austen_lastword", "tasks": ["austen_lastword"], "enabled": True,
+                                    "austen_lastword": {"text": "austen", "books": books, "num_items": 2,
+                                                        "min_words": 3}}).austen_lastword.books
+
+
+ENTRIES = [calibration_books, sanity_books, sensitivity_books, accuracy_books, lm_eval_books]
+
+
+@pytest.mark.parametrize("read", ENTRIES)
+@pytest.mark.parametrize("value, spelled", [(5, "5"), (True, "true"), (0, "0"), (2.5, "2.5"),
+                                            ([["emma"]], r"\[\['emma'\]\]"), ({"a": 1}, r"\{'a': 1\}")])
+def test_a_value_that_is_no_list_of_names_is_one_line_naming_the_list_form(read, value, spelled):
+    with pytest.raises(UserError, match=rf"books={spelled} is not a list of names; pass a list, e.g. "
+                                        r"(\w+\.)?books=\[[^]]+\]$"):
+        read(value)
+
+
+@pytest.mark.parametrize("read", ENTRIES)
+def test_one_name_is_refused_and_a_list_is_read_as_given(read):
+    with pytest.raises(UserError, match=r"books=emma is one name, not a list; pass (\w+\.)?books=\[emma\]$"):
+        read("emma")
+    assert list(read(["emma", "persuasion"])) == ["emma", "persuasion"]
+
