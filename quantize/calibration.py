@@ -92,6 +92,9 @@ def check(config: CalibrationConfig) -> None:
         _check_template(config)
     if config.source == "austen":
         from quantize.common.assets import AUSTEN_BOOKS
+        if not config.books:
+            raise UserError(f"calibration.books is empty; name the novels to calibrate on, e.g. "
+                            f"calibration.books=[{BOOKS_EXAMPLE}]")
         unknown = sorted(set(config.books) - set(AUSTEN_BOOKS))
         if unknown:
             raise UserError(f"unknown Austen book(s) {unknown}; choose from {list(AUSTEN_BOOKS)}")

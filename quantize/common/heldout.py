@@ -8,9 +8,13 @@ from quantize.common.paths import resolve
 
 def held_out_text(text: str, books: list[str], key: str = "accuracy.text") -> str:
     """`text` = austen (the given `books`, joined) or a local .txt file;
-    `key` is the setting `text` came from, named in errors."""
+    `key` is the setting `text` came from, named in errors (its group's
+    `books` sit beside it)."""
     if text == "austen":
         from quantize.common.assets import AUSTEN_BOOKS, ensure_austen
+        if not books:  # no text: a caller's refusal would be "lower num_windows", or a TypeError for null
+            books_key = f"{key.rpartition('.')[0]}.books".lstrip(".")
+            raise UserError(f"{books_key} is empty; name at least one held-out book, e.g. {books_key}=[persuasion]")
         unknown = sorted(set(books) - set(AUSTEN_BOOKS))
         if unknown:
             raise UserError(f"unknown Austen book(s) {unknown}; choose from {list(AUSTEN_BOOKS)}")

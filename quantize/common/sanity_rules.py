@@ -52,6 +52,9 @@ class SanityConfig:
         if config.num_windows < 1 or config.window_len < 2:
             raise UserError(f"sanity.num_windows={config.num_windows}, sanity.window_len={config.window_len}: "
                             "set at least 1 window of at least 2 tokens")
+        if config.enabled and config.text == "austen" and not config.books:  # before the model loads
+            raise UserError("sanity.books is empty; name at least one held-out book, e.g. sanity.books=[persuasion], "
+                            "or pass sanity.enabled=false")
         return config
 
     def floor(self, family_name: str) -> float | None:

@@ -3,12 +3,16 @@
 accuracy.books and lm_eval.austen_lastword.books. A value that is no list of
 names (5, true, a list of lists) was a TypeError after the model loaded, or
 for lm-eval after the serving runs; it is one line naming the list form."""
+import re
+
 import pytest
 
 from evaluate.accuracy import AccuracyConfig
 from evaluate.lmeval import LmEvalConfig
+from quantize import calibration
 from quantize.calibration import CalibrationConfig
 from quantize.common.errors import UserError
+from quantize.common.heldout import held_out_text
 from quantize.common.sanity_rules import SanityConfig
 from quantize.sensitivity.config import TextConfig
 
@@ -56,3 +60,28 @@ def test_one_name_is_refused_and_a_list_is_read_as_given(read):
         read("emma")
     assert list(read(["emma", "persuasion"])) == ["emma", "persuasion"]
 
+
+# An empty list (or null) with text austen: no text. It was refused after the
+# model loaded naming the wrong fix (calibration: "lower num_samples";
+# sanity: "lower sanity.num_windows"), and for lm-eval after the serving runs
+# ("lower accuracy.lastword.num_items"; null: a TypeError).
+def calibration_checked(books):
+    calibration.check(CalibrationConfig.from_config({"source": "austen", "books": books, "num_samples": 4,
+                                                     "max_seq_len": 16}))
+
+
+@pytest.mark.parametrize("books", [[], None])
+@pytest.mark.parametrize("refuse, key", [
+    (calibration_checked, "calibration.books"), (sanity_books, "sanity.books"),
+    (sensitivity_books, "text.books"),
+    (lambda books: held_out_text("austen", books), "accuracy.books"),
+    (lambda books: held_out_text("austen", books, key="lm_eval.austen_lastword.text"), "lm_eval.austen_lastword.books"),
+])
+def test_no_books_is_one_line_naming_the_setting(refuse, key, books):
+    with pytest.raises(UserError, match=rf"^{re.escape(key)} is empty; name .*, e.g. {re.escape(key)}=\[\w+"):
+        refuse(books)
+
+
+def test_no_sanity_books_is_taken_where_no_book_is_read(tmp_path):
+    assert SanityConfig.from_config({"books": [], "enabled": False}).books == ()
+    assert SanityConfig.from_config({"books": None, "text": str(tmp_path / "mine.txt")}).books == ()
