@@ -69,14 +69,15 @@ class CalibrationConfig:
         if missing:
             raise UserError(f"the calibration config lacks {', '.join(missing)}; add it to its YAML "
                             "or pass calibration.<key>=<value>")
-        text_field = values.get("text_field", "text")
+        text_field = values.get("text_field", "text")   # one field's name, or a list of them
         return cls(
             source=str(values["source"]), num_samples=integer("calibration.num_samples", values["num_samples"], 64),
             max_seq_len=integer("calibration.max_seq_len", values["max_seq_len"], 512), name=str(values.get("name", "")),
             books=tuple(names("calibration.books", values.get("books"), example=BOOKS_EXAMPLE)),
             path=values.get("path"),
             dataset=values.get("dataset"), subset=values.get("subset"), split=values.get("split"),
-            text_field=(text_field,) if isinstance(text_field, str) else tuple(text_field),
+            text_field=(text_field,) if isinstance(text_field, str) else tuple(
+                names("calibration.text_field", text_field, example="instruction,input,output")),
             template=values.get("template"), spec=dict(values))
 
 
@@ -88,6 +89,9 @@ def check(config: CalibrationConfig) -> None:
         raise UserError(f"calibration.num_samples ({n}) must be >= 1 and calibration.max_seq_len ({seq}) >= 2")
     if config.source not in SOURCES:
         raise UserError(f"unknown calibration.source {config.source!r}; use austen, file or hub")
+    if config.source != "austen" and not config.text_field:
+        raise UserError("calibration.text_field is empty; name the record field holding the text, e.g. "
+                        "calibration.text_field=text")
     if config.template is not None:
         _check_template(config)
     if config.source == "austen":

@@ -184,3 +184,21 @@ def test_one_book_given_where_a_list_is_expected_names_the_list_form():
     with pytest.raises(UserError, match=r"^calibration.books=emma is one name, not a list; "
                                         r"pass calibration.books=\[emma\]$"):
         CalibrationConfig.from_config({"source": "austen", "books": "emma", "num_samples": 4, "max_seq_len": 16})
+
+
+@pytest.mark.parametrize("value, spelled", [(5, "5"), (True, "true"), ([["a"]], r"\[\['a'\]\]")])
+def test_a_text_field_that_is_no_name_is_one_line(value, spelled):
+    """tuple(5) was a TypeError traceback; a list in the list failed as unhashable on the first record."""
+    with pytest.raises(UserError, match=rf"^calibration.text_field={spelled} is not a list of names; pass a list, "
+                                        r"e.g. calibration.text_field=\[instruction,input,output\]$"):
+        hub_config(2, text_field=value)
+
+
+@pytest.mark.parametrize("value", [None, []])
+def test_no_text_field_is_one_line_before_any_record_is_read(tmp_path, value):
+    """null was a TypeError traceback; [] read every record as empty: "has 0 non-empty samples"."""
+    data = write_jsonl(tmp_path / "c.jsonl", [{"text": "one"}])
+    for made in (hub_config(2, text_field=value), config(data, 1, text_field=value)):
+        with pytest.raises(UserError, match=r"^calibration.text_field is empty; name the record field holding the "
+                                            r"text, e.g. calibration.text_field=text$"):
+            calibration.check(made)
