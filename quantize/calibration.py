@@ -115,9 +115,11 @@ def _check_template(config: CalibrationConfig) -> None:
         raise UserError(f"unknown calibration.template {config.template!r}; use {' or '.join(TEMPLATES)}, "
                         "or null to join the text_field values")
     if len(config.text_field) != 3:
+        plain = "use the field's text as it is" if len(config.text_field) == 1 else "join the fields with newlines"
         raise UserError(f"calibration.template={config.template} renders three fields, instruction, input and "
-                        f"output, but calibration.text_field is {list(config.text_field)}; name three (e.g. "
-                        "[instruction, input, output]), or pass calibration.template=null to join them")
+                        f"output, but calibration.text_field is {list(config.text_field)}; name three, e.g. "
+                        f"calibration.text_field=[instruction,input,output], or pass calibration.template=null "
+                        f"to {plain}")
 
 
 def check_held_out(config: CalibrationConfig, sanity) -> None:

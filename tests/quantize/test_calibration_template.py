@@ -11,6 +11,7 @@ import yaml
 from quantize import calibration
 from quantize.calibration import CalibrationConfig
 from quantize.common.errors import UserError
+from tests.conftest import run_quantize, tail
 
 RECORDS = [
     {"instruction": "Add 2 and 3.", "input": "", "output": "5"},
@@ -81,3 +82,26 @@ def test_chat_messages_under_the_template_are_refused_naming_the_record(monkeypa
     with pytest.raises(UserError, match=r"calibration record 1 holds chat messages, which calibration.template="
                                         r"alpaca does not render; pass calibration.template=null"):
         calibration.build(preset(num_samples=1, text_field=["instruction", "messages", "output"]), Recorder(), 0)
+
+
+def test_one_field_under_the_template_is_told_how_to_calibrate_on_it_as_it_is():
+    """-m calibration.text_field=a,b sweeps a and b, one field each: "join them" was no fix for one field."""
+    with pytest.raises(UserError, match=r"calibration.text_field is \['a'\]; name three, e.g. calibration.text_field="
+                                        r"\[instruction,input,output\], or pass calibration.template=null to use the "
+                                        r"field's text as it is$"):
+        calibration.check(preset(text_field="a"))
+    with pytest.raises(UserError, match=r"or pass calibration.template=null to join the fields with newlines$"):
+        calibration.check(preset(text_field=["a", "b"]))
+
+
+def test_a_sweep_over_single_fields_under_the_template_fails_each_job_naming_the_fix(tiny_model, workdir):
+    """The user's view: each job of -m calibration.text_field=a,b is refused before any model loads."""
+    arts = workdir / "artifacts"
+    proc = run_quantize("-m", "recipe=w4a16_gptq", "calibration=open_platypus", "calibration.text_field=a,b",
+                        f"model={tiny_model}", f"artifacts_dir={arts}", cwd=workdir)
+    assert "sweep finished: 2 of 2 job(s) failed" in proc.stderr, tail(proc)
+    assert "Traceback" not in proc.stderr + proc.stdout
+    for name in "ab":
+        assert (f"calibration.text_field is ['{name}']; name three, e.g. calibration.text_field=[instruction,input,"
+                "output], or pass calibration.template=null to use the field's text as it is") in proc.stderr
+    assert not arts.exists()
