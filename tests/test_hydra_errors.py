@@ -461,6 +461,32 @@ def test_a_list_given_as_a_sweep_with_m_is_one_line_naming_the_list(tmp_path):
     assert not sweep.exists()
 
 
+def test_a_sweep_over_lists_with_an_item_left_bare_is_one_line_bracketing_it(tmp_path):
+    """load.levels=[1,2],4 with -m made the sweep folder and ran a job given
+    the number 4 where the list goes, refused only in that job."""
+    sweep = tmp_path / "sweep"
+    proc = run("evaluate", "-m", "model=/nonexistent/x", "load=concurrency", "load.levels=[1,2],4",
+               f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    assert proc.returncode == ExitCode.BAD_INPUT, proc.stderr[-3000:]
+    assert one_error_line(proc) == ("error: load.levels=[1,2],4 with -m runs one job per item, but load.levels holds "
+                                    "a list and 4 is one value: pass 'load.levels=[1,2],[4]' for one job per list")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_every_bare_item_of_a_sweep_over_lists_is_bracketed():
+    from quantize.common import config
+    from quantize.common.errors import UserError
+    with pytest.raises(UserError, match=r"pass 'load.levels=\[4\],\[1,2\],\[8\]' for one job per list$"):
+        config.check_list_sweeps("evaluate", ["load=concurrency", "load.levels=4,[1,2],8", "-m"])
+
+
+def test_a_key_taking_one_name_or_a_list_is_swept_over_both():
+    """calibration.text_field takes one field name or a list: a job of each is no bare item."""
+    from quantize.common import config
+    config.check_list_sweeps("quantize", ["recipe=w4a16_rtn", "calibration=open_platypus",
+                                          "calibration.text_field=[instruction,output],output", "-m"])   # no error
+
+
 @pytest.mark.parametrize("value", ["[1,2],[4]", "choice(1,2,4)"])
 def test_a_sweep_over_lists_or_a_choice_of_a_list_key_is_taken(value):
     from quantize.common import config

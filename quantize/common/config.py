@@ -322,9 +322,10 @@ def check_list_sweeps(config_name: str, argv: list[str], jobs: "SweepJobs | None
     """With -m, `load.levels=1,2,4` is Hydra's sweep: one job per level, each
     given one number where the key holds a list. Meant as the list, surely:
     refused before any job (or the sweep folder) is made, naming the list and
-    the sweep over lists. choice(1,2,4) is taken as the sweep it says it is.
-    A key its config files set to single values only (runs=1,2) is no list
-    key, and is decided without composing the jobs (`jobs`)."""
+    the sweep over lists; so is a sweep over lists with an item left bare
+    (`[1,2],4`), naming it in brackets. choice(1,2,4) is taken as the sweep
+    it says it is. A key its config files set to single values only (runs=1,2)
+    is no list key, and is decided without composing the jobs (`jobs`)."""
     from hydra.core.override_parser.types import ChoiceSweep
 
     from quantize.common.hydra_errors import override_key
@@ -334,7 +335,7 @@ def check_list_sweeps(config_name: str, argv: list[str], jobs: "SweepJobs | None
     for arg in argv:
         parsed = _parsed(arg)
         if (parsed is None or not isinstance(parsed.value(), ChoiceSweep) or not parsed.value().simple_form
-                or any(isinstance(v, (list, dict)) for v in parsed.value().list)
+                or all(isinstance(v, (list, dict)) for v in parsed.value().list)
                 or override_key(arg).startswith("hydra") or is_group(parsed.key_or_group.replace(".", "/"), roots)):
             continue
         key = parsed.key_or_group
@@ -342,11 +343,22 @@ def check_list_sweeps(config_name: str, argv: list[str], jobs: "SweepJobs | None
         if found and not any(isinstance(value, list) for value in found):
             continue
         if any(holds_list(values, key, roots, config_name) for values in jobs.configs() if isinstance(values, dict)):
-            items, head = list(parsed.sweep_string_iterator()), parsed.get_key_element()
-            one = f"{head}=[{','.join(items)}]"
-            lists = f"{head}=[{','.join(items[:-1])}],[{items[-1]}]"
-            raise UserError(f"{arg} with -m runs one job per item, but {key} holds a list: pass {shlex.quote(one)} "
-                            f"for one job with the list (a sweep over lists: {shlex.quote(lists)})")
+            raise UserError(_list_sweep_fix(arg, parsed))
+
+
+def _list_sweep_fix(arg: str, parsed) -> str:
+    """The line refusing the sweep `arg` (`parsed`) of single values for a key that holds a list."""
+    items, head, key = list(parsed.sweep_string_iterator()), parsed.get_key_element(), parsed.key_or_group
+    bare = [not isinstance(value, (list, dict)) for value in parsed.value().list]
+    if not all(bare):   # a sweep over lists, one item left bare: that job would get one value
+        lists = f"{head}={','.join(f'[{item}]' if b else item for item, b in zip(items, bare))}"
+        first = next(item for item, b in zip(items, bare) if b)
+        return (f"{arg} with -m runs one job per item, but {key} holds a list and {first} is one value: pass "
+                f"{shlex.quote(lists)} for one job per list")
+    one = f"{head}=[{','.join(items)}]"
+    lists = f"{head}=[{','.join(items[:-1])}],[{items[-1]}]"
+    return (f"{arg} with -m runs one job per item, but {key} holds a list: pass {shlex.quote(one)} "
+            f"for one job with the list (a sweep over lists: {shlex.quote(lists)})")
 
 
 def check_sweep_jobs_compose(config_name: str, argv: list[str], jobs: "SweepJobs | None" = None) -> None:
