@@ -153,6 +153,24 @@ def test_a_death_seen_late_still_ends_the_level_as_a_death(fake_server):
         run_level(server, Level("concurrency", 2), n=20, alive=lagging_alive)
 
 
+def test_a_death_ends_the_level_while_it_runs_not_at_its_end(fake_server):
+    """The server dies a second into a level of 40 s while another process,
+    which took its freed port, answers every request in 10 s: the level ends
+    within seconds of the death, not at its end, nothing more is sent, and
+    what the other process answered is no measurement (ServerDied)."""
+    other = fake_server("--fixed-ms", "1000", "--per-active-ms", "0")
+    t0 = time.perf_counter()
+
+    def dies_after_a_second():
+        return "the vLLM server was killed by signal 9 (log: x.log)" if time.perf_counter() - t0 > 1 else None
+
+    with pytest.raises(ServerDied, match=r"killed by signal 9 \(log: x.log\)"):
+        run_level(other, Level("concurrency", 2), n=8, output_len=10, max_seconds=60.0, drain=30.0,
+                  alive=dies_after_a_second)
+    assert time.perf_counter() - t0 < 8, "the level ran on after its server died"
+    assert other.stats()["requests"] == 2
+
+
 def test_a_level_ends_with_its_last_response_not_with_a_server_check(fake_server):
     """The level's duration (and so every throughput) ends when the last
     request does, as vllm bench's does, even while a slow liveness check
