@@ -15,8 +15,11 @@ import re
 # Also as a sweep's job gets it from Hydra, quoted or escaped (`postgresql\://u\:pw@h`).
 _PASSWORD = re.compile(r"^(\s*['\"]?(?:[A-Za-z][\w+.\-]*\\?://)?[^:/?#@\s]*:(?!//)(?!\d*(?:[/?#]|$)))(.*?)"
                        r"(@[^@/?#]*(?:[/?#].*)?)$", re.S)
-# a password in the query string (`postgresql://h/db?user=u&password=p`)
-_QUERY_PASSWORD = re.compile(r"([?&](?:password|passwd)=)([^&#\s'\"]*)", re.I)
+# a password in the query string (`postgresql://h/db?user=u&password=p`): to the next `&` or `#`,
+# a quote or a space in it too (redact and _url_passwords take a quoted value's quotes off first)
+_QUERY_PASSWORD = re.compile(r"([?&](?:password|passwd)=)([^&#]*)", re.I)
+# a value as typed in quotes: the leading space and quote, the value, the closing quote and space
+_QUOTED = re.compile(r"(\s*(['\"]?))(.*?)(\2\s*)", re.S)
 # a value that may be a URL with credentials (redact_values): a scheme and an `@` or a password=
 _URL_WITH_CREDENTIALS = re.compile(r"\s*['\"]?[A-Za-z][\w+.\-]*\\?://.*(?:@|[?&](?:password|passwd)=).*", re.S | re.I)
 
@@ -26,7 +29,8 @@ def redact(url) -> str:
     is kept as given (a sqlite path or a git ref with an `@`): a rerun of a
     command that holds it must find the same path."""
     url = str(url)   # Hydra reads storage=5 as a number
-    return _QUERY_PASSWORD.sub(r"\1***", _PASSWORD.sub(r"\1***\3", url, count=1))
+    start, _, value, end = _QUOTED.fullmatch(url).groups()
+    return start + _QUERY_PASSWORD.sub(r"\1***", _PASSWORD.sub(r"\1***\3", value, count=1)) + end
 
 
 def redact_values(values):
@@ -88,7 +92,8 @@ def _url_passwords(url: str) -> list[str]:
     if not _URL_WITH_CREDENTIALS.fullmatch(url):
         return []
     found = _PASSWORD.match(url)
-    passwords = ([found.group(2)] if found else []) + [m.group(2) for m in _QUERY_PASSWORD.finditer(url)]
+    query = _QUERY_PASSWORD.finditer(_QUOTED.fullmatch(url).group(3))
+    passwords = ([found.group(2)] if found else []) + [m.group(2) for m in query]
     return [p for p in passwords if p and p != "***"]
 
 

@@ -84,3 +84,23 @@ def test_a_password_with_an_escaped_quote_is_hidden_as_typed(override, shown):
     """Hydra reads `'http://u:S3c\\'ret@h'` as the password S3c'ret, which is not
     what was typed: the password stayed in the recorded command, the logs and .hydra/."""
     assert redact_override(override) == shown
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("postgresql://db.lab/mlflow?password=S3c'ret", "postgresql://db.lab/mlflow?password=***"),
+    ('postgresql://db.lab/mlflow?password=S3c"ret&sslmode=require', "postgresql://db.lab/mlflow?password=***&sslmode=require"),
+    ("postgresql://db.lab/mlflow?user=u&password=S3c ret", "postgresql://db.lab/mlflow?user=u&password=***"),
+    ("'postgresql://db.lab/mlflow?password=S3cret'", "'postgresql://db.lab/mlflow?password=***'")])
+def test_a_query_password_with_a_quote_or_a_space_is_hidden_whole(url, shown):
+    """The query's password ended at a quote or a space: password=S3c'ret was shown as password=***'ret."""
+    assert redact(url) == shown
+    assert redact_values({"tracking": {"uri": url}}) == {"tracking": {"uri": shown}}
+    assert redact_override(f"tracking.uri={url}") == f"tracking.uri={shown}"
+
+
+@pytest.mark.parametrize("override, shown", [
+    (r"tracking.uri='postgresql://h/db?password=S3c\'ret'", "tracking.uri='postgresql://h/db?password=***'"),
+    (r"tracking.uri='postgresql://h/db?password=S3c\'ret&x=1',b", "tracking.uri='postgresql://h/db?password=***&x=1',b"),
+    (r"tracking.uri=postgresql\://h/db?password=S3c\ ret", r"tracking.uri=postgresql\://h/db?password=***")])
+def test_a_query_password_with_an_escaped_quote_or_space_is_hidden_as_typed(override, shown):
+    assert redact_override(override) == shown
