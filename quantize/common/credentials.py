@@ -8,6 +8,8 @@ import functools
 import logging
 import re
 
+from quantize.common.errors import UserError
+
 # scheme://<user>:<password>@<host>...: the password runs to the `@` before a
 # host (no `@` or `/` in it): one with a space, a `/` or an `@` is hidden whole.
 # A host's port is no password: `https://h:5000/runs@x` has none, its `@` is the path's.
@@ -122,6 +124,21 @@ def hide_passwords(text: str, passwords) -> str:
             text = text.replace(f":{form}@", ":***@")
             text = re.sub(rf"((?:password|passwd)\\*=){re.escape(form)}", r"\1***", text, flags=re.I)
     return text
+
+
+def check_folder_names(dirs: dict, overrides, excluded) -> None:
+    """Refuse job folders named by ${hydra.job.override_dirname} (Hydra's
+    `key=value,...` of the overrides as typed) while an override it names
+    holds a URL's password: the password would be the folder's name, shown
+    in every path, listing and summary. `dirs`: each folder setting (hydra.sweep.subdir)
+    as written, `excluded`: hydra.job.config.override_dirname.exclude_keys."""
+    named = next((key for key, value in dirs.items() if "hydra.job.override_dirname" in str(value)), None)
+    keys = [key for key in (str(arg).partition("=")[0].lstrip("+~") for arg in overrides if passwords_in(str(arg)))
+            if key not in excluded]
+    if named and keys:
+        raise UserError(f"{named} names each job's folder by ${{hydra.job.override_dirname}}, which would show "
+                        f"the password in {keys[0]}: add hydra.job.config.override_dirname.exclude_keys="
+                        f"[{','.join([*excluded, *keys])}], or name the folders by ${{hydra.job.num}}")
 
 
 def hide(text: str, url) -> str:

@@ -18,8 +18,9 @@ from typing import Callable, Iterator, NoReturn
 from hydra.experimental.callback import Callback
 
 from quantize.common import atomic
-from quantize.common.credentials import hide_typed, keep_out_of_logs, may_hold_typed, redact_override
-from quantize.common.errors import DiskFull, Interrupted, OneLineError, first_line, is_no_room
+from quantize.common.credentials import (check_folder_names, hide_typed, keep_out_of_logs, may_hold_typed,
+                                         redact_override)
+from quantize.common.errors import DiskFull, Interrupted, OneLineError, UserError, first_line, is_no_room
 
 log = logging.getLogger("quantbench")
 
@@ -363,8 +364,23 @@ class FailureSummary(Callback):
     exit non-zero if any did. Also keeps a typed password out of each job's
     folder and lines, wherever its launcher runs it."""
 
+    def on_run_start(self, config, **_) -> None:
+        self._check_folder_names(config, "run")
+
     def on_multirun_start(self, config, **_) -> None:
         _job_dirs.clear()
+        self._check_folder_names(config, "sweep")
+
+    @staticmethod
+    def _check_folder_names(config, mode: str) -> None:
+        """Before Hydra makes a job folder: none named by a typed password."""
+        from omegaconf import OmegaConf
+        folders = OmegaConf.to_container(config.hydra[mode], resolve=False)
+        try:
+            check_folder_names({f"hydra.{mode}.{key}": value for key, value in folders.items()},
+                               config.hydra.overrides.task, list(config.hydra.job.config.override_dirname.exclude_keys))
+        except UserError as e:
+            end(e)   # Hydra turns a callback's exception into a warning
 
     def on_job_start(self, config, **_) -> None:
         _hide_job_passwords()

@@ -1,7 +1,8 @@
 """quantize/common/credentials.py: a URL's password hidden, the rest of it as given."""
 import pytest
 
-from quantize.common.credentials import hide, redact, redact_override, redact_values
+from quantize.common.credentials import check_folder_names, hide, redact, redact_override, redact_values
+from quantize.common.errors import UserError
 
 
 @pytest.mark.parametrize("url", ["sqlite:////tmp/a@b/mlflow.db", "file:///tmp/a@b/mlruns",
@@ -104,3 +105,19 @@ def test_a_query_password_with_a_quote_or_a_space_is_hidden_whole(url, shown):
     (r"tracking.uri=postgresql\://h/db?password=S3c\ ret", r"tracking.uri=postgresql\://h/db?password=***")])
 def test_a_query_password_with_an_escaped_quote_or_space_is_hidden_as_typed(override, shown):
     assert redact_override(override) == shown
+
+
+@pytest.mark.parametrize("dirs, overrides, excluded", [
+    ({"hydra.sweep.subdir": "${hydra.job.num}"}, ["tracking.uri=http://u:S3cret@h"], []),
+    ({"hydra.sweep.subdir": "${hydra.job.override_dirname}"}, ["tracking.uri=http://me@h", "seed=0,1"], []),
+    ({"hydra.sweep.subdir": "${hydra.job.override_dirname}"}, ["tracking.uri=http://u:S3cret@h"], ["tracking.uri"])])
+def test_job_folders_that_cannot_show_a_password_are_taken(dirs, overrides, excluded):
+    check_folder_names(dirs, overrides, excluded)
+
+
+def test_job_folders_named_by_an_override_with_a_password_are_refused_naming_the_exclusion():
+    with pytest.raises(UserError) as e:
+        check_folder_names({"hydra.sweep.dir": "out", "hydra.sweep.subdir": "${hydra.job.override_dirname}"},
+                           ["seed=0,1", "+tracking.uri=postgresql://h/db?password=S3cret"], ["seed"])
+    assert "hydra.sweep.subdir names" in str(e.value) and "S3cret" not in str(e.value)
+    assert "hydra.job.config.override_dirname.exclude_keys=[seed,tracking.uri]" in str(e.value)
