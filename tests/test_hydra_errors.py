@@ -406,6 +406,33 @@ def test_a_sweep_over_paths_with_escaped_parentheses_or_a_quoted_name_is_taken(t
     config.check_group_options(["recipe=\"w8a8_smooth_gptq\""])
 
 
+def test_an_escaped_comma_in_a_path_is_one_value_as_hydra_reads_it(tmp_path):
+    """model=<dir>/a\\,b (Hydra's escape for a comma in a value) was split at
+    the comma by the option check: `unknown model 'b'`, before any job."""
+    (tmp_path / "a,b").mkdir()
+    proc = run("evaluate", "-m", rf"model={tmp_path}/a\,b,{tmp_path}/c", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+               cwd=tmp_path)
+    out = (proc.stdout + proc.stderr).splitlines()
+    failed = [line.partition("job failed: ")[2] for line in out if "job failed: " in line]
+    assert len(failed) == 2, "\n".join(out[-30:])   # one job per path, the first its folder with the comma
+    assert failed[0].startswith(f"{tmp_path}/a,b is not a model checkpoint"), failed
+    assert failed[1].startswith(f"model {tmp_path}/c does not exist"), failed
+
+
+@pytest.mark.parametrize("arg", [r"model.name=a\,b", "model.name='a,b'", r"recipe.name=x\,y,z"])
+def test_a_name_with_an_escaped_or_quoted_comma_is_one_folder_name(arg):
+    """model.name=a\\,b was checked as the names 'a\\' and 'b', and refused for its backslash."""
+    from quantize.common import config
+    config.check_folder_names([arg])   # no error
+
+
+def test_an_escaped_comma_leaves_a_folder_name_checked_whole():
+    from quantize.common import config
+    from quantize.common.errors import UserError
+    with pytest.raises(UserError, match=r"^model.name='a,b/c' is not a folder name"):
+        config.check_folder_names([r"model.name=a\,b/c"])
+
+
 def test_a_path_in_a_group_without_a_path_option_is_an_unknown_name(capsys):
     """engine=choice(vllm,./my_engine.yaml) was told to sweep the names and the
     paths in two runs, though engine= takes no path."""

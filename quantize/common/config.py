@@ -2,6 +2,7 @@
 recipe_choices), and the path shorthands (`model=/some/dir`, `recipe=my.yaml`, `calibration=data.jsonl`,
 `scenario=my.yaml`)."""
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -85,10 +86,15 @@ def _is_path_sweep(value: str) -> bool:
 
 def _sweep_items(value: str) -> list[str]:
     """The items of the comma list `value` as written: `'/x/a(b)','/y/c,d'`
-    (each quoted, as Hydra's grammar asks of such paths) is two, quotes kept."""
-    items, item, quote = [], "", None
+    (each quoted, as Hydra's grammar asks of such paths) is two, quotes kept;
+    `/x/a\\,b` (Hydra's escaped comma) is one, the escape kept."""
+    items, item, quote, escaped = [], "", None, False
     for i, char in enumerate(value):
-        if quote and char == quote and value[i - 1] != "\\":
+        if escaped:
+            escaped = False
+        elif not quote and char == "\\":
+            escaped = True   # the next character is the value's own
+        elif quote and char == quote and value[i - 1] != "\\":
             quote = None
         elif not quote and char in "'\"":
             quote = char
@@ -105,7 +111,7 @@ SWEEP_FUNCTIONS = ("choice(", "glob(", "range(", "interval(", "sort(", "shuffle(
 
 def _looks_like_path(value: str, quoted: bool = False) -> bool:
     """`quoted`: `value` was in quotes, where a comma or a '(' is the path's own."""
-    if not quoted and ("," in value or value.startswith(SWEEP_FUNCTIONS)):
+    if not quoted and (len(_sweep_items(value)) > 1 or value.startswith(SWEEP_FUNCTIONS)):
         return False  # a sweep expression: leave it to Hydra
     return os.sep in value or value.startswith((".", "~")) or Path(value).suffix in (
         ".yaml", ".yml", ".json", ".jsonl", ".txt")
@@ -409,5 +415,12 @@ def check_folder_names(argv: list[str]) -> None:
     for arg in argv:
         key, sep, value = arg.lstrip("+").partition("=")
         if sep and key in ("model.name", "recipe.name"):
-            for name in value.split(","):   # a sweep's names, each
-                folder_name(key, name)
+            for name in _sweep_items(value):   # a sweep's names, each
+                folder_name(key, _as_read(name))
+
+
+def _as_read(item: str) -> str:
+    """The text of `item` (of a comma list) as Hydra reads it: the value in
+    its quotes, or with its escapes (`a\\,b`, Hydra's escaped comma) undone."""
+    inner = _unquoted(item)
+    return inner if inner != item else re.sub(r"\\([\\()\[\]{}:=, \t])", r"\1", item)
