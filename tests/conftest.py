@@ -36,6 +36,16 @@ SMALL_CALIB = (f"calibration.num_samples={NUM_SAMPLES}", f"calibration.max_seq_l
 QUANTIZE_TIMEOUT_S = 900  # generous: the machine is shared; this is a hang guard, not a speed check
 
 
+@pytest.fixture(autouse=True)
+def fresh_machine_facts():
+    """machine.detect() is cached for the process; a test that patches what it
+    reads (a fake GPU, no NUMA files) must not leave its answer to the next."""
+    yield
+    machine = sys.modules.get("quantize.common.machine")
+    if machine is not None:
+        machine.detect.cache_clear()
+
+
 def w4_rtn_recipe(group_size: int) -> str:
     """An llm-compressor recipe a user might write: int4 weight-only RTN."""
     return f"""\
