@@ -218,8 +218,6 @@ def validate(config: AccuracyConfig, target, max_model_len: int | None = None) -
     if max_model_len and needed > int(max_model_len):
         raise UserError(f"the accuracy requests need {needed} tokens but engine.args.max_model_len is "
                         f"{max_model_len}; raise it to at least {needed}, or {_shrink(config, int(max_model_len))}")
-    if config.text == "austen" and not config.books:
-        raise UserError("accuracy.books is empty; name at least one held-out book, e.g. accuracy.books=[persuasion]")
     text = held_out_text(config.text, config.books)
     reference = reference_path(target, config)
     machine.check_device("accuracy.reference_device", config.reference_device or "cpu")
