@@ -375,10 +375,12 @@ class FailureSummary(Callback):
     def _check_folder_names(config, mode: str) -> None:
         """Before Hydra makes a job folder: none named by a typed password."""
         from omegaconf import OmegaConf
-        folders = OmegaConf.to_container(config.hydra[mode], resolve=False)
+        folders = OmegaConf.to_container(OmegaConf.select(config, f"hydra.{mode}", default=None) or {}, resolve=False)
         try:
             check_folder_names({f"hydra.{mode}.{key}": value for key, value in folders.items()},
-                               config.hydra.overrides.task, list(config.hydra.job.config.override_dirname.exclude_keys))
+                               OmegaConf.select(config, "hydra.overrides.task", default=None) or [],
+                               list(OmegaConf.select(config, "hydra.job.config.override_dirname.exclude_keys",
+                                                     default=None) or []))
         except UserError as e:
             end(e)   # Hydra turns a callback's exception into a warning
 
