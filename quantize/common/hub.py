@@ -183,8 +183,11 @@ def _snapshot(repo_id: str, revision: str | None, patterns: list[str]) -> str:
             return snapshot_download(repo_id, revision=revision, allow_patterns=patterns)
         except (httpx.ConnectError, httpx.TimeoutException, OfflineModeIsEnabled):
             pass   # unreachable: the cache decides, as for a branch (snapshot_download's own fallback)
-        except RevisionNotFoundError:
-            raise
+        except RevisionNotFoundError as answered:
+            if not (revision and re.fullmatch(r"[0-9a-f]{40}", revision)):
+                raise
+            # a commit squashed or force-pushed away on the hub never changed: a cached copy serves
+            return _cached_or_refusal(repo_id, revision, patterns, answered)
         except HfHubHTTPError as answered:   # as snapshot_download does for a branch
             return _cached_or_refusal(repo_id, revision, patterns, answered)
     return snapshot_download(repo_id, revision=revision, allow_patterns=patterns, local_files_only=True)
@@ -192,15 +195,15 @@ def _snapshot(repo_id: str, revision: str | None, patterns: list[str]) -> str:
 
 def _cached_or_refusal(repo_id: str, revision: str | None, patterns: list[str], answered: Exception) -> str:
     """The cache's snapshot once the hub answered an error; where the cache
-    lacks it, a refusal of the repo (not found, gated, 401) is the hub's
-    answer, as it names the fix (a login), else the cache's miss."""
+    lacks it, a refusal of the repo (not found, gated, 401) or of the revision
+    is the hub's answer, as it names the fix (a login), else the cache's miss."""
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
+    from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
     try:
         return snapshot_download(repo_id, revision=revision, allow_patterns=patterns, local_files_only=True)
     except LocalEntryNotFoundError:
         status = getattr(getattr(answered, "response", None), "status_code", None)
-        if isinstance(answered, RepositoryNotFoundError) or status == 401:
+        if isinstance(answered, (RepositoryNotFoundError, RevisionNotFoundError)) or status == 401:
             raise answered from None
         raise
 

@@ -166,6 +166,8 @@ def hub_answering(monkeypatch):
                 self.send_response(status)
                 if status == 401:   # the hub's answer for a private or gated repo without a token
                     self.send_header("X-Error-Code", "RepoNotFound")
+                if status == 404:   # the hub's answer for a revision it does not have
+                    self.send_header("X-Error-Code", "RevisionNotFound")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
             do_HEAD = do_GET
@@ -202,6 +204,19 @@ def test_a_cached_commit_is_found_when_the_hub_answers_an_error(tiny_model, tmp_
         assert "hf auth login" in message
     else:
         assert "not in the Hugging Face cache at revision " + "c" * 40 in message
+
+
+def test_a_cached_commit_the_hub_no_longer_has_is_read_from_the_cache(tiny_model, tmp_path, monkeypatch,
+                                                                      hub_answering):
+    """A commit squashed or force-pushed away on the hub never changes: its
+    complete cached copy is read, while a tag the hub lacks is refused."""
+    from huggingface_hub import constants
+    hub_cache(tmp_path / "hf", tiny_model, {"main": "a" * 40})
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    hub_answering(404)
+    assert hub.download("some-org/tiny", "a" * 40).name == "a" * 40
+    for missing in ("v9", "c" * 40):
+        assert f"has no revision {missing}" in one_line_error(lambda: hub.download("some-org/tiny", missing))
 
 
 def test_a_trials_quantize_at_a_cached_commit_runs_offline(tiny_model, tmp_path, workdir):
