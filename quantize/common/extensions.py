@@ -25,6 +25,7 @@ and its meaning stay Hydra's.
 """
 import dataclasses
 import importlib
+import re
 import types
 import typing
 from typing import Any, Mapping, TypeVar
@@ -108,7 +109,11 @@ def check_scalar_fields(cls: type, values: dict, where: str) -> dict:
             raise UserError(f"{where}: {key}={shown(value)} is not {wanted}; pass {wanted} for {key}")
         if _is_list(hints.get(key)) and value is not None and (
                 not isinstance(value, (list, tuple)) or typing.get_args(hints[key])[:1] == (str,)):
-            names(key, value, where)   # refuses what is no list of names: list("gsm8k") is 5 tasks, list(5) a TypeError
+            # refuses what is no list of names: list("gsm8k") is 5 tasks, list(5) a TypeError
+            if re.fullmatch(r"[A-Za-z_][\w.]*", where):   # a group: its key as the override is typed
+                names(f"{where}.{key}", value)
+            else:
+                names(key, value, where)
         if key == "name" and isinstance(value, str) and not is_name(value):
             raise UserError(f"{where}: name is empty; pass a name, the rows' label, e.g. name=mine")
         if _is_flag_field(hints.get(key)) and is_integer(value):  # 0 or 1: checked above

@@ -459,8 +459,8 @@ def test_a_row_records_the_seeds_so_another_seed_is_measured_anew():
 
 
 @pytest.mark.parametrize("values, message", [
-    ({"tasks": "gsm8k"}, r"^lm_eval: tasks=gsm8k is one name, not a list; pass tasks=\[gsm8k\]$"),
-    ({"include_path": "tasks"}, r"^lm_eval: include_path=tasks is one name, not a list"),
+    ({"tasks": "gsm8k"}, r"^lm_eval.tasks=gsm8k is one name, not a list; pass lm_eval.tasks=\[gsm8k\]$"),
+    ({"include_path": "tasks"}, r"^lm_eval.include_path=tasks is one name, not a list"),
 ])
 def test_one_name_where_a_list_belongs_is_one_line(values, message):
     with pytest.raises(UserError, match=message):   # list("gsm8k") ran five one-letter tasks
@@ -480,6 +480,20 @@ def test_one_name_where_a_list_belongs_is_one_line(values, message):
 ])
 def test_settings_lm_eval_would_fail_on_after_the_speed_runs_are_refused_first(values, message):
     cfg = lmeval.LmEvalConfig.from_group({"name": "hub", "tasks": ["gsm8k"], "enabled": True} | values)
+    with pytest.raises(UserError, match=message):
+        lmeval.validate(cfg, "vllm")
+
+
+@pytest.mark.parametrize("bundled, message", [
+    ({"books": []}, r"^lm_eval.austen_lastword.books is empty; name at least one held-out book"),
+    ({"books": None}, r"^lm_eval.austen_lastword.books is empty"),
+    ({"books": ["emmma"]}, r"^unknown Austen book\(s\) \['emmma'\]"),
+    ({"num_items": 10 ** 6}, r"lower lm_eval.austen_lastword.num_items \(1000000\) or lm_eval.austen_lastword.min_words$"),
+])
+def test_the_bundled_tasks_text_is_refused_before_the_speed_runs_not_when_its_task_is_written(bundled, message):
+    cfg = lmeval.LmEvalConfig.from_group({
+        "name": "austen_lastword", "tasks": ["austen_lastword"], "enabled": True, "venv": "/nonexistent",
+        "austen_lastword": {"text": "austen", "books": ["persuasion"], "num_items": 4, "min_words": 30} | bundled})
     with pytest.raises(UserError, match=message):
         lmeval.validate(cfg, "vllm")
 
