@@ -114,9 +114,11 @@ def text_identity(text: str, books: list[str], key: str = "accuracy.text") -> di
     return {"text_sha256": sha256_bytes(held_out_text(text, books, key).encode())}
 
 
-def lastword_passages(text: str, n: int, min_words: int, seed: int) -> list[tuple[str, str]]:
+def lastword_passages(text: str, n: int, min_words: int, seed: int,
+                      settings: str = "accuracy.lastword") -> list[tuple[str, str]]:
     """n (paragraph without its last word, last word) pairs: each paragraph has
-    at least `min_words` words and ends in an alphabetic word."""
+    at least `min_words` words and ends in an alphabetic word; `settings`: the
+    group of num_items and min_words, named in errors."""
     passages = []
     for para in text.split("\n\n"):
         para = para.strip()
@@ -125,7 +127,7 @@ def lastword_passages(text: str, n: int, min_words: int, seed: int) -> list[tupl
             passages.append((m.group(1), m.group(2)))
     if len(passages) < n:
         raise UserError(f"only {len(passages)} paragraphs qualify for the last-word task; lower "
-                        f"accuracy.lastword.num_items ({n}) or accuracy.lastword.min_words")
+                        f"{settings}.num_items ({n}) or {settings}.min_words")
     return random.Random(seed).sample(passages, n)
 
 

@@ -356,6 +356,11 @@ def validate(config: LmEvalConfig, model: str) -> dict:
         raise UserError(f"lm_eval.tasks names {BUNDLED_TASK}, whose settings come with its preset; pass "
                         f"lm_eval={BUNDLED_TASK} lm_eval.tasks=[{','.join(config.tasks)}]")
     _check_counts(config)
+    if BUNDLED_TASK in config.tasks:   # its text now, not when the task is written after the serving runs
+        bundled = config.austen_lastword
+        text = held_out_text(bundled.text, bundled.books, key="lm_eval.austen_lastword.text")
+        accuracy.lastword_passages(text, int(bundled.num_items), int(bundled.min_words), seed=0,
+                                   settings="lm_eval.austen_lastword")
     if "pretrained" in (config.model_args or {}):
         raise UserError("lm_eval.model_args.pretrained: lm-eval is given the artifact under test; remove it "
                         "(~lm_eval.model_args.pretrained) and choose the model with model= and recipe=")
@@ -750,7 +755,8 @@ def _write_bundled_task(folder: Path, config: BundledTaskConfig, seed: int) -> N
     """austen_lastword as a local lm-eval task: a JSONL of held-out passages and its YAML."""
     folder.mkdir(parents=True)
     text = held_out_text(config.text, config.books, key="lm_eval.austen_lastword.text")
-    passages = accuracy.lastword_passages(text, int(config.num_items), int(config.min_words), seed)
+    passages = accuracy.lastword_passages(text, int(config.num_items), int(config.min_words), seed,
+                                          settings="lm_eval.austen_lastword")
     data = folder / f"{BUNDLED_TASK}.jsonl"
     data.write_text("".join(json.dumps({"context": c, "word": w}) + "\n" for c, w in passages))
     task = {
