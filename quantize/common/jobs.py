@@ -375,7 +375,8 @@ class FailureSummary(Callback):
     def _check_folder_names(config, mode: str) -> None:
         """Before Hydra makes a job folder: none named by a typed password."""
         from omegaconf import OmegaConf
-        folders = OmegaConf.to_container(OmegaConf.select(config, f"hydra.{mode}", default=None) or {}, resolve=False)
+        node = OmegaConf.select(config, f"hydra.{mode}", default=None)
+        folders = OmegaConf.to_container(node, resolve=False) if node else {}
         try:
             check_folder_names({f"hydra.{mode}.{key}": value for key, value in folders.items()},
                                OmegaConf.select(config, "hydra.overrides.task", default=None) or [],

@@ -39,6 +39,12 @@ def job_dir(sweep, name: str, failed: str | None):
         (sweep / name / jobs.FAILURE_FILE).write_text(failed)
 
 
+@pytest.mark.parametrize("config", [{}, {"hydra": {"sweep": {}}}, {"hydra": {"sweep": {"dir": "out"}}}])
+def test_a_sweep_of_a_config_without_hydras_folder_keys_starts(config):
+    """The check of job folder names reads what a config has, not a key it lacks."""
+    jobs.FailureSummary().on_multirun_start(OmegaConf.create(config))
+
+
 def test_the_summary_lists_a_job_whose_failed_json_is_torn_by_its_dir(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     job_dir(sweep, "0", json.dumps({"error": "engine start-up failed", "traceback": "tb",
