@@ -132,7 +132,7 @@ def check_folder_names(dirs: dict, overrides, excluded) -> None:
     holds a URL's password: the password would be the folder's name, shown
     in every path, listing and summary. `dirs`: each folder setting (hydra.sweep.subdir)
     as written, `excluded`: hydra.job.config.override_dirname.exclude_keys."""
-    named = next((key for key, value in dirs.items() if re.search(r"hydra[.:]job\.override_dirname", str(value))), None)
+    named = next((key for key, value in dirs.items() if re.search(r"hydra\W*job\.override_dirname", str(value))), None)
     keys = [key for key in (str(arg).partition("=")[0].lstrip("+~") for arg in overrides if passwords_in(str(arg)))
             if key not in excluded]
     if named and keys:

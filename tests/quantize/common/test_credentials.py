@@ -115,7 +115,8 @@ def test_job_folders_that_cannot_show_a_password_are_taken(dirs, overrides, excl
     check_folder_names(dirs, overrides, excluded)
 
 
-@pytest.mark.parametrize("spelled", ["${hydra.job.override_dirname}", "out/${hydra:job.override_dirname}"])
+@pytest.mark.parametrize("spelled", ["${hydra.job.override_dirname}", "out/${hydra:job.override_dirname}",
+                                     "${hydra: job.override_dirname}", "${hydra:'job.override_dirname'}"])
 def test_job_folders_named_by_an_override_with_a_password_are_refused_naming_the_exclusion(spelled):
     with pytest.raises(UserError) as e:   # the node's path, or Hydra's resolver
         check_folder_names({"hydra.sweep.dir": "out", "hydra.sweep.subdir": spelled},
