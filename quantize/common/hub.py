@@ -186,8 +186,12 @@ def _snapshot(repo_id: str, revision: str | None, patterns: list[str]) -> str:
         except RevisionNotFoundError as answered:
             if not (revision and re.fullmatch(r"[0-9a-f]{40}", revision)):
                 raise
-            # a commit squashed or force-pushed away on the hub never changed: a cached copy serves
-            return _cached_or_refusal(repo_id, revision, patterns, answered)
+            # a commit squashed or force-pushed away on the hub never changed: a cached copy serves,
+            # unless it lacks a file asked for by name (no download can bring it now)
+            folder = _cached_or_refusal(repo_id, revision, patterns, answered)
+            if any(not Path(folder, p).is_file() for p in patterns if not any(c in p for c in "*?[")):
+                raise answered from None
+            return folder
         except HfHubHTTPError as answered:   # as snapshot_download does for a branch
             return _cached_or_refusal(repo_id, revision, patterns, answered)
     return snapshot_download(repo_id, revision=revision, allow_patterns=patterns, local_files_only=True)

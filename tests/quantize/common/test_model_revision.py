@@ -217,6 +217,10 @@ def test_a_cached_commit_the_hub_no_longer_has_is_read_from_the_cache(tiny_model
     assert hub.download("some-org/tiny", "a" * 40).name == "a" * 40
     for missing in ("v9", "c" * 40):
         assert f"has no revision {missing}" in one_line_error(lambda: hub.download("some-org/tiny", missing))
+    hub_cache(tmp_path / "hf", tiny_model, {"v2": "d" * 40})
+    (tmp_path / "hf" / "hub" / "models--some-org--tiny" / "snapshots" / ("d" * 40) / "model.safetensors").unlink()
+    message = one_line_error(lambda: hub.download("some-org/tiny", "d" * 40))   # its weights are nowhere now
+    assert f"has no revision {'d' * 40}" in message, message
 
 
 def test_a_trials_quantize_at_a_cached_commit_runs_offline(tiny_model, tmp_path, workdir):
