@@ -358,6 +358,9 @@ def validate(config: LmEvalConfig, model: str) -> dict:
     _check_counts(config)
     if BUNDLED_TASK in config.tasks:   # its text now, not when the task is written after the serving runs
         bundled = config.austen_lastword
+        for key in ("num_items", "min_words"):
+            if getattr(bundled, key) < 1:   # an int (Configurable checked it); random.sample refuses -1 in a traceback
+                raise UserError(f"lm_eval.austen_lastword.{key}={shown(getattr(bundled, key))}: pass an integer >= 1")
         text = held_out_text(bundled.text, bundled.books, key="lm_eval.austen_lastword.text")
         accuracy.lastword_passages(text, int(bundled.num_items), int(bundled.min_words), seed=0,
                                    settings="lm_eval.austen_lastword")

@@ -488,6 +488,8 @@ def test_settings_lm_eval_would_fail_on_after_the_speed_runs_are_refused_first(v
     ({"books": []}, r"^lm_eval.austen_lastword.books is empty; name at least one held-out book"),
     ({"books": None}, r"^lm_eval.austen_lastword.books is empty"),
     ({"books": ["emmma"]}, r"^unknown Austen book\(s\) \['emmma'\]"),
+    ({"num_items": -1}, r"^lm_eval.austen_lastword.num_items=-1: pass an integer >= 1$"),
+    ({"min_words": 0}, r"^lm_eval.austen_lastword.min_words=0: pass an integer >= 1$"),
     ({"num_items": 10 ** 6}, r"lower lm_eval.austen_lastword.num_items \(1000000\) or lm_eval.austen_lastword.min_words$"),
 ])
 def test_the_bundled_tasks_text_is_refused_before_the_speed_runs_not_when_its_task_is_written(bundled, message):
