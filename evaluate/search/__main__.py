@@ -113,7 +113,9 @@ def check_sweeper_installed() -> None:
     missing = [name for name in ("optuna", "hydra_plugins.hydra_optuna_sweeper") if find_spec(name) is None]
     if missing:
         raise UserError(f"the recipe search needs Optuna and hydra-optuna-sweeper, which this Python lacks "
-                        f"({', '.join(missing)}); run bash scripts/setup.sh (or pip install hydra-optuna-sweeper)")
+                        f"({', '.join(missing)}); run bash scripts/setup.sh (by hand: optuna from requirements/common.txt, "
+                        "then pip install --no-deps -r requirements/no-deps.txt: the sweeper's own pins would "
+                        "replace Optuna 5 with 2.x)")
 
 
 def main() -> None:

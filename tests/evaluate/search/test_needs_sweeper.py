@@ -19,6 +19,8 @@ def test_a_missing_sweeper_is_one_line_naming_the_fix(monkeypatch, capsys):
     line = capsys.readouterr().err.strip()
     assert line.startswith("error: the recipe search needs Optuna and hydra-optuna-sweeper")
     assert "bash scripts/setup.sh" in line and "\n" not in line
+    # the sweeper's own pins (optuna<3) would replace the project's Optuna: by hand it goes in without them
+    assert "pip install --no-deps -r requirements/no-deps.txt" in line
 
 
 @pytest.mark.skipif(importlib.util.find_spec("optuna") is None, reason="Optuna is not installed here")
