@@ -261,7 +261,8 @@ def write(artifact_dir: Path, manifest: Manifest) -> None:
     write_json(Path(artifact_dir) / FILE, manifest.to_dict())
 
 
-def read(artifact_dir: Path, fix: str = "delete it and rerun `python -m quantize`") -> Manifest | None:
+def read(artifact_dir: Path, fix: str = "rebuild the artifact with `python -m quantize ... force=true` "
+                                        "(or delete its whole folder)") -> Manifest | None:
     """The artifact's manifest, None when there is none; a manifest that is
     not one (truncated, hand-edited) is a one-line error naming `fix`."""
     path = Path(artifact_dir) / FILE

@@ -169,6 +169,9 @@ def test_read_missing_and_broken(tmp_path):
     (tmp_path / "manifest.json").write_text('{"artifact_id": "x", "mod')
     with pytest.raises(UserError, match="corrupt.*force=true"):
         manifest.read(tmp_path, fix="pass force=true")
+    # deleting only the manifest leaves a folder quantize refuses (files but no manifest): rebuild it
+    with pytest.raises(UserError, match=r"corrupt.*; rebuild the artifact with `python -m quantize \.\.\. force=true`"):
+        manifest.read(tmp_path)
     (tmp_path / "manifest.json").write_text(json.dumps({"artifact_id": "x", "model": {"name": "m"}}))
     with pytest.raises(UserError, match="not a quantbench manifest.*recipe"):
         manifest.read(tmp_path)
