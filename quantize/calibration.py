@@ -66,9 +66,10 @@ class CalibrationConfig:
     def from_config(cls, values: dict) -> "CalibrationConfig":
         """From the group's plain values; keys this class does not read stay in `spec`."""
         missing = [k for k in ("source", "num_samples", "max_seq_len") if values.get(k) is None]
-        if missing:
+        if missing:   # a preset's own key: no override can add it (Hydra refuses calibration.<key> then)
+            example = {"source": "austen", "num_samples": 64, "max_seq_len": 512}[missing[0]]
             raise UserError(f"the calibration config lacks {', '.join(missing)}; add it to its YAML "
-                            "or pass calibration.<key>=<value>")
+                            f"(e.g. {missing[0]}: {example})")
         text_field = values.get("text_field", "text")   # one field's name, or a list of them
         return cls(
             source=str(values["source"]), num_samples=integer("calibration.num_samples", values["num_samples"], 64),

@@ -202,3 +202,11 @@ def test_no_text_field_is_one_line_before_any_record_is_read(tmp_path, value):
         with pytest.raises(UserError, match=r"^calibration.text_field is empty; name the record field holding the "
                                             r"text, e.g. calibration.text_field=text$"):
             calibration.check(made)
+
+
+def test_a_preset_lacking_a_key_is_told_to_add_it_to_its_yaml():
+    """A key the preset lacks cannot be added on the command line (Hydra refuses
+    calibration.<key> and +calibration.<key> for a preset without it)."""
+    with pytest.raises(UserError, match=r"^the calibration config lacks num_samples, max_seq_len; add it to its YAML "
+                                        r"\(e.g. num_samples: 64\)$"):
+        CalibrationConfig.from_config({"source": "austen"})
