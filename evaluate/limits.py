@@ -46,7 +46,7 @@ class Limits:
         for s in scenarios:
             if self.batch_size is not None and s.batch_size > self.batch_size:
                 raise UserError(f"scenario {s.name}: batch_size={s.batch_size} is past limits.batch_size="
-                                f"{self.batch_size}; lower scenario.batch_size, or pass limits.batch_size="
+                                f"{self.batch_size}; lower its batch_size, or pass limits.batch_size="
                                 f"{s.batch_size} to run it on purpose")
 
     def check_batch_tokens(self, scenarios: list[Scenario], target, args: dict, machine, engine) -> None:
@@ -60,7 +60,7 @@ class Limits:
         for s in scenarios:
             if allowed is not None and s.kv_tokens > allowed:
                 raise UserError(f"scenario {s.name}: batch_size x (input_len + output_len) = {s.kv_tokens} tokens "
-                                f"is past {self._tokens_bound(allowed)}; lower scenario.batch_size or its lengths, "
+                                f"is past {self._tokens_bound(allowed)}; lower its batch_size or lengths, "
                                 f"or pass limits.batch_tokens={s.kv_tokens} to run it on purpose")
 
     def _tokens_bound(self, allowed: int) -> str:

@@ -125,8 +125,8 @@ class OneScenario(ScenarioChoice):
     input_len: int | None = None
     output_len: int | None = None
 
-    def resolve(self) -> list[Scenario]:
-        return [_from_dict({k: v for k, v in asdict(self).items() if v is not None})]
+    def resolve(self, override: str | None = "scenario.") -> list[Scenario]:
+        return [_from_dict({k: v for k, v in asdict(self).items() if v is not None}, override=override)]
 
     def is_set(self) -> bool:
         return False
@@ -175,7 +175,10 @@ class ScenarioFile(ScenarioChoice):
         return replace(choice, near=str(file.parent)) if isinstance(choice, ScenarioSet) else choice
 
     def resolve(self) -> list[Scenario]:
-        return self.chosen().resolve()
+        choice = self.chosen()
+        if isinstance(choice, OneScenario):   # a key its file lacks is added on the command line with +
+            return choice.resolve(override="+scenario.")
+        return choice.resolve()
 
     def is_set(self) -> bool:
         return self.chosen().is_set()
@@ -279,7 +282,14 @@ SHAPE_KEYS = ("batch_size", "input_len", "output_len")
 _SINGLE = f"{__name__}.{OneScenario.__name__}"  # the `_target_` a single scenario's YAML may name
 
 
-def _from_dict(d: dict, where: str = "scenario") -> Scenario:
+def _or_typed(override: str | None, key: str, value: str) -> str:
+    """`, or <override><key>=<value>` where the command line can set the key
+    (`override`: the prefix that reaches it); a set's member or an included
+    file's scenario only its file sets."""
+    return f", or {override}{key}={value}" if override else ""
+
+
+def _from_dict(d: dict, where: str = "scenario", override: str | None = None) -> Scenario:
     """One scenario's mapping (a file, an include, a set's own entry), checked
     as a file chosen alone is: a key OneScenario does not take (a typo, a
     setting of another tool) is refused in its words, not dropped."""
@@ -289,14 +299,14 @@ def _from_dict(d: dict, where: str = "scenario") -> Scenario:
     if set(d) - known:
         OneScenario.from_config(d, where)  # raises, naming the first unknown key
     if not is_name(d.get("name")):
-        raise UserError(f"scenario {d} has no name; give it one (`name:` in its file, or scenario.name=<text>)")
+        raise UserError(f"scenario {d} has no name; give it one (`name:` in its file{_or_typed(override, 'name', '<text>')})")
     missing = [key for key in SHAPE_KEYS if d.get(key) is None]
     if missing:
         raise UserError(f"scenario {d['name']} has no {' or '.join(missing)}; give {'it' if len(missing) == 1 else 'each'} an integer "
-                        f"(`{missing[0]}:` in its file, or scenario.{missing[0]}=<integer>)")
+                        f"(`{missing[0]}:` in its file{_or_typed(override, missing[0], '<integer>')})")
     # int() would read 2.5 as 2 and true as 1: a file's typo would time another shape
     for key in SHAPE_KEYS:
         if not (is_integer(d[key]) and d[key] >= 1):
             raise UserError(f"scenario {d['name']}: {key}={shown(d[key])} is not an integer >= 1; "
-                            f"pass one (`{key}: 8` in its file, or scenario.{key}=8)")
+                            f"pass one (`{key}: 8` in its file{_or_typed(override, key, '8')})")
     return Scenario(name=d["name"], **{key: d[key] for key in SHAPE_KEYS})

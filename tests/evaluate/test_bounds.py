@@ -32,11 +32,11 @@ def assert_nothing_ran(proc, res):
 @pytest.mark.parametrize("args, expect", [
     (["runs=100000"], "runs=100000 is past limits.runs=100 runs per scenario; lower it, or pass limits.runs=100000"),
     (["runs=auto", "max_runs=5000"], "max_runs=5000 is past limits.runs=100"),
-    (["scenario.batch_size=100000"], "batch_size=100000 is past limits.batch_size=1024; lower scenario.batch_size, "
+    (["scenario.batch_size=100000"], "batch_size=100000 is past limits.batch_size=1024; lower its batch_size, "
                                      "or pass limits.batch_size=100000 to run it on purpose"),
     (["scenario.batch_size=500", "limits.batch_tokens=5000"],
      "batch_size x (input_len + output_len) = 10000 tokens is past limits.batch_tokens=5000; lower "
-     "scenario.batch_size or its lengths, or pass limits.batch_tokens=10000 to run it on purpose"),
+     "its batch_size or lengths, or pass limits.batch_tokens=10000 to run it on purpose"),
 ], ids=["runs", "max_runs", "batch_size", "batch_tokens"])
 def test_work_past_a_bound_is_one_line_naming_the_override(tiny_model, tmp_path, args, expect):
     res = tmp_path / "res"

@@ -107,6 +107,18 @@ def test_a_file_that_is_not_a_scenario(tmp_path):
         scenarios.resolve(scenario_cfg(f"scenario={tmp_path / 'half.yaml'}"))
 
 
+def test_a_bad_shape_names_the_override_that_reaches_it(tmp_path):
+    """scenario.<key>= sets a scenario chosen by name; a file's key is added
+    with +scenario.<key>= (scenario.<key>= is refused there)."""
+    with pytest.raises(UserError, match=r"pass one \(`batch_size: 8` in its file, or scenario.batch_size=8\)$"):
+        scenarios.resolve(scenario_cfg("scenario=interactive", "scenario.batch_size=0"))
+    (tmp_path / "half.yaml").write_text("name: half\nbatch_size: 1\ninput_len: 8\n")
+    with pytest.raises(UserError, match=r"\(`output_len:` in its file, or \+scenario.output_len=<integer>\)$"):
+        scenarios.resolve(scenario_cfg(f"scenario={tmp_path / 'half.yaml'}"))
+    (s,) = scenarios.resolve(scenario_cfg(f"scenario={tmp_path / 'half.yaml'}", "+scenario.output_len=4"))
+    assert s == Scenario("half", 1, 8, 4)   # the fix named works as typed
+
+
 def test_an_unknown_name_still_names_the_known_ones():
     with pytest.raises(UserError, match="unknown scenario 'no_such'.*interactive"):
         scenarios.load("no_such")
@@ -157,7 +169,7 @@ def test_a_set_may_include_and_define_scenarios(tmp_path):
     ("scenarios:\n  - {name: [a], batch_size: 1, input_len: 8, output_len: 4}\n", "has no name; give it one"),
     # int() read these as batch 2 and batch 1: another shape than the file's, timed without a word
     ("scenarios:\n  - {name: a, batch_size: 2.5, input_len: 8, output_len: 4}\n",
-     r"scenario a: batch_size=2.5 is not an integer >= 1; pass one \(`batch_size: 8` in its file"),
+     r"scenario a: batch_size=2.5 is not an integer >= 1; pass one \(`batch_size: 8` in its file\)$"),
     ("scenarios:\n  - {name: a, batch_size: true, input_len: 8, output_len: 4}\n", "a: batch_size=true is not an integer"),
     ("scenarios:\n  - {name: a, batch_size: 1, input_len: '8', output_len: 4}\n", "a: input_len=8 is not an integer"),
     ("scenarios:\n  - {name: a, batch_size: 1, input_len: 8, output_len: 0}\n", "a: output_len=0 is not an integer >= 1"),
