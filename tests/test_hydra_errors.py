@@ -52,7 +52,7 @@ def test_a_key_under_an_empty_mapping_is_one_line_giving_the_mapping_form(tmp_pa
     assert proc.returncode == ExitCode.BAD_INPUT
     assert one_error_line(proc) == ("error: python -m evaluate.report has no key cost.per_gpu.H100: cost.per_gpu is "
                                     "empty by default, so set it whole: cost.per_gpu={H100:2.5} "
-                                    "(several: cost.per_gpu={a:1,b:2})")
+                                    "(several, quoted against the shell's brace expansion: 'cost.per_gpu={a:1,b:2}')")
 
 
 def test_a_key_under_a_single_value_says_it_takes_one_value(tmp_path):

@@ -72,7 +72,8 @@ def _unknown_key(key: str, command: str, config_name: str, overrides: list[str])
         # a mapping that is empty (null) by default, as cost.per_gpu: Hydra adds no key to it, but takes it
         # whole (a null scalar reads the same here; its own check then names the value it takes)
         return (f"{command} has no key {key}: {parent} is empty by default, so set it whole: "
-                f"{parent}={{{name}:{given}}} (several: {parent}={{a:1,b:2}})")
+                f"{parent}={{{name}:{given}}} (several, quoted against the shell's brace expansion: "
+                f"'{parent}={{a:1,b:2}}')")
     if parent in values and not isinstance(values[parent], (dict, type(None))):
         return f"{command} has no key {key}: {parent} takes one value, not keys ({parent}=<value>)"
     parts = key.split(".")
