@@ -107,15 +107,14 @@ def check_scalar_fields(cls: type, values: dict, where: str) -> dict:
         wanted = _scalar_kind(hints.get(key), value)
         if wanted:
             raise UserError(f"{where}: {key}={shown(value)} is not {wanted}; pass {wanted} for {key}")
+        group = re.fullmatch(r"[A-Za-z_][\w.]*", where)   # a group (not a file): its keys as overrides are typed
         if _is_list(hints.get(key)) and value is not None and (
                 not isinstance(value, (list, tuple)) or typing.get_args(hints[key])[:1] == (str,)):
             # refuses what is no list of names: list("gsm8k") is 5 tasks, list(5) a TypeError
-            if re.fullmatch(r"[A-Za-z_][\w.]*", where):   # a group: its key as the override is typed
-                names(f"{where}.{key}", value)
-            else:
-                names(key, value, where)
+            names(f"{where}.{key}", value) if group else names(key, value, where)
         if key == "name" and isinstance(value, str) and not is_name(value):
-            raise UserError(f"{where}: name is empty; pass a name, the rows' label, e.g. name=mine")
+            raise UserError(f"{where}: name is empty; pass a name, the rows' label, e.g. "
+                            f"{where + '.' if group else ''}name=mine")
         if _is_flag_field(hints.get(key)) and is_integer(value):  # 0 or 1: checked above
             checked[key] = bool(value)
     return checked

@@ -243,7 +243,7 @@ def test_cuda_for_engine_hf_on_a_machine_without_it_is_one_line(tiny_model, tmp_
     ("engine.name=", "engine.name= is not a name: it is the rows' `engine`; pass text"),
     ("engine.name=[1]", "engine.name=[1] is not a name"),
     ("scenario.name=[1]", "scenario: name=[1] is not text; pass text for name"),
-    ("accuracy=austen accuracy.name=", "accuracy: name is empty; pass a name"),
+    ("accuracy=austen accuracy.name=", "accuracy: name is empty; pass a name, the rows' label, e.g. accuracy.name=mine"),
     # a complaint about integers for a missing name, a KeyError for a missing length
     ("scenario.name=null", "has no name; give it one"),
     ("scenario.batch_size=null", "scenario interactive has no batch_size; give it an integer"),
