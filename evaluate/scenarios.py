@@ -299,7 +299,9 @@ def _from_dict(d: dict, where: str = "scenario", override: str | None = None) ->
     if set(d) - known:
         OneScenario.from_config(d, where)  # raises, naming the first unknown key
     if not is_name(d.get("name")):
-        raise UserError(f"scenario {d} has no name; give it one (`name:` in its file{_or_typed(override, 'name', '<text>')})")
+        by_name = override if override == "scenario." else None   # a file's name: is its own (or its stem)
+        raise UserError(f"scenario {d} has no name; give it one "
+                        f"(`name:` in its file{_or_typed(by_name, 'name', '<text>')})")
     missing = [key for key in SHAPE_KEYS if d.get(key) is None]
     if missing:
         raise UserError(f"scenario {d['name']} has no {' or '.join(missing)}; give {'it' if len(missing) == 1 else 'each'} an integer "

@@ -117,6 +117,9 @@ def test_a_bad_shape_names_the_override_that_reaches_it(tmp_path):
         scenarios.resolve(scenario_cfg(f"scenario={tmp_path / 'half.yaml'}"))
     (s,) = scenarios.resolve(scenario_cfg(f"scenario={tmp_path / 'half.yaml'}", "+scenario.output_len=4"))
     assert s == Scenario("half", 1, 8, 4)   # the fix named works as typed
+    (tmp_path / "nameless.yaml").write_text("name: null\nbatch_size: 1\ninput_len: 8\noutput_len: 4\n")
+    with pytest.raises(UserError, match=r"has no name; give it one \(`name:` in its file\)$"):   # its name: is the file's
+        scenarios.resolve(scenario_cfg(f"scenario={tmp_path / 'nameless.yaml'}"))
 
 
 def test_an_unknown_name_still_names_the_known_ones():
