@@ -93,7 +93,7 @@ def uniform_size(artifact_dir: Path, recipe_text: str, model_dir: Path, weights:
                  groups: list[ConfigGroup]) -> UniformSize:
     """The base recipe's artifact size: measured, from its manifest, when an
     artifact of this very recipe text and these very weights exists; else estimated."""
-    found = manifest.read(artifact_dir, fix="delete it or pass artifacts_dir=<another folder>")
+    found = manifest.read(artifact_dir)
     same_recipe = found and found.recipe.sha256 == sha256_bytes(recipe_text.encode())
     if same_recipe and found.bytes_on_disk.get("total") and _of_weights(found, model_dir):
         return UniformSize(float(found.bytes_on_disk["total"]),
