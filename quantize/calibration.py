@@ -96,13 +96,9 @@ def check(config: CalibrationConfig) -> None:
     if config.template is not None:
         _check_template(config)
     if config.source == "austen":
-        from quantize.common.assets import AUSTEN_BOOKS
-        if not config.books:
-            raise UserError(f"calibration.books is empty; name the novels to calibrate on, e.g. "
-                            f"calibration.books=[{BOOKS_EXAMPLE}]")
-        unknown = sorted(set(config.books) - set(AUSTEN_BOOKS))
-        if unknown:
-            raise UserError(f"unknown Austen book(s) {unknown}; choose from {list(AUSTEN_BOOKS)}")
+        from quantize.common.assets import check_books
+        check_books(config.books, "calibration.books",
+                    f"name the novels to calibrate on, e.g. calibration.books=[{BOOKS_EXAMPLE}]")
     elif config.source == "file":
         path = resolve(config.path)
         if not path.is_file():

@@ -40,6 +40,16 @@ AUSTEN_BOOKS = ("emma", "mansfieldpark", "northangerabbey", "persuasion",
                 "prideprejudice", "sensesensibility")
 
 
+def check_books(books, key: str, empty_fix: str) -> None:
+    """`books` (the setting `key`) names at least one novel, each of
+    AUSTEN_BOOKS; `empty_fix`: what the line tells a list that names none."""
+    if not books:
+        raise UserError(f"{key} is empty; {empty_fix}")
+    unknown = sorted(set(books) - set(AUSTEN_BOOKS))
+    if unknown:
+        raise UserError(f"unknown Austen book(s) {unknown}; choose from {list(AUSTEN_BOOKS)}")
+
+
 def ensure_default_model() -> Path:
     return _build_once(SMOLLM2_DIR, "config.json", _build_default_model)
 

@@ -11,13 +11,10 @@ def held_out_text(text: str, books: list[str], key: str = "accuracy.text") -> st
     `key` is the setting `text` came from, named in errors (its group's
     `books` sit beside it)."""
     if text == "austen":
-        from quantize.common.assets import AUSTEN_BOOKS, ensure_austen
-        if not books:  # no text: a caller's refusal would be "lower num_windows", or a TypeError for null
-            books_key = f"{key.rpartition('.')[0]}.books".lstrip(".")
-            raise UserError(f"{books_key} is empty; name at least one held-out book, e.g. {books_key}=[persuasion]")
-        unknown = sorted(set(books) - set(AUSTEN_BOOKS))
-        if unknown:
-            raise UserError(f"unknown Austen book(s) {unknown}; choose from {list(AUSTEN_BOOKS)}")
+        from quantize.common.assets import check_books, ensure_austen
+        books_key = f"{key.rpartition('.')[0]}.books".lstrip(".")
+        # none: a caller's refusal would be "lower num_windows", or a TypeError for null
+        check_books(books, books_key, f"name at least one held-out book, e.g. {books_key}=[persuasion]")
         folder = ensure_austen()
         return "\n\n".join((folder / f"{b}.txt").read_text() for b in books)
     path = resolve(text)
