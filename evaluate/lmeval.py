@@ -358,9 +358,6 @@ def validate(config: LmEvalConfig, model: str) -> dict:
     _check_counts(config)
     if BUNDLED_TASK in config.tasks:   # its text now, not when the task is written after the serving runs
         bundled = config.austen_lastword
-        for key in ("num_items", "min_words"):
-            if getattr(bundled, key) < 1:   # an int (Configurable checked it); random.sample refuses -1 in a traceback
-                raise UserError(f"lm_eval.austen_lastword.{key}={shown(getattr(bundled, key))}: pass an integer >= 1")
         text = held_out_text(bundled.text, bundled.books, key="lm_eval.austen_lastword.text")
         accuracy.lastword_passages(text, int(bundled.num_items), int(bundled.min_words), seed=0,
                                    settings="lm_eval.austen_lastword")
@@ -469,6 +466,11 @@ def _check_counts(config: LmEvalConfig) -> None:
         value = getattr(config, key)
         if value is not None and not 0 < value <= threading.TIMEOUT_MAX:
             raise UserError(f"lm_eval.{key}={shown(value)}: pass seconds > 0, or null for no limit")
+    if BUNDLED_TASK in config.tasks:
+        for key in ("num_items", "min_words"):
+            value = getattr(config.austen_lastword, key)   # an int (Configurable checked it)
+            if value < 1:   # random.sample refused -1 in a traceback
+                raise UserError(f"lm_eval.austen_lastword.{key}={shown(value)}: pass an integer >= 1")
 
 
 def needs_hub(tasks: list[str] | None) -> bool:
