@@ -103,11 +103,11 @@ def check_scalar_fields(cls: type, values: dict, where: str) -> dict:
     `settings.flag` reads the top-level switches."""
     hints = typing.get_type_hints(cls)
     checked = dict(values)
+    group = re.fullmatch(r"[A-Za-z_][\w.]*", where)   # a group (not a file): its keys as overrides are typed
     for key, value in values.items():
         wanted = _scalar_kind(hints.get(key), value)
         if wanted:
             raise UserError(f"{where}: {key}={shown(value)} is not {wanted}; pass {wanted} for {key}")
-        group = re.fullmatch(r"[A-Za-z_][\w.]*", where)   # a group (not a file): its keys as overrides are typed
         if _is_list(hints.get(key)) and value is not None and (
                 not isinstance(value, (list, tuple)) or typing.get_args(hints[key])[:1] == (str,)):
             # refuses what is no list of names: list("gsm8k") is 5 tasks, list(5) a TypeError
