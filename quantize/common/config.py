@@ -12,6 +12,7 @@ from hydra.core.config_store import ConfigStore
 from quantize.common.conf_groups import (CFG_CHOICES, HYDRA_SWITCHES, HYDRA_VALUE_FLAGS, INFO_CHOICES, PATH_GROUPS,
                                          class_takes, group_options, holds_list, is_group, one_job_per_choice,
                                          search_path_dirs, set_in_files, shown_options, sweep_values)
+from quantize.common.credentials import HYDRA_ESCAPED
 from quantize.common.errors import UserError
 from quantize.common.hub import is_repo_id
 from quantize.common.paths import CONF_DIR
@@ -423,4 +424,4 @@ def _as_read(item: str) -> str:
     """The text of `item` (of a comma list) as Hydra reads it: the value in
     its quotes, or with its escapes (`a\\,b`, Hydra's escaped comma) undone."""
     inner = _unquoted(item)
-    return inner if inner != item else re.sub(r"\\([\\()\[\]{}:=, \t])", r"\1", item)
+    return inner if inner != item else re.sub(r"\\" + HYDRA_ESCAPED.pattern, r"\1", item)

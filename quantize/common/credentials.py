@@ -100,7 +100,7 @@ def _url_passwords(url: str) -> list[str]:
 
 
 # the characters Hydra puts a backslash before when it writes a sweep's job's overrides
-_HYDRA_ESCAPED = re.compile(r"([\\()\[\]{}:=, \t])")
+HYDRA_ESCAPED = re.compile(r"([\\()\[\]{}:=, \t])")
 
 
 @functools.cache   # asked for each log record while a password is hidden
@@ -108,7 +108,7 @@ def _typed_forms(password: str) -> frozenset[str]:
     """The ways `password` can stand in an override as typed: as is, escaped
     as Hydra writes a sweep's job's overrides, inside quotes (where a quote is
     `\\'` and the backslashes before it are doubled), and each as repr() shows it."""
-    forms = {password, _HYDRA_ESCAPED.sub(r"\\\1", password)}
+    forms = {password, HYDRA_ESCAPED.sub(r"\\\1", password)}
     for quote in "'\"":
         forms.add(re.sub(rf"(\\*){quote}", lambda m: "\\" * (2 * len(m[1]) + 1) + quote, password))
     return frozenset(forms | {form.replace("\\", "\\\\") for form in forms})
