@@ -16,17 +16,23 @@ import psutil
 import pytest
 
 from quantize.common.errors import ExitCode
-from tests.conftest import SMALL_CALIB, quantize_env, run_cli, tail
+from tests.conftest import HOSTS, SMALL_CALIB, quantize_env, run_cli, tail
 from tests.evaluate.engines.gate import HELD
+from tests.hosts.held_oneshot import HELD_IN_ONESHOT
 
+GATED_HF = "tests.evaluate.engines.gated_hf_engine.GatedHfEngine"
+GATED_VLLM = "tests.evaluate.engines.gated_vllm_engine.GatedVllmEngine"
 HANG_GUARD_S = 600   # a vLLM start on 2 busy cores: past this the test has hung
 # enough decode steps that a signal or a kill lands inside a timed run
 LONG_RUNS = ("scenario=interactive", "scenario.input_len=16", "scenario.output_len=128", "runs=4", "accuracy=none")
 
 
-def start(module: str, *args: str, cwd) -> subprocess.Popen:
-    """`python -m module args` in a process group of its own, as a shell runs a command (Ctrl-C reaches the group)."""
+def start(module: str, *args: str, cwd, host: str | None = None) -> subprocess.Popen:
+    """`python -m module args` in a process group of its own, as a shell runs a command (Ctrl-C reaches the group),
+    optionally with a folder of tests/hosts/ first on its PYTHONPATH."""
     env = quantize_env({"VLLM_CPU_KVCACHE_SPACE": "1"})
+    if host:
+        env["PYTHONPATH"] = os.pathsep.join((str(HOSTS / host), env["PYTHONPATH"]))
     return subprocess.Popen([sys.executable, "-m", module, *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
@@ -74,10 +80,12 @@ def whole_rows(results_dir) -> list[dict]:
 
 
 def test_ctrl_c_during_quantize_is_one_line_and_keeps_nothing(tiny_model, tmp_path):
+    """Signalled while oneshot waits (tests/hosts/held_oneshot): a tiny model's build
+    would otherwise be over before a busy machine delivers the signal."""
     arts = tmp_path / "artifacts"
     proc = start("quantize", "recipe=w4a16_gptq", f"model={tiny_model}", *SMALL_CALIB, f"artifacts_dir={arts}",
-                 cwd=tmp_path)
-    wait_for(proc, "oneshot (calibrate")
+                 cwd=tmp_path, host="held_oneshot")
+    wait_for(proc, HELD_IN_ONESHOT)
     code, err = ctrl_c(proc)
     assert code == ExitCode.INTERRUPTED == 130
     assert one_error_line(err) == INTERRUPTED
@@ -85,14 +93,21 @@ def test_ctrl_c_during_quantize_is_one_line_and_keeps_nothing(tiny_model, tmp_pa
 
 
 def test_ctrl_c_during_evaluate_is_one_line_and_the_same_command_measures_the_rest(tiny_model, tmp_path):
-    args = (f"model={tiny_model}", "engine=hf", *LONG_RUNS, f"results_dir={tmp_path / 'results'}")
+    """Ctrl-C lands while run index 1 is held (the warm-up and run 0 go free):
+    on "run 1/4" alone a busy machine could finish all four runs first."""
+    gate = tmp_path / "gate"
+    args = (f"model={tiny_model}", "engine=hf", *LONG_RUNS, f"engine._target_={GATED_HF}", f"+engine.gate={gate}",
+            "+engine.free_runs=2", f"results_dir={tmp_path / 'results'}")
     proc = start("evaluate", *args, cwd=tmp_path)
-    wait_for(proc, "run 1/4")
-    code, err = ctrl_c(proc)
+    try:
+        wait_for(proc, HELD)
+        code, err = ctrl_c(proc)
+    finally:
+        gate.touch()  # the rerun's runs go free; a test failing early leaves no evaluate held for ever
     assert code == ExitCode.INTERRUPTED
     assert one_error_line(err) == INTERRUPTED
     kept = whole_rows(tmp_path / "results")
-    assert kept and all(r["status"] == "ok" for r in kept)   # an interrupted run is no failure
+    assert [(r["run_index"], r["status"]) for r in kept] == [(0, "ok")]   # an interrupted run is no failure
     again = run_cli("evaluate", *args, cwd=tmp_path)
     assert again.returncode == 0, tail(again)
     assert sorted(r["run_index"] for r in whole_rows(tmp_path / "results")) == [0, 1, 2, 3]
@@ -122,8 +137,6 @@ CORE_HUNG = ("error: vLLM gave no output for 5 s (engine.stall_timeout_s): its e
              "the runs it owed are recorded failed, and the same command measures them (raise engine.stall_timeout_s "
              "where one step can take that long)")
 
-
-GATED_VLLM = "tests.evaluate.engines.gated_vllm_engine.GatedVllmEngine"
 
 
 @pytest.mark.slow
