@@ -153,7 +153,8 @@ class ScenarioSet(ScenarioChoice):
 @dataclass
 class ScenarioFile(ScenarioChoice):
     """`scenario=<path>`: the file's own choice, with the command line's
-    `+scenario.<key>=` over its keys; named by its `name:`, else the file name."""
+    `+scenario.<key>=` over its keys; named by scenario.name= where given,
+    else by its `name:`, else the file name."""
     path: str
     name: str | None = None
     overrides: dict = field(default_factory=dict)  # every other key the composed group holds
@@ -170,6 +171,8 @@ class ScenarioFile(ScenarioChoice):
         file = resolve_path(self.path)
         data = _read(file)
         data.setdefault("name", file.stem)
+        if self.name not in (None, file.stem):  # scenario.name=, else the group's default (the stem)
+            data["name"] = self.name             # on the command line, it wins over the file's own
         data.update(self.overrides)
         choice = choose(data, str(file))
         return replace(choice, near=str(file.parent)) if isinstance(choice, ScenarioSet) else choice

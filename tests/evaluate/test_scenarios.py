@@ -227,6 +227,16 @@ def test_the_file_option_without_a_path_names_the_fix():
     one_line_error(e)
 
 
+def test_a_name_given_on_the_command_line_labels_a_files_scenario_over_its_own(tmp_path):
+    """scenario.name= over a file with a `name:` of its own was dropped without a word."""
+    (tmp_path / "x.yaml").write_text("name: mine\nbatch_size: 1\ninput_len: 8\noutput_len: 2\n")
+    (tmp_path / "pair.yaml").write_text("name: own_set\ninclude: [x]\n")
+    chosen = f"scenario={tmp_path / 'x.yaml'}"
+    assert scenarios.resolve(scenario_cfg(chosen)) == [Scenario("mine", 1, 8, 2)]
+    assert scenarios.resolve(scenario_cfg(chosen, "scenario.name=theirs")) == [Scenario("theirs", 1, 8, 2)]
+    assert scenario_cfg(f"scenario={tmp_path / 'pair.yaml'}", "scenario.name=renamed").chosen().name == "renamed"
+
+
 def test_an_unknown_key_of_a_sets_scenario_is_refused_as_in_a_file_chosen_alone(tmp_path):
     """A typo in a set's own scenarios or in an included file was dropped
     without a word (the scenario ran with another shape, or the setting was
