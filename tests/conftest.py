@@ -76,11 +76,20 @@ def sparse_recipes() -> list[str]:
     return [r for r in shipped_recipes() if "sparse" in r]
 
 
-def quantize_env(extra: dict | None = None) -> dict:
+# On PYTHONPATH, a folder of tests/hosts/ makes processes see another kind of
+# machine or fault (see its sitecustomize.py): avx2_host, an AVX2-only CPU;
+# avx512_no_bf16_host, AVX-512 + VNNI without AVX512-BF16 or AMX;
+# held_oneshot, a quantize that waits inside oneshot for a signal.
+HOSTS = Path(__file__).resolve().parent / "hosts"
+
+
+def quantize_env(extra: dict | None = None, host: str | None = None) -> dict:
+    """The environment of a quantize/evaluate process under test, with `extra`
+    and, given `host`, that folder of tests/hosts/ first on its PYTHONPATH."""
     env = dict(os.environ)
     # Import the checkout under test even if the editable install points elsewhere.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), str(ROOT / "quantize" / "plugins"),
-                                                    env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HOSTS / host) if host else None, str(ROOT),
+                                                    str(ROOT / "quantize" / "plugins"), env.get("PYTHONPATH")) if p)
     env["HF_HUB_OFFLINE"] = "1"
     env["TOKENIZERS_PARALLELISM"] = "false"
     env.update(extra or {})
@@ -97,22 +106,13 @@ def run_quantize(*overrides: str, cwd: Path, timeout: float = QUANTIZE_TIMEOUT_S
                           capture_output=True, text=True, timeout=timeout)
 
 
-# On PYTHONPATH, a folder of tests/hosts/ makes processes see another kind of
-# CPU (see its sitecustomize.py): avx2_host, an AVX2-only CPU;
-# avx512_no_bf16_host, AVX-512 + VNNI without AVX512-BF16 or AMX.
-HOSTS = Path(__file__).resolve().parent / "hosts"
-
-
 def run_cli(module: str, *args: str, cwd: Path, timeout: float = 900, avx2_host: bool = False,
             host: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     """`python -m <module> args` (quantize or evaluate) with a small vLLM KV
     cache, optionally as on another kind of host (`host`: a folder of
     tests/hosts/; `avx2_host=True` is host="avx2_host") and extra `env`; returns the
     finished process (never raises on failure)."""
-    env = quantize_env({"VLLM_CPU_KVCACHE_SPACE": "1", **(env or {})})
-    host = "avx2_host" if avx2_host else host
-    if host:
-        env["PYTHONPATH"] = os.pathsep.join((str(HOSTS / host), env["PYTHONPATH"]))
+    env = quantize_env({"VLLM_CPU_KVCACHE_SPACE": "1", **(env or {})}, host="avx2_host" if avx2_host else host)
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from quantize.common.errors import ExitCode
-from tests.conftest import HOSTS, SMALL_CALIB, quantize_env, run_cli, tail
+from tests.conftest import SMALL_CALIB, quantize_env, run_cli, tail
 from tests.evaluate.engines.gate import HELD
 from tests.hosts.held_oneshot import HELD_IN_ONESHOT
 
@@ -30,9 +30,7 @@ LONG_RUNS = ("scenario=interactive", "scenario.input_len=16", "scenario.output_l
 def start(module: str, *args: str, cwd, host: str | None = None) -> subprocess.Popen:
     """`python -m module args` in a process group of its own, as a shell runs a command (Ctrl-C reaches the group),
     optionally with a folder of tests/hosts/ first on its PYTHONPATH."""
-    env = quantize_env({"VLLM_CPU_KVCACHE_SPACE": "1"})
-    if host:
-        env["PYTHONPATH"] = os.pathsep.join((str(HOSTS / host), env["PYTHONPATH"]))
+    env = quantize_env({"VLLM_CPU_KVCACHE_SPACE": "1"}, host)
     return subprocess.Popen([sys.executable, "-m", module, *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
@@ -119,14 +117,19 @@ def test_ctrl_c_during_evaluate_is_one_line_and_the_same_command_measures_the_re
 def test_ctrl_c_while_vllm_serves_is_one_line(tiny_model, tmp_path):
     """Ctrl-C reaches vLLM's engine core too (one process group): still the
     interruption's line, not the engine's death, and no engine left."""
+    gate = tmp_path / "gate"   # run index 1 held (GatedVllmEngine): on "run 1/4" alone all four could be done first
     proc = start("evaluate", f"model={tiny_model}", *LONG_RUNS, "engine.args.enforce_eager=true",
+                 f"engine._target_={GATED_VLLM}", f"+engine.gate={gate}", "+engine.free_runs=2",
                  f"results_dir={tmp_path / 'results'}", cwd=tmp_path)
-    wait_for(proc, "run 1/4")
-    engine = psutil.Process(proc.pid).children(recursive=True)
-    code, err = ctrl_c(proc)
+    try:
+        wait_for(proc, HELD)
+        engine = psutil.Process(proc.pid).children(recursive=True)
+        code, err = ctrl_c(proc)
+    finally:
+        gate.touch()  # a test that fails before the signal leaves no evaluate held for ever
     assert code == ExitCode.INTERRUPTED
     assert one_error_line(err) == INTERRUPTED
-    assert all(r["status"] == "ok" for r in whole_rows(tmp_path / "results"))
+    assert [(r["run_index"], r["status"]) for r in whole_rows(tmp_path / "results")] == [(0, "ok")]
     psutil.wait_procs(engine, timeout=10)
     assert not [p for p in engine if alive(p)]
 

@@ -9,19 +9,23 @@ import pytest
 from evaluate import lmeval, process_group
 
 # The leader exits at once on SIGTERM; its child (an engine core) needs a
-# moment to shut down and says so when it has.
+# moment to shut down and says so when it has. Both traps are set before the
+# child says it is ready (a SIGTERM before a trap would kill it at once), and
+# the group's members stay the same until a signal (no loop of short sleeps).
 GROUP = """
-( trap 'sleep 1; echo shut down > "$1"; exit 0' TERM; while :; do sleep 0.1; done ) &
 trap 'exit 0' TERM
+( trap 'sleep 1; echo shut down > "$1"; exit 0' TERM; sleep 600 & : > "$1.ready"; wait ) &
 wait
 """
 
 
 def start_group(tmp_path) -> subprocess.Popen:
-    proc = subprocess.Popen(["bash", "-c", GROUP, "group", str(tmp_path / "child")], start_new_session=True,
+    child = tmp_path / "child"
+    proc = subprocess.Popen(["bash", "-c", GROUP, "group", str(child)], start_new_session=True,
                             stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while len(process_group.members(proc.pid)) < 2 and time.monotonic() < deadline:
+    deadline = time.monotonic() + 60
+    while not child.with_name("child.ready").exists():
+        assert time.monotonic() < deadline and proc.poll() is None, "the group never got ready"
         time.sleep(0.05)
     return proc
 

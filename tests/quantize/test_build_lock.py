@@ -9,14 +9,16 @@ import time
 
 from quantize.common.atomic import build_lock_path, build_turn
 from tests.conftest import QUANTIZE_TIMEOUT_S, TINY_NAME, check_ok, quantize_cmd, quantize_env, run_quantize
+from tests.hosts.held_oneshot import HELD_IN_ONESHOT
 
 RECIPE = "original"  # loaded and saved, no calibration: the cheapest build
+DATA_FREE = "w4a16_rtn"  # the cheapest build that calls oneshot, where tests/hosts/held_oneshot holds it
 
 
-def start(args, cwd, log_path):
+def start(args, cwd, log_path, host: str | None = None):
     log = open(log_path, "w")
     try:
-        return subprocess.Popen(quantize_cmd(*args), cwd=cwd, env=quantize_env(), stdout=log,
+        return subprocess.Popen(quantize_cmd(*args), cwd=cwd, env=quantize_env(host=host), stdout=log,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
     finally:
         log.close()  # the child keeps its own descriptor
@@ -55,14 +57,18 @@ def test_a_second_quantize_of_one_artifact_waits_then_skips_it(tiny_model, tmp_p
 
 
 def test_a_killed_quantize_leaves_no_lock_behind(tiny_model, tmp_path, workdir):
+    """Killed while its oneshot waits (tests/hosts/held_oneshot), surely
+    holding the lock: the lock file keeps naming its last holder after a
+    build, so waiting on its text alone raced a build that was already over."""
     arts = tmp_path / "artifacts"
-    final = arts / TINY_NAME / RECIPE
-    args = (f"recipe={RECIPE}", f"model={tiny_model}", f"artifacts_dir={arts}")
+    final = arts / TINY_NAME / DATA_FREE
+    args = (f"recipe={DATA_FREE}", f"model={tiny_model}", f"artifacts_dir={arts}")
     lock = build_lock_path(final)
-    holder = start(args, workdir, tmp_path / "killed.log")
+    log = tmp_path / "killed.log"
+    holder = start(args, workdir, log, host="held_oneshot")
     try:
-        wait_for(lambda: lock.is_file() and lock.read_text().endswith(f" pid {holder.pid}"), "it holds the lock",
-                 [holder])
+        wait_for(lambda: HELD_IN_ONESHOT in log.read_text(), "it holds the lock inside oneshot", [holder])
+        assert lock.read_text().endswith(f" pid {holder.pid}")
     finally:
         os.killpg(holder.pid, signal.SIGKILL)  # its own process group (start_new_session)
         holder.wait(timeout=60)

@@ -38,8 +38,9 @@ with lifeline.hold() as held:
     # an exec'd process with a child of its own, as `vllm serve` and its engine core
     server = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
                                "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
-                               "time.sleep(600)"])
-    time.sleep(0.5)
+                               "print('started', flush=True); time.sleep(600)"],
+                              stdout=subprocess.PIPE, text=True)
+    server.stdout.readline()   # its child exists: no sleep that a busy machine outlasts
     print(json.dumps({{"forked": forked.pid, "server": server.pid, "watchdog": held.watchdog_pid}}), flush=True)
     sys.stdin.read()
 """

@@ -16,8 +16,8 @@ from quantize.common import atomic
 from tests.conftest import (SMALL_CALIB, TINY_NAME, QUANTIZE_TIMEOUT_S, check_ok, file_sha256,
                       quantize_cmd, quantize_env, run_quantize, tail)
 
-# Calibrated (GPTQ) so the run spends a while between "staging dir created"
-# and "renamed into place", yet one of the cheaper recipes to rerun.
+# Calibrated (GPTQ), yet one of the cheaper recipes to rerun; killed while
+# its oneshot waits, between "staging dir created" and "renamed into place".
 RECIPE = "w4a16_gptq"
 
 
@@ -27,8 +27,9 @@ def staging_dirs(model_dir):
 
 def kill_once_staging(args, cwd, model_dir):
     """Start quantize, SIGKILL it as soon as its staging dir exists; return the
-    staging dirs seen. Fails if the run ends before it could be killed."""
-    proc = subprocess.Popen(quantize_cmd(*args), cwd=cwd, env=quantize_env(),
+    staging dirs seen. Its oneshot waits for the signal (tests/hosts/held_oneshot),
+    so a busy machine cannot see the build over before the kill."""
+    proc = subprocess.Popen(quantize_cmd(*args), cwd=cwd, env=quantize_env(host="held_oneshot"),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     deadline = time.monotonic() + QUANTIZE_TIMEOUT_S
@@ -83,17 +84,28 @@ def test_killed_run_leaves_no_artifact_and_rerun_recovers(tmp_path, tiny_model):
     assert (final / "manifest.json").stat().st_mtime_ns != before["manifest.json"][0]
 
 
+# A build that, inside its staging dir, touches `marker` and then waits
+# until the file `go` exists (none given: goes on at once).
 BUILD = """
 import sys, time
 from pathlib import Path
 from quantize.common.atomic import staging_dir
-final, who, marker = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+final, who, marker, go = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), sys.argv[4]
 with staging_dir(final) as tmp:
     (tmp / "who").write_text(who)
     marker.touch()
-    time.sleep(float(sys.argv[4]))
+    while go and not Path(go).exists():
+        time.sleep(0.05)
     (tmp / "done").write_text(who)
 """
+
+
+def wait_for_file(path: Path, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 60
+    while not path.exists():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline, f"no {path.name} in time"
+        time.sleep(0.05)
 
 
 def test_concurrent_builds_of_one_artifact_take_turns(tmp_path):
@@ -101,15 +113,16 @@ def test_concurrent_builds_of_one_artifact_take_turns(tmp_path):
     deleting its staging dir as a leftover; both complete, the later one wins."""
     final, env = tmp_path / "models" / "art", quantize_env()
 
-    def start(who, marker, hold_s):
-        return subprocess.Popen([sys.executable, "-c", BUILD, str(final), who, str(marker), str(hold_s)],
+    def start(who, marker, go=""):
+        return subprocess.Popen([sys.executable, "-c", BUILD, str(final), who, str(marker), str(go)],
                                 env=env, stderr=subprocess.PIPE, text=True)
 
-    first = start("first", tmp_path / "first-staging", 3)
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "first-staging").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    second = start("second", tmp_path / "second-staging", 0)
+    go = tmp_path / "go"
+    first = start("first", tmp_path / "first-staging", go)
+    wait_for_file(tmp_path / "first-staging", first)
+    second = start("second", tmp_path / "second-staging")
+    time.sleep(3)   # the second, started, waits for the first's lock (if not yet, it still builds after it)
+    go.touch()
     assert first.wait(timeout=120) == 0, first.stderr.read()
     assert second.wait(timeout=120) == 0, second.stderr.read()
     assert (final / "done").read_text() == "second" == (final / "who").read_text()
@@ -124,17 +137,17 @@ def test_a_build_under_another_lock_keeps_its_staging_dir(tmp_path):
     real.mkdir()
     (tmp_path / "link").symlink_to(real, target_is_directory=True)
 
-    def start(final, who, marker, hold_s, cache):
+    def start(final, who, marker, cache, go=""):
         env = quantize_env({"QUANTBENCH_CACHE": str(tmp_path / cache)})
-        return subprocess.Popen([sys.executable, "-c", BUILD, str(final), who, str(marker), str(hold_s)],
+        return subprocess.Popen([sys.executable, "-c", BUILD, str(final), who, str(marker), str(go)],
                                 env=env, stderr=subprocess.PIPE, text=True)
 
-    first = start(real / "art", "first", tmp_path / "first-staging", 3, "cache-1")
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "first-staging").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    second = start(tmp_path / "link" / "art", "second", tmp_path / "second-staging", 0, "cache-2")
+    go = tmp_path / "go"
+    first = start(real / "art", "first", tmp_path / "first-staging", "cache-1", go)
+    wait_for_file(tmp_path / "first-staging", first)
+    second = start(tmp_path / "link" / "art", "second", tmp_path / "second-staging", "cache-2")
     assert second.wait(timeout=120) == 0, second.stderr.read()
+    go.touch()   # the first finishes only after the second is done, however slow its start
     assert first.wait(timeout=120) == 0, first.stderr.read()
     assert (real / "art" / "done").read_text() == "first" == (real / "art" / "who").read_text()
     assert [p.name for p in real.iterdir()] == ["art"]

@@ -6,14 +6,12 @@ import sys
 
 import pytest
 
-from tests.conftest import HOSTS, quantize_env
+from tests.conftest import quantize_env
 from tests.quantize.plugins.test_local_launcher import write_app
 
 
 def run_app(folder, *args):
-    env = quantize_env()
-    env["PYTHONPATH"] = f"{HOSTS / 'no_ray_host'}:{env['PYTHONPATH']}"
-    return subprocess.run([sys.executable, "app.py", *args], cwd=folder, env=env,
+    return subprocess.run([sys.executable, "app.py", *args], cwd=folder, env=quantize_env(host="no_ray_host"),
                           capture_output=True, text=True, timeout=120)
 
 
