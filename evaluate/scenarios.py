@@ -144,8 +144,9 @@ class ScenarioSet(ScenarioChoice):
     def resolve(self) -> list[Scenario]:
         names = _all_single() if self.include == "all" else (self.include or [])
         if not isinstance(names, list):
-            raise UserError(f"scenario {self.name}: include must be a list of scenarios or 'all', "
-                            f"not {self.include!r}")
+            raise UserError(f"scenario {self.name}: include must be a list of scenarios or 'all', not "
+                            f"{self.include!r}; pass a list in brackets, e.g. scenario.include=[{self.include}] "
+                            "(under -m, a comma without brackets sweeps one job per name)")
         near = Path(self.near) if self.near else None
         return _unique(self.name, [load(n, near) for n in names] + _inline(asdict(self)))
 

@@ -237,6 +237,16 @@ def test_a_name_given_on_the_command_line_labels_a_files_scenario_over_its_own(t
     assert scenario_cfg(f"scenario={tmp_path / 'pair.yaml'}", "scenario.name=renamed").chosen().name == "renamed"
 
 
+def test_a_sets_include_of_one_name_names_the_list_to_pass():
+    """`-m scenario.include=interactive,cpu` sweeps one job per name, each
+    refused: the line says how to pass the list."""
+    with pytest.raises(UserError) as e:
+        scenarios.resolve(scenario_cfg("scenario=reference", "scenario.include=interactive"))
+    assert one_line_error(e) == (
+        "scenario reference: include must be a list of scenarios or 'all', not 'interactive'; pass a list in "
+        "brackets, e.g. scenario.include=[interactive] (under -m, a comma without brackets sweeps one job per name)")
+
+
 def test_an_unknown_key_of_a_sets_scenario_is_refused_as_in_a_file_chosen_alone(tmp_path):
     """A typo in a set's own scenarios or in an included file was dropped
     without a word (the scenario ran with another shape, or the setting was
