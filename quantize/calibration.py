@@ -70,15 +70,14 @@ class CalibrationConfig:
             example = {"source": "austen", "num_samples": 64, "max_seq_len": 512}[missing[0]]
             raise UserError(f"the calibration config lacks {', '.join(missing)}; add it to its YAML "
                             f"(e.g. {missing[0]}: {example})")
-        text_field = values.get("text_field", "text")   # one field's name, or a list of them
         return cls(
             source=str(values["source"]), num_samples=integer("calibration.num_samples", values["num_samples"], 64),
             max_seq_len=integer("calibration.max_seq_len", values["max_seq_len"], 512), name=str(values.get("name", "")),
             books=tuple(names("calibration.books", values.get("books"), example=BOOKS_EXAMPLE)),
             path=values.get("path"),
             dataset=values.get("dataset"), subset=values.get("subset"), split=values.get("split"),
-            text_field=(text_field,) if isinstance(text_field, str) else tuple(
-                names("calibration.text_field", text_field, example="instruction,input,output")),
+            text_field=tuple(names("calibration.text_field", values.get("text_field", "text"),   # one, or a list
+                                   example="instruction,input,output", one="text")),
             template=values.get("template"), spec=dict(values))
 
 

@@ -48,17 +48,21 @@ def integer(key: str, value, example: int = 0, minimum: int | None = None) -> in
     raise UserError(f"{key}={shown(value)}: pass {wanted}, e.g. {key}={example}")
 
 
-def names(key: str, value, where: str = "", example: str = "<name>,<name>") -> list[str]:
+def names(key: str, value, where: str = "", example: str = "<name>,<name>", one: str | None = None) -> list[str]:
     """`key=[a,b]`, a list of names (null: none). One name alone is refused,
-    not read as its letters (list("emma") is e, m, m, a), and so is any other
-    value (5, true, a list of lists), not a TypeError deep in a run; `where`:
-    the group the error line names first, when `key` is the group's own;
-    `example`: names the setting takes, for the error line."""
+    not read as its letters (list("emma") is e, m, m, a), unless the setting
+    takes one too (`one`: such a name, for the error line); any other value
+    (5, true, a list of lists) is refused, not a TypeError deep in a run;
+    `where`: the group the error line names first, when `key` is the group's
+    own; `example`: names the setting takes, for the error line."""
     lead = f"{where}: " if where else ""
     if isinstance(value, str):
+        if one is not None:
+            return [value]
         raise UserError(f"{lead}{key}={value} is one name, not a list; pass {key}=[{value}]")
     if value is None:
         return []
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, (str, int, float)) for v in value):
-        raise UserError(f"{lead}{key}={shown(value)} is not a list of names; pass a list, e.g. {key}=[{example}]")
+        either = f"a name or a list of names; pass one, e.g. {key}={one}, or" if one else "a list of names; pass"
+        raise UserError(f"{lead}{key}={shown(value)} is not {either} a list, e.g. {key}=[{example}]")
     return [str(v) for v in value]

@@ -189,7 +189,8 @@ def test_one_book_given_where_a_list_is_expected_names_the_list_form():
 @pytest.mark.parametrize("value, spelled", [(5, "5"), (True, "true"), ([["a"]], r"\[\['a'\]\]")])
 def test_a_text_field_that_is_no_name_is_one_line(value, spelled):
     """tuple(5) was a TypeError traceback; a list in the list failed as unhashable on the first record."""
-    with pytest.raises(UserError, match=rf"^calibration.text_field={spelled} is not a list of names; pass a list, "
+    with pytest.raises(UserError, match=rf"^calibration.text_field={spelled} is not a name or a list of names; pass "
+                                        r"one, e.g. calibration.text_field=text, or a list, "
                                         r"e.g. calibration.text_field=\[instruction,input,output\]$"):
         hub_config(2, text_field=value)
 
