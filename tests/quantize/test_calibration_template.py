@@ -3,6 +3,7 @@
 `### Input:` section only where the input is not empty) followed by the
 output, not instruction and output joined by a newline. Driven through the
 preset's YAML with the hub split served without network."""
+import json
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,26 @@ def test_the_open_platypus_preset_renders_records_as_llm_compressor_does(platypu
     tok = Recorder()
     calib = calibration.build(preset(), tok, seed=0)
     assert calib.samples == [[ord(c) for c in text] for text in EXPECTED]
+
+
+def test_a_calibration_file_of_alpaca_records_takes_the_template(tmp_path):
+    """calibration.template was a key of the open_platypus preset only: over a
+    local file of the same records, Hydra refused it as no key of the config."""
+    from hydra import compose, initialize_config_dir
+
+    from quantize.common.config import register
+    from quantize.common.extensions import plain
+    from quantize.common.paths import CONF_DIR
+    data = tmp_path / "alpaca.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    register()
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("quantize", overrides=["recipe=w8a8_smooth_gptq", "calibration=file", f"calibration.path={data}",
+                                             "calibration.num_samples=2",
+                                             "calibration.template=alpaca",
+                                             "calibration.text_field=[instruction,input,output]"])
+    calib = calibration.build(CalibrationConfig.from_config(plain(cfg)["calibration"]), Recorder(), seed=0)
+    assert sorted(calib.samples) == sorted([ord(c) for c in text] for text in EXPECTED)
 
 
 def test_an_unknown_template_is_refused_in_one_line():
