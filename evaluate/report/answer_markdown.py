@@ -85,8 +85,11 @@ def answer_table(choices: list[Choice], names: dict, prices: Prices = Prices()) 
 
 
 def pick_cells(c: Choice, names: dict) -> list[str]:
-    if c.pick is None:
-        return [f"none meets {c.floor_pct:g} %"] + [MISSING] * 5
+    if c.pick is None:   # the original counts 100 % by definition: no recovery at all means it has no ok run here
+        why = (f"none meets {c.floor_pct:g} %" if c.measured else
+               "none known: the original has no ok run here and no accuracy was measured (measure the original, "
+               "or python -m evaluate accuracy=austen)")
+        return [why] + [MISSING] * 5
     g = c.pick.group
     return [f"**{names[g.identity]}**", fmt_fixed(g.mean(SPEED)), speedup_cell(g),
             fmt_fixed(mb(g.model_bytes), 1), pick_recovery(c), runner_up_text(c, names)]

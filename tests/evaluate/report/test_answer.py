@@ -48,6 +48,22 @@ def test_a_faster_artifact_without_accuracy_or_below_the_floor_is_named_not_chos
     assert choices(measured, floor=90.0)["interactive"].pick.group.recipe == "w4a16_gptq"
 
 
+def test_no_pick_for_want_of_the_original_and_of_accuracy_says_so(tmp_path):
+    """The original's runs all failed and no accuracy was measured: the answer
+    said "none meets 95 %", as if something measured had fallen short."""
+    rows = [r for r in main_rows() if r.kind != "accuracy" and r.recipe != "original"]
+    store(tmp_path / "results", rows)
+    assert main([f"results_dir={tmp_path / 'results'}", f"out_dir={tmp_path / 'out'}", "output=[markdown]"]) == 0
+    use = answer_table((tmp_path / "out" / "report.md").read_text())[heading("interactive")]["Use"]
+    assert use == ("none known: the original has no ok run here and no accuracy was measured (measure the "
+                   "original, or python -m evaluate accuracy=austen)")
+    store(tmp_path / "measured", [r for r in main_rows() if r.recipe != "original"])  # accuracy known: a real miss
+    assert main([f"results_dir={tmp_path / 'measured'}", f"out_dir={tmp_path / 'out2'}", "output=[markdown]",
+                 "accuracy_floor_pct=99"]) == 0
+    assert answer_table((tmp_path / "out2" / "report.md").read_text())[heading("interactive")]["Use"] == \
+        "none meets 99 %"
+
+
 def test_a_runner_up_within_the_interval_is_said_to_be_tied():
     close = [speed_run("original", "interactive", i).but(metrics={"output_throughput": v})
              for i, v in enumerate((30.0, 31.0, 29.0))]
