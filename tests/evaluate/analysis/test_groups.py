@@ -147,6 +147,21 @@ def test_ratio_interval_is_wide_for_few_noisy_runs_and_tight_for_steady_ones():
     assert compare_groups(group("s", (12.0,)), base).interval is None
 
 
+def test_a_cv_just_over_the_limit_reads_over_it_not_equal_to_it():
+    """A CV of 15.2 % read "CV 15% > 15%" beside its flag: it keeps the decimals that put it over
+    (significance.on_its_side), as the speed-ups and recoveries do."""
+    def flag(spread):   # two runs 100 -/+ spread: CV = spread * sqrt(2) / 100
+        rows = [base_row("original", "interactive", run_index=i, metrics={"output_throughput": 100.0 + d})
+                for i, d in enumerate((-spread, spread))]
+        (g,) = aggregate(rows)
+        add_speedups([g])
+        return g.flag
+    assert flag(10.748) == "CV 15.2% > 15%"
+    assert flag(10.6095) == "CV 15.004% > 15%"
+    assert flag(14.142) == "CV 20% > 15%"
+    assert flag(10.0) is None
+
+
 def test_bad_pareto_scenario_is_a_user_error_before_anything_is_written(tmp_path):
     store(tmp_path / "results", main_rows())
     with pytest.raises(UserError, match="pareto_scenario=nope is not in the results; have: interactive, "):
