@@ -7,6 +7,7 @@ or the same path under a `hydra.searchpath` folder, whose `_target_` names
 the class (quantize.common.extensions). Adding one is one module and one
 YAML; nothing here lists them."""
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TypeVar
 
@@ -72,6 +73,8 @@ class ReportConfig:
     busy_host: BusyHost | None = None
     # USD per hour of the machines, for the cost per 1M output tokens (conf/report.yaml `cost:`); none: no cost
     cost: Prices = field(default_factory=Prices)
+    # when the report was made, read once: report.md and report.html give the same time
+    generated: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
 
 def options(group: str, search_dirs: list[Path] = ()) -> dict[str, Path]:

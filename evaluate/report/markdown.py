@@ -4,7 +4,7 @@ and layer sensitivity sections (search_markdown), then the method and setups, ea
 name metrics in words with their units (formatting.LABELS)."""
 import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 from evaluate.analysis import Analysis
@@ -71,7 +71,7 @@ def render_markdown(analysis: Analysis, report: ReportConfig, plots: list[Plot] 
     each of `plots` (plots.Plot) below the table it illustrates."""
     speed, accuracy = analysis.speed, analysis.accuracy
     searches = studies(analysis.results_dirs, analysis.suspect_ids)
-    parts = [render_title(analysis.rows, report.title, analysis.results_dir),
+    parts = [render_title(analysis.rows, report.title, analysis.results_dir, report.generated),
              render_answer(analysis, report.accuracy_floor_pct, searches, report.cost),
              render_across_stores(speed), render_suspects(analysis.suspects),
              render_refused(analysis.refused, analysis.set_aside), render_summary(speed, accuracy, plots, report.cost),
@@ -216,11 +216,12 @@ def busy_host_note(busy: BusyHost) -> str:
             "counted, and where `runs=auto` decided the run count, which of them met its target interval.")
 
 
-def render_title(rows: list[Row], title: str, results_dir: Path) -> str:
-    """The title and what the report is of: its stores, models and machines."""
+def render_title(rows: list[Row], title: str, results_dir: Path, generated: datetime) -> str:
+    """The title, when the report was made (ReportConfig.generated: one time for
+    all its files) and what it is of: its stores, models and machines."""
     stamps = sorted(r.timestamp for r in rows if r.timestamp)
     lines = [f"# {title}", "",
-             f"- Generated: {datetime.now(timezone.utc).isoformat(timespec='seconds')}",
+             f"- Generated: {generated.isoformat(timespec='seconds')}",
              "- Results: " + ", ".join(f"{sum(r.store == s for r in rows)} rows in `{s.path if s else results_dir}`"
                                        for s in dict.fromkeys(r.store for r in rows))
              + (f", measured {stamps[0]} … {stamps[-1]}" if stamps else ""),

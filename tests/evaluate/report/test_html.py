@@ -1,12 +1,15 @@
 """evaluate/report/html.py: report.html, checked as text and in Debian's
 headless chromium (scripts/setup_browser.sh installs it and its chromedriver)."""
+import datetime
 import html
 import importlib.util
+import itertools
 import logging
 import os
 import re
 import shutil
 import struct
+import sys
 import tempfile
 from contextlib import contextmanager
 
@@ -49,6 +52,26 @@ def test_every_table_and_heading_of_report_md(html_report):
     ids = re.findall(r'\bid="([^"]+)"', page)
     assert len(ids) == len(set(ids))
     assert all(f'href="#{s}"' in page for s in sections)  # the contents under the title link every section
+
+
+def test_report_md_and_report_html_of_one_report_give_one_generated_time(monkeypatch, tmp_path):
+    """The clock moves a second each time it is read: each file read it anew, so the two
+    files of one report gave different times."""
+    class Ticking(datetime.datetime):
+        ticks = itertools.count()
+
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.datetime(2026, 11, 27, 10, 0, next(cls.ticks), tzinfo=tz)
+    for name, module in list(sys.modules.items()):   # wherever the report reads the clock
+        if name.startswith("evaluate.report") and getattr(module, "datetime", None) is datetime.datetime:
+            monkeypatch.setattr(module, "datetime", Ticking)
+    store(tmp_path / "results", main_rows())
+    out = tmp_path / "reports"
+    build_report(tmp_path / "results", out, "Test report", outputs=("markdown", "html"))
+    (stamp,) = re.findall(r"^- Generated: (\S+)$", (out / "report.md").read_text(), re.M)
+    assert re.findall(r"Generated: ([^<\s]+)", (out / "report.html").read_text()) == [stamp]
+    assert stamp.startswith("2026-11-27T10:00:")
 
 
 def test_slugs_are_unique_per_page():
