@@ -33,12 +33,16 @@ class Figures:
 
 @dataclass
 class PngFiles(Figures):
-    """<out_dir>/<name>.png, each written whole (see save_png)."""
+    """<out_dir>/<name>.png, each written whole (see save_png), with `footer`
+    under it: a PNG is shared alone, without the report that says what it measured."""
     out_dir: Path
+    footer: str = ""
     paths: list[Path] = field(default_factory=list)
 
     def save(self, fig, name: str) -> None:
         self.paths.append(self.out_dir / f"{name}.png")
+        if self.footer:
+            add_footer(fig, self.footer)
         save_png(fig, self.paths[-1])
 
     def save_drawn(self, draw: Callable[[Path], None], name: str) -> None:
@@ -82,6 +86,15 @@ def pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
+
+
+def add_footer(fig, text: str) -> None:
+    """`text` in small grey under everything the figure draws (axis labels and
+    notes included), left-aligned with it."""
+    box = fig.get_tightbbox(fig.canvas.get_renderer())   # inches
+    width, height = fig.get_size_inches()
+    fig.text(box.x0 / width, (box.y0 - 0.08) / height, text, fontsize=LABEL_FONT - 1, color="#555555",
+             ha="left", va="top")
 
 
 def save_png(fig, path: Path) -> None:

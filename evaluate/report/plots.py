@@ -22,7 +22,8 @@ from evaluate.report.labels import labels
 from evaluate.report.palette import recipe_colours
 from evaluate.report.serving_plots import goodput_figure, latency_figure
 from evaluate.report.speed_plots import overview_figure, pareto_figure, throughput_figure
-from evaluate.report.stores_markdown import machine_labels
+from evaluate.report.stores_markdown import machine_labels, machine_text
+from evaluate.results import machine_of
 
 SUMMARY, RANKING, SERVING = "summary", "ranking", "serving"
 
@@ -43,9 +44,18 @@ class Png(OutputFormat):
     def draw(self, analysis: Analysis, report: ReportConfig) -> list[Path]:
         if not have_matplotlib("the report"):
             return []
-        files = PngFiles(report.out_dir)
+        files = PngFiles(report.out_dir, footer=measured_by(analysis.rows))
         draw_all(report_plots(analysis, report), files)
         return files.paths
+
+
+def measured_by(rows) -> str:
+    """What a PNG shows was measured with: models, engines and their versions, machines."""
+    def listed(values) -> str:
+        return ", ".join(dict.fromkeys(v for v in values if v)) or "?"
+    engines = listed(" ".join(filter(None, (r.engine, r.engine_version))) for r in rows)
+    machines = listed(machine_text(machine_of(r.hardware)) for r in rows if r.hardware)
+    return f"Measured: {listed(r.model_name for r in rows)}; engine {engines}; on {machines}"
 
 
 def draw_all(plots: list["Plot"], figures: Figures) -> None:

@@ -29,6 +29,24 @@ def plan(tmp_path, rows=None, floor=95.0, pareto=None):
     return analysis, report_plots(analysis, report)
 
 
+def test_each_png_says_what_it_measured_with(tmp_path, monkeypatch):
+    """A PNG is shared on its own: its title named the scenario only, never
+    the model, engine (and version) or machine its numbers came from."""
+    from evaluate.report import figures
+    from evaluate.report.__main__ import main
+    texts, save_png = {}, figures.save_png
+
+    def keep_texts(fig, path):
+        texts[path.name] = [t.get_text() for t in fig.texts]
+        save_png(fig, path)
+
+    monkeypatch.setattr(figures, "save_png", keep_texts)
+    store(tmp_path / "results", [r.but(engine_version="0.32.0") for r in main_rows()])
+    assert main([f"results_dir={tmp_path / 'results'}", f"out_dir={tmp_path / 'out'}", "output=[png]"]) == 0
+    footer = "Measured: SmolLM2-135M-Instruct; engine vllm 0.32.0; on AMD EPYC 9R14, no accelerator"
+    assert len(texts) == 5 and all(footer in t for t in texts.values()), texts
+
+
 def test_pngs_written(report_dir):
     out, _ = report_dir
     names = ["throughput.png"] + [f"{kind}_{s}.png" for s in SCENARIOS for kind in ("throughput", "pareto")]
