@@ -10,6 +10,7 @@ from evaluate.analysis.groups import SPEED, Group, compare_groups, scenarios
 from evaluate.analysis.significance import Comparison
 from evaluate.results import Row, Store
 from evaluate.scenarios import Scenario
+from quantize.common.provenance import setup_versions
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,23 @@ def fingerprint(row: Row) -> str:
     return json.dumps(written, sort_keys=True, default=str)
 
 
+# Engine args the engine decides per machine and job where configured as
+# `auto` or null (the dtype its kernels do best in, the GPUs the heads split
+# across, the longest scenario's length): the setup as configured, across
+# machines as Group.comparison takes it within one, leaves them out.
+DECIDED_ARGS = ("dtype", "tensor_parallel_size", "max_model_len")
+
+
+def configured(g: Group) -> dict[str, str]:
+    """g's setup as the user gave it, less its machine: the engine's args
+    (less DECIDED_ARGS), environment and the library versions a setup id
+    hashes. Two stores' groups alike in it measured one setup on two machines."""
+    row = g.runs[0]
+    return {**{k: json.dumps(v) for k, v in row.engine_args.items() if k not in DECIDED_ARGS},
+            **{k: str(v) for k, v in row.engine_env.items()},
+            **{k: str(v) for k, v in setup_versions(row.versions).items()}}
+
+
 @dataclass
 class AcrossStores:
     """One artifact, as configured, in one scenario, measured in several stores."""
@@ -53,26 +71,51 @@ class AcrossStores:
     stores: list[Store]                   # every store compared in the report, in order: the first is the reference
     groups: dict[Store, Group]            # the stores that measured this artifact, in the stores' order
     ratios: dict[Store, Comparison]       # each other store's mean / the reference's; none where it lacks the artifact
+    setup: dict[str, str]                 # the setup as configured (configured()), alike in every store
 
     @property
     def first(self) -> Group:
         return next(iter(self.groups.values()))
 
 
-def across_stores(speed: list[Group]) -> list[AcrossStores]:
-    """Per scenario, each artifact (and engine) measured in two stores or
-    more, with each store's ratio to the reference's mean output throughput:
-    the first store compared, in every row, so a column divides by one store
-    throughout (none where the reference did not measure the artifact).
-    Nothing with one store; an artifact a store measured in several setups
-    is left out, as which of them to compare would be a guess."""
+@dataclass(frozen=True)
+class NotCompared:
+    """An artifact (and engine) two stores measured, never in one setup as
+    configured: what the section leaves out, and why."""
+    model_name: str
+    recipe: str
+    artifact_id: str
+    engine: str
+    reason: str
+
+
+def artifact(g: Group) -> tuple:
+    return g.model_name, g.recipe, g.artifact_id, g.engine
+
+
+def by_setup(speed: list[Group]) -> dict[tuple, dict[Store, list[Group]]]:
+    """(scenario, artifact, setup as configured) -> the groups of each store
+    that measured it: one per store, or several where a store holds it in
+    setups alike but for what configured() cannot tell (its machines)."""
     same: dict[tuple, dict[Store, list[Group]]] = {}
     for g in speed:
         if g.store and g.mean(SPEED):
-            key = (g.scenario, g.model_name, g.recipe, g.artifact_id, g.engine)
+            key = (g.scenario, *artifact(g), json.dumps(configured(g), sort_keys=True))
             same.setdefault(key, {}).setdefault(g.store, []).append(g)
-    compared = {key: {s: gs[0] for s, gs in by_store.items()} for key, by_store in same.items()
-                if len(by_store) > 1 and all(len(gs) == 1 for gs in by_store.values())}
+    return same
+
+
+def across_stores(speed: list[Group]) -> list[AcrossStores]:
+    """Per scenario, each artifact (and engine) measured in one setup as
+    configured (configured()) in two stores or more, with each store's
+    ratio to the reference's mean output throughput: the first store
+    compared, in every row, so a column divides by one store throughout
+    (none where the reference did not measure the artifact). One entry per
+    setup two stores share; a store that measured it there on several
+    machines sits that setup out (not_compared says so). Nothing with one store."""
+    compared = {key: {s: gs[0] for s, gs in by_store.items() if len(gs) == 1}
+                for key, by_store in by_setup(speed).items()}
+    compared = {key: by_store for key, by_store in compared.items() if len(by_store) > 1}
     stores = [s for s in dict.fromkeys(g.store for g in speed) if any(s in b for b in compared.values())]
     out = []
     for sc in scenarios(speed):
@@ -82,5 +125,42 @@ def across_stores(speed: list[Group]) -> list[AcrossStores]:
             ordered = {s: by_store[s] for s in stores if s in by_store}
             base = ordered.get(stores[0])
             ratios = {s: compare_groups(g, base) for s, g in ordered.items() if base and g is not base}
-            out.append(AcrossStores(sc, stores, ordered, ratios))
+            out.append(AcrossStores(sc, stores, ordered, ratios, json.loads(key[-1])))
     return out
+
+
+def not_compared(speed: list[Group]) -> list[NotCompared]:
+    """Each artifact (and engine) that across_stores leaves out of a scenario
+    another store measured it in, with why: one store measured it twice in a
+    setup as configured (on two machines, or apart only in DECIDED_ARGS), or
+    the stores' setups as configured differ (in those settings, per store)."""
+    speed = [g for g in speed if g.store and g.mean(SPEED)]
+    compared = {id(g) for c in across_stores(speed) for g in c.groups.values()}
+    stores_of: dict[tuple, set[Store]] = {}
+    for g in speed:
+        stores_of.setdefault((g.scenario, *artifact(g)), set()).add(g.store)
+    mine: dict[tuple, list[Group]] = {}
+    for g in speed:
+        mine.setdefault(artifact(g), []).append(g)
+    return [NotCompared(*art, left_out_reason(gs)) for art, gs in mine.items()
+            if any(id(g) not in compared and len(stores_of[g.scenario, *art]) > 1 for g in gs)]
+
+
+def left_out_reason(groups: list[Group]) -> str:
+    """Why some of one artifact's groups in several stores were not compared."""
+    setups: dict[str, dict[Store, list[Group]]] = {}
+    for g in groups:
+        setups.setdefault(json.dumps(configured(g), sort_keys=True), {}).setdefault(g.store, []).append(g)
+    twice = [s.name for by_store in setups.values() for s, gs in by_store.items()
+             if len({g.scenario for g in gs}) < len(gs)]
+    if twice:
+        return (f"store {', '.join(dict.fromkeys(twice))} measured it twice in one setup as configured "
+                f"(on two machines, or apart only in {', '.join(DECIDED_ARGS)})")
+    configs = [json.loads(k) for k in setups]
+    keys = sorted({k for c in configs for k in c if any(o.get(k) != c.get(k) for o in configs)})
+    per_store: dict[Store, list[str]] = {}
+    for config, by_store in zip(configs, setups.values()):
+        for s in by_store:
+            per_store.setdefault(s, []).append(", ".join(f"{k}={config.get(k, '—')}" for k in keys))
+    return "set up otherwise as configured: " + "; ".join(
+        f"store {s.name} {' | '.join(texts)}" for s, texts in per_store.items())

@@ -7,7 +7,7 @@ import json
 from typing import Callable
 
 from evaluate.analysis.groups import SPEED, Group, scenarios
-from evaluate.analysis.stores import AcrossStores, SharedRows, across_stores, shared_rows
+from evaluate.analysis.stores import AcrossStores, SharedRows, across_stores, not_compared, shared_rows
 from evaluate.report.formatting import (
     MISSING, fmt_fixed, header, interval_text, md_table, short, speed_verdict, speedup_text)
 from evaluate.results import Row, Store, machine_id, machine_of
@@ -112,30 +112,53 @@ def machine_names(hardware: dict[str, dict]) -> dict[str, str]:
 
 
 def render_across_stores(speed: list[Group]) -> str:
-    """Per scenario, each artifact measured in several stores: its mean
-    output throughput in each, and each store's ratio to the first's (AcrossStores.stores)."""
-    compared = across_stores(speed)
-    if not compared:
+    """Per scenario, each artifact measured in one setup in several stores:
+    its mean output throughput in each, and each store's ratio to the
+    first's (AcrossStores.stores); a Setup column where they share several;
+    then a line per artifact left out (not_compared)."""
+    compared, left_out = across_stores(speed), not_compared(speed)
+    if not compared and not left_out:
         return ""
-    stores = compared[0].stores
-    first, others = stores[0], stores[1:]
-    several = len({c.first.model_name for c in compared}) > 1
-    out = [ACROSS_TITLE, "", f"The same artifact and engine measured in each store, each store its own machine: "
-           f"its mean output throughput, and each store's as a ratio to store {first.name}'s with the 95% interval "
-           f"and verdict of the rule in *Method and setups* ({MISSING} where store {first.name} did not measure "
-           "it). Hardware: the report's header."]
-    heads = (["Model"] * several + ["Recipe", "Artifact", "Engine"]
-             + [f"{header(SPEED)}, store {s.name}" for s in stores]
-             + [f"Store {s.name} ÷ store {first.name} (x, 95% CI)" for s in others])
-    for sc in scenarios([c.first for c in compared]):
-        rows = [[c.first.model_name] * several + across_row(c, stores, others) for c in compared if c.scenario == sc]
-        out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
+    out = [ACROSS_TITLE]
+    if compared:
+        out += across_tables(compared)
+    out += [""] * bool(left_out) + [
+        f"- Not compared across stores: {n.recipe} `{short(n.artifact_id)}` ({n.engine}"
+        + (f", model {n.model_name}" if len({m.model_name for m in left_out}) > 1 else "")
+        + f"): {n.reason}." for n in left_out]
     return "\n".join(out)
 
 
-def across_row(c: AcrossStores, stores: list[Store], others: list[Store]) -> list[str]:
+def across_tables(compared: list[AcrossStores]) -> list[str]:
+    stores = compared[0].stores
+    first, others = stores[0], stores[1:]
+    several = len({c.first.model_name for c in compared}) > 1
+    setups = setup_texts(compared)
+    out = ["", f"The same artifact and engine, in one setup as configured, measured in each store, each store its "
+           f"own machine: its mean output throughput, and each store's as a ratio to store {first.name}'s with the "
+           f"95% interval and verdict of the rule in *Method and setups* ({MISSING} where store {first.name} did "
+           "not measure it). Hardware: the report's header."]
+    heads = (["Model"] * several + ["Recipe", "Artifact", "Engine"] + ["Setup"] * bool(setups)
+             + [f"{header(SPEED)}, store {s.name}" for s in stores]
+             + [f"Store {s.name} ÷ store {first.name} (x, 95% CI)" for s in others])
+    for sc in scenarios([c.first for c in compared]):
+        rows = [[c.first.model_name] * several + across_row(c, stores, others, setups) for c in compared
+                if c.scenario == sc]
+        out += ["", f"### {sc.heading()}", "", md_table(heads, rows)]
+    return out
+
+
+def setup_texts(compared: list[AcrossStores]) -> dict[str, str]:
+    """Each compared setup (as JSON) in the settings that tell them apart; empty where there is one."""
+    configs = {json.dumps(c.setup, sort_keys=True): c.setup for c in compared}
+    keys = sorted({k for c in configs.values() for k in c if any(o.get(k) != c.get(k) for o in configs.values())})
+    return {j: ", ".join(f"{k}={c.get(k, MISSING)}" for k in keys) for j, c in configs.items()} if keys else {}
+
+
+def across_row(c: AcrossStores, stores: list[Store], others: list[Store], setups: dict[str, str]) -> list[str]:
     g = c.first
     cells = [g.recipe, f"`{short(g.artifact_id)}`", g.engine]
+    cells += [setups[json.dumps(c.setup, sort_keys=True)]] if setups else []
     cells += [fmt_fixed(c.groups[s].mean(SPEED)) if s in c.groups else MISSING for s in stores]
     return cells + [ratio_cell(c.ratios.get(s)) for s in others]
 

@@ -319,3 +319,51 @@ def test_across_stores_divides_by_the_first_store_only(tmp_path):
         assert rows[recipe]["Output throughput (tok/s), store a"] == MISSING
         assert rows[recipe]["Store b ÷ store a (x, 95% CI)"] == MISSING
         assert rows[recipe]["Store c ÷ store a (x, 95% CI)"] == MISSING
+
+
+def set_up(rows: list[Row], **args) -> list[Row]:
+    """The rows as measured with `engine.args.<key>=<value>` added: another setup as configured."""
+    setup = results.setup_id({"name": "vllm", "args": {**ENGINE_ARGS, **args}, "env": ENGINE_ENV}, VERSIONS,
+                             rows[0].hardware)
+    return [r.but(engine_args={**r.engine_args, **args}, setup_id=setup, comparison_id=setup) for r in rows]
+
+
+def test_across_stores_never_compares_two_setups_as_configured(tmp_path):
+    """Store a ran eager, store b (a twin machine) with CUDA graphs: a ratio
+    of the two would read as a machine's difference, so none is shown, and
+    a line says what was left out and which setting differs."""
+    store(tmp_path / "a", set_up(on_machine(HARDWARE), enforce_eager=True))
+    store(tmp_path / "b", set_up(on_machine(TWIN, 6.0), enforce_eager=False))
+    build_report([tmp_path / "a", tmp_path / "b"], tmp_path / "out", "t", outputs=("markdown",))
+    across = (tmp_path / "out" / "report.md").read_text().split("## Across stores\n", 1)[1].split("\n## ", 1)[0]
+    assert "÷" not in across
+    assert ("- Not compared across stores: original `a1b2c3d4` (vllm): set up otherwise as configured: "
+            "store a enforce_eager=true; store b enforce_eager=false.") in across
+
+
+def test_across_stores_compares_each_setup_two_stores_share(tmp_path):
+    """Store a measured two setups, store b one of them: that one is still
+    compared, the other named as left out."""
+    a = on_machine(HARDWARE)
+    store(tmp_path / "a", set_up(a, enforce_eager=True) + set_up(a, enforce_eager=False))
+    store(tmp_path / "b", set_up(on_machine(OTHER_CPU, 2.0), enforce_eager=True))
+    build_report([tmp_path / "a", tmp_path / "b"], tmp_path / "out", "t", outputs=("markdown",))
+    report = (tmp_path / "out" / "report.md").read_text()
+    rows = md_tables(report, "Across stores")["interactive (batch_size=1, input_len=128, output_len=64)"]
+    assert {r["Recipe"] for r in rows} == {"original", "w8a8_smooth_ptq", "w4a16_gptq"}
+    assert all(r["Store b ÷ store a (x, 95% CI)"].startswith("2.00x (") for r in rows)
+    assert "store a enforce_eager=true | enforce_eager=false; store b enforce_eager=true." in report
+
+
+def test_across_stores_names_each_setup_both_stores_measured(tmp_path):
+    """Both stores measured both setups: each is compared with its own, a Setup column saying which."""
+    a, b = on_machine(HARDWARE), on_machine(OTHER_CPU, 2.0)
+    store(tmp_path / "a", set_up(a, enforce_eager=True) + set_up(a, enforce_eager=False))
+    store(tmp_path / "b", set_up(b, enforce_eager=True) + set_up(b, enforce_eager=False))
+    build_report([tmp_path / "a", tmp_path / "b"], tmp_path / "out", "t", outputs=("markdown",))
+    report = (tmp_path / "out" / "report.md").read_text()
+    rows = md_tables(report, "Across stores")["interactive (batch_size=1, input_len=128, output_len=64)"]
+    assert sorted(r["Setup"] for r in rows if r["Recipe"] == "original") == ["enforce_eager=false",
+                                                                            "enforce_eager=true"]
+    assert all(r["Store b ÷ store a (x, 95% CI)"].startswith("2.00x (") for r in rows)
+    assert "Not compared" not in report
