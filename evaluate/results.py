@@ -391,5 +391,17 @@ def in_store(row: Row, store: Store) -> Row:
                    comparison_id=row.comparison_id and f"{row.comparison_id}@{store.name}")
 
 
+def standing(rows: list[Row]) -> dict[tuple, Row]:
+    """Per run (Row.run_key), the row that stands for it: its ok row wherever
+    that lies (a rerun completed a failed run; replayed shard by shard, a
+    retry's ok row may come before the failed row it fixed), else its latest."""
+    out: dict[tuple, Row] = {}
+    for row in sorted(rows, key=lambda r: r.timestamp or ""):   # stable: file order among equal times
+        key = row.run_key()
+        if key not in out or not out[key].ok:
+            out[key] = row
+    return out
+
+
 def completed_keys(results_dir: Path, statuses: tuple = ("ok",)) -> set[tuple]:
     return {r.run_key() for r in read(results_dir) if r.status in statuses}

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 from evaluate import store_lock
-from evaluate.results import Row
+from evaluate.results import Row, standing
 from quantize.common import manifest
 from quantize.common.tracking import (RunRecord, Tracker, artifact_key, artifact_record, clean_params, clean_tags,
                                       cleared, flat, numeric, run_key)
@@ -56,14 +56,9 @@ def _by_measurement(rows: list[Row]) -> dict[tuple, list[Row]]:
 
 
 def _outcome(rows: list[Row]) -> Row:
-    """The row a measurement's status is: per run index its ok row where one
-    is, else its latest; of those a failed one, else the latest."""
-    standing = {}
-    for row in sorted(rows, key=lambda r: r.timestamp or ""):
-        held = standing.get(row.run_index)
-        if held is None or not held.ok:   # an ok row stands; a later one replaces any other
-            standing[row.run_index] = row
-    latest = list(standing.values())
+    """The row a measurement's status is: of the rows standing for its runs
+    (results.standing: an ok row where one is), a failed one, else the latest."""
+    latest = list(standing(rows).values())
     return next((r for r in latest if r.status == "failed"), max(latest, key=lambda r: r.timestamp or ""))
 
 

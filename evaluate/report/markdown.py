@@ -34,7 +34,7 @@ from evaluate.report.serving_markdown import render_serving
 from evaluate.report.stores_markdown import (
     hardware_lines, place_names, render_across_stores, setup_hardware_text, shared_rows_lines)
 from evaluate.report.config import OutputFormat, ReportConfig
-from evaluate.results import Refused, Row
+from evaluate.results import Refused, Row, standing
 from quantize.common.machine import half_text
 from quantize.common.provenance import setup_versions
 
@@ -462,9 +462,14 @@ def render_details(speed: list[Group], busy: BusyHost) -> str:
 
 
 def render_problems(rows: list[Row]) -> str:
-    bad = [r for r in rows if not r.ok]
+    """The rows of runs that have no ok row: one a rerun measured is counted above (results.standing)."""
+    runs = standing(rows)
+    bad = [r for r in rows if not r.ok and not runs[r.run_key()].ok]
+    since = sum(not r.ok for r in rows) - len(bad)
+    rerun = (f"\n\nNot listed: {since} row(s) of runs a rerun measured (their ok rows are counted above)."
+             if since else "")
     if not bad:
-        return "## Skipped, unsupported and failed\n\nNone: every recorded run succeeded."
+        return "## Skipped, unsupported and failed\n\nNone: every recorded run succeeded." + rerun
     table = [[r.status or "missing", r.kind, scenario_of(r).heading() if r.scenario else MISSING,
               r.model_name or "?", r.recipe or "?", f"`{short(r.artifact_id)}`", r.engine or "?",
               str(r.run_index + 1) if isinstance(r.run_index, int) else MISSING,
@@ -472,7 +477,7 @@ def render_problems(rows: list[Row]) -> str:
     heads = ["Status", "Kind", "Scenario", "Model", "Recipe", "Artifact", "Engine", "Run", "Reason", "Timestamp (UTC)"]
     return ("## Skipped, unsupported and failed\n\nExcluded from every aggregate above. `unsupported`: the "
             "engine has no kernel for this format on this machine (`python -m evaluate.capabilities`).\n\n"
-            + md_table(heads, table))
+            + md_table(heads, table) + rerun)
 
 
 def render_lm_eval(lm: list[Group]) -> str:

@@ -9,7 +9,7 @@ from evaluate.report.markdown import mean_pm_std
 from evaluate.report.accuracy_markdown import RECOVERY_HEADER as RECOVERY
 from evaluate.report.answer_markdown import SPEEDUP_HEADER as SPEEDUP
 
-from .rows import ARTIFACTS, MODELS, SCENARIOS, heading, lm_eval_row, md_tables, mean_pm_std_of, ok_speed, store
+from .rows import ARTIFACTS, MODELS, SCENARIOS, heading, lm_eval_row, md_tables, mean_pm_std_of, ok_speed, speed_run, store
 
 
 def test_summary_tables_match_the_rows(report_dir):
@@ -90,6 +90,26 @@ def test_failed_and_unsupported_rows_are_listed_with_their_reasons(report_dir):
     before = md.split("## Summary\n", 1)[1].split("## Skipped, unsupported and failed\n", 1)[0]
     assert "w8a16_awq" not in before and "w4a16_rtn" not in before
     assert "None: every recorded run succeeded" not in md
+
+
+def test_a_failed_run_a_rerun_measured_is_not_listed_as_failed_and_excluded(tmp_path):
+    """A failed run 3, then the rerun's ok run 3 (the same run key): *Speed in detail* and *Detailed runs*
+    count the run, so the problems section must not list it as failed and excluded from every aggregate;
+    a failed run that no rerun measured stays listed."""
+    def run(i, minute, **changes):
+        return speed_run("original", "interactive", i, timestamp=f"2026-11-22T10:{minute:02d}:00+00:00", **changes)
+    failed = run(2, 2, status="failed", metrics={}, reason="engine died")
+    never = speed_run("w4a16_gptq", "interactive", 0, status="failed", metrics={}, reason="no kernel")
+    store(tmp_path / "results", [run(0, 0), run(1, 1), failed, run(2, 5), never])
+    build_report(tmp_path / "results", tmp_path / "out", "t", outputs=("markdown",))
+    md = (tmp_path / "out" / "report.md").read_text()
+    (detail,) = md_tables(md, "Speed in detail").values()
+    assert detail[0]["Runs (n)"] == "3"
+    (runs,) = md_tables(md, "Detailed runs").values()
+    assert [r["Run"] for r in runs] == ["run 1", "run 2", "run 3"]
+    problems = md.split("## Skipped, unsupported and failed\n", 1)[1].split("\n## ", 1)[0]
+    assert "engine died" not in problems and "no kernel" in problems
+    assert "Not listed: 1 row(s) of runs a rerun measured" in problems
 
 
 def test_lm_eval_section_shows_stderr_and_oriented_recovery(tmp_path):
