@@ -10,6 +10,7 @@ from evaluate.analysis.groups import SPEED, Group, compare_groups, scenarios
 from evaluate.analysis.significance import Comparison
 from evaluate.results import Row, Store
 from evaluate.scenarios import Scenario
+from quantize.common.provenance import setup_versions
 
 
 @dataclass(frozen=True)
@@ -48,9 +49,11 @@ def fingerprint(row: Row) -> str:
 
 # Engine args the engine decides per machine and job where configured as
 # `auto` or null (the dtype its kernels do best in, the GPUs the heads split
-# across, the longest scenario's length): the setup as configured, across
-# machines as Group.comparison takes it within one, leaves them out.
-DECIDED_ARGS = ("dtype", "tensor_parallel_size", "max_model_len")
+# across, the longest scenario's length, the device, a GPU memory share a
+# CPU drops): the setup as configured, across machines as Group.comparison
+# takes it within one, leaves them out. Rows record them as resolved, so one
+# set explicitly is not told from the engine's choice (docs/report.md says so).
+DECIDED_ARGS = ("dtype", "tensor_parallel_size", "max_model_len", "device", "gpu_memory_utilization")
 
 
 def configured(g: Group) -> dict[str, str]:
@@ -150,11 +153,11 @@ def left_out_reason(groups: list[Group]) -> str:
     setups: dict[str, dict[Store, list[Group]]] = {}
     for g in groups:
         setups.setdefault(json.dumps(configured(g), sort_keys=True), {}).setdefault(g.store, []).append(g)
-    twice = [s.name for by_store in setups.values() for s, gs in by_store.items()
-             if len({g.scenario for g in gs}) < len(gs)]
+    twice = {s.name: apart_in(gs) for by_store in setups.values() for s, gs in by_store.items()
+             if len({g.scenario for g in gs}) < len(gs)}
     if twice:
-        return (f"store {', '.join(dict.fromkeys(twice))} measured it twice in one setup as configured "
-                f"(on two machines, or apart only in {', '.join(DECIDED_ARGS)})")
+        return "; ".join(f"store {name} measured it more than once in one setup as configured, apart in {what}"
+                         for name, what in twice.items())
     configs = [json.loads(k) for k in setups]
     keys = sorted({k for c in configs for k in c if any(o.get(k) != c.get(k) for o in configs)})
     per_store: dict[Store, list[str]] = {}
@@ -163,3 +166,12 @@ def left_out_reason(groups: list[Group]) -> str:
             per_store.setdefault(s, []).append(", ".join(f"{k}={config.get(k, '—')}" for k in keys))
     return "set up otherwise as configured: " + "; ".join(
         f"store {s.name} {' | '.join(texts)}" for s, texts in per_store.items())
+
+
+def apart_in(groups: list[Group]) -> str:
+    """What tells apart one store's groups of one setup as configured."""
+    facets = {"library versions": lambda g: setup_versions(g.runs[0].versions),
+              "env": lambda g: g.runs[0].engine_env, "machine": lambda g: g.machine,
+              ", ".join(DECIDED_ARGS): lambda g: {k: g.runs[0].engine_args.get(k) for k in DECIDED_ARGS}}
+    return ", ".join(name for name, of in facets.items()
+                     if any(of(g) != of(groups[0]) for g in groups)) or "nothing the rows record"

