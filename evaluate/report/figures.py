@@ -23,7 +23,8 @@ log = logging.getLogger("quantbench.report")
 class Figures:
     """Where each finished figure goes, by its name (`throughput`, `pareto_interactive`, ...)."""
 
-    def save(self, fig, name: str) -> None:
+    def save(self, fig, name: str, footer: str = "") -> None:
+        """`footer`: what the figure's numbers were measured with, for a file shared on its own."""
         raise NotImplementedError
 
     def save_drawn(self, draw: Callable[[Path], None], name: str) -> None:
@@ -33,16 +34,15 @@ class Figures:
 
 @dataclass
 class PngFiles(Figures):
-    """<out_dir>/<name>.png, each written whole (see save_png), with `footer`
+    """<out_dir>/<name>.png, each written whole (see save_png), its footer
     under it: a PNG is shared alone, without the report that says what it measured."""
     out_dir: Path
-    footer: str = ""
     paths: list[Path] = field(default_factory=list)
 
-    def save(self, fig, name: str) -> None:
+    def save(self, fig, name: str, footer: str = "") -> None:
         self.paths.append(self.out_dir / f"{name}.png")
-        if self.footer:
-            add_footer(fig, self.footer)
+        if footer:
+            add_footer(fig, footer)
         save_png(fig, self.paths[-1])
 
     def save_drawn(self, draw: Callable[[Path], None], name: str) -> None:
@@ -57,7 +57,7 @@ class SvgTexts(Figures):
     """Each figure as an <svg> element to put inline in an HTML page (name -> text)."""
     svgs: dict[str, str] = field(default_factory=dict)
 
-    def save(self, fig, name: str) -> None:
+    def save(self, fig, name: str, footer: str = "") -> None:   # the page's header says what was measured
         self.svgs[name] = svg_text(fig, name)
 
     def save_drawn(self, draw: Callable[[Path], None], name: str) -> None:

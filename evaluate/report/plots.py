@@ -14,7 +14,7 @@ from typing import Callable
 
 from evaluate.analysis import Analysis
 from evaluate.analysis.choice import choose
-from evaluate.analysis.groups import SPEED, pareto_scenario, scenarios
+from evaluate.analysis.groups import SPEED, Group, pareto_scenario, scenarios
 from evaluate.analysis.load_levels import ServingAnalysis
 from evaluate.report.config import OutputFormat, ReportConfig
 from evaluate.report.figures import Figures, PngFiles, have_matplotlib, matplotlib_installed, slug
@@ -35,6 +35,7 @@ class Plot:
     caption: str                    # one sentence: what it shows and how to read it
     place: tuple                    # the table it illustrates (see the module's docstring)
     draw: Callable[[], object]      # its matplotlib figure; matplotlib is imported only then
+    footer: str = ""                # what its numbers were measured with (measured_by), under a PNG
 
 
 @dataclass
@@ -44,13 +45,15 @@ class Png(OutputFormat):
     def draw(self, analysis: Analysis, report: ReportConfig) -> list[Path]:
         if not have_matplotlib("the report"):
             return []
-        files = PngFiles(report.out_dir, footer=measured_by(analysis.rows))
+        files = PngFiles(report.out_dir)
         draw_all(report_plots(analysis, report), files)
         return files.paths
 
 
-def measured_by(rows) -> str:
-    """What a PNG shows was measured with: models, engines and their versions, machines."""
+def measured_by(groups: list[Group]) -> str:
+    """What a plot of these groups shows was measured with: models, engines and their versions, machines."""
+    rows = [r for g in groups for r in g.runs]
+
     def listed(values) -> str:
         return ", ".join(dict.fromkeys(v for v in values if v)) or "?"
     engines = listed(" ".join(filter(None, (r.engine, r.engine_version))) for r in rows)
@@ -60,7 +63,7 @@ def measured_by(rows) -> str:
 
 def draw_all(plots: list["Plot"], figures: Figures) -> None:
     for p in plots:
-        figures.save(p.draw(), p.name)
+        figures.save(p.draw(), p.name, p.footer)
 
 
 def report_plots(analysis: Analysis, report: ReportConfig) -> list[Plot]:
@@ -107,7 +110,8 @@ def speed_plots(analysis: Analysis, floor_pct: float, wanted: str | None, colour
             f"Mean output throughput (tok/s) of each artifact in {sc.name}, fastest on top, on a linear axis from 0 "
             "with its 95 % interval as whiskers; bars that share a letter do not differ by the rule in Method and "
             "setups (grey: a single run, not ranked).",
-            (RANKING, sc), lambda mine=mine, sc=sc: throughput_figure(mine, names, colours, sc, machines)))
+            (RANKING, sc), lambda mine=mine, sc=sc: throughput_figure(mine, names, colours, sc, machines),
+            measured_by([g for g in speed if g.scenario == sc])))
         measured = [c for c in choices if c.scenario == sc and c.measured]
         if sc in pareto_scs and measured:
             plots.append(Plot(
@@ -116,12 +120,13 @@ def speed_plots(analysis: Analysis, floor_pct: float, wanted: str | None, colour
                 "the solid line the Pareto front (no artifact is both faster and more accurate than a point on it), "
                 f"the dashed line the {floor_pct:g} % floor and the ring the answer's pick; whiskers are 95 % "
                 "intervals.",
-                (SUMMARY, sc), lambda measured=measured, sc=sc: pareto_figure(measured, names, colours, sc, machines)))
+                (SUMMARY, sc), lambda measured=measured, sc=sc: pareto_figure(measured, names, colours, sc, machines),
+                measured_by([g for g in speed if g.scenario == sc])))
     plots.append(Plot(
         "throughput", "Output throughput per scenario",
         "Mean output throughput (tok/s) per scenario, one panel each on its own linear axis from 0, whiskers the "
         "95 % interval of the mean and letters as in the Ranking; a recipe has the same colour in every plot.",
-        (SUMMARY, None), lambda: overview_figure(analysis.rankings, names, colours, machines)))
+        (SUMMARY, None), lambda: overview_figure(analysis.rankings, names, colours, machines), measured_by(speed)))
     return plots
 
 
@@ -136,14 +141,16 @@ def serving_plots(serving: ServingAnalysis | None, colours: dict[str, str]) -> l
             continue
         slo = serving.slos[sc]
         pct = slo.pct_key if slo else "p90"
+        footer = measured_by([c.group for c in mine])
         plots += [
             Plot(f"serving_latency_{slug(sc, scs)}", f"Latency under load, {sc.name}",
                  f"TTFT and TPOT {pct} (ms) against achieved request throughput (req/s) in {sc.name}, a line per "
                  "artifact (dashed: rate mode), the SLO bound dashed red, ○ the knee and ★ the highest level under "
                  "the SLO.",
-                 (SERVING, sc), lambda mine=mine, sc=sc, slo=slo: latency_figure(mine, names, colours, sc, slo)),
+                 (SERVING, sc), lambda mine=mine, sc=sc, slo=slo: latency_figure(mine, names, colours, sc, slo),
+                 footer),
             Plot(f"serving_goodput_{slug(sc, scs)}", f"Goodput under load, {sc.name}",
                  f"Goodput (requests meeting the SLO per second, solid) and achieved throughput (dotted) against "
                  f"the offered load in {sc.name}: where goodput falls below throughput, requests miss the SLO.",
-                 (SERVING, sc), lambda mine=mine, sc=sc: goodput_figure(mine, names, colours, sc))]
+                 (SERVING, sc), lambda mine=mine, sc=sc: goodput_figure(mine, names, colours, sc), footer)]
     return plots

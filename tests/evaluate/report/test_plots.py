@@ -18,6 +18,7 @@ from evaluate.report.palette import BASELINE_COLOUR, recipe_colours
 from evaluate.report.plots import RANKING, SUMMARY, draw_all, report_plots
 
 from .rows import ARTIFACTS, SCENARIOS, main_rows, many_model_rows, store
+from .test_serving_markdown import serving_row
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -41,10 +42,16 @@ def test_each_png_says_what_it_measured_with(tmp_path, monkeypatch):
         save_png(fig, path)
 
     monkeypatch.setattr(figures, "save_png", keep_texts)
-    store(tmp_path / "results", [r.but(engine_version="0.32.0") for r in main_rows()])
+    # a failed start of another engine and model (no version: it never started) is in no figure
+    failed = main_rows()[0].but(model_name="Llama-3.1-8B", engine="hf", status="failed", metrics={})
+    served = [serving_row(recipe, c) for recipe in ("original", "w8a8_smooth_ptq") for c in (1, 2, 4)]
+    store(tmp_path / "results", [r.but(engine_version="0.32.0") for r in main_rows() + served] + [failed])
     assert main([f"results_dir={tmp_path / 'results'}", f"out_dir={tmp_path / 'out'}", "output=[png]"]) == 0
-    footer = "Measured: SmolLM2-135M-Instruct; engine vllm 0.32.0; on AMD EPYC 9R14, no accelerator"
-    assert len(texts) == 5 and all(footer in t for t in texts.values()), texts
+    footer = "Measured: SmolLM2-135M-Instruct; engine {}; on AMD EPYC 9R14, no accelerator"
+    serving = {"serving_latency_chat.png", "serving_goodput_chat.png"}
+    assert serving < set(texts) and "pareto_interactive.png" in texts and "throughput.png" in texts
+    assert {name: t[-1] for name, t in texts.items()} == {
+        name: footer.format("vllm_server 0.32.0" if name in serving else "vllm 0.32.0") for name in texts}
 
 
 def test_pngs_written(report_dir):
