@@ -469,7 +469,8 @@ def render_problems(rows: list[Row]) -> str:
     rerun = (f"\n\nNot listed: {since} row(s) of runs a rerun measured (their ok rows are counted above)."
              if since else "")
     if not bad:
-        return "## Skipped, unsupported and failed\n\nNone: every recorded run succeeded." + rerun
+        none = "every run that failed was measured by a rerun" if since else "every recorded run succeeded"
+        return f"## Skipped, unsupported and failed\n\nNone: {none}." + rerun
     table = [[r.status or "missing", r.kind, scenario_of(r).heading() if r.scenario else MISSING,
               r.model_name or "?", r.recipe or "?", f"`{short(r.artifact_id)}`", r.engine or "?",
               str(r.run_index + 1) if isinstance(r.run_index, int) else MISSING,

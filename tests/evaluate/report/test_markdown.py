@@ -110,6 +110,10 @@ def test_a_failed_run_a_rerun_measured_is_not_listed_as_failed_and_excluded(tmp_
     problems = md.split("## Skipped, unsupported and failed\n", 1)[1].split("\n## ", 1)[0]
     assert "engine died" not in problems and "no kernel" in problems
     assert "Not listed: 1 row(s) of runs a rerun measured" in problems
+    store(tmp_path / "rerun_only", [run(0, 0), run(1, 1), failed, run(2, 5)])   # no failure left: none said so
+    build_report(tmp_path / "rerun_only", tmp_path / "out2", "t", outputs=("markdown",))
+    problems = (tmp_path / "out2" / "report.md").read_text().split("## Skipped, unsupported and failed\n", 1)[1]
+    assert problems.startswith("\nNone: every run that failed was measured by a rerun.\n\nNot listed: 1 row(s)")
 
 
 def test_lm_eval_section_shows_stderr_and_oriented_recovery(tmp_path):
