@@ -56,6 +56,11 @@ def fingerprint(row: Row) -> str:
 DECIDED_ARGS = ("dtype", "tensor_parallel_size", "max_model_len", "device", "gpu_memory_utilization")
 
 
+def differing_keys(configs: list[dict]) -> list[str]:
+    """The settings in which some of `configs` differ (one lacking a key counts), sorted."""
+    return sorted({k for c in configs for k in c if any(o.get(k) != c.get(k) for o in configs)})
+
+
 def configured(g: Group) -> dict[str, str]:
     """g's engine args less DECIDED_ARGS: how it was asked to run. Two
     stores' groups alike in them ran one setup on two machines. The
@@ -159,7 +164,7 @@ def left_out_reason(groups: list[Group]) -> str:
         return "; ".join(f"store {name} measured it more than once in one setup as configured, apart in {what}"
                          for name, what in twice.items())
     configs = [json.loads(k) for k in setups]
-    keys = sorted({k for c in configs for k in c if any(o.get(k) != c.get(k) for o in configs)})
+    keys = differing_keys(configs)
     per_store: dict[Store, list[str]] = {}
     for config, by_store in zip(configs, setups.values()):
         for s in by_store:

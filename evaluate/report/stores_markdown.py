@@ -7,7 +7,8 @@ import json
 from typing import Callable
 
 from evaluate.analysis.groups import SPEED, Group, scenarios
-from evaluate.analysis.stores import AcrossStores, SharedRows, across_stores, not_compared, shared_rows
+from evaluate.analysis.stores import (AcrossStores, SharedRows, across_stores, differing_keys, not_compared,
+                                     shared_rows)
 from evaluate.report.formatting import (
     MISSING, fmt_fixed, header, interval_text, md_table, short, speed_verdict, speedup_text)
 from evaluate.results import Row, Store, machine_id, machine_of
@@ -151,7 +152,7 @@ def across_tables(compared: list[AcrossStores]) -> list[str]:
 def setup_texts(compared: list[AcrossStores]) -> dict[str, str]:
     """Each compared setup (as JSON) in the settings that tell them apart; empty where there is one."""
     configs = {json.dumps(c.setup, sort_keys=True): c.setup for c in compared}
-    keys = sorted({k for c in configs.values() for k in c if any(o.get(k) != c.get(k) for o in configs.values())})
+    keys = differing_keys(list(configs.values()))
     return {j: ", ".join(f"{k}={c.get(k, MISSING)}" for k in keys) for j, c in configs.items()} if keys else {}
 
 
