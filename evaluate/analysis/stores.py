@@ -103,7 +103,7 @@ def artifact(g: Group) -> tuple:
 def by_setup(speed: list[Group]) -> dict[tuple, dict[Store, list[Group]]]:
     """(scenario, artifact, setup as configured) -> the groups of each store
     that measured it: one per store, or several where a store holds it in
-    setups alike but for what configured() cannot tell (its machines)."""
+    setups alike but for what configured() leaves out (apart_in says what)."""
     same: dict[tuple, dict[Store, list[Group]]] = {}
     for g in speed:
         if g.store and g.mean(SPEED):
@@ -118,8 +118,9 @@ def across_stores(speed: list[Group]) -> list[AcrossStores]:
     ratio to the reference's mean output throughput: the first store
     compared, in every row, so a column divides by one store throughout
     (none where the reference did not measure the artifact). One entry per
-    setup two stores share; a store that measured it there on several
-    machines sits that setup out (not_compared says so). Nothing with one store."""
+    setup two stores share; a store that measured it there more than once
+    (on two machines, across an upgrade) sits that setup out (not_compared
+    says so). Nothing with one store."""
     compared = {key: {s: gs[0] for s, gs in by_store.items() if len(gs) == 1}
                 for key, by_store in by_setup(speed).items()}
     compared = {key: by_store for key, by_store in compared.items() if len(by_store) > 1}
@@ -136,13 +137,14 @@ def across_stores(speed: list[Group]) -> list[AcrossStores]:
     return out
 
 
-def not_compared(speed: list[Group]) -> list[NotCompared]:
-    """Each artifact (and engine) that across_stores leaves out of a scenario
-    another store measured it in, with why: one store measured it twice in a
-    setup as configured (on two machines, or apart only in DECIDED_ARGS), or
-    the stores' setups as configured differ (in those settings, per store)."""
+def not_compared(speed: list[Group], compared: list[AcrossStores]) -> list[NotCompared]:
+    """Each artifact (and engine) that across_stores left out (`compared`
+    is what it gave) of a scenario another store measured it in, with why:
+    one store measured it more than once in a setup as configured (apart_in
+    says in what), or the stores' setups as configured differ (in those
+    settings, per store)."""
     speed = [g for g in speed if g.store and g.mean(SPEED)]
-    compared = {id(g) for c in across_stores(speed) for g in c.groups.values()}
+    compared = {id(g) for c in compared for g in c.groups.values()}
     stores_of: dict[tuple, set[Store]] = {}
     for g in speed:
         stores_of.setdefault((g.scenario, *artifact(g)), set()).add(g.store)

@@ -117,7 +117,8 @@ def render_across_stores(speed: list[Group]) -> str:
     its mean output throughput in each, and each store's ratio to the
     first's (AcrossStores.stores); a Setup column where they share several;
     then a line per artifact left out (not_compared)."""
-    compared, left_out = across_stores(speed), not_compared(speed)
+    compared = across_stores(speed)
+    left_out = not_compared(speed, compared)
     if not compared and not left_out:
         return ""
     out = [ACROSS_TITLE]
