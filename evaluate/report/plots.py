@@ -105,13 +105,13 @@ def speed_plots(analysis: Analysis, floor_pct: float, wanted: str | None, colour
     plots = []
     for sc in scs:
         mine = [r for r in analysis.rankings if r.scenario == sc]
+        footer = measured_by([g for g in speed if g.scenario == sc])
         plots.append(Plot(
             f"throughput_{slug(sc, scs)}", f"Output throughput, {sc.name}",
             f"Mean output throughput (tok/s) of each artifact in {sc.name}, fastest on top, on a linear axis from 0 "
             "with its 95 % interval as whiskers; bars that share a letter do not differ by the rule in Method and "
             "setups (grey: a single run, not ranked).",
-            (RANKING, sc), lambda mine=mine, sc=sc: throughput_figure(mine, names, colours, sc, machines),
-            measured_by([g for g in speed if g.scenario == sc])))
+            (RANKING, sc), lambda mine=mine, sc=sc: throughput_figure(mine, names, colours, sc, machines), footer))
         measured = [c for c in choices if c.scenario == sc and c.measured]
         if sc in pareto_scs and measured:
             plots.append(Plot(
@@ -121,7 +121,7 @@ def speed_plots(analysis: Analysis, floor_pct: float, wanted: str | None, colour
                 f"the dashed line the {floor_pct:g} % floor and the ring the answer's pick; whiskers are 95 % "
                 "intervals.",
                 (SUMMARY, sc), lambda measured=measured, sc=sc: pareto_figure(measured, names, colours, sc, machines),
-                measured_by([g for g in speed if g.scenario == sc])))
+                footer))
     plots.append(Plot(
         "throughput", "Output throughput per scenario",
         "Mean output throughput (tok/s) per scenario, one panel each on its own linear axis from 0, whiskers the "
