@@ -1,9 +1,10 @@
 """On PYTHONPATH, llm-compressor's oneshot prints HELD_IN_ONESHOT (this
 folder's __init__.py) and then waits until a signal ends the process: a test
 that signals quantize mid-build does so while it waits here, inside the
-build's oneshot phase, however fast or busy the machine. Used by the Ctrl-C
-test (tests/test_failure_lines.py). A sitecustomize further down sys.path
-still runs."""
+build's oneshot phase, however fast or busy the machine. Used by the tests
+that signal or kill a build (tests/test_failure_lines.py, test_atomic.py,
+test_build_lock.py, test_sweeps.py) through quantize_env(host="held_oneshot").
+A sitecustomize further down sys.path still runs."""
 import os
 import time
 from importlib.util import module_from_spec, spec_from_file_location
